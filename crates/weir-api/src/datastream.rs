@@ -1,0 +1,321 @@
+//! The DataStream API: building a job's graph fluently, as in Flink.
+
+use std::cell::RefCell;
+use std::marker::PhantomData;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use weir_types::{Key, MAX_PARALLELISM_UPPER_BOUND, compute_key_group_range_for_operator_index};
+
+use crate::Data;
+use crate::error::TaskError;
+use crate::exchange::SourceBody;
+use crate::functions::{Collector, KeyedProcessFunction};
+use crate::graph::{
+    EdgeKind, ErasedOperator, GraphError, NodeRole, OperatorFactory, SourceFactory, StreamEdge, StreamGraph,
+    StreamNode, TypedStream, downcast,
+};
+use crate::operator::{Operator, TaskContext};
+use crate::operators::{FilterOperator, FlatMapOperator, KeyedProcessOperator, MapOperator, SinkOperator};
+use crate::sink::Sink;
+use crate::source::Source;
+
+struct Builder {
+    nodes: Vec<StreamNode>,
+    max_parallelism: Option<u32>,
+    parallelism: Option<u32>,
+}
+
+/// Where a job is assembled: add sources, transform, sink, then [`build`](Self::build).
+pub struct StreamExecutionEnvironment {
+    builder: Rc<RefCell<Builder>>,
+}
+
+impl Default for StreamExecutionEnvironment {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl StreamExecutionEnvironment {
+    /// An empty environment.
+    pub fn new() -> StreamExecutionEnvironment {
+        let builder = Builder { nodes: Vec::new(), max_parallelism: None, parallelism: None };
+        StreamExecutionEnvironment { builder: Rc::new(RefCell::new(builder)) }
+    }
+
+    /// The default parallelism of operators without their own (overrides `parallelism.default`).
+    pub fn set_parallelism(&self, parallelism: u32) -> &Self {
+        self.builder.borrow_mut().parallelism = Some(parallelism);
+        self
+    }
+
+    /// The job's max parallelism: its number of key groups, fixed at first start
+    /// (overrides `pipeline.max-parallelism`).
+    pub fn set_max_parallelism(&self, max_parallelism: u32) -> &Self {
+        self.builder.borrow_mut().max_parallelism = Some(max_parallelism);
+        self
+    }
+
+    /// Adds a source.
+    pub fn from_source<T: Data, S: Source<T>>(&self, source: S) -> DataStream<T> {
+        let source = Arc::new(source);
+        let factory: SourceFactory = Arc::new(move |ctx: &TaskContext, downstream: ErasedOperator| {
+            let head = downcast::<Box<dyn Operator<T>>>(downstream, "source output")?;
+            let reader = source.create_reader(ctx)?;
+            Ok(Box::new(SourceBody::new(reader, head, ctx)) as Box<dyn crate::operator::TaskBody>)
+        });
+        let id = self.add_node(StreamNode {
+            id: 0,
+            name: "Source".into(),
+            uid: None,
+            parallelism: None,
+            role: NodeRole::Source,
+            keyed: false,
+            inputs: Vec::new(),
+            source_factory: Some(factory),
+            operator_factory: None,
+            output_type: TypedStream::<T>::new(),
+        });
+        DataStream { builder: Rc::clone(&self.builder), node: id, next_edge: EdgeKind::Auto, _type: PhantomData }
+    }
+
+    fn add_node(&self, mut node: StreamNode) -> usize {
+        let mut builder = self.builder.borrow_mut();
+        node.id = builder.nodes.len();
+        builder.nodes.push(node);
+        builder.nodes.len() - 1
+    }
+
+    /// Validates and returns the graph.
+    pub fn build(&self, job_name: &str) -> Result<StreamGraph, GraphError> {
+        let mut builder = self.builder.borrow_mut();
+        if !builder.nodes.iter().any(|n| n.role == NodeRole::Source) {
+            return Err(GraphError::NoSource);
+        }
+        if let Some(max) = builder.max_parallelism
+            && (max == 0 || max > MAX_PARALLELISM_UPPER_BOUND)
+        {
+            return Err(GraphError::BadMaxParallelism(max));
+        }
+        let mut seen = std::collections::HashSet::new();
+        for node in &builder.nodes {
+            if let Some(uid) = &node.uid
+                && !seen.insert(uid.clone())
+            {
+                return Err(GraphError::DuplicateUid(uid.clone()));
+            }
+            if let Some(p) = node.parallelism
+                && (p == 0 || p > MAX_PARALLELISM_UPPER_BOUND)
+            {
+                return Err(GraphError::BadParallelism { name: node.name.clone(), parallelism: p });
+            }
+        }
+        Ok(StreamGraph {
+            job_name: job_name.to_string(),
+            max_parallelism: builder.max_parallelism,
+            parallelism: builder.parallelism,
+            nodes: std::mem::take(&mut builder.nodes),
+        })
+    }
+}
+
+/// A stream of `T` records: the output of one node.
+pub struct DataStream<T> {
+    builder: Rc<RefCell<Builder>>,
+    node: usize,
+    next_edge: EdgeKind,
+    _type: PhantomData<fn() -> T>,
+}
+
+impl<T> Clone for DataStream<T> {
+    fn clone(&self) -> Self {
+        DataStream { builder: Rc::clone(&self.builder), node: self.node, next_edge: self.next_edge, _type: PhantomData }
+    }
+}
+
+impl<T: Data> DataStream<T> {
+    fn with_node(&self, f: impl FnOnce(&mut StreamNode)) {
+        let mut builder = self.builder.borrow_mut();
+        f(&mut builder.nodes[self.node]);
+    }
+
+    /// Sets the uid of the operator that produces this stream (state is matched by it).
+    pub fn uid(self, uid: &str) -> Self {
+        self.with_node(|node| node.uid = Some(uid.to_string()));
+        self
+    }
+
+    /// Sets the display name of the operator that produces this stream.
+    pub fn name(self, name: &str) -> Self {
+        self.with_node(|node| node.name = name.to_string());
+        self
+    }
+
+    /// Sets the parallelism of the operator that produces this stream.
+    pub fn parallelism(self, parallelism: u32) -> Self {
+        self.with_node(|node| node.parallelism = Some(parallelism));
+        self
+    }
+
+    /// Distributes the next operator's input round-robin instead of forward.
+    pub fn rebalance(mut self) -> Self {
+        self.next_edge = EdgeKind::Rebalance;
+        self
+    }
+
+    fn add_operator<O: Data>(&self, name: &str, keyed: bool, edge: StreamEdge, factory: OperatorFactory) -> DataStream<O> {
+        let mut builder = self.builder.borrow_mut();
+        let id = builder.nodes.len();
+        builder.nodes.push(StreamNode {
+            id,
+            name: name.to_string(),
+            uid: None,
+            parallelism: None,
+            role: NodeRole::Operator,
+            keyed,
+            inputs: vec![edge],
+            source_factory: None,
+            operator_factory: Some(factory),
+            output_type: TypedStream::<O>::new(),
+        });
+        DataStream { builder: Rc::clone(&self.builder), node: id, next_edge: EdgeKind::Auto, _type: PhantomData }
+    }
+
+    fn plain_edge(&self) -> StreamEdge {
+        StreamEdge { source: self.node, kind: self.next_edge, key_hash: None }
+    }
+
+    /// Applies `func` to every record.
+    pub fn map<O: Data, F>(&self, func: F) -> DataStream<O>
+    where
+        F: FnMut(T) -> O + Clone + Send + Sync + 'static,
+    {
+        let factory: OperatorFactory = Arc::new(move |_ctx: &TaskContext, downstream: ErasedOperator| {
+            let next = downcast::<Box<dyn Operator<O>>>(downstream, "map output")?;
+            let op: Box<dyn Operator<T>> = Box::new(MapOperator::new(func.clone(), next));
+            Ok(Box::new(op) as ErasedOperator)
+        });
+        self.add_operator("Map", false, self.plain_edge(), factory)
+    }
+
+    /// Keeps the records for which `func` is true.
+    pub fn filter<F>(&self, func: F) -> DataStream<T>
+    where
+        F: FnMut(&T) -> bool + Clone + Send + Sync + 'static,
+    {
+        let factory: OperatorFactory = Arc::new(move |_ctx: &TaskContext, downstream: ErasedOperator| {
+            let next = downcast::<Box<dyn Operator<T>>>(downstream, "filter output")?;
+            let op: Box<dyn Operator<T>> = Box::new(FilterOperator::new(func.clone(), next));
+            Ok(Box::new(op) as ErasedOperator)
+        });
+        self.add_operator("Filter", false, self.plain_edge(), factory)
+    }
+
+    /// Emits zero or more records per record through the collector.
+    pub fn flat_map<O: Data, F>(&self, func: F) -> DataStream<O>
+    where
+        F: FnMut(T, &mut Collector<'_, O>) + Clone + Send + Sync + 'static,
+    {
+        let factory: OperatorFactory = Arc::new(move |_ctx: &TaskContext, downstream: ErasedOperator| {
+            let next = downcast::<Box<dyn Operator<O>>>(downstream, "flat_map output")?;
+            let op: Box<dyn Operator<T>> = Box::new(FlatMapOperator::new(func.clone(), next));
+            Ok(Box::new(op) as ErasedOperator)
+        });
+        self.add_operator("Flat Map", false, self.plain_edge(), factory)
+    }
+
+    /// Partitions the stream by key: records with equal keys go to the same subtask, where
+    /// keyed state is scoped to the key.
+    pub fn key_by<K: Key, F>(&self, selector: F) -> KeyedStream<K, T>
+    where
+        F: Fn(&T) -> K + Send + Sync + 'static,
+    {
+        KeyedStream { stream: self.clone(), selector: Arc::new(selector) }
+    }
+
+    /// Writes the stream to `sink`.
+    pub fn sink_to<S: Sink<T>>(&self, sink: S) -> DataStreamSink {
+        let sink = Arc::new(sink);
+        let factory: OperatorFactory = Arc::new(move |ctx: &TaskContext, _downstream: ErasedOperator| {
+            let writer = sink.create_writer(ctx)?;
+            let op: Box<dyn Operator<T>> = Box::new(SinkOperator::new(writer, Arc::clone(&ctx.metrics)));
+            Ok(Box::new(op) as ErasedOperator)
+        });
+        let stream: DataStream<()> = self.add_operator("Sink", false, self.plain_edge(), factory);
+        stream.with_node(|node| node.role = NodeRole::Sink);
+        DataStreamSink { stream }
+    }
+}
+
+/// The handle of a sink, for setting its uid, name and parallelism.
+pub struct DataStreamSink {
+    stream: DataStream<()>,
+}
+
+impl DataStreamSink {
+    /// Sets the sink's uid.
+    pub fn uid(self, uid: &str) -> Self {
+        DataStreamSink { stream: self.stream.uid(uid) }
+    }
+
+    /// Sets the sink's display name.
+    pub fn name(self, name: &str) -> Self {
+        DataStreamSink { stream: self.stream.name(name) }
+    }
+
+    /// Sets the sink's parallelism.
+    pub fn parallelism(self, parallelism: u32) -> Self {
+        DataStreamSink { stream: self.stream.parallelism(parallelism) }
+    }
+}
+
+/// A stream partitioned by key.
+pub struct KeyedStream<K, T> {
+    stream: DataStream<T>,
+    selector: Arc<dyn Fn(&T) -> K + Send + Sync>,
+}
+
+impl<K: Key, T: Data> KeyedStream<K, T> {
+    /// Runs `func` for every record with the record's key as the current key.
+    pub fn process<O: Data, F>(&self, func: F) -> DataStream<O>
+    where
+        F: KeyedProcessFunction<K, T, O>,
+    {
+        let selector = Arc::clone(&self.selector);
+        // Functions may hold !Sync state handles; the prototype is only ever cloned.
+        let prototype = std::sync::Mutex::new(func);
+        let hash_selector = Arc::clone(&self.selector);
+        let key_hash: Arc<dyn Fn(&T) -> u32 + Send + Sync> = Arc::new(move |record: &T| hash_selector(record).stable_hash());
+        let edge = StreamEdge {
+            source: self.stream.node,
+            kind: EdgeKind::Hash,
+            key_hash: Some(Arc::new(key_hash)),
+        };
+        let factory: OperatorFactory = Arc::new(move |ctx: &TaskContext, downstream: ErasedOperator| {
+            let next = downcast::<Box<dyn Operator<O>>>(downstream, "process output")?;
+            if ctx.parallelism == 0 || ctx.parallelism > ctx.max_parallelism {
+                return Err(TaskError::Internal(format!(
+                    "parallelism {} is not within 1..={} (max parallelism)",
+                    ctx.parallelism, ctx.max_parallelism
+                )));
+            }
+            let range = compute_key_group_range_for_operator_index(ctx.max_parallelism, ctx.parallelism, ctx.subtask_index);
+            let func = match prototype.lock() {
+                Ok(prototype) => prototype.clone(),
+                Err(poisoned) => poisoned.into_inner().clone(),
+            };
+            let op: Box<dyn Operator<T>> = Box::new(KeyedProcessOperator::new(
+                &ctx.task_name,
+                func,
+                Arc::clone(&selector),
+                range,
+                ctx.max_parallelism,
+                Arc::clone(&ctx.clock),
+                next,
+            ));
+            Ok(Box::new(op) as ErasedOperator)
+        });
+        self.stream.add_operator("KeyedProcess", true, edge, factory)
+    }
+}

@@ -1,0 +1,361 @@
+//! Moving batches between subtasks: the channel protocol, partitioners, and the two task
+//! bodies (a source driving its chain; input channels driving theirs).
+//!
+//! Every pair of producer and consumer subtasks of an edge has its own bounded channel of
+//! batches, so a full consumer blocks only its producers (backpressure), and a later
+//! checkpoint can block exactly the channels whose barrier has arrived (alignment). A remote
+//! channel will bridge a local one to a TCP connection, carrying the same elements.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, RecvTimeoutError, Select, SendTimeoutError, Sender, TrySendError};
+use weir_types::keygroups::{compute_operator_index_for_key_group, key_group_for_hash};
+
+use crate::error::TaskError;
+use crate::operator::{BATCH_RECORDS_MAX, IDLE_WAIT_MAX, Operator, Step, TaskBody, TaskContext};
+use crate::source::{SourcePoll, SourceReader};
+
+/// Batches buffered in one channel, at most, before its producer blocks.
+pub const CHANNEL_BATCHES_MAX: usize = 16;
+
+/// What travels on a channel.
+#[derive(Debug)]
+pub enum StreamElement<T> {
+    /// A batch of records, in order.
+    Records(Vec<T>),
+    /// The producer subtask has ended; nothing follows.
+    EndOfPartition,
+}
+
+/// Creates one bounded channel.
+pub fn channel<T>() -> (Sender<StreamElement<T>>, Receiver<StreamElement<T>>) {
+    crossbeam_channel::bounded(CHANNEL_BATCHES_MAX)
+}
+
+/// How records are spread over the consumer subtasks of an edge.
+pub enum Partitioner<T> {
+    /// Subtask i sends to subtask i (equal parallelism, not chained).
+    Forward,
+    /// Round-robin over all consumers.
+    Rebalance,
+    /// By key group of the record's key: the stable hash of its canonical bytes.
+    KeyGroups(Arc<dyn Fn(&T) -> u32 + Send + Sync>),
+}
+
+impl<T> Clone for Partitioner<T> {
+    fn clone(&self) -> Self {
+        match self {
+            Partitioner::Forward => Partitioner::Forward,
+            Partitioner::Rebalance => Partitioner::Rebalance,
+            Partitioner::KeyGroups(hash) => Partitioner::KeyGroups(Arc::clone(hash)),
+        }
+    }
+}
+
+/// The tail link of a task: partitions records into per-consumer batches and sends them.
+pub struct ChannelOutput<T> {
+    partitioner: Partitioner<T>,
+    senders: Vec<Sender<StreamElement<T>>>,
+    buffers: Vec<Vec<T>>,
+    next_round_robin: usize,
+    max_parallelism: u32,
+    ctx: TaskContext,
+}
+
+impl<T: Send> ChannelOutput<T> {
+    /// Sends to `senders` (one per consumer subtask, in subtask order).
+    pub fn new(partitioner: Partitioner<T>, senders: Vec<Sender<StreamElement<T>>>, ctx: &TaskContext) -> Self {
+        let mut buffers = Vec::with_capacity(senders.len());
+        for _ in 0..senders.len() {
+            buffers.push(Vec::with_capacity(BATCH_RECORDS_MAX));
+        }
+        ChannelOutput {
+            partitioner,
+            senders,
+            buffers,
+            next_round_robin: ctx.subtask_index as usize,
+            max_parallelism: ctx.max_parallelism,
+            ctx: ctx.clone(),
+        }
+    }
+
+    fn send(&mut self, target: usize, element: StreamElement<T>) -> Result<(), TaskError> {
+        let sender = &self.senders[target];
+        let mut element = match sender.try_send(element) {
+            Ok(()) => return Ok(()),
+            Err(TrySendError::Full(element)) => element,
+            Err(TrySendError::Disconnected(_)) => return Err(self.consumer_gone(target)),
+        };
+        // Backpressure: wait for room, checking for cancellation between waits.
+        let blocked_at = Instant::now();
+        let result = loop {
+            if self.ctx.is_cancelled() {
+                break Err(TaskError::Cancelled);
+            }
+            match sender.send_timeout(element, IDLE_WAIT_MAX) {
+                Ok(()) => break Ok(()),
+                Err(SendTimeoutError::Timeout(back)) => element = back,
+                Err(SendTimeoutError::Disconnected(_)) => break Err(self.consumer_gone(target)),
+            }
+        };
+        let blocked_ms = blocked_at.elapsed().as_millis() as u64;
+        self.ctx.metrics.backpressured_ms.fetch_add(blocked_ms, std::sync::atomic::Ordering::Relaxed);
+        result
+    }
+
+    fn consumer_gone(&self, target: usize) -> TaskError {
+        if self.ctx.is_cancelled() {
+            return TaskError::Cancelled;
+        }
+        TaskError::Internal(format!("{}: consumer subtask {target} went away while this task was still sending", self.ctx.task_name))
+    }
+
+    fn send_buffer(&mut self, target: usize) -> Result<(), TaskError> {
+        let full = std::mem::replace(&mut self.buffers[target], Vec::with_capacity(BATCH_RECORDS_MAX));
+        self.ctx.metrics.add_out(full.len());
+        self.send(target, StreamElement::Records(full))
+    }
+}
+
+impl<T: Send> Operator<T> for ChannelOutput<T> {
+    fn process_batch(&mut self, batch: &mut Vec<T>) -> Result<(), TaskError> {
+        let consumers = self.senders.len();
+        match &self.partitioner {
+            Partitioner::Forward => {
+                let target = (self.ctx.subtask_index as usize).min(consumers - 1);
+                for record in batch.drain(..) {
+                    self.buffers[target].push(record);
+                    if self.buffers[target].len() >= BATCH_RECORDS_MAX {
+                        self.send_buffer(target)?;
+                    }
+                }
+            }
+            Partitioner::Rebalance => {
+                for record in batch.drain(..) {
+                    let target = self.next_round_robin % consumers;
+                    self.next_round_robin = self.next_round_robin.wrapping_add(1);
+                    self.buffers[target].push(record);
+                    if self.buffers[target].len() >= BATCH_RECORDS_MAX {
+                        self.send_buffer(target)?;
+                    }
+                }
+            }
+            Partitioner::KeyGroups(hash) => {
+                let hash = Arc::clone(hash);
+                let parallelism = consumers as u32;
+                for record in batch.drain(..) {
+                    let key_group = key_group_for_hash(hash(&record), self.max_parallelism);
+                    let target =
+                        compute_operator_index_for_key_group(self.max_parallelism, parallelism, key_group) as usize;
+                    self.buffers[target].push(record);
+                    if self.buffers[target].len() >= BATCH_RECORDS_MAX {
+                        self.send_buffer(target)?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn fire_timers(&mut self, _now_ms: u64) -> Result<(), TaskError> {
+        Ok(())
+    }
+
+    fn next_timer(&self) -> Option<u64> {
+        None
+    }
+
+    fn end_input(&mut self) -> Result<(), TaskError> {
+        self.flush()?;
+        for target in 0..self.senders.len() {
+            self.send(target, StreamElement::EndOfPartition)?;
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<(), TaskError> {
+        for target in 0..self.buffers.len() {
+            if !self.buffers[target].is_empty() {
+                self.send_buffer(target)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A source subtask: polls its reader and pushes batches through its chain.
+pub struct SourceBody<T> {
+    reader: Box<dyn SourceReader<T>>,
+    head: Box<dyn Operator<T>>,
+    batch: Vec<T>,
+    ctx: TaskContext,
+}
+
+impl<T: Send> SourceBody<T> {
+    /// Reads from `reader` into `head`.
+    pub fn new(reader: Box<dyn SourceReader<T>>, head: Box<dyn Operator<T>>, ctx: &TaskContext) -> Self {
+        SourceBody { reader, head, batch: Vec::with_capacity(BATCH_RECORDS_MAX), ctx: ctx.clone() }
+    }
+}
+
+impl<T: Send> TaskBody for SourceBody<T> {
+    fn step(&mut self) -> Result<Step, TaskError> {
+        fire_due_timers(self.head.as_mut(), &self.ctx)?;
+        match self.reader.poll_next(&mut self.batch, BATCH_RECORDS_MAX)? {
+            SourcePoll::Data => {
+                self.ctx.metrics.add_in(self.batch.len());
+                self.head.process_batch(&mut self.batch)?;
+                Ok(Step::Worked)
+            }
+            SourcePoll::Idle(wait) => {
+                self.head.flush()?;
+                let wait = wait.min(IDLE_WAIT_MAX).min(time_to_next_timer(self.head.as_ref(), &self.ctx));
+                std::thread::sleep(wait);
+                Ok(Step::Idle)
+            }
+            SourcePoll::End => {
+                self.head.end_input()?;
+                self.head.flush()?;
+                Ok(Step::Finished)
+            }
+        }
+    }
+}
+
+/// A subtask fed by channels: receives batches from every upstream subtask into its chain.
+pub struct InputBody<T> {
+    inputs: Vec<Receiver<StreamElement<T>>>,
+    ended: Vec<bool>,
+    live: usize,
+    next_input: usize,
+    head: Box<dyn Operator<T>>,
+    ctx: TaskContext,
+}
+
+/// Batches taken from the inputs in one step before timers and cancellation are checked.
+const BATCHES_PER_STEP_MAX: usize = 64;
+/// How long a subtask whose input closed without end of input waits for the job to cancel it.
+const CLOSED_INPUT_GRACE: Duration = Duration::from_secs(5);
+
+impl<T: Send> InputBody<T> {
+    /// Reads `inputs` (one per upstream subtask) into `head`.
+    pub fn new(inputs: Vec<Receiver<StreamElement<T>>>, head: Box<dyn Operator<T>>, ctx: &TaskContext) -> Self {
+        let live = inputs.len();
+        InputBody { ended: vec![false; live], live, next_input: 0, inputs, head, ctx: ctx.clone() }
+    }
+
+    fn handle(&mut self, input: usize, element: StreamElement<T>) -> Result<(), TaskError> {
+        match element {
+            StreamElement::Records(mut records) => {
+                self.ctx.metrics.add_in(records.len());
+                self.head.process_batch(&mut records)
+            }
+            StreamElement::EndOfPartition => {
+                if !self.ended[input] {
+                    self.ended[input] = true;
+                    self.live -= 1;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn input_closed(&self, input: usize) -> TaskError {
+        // The producer is gone without saying so: it failed or was cancelled. The job master
+        // cancels this task shortly in either case; report a failure only if it does not.
+        let deadline = Instant::now() + CLOSED_INPUT_GRACE;
+        while Instant::now() < deadline {
+            if self.ctx.is_cancelled() {
+                return TaskError::Cancelled;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        TaskError::Internal(format!("{}: input from upstream subtask {input} closed without end of input", self.ctx.task_name))
+    }
+}
+
+impl<T: Send> TaskBody for InputBody<T> {
+    fn step(&mut self) -> Result<Step, TaskError> {
+        if self.live == 0 {
+            self.head.end_input()?;
+            self.head.flush()?;
+            return Ok(Step::Finished);
+        }
+        fire_due_timers(self.head.as_mut(), &self.ctx)?;
+
+        // Fast path: take what is ready, round-robin over the inputs for fairness.
+        let mut taken = 0;
+        let count = self.inputs.len();
+        let mut empty_in_a_row = 0;
+        while taken < BATCHES_PER_STEP_MAX && empty_in_a_row < count {
+            let input = self.next_input;
+            self.next_input = (self.next_input + 1) % count;
+            if self.ended[input] {
+                empty_in_a_row += 1;
+                continue;
+            }
+            match self.inputs[input].try_recv() {
+                Ok(element) => {
+                    self.handle(input, element)?;
+                    taken += 1;
+                    empty_in_a_row = 0;
+                }
+                Err(crossbeam_channel::TryRecvError::Empty) => empty_in_a_row += 1,
+                Err(crossbeam_channel::TryRecvError::Disconnected) => return Err(self.input_closed(input)),
+            }
+        }
+        if taken > 0 {
+            return Ok(Step::Worked);
+        }
+
+        // Nothing ready: hand partial batches on, then block on any live input.
+        self.head.flush()?;
+        let wait = IDLE_WAIT_MAX.min(time_to_next_timer(self.head.as_ref(), &self.ctx));
+        let mut select = Select::new();
+        let mut indices = Vec::with_capacity(self.live);
+        for (input, receiver) in self.inputs.iter().enumerate() {
+            if !self.ended[input] {
+                select.recv(receiver);
+                indices.push(input);
+            }
+        }
+        let operation = match select.select_timeout(wait) {
+            Ok(operation) => operation,
+            Err(_) => return Ok(Step::Idle),
+        };
+        let input = indices[operation.index()];
+        match operation.recv(&self.inputs[input]) {
+            Ok(element) => {
+                self.handle(input, element)?;
+                Ok(Step::Worked)
+            }
+            Err(_) => Err(self.input_closed(input)),
+        }
+    }
+}
+
+fn fire_due_timers<T>(head: &mut dyn Operator<T>, ctx: &TaskContext) -> Result<(), TaskError> {
+    if let Some(deadline) = head.next_timer() {
+        let now = ctx.clock.now_ms();
+        if deadline <= now {
+            head.fire_timers(now)?;
+        }
+    }
+    Ok(())
+}
+
+fn time_to_next_timer<T>(head: &dyn Operator<T>, ctx: &TaskContext) -> Duration {
+    match head.next_timer() {
+        Some(deadline) => Duration::from_millis(deadline.saturating_sub(ctx.clock.now_ms())),
+        None => IDLE_WAIT_MAX,
+    }
+}
+
+/// Receives from `receiver`, waiting at most `timeout` (used by tests of the protocol).
+pub fn recv_element<T>(receiver: &Receiver<StreamElement<T>>, timeout: Duration) -> Option<StreamElement<T>> {
+    match receiver.recv_timeout(timeout) {
+        Ok(element) => Some(element),
+        Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => None,
+    }
+}

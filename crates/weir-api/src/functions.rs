@@ -1,0 +1,109 @@
+//! User functions and the contexts they see.
+
+use weir_state::handles::{ListAccess, MapAccess, ReducingAccess, StateData, ValueAccess};
+use weir_state::{KeyedStateBackend, ListState, MapState, ReducingState, StateError, TimerService, ValueState};
+use weir_types::Key;
+
+/// What a user function returns: any error type converts with `?`, and a string works too
+/// (`Err("bad record".into())`). An error fails the job (or triggers a restart).
+pub type FnResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
+
+/// Where a function puts its output records.
+pub struct Collector<'a, O> {
+    pub(crate) buffer: &'a mut Vec<O>,
+}
+
+impl<O> Collector<'_, O> {
+    /// Emits one record.
+    #[inline]
+    pub fn collect(&mut self, record: O) {
+        self.buffer.push(record);
+    }
+}
+
+/// The current key's state and timers, given to [`KeyedProcessFunction`] calls.
+pub struct KeyedContext<'a, K> {
+    pub(crate) backend: &'a mut KeyedStateBackend<K>,
+    pub(crate) timers: &'a mut TimerService<K>,
+    pub(crate) key: &'a K,
+    pub(crate) group_index: usize,
+    pub(crate) now_ms: u64,
+}
+
+impl<K: Key> KeyedContext<'_, K> {
+    /// The key of the record (or timer) being processed.
+    pub fn current_key(&self) -> &K {
+        self.key
+    }
+
+    /// The current key's value state.
+    #[inline]
+    pub fn value<V: StateData>(&mut self, state: &ValueState<V>) -> Result<ValueAccess<'_, K, V>, StateError> {
+        self.backend.value(state, self.key, self.group_index)
+    }
+
+    /// The current key's list state.
+    pub fn list<V: StateData>(&mut self, state: &ListState<V>) -> Result<ListAccess<'_, K, V>, StateError> {
+        self.backend.list(state, self.key, self.group_index)
+    }
+
+    /// The current key's map state.
+    pub fn map<UK: StateData + Eq + std::hash::Hash, UV: StateData>(
+        &mut self,
+        state: &MapState<UK, UV>,
+    ) -> Result<MapAccess<'_, K, UK, UV>, StateError> {
+        self.backend.map(state, self.key, self.group_index)
+    }
+
+    /// The current key's reducing state.
+    pub fn reducing<V: StateData>(&mut self, state: &ReducingState<V>) -> Result<ReducingAccess<'_, K, V>, StateError> {
+        self.backend.reducing(state, self.key, self.group_index)
+    }
+
+    /// Processing time now, epoch milliseconds.
+    pub fn current_processing_time(&self) -> u64 {
+        self.now_ms
+    }
+
+    /// Calls `on_timer` for the current key when processing time reaches `timestamp_ms`.
+    pub fn register_processing_time_timer(&mut self, timestamp_ms: u64) {
+        self.timers.register(self.key, timestamp_ms);
+    }
+
+    /// Deletes a timer registered for the current key.
+    pub fn delete_processing_time_timer(&mut self, timestamp_ms: u64) {
+        self.timers.delete(self.key, timestamp_ms);
+    }
+}
+
+/// All keys' state at the end of a bounded input.
+pub struct EndOfInputContext<'a, K> {
+    pub(crate) backend: &'a mut KeyedStateBackend<K>,
+}
+
+impl<K: Key> EndOfInputContext<'_, K> {
+    /// Calls `f` with every key that has a value in `state`.
+    pub fn for_each_value<V: StateData>(&mut self, state: &ValueState<V>, f: impl FnMut(&K, &V)) -> Result<(), StateError> {
+        self.backend.for_each_value(state, f)
+    }
+}
+
+/// A function over a keyed stream with per-key state and timers (Flink's `KeyedProcessFunction`).
+///
+/// One instance runs per subtask (cloned from the one given to `process`); the runtime sets
+/// the current key before each call, so state handles read and write that key's state.
+pub trait KeyedProcessFunction<K, I, O>: Clone + Send + 'static {
+    /// Handles one record of the current key.
+    fn process_element(&mut self, record: I, ctx: &mut KeyedContext<'_, K>, out: &mut Collector<'_, O>) -> FnResult;
+
+    /// A processing-time timer of the current key fired.
+    fn on_timer(&mut self, _timestamp_ms: u64, _ctx: &mut KeyedContext<'_, K>, _out: &mut Collector<'_, O>) -> FnResult {
+        Ok(())
+    }
+
+    /// A bounded input ended: emit final results for all keys (Flink would fire end-of-time
+    /// timers here).
+    fn on_end_of_input(&mut self, _ctx: &mut EndOfInputContext<'_, K>, _out: &mut Collector<'_, O>) -> FnResult {
+        Ok(())
+    }
+}

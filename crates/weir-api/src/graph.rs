@@ -1,0 +1,245 @@
+//! The stream graph: nodes (sources, operators, sinks) and the edges between them, with
+//! type-erased factories the runtime uses to build chains, channels and task bodies.
+//!
+//! Types are erased here because a job graph is data the runtime walks without knowing the
+//! record types; each node carries a [`StreamType`] for its output type that knows how to
+//! make that type's channels, channel outputs and input bodies.
+
+use std::any::Any;
+use std::sync::Arc;
+
+use crossbeam_channel::{Receiver, Sender};
+
+use crate::Data;
+use crate::error::TaskError;
+use crate::exchange::{ChannelOutput, InputBody, Partitioner, StreamElement, channel};
+use crate::operator::{Discard, Operator, TaskBody, TaskContext, Tee};
+
+/// A `Box<dyn Operator<T>>` with `T` erased.
+pub type ErasedOperator = Box<dyn Any + Send>;
+/// A channel end with its element type erased.
+pub type ErasedChannelEnd = Box<dyn Any + Send>;
+
+/// Builds a source subtask's body given the chain after the source.
+pub type SourceFactory = Arc<dyn Fn(&TaskContext, ErasedOperator) -> Result<Box<dyn TaskBody>, TaskError> + Send + Sync>;
+/// Builds an operator link given the link after it.
+pub type OperatorFactory = Arc<dyn Fn(&TaskContext, ErasedOperator) -> Result<ErasedOperator, TaskError> + Send + Sync>;
+
+/// What a node does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NodeRole {
+    /// Produces records.
+    Source,
+    /// Transforms records.
+    Operator,
+    /// Consumes records.
+    Sink,
+}
+
+/// How an edge distributes records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub enum EdgeKind {
+    /// Forward when both sides have equal parallelism (and then chainable), else rebalance.
+    Auto,
+    /// Round-robin.
+    Rebalance,
+    /// By key group.
+    Hash,
+}
+
+/// An input of a node.
+#[derive(Clone)]
+pub struct StreamEdge {
+    /// The producing node's index.
+    pub source: usize,
+    /// How records are distributed.
+    pub kind: EdgeKind,
+    /// For [`EdgeKind::Hash`]: an `Arc<dyn Fn(&T) -> u32>` giving the key's stable hash.
+    pub(crate) key_hash: Option<Arc<dyn Any + Send + Sync>>,
+}
+
+/// One node of the graph.
+pub struct StreamNode {
+    /// Index in the graph (creation order, which is a topological order).
+    pub id: usize,
+    /// Display name.
+    pub name: String,
+    /// Stable identity across job versions; state is matched by it.
+    pub uid: Option<String>,
+    /// Explicit parallelism, if set.
+    pub parallelism: Option<u32>,
+    /// Source, operator or sink.
+    pub role: NodeRole,
+    /// True when the node holds keyed state.
+    pub keyed: bool,
+    /// Inputs.
+    pub inputs: Vec<StreamEdge>,
+    pub(crate) source_factory: Option<SourceFactory>,
+    pub(crate) operator_factory: Option<OperatorFactory>,
+    pub(crate) output_type: Arc<dyn StreamType>,
+}
+
+impl StreamNode {
+    /// The factory of a source node.
+    pub fn source_factory(&self) -> Option<&SourceFactory> {
+        self.source_factory.as_ref()
+    }
+
+    /// The factory of an operator or sink node.
+    pub fn operator_factory(&self) -> Option<&OperatorFactory> {
+        self.operator_factory.as_ref()
+    }
+
+    /// Operations on this node's output type.
+    pub fn output_type(&self) -> &Arc<dyn StreamType> {
+        &self.output_type
+    }
+
+    /// The uid, or a name derived from the node's position when none was set.
+    pub fn uid_or_generated(&self) -> String {
+        match &self.uid {
+            Some(uid) => uid.clone(),
+            None => format!("node-{}", self.id),
+        }
+    }
+}
+
+/// A job's graph as the API built it, before chaining.
+pub struct StreamGraph {
+    /// The job's name.
+    pub job_name: String,
+    /// Max parallelism set in code (`set_max_parallelism`), if any.
+    pub max_parallelism: Option<u32>,
+    /// Default parallelism set in code (`set_parallelism`), if any.
+    pub parallelism: Option<u32>,
+    pub(crate) nodes: Vec<StreamNode>,
+}
+
+impl StreamGraph {
+    /// The nodes, in a topological order.
+    pub fn nodes(&self) -> &[StreamNode] {
+        &self.nodes
+    }
+
+    /// The nodes that read `node`'s output, with the edge they read it through.
+    pub fn consumers(&self, node: usize) -> Vec<(usize, &StreamEdge)> {
+        let mut out = Vec::new();
+        for candidate in &self.nodes {
+            for edge in &candidate.inputs {
+                if edge.source == node {
+                    out.push((candidate.id, edge));
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Errors in a graph the API built.
+#[derive(Debug, thiserror::Error)]
+pub enum GraphError {
+    /// Two operators share a uid.
+    #[error("uid '{0}' is used by more than one operator; every uid must be unique in a job")]
+    DuplicateUid(String),
+    /// A parallelism outside (0, 32768].
+    #[error("operator '{name}': parallelism {parallelism} is out of range; it must be between 1 and 32768")]
+    BadParallelism {
+        /// The operator.
+        name: String,
+        /// The bad value.
+        parallelism: u32,
+    },
+    /// A max parallelism outside (0, 32768].
+    #[error("max parallelism {0} is out of range; it must be between 1 and 32768")]
+    BadMaxParallelism(u32),
+    /// The graph has no source.
+    #[error("the job has no source; add one with env.from_source(..)")]
+    NoSource,
+}
+
+/// Operations on one record type, for the runtime that cannot name the type.
+pub trait StreamType: Send + Sync {
+    /// A link that drops records of this type.
+    fn discard(&self) -> ErasedOperator;
+    /// A link that copies batches to each of `outputs`.
+    fn tee(&self, outputs: Vec<ErasedOperator>) -> Result<ErasedOperator, TaskError>;
+    /// A new bounded channel: (sender, receiver).
+    fn channel(&self) -> (ErasedChannelEnd, ErasedChannelEnd);
+    /// The tail link sending to `senders` as `edge` says.
+    fn channel_output(&self, edge: &StreamEdge, forward: bool, senders: Vec<ErasedChannelEnd>, ctx: &TaskContext) -> Result<ErasedOperator, TaskError>;
+    /// The body of a subtask reading `receivers` into `head`.
+    fn input_body(&self, receivers: Vec<ErasedChannelEnd>, head: ErasedOperator, ctx: &TaskContext) -> Result<Box<dyn TaskBody>, TaskError>;
+}
+
+/// [`StreamType`] for records of type `T`.
+pub struct TypedStream<T>(std::marker::PhantomData<fn() -> T>);
+
+impl<T> TypedStream<T> {
+    /// The operations for `T`.
+    pub fn new() -> Arc<dyn StreamType>
+    where
+        T: Data,
+    {
+        Arc::new(TypedStream::<T>(std::marker::PhantomData))
+    }
+}
+
+/// Unboxes a type-erased value, or reports which wiring step got the wrong type.
+pub fn downcast<X: 'static>(erased: Box<dyn Any + Send>, what: &str) -> Result<X, TaskError> {
+    match erased.downcast::<X>() {
+        Ok(value) => Ok(*value),
+        Err(_) => Err(TaskError::Internal(format!("{what}: wrong record type while wiring the job graph"))),
+    }
+}
+
+impl<T: Data> StreamType for TypedStream<T> {
+    fn discard(&self) -> ErasedOperator {
+        let op: Box<dyn Operator<T>> = Box::new(Discard);
+        Box::new(op)
+    }
+
+    fn tee(&self, outputs: Vec<ErasedOperator>) -> Result<ErasedOperator, TaskError> {
+        let mut typed = Vec::with_capacity(outputs.len());
+        for output in outputs {
+            typed.push(downcast::<Box<dyn Operator<T>>>(output, "tee output")?);
+        }
+        let op: Box<dyn Operator<T>> = Box::new(Tee::new(typed));
+        Ok(Box::new(op))
+    }
+
+    fn channel(&self) -> (ErasedChannelEnd, ErasedChannelEnd) {
+        let (sender, receiver) = channel::<T>();
+        (Box::new(sender), Box::new(receiver))
+    }
+
+    fn channel_output(&self, edge: &StreamEdge, forward: bool, senders: Vec<ErasedChannelEnd>, ctx: &TaskContext) -> Result<ErasedOperator, TaskError> {
+        let mut typed = Vec::with_capacity(senders.len());
+        for sender in senders {
+            typed.push(downcast::<Sender<StreamElement<T>>>(sender, "channel sender")?);
+        }
+        let partitioner = match (edge.kind, &edge.key_hash) {
+            (EdgeKind::Hash, Some(hash)) => {
+                let hash = Arc::clone(hash);
+                match hash.downcast::<Arc<dyn Fn(&T) -> u32 + Send + Sync>>() {
+                    Ok(hash) => Partitioner::KeyGroups(Arc::clone(&hash)),
+                    Err(_) => return Err(TaskError::Internal("key selector: wrong record type".into())),
+                }
+            }
+            (EdgeKind::Hash, None) => return Err(TaskError::Internal("hash edge without a key selector".into())),
+            (EdgeKind::Auto, _) if forward => Partitioner::Forward,
+            (EdgeKind::Auto | EdgeKind::Rebalance, _) => Partitioner::Rebalance,
+        };
+        let op: Box<dyn Operator<T>> = Box::new(ChannelOutput::new(partitioner, typed, ctx));
+        Ok(Box::new(op))
+    }
+
+    fn input_body(&self, receivers: Vec<ErasedChannelEnd>, head: ErasedOperator, ctx: &TaskContext) -> Result<Box<dyn TaskBody>, TaskError> {
+        let mut typed = Vec::with_capacity(receivers.len());
+        for receiver in receivers {
+            typed.push(downcast::<Receiver<StreamElement<T>>>(receiver, "channel receiver")?);
+        }
+        let head = downcast::<Box<dyn Operator<T>>>(head, "input head")?;
+        Ok(Box::new(InputBody::new(typed, head, ctx)))
+    }
+}

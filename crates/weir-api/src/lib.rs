@@ -1,0 +1,51 @@
+//! weir's DataStream API: what a job is written against.
+//!
+//! A job builds a [`StreamGraph`](graph::StreamGraph) through a
+//! [`StreamExecutionEnvironment`](datastream::StreamExecutionEnvironment):
+//! sources, `map`/`filter`/`flat_map`, `key_by` with keyed process functions holding state
+//! and timers, and sinks, each with `.uid()`, `.name()` and `.parallelism()`. The graph's
+//! nodes carry type-erased factories; the runtime turns them into chained operators that
+//! pass records in batches ([`operator::Operator`]) and into tasks that exchange batches
+//! over bounded channels ([`exchange`]).
+//!
+//! ```
+//! use weir_api::prelude::*;
+//!
+//! let env = StreamExecutionEnvironment::new();
+//! env.from_source(VecSource::new(vec![1u64, 2, 3]))
+//!     .uid("numbers")
+//!     .map(|n| n * 10)
+//!     .sink_to(CollectSink::default())
+//!     .uid("out");
+//! let graph = env.build("example").unwrap();
+//! assert_eq!(graph.nodes().len(), 3);
+//! ```
+#![warn(missing_docs)]
+
+pub mod datastream;
+pub mod error;
+pub mod exchange;
+pub mod functions;
+pub mod graph;
+pub mod operator;
+pub mod operators;
+pub mod sink;
+pub mod source;
+pub mod testing;
+
+/// Everything a job author needs in scope.
+pub mod prelude {
+    pub use crate::datastream::{DataStream, DataStreamSink, KeyedStream, StreamExecutionEnvironment};
+    pub use crate::error::{ErrorDomain, TaskError};
+    pub use crate::functions::{Collector, EndOfInputContext, FnResult, KeyedContext, KeyedProcessFunction};
+    pub use crate::sink::{Sink, SinkWriter};
+    pub use crate::source::{Boundedness, Source, SourcePoll, SourceReader};
+    pub use crate::testing::{CollectSink, VecSource};
+    pub use weir_state::{ListState, MapState, ReducingState, ValueState};
+    pub use weir_types::Key;
+}
+
+/// Records that flow between operators: cloneable (fan-out), sendable between subtasks, and
+/// serializable so the same job can later exchange them between processes.
+pub trait Data: Clone + Send + serde::Serialize + serde::de::DeserializeOwned + 'static {}
+impl<T: Clone + Send + serde::Serialize + serde::de::DeserializeOwned + 'static> Data for T {}

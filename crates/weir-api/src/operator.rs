@@ -1,0 +1,211 @@
+//! The runtime side of operators: chained links that pass records in batches, and the
+//! task bodies the runtime drives.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use weir_types::JobId;
+
+use crate::error::TaskError;
+
+/// Records a source reads or a channel carries in one batch, at most.
+pub const BATCH_RECORDS_MAX: usize = 1024;
+/// Longest a task blocks waiting for input before it re-checks cancellation and timers.
+pub const IDLE_WAIT_MAX: Duration = Duration::from_millis(20);
+
+/// One link of an operator chain: consumes batches of `I`, pushes its output to the next link.
+///
+/// Every method is called from the owning subtask's thread only.
+pub trait Operator<I>: Send {
+    /// Processes and drains `batch`.
+    fn process_batch(&mut self, batch: &mut Vec<I>) -> Result<(), TaskError>;
+
+    /// Fires processing-time timers due at `now_ms`, here and further down the chain.
+    fn fire_timers(&mut self, now_ms: u64) -> Result<(), TaskError>;
+
+    /// The earliest pending timer here or further down the chain.
+    fn next_timer(&self) -> Option<u64>;
+
+    /// The input has ended: emit final results, then tell the next link.
+    fn end_input(&mut self) -> Result<(), TaskError>;
+
+    /// Pushes partially filled output batches on (called when the task goes idle).
+    fn flush(&mut self) -> Result<(), TaskError>;
+}
+
+/// Counters of one subtask, read by REST and metrics while the task runs.
+#[derive(Debug, Default)]
+pub struct TaskMetrics {
+    /// Records received from upstream tasks (or read, for a source).
+    pub records_in: AtomicU64,
+    /// Records sent to downstream tasks or written by a sink.
+    pub records_out: AtomicU64,
+    /// Milliseconds spent blocked on full output channels (backpressure).
+    pub backpressured_ms: AtomicU64,
+}
+
+impl TaskMetrics {
+    /// Adds `n` to records in.
+    #[inline]
+    pub fn add_in(&self, n: usize) {
+        self.records_in.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    /// Adds `n` to records out.
+    #[inline]
+    pub fn add_out(&self, n: usize) {
+        self.records_out.fetch_add(n as u64, Ordering::Relaxed);
+    }
+}
+
+/// Processing time, behind a seam so tests can control it.
+pub trait Clock: Send + Sync {
+    /// Milliseconds since the Unix epoch.
+    fn now_ms(&self) -> u64;
+}
+
+/// The wall clock.
+#[derive(Debug, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now_ms(&self) -> u64 {
+        SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or_default()
+    }
+}
+
+/// What a subtask knows about itself; given to every factory and function.
+#[derive(Clone)]
+pub struct TaskContext {
+    /// The job.
+    pub job_id: JobId,
+    /// The job's name.
+    pub job_name: String,
+    /// The task (chain) name, e.g. `Source: source -> Map`.
+    pub task_name: String,
+    /// This subtask's index, from 0.
+    pub subtask_index: u32,
+    /// The task's parallelism.
+    pub parallelism: u32,
+    /// The job's max parallelism (key groups).
+    pub max_parallelism: u32,
+    /// Set when the task must stop (cancel, failure elsewhere).
+    pub cancel: Arc<AtomicBool>,
+    /// This subtask's counters.
+    pub metrics: Arc<TaskMetrics>,
+    /// Processing time.
+    pub clock: Arc<dyn Clock>,
+}
+
+impl TaskContext {
+    /// True once the task was asked to stop.
+    #[inline]
+    pub fn is_cancelled(&self) -> bool {
+        self.cancel.load(Ordering::Relaxed)
+    }
+
+    /// A context for one subtask outside a running job (unit tests of operators).
+    pub fn for_test(subtask_index: u32, parallelism: u32, max_parallelism: u32) -> TaskContext {
+        TaskContext {
+            job_id: JobId::from_u128(0),
+            job_name: "test".into(),
+            task_name: "test".into(),
+            subtask_index,
+            parallelism,
+            max_parallelism,
+            cancel: Arc::new(AtomicBool::new(false)),
+            metrics: Arc::new(TaskMetrics::default()),
+            clock: Arc::new(SystemClock),
+        }
+    }
+}
+
+/// What one call of [`TaskBody::step`] achieved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// Work was done; call again.
+    Worked,
+    /// Nothing to do right now (the body already waited a bounded time); call again.
+    Idle,
+    /// All input ended and every output was closed.
+    Finished,
+}
+
+/// A subtask's whole work loop body: a source with its chain, or input channels with theirs.
+pub trait TaskBody: Send {
+    /// Does a bounded amount of work, blocking at most [`IDLE_WAIT_MAX`] when idle.
+    fn step(&mut self) -> Result<Step, TaskError>;
+}
+
+/// A link that drops everything: the tail of a chain whose last operator has no consumer.
+pub struct Discard;
+
+impl<T: Send> Operator<T> for Discard {
+    fn process_batch(&mut self, batch: &mut Vec<T>) -> Result<(), TaskError> {
+        batch.clear();
+        Ok(())
+    }
+    fn fire_timers(&mut self, _now_ms: u64) -> Result<(), TaskError> {
+        Ok(())
+    }
+    fn next_timer(&self) -> Option<u64> {
+        None
+    }
+    fn end_input(&mut self) -> Result<(), TaskError> {
+        Ok(())
+    }
+    fn flush(&mut self) -> Result<(), TaskError> {
+        Ok(())
+    }
+}
+
+/// Fans one stream out to several links (each gets a copy of every batch).
+pub struct Tee<T> {
+    outputs: Vec<Box<dyn Operator<T>>>,
+    scratch: Vec<T>,
+}
+
+impl<T> Tee<T> {
+    /// Sends to every one of `outputs`.
+    pub fn new(outputs: Vec<Box<dyn Operator<T>>>) -> Tee<T> {
+        Tee { outputs, scratch: Vec::new() }
+    }
+}
+
+impl<T: Clone + Send> Operator<T> for Tee<T> {
+    fn process_batch(&mut self, batch: &mut Vec<T>) -> Result<(), TaskError> {
+        let last = self.outputs.len().saturating_sub(1);
+        for (index, output) in self.outputs.iter_mut().enumerate() {
+            if index == last {
+                output.process_batch(batch)?;
+            } else {
+                self.scratch.extend(batch.iter().cloned());
+                output.process_batch(&mut self.scratch)?;
+            }
+        }
+        batch.clear();
+        Ok(())
+    }
+    fn fire_timers(&mut self, now_ms: u64) -> Result<(), TaskError> {
+        for output in &mut self.outputs {
+            output.fire_timers(now_ms)?;
+        }
+        Ok(())
+    }
+    fn next_timer(&self) -> Option<u64> {
+        self.outputs.iter().filter_map(|o| o.next_timer()).min()
+    }
+    fn end_input(&mut self) -> Result<(), TaskError> {
+        for output in &mut self.outputs {
+            output.end_input()?;
+        }
+        Ok(())
+    }
+    fn flush(&mut self) -> Result<(), TaskError> {
+        for output in &mut self.outputs {
+            output.flush()?;
+        }
+        Ok(())
+    }
+}

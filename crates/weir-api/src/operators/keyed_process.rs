@@ -1,0 +1,143 @@
+//! Runs a [`KeyedProcessFunction`] with per-key-group state and processing-time timers.
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use weir_state::{KeyedStateBackend, TimerService};
+use weir_types::{Key, KeyGroupRange};
+
+use crate::error::TaskError;
+use crate::functions::{Collector, EndOfInputContext, KeyedContext, KeyedProcessFunction};
+use crate::operator::{Clock, Operator};
+
+/// Extracts the key of a record.
+pub type KeySelector<T, K> = Arc<dyn Fn(&T) -> K + Send + Sync>;
+
+/// The operator behind `key_by(..).process(..)`.
+pub struct KeyedProcessOperator<K, I, O, F> {
+    name: String,
+    func: F,
+    key_selector: KeySelector<I, K>,
+    backend: KeyedStateBackend<K>,
+    timers: TimerService<K>,
+    clock: Arc<dyn Clock>,
+    out: Vec<O>,
+    next: Box<dyn Operator<O>>,
+    _input: PhantomData<fn(I)>,
+}
+
+impl<K: Key, I, O, F> KeyedProcessOperator<K, I, O, F> {
+    /// `func` over keys in `range` of `max_parallelism` key groups, output into `next`.
+    pub fn new(
+        name: &str,
+        func: F,
+        key_selector: KeySelector<I, K>,
+        range: KeyGroupRange,
+        max_parallelism: u32,
+        clock: Arc<dyn Clock>,
+        next: Box<dyn Operator<O>>,
+    ) -> Self {
+        KeyedProcessOperator {
+            name: name.to_string(),
+            func,
+            key_selector,
+            backend: KeyedStateBackend::new(range, max_parallelism),
+            timers: TimerService::default(),
+            clock,
+            out: Vec::new(),
+            next,
+            _input: PhantomData,
+        }
+    }
+
+    /// The operator's keyed state (snapshots, tests).
+    pub fn backend(&self) -> &KeyedStateBackend<K> {
+        &self.backend
+    }
+
+    fn user_error(&self, error: impl std::fmt::Display) -> TaskError {
+        TaskError::user(&self.name, error)
+    }
+}
+
+impl<K, I, O, F> Operator<I> for KeyedProcessOperator<K, I, O, F>
+where
+    K: Key,
+    I: Send,
+    O: Send,
+    F: KeyedProcessFunction<K, I, O>,
+{
+    fn process_batch(&mut self, batch: &mut Vec<I>) -> Result<(), TaskError> {
+        // One clock read per batch: processing time is coarse anyway.
+        let now_ms = self.clock.now_ms();
+        for record in batch.drain(..) {
+            let key = (self.key_selector)(&record);
+            let group_index = match self.backend.locate(&key) {
+                Ok((_, group_index)) => group_index,
+                Err(e) => return Err(TaskError::Internal(format!("{}: record routed to the wrong subtask: {e}", self.name))),
+            };
+            let mut ctx = KeyedContext {
+                backend: &mut self.backend,
+                timers: &mut self.timers,
+                key: &key,
+                group_index,
+                now_ms,
+            };
+            let mut out = Collector { buffer: &mut self.out };
+            if let Err(e) = self.func.process_element(record, &mut ctx, &mut out) {
+                return Err(TaskError::user(&self.name, e));
+            }
+        }
+        if self.out.is_empty() {
+            return Ok(());
+        }
+        self.next.process_batch(&mut self.out)
+    }
+
+    fn fire_timers(&mut self, now_ms: u64) -> Result<(), TaskError> {
+        while let Some((timestamp, key)) = self.timers.pop_due(now_ms) {
+            let group_index = match self.backend.locate(&key) {
+                Ok((_, group_index)) => group_index,
+                Err(e) => return Err(self.user_error(e)),
+            };
+            let mut ctx = KeyedContext {
+                backend: &mut self.backend,
+                timers: &mut self.timers,
+                key: &key,
+                group_index,
+                now_ms,
+            };
+            let mut out = Collector { buffer: &mut self.out };
+            if let Err(e) = self.func.on_timer(timestamp, &mut ctx, &mut out) {
+                return Err(TaskError::user(&self.name, e));
+            }
+        }
+        if !self.out.is_empty() {
+            self.next.process_batch(&mut self.out)?;
+        }
+        self.next.fire_timers(now_ms)
+    }
+
+    fn next_timer(&self) -> Option<u64> {
+        match (self.timers.next_deadline(), self.next.next_timer()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    fn end_input(&mut self) -> Result<(), TaskError> {
+        let mut ctx = EndOfInputContext { backend: &mut self.backend };
+        let mut out = Collector { buffer: &mut self.out };
+        if let Err(e) = self.func.on_end_of_input(&mut ctx, &mut out) {
+            return Err(TaskError::user(&self.name, e));
+        }
+        if !self.out.is_empty() {
+            self.next.process_batch(&mut self.out)?;
+        }
+        self.next.end_input()
+    }
+
+    fn flush(&mut self) -> Result<(), TaskError> {
+        self.next.flush()
+    }
+}

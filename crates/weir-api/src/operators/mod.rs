@@ -1,0 +1,9 @@
+//! The built-in chain links: stateless transforms, the keyed process operator and the sink.
+
+mod keyed_process;
+mod sink;
+mod stateless;
+
+pub use keyed_process::KeyedProcessOperator;
+pub use sink::SinkOperator;
+pub use stateless::{FilterOperator, FlatMapOperator, MapOperator};

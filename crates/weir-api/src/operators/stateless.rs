@@ -1,0 +1,112 @@
+//! Map, filter and flat-map: one closure per record, output batched for the next link.
+
+use crate::error::TaskError;
+use crate::functions::Collector;
+use crate::operator::Operator;
+
+macro_rules! forward_control {
+    () => {
+        fn fire_timers(&mut self, now_ms: u64) -> Result<(), TaskError> {
+            self.next.fire_timers(now_ms)
+        }
+        fn next_timer(&self) -> Option<u64> {
+            self.next.next_timer()
+        }
+        fn end_input(&mut self) -> Result<(), TaskError> {
+            self.next.end_input()
+        }
+        fn flush(&mut self) -> Result<(), TaskError> {
+            self.next.flush()
+        }
+    };
+}
+
+/// Applies a function to every record.
+pub struct MapOperator<I, O, F> {
+    func: F,
+    out: Vec<O>,
+    next: Box<dyn Operator<O>>,
+    _input: std::marker::PhantomData<fn(I)>,
+}
+
+impl<I, O, F> MapOperator<I, O, F> {
+    /// Maps with `func` into `next`.
+    pub fn new(func: F, next: Box<dyn Operator<O>>) -> Self {
+        MapOperator { func, out: Vec::new(), next, _input: std::marker::PhantomData }
+    }
+}
+
+impl<I: Send, O: Send, F: FnMut(I) -> O + Send> Operator<I> for MapOperator<I, O, F> {
+    fn process_batch(&mut self, batch: &mut Vec<I>) -> Result<(), TaskError> {
+        self.out.reserve(batch.len());
+        for record in batch.drain(..) {
+            self.out.push((self.func)(record));
+        }
+        self.next.process_batch(&mut self.out)
+    }
+    forward_control!();
+}
+
+/// Keeps the records for which a predicate holds.
+pub struct FilterOperator<T, F> {
+    func: F,
+    out: Vec<T>,
+    next: Box<dyn Operator<T>>,
+}
+
+impl<T, F> FilterOperator<T, F> {
+    /// Filters with `func` into `next`.
+    pub fn new(func: F, next: Box<dyn Operator<T>>) -> Self {
+        FilterOperator { func, out: Vec::new(), next }
+    }
+}
+
+impl<T: Send, F: FnMut(&T) -> bool + Send> Operator<T> for FilterOperator<T, F> {
+    fn process_batch(&mut self, batch: &mut Vec<T>) -> Result<(), TaskError> {
+        for record in batch.drain(..) {
+            if (self.func)(&record) {
+                self.out.push(record);
+            }
+        }
+        if self.out.is_empty() {
+            return Ok(());
+        }
+        self.next.process_batch(&mut self.out)
+    }
+    forward_control!();
+}
+
+/// Emits zero or more records per record.
+pub struct FlatMapOperator<I, O, F> {
+    func: F,
+    out: Vec<O>,
+    next: Box<dyn Operator<O>>,
+    _input: std::marker::PhantomData<fn(I)>,
+}
+
+impl<I, O, F> FlatMapOperator<I, O, F> {
+    /// Flat-maps with `func` into `next`.
+    pub fn new(func: F, next: Box<dyn Operator<O>>) -> Self {
+        FlatMapOperator { func, out: Vec::new(), next, _input: std::marker::PhantomData }
+    }
+}
+
+/// Output records buffered before they are handed on, at most (bounds memory of a flat-map
+/// that emits many records per input record).
+const FLAT_MAP_BUFFER_MAX: usize = 4 * crate::operator::BATCH_RECORDS_MAX;
+
+impl<I: Send, O: Send, F: FnMut(I, &mut Collector<'_, O>) + Send> Operator<I> for FlatMapOperator<I, O, F> {
+    fn process_batch(&mut self, batch: &mut Vec<I>) -> Result<(), TaskError> {
+        for record in batch.drain(..) {
+            (self.func)(record, &mut Collector { buffer: &mut self.out });
+            if self.out.len() >= FLAT_MAP_BUFFER_MAX {
+                self.next.process_batch(&mut self.out)?;
+            }
+        }
+        if self.out.is_empty() {
+            return Ok(());
+        }
+        self.next.process_batch(&mut self.out)
+    }
+    forward_control!();
+}

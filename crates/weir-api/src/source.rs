@@ -1,0 +1,45 @@
+//! Sources: where records enter a job.
+
+use crate::error::TaskError;
+use crate::operator::TaskContext;
+use std::time::Duration;
+
+/// Whether a source ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Boundedness {
+    /// The source ends; the job then finishes.
+    Bounded,
+    /// The source runs until the job is cancelled or stopped.
+    Unbounded,
+}
+
+/// What a poll produced.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SourcePoll {
+    /// Records were appended (possibly fewer than asked for).
+    Data,
+    /// Nothing now; poll again after about this long (rate limits, waiting for data).
+    Idle(Duration),
+    /// The source has ended; nothing was appended.
+    End,
+}
+
+/// A source: creates one reader per subtask.
+pub trait Source<T>: Send + Sync + 'static {
+    /// Whether the source ends.
+    fn boundedness(&self) -> Boundedness;
+
+    /// The reader of subtask `ctx.subtask_index` of `ctx.parallelism`.
+    fn create_reader(&self, ctx: &TaskContext) -> Result<Box<dyn SourceReader<T>>, TaskError>;
+}
+
+/// Reads records for one subtask. Its read position is what a checkpoint will store, so a
+/// reader keeps it explicit (an offset, a sequence number), never hidden in an iterator.
+pub trait SourceReader<T>: Send {
+    /// Appends up to `max_records` records to `out`.
+    fn poll_next(&mut self, out: &mut Vec<T>, max_records: usize) -> Result<SourcePoll, TaskError>;
+
+    /// The read position, encoded; restoring it must resume right after the last record
+    /// returned by `poll_next`.
+    fn position(&self) -> Vec<u8>;
+}

@@ -1,0 +1,638 @@
+//! The configuration options weir understands, under Apache Flink's key names.
+//!
+//! Every option is a `const` [`ConfigOption`]; [`ALL`] and [`ALL_KEYS`] list them all.
+
+use std::time::Duration;
+
+use crate::duration::parse_duration;
+use crate::option::parse::{
+    duration_at_least, f64_in, host, int_in, is_none_word, non_negative_u32, optional_string, port,
+    positive_u32, u32_in,
+};
+use crate::option::{ConfigOption, OptionInfo};
+use crate::values::{
+    CheckpointingMode, FailoverStrategy, HighAvailabilityType, RestartStrategyType,
+    StateBackendType,
+};
+
+/// The largest parallelism and max parallelism Flink accepts (2^15).
+pub const MAX_PARALLELISM_UPPER_BOUND: u32 = 32_768;
+
+/// The shortest checkpoint interval and timeout Flink accepts.
+pub const MINIMAL_CHECKPOINT_TIME: Duration = Duration::from_millis(10);
+
+const PARALLELISM_EXPECTED: &str = "expected a positive integer up to 32768";
+
+fn parse_parallelism(text: &str) -> Result<u32, String> {
+    u32_in(text, 1, MAX_PARALLELISM_UPPER_BOUND, PARALLELISM_EXPECTED)
+}
+
+fn parse_optional_parallelism(text: &str) -> Result<Option<u32>, String> {
+    if is_none_word(text) {
+        return Ok(None);
+    }
+    parse_parallelism(text).map(Some)
+}
+
+fn parse_any_duration(text: &str) -> Result<Duration, String> {
+    parse_duration(text)
+}
+
+fn parse_positive_duration(text: &str) -> Result<Duration, String> {
+    let duration = parse_duration(text)?;
+    if duration.is_zero() {
+        return Err("expected a positive duration such as '10s'".to_string());
+    }
+    Ok(duration)
+}
+
+fn parse_checkpoint_interval(text: &str) -> Result<Option<Duration>, String> {
+    if is_none_word(text) || text.eq_ignore_ascii_case("off") {
+        return Ok(None);
+    }
+    let Ok(interval) = parse_duration(text) else {
+        return Err(
+            "expected a duration of at least 10ms such as '10s', or 'none' to disable checkpointing"
+                .to_string(),
+        );
+    };
+    if interval < MINIMAL_CHECKPOINT_TIME {
+        return Err(
+            "expected a duration of at least 10ms such as '10s', or 'none' to disable checkpointing"
+                .to_string(),
+        );
+    }
+    Ok(Some(interval))
+}
+
+fn parse_checkpoint_timeout(text: &str) -> Result<Duration, String> {
+    duration_at_least(text, MINIMAL_CHECKPOINT_TIME)
+}
+
+fn parse_restart_strategy(text: &str) -> Result<Option<RestartStrategyType>, String> {
+    if text.is_empty() {
+        return Ok(None);
+    }
+    text.parse().map(Some)
+}
+
+fn parse_backoff_multiplier(text: &str) -> Result<f64, String> {
+    f64_in(text, 1.0, f64::MAX, "expected a number of at least 1.0")
+}
+
+fn parse_jitter_factor(text: &str) -> Result<f64, String> {
+    f64_in(text, 0.0, 1.0, "expected a number from 0.0 to 1.0")
+}
+
+fn parse_optional_attempts(text: &str) -> Result<Option<u32>, String> {
+    if is_none_word(text) {
+        return Ok(None);
+    }
+    let expected = "expected a non-negative integer, or 'none' for unlimited";
+    let number = int_in(text, 0, u64::from(u32::MAX), expected)?;
+    u32::try_from(number)
+        .map(Some)
+        .map_err(|_| expected.to_string())
+}
+
+fn localhost() -> String {
+    "127.0.0.1".to_string()
+}
+
+/// `parallelism.default`: the parallelism of operators that set none.
+pub const PARALLELISM_DEFAULT: ConfigOption<u32> = ConfigOption {
+    key: "parallelism.default",
+    fallback_keys: &[],
+    default_description: "1",
+    description: "default parallelism of jobs and operators that do not set one",
+    parse: parse_parallelism,
+    default: || 1,
+};
+
+/// `pipeline.max-parallelism`: the number of key groups; `None` means derive it later from
+/// the parallelism.
+pub const PIPELINE_MAX_PARALLELISM: ConfigOption<Option<u32>> = ConfigOption {
+    key: "pipeline.max-parallelism",
+    fallback_keys: &[],
+    default_description: "none (derived from the parallelism)",
+    description: "maximum parallelism (number of key groups) of keyed operators",
+    parse: parse_optional_parallelism,
+    default: || None,
+};
+
+/// `rest.address`: the address clients use to reach the REST endpoint.
+pub const REST_ADDRESS: ConfigOption<String> = ConfigOption {
+    key: "rest.address",
+    fallback_keys: &[],
+    default_description: "127.0.0.1",
+    description: "address that clients use to connect to the rest endpoint",
+    parse: host,
+    default: localhost,
+};
+
+/// `rest.port`: the REST endpoint's port; 0 picks any free port.
+pub const REST_PORT: ConfigOption<u16> = ConfigOption {
+    key: "rest.port",
+    fallback_keys: &[],
+    default_description: "8081",
+    description: "port of the rest endpoint (0 picks a free port)",
+    parse: port,
+    default: || 8081,
+};
+
+/// `rest.bind-address`: the local address the REST server binds; `None` means `rest.address`.
+pub const REST_BIND_ADDRESS: ConfigOption<Option<String>> = ConfigOption {
+    key: "rest.bind-address",
+    fallback_keys: &[],
+    default_description: "none",
+    description: "address the rest server binds to (defaults to rest.address)",
+    parse: optional_string,
+    default: || None,
+};
+
+/// `jobmanager.rpc.address`: the address task managers use to reach the job manager.
+pub const JOBMANAGER_RPC_ADDRESS: ConfigOption<String> = ConfigOption {
+    key: "jobmanager.rpc.address",
+    fallback_keys: &[],
+    default_description: "127.0.0.1",
+    description: "address of the job manager for task manager connections",
+    parse: host,
+    default: localhost,
+};
+
+/// `jobmanager.rpc.port`: the job manager's RPC port.
+pub const JOBMANAGER_RPC_PORT: ConfigOption<u16> = ConfigOption {
+    key: "jobmanager.rpc.port",
+    fallback_keys: &[],
+    default_description: "6123",
+    description: "rpc port of the job manager",
+    parse: port,
+    default: || 6123,
+};
+
+/// `taskmanager.numberOfTaskSlots`: parallel slots offered by each task manager.
+pub const TASKMANAGER_NUMBER_OF_TASK_SLOTS: ConfigOption<u32> = ConfigOption {
+    key: "taskmanager.numberOfTaskSlots",
+    fallback_keys: &[],
+    default_description: "1",
+    description: "number of task slots each task manager offers",
+    parse: positive_u32,
+    default: || 1,
+};
+
+/// `execution.checkpointing.interval`: time between checkpoints; `None` disables them.
+pub const CHECKPOINTING_INTERVAL: ConfigOption<Option<Duration>> = ConfigOption {
+    key: "execution.checkpointing.interval",
+    fallback_keys: &[],
+    default_description: "none (checkpointing off)",
+    description: "interval between checkpoints; 'none' disables checkpointing",
+    parse: parse_checkpoint_interval,
+    default: || None,
+};
+
+/// `execution.checkpointing.mode`: exactly-once or at-least-once checkpoints.
+pub const CHECKPOINTING_MODE: ConfigOption<CheckpointingMode> = ConfigOption {
+    key: "execution.checkpointing.mode",
+    fallback_keys: &[],
+    default_description: "EXACTLY_ONCE",
+    description: "checkpointing mode: EXACTLY_ONCE or AT_LEAST_ONCE",
+    parse: |text| text.parse(),
+    default: || CheckpointingMode::ExactlyOnce,
+};
+
+/// `execution.checkpointing.timeout`: a checkpoint not completed in this time is aborted.
+pub const CHECKPOINTING_TIMEOUT: ConfigOption<Duration> = ConfigOption {
+    key: "execution.checkpointing.timeout",
+    fallback_keys: &[],
+    default_description: "10min",
+    description: "time after which an incomplete checkpoint is aborted",
+    parse: parse_checkpoint_timeout,
+    default: || Duration::from_secs(600),
+};
+
+/// `execution.checkpointing.min-pause`: minimum time between the end of one checkpoint and
+/// the start of the next.
+pub const CHECKPOINTING_MIN_PAUSE: ConfigOption<Duration> = ConfigOption {
+    key: "execution.checkpointing.min-pause",
+    fallback_keys: &[],
+    default_description: "0ms",
+    description: "minimal pause between the end of a checkpoint and the start of the next",
+    parse: parse_any_duration,
+    default: || Duration::ZERO,
+};
+
+/// `execution.checkpointing.max-concurrent-checkpoints`: checkpoints allowed in flight.
+pub const CHECKPOINTING_MAX_CONCURRENT: ConfigOption<u32> = ConfigOption {
+    key: "execution.checkpointing.max-concurrent-checkpoints",
+    fallback_keys: &[],
+    default_description: "1",
+    description: "maximum number of checkpoints in progress at the same time",
+    parse: positive_u32,
+    default: || 1,
+};
+
+/// `execution.checkpointing.tolerable-failed-checkpoints`: consecutive checkpoint failures
+/// tolerated before the job fails.
+pub const CHECKPOINTING_TOLERABLE_FAILED: ConfigOption<u32> = ConfigOption {
+    key: "execution.checkpointing.tolerable-failed-checkpoints",
+    fallback_keys: &[],
+    default_description: "0",
+    description: "number of consecutive checkpoint failures tolerated before the job fails",
+    parse: non_negative_u32,
+    default: || 0,
+};
+
+/// `state.checkpoints.num-retained`: completed checkpoints kept.
+pub const CHECKPOINTS_NUM_RETAINED: ConfigOption<u32> = ConfigOption {
+    key: "state.checkpoints.num-retained",
+    fallback_keys: &["execution.checkpointing.num-retained"],
+    default_description: "1",
+    description: "number of completed checkpoints to retain",
+    parse: positive_u32,
+    default: || 1,
+};
+
+/// `state.checkpoints.dir`: where checkpoints are written (object-store URL or path).
+pub const CHECKPOINTS_DIR: ConfigOption<Option<String>> = ConfigOption {
+    key: "state.checkpoints.dir",
+    fallback_keys: &["execution.checkpointing.dir"],
+    default_description: "none",
+    description: "directory or object-store url for checkpoint data",
+    parse: optional_string,
+    default: || None,
+};
+
+/// `state.savepoints.dir`: default target directory for savepoints.
+pub const SAVEPOINTS_DIR: ConfigOption<Option<String>> = ConfigOption {
+    key: "state.savepoints.dir",
+    fallback_keys: &["execution.checkpointing.savepoint-dir"],
+    default_description: "none",
+    description: "default directory or object-store url for savepoints",
+    parse: optional_string,
+    default: || None,
+};
+
+/// `state.backend.type`: the keyed state backend; only `hashmap` exists in this build.
+pub const STATE_BACKEND_TYPE: ConfigOption<StateBackendType> = ConfigOption {
+    key: "state.backend.type",
+    fallback_keys: &["state.backend"],
+    default_description: "hashmap",
+    description: "state backend for keyed state (hashmap)",
+    parse: |text| text.parse(),
+    default: || StateBackendType::HashMap,
+};
+
+/// `restart-strategy.type`: how failed jobs restart; `None` means decide later from whether
+/// checkpointing is enabled (Flink's rule).
+pub const RESTART_STRATEGY_TYPE: ConfigOption<Option<RestartStrategyType>> = ConfigOption {
+    key: "restart-strategy.type",
+    fallback_keys: &["restart-strategy"],
+    default_description: "none set (exponential-delay with checkpointing, otherwise none)",
+    description: "restart strategy: none, fixed-delay, failure-rate or exponential-delay",
+    parse: parse_restart_strategy,
+    default: || None,
+};
+
+/// `restart-strategy.fixed-delay.attempts`: restarts before the job fails.
+pub const RESTART_FIXED_DELAY_ATTEMPTS: ConfigOption<u32> = ConfigOption {
+    key: "restart-strategy.fixed-delay.attempts",
+    fallback_keys: &[],
+    default_description: "1",
+    description: "number of restart attempts of the fixed-delay strategy",
+    parse: non_negative_u32,
+    default: || 1,
+};
+
+/// `restart-strategy.fixed-delay.delay`: wait between two restart attempts.
+pub const RESTART_FIXED_DELAY_DELAY: ConfigOption<Duration> = ConfigOption {
+    key: "restart-strategy.fixed-delay.delay",
+    fallback_keys: &[],
+    default_description: "1s",
+    description: "delay between restart attempts of the fixed-delay strategy",
+    parse: parse_any_duration,
+    default: || Duration::from_secs(1),
+};
+
+/// `restart-strategy.failure-rate.max-failures-per-interval`: failures tolerated per interval.
+pub const RESTART_FAILURE_RATE_MAX_FAILURES: ConfigOption<u32> = ConfigOption {
+    key: "restart-strategy.failure-rate.max-failures-per-interval",
+    fallback_keys: &[],
+    default_description: "1",
+    description: "failures allowed within the interval before the job fails",
+    parse: positive_u32,
+    default: || 1,
+};
+
+/// `restart-strategy.failure-rate.failure-rate-interval`: the window failures are counted in.
+pub const RESTART_FAILURE_RATE_INTERVAL: ConfigOption<Duration> = ConfigOption {
+    key: "restart-strategy.failure-rate.failure-rate-interval",
+    fallback_keys: &[],
+    default_description: "1min",
+    description: "time window for counting failures of the failure-rate strategy",
+    parse: parse_positive_duration,
+    default: || Duration::from_secs(60),
+};
+
+/// `restart-strategy.failure-rate.delay`: wait between two restart attempts.
+pub const RESTART_FAILURE_RATE_DELAY: ConfigOption<Duration> = ConfigOption {
+    key: "restart-strategy.failure-rate.delay",
+    fallback_keys: &[],
+    default_description: "1s",
+    description: "delay between restart attempts of the failure-rate strategy",
+    parse: parse_any_duration,
+    default: || Duration::from_secs(1),
+};
+
+/// `restart-strategy.exponential-delay.initial-backoff`: the first restart delay.
+pub const RESTART_EXPONENTIAL_INITIAL_BACKOFF: ConfigOption<Duration> = ConfigOption {
+    key: "restart-strategy.exponential-delay.initial-backoff",
+    fallback_keys: &[],
+    default_description: "1s",
+    description: "first restart delay of the exponential-delay strategy",
+    parse: parse_any_duration,
+    default: || Duration::from_secs(1),
+};
+
+/// `restart-strategy.exponential-delay.max-backoff`: the largest restart delay.
+pub const RESTART_EXPONENTIAL_MAX_BACKOFF: ConfigOption<Duration> = ConfigOption {
+    key: "restart-strategy.exponential-delay.max-backoff",
+    fallback_keys: &[],
+    default_description: "1min",
+    description: "largest restart delay of the exponential-delay strategy",
+    parse: parse_any_duration,
+    default: || Duration::from_secs(60),
+};
+
+/// `restart-strategy.exponential-delay.backoff-multiplier`: growth factor of the delay.
+pub const RESTART_EXPONENTIAL_BACKOFF_MULTIPLIER: ConfigOption<f64> = ConfigOption {
+    key: "restart-strategy.exponential-delay.backoff-multiplier",
+    fallback_keys: &[],
+    default_description: "1.5",
+    description: "factor the restart delay grows by after each failure",
+    parse: parse_backoff_multiplier,
+    default: || 1.5,
+};
+
+/// `restart-strategy.exponential-delay.reset-backoff-threshold`: failure-free run time after
+/// which the delay resets to the initial backoff.
+pub const RESTART_EXPONENTIAL_RESET_BACKOFF_THRESHOLD: ConfigOption<Duration> = ConfigOption {
+    key: "restart-strategy.exponential-delay.reset-backoff-threshold",
+    fallback_keys: &[],
+    default_description: "1h",
+    description: "failure-free time after which the restart delay resets",
+    parse: parse_any_duration,
+    default: || Duration::from_secs(3600),
+};
+
+/// `restart-strategy.exponential-delay.jitter-factor`: random spread applied to each delay.
+pub const RESTART_EXPONENTIAL_JITTER_FACTOR: ConfigOption<f64> = ConfigOption {
+    key: "restart-strategy.exponential-delay.jitter-factor",
+    fallback_keys: &[],
+    default_description: "0.1",
+    description: "relative random jitter applied to each restart delay (0.0 to 1.0)",
+    parse: parse_jitter_factor,
+    default: || 0.1,
+};
+
+/// `restart-strategy.exponential-delay.attempts-before-reset-backoff`: restarts allowed before
+/// the backoff resets; `None` means unlimited.
+pub const RESTART_EXPONENTIAL_ATTEMPTS_BEFORE_RESET: ConfigOption<Option<u32>> = ConfigOption {
+    key: "restart-strategy.exponential-delay.attempts-before-reset-backoff",
+    fallback_keys: &[],
+    default_description: "none (unlimited)",
+    description: "restart attempts allowed before the backoff resets",
+    parse: parse_optional_attempts,
+    default: || None,
+};
+
+/// `jobmanager.execution.failover-strategy`: restart the failed region or the whole job.
+pub const FAILOVER_STRATEGY: ConfigOption<FailoverStrategy> = ConfigOption {
+    key: "jobmanager.execution.failover-strategy",
+    fallback_keys: &[],
+    default_description: "region",
+    description: "which tasks restart after a failure: region or full",
+    parse: |text| text.parse(),
+    default: || FailoverStrategy::Region,
+};
+
+/// `heartbeat.interval`: time between heartbeat requests.
+pub const HEARTBEAT_INTERVAL: ConfigOption<Duration> = ConfigOption {
+    key: "heartbeat.interval",
+    fallback_keys: &[],
+    default_description: "10s",
+    description: "time between heartbeat requests",
+    parse: parse_positive_duration,
+    default: || Duration::from_secs(10),
+};
+
+/// `heartbeat.timeout`: time without heartbeat after which a peer is considered lost.
+pub const HEARTBEAT_TIMEOUT: ConfigOption<Duration> = ConfigOption {
+    key: "heartbeat.timeout",
+    fallback_keys: &[],
+    default_description: "50s",
+    description: "time without a heartbeat after which a peer is considered dead",
+    parse: parse_positive_duration,
+    default: || Duration::from_secs(50),
+};
+
+/// `high-availability.type`: the high-availability service; only `none` for now.
+pub const HIGH_AVAILABILITY_TYPE: ConfigOption<HighAvailabilityType> = ConfigOption {
+    key: "high-availability.type",
+    fallback_keys: &["high-availability"],
+    default_description: "none",
+    description: "high-availability mode (only 'none' is supported)",
+    parse: |text| text.parse(),
+    default: || HighAvailabilityType::None,
+};
+
+/// `high-availability.storageDir`: where high-availability metadata is stored.
+pub const HIGH_AVAILABILITY_STORAGE_DIR: ConfigOption<Option<String>> = ConfigOption {
+    key: "high-availability.storageDir",
+    fallback_keys: &[],
+    default_description: "none",
+    description: "directory or object-store url for high-availability metadata",
+    parse: optional_string,
+    default: || None,
+};
+
+/// `pipeline.name`: the job name; `None` means the program chooses one.
+pub const PIPELINE_NAME: ConfigOption<Option<String>> = ConfigOption {
+    key: "pipeline.name",
+    fallback_keys: &[],
+    default_description: "none",
+    description: "name of the job",
+    parse: optional_string,
+    default: || None,
+};
+
+/// Every known option, in the order of [`ALL_KEYS`].
+pub const ALL: &[OptionInfo] = &[
+    PARALLELISM_DEFAULT.info(),
+    PIPELINE_MAX_PARALLELISM.info(),
+    REST_ADDRESS.info(),
+    REST_PORT.info(),
+    REST_BIND_ADDRESS.info(),
+    JOBMANAGER_RPC_ADDRESS.info(),
+    JOBMANAGER_RPC_PORT.info(),
+    TASKMANAGER_NUMBER_OF_TASK_SLOTS.info(),
+    CHECKPOINTING_INTERVAL.info(),
+    CHECKPOINTING_MODE.info(),
+    CHECKPOINTING_TIMEOUT.info(),
+    CHECKPOINTING_MIN_PAUSE.info(),
+    CHECKPOINTING_MAX_CONCURRENT.info(),
+    CHECKPOINTING_TOLERABLE_FAILED.info(),
+    CHECKPOINTS_NUM_RETAINED.info(),
+    CHECKPOINTS_DIR.info(),
+    SAVEPOINTS_DIR.info(),
+    STATE_BACKEND_TYPE.info(),
+    RESTART_STRATEGY_TYPE.info(),
+    RESTART_FIXED_DELAY_ATTEMPTS.info(),
+    RESTART_FIXED_DELAY_DELAY.info(),
+    RESTART_FAILURE_RATE_MAX_FAILURES.info(),
+    RESTART_FAILURE_RATE_INTERVAL.info(),
+    RESTART_FAILURE_RATE_DELAY.info(),
+    RESTART_EXPONENTIAL_INITIAL_BACKOFF.info(),
+    RESTART_EXPONENTIAL_MAX_BACKOFF.info(),
+    RESTART_EXPONENTIAL_BACKOFF_MULTIPLIER.info(),
+    RESTART_EXPONENTIAL_RESET_BACKOFF_THRESHOLD.info(),
+    RESTART_EXPONENTIAL_JITTER_FACTOR.info(),
+    RESTART_EXPONENTIAL_ATTEMPTS_BEFORE_RESET.info(),
+    FAILOVER_STRATEGY.info(),
+    HEARTBEAT_INTERVAL.info(),
+    HEARTBEAT_TIMEOUT.info(),
+    HIGH_AVAILABILITY_TYPE.info(),
+    HIGH_AVAILABILITY_STORAGE_DIR.info(),
+    PIPELINE_NAME.info(),
+];
+
+/// The key of every known option (fallback names not included; see [`is_known_key`]).
+pub const ALL_KEYS: &[&str] = &[
+    PARALLELISM_DEFAULT.key,
+    PIPELINE_MAX_PARALLELISM.key,
+    REST_ADDRESS.key,
+    REST_PORT.key,
+    REST_BIND_ADDRESS.key,
+    JOBMANAGER_RPC_ADDRESS.key,
+    JOBMANAGER_RPC_PORT.key,
+    TASKMANAGER_NUMBER_OF_TASK_SLOTS.key,
+    CHECKPOINTING_INTERVAL.key,
+    CHECKPOINTING_MODE.key,
+    CHECKPOINTING_TIMEOUT.key,
+    CHECKPOINTING_MIN_PAUSE.key,
+    CHECKPOINTING_MAX_CONCURRENT.key,
+    CHECKPOINTING_TOLERABLE_FAILED.key,
+    CHECKPOINTS_NUM_RETAINED.key,
+    CHECKPOINTS_DIR.key,
+    SAVEPOINTS_DIR.key,
+    STATE_BACKEND_TYPE.key,
+    RESTART_STRATEGY_TYPE.key,
+    RESTART_FIXED_DELAY_ATTEMPTS.key,
+    RESTART_FIXED_DELAY_DELAY.key,
+    RESTART_FAILURE_RATE_MAX_FAILURES.key,
+    RESTART_FAILURE_RATE_INTERVAL.key,
+    RESTART_FAILURE_RATE_DELAY.key,
+    RESTART_EXPONENTIAL_INITIAL_BACKOFF.key,
+    RESTART_EXPONENTIAL_MAX_BACKOFF.key,
+    RESTART_EXPONENTIAL_BACKOFF_MULTIPLIER.key,
+    RESTART_EXPONENTIAL_RESET_BACKOFF_THRESHOLD.key,
+    RESTART_EXPONENTIAL_JITTER_FACTOR.key,
+    RESTART_EXPONENTIAL_ATTEMPTS_BEFORE_RESET.key,
+    FAILOVER_STRATEGY.key,
+    HEARTBEAT_INTERVAL.key,
+    HEARTBEAT_TIMEOUT.key,
+    HIGH_AVAILABILITY_TYPE.key,
+    HIGH_AVAILABILITY_STORAGE_DIR.key,
+    PIPELINE_NAME.key,
+];
+
+/// Whether `key` names a known option, under its main or a fallback name.
+pub fn is_known_key(key: &str) -> bool {
+    find(key).is_some()
+}
+
+/// The option known under `key` (its main or a fallback name).
+pub fn find(key: &str) -> Option<&'static OptionInfo> {
+    ALL.iter()
+        .find(|info| info.key == key || info.fallback_keys.contains(&key))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn all_and_all_keys_agree() {
+        assert_eq!(ALL.len(), ALL_KEYS.len());
+        for (info, key) in ALL.iter().zip(ALL_KEYS) {
+            assert_eq!(info.key, *key);
+        }
+    }
+
+    #[test]
+    fn keys_are_unique_across_main_and_fallback_names() {
+        let mut names = Vec::new();
+        for info in ALL {
+            names.push(info.key);
+            names.extend_from_slice(info.fallback_keys);
+        }
+        let count = names.len();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), count);
+    }
+
+    #[test]
+    fn find_accepts_fallback_names() {
+        assert_eq!(
+            find("execution.checkpointing.dir").map(|info| info.key),
+            Some("state.checkpoints.dir")
+        );
+        assert!(is_known_key("parallelism.default"));
+        assert!(!is_known_key("paralelism.default"));
+    }
+
+    #[test]
+    fn documented_defaults_match_default_values() {
+        use crate::duration::format_duration;
+        assert_eq!(
+            (PARALLELISM_DEFAULT.default)().to_string(),
+            PARALLELISM_DEFAULT.default_description
+        );
+        assert_eq!(
+            (REST_PORT.default)().to_string(),
+            REST_PORT.default_description
+        );
+        assert_eq!(
+            (JOBMANAGER_RPC_PORT.default)().to_string(),
+            JOBMANAGER_RPC_PORT.default_description
+        );
+        assert_eq!((REST_ADDRESS.default)(), REST_ADDRESS.default_description);
+        let durations = [
+            CHECKPOINTING_TIMEOUT,
+            CHECKPOINTING_MIN_PAUSE,
+            RESTART_FIXED_DELAY_DELAY,
+            RESTART_FAILURE_RATE_INTERVAL,
+            RESTART_FAILURE_RATE_DELAY,
+            RESTART_EXPONENTIAL_INITIAL_BACKOFF,
+            RESTART_EXPONENTIAL_MAX_BACKOFF,
+            RESTART_EXPONENTIAL_RESET_BACKOFF_THRESHOLD,
+            HEARTBEAT_INTERVAL,
+            HEARTBEAT_TIMEOUT,
+        ];
+        for option in durations {
+            assert_eq!(
+                format_duration((option.default)()),
+                option.default_description,
+                "{}",
+                option.key
+            );
+            // The documented default must itself be a valid value.
+            assert_eq!(
+                (option.parse)(option.default_description),
+                Ok((option.default)()),
+                "{}",
+                option.key
+            );
+        }
+    }
+}

@@ -1,0 +1,277 @@
+//! The enumerated option values (checkpointing mode, state backend, restart strategy, ...).
+//!
+//! Each parses Flink's spellings case-insensitively via `FromStr` and displays the canonical
+//! Flink spelling; serde uses the same canonical spelling.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+/// The consistency guarantee of checkpoints (`execution.checkpointing.mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+pub enum CheckpointingMode {
+    /// Barriers are aligned, so every record affects state exactly once.
+    #[default]
+    #[serde(rename = "EXACTLY_ONCE")]
+    ExactlyOnce,
+    /// Barriers are not aligned; after recovery some records may be applied twice.
+    #[serde(rename = "AT_LEAST_ONCE")]
+    AtLeastOnce,
+}
+
+impl FromStr for CheckpointingMode {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        let text = text.trim();
+        if text.eq_ignore_ascii_case("EXACTLY_ONCE") {
+            return Ok(CheckpointingMode::ExactlyOnce);
+        }
+        if text.eq_ignore_ascii_case("AT_LEAST_ONCE") {
+            return Ok(CheckpointingMode::AtLeastOnce);
+        }
+        Err("expected 'EXACTLY_ONCE' or 'AT_LEAST_ONCE'".to_string())
+    }
+}
+
+impl fmt::Display for CheckpointingMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            CheckpointingMode::ExactlyOnce => "EXACTLY_ONCE",
+            CheckpointingMode::AtLeastOnce => "AT_LEAST_ONCE",
+        })
+    }
+}
+
+/// Where keyed state lives (`state.backend.type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[non_exhaustive]
+pub enum StateBackendType {
+    /// State is kept in in-memory hash maps and snapshotted to checkpoint storage.
+    #[default]
+    #[serde(rename = "hashmap")]
+    HashMap,
+}
+
+impl FromStr for StateBackendType {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        let text = text.trim();
+        if text.eq_ignore_ascii_case("hashmap") {
+            return Ok(StateBackendType::HashMap);
+        }
+        for unavailable in ["rocksdb", "forst"] {
+            if text.eq_ignore_ascii_case(unavailable) {
+                return Err(format!(
+                    "state backend '{unavailable}' is not available in this build; use 'hashmap'"
+                ));
+            }
+        }
+        Err("expected 'hashmap'".to_string())
+    }
+}
+
+impl fmt::Display for StateBackendType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            StateBackendType::HashMap => "hashmap",
+        })
+    }
+}
+
+/// How a failed job is restarted (`restart-strategy.type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum RestartStrategyType {
+    /// Never restart; the job fails on the first task failure.
+    #[serde(rename = "none")]
+    None,
+    /// Restart a fixed number of times with a fixed delay.
+    #[serde(rename = "fixed-delay")]
+    FixedDelay,
+    /// Restart until too many failures happen within an interval.
+    #[serde(rename = "failure-rate")]
+    FailureRate,
+    /// Restart with exponentially growing delays.
+    #[serde(rename = "exponential-delay")]
+    ExponentialDelay,
+}
+
+impl FromStr for RestartStrategyType {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        let lower = text.trim().to_ascii_lowercase();
+        match lower.as_str() {
+            "none" | "off" | "disable" => Ok(RestartStrategyType::None),
+            "fixed-delay" | "fixeddelay" => Ok(RestartStrategyType::FixedDelay),
+            "failure-rate" | "failurerate" => Ok(RestartStrategyType::FailureRate),
+            "exponential-delay" | "exponentialdelay" => Ok(RestartStrategyType::ExponentialDelay),
+            _ => Err(
+                "expected 'none', 'fixed-delay', 'failure-rate' or 'exponential-delay'".to_string(),
+            ),
+        }
+    }
+}
+
+impl fmt::Display for RestartStrategyType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            RestartStrategyType::None => "none",
+            RestartStrategyType::FixedDelay => "fixed-delay",
+            RestartStrategyType::FailureRate => "failure-rate",
+            RestartStrategyType::ExponentialDelay => "exponential-delay",
+        })
+    }
+}
+
+/// Which tasks are restarted after a task failure (`jobmanager.execution.failover-strategy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+pub enum FailoverStrategy {
+    /// Restart only the pipelined region containing the failed task.
+    #[default]
+    #[serde(rename = "region")]
+    Region,
+    /// Restart every task of the job.
+    #[serde(rename = "full")]
+    Full,
+}
+
+impl FromStr for FailoverStrategy {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        let text = text.trim();
+        if text.eq_ignore_ascii_case("region") {
+            return Ok(FailoverStrategy::Region);
+        }
+        if text.eq_ignore_ascii_case("full") {
+            return Ok(FailoverStrategy::Full);
+        }
+        Err("expected 'region' or 'full'".to_string())
+    }
+}
+
+impl fmt::Display for FailoverStrategy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            FailoverStrategy::Region => "region",
+            FailoverStrategy::Full => "full",
+        })
+    }
+}
+
+/// The high-availability service (`high-availability.type`); only `none` exists so far.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[non_exhaustive]
+pub enum HighAvailabilityType {
+    /// No high availability: a job manager failure fails its jobs.
+    #[default]
+    #[serde(rename = "NONE")]
+    None,
+}
+
+impl FromStr for HighAvailabilityType {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        let text = text.trim();
+        if text.eq_ignore_ascii_case("none") {
+            return Ok(HighAvailabilityType::None);
+        }
+        Err(format!(
+            "high-availability.type '{text}' is not supported yet; use 'none'"
+        ))
+    }
+}
+
+impl fmt::Display for HighAvailabilityType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            HighAvailabilityType::None => "NONE",
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn checkpointing_mode_parses_case_insensitively() {
+        assert_eq!("EXACTLY_ONCE".parse(), Ok(CheckpointingMode::ExactlyOnce));
+        assert_eq!("exactly_once".parse(), Ok(CheckpointingMode::ExactlyOnce));
+        assert_eq!("At_Least_Once".parse(), Ok(CheckpointingMode::AtLeastOnce));
+        assert!("exactly-once".parse::<CheckpointingMode>().is_err());
+    }
+
+    #[test]
+    fn restart_strategy_accepts_flink_spellings() {
+        for (text, expected) in [
+            ("none", RestartStrategyType::None),
+            ("OFF", RestartStrategyType::None),
+            ("disable", RestartStrategyType::None),
+            ("fixed-delay", RestartStrategyType::FixedDelay),
+            ("FixedDelay", RestartStrategyType::FixedDelay),
+            ("failure-rate", RestartStrategyType::FailureRate),
+            ("failurerate", RestartStrategyType::FailureRate),
+            ("exponential-delay", RestartStrategyType::ExponentialDelay),
+            ("EXPONENTIALDELAY", RestartStrategyType::ExponentialDelay),
+        ] {
+            assert_eq!(text.parse(), Ok(expected), "{text}");
+        }
+        assert!("sometimes".parse::<RestartStrategyType>().is_err());
+    }
+
+    #[test]
+    fn state_backend_explains_rocksdb() {
+        assert_eq!("HashMap".parse(), Ok(StateBackendType::HashMap));
+        assert_eq!(
+            "rocksdb".parse::<StateBackendType>(),
+            Err("state backend 'rocksdb' is not available in this build; use 'hashmap'".into())
+        );
+        assert_eq!(
+            "memory".parse::<StateBackendType>(),
+            Err("expected 'hashmap'".into())
+        );
+    }
+
+    #[test]
+    fn high_availability_only_none() {
+        assert_eq!("NONE".parse(), Ok(HighAvailabilityType::None));
+        assert_eq!(
+            "zookeeper".parse::<HighAvailabilityType>(),
+            Err("high-availability.type 'zookeeper' is not supported yet; use 'none'".into())
+        );
+    }
+
+    #[test]
+    fn display_round_trips_through_from_str() {
+        for mode in [
+            CheckpointingMode::ExactlyOnce,
+            CheckpointingMode::AtLeastOnce,
+        ] {
+            assert_eq!(mode.to_string().parse(), Ok(mode));
+        }
+        for kind in [
+            RestartStrategyType::None,
+            RestartStrategyType::FixedDelay,
+            RestartStrategyType::FailureRate,
+            RestartStrategyType::ExponentialDelay,
+        ] {
+            assert_eq!(kind.to_string().parse(), Ok(kind));
+        }
+        for strategy in [FailoverStrategy::Region, FailoverStrategy::Full] {
+            assert_eq!(strategy.to_string().parse(), Ok(strategy));
+        }
+        assert_eq!(
+            StateBackendType::HashMap.to_string().parse(),
+            Ok(StateBackendType::HashMap)
+        );
+        assert_eq!(
+            HighAvailabilityType::None.to_string().parse(),
+            Ok(HighAvailabilityType::None)
+        );
+    }
+}

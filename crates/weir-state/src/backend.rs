@@ -1,0 +1,289 @@
+//! The heap keyed state backend of one subtask.
+
+use std::cell::OnceCell;
+
+use weir_types::{Key, KeyGroupRange};
+
+use crate::error::StateError;
+use crate::handles::{
+    ListAccess, ListState, MapAccess, MapState, ReducingAccess, ReducingState, StateData, StateKind, ValueAccess,
+    ValueState,
+};
+use crate::table::{Cell, ListCell, MapCell, StateTable, Table, ValueCell};
+
+/// All keyed state of one keyed operator in one subtask.
+pub struct KeyedStateBackend<K> {
+    range: KeyGroupRange,
+    max_parallelism: u32,
+    tables: Vec<Box<dyn StateTable<K>>>,
+}
+
+impl<K: Key> KeyedStateBackend<K> {
+    /// An empty backend owning `range` of `max_parallelism` key groups.
+    pub fn new(range: KeyGroupRange, max_parallelism: u32) -> KeyedStateBackend<K> {
+        KeyedStateBackend { range, max_parallelism, tables: Vec::new() }
+    }
+
+    /// The key groups this backend owns.
+    pub fn key_group_range(&self) -> KeyGroupRange {
+        self.range
+    }
+
+    /// The job's max parallelism (number of key groups).
+    pub fn max_parallelism(&self) -> u32 {
+        self.max_parallelism
+    }
+
+    /// The key group of `key` and its index within this backend's range.
+    ///
+    /// Errors when the key does not belong to this subtask, which means records were routed
+    /// with a different max parallelism or parallelism than this backend was built for.
+    #[inline]
+    pub fn locate(&self, key: &K) -> Result<(u32, usize), StateError> {
+        let key_group = weir_types::assign_to_key_group(key, self.max_parallelism);
+        if !self.range.contains(key_group) {
+            return Err(StateError::KeyGroupOutOfRange { key_group, range: self.range.to_string() });
+        }
+        Ok((key_group, (key_group - self.range.start) as usize))
+    }
+
+    /// Every table, in declaration order.
+    pub fn tables(&self) -> &[Box<dyn StateTable<K>>] {
+        &self.tables
+    }
+
+    /// Every table, mutable (restore).
+    pub fn tables_mut(&mut self) -> &mut [Box<dyn StateTable<K>>] {
+        &mut self.tables
+    }
+
+    /// Number of keyed entries across all tables.
+    pub fn entry_count(&self) -> usize {
+        self.tables.iter().map(|t| t.entry_count()).sum()
+    }
+
+    fn resolve<C: Cell>(&mut self, name: &'static str, kind: StateKind, slot: &OnceCell<usize>) -> Result<usize, StateError> {
+        if let Some(index) = slot.get() {
+            return Ok(*index);
+        }
+        let mut found = None;
+        for (index, table) in self.tables.iter_mut().enumerate() {
+            if table.name() != name {
+                continue;
+            }
+            let same_type = table.kind() == kind && table.as_any_mut().is::<Table<K, C>>();
+            if !same_type {
+                return Err(StateError::TypeMismatch {
+                    name: name.to_string(),
+                    existing: format!("{} state of {}", table.kind(), table.cell_type()),
+                    requested: format!("{kind} state of {}", std::any::type_name::<C>()),
+                });
+            }
+            found = Some(index);
+            break;
+        }
+        let index = match found {
+            Some(index) => index,
+            None => {
+                self.tables.push(Box::new(Table::<K, C>::new(name, kind, self.range)));
+                self.tables.len() - 1
+            }
+        };
+        let _ = slot.set(index);
+        Ok(index)
+    }
+
+    fn table<C: Cell>(&mut self, index: usize) -> &mut Table<K, C> {
+        match self.tables[index].as_any_mut().downcast_mut::<Table<K, C>>() {
+            Some(table) => table,
+            // resolve() checked the type of this slot before handing out the index.
+            None => unreachable!("state slot {index} changed type after it was resolved"),
+        }
+    }
+
+    /// The value state `handle` for `key` (located with [`Self::locate`]).
+    #[inline]
+    pub fn value<'a, V: StateData>(
+        &'a mut self,
+        handle: &ValueState<V>,
+        key: &'a K,
+        group_index: usize,
+    ) -> Result<ValueAccess<'a, K, V>, StateError> {
+        let index = self.resolve::<ValueCell<V>>(handle.name, StateKind::Value, &handle.slot)?;
+        let map = self.table::<ValueCell<V>>(index).group_mut(group_index);
+        Ok(ValueAccess { map, key })
+    }
+
+    /// The list state `handle` for `key`.
+    #[inline]
+    pub fn list<'a, V: StateData>(
+        &'a mut self,
+        handle: &ListState<V>,
+        key: &'a K,
+        group_index: usize,
+    ) -> Result<ListAccess<'a, K, V>, StateError> {
+        let index = self.resolve::<ListCell<V>>(handle.name, StateKind::List, &handle.slot)?;
+        let map = self.table::<ListCell<V>>(index).group_mut(group_index);
+        Ok(ListAccess { map, key })
+    }
+
+    /// The map state `handle` for `key`.
+    #[inline]
+    pub fn map<'a, UK: StateData + Eq + std::hash::Hash, UV: StateData>(
+        &'a mut self,
+        handle: &MapState<UK, UV>,
+        key: &'a K,
+        group_index: usize,
+    ) -> Result<MapAccess<'a, K, UK, UV>, StateError> {
+        let index = self.resolve::<MapCell<UK, UV>>(handle.name, StateKind::Map, &handle.slot)?;
+        let map = self.table::<MapCell<UK, UV>>(index).group_mut(group_index);
+        Ok(MapAccess { map, key })
+    }
+
+    /// The reducing state `handle` for `key`.
+    #[inline]
+    pub fn reducing<'a, V: StateData>(
+        &'a mut self,
+        handle: &ReducingState<V>,
+        key: &'a K,
+        group_index: usize,
+    ) -> Result<ReducingAccess<'a, K, V>, StateError> {
+        let index = self.resolve::<ValueCell<V>>(handle.name, StateKind::Reducing, &handle.slot)?;
+        let map = self.table::<ValueCell<V>>(index).group_mut(group_index);
+        Ok(ReducingAccess { map, key, reduce: handle.reduce })
+    }
+
+    /// Calls `f` for every key with a value in `handle`, in no particular order.
+    pub fn for_each_value<V: StateData>(
+        &mut self,
+        handle: &ValueState<V>,
+        mut f: impl FnMut(&K, &V),
+    ) -> Result<(), StateError> {
+        let index = self.resolve::<ValueCell<V>>(handle.name, StateKind::Value, &handle.slot)?;
+        for group in self.table::<ValueCell<V>>(index).groups() {
+            for (key, cell) in group {
+                f(key, &cell.0);
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use weir_types::compute_key_group_range_for_operator_index;
+
+    fn full_backend() -> KeyedStateBackend<String> {
+        KeyedStateBackend::new(KeyGroupRange::new(0, 127), 128)
+    }
+
+    #[test]
+    fn value_state_is_scoped_per_key() {
+        let mut backend = full_backend();
+        let count = ValueState::<u64>::new("count");
+        for key in ["a", "b", "a", "a"] {
+            let key = key.to_string();
+            let (_, gi) = backend.locate(&key).unwrap();
+            let mut access = backend.value(&count, &key, gi).unwrap();
+            *access.get_or_insert_with(|| 0) += 1;
+        }
+        let a = "a".to_string();
+        let (_, gi) = backend.locate(&a).unwrap();
+        assert_eq!(backend.value(&count, &a, gi).unwrap().get(), Some(&3));
+        assert_eq!(backend.entry_count(), 2);
+    }
+
+    #[test]
+    fn list_map_and_reducing_state() {
+        let mut backend = full_backend();
+        let key = "k".to_string();
+        let (_, gi) = backend.locate(&key).unwrap();
+        let list = ListState::<u32>::new("list");
+        let map = MapState::<String, u32>::new("map");
+        let sum = ReducingState::<u64>::new("sum", |a, b| a + b);
+        backend.list(&list, &key, gi).unwrap().add(1);
+        backend.list(&list, &key, gi).unwrap().add(2);
+        assert_eq!(backend.list(&list, &key, gi).unwrap().get(), &[1, 2]);
+        backend.map(&map, &key, gi).unwrap().put("x".into(), 7);
+        assert_eq!(backend.map(&map, &key, gi).unwrap().get(&"x".to_string()), Some(&7));
+        assert_eq!(backend.map(&map, &key, gi).unwrap().remove(&"x".to_string()), Some(7));
+        assert!(backend.map(&map, &key, gi).unwrap().is_empty());
+        for v in [1, 2, 3] {
+            backend.reducing(&sum, &key, gi).unwrap().add(v);
+        }
+        assert_eq!(backend.reducing(&sum, &key, gi).unwrap().get(), Some(&6));
+    }
+
+    #[test]
+    fn one_name_with_two_types_is_an_error_naming_the_state() {
+        let mut backend = full_backend();
+        let key = "k".to_string();
+        let (_, gi) = backend.locate(&key).unwrap();
+        backend.value(&ValueState::<u64>::new("count"), &key, gi).unwrap().set(1);
+        let err = backend.value(&ValueState::<String>::new("count"), &key, gi).err().unwrap();
+        assert!(err.to_string().contains("state 'count' is declared as value state"), "{err}");
+    }
+
+    #[test]
+    fn keys_outside_the_range_are_refused() {
+        let mut backend: KeyedStateBackend<u64> = KeyedStateBackend::new(compute_key_group_range_for_operator_index(128, 2, 0), 128);
+        let foreign = (0u64..).find(|k| weir_types::assign_to_key_group(k, 128) >= 64).unwrap();
+        assert!(backend.locate(&foreign).is_err());
+        let _ = &mut backend;
+    }
+
+    proptest! {
+        #[test]
+        fn key_groups_round_trip_through_canonical_bytes(
+            entries in proptest::collection::hash_map(any::<u64>(), any::<u64>(), 0..200)
+        ) {
+            let count = ValueState::<u64>::new("count");
+            let tags = MapState::<String, u32>::new("tags");
+            let mut source = KeyedStateBackend::<u64>::new(KeyGroupRange::new(0, 127), 128);
+            for (key, value) in &entries {
+                let (_, gi) = source.locate(key).unwrap();
+                source.value(&count, key, gi).unwrap().set(*value);
+                source.map(&tags, key, gi).unwrap().put(format!("t{}", value % 3), (*value % 7) as u32);
+            }
+            let mut target = KeyedStateBackend::<u64>::new(KeyGroupRange::new(0, 127), 128);
+            // Declare the same states in the target, then copy every key group across.
+            let probe = 0u64;
+            let (_, gi) = target.locate(&probe).unwrap();
+            target.value(&ValueState::<u64>::new("count"), &probe, gi).unwrap();
+            target.map(&MapState::<String, u32>::new("tags"), &probe, gi).unwrap();
+            for table_index in 0..source.tables().len() {
+                for key_group in 0..128 {
+                    let mut bytes = Vec::new();
+                    source.tables()[table_index].write_key_group(key_group, &mut bytes).unwrap();
+                    // Canonical: writing twice gives identical bytes.
+                    let mut again = Vec::new();
+                    source.tables()[table_index].write_key_group(key_group, &mut again).unwrap();
+                    prop_assert_eq!(&bytes, &again);
+                    target.tables_mut()[table_index].read_key_group(key_group, &bytes).unwrap();
+                }
+            }
+            let count2 = ValueState::<u64>::new("count");
+            for (key, value) in &entries {
+                let (_, gi) = target.locate(key).unwrap();
+                prop_assert_eq!(target.value(&count2, key, gi).unwrap().get(), Some(value));
+            }
+            prop_assert_eq!(target.entry_count(), source.entry_count());
+        }
+
+        #[test]
+        fn truncated_key_group_bytes_are_an_error_not_a_panic(cut in 0usize..64) {
+            let count = ValueState::<u64>::new("count");
+            let mut backend = KeyedStateBackend::<u64>::new(KeyGroupRange::new(0, 0), 1);
+            for key in 0..20u64 {
+                backend.value(&count, &key, 0).unwrap().set(key * 1000);
+            }
+            let mut bytes = Vec::new();
+            backend.tables()[0].write_key_group(0, &mut bytes).unwrap();
+            let cut = cut.min(bytes.len().saturating_sub(1));
+            let result = backend.tables_mut()[0].read_key_group(0, &bytes[..cut]);
+            prop_assert!(result.is_err());
+        }
+    }
+}

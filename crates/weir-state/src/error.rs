@@ -1,0 +1,37 @@
+//! Errors of the state layer.
+
+/// What can go wrong when declaring, reading or restoring state.
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    /// Two handles use one state name with different kinds or types.
+    #[error("state '{name}' is declared as {existing} and again as {requested}; give each state its own name")]
+    TypeMismatch {
+        /// The state's name.
+        name: String,
+        /// What it was first declared as.
+        existing: String,
+        /// What the new declaration asked for.
+        requested: String,
+    },
+    /// State was accessed outside a keyed context (no current key).
+    #[error("state '{0}' was used outside a keyed context; keyed state needs a current key (use it in process_element or on_timer)")]
+    NoCurrentKey(String),
+    /// Stored bytes could not be decoded.
+    #[error("state '{name}' key group {key_group}: {reason}")]
+    Corrupt {
+        /// The state's name.
+        name: String,
+        /// The key group being read.
+        key_group: u32,
+        /// What was wrong.
+        reason: String,
+    },
+    /// A key group outside this backend's range.
+    #[error("key group {key_group} is not in this subtask's range {range}")]
+    KeyGroupOutOfRange {
+        /// The key group asked for.
+        key_group: u32,
+        /// The range the backend owns.
+        range: String,
+    },
+}

@@ -1,0 +1,274 @@
+//! Typed state handles and the accessors a keyed function uses for the current key.
+//!
+//! A handle names a state and remembers, after its first use, which table of the subtask's
+//! backend holds it, so later accesses are an index and a hash lookup.
+
+use std::cell::OnceCell;
+use std::hash::Hash;
+use std::marker::PhantomData;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::FastMap;
+
+/// The kinds of keyed state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StateKind {
+    /// One value per key.
+    Value,
+    /// A list per key.
+    List,
+    /// A map per key.
+    Map,
+    /// One value per key, folded with a reduce function.
+    Reducing,
+}
+
+impl std::fmt::Display for StateKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let name = match self {
+            StateKind::Value => "value",
+            StateKind::List => "list",
+            StateKind::Map => "map",
+            StateKind::Reducing => "reducing",
+        };
+        f.write_str(name)
+    }
+}
+
+/// Bound for everything stored in state.
+pub trait StateData: Serialize + DeserializeOwned + Send + 'static {}
+impl<T: Serialize + DeserializeOwned + Send + 'static> StateData for T {}
+
+/// Declares a value state: one `V` per key (Flink's `ValueState`).
+pub struct ValueState<V> {
+    pub(crate) name: &'static str,
+    pub(crate) slot: OnceCell<usize>,
+    _value: PhantomData<fn() -> V>,
+}
+
+impl<V: StateData> ValueState<V> {
+    /// A value state named `name`, unique within its operator.
+    pub fn new(name: &'static str) -> ValueState<V> {
+        ValueState { name, slot: OnceCell::new(), _value: PhantomData }
+    }
+}
+
+/// Declares a list state: a `Vec<V>` per key (Flink's `ListState`).
+pub struct ListState<V> {
+    pub(crate) name: &'static str,
+    pub(crate) slot: OnceCell<usize>,
+    _value: PhantomData<fn() -> V>,
+}
+
+impl<V: StateData> ListState<V> {
+    /// A list state named `name`, unique within its operator.
+    pub fn new(name: &'static str) -> ListState<V> {
+        ListState { name, slot: OnceCell::new(), _value: PhantomData }
+    }
+}
+
+/// Declares a map state: a map from `UK` to `UV` per key (Flink's `MapState`).
+pub struct MapState<UK, UV> {
+    pub(crate) name: &'static str,
+    pub(crate) slot: OnceCell<usize>,
+    _value: PhantomData<fn() -> (UK, UV)>,
+}
+
+impl<UK: StateData + Eq + Hash, UV: StateData> MapState<UK, UV> {
+    /// A map state named `name`, unique within its operator.
+    pub fn new(name: &'static str) -> MapState<UK, UV> {
+        MapState { name, slot: OnceCell::new(), _value: PhantomData }
+    }
+}
+
+/// Declares a reducing state: values added for a key are folded with `reduce`
+/// (Flink's `ReducingState`).
+pub struct ReducingState<V> {
+    pub(crate) name: &'static str,
+    pub(crate) slot: OnceCell<usize>,
+    pub(crate) reduce: fn(V, V) -> V,
+}
+
+impl<V: StateData> ReducingState<V> {
+    /// A reducing state named `name` folding with `reduce(accumulated, new)`.
+    pub fn new(name: &'static str, reduce: fn(V, V) -> V) -> ReducingState<V> {
+        ReducingState { name, slot: OnceCell::new(), reduce }
+    }
+}
+
+/// Access to a value state for the current key.
+pub struct ValueAccess<'a, K, V> {
+    pub(crate) map: &'a mut FastMap<K, crate::table::ValueCell<V>>,
+    pub(crate) key: &'a K,
+}
+
+impl<K: Eq + Hash + Clone, V> ValueAccess<'_, K, V> {
+    /// The current key's value, if any.
+    pub fn get(&self) -> Option<&V> {
+        self.map.get(self.key).map(|cell| &cell.0)
+    }
+
+    /// Sets the current key's value.
+    pub fn set(&mut self, value: V) {
+        match self.map.get_mut(self.key) {
+            Some(cell) => cell.0 = value,
+            None => {
+                self.map.insert(self.key.clone(), crate::table::ValueCell(value));
+            }
+        }
+    }
+
+    /// The current key's value, inserting `init()` first when there is none.
+    pub fn get_or_insert_with(&mut self, init: impl FnOnce() -> V) -> &mut V {
+        // Look up before inserting so an existing key is never cloned.
+        if !self.map.contains_key(self.key) {
+            self.map.insert(self.key.clone(), crate::table::ValueCell(init()));
+        }
+        match self.map.get_mut(self.key) {
+            Some(cell) => &mut cell.0,
+            None => unreachable!("the entry was inserted just above"),
+        }
+    }
+
+    /// Removes the current key's value.
+    pub fn clear(&mut self) {
+        self.map.remove(self.key);
+    }
+}
+
+/// Access to a list state for the current key.
+pub struct ListAccess<'a, K, V> {
+    pub(crate) map: &'a mut FastMap<K, crate::table::ListCell<V>>,
+    pub(crate) key: &'a K,
+}
+
+impl<K: Eq + Hash + Clone, V> ListAccess<'_, K, V> {
+    /// The current key's list (empty when none).
+    pub fn get(&self) -> &[V] {
+        match self.map.get(self.key) {
+            Some(cell) => &cell.0,
+            None => &[],
+        }
+    }
+
+    /// Appends to the current key's list.
+    pub fn add(&mut self, value: V) {
+        match self.map.get_mut(self.key) {
+            Some(cell) => cell.0.push(value),
+            None => {
+                self.map.insert(self.key.clone(), crate::table::ListCell(vec![value]));
+            }
+        }
+    }
+
+    /// Replaces the current key's list; an empty list clears it.
+    pub fn update(&mut self, values: Vec<V>) {
+        if values.is_empty() {
+            self.map.remove(self.key);
+        } else {
+            self.map.insert(self.key.clone(), crate::table::ListCell(values));
+        }
+    }
+
+    /// Removes the current key's list.
+    pub fn clear(&mut self) {
+        self.map.remove(self.key);
+    }
+}
+
+/// Access to a map state for the current key.
+pub struct MapAccess<'a, K, UK, UV> {
+    pub(crate) map: &'a mut FastMap<K, crate::table::MapCell<UK, UV>>,
+    pub(crate) key: &'a K,
+}
+
+impl<K: Eq + Hash + Clone, UK: Eq + Hash, UV> MapAccess<'_, K, UK, UV> {
+    /// The value under `user_key` for the current key.
+    pub fn get(&self, user_key: &UK) -> Option<&UV> {
+        self.map.get(self.key).and_then(|cell| cell.0.get(user_key))
+    }
+
+    /// Puts `user_value` under `user_key` for the current key.
+    pub fn put(&mut self, user_key: UK, user_value: UV) {
+        match self.map.get_mut(self.key) {
+            Some(cell) => {
+                cell.0.insert(user_key, user_value);
+            }
+            None => {
+                let mut inner = FastMap::default();
+                inner.insert(user_key, user_value);
+                self.map.insert(self.key.clone(), crate::table::MapCell(inner));
+            }
+        }
+    }
+
+    /// Removes `user_key` for the current key, returning its value.
+    pub fn remove(&mut self, user_key: &UK) -> Option<UV> {
+        let cell = self.map.get_mut(self.key)?;
+        let removed = cell.0.remove(user_key);
+        if cell.0.is_empty() {
+            self.map.remove(self.key);
+        }
+        removed
+    }
+
+    /// True when `user_key` has a value for the current key.
+    pub fn contains(&self, user_key: &UK) -> bool {
+        self.get(user_key).is_some()
+    }
+
+    /// The current key's entries, in no particular order.
+    pub fn iter(&self) -> impl Iterator<Item = (&UK, &UV)> {
+        self.map.get(self.key).into_iter().flat_map(|cell| cell.0.iter())
+    }
+
+    /// Number of entries for the current key.
+    pub fn len(&self) -> usize {
+        self.map.get(self.key).map(|cell| cell.0.len()).unwrap_or(0)
+    }
+
+    /// True when the current key has no entry.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Removes every entry of the current key.
+    pub fn clear(&mut self) {
+        self.map.remove(self.key);
+    }
+}
+
+/// Access to a reducing state for the current key.
+pub struct ReducingAccess<'a, K, V> {
+    pub(crate) map: &'a mut FastMap<K, crate::table::ValueCell<V>>,
+    pub(crate) key: &'a K,
+    pub(crate) reduce: fn(V, V) -> V,
+}
+
+impl<K: Eq + Hash + Clone, V> ReducingAccess<'_, K, V> {
+    /// The folded value, if anything was added.
+    pub fn get(&self) -> Option<&V> {
+        self.map.get(self.key).map(|cell| &cell.0)
+    }
+
+    /// Folds `value` into the current key's accumulated value.
+    pub fn add(&mut self, value: V) {
+        match self.map.remove(self.key) {
+            Some(cell) => {
+                let folded = (self.reduce)(cell.0, value);
+                self.map.insert(self.key.clone(), crate::table::ValueCell(folded));
+            }
+            None => {
+                self.map.insert(self.key.clone(), crate::table::ValueCell(value));
+            }
+        }
+    }
+
+    /// Removes the current key's value.
+    pub fn clear(&mut self) {
+        self.map.remove(self.key);
+    }
+}

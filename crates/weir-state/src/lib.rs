@@ -1,0 +1,26 @@
+//! weir's keyed state: the heap state backend (`state.backend.type: hashmap`).
+//!
+//! Keyed state lives in key groups. Each state a function declares is a table holding one
+//! hash map per key group of the subtask's [`KeyGroupRange`](weir_types::KeyGroupRange), so
+//! a snapshot or a rescale moves whole key groups and never has to re-hash keys. Tables are
+//! typed (no per-access serialization); they serialize to canonical bytes only when written
+//! out ([`table::StateTable::write_key_group`]).
+//!
+//! A subtask's backend is used from that subtask's thread only (mailbox style), so nothing
+//! here locks.
+#![warn(missing_docs)]
+
+pub mod backend;
+pub mod error;
+pub mod handles;
+pub mod table;
+pub mod timers;
+
+pub use backend::KeyedStateBackend;
+pub use error::StateError;
+pub use handles::{ListState, MapState, ReducingState, StateKind, ValueState};
+pub use timers::TimerService;
+
+/// Hash maps for in-memory state: fast, and never persisted or used for routing, so the
+/// hasher's seed does not matter (snapshots are written in canonical key-byte order).
+pub type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;

@@ -1,0 +1,198 @@
+//! A state table: one declared state's entries, one hash map per key group.
+
+use std::any::Any;
+use std::hash::Hash;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use weir_types::KeyGroupRange;
+use weir_types::key::with_canonical_bytes;
+
+use crate::FastMap;
+use crate::error::StateError;
+use crate::handles::StateKind;
+
+/// The type-erased view of a table that the backend and snapshots use.
+pub trait StateTable<K>: Send {
+    /// The state's declared name.
+    fn name(&self) -> &str;
+    /// Value, list, map or reducing.
+    fn kind(&self) -> StateKind;
+    /// The Rust type of the stored cells, recorded so a restore can detect a changed type.
+    fn cell_type(&self) -> &'static str;
+    /// Number of keys with an entry.
+    fn entry_count(&self) -> usize;
+    /// Serializes one key group's entries in canonical order (sorted by key bytes).
+    fn write_key_group(&self, key_group: u32, out: &mut Vec<u8>) -> Result<(), StateError>;
+    /// Replaces one key group's entries with those decoded from `bytes`.
+    fn read_key_group(&mut self, key_group: u32, bytes: &[u8]) -> Result<(), StateError>;
+    /// For typed access through a handle.
+    fn as_any_mut(&mut self) -> &mut dyn Any;
+}
+
+/// How a table's cells become canonical bytes and back.
+pub trait Cell: Send + 'static {
+    /// Appends the canonical encoding.
+    fn encode(&self, out: &mut Vec<u8>) -> Result<(), postcard::Error>;
+    /// Decodes from the canonical encoding.
+    fn decode(bytes: &[u8]) -> Result<Self, postcard::Error>
+    where
+        Self: Sized;
+}
+
+/// The cell of a value or reducing state.
+pub struct ValueCell<V>(pub V);
+/// The cell of a list state.
+pub struct ListCell<V>(pub Vec<V>);
+/// The cell of a map state.
+pub struct MapCell<UK, UV>(pub FastMap<UK, UV>);
+
+impl<V: Serialize + DeserializeOwned + Send + 'static> Cell for ValueCell<V> {
+    fn encode(&self, out: &mut Vec<u8>) -> Result<(), postcard::Error> {
+        postcard::to_io(&self.0, out).map(|_| ())
+    }
+    fn decode(bytes: &[u8]) -> Result<Self, postcard::Error> {
+        postcard::from_bytes(bytes).map(ValueCell)
+    }
+}
+
+impl<V: Serialize + DeserializeOwned + Send + 'static> Cell for ListCell<V> {
+    fn encode(&self, out: &mut Vec<u8>) -> Result<(), postcard::Error> {
+        postcard::to_io(&self.0, out).map(|_| ())
+    }
+    fn decode(bytes: &[u8]) -> Result<Self, postcard::Error> {
+        postcard::from_bytes(bytes).map(ListCell)
+    }
+}
+
+impl<UK, UV> Cell for MapCell<UK, UV>
+where
+    UK: Serialize + DeserializeOwned + Eq + Hash + Send + 'static,
+    UV: Serialize + DeserializeOwned + Send + 'static,
+{
+    fn encode(&self, out: &mut Vec<u8>) -> Result<(), postcard::Error> {
+        // Canonical: entries sorted by the user key's canonical bytes.
+        let mut entries: Vec<(Vec<u8>, &UV)> = Vec::with_capacity(self.0.len());
+        for (user_key, user_value) in &self.0 {
+            entries.push((with_canonical_bytes(user_key, <[u8]>::to_vec), user_value));
+        }
+        entries.sort_by(|a, b| a.0.cmp(&b.0));
+        postcard::to_io(&entries, out).map(|_| ())
+    }
+    fn decode(bytes: &[u8]) -> Result<Self, postcard::Error> {
+        let pairs: Vec<(Vec<u8>, UV)> = postcard::from_bytes(bytes)?;
+        let mut map = FastMap::default();
+        for (key_bytes, user_value) in pairs {
+            let user_key: UK = postcard::from_bytes(&key_bytes)?;
+            map.insert(user_key, user_value);
+        }
+        Ok(MapCell(map))
+    }
+}
+
+/// One state's entries: a map per key group in the owning subtask's range.
+pub struct Table<K, C> {
+    name: String,
+    kind: StateKind,
+    range: KeyGroupRange,
+    groups: Vec<FastMap<K, C>>,
+}
+
+impl<K: Eq + Hash, C> Table<K, C> {
+    /// An empty table for `range`.
+    pub fn new(name: &str, kind: StateKind, range: KeyGroupRange) -> Table<K, C> {
+        let mut groups = Vec::with_capacity(range.len() as usize);
+        for _ in 0..range.len() {
+            groups.push(FastMap::default());
+        }
+        Table { name: name.to_string(), kind, range, groups }
+    }
+
+    /// The map of one key group, by its index within the range.
+    #[inline]
+    pub fn group_mut(&mut self, group_index: usize) -> &mut FastMap<K, C> {
+        &mut self.groups[group_index]
+    }
+
+    /// The map of one key group, by its index within the range.
+    #[inline]
+    pub fn group(&self, group_index: usize) -> &FastMap<K, C> {
+        &self.groups[group_index]
+    }
+
+    /// Every key group's map, in key-group order.
+    pub fn groups(&self) -> &[FastMap<K, C>] {
+        &self.groups
+    }
+
+    fn index_of(&self, key_group: u32) -> Result<usize, StateError> {
+        if !self.range.contains(key_group) {
+            return Err(StateError::KeyGroupOutOfRange { key_group, range: self.range.to_string() });
+        }
+        Ok((key_group - self.range.start) as usize)
+    }
+}
+
+impl<K, C> StateTable<K> for Table<K, C>
+where
+    K: Serialize + DeserializeOwned + Eq + Hash + Send + 'static,
+    C: Cell,
+{
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn kind(&self) -> StateKind {
+        self.kind
+    }
+
+    fn cell_type(&self) -> &'static str {
+        std::any::type_name::<C>()
+    }
+
+    fn entry_count(&self) -> usize {
+        self.groups.iter().map(FastMap::len).sum()
+    }
+
+    fn write_key_group(&self, key_group: u32, out: &mut Vec<u8>) -> Result<(), StateError> {
+        let index = self.index_of(key_group)?;
+        let corrupt = |e: postcard::Error| StateError::Corrupt {
+            name: self.name.clone(),
+            key_group,
+            reason: format!("cannot encode: {e}"),
+        };
+        let mut entries: Vec<(Vec<u8>, Vec<u8>)> = Vec::with_capacity(self.groups[index].len());
+        for (key, cell) in &self.groups[index] {
+            let key_bytes = with_canonical_bytes(key, <[u8]>::to_vec);
+            let mut cell_bytes = Vec::new();
+            cell.encode(&mut cell_bytes).map_err(corrupt)?;
+            entries.push((key_bytes, cell_bytes));
+        }
+        entries.sort_by(|a, b| a.0.cmp(&b.0));
+        postcard::to_io(&entries, out).map_err(corrupt)?;
+        Ok(())
+    }
+
+    fn read_key_group(&mut self, key_group: u32, bytes: &[u8]) -> Result<(), StateError> {
+        let index = self.index_of(key_group)?;
+        let corrupt = |what: &str, e: postcard::Error| StateError::Corrupt {
+            name: self.name.clone(),
+            key_group,
+            reason: format!("cannot decode {what}: {e}"),
+        };
+        let entries: Vec<(Vec<u8>, Vec<u8>)> = postcard::from_bytes(bytes).map_err(|e| corrupt("entries", e))?;
+        let mut map = FastMap::default();
+        map.reserve(entries.len());
+        for (key_bytes, cell_bytes) in entries {
+            let key: K = postcard::from_bytes(&key_bytes).map_err(|e| corrupt("a key", e))?;
+            let cell = C::decode(&cell_bytes).map_err(|e| corrupt("a value", e))?;
+            map.insert(key, cell);
+        }
+        self.groups[index] = map;
+        Ok(())
+    }
+
+    fn as_any_mut(&mut self) -> &mut dyn Any {
+        self
+    }
+}
