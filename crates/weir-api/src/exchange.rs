@@ -9,7 +9,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, Select, SendTimeoutError, Sender, TrySendError};
+use crossbeam_channel::{
+    Receiver, RecvTimeoutError, Select, SendTimeoutError, Sender, TrySendError,
+};
 use weir_types::keygroups::{compute_operator_index_for_key_group, key_group_for_hash};
 
 use crate::error::TaskError;
@@ -26,6 +28,32 @@ pub enum StreamElement<T> {
     Records(Vec<T>),
     /// The producer subtask has ended; nothing follows.
     EndOfPartition,
+}
+
+/// Longest a record waits in a partially filled output batch while its task is busy
+/// (Flink's `execution.buffer-timeout`, 100 ms by default); an idle task flushes at once.
+pub const BUFFER_TIMEOUT: Duration = Duration::from_millis(100);
+
+/// Flushes a chain when [`BUFFER_TIMEOUT`] has passed since its last flush.
+struct FlushTimer {
+    last_flush: Instant,
+}
+
+impl FlushTimer {
+    fn new() -> FlushTimer {
+        FlushTimer {
+            last_flush: Instant::now(),
+        }
+    }
+
+    fn flush_if_due<T>(&mut self, head: &mut dyn Operator<T>) -> Result<(), TaskError> {
+        let now = Instant::now();
+        if now.duration_since(self.last_flush) >= BUFFER_TIMEOUT {
+            self.last_flush = now;
+            head.flush()?;
+        }
+        Ok(())
+    }
 }
 
 /// Creates one bounded channel.
@@ -65,7 +93,11 @@ pub struct ChannelOutput<T> {
 
 impl<T: Send> ChannelOutput<T> {
     /// Sends to `senders` (one per consumer subtask, in subtask order).
-    pub fn new(partitioner: Partitioner<T>, senders: Vec<Sender<StreamElement<T>>>, ctx: &TaskContext) -> Self {
+    pub fn new(
+        partitioner: Partitioner<T>,
+        senders: Vec<Sender<StreamElement<T>>>,
+        ctx: &TaskContext,
+    ) -> Self {
         let mut buffers = Vec::with_capacity(senders.len());
         for _ in 0..senders.len() {
             buffers.push(Vec::with_capacity(BATCH_RECORDS_MAX));
@@ -100,7 +132,10 @@ impl<T: Send> ChannelOutput<T> {
             }
         };
         let blocked_ms = blocked_at.elapsed().as_millis() as u64;
-        self.ctx.metrics.backpressured_ms.fetch_add(blocked_ms, std::sync::atomic::Ordering::Relaxed);
+        self.ctx
+            .metrics
+            .backpressured_ms
+            .fetch_add(blocked_ms, std::sync::atomic::Ordering::Relaxed);
         result
     }
 
@@ -108,11 +143,17 @@ impl<T: Send> ChannelOutput<T> {
         if self.ctx.is_cancelled() {
             return TaskError::Cancelled;
         }
-        TaskError::Internal(format!("{}: consumer subtask {target} went away while this task was still sending", self.ctx.task_name))
+        TaskError::Internal(format!(
+            "{}: consumer subtask {target} went away while this task was still sending",
+            self.ctx.task_name
+        ))
     }
 
     fn send_buffer(&mut self, target: usize) -> Result<(), TaskError> {
-        let full = std::mem::replace(&mut self.buffers[target], Vec::with_capacity(BATCH_RECORDS_MAX));
+        let full = std::mem::replace(
+            &mut self.buffers[target],
+            Vec::with_capacity(BATCH_RECORDS_MAX),
+        );
         self.ctx.metrics.add_out(full.len());
         self.send(target, StreamElement::Records(full))
     }
@@ -146,8 +187,11 @@ impl<T: Send> Operator<T> for ChannelOutput<T> {
                 let parallelism = consumers as u32;
                 for record in batch.drain(..) {
                     let key_group = key_group_for_hash(hash(&record), self.max_parallelism);
-                    let target =
-                        compute_operator_index_for_key_group(self.max_parallelism, parallelism, key_group) as usize;
+                    let target = compute_operator_index_for_key_group(
+                        self.max_parallelism,
+                        parallelism,
+                        key_group,
+                    ) as usize;
                     self.buffers[target].push(record);
                     if self.buffers[target].len() >= BATCH_RECORDS_MAX {
                         self.send_buffer(target)?;
@@ -189,13 +233,24 @@ pub struct SourceBody<T> {
     reader: Box<dyn SourceReader<T>>,
     head: Box<dyn Operator<T>>,
     batch: Vec<T>,
+    flush_timer: FlushTimer,
     ctx: TaskContext,
 }
 
 impl<T: Send> SourceBody<T> {
     /// Reads from `reader` into `head`.
-    pub fn new(reader: Box<dyn SourceReader<T>>, head: Box<dyn Operator<T>>, ctx: &TaskContext) -> Self {
-        SourceBody { reader, head, batch: Vec::with_capacity(BATCH_RECORDS_MAX), ctx: ctx.clone() }
+    pub fn new(
+        reader: Box<dyn SourceReader<T>>,
+        head: Box<dyn Operator<T>>,
+        ctx: &TaskContext,
+    ) -> Self {
+        SourceBody {
+            reader,
+            head,
+            batch: Vec::with_capacity(BATCH_RECORDS_MAX),
+            flush_timer: FlushTimer::new(),
+            ctx: ctx.clone(),
+        }
     }
 }
 
@@ -206,11 +261,14 @@ impl<T: Send> TaskBody for SourceBody<T> {
             SourcePoll::Data => {
                 self.ctx.metrics.add_in(self.batch.len());
                 self.head.process_batch(&mut self.batch)?;
+                self.flush_timer.flush_if_due(self.head.as_mut())?;
                 Ok(Step::Worked)
             }
             SourcePoll::Idle(wait) => {
                 self.head.flush()?;
-                let wait = wait.min(IDLE_WAIT_MAX).min(time_to_next_timer(self.head.as_ref(), &self.ctx));
+                let wait = wait
+                    .min(IDLE_WAIT_MAX)
+                    .min(time_to_next_timer(self.head.as_ref(), &self.ctx));
                 std::thread::sleep(wait);
                 Ok(Step::Idle)
             }
@@ -230,6 +288,7 @@ pub struct InputBody<T> {
     live: usize,
     next_input: usize,
     head: Box<dyn Operator<T>>,
+    flush_timer: FlushTimer,
     ctx: TaskContext,
 }
 
@@ -240,9 +299,21 @@ const CLOSED_INPUT_GRACE: Duration = Duration::from_secs(5);
 
 impl<T: Send> InputBody<T> {
     /// Reads `inputs` (one per upstream subtask) into `head`.
-    pub fn new(inputs: Vec<Receiver<StreamElement<T>>>, head: Box<dyn Operator<T>>, ctx: &TaskContext) -> Self {
+    pub fn new(
+        inputs: Vec<Receiver<StreamElement<T>>>,
+        head: Box<dyn Operator<T>>,
+        ctx: &TaskContext,
+    ) -> Self {
         let live = inputs.len();
-        InputBody { ended: vec![false; live], live, next_input: 0, inputs, head, ctx: ctx.clone() }
+        InputBody {
+            ended: vec![false; live],
+            live,
+            next_input: 0,
+            inputs,
+            head,
+            flush_timer: FlushTimer::new(),
+            ctx: ctx.clone(),
+        }
     }
 
     fn handle(&mut self, input: usize, element: StreamElement<T>) -> Result<(), TaskError> {
@@ -271,7 +342,10 @@ impl<T: Send> InputBody<T> {
             }
             std::thread::sleep(Duration::from_millis(5));
         }
-        TaskError::Internal(format!("{}: input from upstream subtask {input} closed without end of input", self.ctx.task_name))
+        TaskError::Internal(format!(
+            "{}: input from upstream subtask {input} closed without end of input",
+            self.ctx.task_name
+        ))
     }
 }
 
@@ -302,10 +376,13 @@ impl<T: Send> TaskBody for InputBody<T> {
                     empty_in_a_row = 0;
                 }
                 Err(crossbeam_channel::TryRecvError::Empty) => empty_in_a_row += 1,
-                Err(crossbeam_channel::TryRecvError::Disconnected) => return Err(self.input_closed(input)),
+                Err(crossbeam_channel::TryRecvError::Disconnected) => {
+                    return Err(self.input_closed(input));
+                }
             }
         }
         if taken > 0 {
+            self.flush_timer.flush_if_due(self.head.as_mut())?;
             return Ok(Step::Worked);
         }
 
@@ -353,7 +430,10 @@ fn time_to_next_timer<T>(head: &dyn Operator<T>, ctx: &TaskContext) -> Duration 
 }
 
 /// Receives from `receiver`, waiting at most `timeout` (used by tests of the protocol).
-pub fn recv_element<T>(receiver: &Receiver<StreamElement<T>>, timeout: Duration) -> Option<StreamElement<T>> {
+pub fn recv_element<T>(
+    receiver: &Receiver<StreamElement<T>>,
+    timeout: Duration,
+) -> Option<StreamElement<T>> {
     match receiver.recv_timeout(timeout) {
         Ok(element) => Some(element),
         Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => None,

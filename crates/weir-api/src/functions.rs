@@ -1,7 +1,9 @@
 //! User functions and the contexts they see.
 
 use weir_state::handles::{ListAccess, MapAccess, ReducingAccess, StateData, ValueAccess};
-use weir_state::{KeyedStateBackend, ListState, MapState, ReducingState, StateError, TimerService, ValueState};
+use weir_state::{
+    KeyedStateBackend, ListState, MapState, ReducingState, StateError, TimerService, ValueState,
+};
 use weir_types::Key;
 
 /// What a user function returns: any error type converts with `?`, and a string works too
@@ -38,12 +40,18 @@ impl<K: Key> KeyedContext<'_, K> {
 
     /// The current key's value state.
     #[inline]
-    pub fn value<V: StateData>(&mut self, state: &ValueState<V>) -> Result<ValueAccess<'_, K, V>, StateError> {
+    pub fn value<V: StateData>(
+        &mut self,
+        state: &ValueState<V>,
+    ) -> Result<ValueAccess<'_, K, V>, StateError> {
         self.backend.value(state, self.key, self.group_index)
     }
 
     /// The current key's list state.
-    pub fn list<V: StateData>(&mut self, state: &ListState<V>) -> Result<ListAccess<'_, K, V>, StateError> {
+    pub fn list<V: StateData>(
+        &mut self,
+        state: &ListState<V>,
+    ) -> Result<ListAccess<'_, K, V>, StateError> {
         self.backend.list(state, self.key, self.group_index)
     }
 
@@ -56,7 +64,10 @@ impl<K: Key> KeyedContext<'_, K> {
     }
 
     /// The current key's reducing state.
-    pub fn reducing<V: StateData>(&mut self, state: &ReducingState<V>) -> Result<ReducingAccess<'_, K, V>, StateError> {
+    pub fn reducing<V: StateData>(
+        &mut self,
+        state: &ReducingState<V>,
+    ) -> Result<ReducingAccess<'_, K, V>, StateError> {
         self.backend.reducing(state, self.key, self.group_index)
     }
 
@@ -83,7 +94,11 @@ pub struct EndOfInputContext<'a, K> {
 
 impl<K: Key> EndOfInputContext<'_, K> {
     /// Calls `f` with every key that has a value in `state`.
-    pub fn for_each_value<V: StateData>(&mut self, state: &ValueState<V>, f: impl FnMut(&K, &V)) -> Result<(), StateError> {
+    pub fn for_each_value<V: StateData>(
+        &mut self,
+        state: &ValueState<V>,
+        f: impl FnMut(&K, &V),
+    ) -> Result<(), StateError> {
         self.backend.for_each_value(state, f)
     }
 }
@@ -94,16 +109,30 @@ impl<K: Key> EndOfInputContext<'_, K> {
 /// the current key before each call, so state handles read and write that key's state.
 pub trait KeyedProcessFunction<K, I, O>: Clone + Send + 'static {
     /// Handles one record of the current key.
-    fn process_element(&mut self, record: I, ctx: &mut KeyedContext<'_, K>, out: &mut Collector<'_, O>) -> FnResult;
+    fn process_element(
+        &mut self,
+        record: I,
+        ctx: &mut KeyedContext<'_, K>,
+        out: &mut Collector<'_, O>,
+    ) -> FnResult;
 
     /// A processing-time timer of the current key fired.
-    fn on_timer(&mut self, _timestamp_ms: u64, _ctx: &mut KeyedContext<'_, K>, _out: &mut Collector<'_, O>) -> FnResult {
+    fn on_timer(
+        &mut self,
+        _timestamp_ms: u64,
+        _ctx: &mut KeyedContext<'_, K>,
+        _out: &mut Collector<'_, O>,
+    ) -> FnResult {
         Ok(())
     }
 
     /// A bounded input ended: emit final results for all keys (Flink would fire end-of-time
     /// timers here).
-    fn on_end_of_input(&mut self, _ctx: &mut EndOfInputContext<'_, K>, _out: &mut Collector<'_, O>) -> FnResult {
+    fn on_end_of_input(
+        &mut self,
+        _ctx: &mut EndOfInputContext<'_, K>,
+        _out: &mut Collector<'_, O>,
+    ) -> FnResult {
         Ok(())
     }
 }

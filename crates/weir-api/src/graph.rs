@@ -21,9 +21,11 @@ pub type ErasedOperator = Box<dyn Any + Send>;
 pub type ErasedChannelEnd = Box<dyn Any + Send>;
 
 /// Builds a source subtask's body given the chain after the source.
-pub type SourceFactory = Arc<dyn Fn(&TaskContext, ErasedOperator) -> Result<Box<dyn TaskBody>, TaskError> + Send + Sync>;
+pub type SourceFactory =
+    Arc<dyn Fn(&TaskContext, ErasedOperator) -> Result<Box<dyn TaskBody>, TaskError> + Send + Sync>;
 /// Builds an operator link given the link after it.
-pub type OperatorFactory = Arc<dyn Fn(&TaskContext, ErasedOperator) -> Result<ErasedOperator, TaskError> + Send + Sync>;
+pub type OperatorFactory =
+    Arc<dyn Fn(&TaskContext, ErasedOperator) -> Result<ErasedOperator, TaskError> + Send + Sync>;
 
 /// What a node does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -143,7 +145,9 @@ pub enum GraphError {
     #[error("uid '{0}' is used by more than one operator; every uid must be unique in a job")]
     DuplicateUid(String),
     /// A parallelism outside (0, 32768].
-    #[error("operator '{name}': parallelism {parallelism} is out of range; it must be between 1 and 32768")]
+    #[error(
+        "operator '{name}': parallelism {parallelism} is out of range; it must be between 1 and 32768"
+    )]
     BadParallelism {
         /// The operator.
         name: String,
@@ -167,9 +171,20 @@ pub trait StreamType: Send + Sync {
     /// A new bounded channel: (sender, receiver).
     fn channel(&self) -> (ErasedChannelEnd, ErasedChannelEnd);
     /// The tail link sending to `senders` as `edge` says.
-    fn channel_output(&self, edge: &StreamEdge, forward: bool, senders: Vec<ErasedChannelEnd>, ctx: &TaskContext) -> Result<ErasedOperator, TaskError>;
+    fn channel_output(
+        &self,
+        edge: &StreamEdge,
+        forward: bool,
+        senders: Vec<ErasedChannelEnd>,
+        ctx: &TaskContext,
+    ) -> Result<ErasedOperator, TaskError>;
     /// The body of a subtask reading `receivers` into `head`.
-    fn input_body(&self, receivers: Vec<ErasedChannelEnd>, head: ErasedOperator, ctx: &TaskContext) -> Result<Box<dyn TaskBody>, TaskError>;
+    fn input_body(
+        &self,
+        receivers: Vec<ErasedChannelEnd>,
+        head: ErasedOperator,
+        ctx: &TaskContext,
+    ) -> Result<Box<dyn TaskBody>, TaskError>;
 }
 
 /// [`StreamType`] for records of type `T`.
@@ -189,7 +204,9 @@ impl<T> TypedStream<T> {
 pub fn downcast<X: 'static>(erased: Box<dyn Any + Send>, what: &str) -> Result<X, TaskError> {
     match erased.downcast::<X>() {
         Ok(value) => Ok(*value),
-        Err(_) => Err(TaskError::Internal(format!("{what}: wrong record type while wiring the job graph"))),
+        Err(_) => Err(TaskError::Internal(format!(
+            "{what}: wrong record type while wiring the job graph"
+        ))),
     }
 }
 
@@ -213,20 +230,37 @@ impl<T: Data> StreamType for TypedStream<T> {
         (Box::new(sender), Box::new(receiver))
     }
 
-    fn channel_output(&self, edge: &StreamEdge, forward: bool, senders: Vec<ErasedChannelEnd>, ctx: &TaskContext) -> Result<ErasedOperator, TaskError> {
+    fn channel_output(
+        &self,
+        edge: &StreamEdge,
+        forward: bool,
+        senders: Vec<ErasedChannelEnd>,
+        ctx: &TaskContext,
+    ) -> Result<ErasedOperator, TaskError> {
         let mut typed = Vec::with_capacity(senders.len());
         for sender in senders {
-            typed.push(downcast::<Sender<StreamElement<T>>>(sender, "channel sender")?);
+            typed.push(downcast::<Sender<StreamElement<T>>>(
+                sender,
+                "channel sender",
+            )?);
         }
         let partitioner = match (edge.kind, &edge.key_hash) {
             (EdgeKind::Hash, Some(hash)) => {
                 let hash = Arc::clone(hash);
                 match hash.downcast::<Arc<dyn Fn(&T) -> u32 + Send + Sync>>() {
                     Ok(hash) => Partitioner::KeyGroups(Arc::clone(&hash)),
-                    Err(_) => return Err(TaskError::Internal("key selector: wrong record type".into())),
+                    Err(_) => {
+                        return Err(TaskError::Internal(
+                            "key selector: wrong record type".into(),
+                        ));
+                    }
                 }
             }
-            (EdgeKind::Hash, None) => return Err(TaskError::Internal("hash edge without a key selector".into())),
+            (EdgeKind::Hash, None) => {
+                return Err(TaskError::Internal(
+                    "hash edge without a key selector".into(),
+                ));
+            }
             (EdgeKind::Auto, _) if forward => Partitioner::Forward,
             (EdgeKind::Auto | EdgeKind::Rebalance, _) => Partitioner::Rebalance,
         };
@@ -234,10 +268,18 @@ impl<T: Data> StreamType for TypedStream<T> {
         Ok(Box::new(op))
     }
 
-    fn input_body(&self, receivers: Vec<ErasedChannelEnd>, head: ErasedOperator, ctx: &TaskContext) -> Result<Box<dyn TaskBody>, TaskError> {
+    fn input_body(
+        &self,
+        receivers: Vec<ErasedChannelEnd>,
+        head: ErasedOperator,
+        ctx: &TaskContext,
+    ) -> Result<Box<dyn TaskBody>, TaskError> {
         let mut typed = Vec::with_capacity(receivers.len());
         for receiver in receivers {
-            typed.push(downcast::<Receiver<StreamElement<T>>>(receiver, "channel receiver")?);
+            typed.push(downcast::<Receiver<StreamElement<T>>>(
+                receiver,
+                "channel receiver",
+            )?);
         }
         let head = downcast::<Box<dyn Operator<T>>>(head, "input head")?;
         Ok(Box::new(InputBody::new(typed, head, ctx)))

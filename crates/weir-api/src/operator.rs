@@ -71,7 +71,10 @@ pub struct SystemClock;
 
 impl Clock for SystemClock {
     fn now_ms(&self) -> u64 {
-        SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or_default()
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or_default()
     }
 }
 
@@ -84,6 +87,8 @@ pub struct TaskContext {
     pub job_name: String,
     /// The task (chain) name, e.g. `Source: source -> Map`.
     pub task_name: String,
+    /// The name of the operator being built or run (errors name it).
+    pub operator_name: String,
     /// This subtask's index, from 0.
     pub subtask_index: u32,
     /// The task's parallelism.
@@ -111,6 +116,7 @@ impl TaskContext {
             job_id: JobId::from_u128(0),
             job_name: "test".into(),
             task_name: "test".into(),
+            operator_name: "test".into(),
             subtask_index,
             parallelism,
             max_parallelism,
@@ -169,7 +175,10 @@ pub struct Tee<T> {
 impl<T> Tee<T> {
     /// Sends to every one of `outputs`.
     pub fn new(outputs: Vec<Box<dyn Operator<T>>>) -> Tee<T> {
-        Tee { outputs, scratch: Vec::new() }
+        Tee {
+            outputs,
+            scratch: Vec::new(),
+        }
     }
 }
 

@@ -6,8 +6,8 @@ use weir_types::{Key, KeyGroupRange};
 
 use crate::error::StateError;
 use crate::handles::{
-    ListAccess, ListState, MapAccess, MapState, ReducingAccess, ReducingState, StateData, StateKind, ValueAccess,
-    ValueState,
+    ListAccess, ListState, MapAccess, MapState, ReducingAccess, ReducingState, StateData,
+    StateKind, ValueAccess, ValueState,
 };
 use crate::table::{Cell, ListCell, MapCell, StateTable, Table, ValueCell};
 
@@ -21,7 +21,11 @@ pub struct KeyedStateBackend<K> {
 impl<K: Key> KeyedStateBackend<K> {
     /// An empty backend owning `range` of `max_parallelism` key groups.
     pub fn new(range: KeyGroupRange, max_parallelism: u32) -> KeyedStateBackend<K> {
-        KeyedStateBackend { range, max_parallelism, tables: Vec::new() }
+        KeyedStateBackend {
+            range,
+            max_parallelism,
+            tables: Vec::new(),
+        }
     }
 
     /// The key groups this backend owns.
@@ -42,7 +46,10 @@ impl<K: Key> KeyedStateBackend<K> {
     pub fn locate(&self, key: &K) -> Result<(u32, usize), StateError> {
         let key_group = weir_types::assign_to_key_group(key, self.max_parallelism);
         if !self.range.contains(key_group) {
-            return Err(StateError::KeyGroupOutOfRange { key_group, range: self.range.to_string() });
+            return Err(StateError::KeyGroupOutOfRange {
+                key_group,
+                range: self.range.to_string(),
+            });
         }
         Ok((key_group, (key_group - self.range.start) as usize))
     }
@@ -62,7 +69,12 @@ impl<K: Key> KeyedStateBackend<K> {
         self.tables.iter().map(|t| t.entry_count()).sum()
     }
 
-    fn resolve<C: Cell>(&mut self, name: &'static str, kind: StateKind, slot: &OnceCell<usize>) -> Result<usize, StateError> {
+    fn resolve<C: Cell>(
+        &mut self,
+        name: &'static str,
+        kind: StateKind,
+        slot: &OnceCell<usize>,
+    ) -> Result<usize, StateError> {
         if let Some(index) = slot.get() {
             return Ok(*index);
         }
@@ -85,7 +97,8 @@ impl<K: Key> KeyedStateBackend<K> {
         let index = match found {
             Some(index) => index,
             None => {
-                self.tables.push(Box::new(Table::<K, C>::new(name, kind, self.range)));
+                self.tables
+                    .push(Box::new(Table::<K, C>::new(name, kind, self.range)));
                 self.tables.len() - 1
             }
         };
@@ -94,7 +107,10 @@ impl<K: Key> KeyedStateBackend<K> {
     }
 
     fn table<C: Cell>(&mut self, index: usize) -> &mut Table<K, C> {
-        match self.tables[index].as_any_mut().downcast_mut::<Table<K, C>>() {
+        match self.tables[index]
+            .as_any_mut()
+            .downcast_mut::<Table<K, C>>()
+        {
             Some(table) => table,
             // resolve() checked the type of this slot before handing out the index.
             None => unreachable!("state slot {index} changed type after it was resolved"),
@@ -150,7 +166,11 @@ impl<K: Key> KeyedStateBackend<K> {
     ) -> Result<ReducingAccess<'a, K, V>, StateError> {
         let index = self.resolve::<ValueCell<V>>(handle.name, StateKind::Reducing, &handle.slot)?;
         let map = self.table::<ValueCell<V>>(index).group_mut(group_index);
-        Ok(ReducingAccess { map, key, reduce: handle.reduce })
+        Ok(ReducingAccess {
+            map,
+            key,
+            reduce: handle.reduce,
+        })
     }
 
     /// Calls `f` for every key with a value in `handle`, in no particular order.
@@ -207,8 +227,17 @@ mod tests {
         backend.list(&list, &key, gi).unwrap().add(2);
         assert_eq!(backend.list(&list, &key, gi).unwrap().get(), &[1, 2]);
         backend.map(&map, &key, gi).unwrap().put("x".into(), 7);
-        assert_eq!(backend.map(&map, &key, gi).unwrap().get(&"x".to_string()), Some(&7));
-        assert_eq!(backend.map(&map, &key, gi).unwrap().remove(&"x".to_string()), Some(7));
+        assert_eq!(
+            backend.map(&map, &key, gi).unwrap().get(&"x".to_string()),
+            Some(&7)
+        );
+        assert_eq!(
+            backend
+                .map(&map, &key, gi)
+                .unwrap()
+                .remove(&"x".to_string()),
+            Some(7)
+        );
         assert!(backend.map(&map, &key, gi).unwrap().is_empty());
         for v in [1, 2, 3] {
             backend.reducing(&sum, &key, gi).unwrap().add(v);
@@ -221,15 +250,28 @@ mod tests {
         let mut backend = full_backend();
         let key = "k".to_string();
         let (_, gi) = backend.locate(&key).unwrap();
-        backend.value(&ValueState::<u64>::new("count"), &key, gi).unwrap().set(1);
-        let err = backend.value(&ValueState::<String>::new("count"), &key, gi).err().unwrap();
-        assert!(err.to_string().contains("state 'count' is declared as value state"), "{err}");
+        backend
+            .value(&ValueState::<u64>::new("count"), &key, gi)
+            .unwrap()
+            .set(1);
+        let err = backend
+            .value(&ValueState::<String>::new("count"), &key, gi)
+            .err()
+            .unwrap();
+        assert!(
+            err.to_string()
+                .contains("state 'count' is declared as value state"),
+            "{err}"
+        );
     }
 
     #[test]
     fn keys_outside_the_range_are_refused() {
-        let mut backend: KeyedStateBackend<u64> = KeyedStateBackend::new(compute_key_group_range_for_operator_index(128, 2, 0), 128);
-        let foreign = (0u64..).find(|k| weir_types::assign_to_key_group(k, 128) >= 64).unwrap();
+        let mut backend: KeyedStateBackend<u64> =
+            KeyedStateBackend::new(compute_key_group_range_for_operator_index(128, 2, 0), 128);
+        let foreign = (0u64..)
+            .find(|k| weir_types::assign_to_key_group(k, 128) >= 64)
+            .unwrap();
         assert!(backend.locate(&foreign).is_err());
         let _ = &mut backend;
     }

@@ -4,7 +4,9 @@
 #[derive(Debug, thiserror::Error)]
 pub enum StateError {
     /// Two handles use one state name with different kinds or types.
-    #[error("state '{name}' is declared as {existing} and again as {requested}; give each state its own name")]
+    #[error(
+        "state '{name}' is declared as {existing} and again as {requested}; give each state its own name"
+    )]
     TypeMismatch {
         /// The state's name.
         name: String,
@@ -14,7 +16,9 @@ pub enum StateError {
         requested: String,
     },
     /// State was accessed outside a keyed context (no current key).
-    #[error("state '{0}' was used outside a keyed context; keyed state needs a current key (use it in process_element or on_timer)")]
+    #[error(
+        "state '{0}' was used outside a keyed context; keyed state needs a current key (use it in process_element or on_timer)"
+    )]
     NoCurrentKey(String),
     /// Stored bytes could not be decoded.
     #[error("state '{name}' key group {key_group}: {reason}")]

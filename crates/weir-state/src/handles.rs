@@ -52,7 +52,11 @@ pub struct ValueState<V> {
 impl<V: StateData> ValueState<V> {
     /// A value state named `name`, unique within its operator.
     pub fn new(name: &'static str) -> ValueState<V> {
-        ValueState { name, slot: OnceCell::new(), _value: PhantomData }
+        ValueState {
+            name,
+            slot: OnceCell::new(),
+            _value: PhantomData,
+        }
     }
 }
 
@@ -66,7 +70,11 @@ pub struct ListState<V> {
 impl<V: StateData> ListState<V> {
     /// A list state named `name`, unique within its operator.
     pub fn new(name: &'static str) -> ListState<V> {
-        ListState { name, slot: OnceCell::new(), _value: PhantomData }
+        ListState {
+            name,
+            slot: OnceCell::new(),
+            _value: PhantomData,
+        }
     }
 }
 
@@ -80,7 +88,11 @@ pub struct MapState<UK, UV> {
 impl<UK: StateData + Eq + Hash, UV: StateData> MapState<UK, UV> {
     /// A map state named `name`, unique within its operator.
     pub fn new(name: &'static str) -> MapState<UK, UV> {
-        MapState { name, slot: OnceCell::new(), _value: PhantomData }
+        MapState {
+            name,
+            slot: OnceCell::new(),
+            _value: PhantomData,
+        }
     }
 }
 
@@ -95,7 +107,11 @@ pub struct ReducingState<V> {
 impl<V: StateData> ReducingState<V> {
     /// A reducing state named `name` folding with `reduce(accumulated, new)`.
     pub fn new(name: &'static str, reduce: fn(V, V) -> V) -> ReducingState<V> {
-        ReducingState { name, slot: OnceCell::new(), reduce }
+        ReducingState {
+            name,
+            slot: OnceCell::new(),
+            reduce,
+        }
     }
 }
 
@@ -116,7 +132,8 @@ impl<K: Eq + Hash + Clone, V> ValueAccess<'_, K, V> {
         match self.map.get_mut(self.key) {
             Some(cell) => cell.0 = value,
             None => {
-                self.map.insert(self.key.clone(), crate::table::ValueCell(value));
+                self.map
+                    .insert(self.key.clone(), crate::table::ValueCell(value));
             }
         }
     }
@@ -125,7 +142,8 @@ impl<K: Eq + Hash + Clone, V> ValueAccess<'_, K, V> {
     pub fn get_or_insert_with(&mut self, init: impl FnOnce() -> V) -> &mut V {
         // Look up before inserting so an existing key is never cloned.
         if !self.map.contains_key(self.key) {
-            self.map.insert(self.key.clone(), crate::table::ValueCell(init()));
+            self.map
+                .insert(self.key.clone(), crate::table::ValueCell(init()));
         }
         match self.map.get_mut(self.key) {
             Some(cell) => &mut cell.0,
@@ -159,7 +177,8 @@ impl<K: Eq + Hash + Clone, V> ListAccess<'_, K, V> {
         match self.map.get_mut(self.key) {
             Some(cell) => cell.0.push(value),
             None => {
-                self.map.insert(self.key.clone(), crate::table::ListCell(vec![value]));
+                self.map
+                    .insert(self.key.clone(), crate::table::ListCell(vec![value]));
             }
         }
     }
@@ -169,7 +188,8 @@ impl<K: Eq + Hash + Clone, V> ListAccess<'_, K, V> {
         if values.is_empty() {
             self.map.remove(self.key);
         } else {
-            self.map.insert(self.key.clone(), crate::table::ListCell(values));
+            self.map
+                .insert(self.key.clone(), crate::table::ListCell(values));
         }
     }
 
@@ -200,7 +220,8 @@ impl<K: Eq + Hash + Clone, UK: Eq + Hash, UV> MapAccess<'_, K, UK, UV> {
             None => {
                 let mut inner = FastMap::default();
                 inner.insert(user_key, user_value);
-                self.map.insert(self.key.clone(), crate::table::MapCell(inner));
+                self.map
+                    .insert(self.key.clone(), crate::table::MapCell(inner));
             }
         }
     }
@@ -222,7 +243,10 @@ impl<K: Eq + Hash + Clone, UK: Eq + Hash, UV> MapAccess<'_, K, UK, UV> {
 
     /// The current key's entries, in no particular order.
     pub fn iter(&self) -> impl Iterator<Item = (&UK, &UV)> {
-        self.map.get(self.key).into_iter().flat_map(|cell| cell.0.iter())
+        self.map
+            .get(self.key)
+            .into_iter()
+            .flat_map(|cell| cell.0.iter())
     }
 
     /// Number of entries for the current key.
@@ -259,10 +283,12 @@ impl<K: Eq + Hash + Clone, V> ReducingAccess<'_, K, V> {
         match self.map.remove(self.key) {
             Some(cell) => {
                 let folded = (self.reduce)(cell.0, value);
-                self.map.insert(self.key.clone(), crate::table::ValueCell(folded));
+                self.map
+                    .insert(self.key.clone(), crate::table::ValueCell(folded));
             }
             None => {
-                self.map.insert(self.key.clone(), crate::table::ValueCell(value));
+                self.map
+                    .insert(self.key.clone(), crate::table::ValueCell(value));
             }
         }
     }
@@ -270,5 +296,45 @@ impl<K: Eq + Hash + Clone, V> ReducingAccess<'_, K, V> {
     /// Removes the current key's value.
     pub fn clear(&mut self) {
         self.map.remove(self.key);
+    }
+}
+
+impl<V> Clone for ReducingState<V> {
+    fn clone(&self) -> Self {
+        ReducingState {
+            name: self.name,
+            slot: self.slot.clone(),
+            reduce: self.reduce,
+        }
+    }
+}
+
+impl<V> Clone for ValueState<V> {
+    fn clone(&self) -> Self {
+        ValueState {
+            name: self.name,
+            slot: self.slot.clone(),
+            _value: PhantomData,
+        }
+    }
+}
+
+impl<V> Clone for ListState<V> {
+    fn clone(&self) -> Self {
+        ListState {
+            name: self.name,
+            slot: self.slot.clone(),
+            _value: PhantomData,
+        }
+    }
+}
+
+impl<UK, UV> Clone for MapState<UK, UV> {
+    fn clone(&self) -> Self {
+        MapState {
+            name: self.name,
+            slot: self.slot.clone(),
+            _value: PhantomData,
+        }
     }
 }

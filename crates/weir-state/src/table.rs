@@ -105,7 +105,12 @@ impl<K: Eq + Hash, C> Table<K, C> {
         for _ in 0..range.len() {
             groups.push(FastMap::default());
         }
-        Table { name: name.to_string(), kind, range, groups }
+        Table {
+            name: name.to_string(),
+            kind,
+            range,
+            groups,
+        }
     }
 
     /// The map of one key group, by its index within the range.
@@ -127,7 +132,10 @@ impl<K: Eq + Hash, C> Table<K, C> {
 
     fn index_of(&self, key_group: u32) -> Result<usize, StateError> {
         if !self.range.contains(key_group) {
-            return Err(StateError::KeyGroupOutOfRange { key_group, range: self.range.to_string() });
+            return Err(StateError::KeyGroupOutOfRange {
+                key_group,
+                range: self.range.to_string(),
+            });
         }
         Ok((key_group - self.range.start) as usize)
     }
@@ -180,7 +188,8 @@ where
             key_group,
             reason: format!("cannot decode {what}: {e}"),
         };
-        let entries: Vec<(Vec<u8>, Vec<u8>)> = postcard::from_bytes(bytes).map_err(|e| corrupt("entries", e))?;
+        let entries: Vec<(Vec<u8>, Vec<u8>)> =
+            postcard::from_bytes(bytes).map_err(|e| corrupt("entries", e))?;
         let mut map = FastMap::default();
         map.reserve(entries.len());
         for (key_bytes, cell_bytes) in entries {

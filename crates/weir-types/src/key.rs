@@ -18,14 +18,19 @@ const KEY_BYTES_INLINE_MAX: usize = 128;
 ///
 /// Implemented for every `Serialize + DeserializeOwned + Eq + Hash + Clone` type; the key
 /// group depends only on the postcard encoding of the value.
-pub trait Key: Serialize + DeserializeOwned + Eq + Hash + Clone + Debug + Send + Sync + 'static {
+pub trait Key:
+    Serialize + DeserializeOwned + Eq + Hash + Clone + Debug + Send + Sync + 'static
+{
     /// The stable 32-bit hash of the key's canonical bytes (murmur3 x86_32, seed 0).
     fn stable_hash(&self) -> u32 {
         with_canonical_bytes(self, murmur3_32)
     }
 }
 
-impl<T> Key for T where T: Serialize + DeserializeOwned + Eq + Hash + Clone + Debug + Send + Sync + 'static {}
+impl<T> Key for T where
+    T: Serialize + DeserializeOwned + Eq + Hash + Clone + Debug + Send + Sync + 'static
+{
+}
 
 /// Calls `f` with the canonical bytes of `key`, without allocating for small keys.
 pub fn with_canonical_bytes<K: Serialize + ?Sized, R>(key: &K, f: impl FnOnce(&[u8]) -> R) -> R {
@@ -53,9 +58,15 @@ mod tests {
     #[test]
     fn small_and_large_keys_hash_their_postcard_bytes() {
         let small = 42u64;
-        assert_eq!(small.stable_hash(), murmur3_32(&postcard::to_allocvec(&small).unwrap()));
+        assert_eq!(
+            small.stable_hash(),
+            murmur3_32(&postcard::to_allocvec(&small).unwrap())
+        );
         let large = "x".repeat(1000);
-        assert_eq!(large.stable_hash(), murmur3_32(&postcard::to_allocvec(&large).unwrap()));
+        assert_eq!(
+            large.stable_hash(),
+            murmur3_32(&postcard::to_allocvec(&large).unwrap())
+        );
     }
 
     #[test]

@@ -75,7 +75,11 @@ pub fn assign_to_key_group<K: Key>(key: &K, max_parallelism: u32) -> u32 {
 
 /// The subtask (operator index) that owns `key_group`.
 #[inline]
-pub fn compute_operator_index_for_key_group(max_parallelism: u32, parallelism: u32, key_group: u32) -> u32 {
+pub fn compute_operator_index_for_key_group(
+    max_parallelism: u32,
+    parallelism: u32,
+    key_group: u32,
+) -> u32 {
     // u64 keeps the product exact for every max parallelism up to 2^15.
     (u64::from(key_group) * u64::from(parallelism) / u64::from(max_parallelism)) as u32
 }
@@ -111,7 +115,11 @@ impl KeyGroupRange {
 
     /// Number of key groups in the range.
     pub fn len(&self) -> u32 {
-        if self.end < self.start { 0 } else { self.end - self.start + 1 }
+        if self.end < self.start {
+            0
+        } else {
+            self.end - self.start + 1
+        }
     }
 
     /// True when the range holds no key group.
@@ -135,13 +143,21 @@ impl KeyGroupRange {
     pub fn intersection(&self, other: &KeyGroupRange) -> KeyGroupRange {
         let start = self.start.max(other.start);
         let end = self.end.min(other.end);
-        if end < start { KeyGroupRange::EMPTY } else { KeyGroupRange { start, end } }
+        if end < start {
+            KeyGroupRange::EMPTY
+        } else {
+            KeyGroupRange { start, end }
+        }
     }
 }
 
 impl std::fmt::Display for KeyGroupRange {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if self.is_empty() { write!(f, "[]") } else { write!(f, "[{}..={}]", self.start, self.end) }
+        if self.is_empty() {
+            write!(f, "[]")
+        } else {
+            write!(f, "[{}..={}]", self.start, self.end)
+        }
     }
 }
 
@@ -157,9 +173,12 @@ pub fn compute_key_group_range_for_operator_index(
     let max_p = u64::from(max_parallelism);
     let p = u64::from(parallelism);
     let i = u64::from(operator_index);
-    let start = (i * max_p + p - 1) / p;
+    let start = (i * max_p).div_ceil(p);
     let end = ((i + 1) * max_p - 1) / p;
-    KeyGroupRange { start: start as u32, end: end as u32 }
+    KeyGroupRange {
+        start: start as u32,
+        end: end as u32,
+    }
 }
 
 #[cfg(test)]
@@ -171,7 +190,10 @@ mod tests {
     fn murmur3_matches_reference_vectors() {
         assert_eq!(murmur3_32(b""), 0);
         assert_eq!(murmur3_32(b"hello"), 0x248b_fa47);
-        assert_eq!(murmur3_32(b"The quick brown fox jumps over the lazy dog"), 0x2e4f_f723);
+        assert_eq!(
+            murmur3_32(b"The quick brown fox jumps over the lazy dog"),
+            0x2e4f_f723
+        );
         // Flink's MathUtils.murmurHash(1) mixes the int's 4 little-endian bytes: raw -68075478.
         assert_eq!(murmur3_32(&1i32.to_le_bytes()) as i32, -68_075_478);
         assert_eq!(non_negative(murmur3_32(&1i32.to_le_bytes())), 68_075_478);
@@ -198,12 +220,30 @@ mod tests {
 
     #[test]
     fn ranges_for_known_cases() {
-        assert_eq!(compute_key_group_range_for_operator_index(128, 1, 0), KeyGroupRange::new(0, 127));
-        assert_eq!(compute_key_group_range_for_operator_index(128, 2, 0), KeyGroupRange::new(0, 63));
-        assert_eq!(compute_key_group_range_for_operator_index(128, 2, 1), KeyGroupRange::new(64, 127));
-        assert_eq!(compute_key_group_range_for_operator_index(10, 3, 0), KeyGroupRange::new(0, 3));
-        assert_eq!(compute_key_group_range_for_operator_index(10, 3, 1), KeyGroupRange::new(4, 6));
-        assert_eq!(compute_key_group_range_for_operator_index(10, 3, 2), KeyGroupRange::new(7, 9));
+        assert_eq!(
+            compute_key_group_range_for_operator_index(128, 1, 0),
+            KeyGroupRange::new(0, 127)
+        );
+        assert_eq!(
+            compute_key_group_range_for_operator_index(128, 2, 0),
+            KeyGroupRange::new(0, 63)
+        );
+        assert_eq!(
+            compute_key_group_range_for_operator_index(128, 2, 1),
+            KeyGroupRange::new(64, 127)
+        );
+        assert_eq!(
+            compute_key_group_range_for_operator_index(10, 3, 0),
+            KeyGroupRange::new(0, 3)
+        );
+        assert_eq!(
+            compute_key_group_range_for_operator_index(10, 3, 1),
+            KeyGroupRange::new(4, 6)
+        );
+        assert_eq!(
+            compute_key_group_range_for_operator_index(10, 3, 2),
+            KeyGroupRange::new(7, 9)
+        );
     }
 
     #[test]
@@ -212,7 +252,10 @@ mod tests {
         let b = KeyGroupRange::new(40, 100);
         assert_eq!(a.intersection(&b), KeyGroupRange::new(40, 63));
         assert!(a.intersection(&KeyGroupRange::new(64, 70)).is_empty());
-        assert_eq!(KeyGroupRange::new(3, 5).iter().collect::<Vec<_>>(), vec![3, 4, 5]);
+        assert_eq!(
+            KeyGroupRange::new(3, 5).iter().collect::<Vec<_>>(),
+            vec![3, 4, 5]
+        );
         assert_eq!(KeyGroupRange::EMPTY.iter().count(), 0);
     }
 

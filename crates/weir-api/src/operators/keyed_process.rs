@@ -74,7 +74,12 @@ where
             let key = (self.key_selector)(&record);
             let group_index = match self.backend.locate(&key) {
                 Ok((_, group_index)) => group_index,
-                Err(e) => return Err(TaskError::Internal(format!("{}: record routed to the wrong subtask: {e}", self.name))),
+                Err(e) => {
+                    return Err(TaskError::Internal(format!(
+                        "{}: record routed to the wrong subtask: {e}",
+                        self.name
+                    )));
+                }
             };
             let mut ctx = KeyedContext {
                 backend: &mut self.backend,
@@ -83,7 +88,9 @@ where
                 group_index,
                 now_ms,
             };
-            let mut out = Collector { buffer: &mut self.out };
+            let mut out = Collector {
+                buffer: &mut self.out,
+            };
             if let Err(e) = self.func.process_element(record, &mut ctx, &mut out) {
                 return Err(TaskError::user(&self.name, e));
             }
@@ -107,7 +114,9 @@ where
                 group_index,
                 now_ms,
             };
-            let mut out = Collector { buffer: &mut self.out };
+            let mut out = Collector {
+                buffer: &mut self.out,
+            };
             if let Err(e) = self.func.on_timer(timestamp, &mut ctx, &mut out) {
                 return Err(TaskError::user(&self.name, e));
             }
@@ -126,8 +135,12 @@ where
     }
 
     fn end_input(&mut self) -> Result<(), TaskError> {
-        let mut ctx = EndOfInputContext { backend: &mut self.backend };
-        let mut out = Collector { buffer: &mut self.out };
+        let mut ctx = EndOfInputContext {
+            backend: &mut self.backend,
+        };
+        let mut out = Collector {
+            buffer: &mut self.out,
+        };
         if let Err(e) = self.func.on_end_of_input(&mut ctx, &mut out) {
             return Err(TaskError::user(&self.name, e));
         }

@@ -1,0 +1,669 @@
+//! Text files: a parallel line source over one file and a sink writing one part file per subtask.
+//!
+//! [`TextLineSource`] splits the file into `p` byte ranges; each subtask reads the lines that
+//! start in its range. [`FileSink`] writes `.part-<job8>-<subtask>-<n>.inprogress` (hidden
+//! from readers by the leading dot) and renames it to `part-<job8>-<subtask>-<n>` once
+//! committed.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{BufRead, BufReader, BufWriter, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+use weir_api::error::TaskError;
+use weir_api::operator::TaskContext;
+use weir_api::sink::{Sink, SinkWriter};
+use weir_api::source::{Boundedness, Source, SourcePoll, SourceReader};
+
+/// Read buffer of a text line reader.
+const READ_BUFFER_BYTES: usize = 1 << 20;
+/// Write buffer of a part file.
+const WRITE_BUFFER_BYTES: usize = 1 << 20;
+/// Formatted bytes collected before they are handed to the part file's buffer.
+const FORMAT_CHUNK_BYTES: usize = 64 << 10;
+
+/// A bounded source of the lines of one UTF-8 text file, without their `\n` (or `\r\n`).
+#[derive(Clone, Debug)]
+pub struct TextLineSource {
+    path: PathBuf,
+}
+
+impl TextLineSource {
+    /// A source of the lines of the file at `path`.
+    pub fn new(path: impl Into<PathBuf>) -> TextLineSource {
+        TextLineSource { path: path.into() }
+    }
+
+    /// The file read.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Decodes a position returned by a reader's [`SourceReader::position`]: the byte offset
+    /// of the next line that subtask would read.
+    pub fn decode_position(bytes: &[u8]) -> Result<u64, TaskError> {
+        postcard::from_bytes(bytes).map_err(|e| {
+            TaskError::external(
+                "text line source: decoding a checkpointed position",
+                format!("{e}; the checkpoint is corrupt or was not written by a text line source"),
+            )
+        })
+    }
+
+    /// The reader of subtask `ctx.subtask_index`, resuming at the line starting at byte
+    /// `next_line_offset` (a decoded position of the same subtask under the same parallelism).
+    pub fn reader_at(
+        &self,
+        ctx: &TaskContext,
+        next_line_offset: u64,
+    ) -> Result<Box<dyn SourceReader<String>>, TaskError> {
+        let (file, _start, end) = self.open_range(ctx)?;
+        Ok(Box::new(TextLineReader::new(
+            self.path.clone(),
+            file,
+            next_line_offset,
+            end,
+        )?))
+    }
+
+    /// Opens the file and computes subtask `ctx.subtask_index`'s byte range `[start, end)`.
+    fn open_range(&self, ctx: &TaskContext) -> Result<(File, u64, u64), TaskError> {
+        let (parallelism, index) = (ctx.parallelism, ctx.subtask_index);
+        if parallelism == 0 || index >= parallelism {
+            return Err(TaskError::Internal(format!(
+                "text line source: invalid task context (subtask {index} of {parallelism})"
+            )));
+        }
+        let open_error = |e: std::io::Error| {
+            TaskError::external(
+                format!("text line source: opening {}", self.path.display()),
+                format!("{e}; check that the file exists and is readable"),
+            )
+        };
+        let file = File::open(&self.path).map_err(open_error)?;
+        let metadata = file.metadata().map_err(open_error)?;
+        if metadata.is_dir() {
+            return Err(TaskError::external(
+                format!("text line source: opening {}", self.path.display()),
+                "it is a directory; give the path of a text file",
+            ));
+        }
+        let len = u128::from(metadata.len());
+        let (p, i) = (u128::from(parallelism), u128::from(index));
+        // Both bounds are at most `len`, so they fit in u64.
+        let start = (i * len / p) as u64;
+        let end = ((i + 1) * len / p) as u64;
+        Ok((file, start, end))
+    }
+}
+
+impl Source<String> for TextLineSource {
+    fn boundedness(&self) -> Boundedness {
+        Boundedness::Bounded
+    }
+
+    fn create_reader(&self, ctx: &TaskContext) -> Result<Box<dyn SourceReader<String>>, TaskError> {
+        let (file, start, end) = self.open_range(ctx)?;
+        if start == 0 {
+            return Ok(Box::new(TextLineReader::new(
+                self.path.clone(),
+                file,
+                0,
+                end,
+            )?));
+        }
+        // The line containing byte `start - 1` belongs to an earlier subtask: ours begin after
+        // the first '\n' at or after `start - 1`.
+        let mut reader = TextLineReader::new(self.path.clone(), file, start - 1, end)?;
+        reader.skip_to_next_line()?;
+        Ok(Box::new(reader))
+    }
+}
+
+/// Reads the lines starting in `[.., end)` from `pos` on.
+struct TextLineReader {
+    path: PathBuf,
+    reader: BufReader<File>,
+    /// Byte offset of the next line.
+    pos: u64,
+    /// Lines starting at or after this offset belong to the next subtask.
+    end: u64,
+    /// The current line's bytes (reused).
+    line: Vec<u8>,
+    done: bool,
+}
+
+impl TextLineReader {
+    fn new(path: PathBuf, mut file: File, pos: u64, end: u64) -> Result<TextLineReader, TaskError> {
+        if pos > 0 {
+            file.seek(SeekFrom::Start(pos))
+                .map_err(|e| read_error(&path, pos, e))?;
+        }
+        Ok(TextLineReader {
+            path,
+            reader: BufReader::with_capacity(READ_BUFFER_BYTES, file),
+            pos,
+            end,
+            line: Vec::new(),
+            done: pos >= end,
+        })
+    }
+
+    /// Moves past the next '\n' (or to the end of the file).
+    fn skip_to_next_line(&mut self) -> Result<(), TaskError> {
+        let skipped = self
+            .reader
+            .skip_until(b'\n')
+            .map_err(|e| read_error(&self.path, self.pos, e))?;
+        self.pos += skipped as u64;
+        self.done = self.pos >= self.end;
+        Ok(())
+    }
+}
+
+fn read_error(path: &Path, offset: u64, e: std::io::Error) -> TaskError {
+    TaskError::external(
+        format!(
+            "text line source: reading {} at byte {offset}",
+            path.display()
+        ),
+        format!("{e}; check that the file is readable and was not truncated while being read"),
+    )
+}
+
+impl SourceReader<String> for TextLineReader {
+    fn poll_next(
+        &mut self,
+        out: &mut Vec<String>,
+        max_records: usize,
+    ) -> Result<SourcePoll, TaskError> {
+        if self.done {
+            return Ok(SourcePoll::End);
+        }
+        let budget = max_records.saturating_sub(out.len());
+        let mut produced = 0;
+        while produced < budget {
+            self.line.clear();
+            let read = self
+                .reader
+                .read_until(b'\n', &mut self.line)
+                .map_err(|e| read_error(&self.path, self.pos, e))?;
+            if read == 0 {
+                self.done = true;
+                break;
+            }
+            let line_start = self.pos;
+            let mut content: &[u8] = &self.line;
+            if let Some(rest) = content.strip_suffix(b"\n") {
+                content = rest;
+            }
+            if let Some(rest) = content.strip_suffix(b"\r") {
+                content = rest;
+            }
+            let text = std::str::from_utf8(content).map_err(|e| {
+                TaskError::external(
+                    format!("text line source: reading {}", self.path.display()),
+                    format!(
+                        "invalid UTF-8 at byte offset {}; the source reads UTF-8 text only, convert the file",
+                        line_start + e.valid_up_to() as u64
+                    ),
+                )
+            })?;
+            out.push(text.to_owned());
+            produced += 1;
+            // Advance only once the line is delivered, so the position never skips a line.
+            self.pos += read as u64;
+            if self.pos >= self.end {
+                self.done = true;
+                break;
+            }
+        }
+        if produced == 0 && self.done {
+            Ok(SourcePoll::End)
+        } else {
+            Ok(SourcePoll::Data)
+        }
+    }
+
+    fn position(&self) -> Vec<u8> {
+        // Serializing a u64 into memory cannot fail.
+        postcard::to_allocvec(&self.pos).unwrap_or_default()
+    }
+}
+
+/// The committed name of part file `counter` of `subtask`: `part-<job8>-<subtask>-<counter>`.
+pub fn part_file_name(job8: &str, subtask: u32, counter: u64) -> String {
+    format!("part-{job8}-{subtask}-{counter}")
+}
+
+/// The name of part file `counter` of `subtask` while it is written:
+/// `.part-<job8>-<subtask>-<counter>.inprogress` (the leading dot hides it from readers).
+pub fn in_progress_name(job8: &str, subtask: u32, counter: u64) -> String {
+    format!(".{}.inprogress", part_file_name(job8, subtask, counter))
+}
+
+/// The first 8 characters of a job id, as used in part file names.
+fn job8(ctx: &TaskContext) -> String {
+    ctx.job_id.to_string().chars().take(8).collect()
+}
+
+/// Writes records as lines into part files of a directory, one part file per subtask.
+///
+/// Records are visible (renamed to `part-...`) only after the writer finishes; until then
+/// they are in a hidden `.part-....inprogress` file.
+pub struct FileSink<T> {
+    dir: PathBuf,
+    format: fn(&T, &mut String),
+}
+
+impl<T> FileSink<T> {
+    /// A sink writing into `dir` (created when missing), each record formatted by `format`
+    /// (which appends to the given String) and followed by `\n`.
+    pub fn new(dir: impl Into<PathBuf>, format: fn(&T, &mut String)) -> FileSink<T> {
+        FileSink {
+            dir: dir.into(),
+            format,
+        }
+    }
+
+    /// The output directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+}
+
+impl<T: Send + 'static> Sink<T> for FileSink<T> {
+    fn create_writer(&self, ctx: &TaskContext) -> Result<Box<dyn SinkWriter<T>>, TaskError> {
+        fs::create_dir_all(&self.dir).map_err(|e| {
+            TaskError::external(
+                format!(
+                    "file sink: creating output directory {}",
+                    self.dir.display()
+                ),
+                format!("{e}; check the path and the permissions of its parent"),
+            )
+        })?;
+        let job8 = job8(ctx);
+        let part = InProgressPart::open(&self.dir, &job8, ctx.subtask_index, 0)?;
+        Ok(Box::new(FileSinkWriter {
+            format: self.format,
+            text: String::new(),
+            part: Some(part),
+        }))
+    }
+}
+
+/// One part file being written.
+struct InProgressPart {
+    writer: BufWriter<File>,
+    in_progress: PathBuf,
+    committed: PathBuf,
+}
+
+impl InProgressPart {
+    /// Creates (or truncates a leftover) in-progress part file `counter` of `subtask`.
+    fn open(
+        dir: &Path,
+        job8: &str,
+        subtask: u32,
+        counter: u64,
+    ) -> Result<InProgressPart, TaskError> {
+        let in_progress = dir.join(in_progress_name(job8, subtask, counter));
+        let committed = dir.join(part_file_name(job8, subtask, counter));
+        let file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&in_progress)
+            .map_err(|e| {
+                TaskError::external(
+                    format!("file sink: creating {}", in_progress.display()),
+                    format!("{e}; check the permissions of the output directory"),
+                )
+            })?;
+        Ok(InProgressPart {
+            writer: BufWriter::with_capacity(WRITE_BUFFER_BYTES, file),
+            in_progress,
+            committed,
+        })
+    }
+
+    fn write_error(&self, e: std::io::Error) -> TaskError {
+        TaskError::external(
+            format!("file sink: writing {}", self.in_progress.display()),
+            format!("{e}; check free space and permissions of the output directory"),
+        )
+    }
+
+    fn write(&mut self, bytes: &[u8]) -> Result<(), TaskError> {
+        self.writer
+            .write_all(bytes)
+            .map_err(|e| self.write_error(e))
+    }
+
+    /// Hands buffered bytes to the file (no fsync, no rename).
+    fn flush(&mut self) -> Result<(), TaskError> {
+        self.writer.flush().map_err(|e| self.write_error(e))
+    }
+
+    /// Flushes, fsyncs and renames the part to its committed name; returns that path.
+    fn close_and_commit(mut self) -> Result<PathBuf, TaskError> {
+        self.flush()?;
+        self.writer
+            .get_ref()
+            .sync_all()
+            .map_err(|e| self.write_error(e))?;
+        fs::rename(&self.in_progress, &self.committed).map_err(|e| {
+            TaskError::external(
+                format!(
+                    "file sink: committing {} as {}",
+                    self.in_progress.display(),
+                    self.committed.display()
+                ),
+                format!("{e}; check the permissions of the output directory"),
+            )
+        })?;
+        // Make the rename durable too; not every file system can fsync a directory, and the
+        // data itself is already synced, so a failure here is not an error.
+        if let Some(dir) = self.committed.parent()
+            && let Ok(dir) = File::open(dir)
+        {
+            let _ = dir.sync_all();
+        }
+        Ok(self.committed)
+    }
+}
+
+struct FileSinkWriter<T> {
+    format: fn(&T, &mut String),
+    /// Formatted records not yet handed to the part file (reused).
+    text: String,
+    /// The open part; `None` once finished.
+    part: Option<InProgressPart>,
+}
+
+impl<T> FileSinkWriter<T> {
+    fn open_part(&mut self) -> Result<&mut InProgressPart, TaskError> {
+        self.part
+            .as_mut()
+            .ok_or_else(|| TaskError::Internal("file sink: write after finish".into()))
+    }
+}
+
+impl<T: Send> SinkWriter<T> for FileSinkWriter<T> {
+    fn write_batch(&mut self, batch: &mut Vec<T>) -> Result<(), TaskError> {
+        let format = self.format;
+        let mut text = std::mem::take(&mut self.text);
+        text.clear();
+        let part = self.open_part()?;
+        let mut result = Ok(());
+        for record in batch.drain(..) {
+            format(&record, &mut text);
+            text.push('\n');
+            if text.len() >= FORMAT_CHUNK_BYTES {
+                result = part.write(text.as_bytes());
+                text.clear();
+                if result.is_err() {
+                    break;
+                }
+            }
+        }
+        if result.is_ok() && !text.is_empty() {
+            result = part.write(text.as_bytes());
+        }
+        text.clear();
+        self.text = text;
+        batch.clear();
+        result
+    }
+
+    fn flush(&mut self) -> Result<(), TaskError> {
+        match &mut self.part {
+            Some(part) => part.flush(),
+            None => Ok(()),
+        }
+    }
+
+    fn finish(&mut self) -> Result<(), TaskError> {
+        match self.part.take() {
+            Some(part) => part.close_and_commit().map(|_| ()),
+            None => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use weir_api::operator::BATCH_RECORDS_MAX;
+
+    fn drain(reader: &mut dyn SourceReader<String>, max_records: usize) -> Vec<String> {
+        let mut all = Vec::new();
+        let mut batch = Vec::new();
+        loop {
+            match reader.poll_next(&mut batch, max_records).unwrap() {
+                SourcePoll::Data => all.append(&mut batch),
+                SourcePoll::Idle(_) => panic!("a file source went idle"),
+                SourcePoll::End => return all,
+            }
+        }
+    }
+
+    fn read_all(path: &Path, parallelism: u32, max_records: usize) -> Vec<String> {
+        let source = TextLineSource::new(path);
+        let mut lines = Vec::new();
+        for index in 0..parallelism {
+            let mut reader = source
+                .create_reader(&TaskContext::for_test(index, parallelism, 128))
+                .unwrap();
+            lines.extend(drain(reader.as_mut(), max_records));
+        }
+        lines
+    }
+
+    /// The lines of `content`: split at '\n', a final '\n' does not start another line.
+    fn expected_lines(content: &str) -> Vec<String> {
+        let body = content.strip_suffix('\n').unwrap_or(content);
+        if content.is_empty() {
+            Vec::new()
+        } else {
+            body.split('\n').map(str::to_owned).collect()
+        }
+    }
+
+    #[test]
+    fn reads_lines_and_strips_line_endings() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("in.txt");
+        fs::write(&path, "a\r\n\nb\nlast").unwrap();
+        assert_eq!(read_all(&path, 1, 10), vec!["a", "", "b", "last"]);
+        assert_eq!(read_all(&path, 3, 1), vec!["a", "", "b", "last"]);
+    }
+
+    #[test]
+    fn missing_file_is_an_error_naming_it() {
+        let source = TextLineSource::new("/nonexistent/weir/input.txt");
+        let err = source
+            .create_reader(&TaskContext::for_test(0, 1, 8))
+            .err()
+            .unwrap();
+        assert!(
+            err.to_string().contains("/nonexistent/weir/input.txt"),
+            "{err}"
+        );
+        assert_eq!(err.domain(), weir_api::error::ErrorDomain::External);
+    }
+
+    #[test]
+    fn directory_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let source = TextLineSource::new(dir.path());
+        assert!(
+            source
+                .create_reader(&TaskContext::for_test(0, 1, 8))
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn invalid_utf8_names_file_and_offset() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bad.txt");
+        fs::write(&path, b"ok\nab\xffc\n").unwrap();
+        let mut reader = TextLineSource::new(&path)
+            .create_reader(&TaskContext::for_test(0, 1, 8))
+            .unwrap();
+        let mut out = Vec::new();
+        let err = reader.poll_next(&mut out, 10).err().unwrap().to_string();
+        assert!(
+            err.contains("bad.txt") && err.contains("byte offset 5"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn position_is_the_next_line_and_resumes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("in.txt");
+        fs::write(&path, "one\ntwo\nthree\nfour\n").unwrap();
+        let source = TextLineSource::new(&path);
+        let ctx = TaskContext::for_test(0, 1, 8);
+        let mut reader = source.create_reader(&ctx).unwrap();
+        assert_eq!(
+            TextLineSource::decode_position(&reader.position()).unwrap(),
+            0
+        );
+        let mut out = Vec::new();
+        reader.poll_next(&mut out, 2).unwrap();
+        assert_eq!(out, vec!["one", "two"]);
+        let position = TextLineSource::decode_position(&reader.position()).unwrap();
+        assert_eq!(position, 8);
+        let mut resumed = source.reader_at(&ctx, position).unwrap();
+        assert_eq!(
+            drain(resumed.as_mut(), BATCH_RECORDS_MAX),
+            vec!["three", "four"]
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn subtasks_read_every_line_once(
+            lines in proptest::collection::vec("[a-z\u{e9}\u{4e2d} ]{0,12}", 0..40),
+            final_newline in any::<bool>(),
+            parallelism in 1u32..=4,
+            max_records in 1usize..8,
+        ) {
+            let mut content = lines.join("\n");
+            if final_newline && !lines.is_empty() {
+                content.push('\n');
+            }
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("in.txt");
+            fs::write(&path, &content).unwrap();
+            let mut got = read_all(&path, parallelism, max_records);
+            let mut expected = expected_lines(&content);
+            got.sort();
+            expected.sort();
+            prop_assert_eq!(got, expected);
+        }
+    }
+
+    fn format_u64(n: &u64, out: &mut String) {
+        use std::fmt::Write as _;
+        let _ = write!(out, "{n}");
+    }
+
+    fn names(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn part_files_are_committed_on_finish() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("out").join("nested");
+        let sink = FileSink::new(&dir, format_u64);
+        let mut writers: Vec<_> = (0..2)
+            .map(|index| {
+                sink.create_writer(&TaskContext::for_test(index, 2, 8))
+                    .unwrap()
+            })
+            .collect();
+        for (index, writer) in writers.iter_mut().enumerate() {
+            let base = index as u64 * 100;
+            let mut batch = vec![base, base + 1];
+            writer.write_batch(&mut batch).unwrap();
+            assert!(batch.is_empty());
+            writer.write_batch(&mut vec![base + 2]).unwrap();
+            writer.flush().unwrap();
+        }
+        assert_eq!(
+            names(&dir),
+            vec![
+                ".part-00000000-0-0.inprogress",
+                ".part-00000000-1-0.inprogress"
+            ]
+        );
+        for writer in &mut writers {
+            writer.finish().unwrap();
+            writer.finish().unwrap();
+        }
+        assert_eq!(names(&dir), vec!["part-00000000-0-0", "part-00000000-1-0"]);
+        assert_eq!(
+            fs::read_to_string(dir.join("part-00000000-0-0")).unwrap(),
+            "0\n1\n2\n"
+        );
+        assert_eq!(
+            fs::read_to_string(dir.join("part-00000000-1-0")).unwrap(),
+            "100\n101\n102\n"
+        );
+        assert!(writers[0].write_batch(&mut vec![7]).is_err());
+    }
+
+    #[test]
+    fn large_batches_are_written_completely() {
+        let dir = tempfile::tempdir().unwrap();
+        let sink = FileSink::new(dir.path(), format_u64);
+        let mut writer = sink.create_writer(&TaskContext::for_test(0, 1, 8)).unwrap();
+        let mut expected = String::new();
+        for round in 0..50u64 {
+            let mut batch: Vec<u64> = (round * 5000..(round + 1) * 5000).collect();
+            for n in &batch {
+                expected.push_str(&format!("{n}\n"));
+            }
+            writer.write_batch(&mut batch).unwrap();
+        }
+        writer.finish().unwrap();
+        assert_eq!(
+            fs::read_to_string(dir.path().join("part-00000000-0-0")).unwrap(),
+            expected
+        );
+    }
+
+    #[test]
+    fn uncreatable_directory_is_an_error_naming_it() {
+        let root = tempfile::tempdir().unwrap();
+        let blocker = root.path().join("file");
+        fs::write(&blocker, "x").unwrap();
+        let sink = FileSink::new(blocker.join("sub"), format_u64);
+        let err = sink
+            .create_writer(&TaskContext::for_test(0, 1, 8))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(err.contains("file/sub"), "{err}");
+    }
+
+    #[test]
+    fn part_file_naming() {
+        assert_eq!(part_file_name("abcdef01", 3, 0), "part-abcdef01-3-0");
+        assert_eq!(
+            in_progress_name("abcdef01", 3, 0),
+            ".part-abcdef01-3-0.inprogress"
+        );
+    }
+}

@@ -1,0 +1,17 @@
+//! weir's built-in connectors: a parallel sequence generator, a text-file line source, a
+//! file sink with in-progress/committed part files, a stdout print sink and a discard sink.
+//!
+//! Every source keeps its read position explicit (see [`weir_api::source::SourceReader`]),
+//! and every I/O failure is a [`TaskError::External`](weir_api::error::TaskError) whose text
+//! names the file and what to do about it.
+#![warn(missing_docs)]
+
+pub mod discard;
+pub mod file;
+pub mod print;
+pub mod sequence;
+
+pub use discard::DiscardSink;
+pub use file::{FileSink, TextLineSource};
+pub use print::PrintSink;
+pub use sequence::SequenceSource;

@@ -1,0 +1,300 @@
+//! Deploying a job graph: channels between subtasks and one thread per subtask running its
+//! chain, reporting every state change to the job master.
+
+use std::collections::HashMap;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::thread::JoinHandle;
+
+use crossbeam_channel::Sender;
+use weir_api::error::TaskError;
+use weir_api::graph::{ErasedChannelEnd, ErasedOperator, NodeRole, StreamGraph};
+use weir_api::operator::{Clock, Step, TaskBody, TaskContext, TaskMetrics};
+use weir_types::JobId;
+
+use crate::jobgraph::JobGraph;
+
+/// What a subtask reports to its job master.
+#[derive(Debug)]
+pub struct TaskEvent {
+    /// The subtask's vertex.
+    pub vertex: usize,
+    /// The subtask's index.
+    pub subtask: u32,
+    /// What happened.
+    pub kind: TaskEventKind,
+}
+
+/// The subtask state changes a job master hears about.
+#[derive(Debug)]
+pub enum TaskEventKind {
+    /// Building the chain (and, later, restoring state).
+    Initializing,
+    /// Processing records.
+    Running,
+    /// All input ended and all output closed.
+    Finished,
+    /// Failed with an error.
+    Failed(TaskError),
+    /// Stopped because the job asked it to.
+    Canceled,
+}
+
+/// What every subtask of one job shares.
+#[derive(Clone)]
+pub struct JobContext {
+    /// The job.
+    pub job_id: JobId,
+    /// The job's name.
+    pub job_name: String,
+    /// Set to stop every subtask.
+    pub cancel: Arc<AtomicBool>,
+    /// Processing time.
+    pub clock: Arc<dyn Clock>,
+}
+
+/// Creates the channels of `job` and starts one thread per subtask.
+///
+/// `metrics[v][s]` are the counters of subtask `s` of vertex `v`; events go to `events`.
+pub fn deploy<E: From<TaskEvent> + Send + 'static>(
+    graph: &Arc<StreamGraph>,
+    job: &Arc<JobGraph>,
+    job_ctx: &JobContext,
+    metrics: &[Vec<Arc<TaskMetrics>>],
+    events: &Sender<E>,
+) -> Result<Vec<JoinHandle<()>>, TaskError> {
+    // senders[edge][producer subtask] -> one sender per consumer subtask;
+    // receivers[edge][consumer subtask] -> one receiver per producer subtask.
+    let mut senders: Vec<Vec<Vec<ErasedChannelEnd>>> = Vec::with_capacity(job.edges.len());
+    let mut receivers: Vec<Vec<Vec<ErasedChannelEnd>>> = Vec::with_capacity(job.edges.len());
+    for edge in &job.edges {
+        let producers = job.vertices[edge.source_vertex].parallelism as usize;
+        let consumers = job.vertices[edge.target_vertex].parallelism as usize;
+        let output_type = graph.nodes()[edge.source_node].output_type();
+        let mut edge_senders: Vec<Vec<ErasedChannelEnd>> = (0..producers)
+            .map(|_| Vec::with_capacity(consumers))
+            .collect();
+        let mut edge_receivers: Vec<Vec<ErasedChannelEnd>> = (0..consumers)
+            .map(|_| Vec::with_capacity(producers))
+            .collect();
+        for producer_senders in edge_senders.iter_mut() {
+            for consumer_receivers in edge_receivers.iter_mut() {
+                let (sender, receiver) = output_type.channel();
+                producer_senders.push(sender);
+                consumer_receivers.push(receiver);
+            }
+        }
+        senders.push(edge_senders);
+        receivers.push(edge_receivers);
+    }
+
+    let mut handles = Vec::new();
+    for (vertex_index, vertex) in job.vertices.iter().enumerate() {
+        // Hand each subtask its own channel ends, in subtask order.
+        let mut per_subtask_out: Vec<HashMap<usize, Vec<ErasedChannelEnd>>> =
+            (0..vertex.parallelism).map(|_| HashMap::new()).collect();
+        let mut per_subtask_in: Vec<Vec<ErasedChannelEnd>> =
+            (0..vertex.parallelism).map(|_| Vec::new()).collect();
+        for (edge_index, edge) in job.edges.iter().enumerate() {
+            if edge.source_vertex == vertex_index {
+                for (subtask, ends) in std::mem::take(&mut senders[edge_index])
+                    .into_iter()
+                    .enumerate()
+                {
+                    per_subtask_out[subtask].insert(edge_index, ends);
+                }
+            }
+            if edge.target_vertex == vertex_index {
+                for (subtask, ends) in std::mem::take(&mut receivers[edge_index])
+                    .into_iter()
+                    .enumerate()
+                {
+                    per_subtask_in[subtask].extend(ends);
+                }
+            }
+        }
+        for (subtask, (outputs, inputs)) in
+            per_subtask_out.into_iter().zip(per_subtask_in).enumerate()
+        {
+            let ctx = TaskContext {
+                job_id: job_ctx.job_id,
+                job_name: job_ctx.job_name.clone(),
+                task_name: vertex.name.clone(),
+                operator_name: vertex.name.clone(),
+                subtask_index: subtask as u32,
+                parallelism: vertex.parallelism,
+                max_parallelism: job.max_parallelism,
+                cancel: Arc::clone(&job_ctx.cancel),
+                metrics: Arc::clone(&metrics[vertex_index][subtask]),
+                clock: Arc::clone(&job_ctx.clock),
+            };
+            let wiring = SubtaskWiring {
+                graph: Arc::clone(graph),
+                job: Arc::clone(job),
+                vertex: vertex_index,
+                outputs,
+                inputs,
+            };
+            let events = events.clone();
+            let thread_name = format!("weir-task-{}-{subtask}", short_name(&vertex.name));
+            let handle = std::thread::Builder::new()
+                .name(thread_name)
+                .spawn(move || run_subtask(wiring, ctx, events))
+                .map_err(|e| TaskError::external("starting a subtask thread", e))?;
+            handles.push(handle);
+        }
+    }
+    Ok(handles)
+}
+
+fn short_name(name: &str) -> String {
+    name.chars()
+        .filter(|c| c.is_ascii_alphanumeric())
+        .take(12)
+        .collect()
+}
+
+struct SubtaskWiring {
+    graph: Arc<StreamGraph>,
+    job: Arc<JobGraph>,
+    vertex: usize,
+    outputs: HashMap<usize, Vec<ErasedChannelEnd>>,
+    inputs: Vec<ErasedChannelEnd>,
+}
+
+fn run_subtask<E: From<TaskEvent>>(wiring: SubtaskWiring, ctx: TaskContext, events: Sender<E>) {
+    let vertex = wiring.vertex;
+    let subtask = ctx.subtask_index;
+    let report = |kind: TaskEventKind| {
+        // The master outlives its subtasks; a closed channel means it is gone and nobody listens.
+        let _ = events.send(E::from(TaskEvent {
+            vertex,
+            subtask,
+            kind,
+        }));
+    };
+    report(TaskEventKind::Initializing);
+    let outcome = catch_unwind(AssertUnwindSafe(|| {
+        let mut body = build_body(wiring, &ctx)?;
+        report(TaskEventKind::Running);
+        run_body(body.as_mut(), &ctx)
+    }));
+    let kind = match outcome {
+        Ok(Ok(())) => TaskEventKind::Finished,
+        Ok(Err(TaskError::Cancelled)) => TaskEventKind::Canceled,
+        Ok(Err(_)) if ctx.is_cancelled() => TaskEventKind::Canceled,
+        Ok(Err(error)) => TaskEventKind::Failed(error),
+        Err(panic) => TaskEventKind::Failed(TaskError::user(
+            &ctx.task_name,
+            format!("user code panicked: {}", panic_message(&panic)),
+        )),
+    };
+    report(kind);
+}
+
+fn run_body(body: &mut dyn TaskBody, ctx: &TaskContext) -> Result<(), TaskError> {
+    loop {
+        if ctx.is_cancelled() {
+            return Err(TaskError::Cancelled);
+        }
+        if body.step()? == Step::Finished {
+            return Ok(());
+        }
+    }
+}
+
+/// The text of a panic payload.
+pub fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+    if let Some(text) = panic.downcast_ref::<&str>() {
+        return (*text).to_string();
+    }
+    if let Some(text) = panic.downcast_ref::<String>() {
+        return text.clone();
+    }
+    "a panic without a message".to_string()
+}
+
+fn build_body(
+    mut wiring: SubtaskWiring,
+    ctx: &TaskContext,
+) -> Result<Box<dyn TaskBody>, TaskError> {
+    let graph = Arc::clone(&wiring.graph);
+    let job = Arc::clone(&wiring.job);
+    let head = job.vertices[wiring.vertex].nodes[0];
+    let head_node = &graph.nodes()[head];
+    let downstream = build_downstream(&graph, &job, head, &mut wiring.outputs, ctx)?;
+    let mut head_ctx = ctx.clone();
+    head_ctx.operator_name = head_node.name.clone();
+    if head_node.role == NodeRole::Source {
+        let factory = head_node.source_factory().ok_or_else(|| {
+            TaskError::Internal(format!("source '{}' has no factory", head_node.name))
+        })?;
+        return factory(&head_ctx, downstream);
+    }
+    let factory = head_node.operator_factory().ok_or_else(|| {
+        TaskError::Internal(format!("operator '{}' has no factory", head_node.name))
+    })?;
+    let head_operator = factory(&head_ctx, downstream)?;
+    let input = head_node.inputs.first().ok_or_else(|| {
+        TaskError::Internal(format!("operator '{}' has no input", head_node.name))
+    })?;
+    let input_type = graph.nodes()[input.source].output_type();
+    input_type.input_body(std::mem::take(&mut wiring.inputs), head_operator, ctx)
+}
+
+/// The link that receives `node`'s output: its chained consumers and channel outputs.
+fn build_downstream(
+    graph: &StreamGraph,
+    job: &JobGraph,
+    node: usize,
+    outputs: &mut HashMap<usize, Vec<ErasedChannelEnd>>,
+    ctx: &TaskContext,
+) -> Result<ErasedOperator, TaskError> {
+    let output_type = graph.nodes()[node].output_type();
+    let mut links = Vec::new();
+    for (consumer, edge) in graph.consumers(node) {
+        if job.vertex_of_node[consumer] == job.vertex_of_node[node] {
+            links.push(build_chained(graph, job, consumer, outputs, ctx)?);
+            continue;
+        }
+        let edge_index = job
+            .edges
+            .iter()
+            .position(|e| e.source_node == node && e.target_node == consumer)
+            .ok_or_else(|| {
+                TaskError::Internal(format!("no job edge from node {node} to node {consumer}"))
+            })?;
+        let senders = outputs.remove(&edge_index).ok_or_else(|| {
+            TaskError::Internal(format!("channels of edge {edge_index} were already taken"))
+        })?;
+        links.push(output_type.channel_output(
+            edge,
+            job.edges[edge_index].forward,
+            senders,
+            ctx,
+        )?);
+    }
+    match links.len() {
+        0 => Ok(output_type.discard()),
+        1 => Ok(links.remove(0)),
+        _ => output_type.tee(links),
+    }
+}
+
+fn build_chained(
+    graph: &StreamGraph,
+    job: &JobGraph,
+    node: usize,
+    outputs: &mut HashMap<usize, Vec<ErasedChannelEnd>>,
+    ctx: &TaskContext,
+) -> Result<ErasedOperator, TaskError> {
+    let downstream = build_downstream(graph, job, node, outputs, ctx)?;
+    let stream_node = &graph.nodes()[node];
+    let factory = stream_node.operator_factory().ok_or_else(|| {
+        TaskError::Internal(format!("operator '{}' has no factory", stream_node.name))
+    })?;
+    let mut node_ctx = ctx.clone();
+    node_ctx.operator_name = stream_node.name.clone();
+    factory(&node_ctx, downstream)
+}

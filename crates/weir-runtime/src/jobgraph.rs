@@ -1,0 +1,348 @@
+//! The job graph: stream nodes grouped into chained tasks (job vertices) with resolved
+//! parallelism and the job's max parallelism.
+
+use weir_api::graph::{EdgeKind, NodeRole, StreamGraph};
+use weir_types::keygroups::murmur3_32;
+use weir_types::{MAX_PARALLELISM_UPPER_BOUND, compute_default_max_parallelism};
+
+/// What the cluster and the submitter decide about a job beyond its code.
+#[derive(Clone, Debug)]
+pub struct JobSettings {
+    /// `parallelism.default` or `-p`.
+    pub default_parallelism: u32,
+    /// `pipeline.max-parallelism`, if set.
+    pub max_parallelism: Option<u32>,
+}
+
+/// A task: one or more chained stream nodes run by each subtask in one thread.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct JobVertex {
+    /// Stable id (32 hex characters) derived from the head operator's uid or position.
+    pub id: String,
+    /// Chained node names joined with ` -> `, as Flink shows them.
+    pub name: String,
+    /// The chained stream nodes, head first.
+    pub nodes: Vec<usize>,
+    /// Parallelism of every node in the chain.
+    pub parallelism: u32,
+    /// Uids of the chained operators (given or generated), head first.
+    pub uids: Vec<String>,
+}
+
+/// An exchange between two vertices.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct JobEdge {
+    /// The producing vertex.
+    pub source_vertex: usize,
+    /// The producing node (the tail of its chain or any chained node with this consumer).
+    pub source_node: usize,
+    /// The consuming vertex.
+    pub target_vertex: usize,
+    /// The consuming node (the head of its vertex).
+    pub target_node: usize,
+    /// True when subtask i sends only to subtask i.
+    pub forward: bool,
+    /// `FORWARD`, `REBALANCE` or `HASH`, as Flink's plan shows.
+    pub ship_strategy: &'static str,
+}
+
+/// The job graph.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct JobGraph {
+    /// The job's name.
+    pub job_name: String,
+    /// Key groups of the job.
+    pub max_parallelism: u32,
+    /// Tasks, in a topological order.
+    pub vertices: Vec<JobVertex>,
+    /// Exchanges between tasks.
+    pub edges: Vec<JobEdge>,
+    /// For each stream node, the vertex it runs in.
+    pub vertex_of_node: Vec<usize>,
+}
+
+/// Why a job graph cannot be built.
+#[derive(Debug, thiserror::Error)]
+pub enum JobGraphError {
+    /// A parallelism outside (0, 32768].
+    #[error(
+        "operator '{operator}': parallelism {parallelism} is out of range; it must be between 1 and {MAX_PARALLELISM_UPPER_BOUND}"
+    )]
+    BadParallelism {
+        /// The operator.
+        operator: String,
+        /// The bad value.
+        parallelism: u32,
+    },
+    /// Max parallelism outside (0, 32768].
+    #[error(
+        "max parallelism {0} is out of range; it must be between 1 and {MAX_PARALLELISM_UPPER_BOUND}"
+    )]
+    BadMaxParallelism(u32),
+    /// A parallelism above the max parallelism.
+    #[error(
+        "operator '{operator}' has parallelism {parallelism}, above the job's max parallelism {max_parallelism}; lower the parallelism or raise pipeline.max-parallelism (it is fixed when the job first starts)"
+    )]
+    ParallelismAboveMax {
+        /// The operator.
+        operator: String,
+        /// Its parallelism.
+        parallelism: u32,
+        /// The job's max parallelism.
+        max_parallelism: u32,
+    },
+    /// An operator with more than one input (not supported by this API yet).
+    #[error(
+        "operator '{0}' has more than one input; unions and connected streams are not supported yet"
+    )]
+    MultipleInputs(String),
+}
+
+impl JobGraph {
+    /// Resolves parallelism, picks the max parallelism and chains `graph`.
+    pub fn build(graph: &StreamGraph, settings: &JobSettings) -> Result<JobGraph, JobGraphError> {
+        let nodes = graph.nodes();
+        let mut parallelism = Vec::with_capacity(nodes.len());
+        for node in nodes {
+            let p = node
+                .parallelism
+                .or(graph.parallelism)
+                .unwrap_or(settings.default_parallelism);
+            if p == 0 || p > MAX_PARALLELISM_UPPER_BOUND {
+                return Err(JobGraphError::BadParallelism {
+                    operator: node.name.clone(),
+                    parallelism: p,
+                });
+            }
+            if node.inputs.len() > 1 {
+                return Err(JobGraphError::MultipleInputs(node.name.clone()));
+            }
+            parallelism.push(p);
+        }
+        let highest = parallelism.iter().copied().max().unwrap_or(1);
+        let max_parallelism = match graph.max_parallelism.or(settings.max_parallelism) {
+            Some(max) if max == 0 || max > MAX_PARALLELISM_UPPER_BOUND => {
+                return Err(JobGraphError::BadMaxParallelism(max));
+            }
+            Some(max) => max,
+            None => compute_default_max_parallelism(highest),
+        };
+        for (node, p) in nodes.iter().zip(&parallelism) {
+            if *p > max_parallelism {
+                return Err(JobGraphError::ParallelismAboveMax {
+                    operator: node.name.clone(),
+                    parallelism: *p,
+                    max_parallelism,
+                });
+            }
+        }
+
+        // Chain: a node joins its producer's vertex when the edge is forward, parallelism is
+        // equal and the producer feeds nobody else (so the chain stays a straight line).
+        let mut vertex_of_node = vec![usize::MAX; nodes.len()];
+        let mut vertices: Vec<JobVertex> = Vec::new();
+        for node in nodes {
+            let chain_into = match node.inputs.first() {
+                Some(edge)
+                    if node.role != NodeRole::Source
+                        && edge.kind == EdgeKind::Auto
+                        && parallelism[edge.source] == parallelism[node.id]
+                        && graph.consumers(edge.source).len() == 1 =>
+                {
+                    Some(vertex_of_node[edge.source])
+                }
+                _ => None,
+            };
+            let display = display_name(&node.name, node.role);
+            match chain_into {
+                Some(vertex) => {
+                    let v = &mut vertices[vertex];
+                    v.nodes.push(node.id);
+                    v.name.push_str(" -> ");
+                    v.name.push_str(&display);
+                    v.uids.push(node.uid_or_generated());
+                    vertex_of_node[node.id] = vertex;
+                }
+                None => {
+                    let uid = node.uid_or_generated();
+                    vertices.push(JobVertex {
+                        id: vertex_id(&uid),
+                        name: display,
+                        nodes: vec![node.id],
+                        parallelism: parallelism[node.id],
+                        uids: vec![uid],
+                    });
+                    vertex_of_node[node.id] = vertices.len() - 1;
+                }
+            }
+        }
+
+        let mut edges = Vec::new();
+        for node in nodes {
+            for edge in &node.inputs {
+                let source_vertex = vertex_of_node[edge.source];
+                let target_vertex = vertex_of_node[node.id];
+                if source_vertex == target_vertex {
+                    continue;
+                }
+                let same_parallelism = parallelism[edge.source] == parallelism[node.id];
+                let forward = edge.kind == EdgeKind::Auto && same_parallelism;
+                let ship_strategy = match edge.kind {
+                    EdgeKind::Hash => "HASH",
+                    EdgeKind::Auto if forward => "FORWARD",
+                    EdgeKind::Auto | EdgeKind::Rebalance => "REBALANCE",
+                };
+                edges.push(JobEdge {
+                    source_vertex,
+                    source_node: edge.source,
+                    target_vertex,
+                    target_node: node.id,
+                    forward,
+                    ship_strategy,
+                });
+            }
+        }
+        Ok(JobGraph {
+            job_name: graph.job_name.clone(),
+            max_parallelism,
+            vertices,
+            edges,
+            vertex_of_node,
+        })
+    }
+
+    /// Edges into `vertex`.
+    pub fn inputs_of(&self, vertex: usize) -> impl Iterator<Item = (usize, &JobEdge)> {
+        self.edges
+            .iter()
+            .enumerate()
+            .filter(move |(_, e)| e.target_vertex == vertex)
+    }
+
+    /// Total subtasks (slots an embedded cluster provides).
+    pub fn subtask_count(&self) -> u32 {
+        self.vertices.iter().map(|v| v.parallelism).sum()
+    }
+}
+
+fn display_name(name: &str, role: NodeRole) -> String {
+    match role {
+        NodeRole::Source if !name.starts_with("Source:") => format!("Source: {name}"),
+        NodeRole::Sink if !name.starts_with("Sink:") => format!("Sink: {name}"),
+        _ => name.to_string(),
+    }
+}
+
+/// 32 hex characters from four seeded murmur hashes of the uid: stable across runs.
+fn vertex_id(uid: &str) -> String {
+    let mut id = String::with_capacity(32);
+    for seed in ["a", "b", "c", "d"] {
+        let hash = murmur3_32(format!("{seed}:{uid}").as_bytes());
+        id.push_str(&format!("{hash:08x}"));
+    }
+    id
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use weir_api::prelude::*;
+
+    fn counter_like(env: &StreamExecutionEnvironment) {
+        #[derive(Clone)]
+        struct Count(ValueState<u64>);
+        impl KeyedProcessFunction<u64, u64, (u64, u64)> for Count {
+            fn process_element(
+                &mut self,
+                r: u64,
+                ctx: &mut KeyedContext<'_, u64>,
+                out: &mut Collector<'_, (u64, u64)>,
+            ) -> FnResult {
+                let mut c = ctx.value(&self.0)?;
+                let n = c.get_or_insert_with(|| 0);
+                *n += 1;
+                out.collect((r, *n));
+                Ok(())
+            }
+        }
+        env.from_source(VecSource::new(vec![1u64, 2, 3]))
+            .uid("source")
+            .map(|x| x + 1)
+            .key_by(|x: &u64| *x)
+            .process(Count(ValueState::new("count")))
+            .uid("counter")
+            .sink_to(CollectSink::default())
+            .uid("sink");
+    }
+
+    #[test]
+    fn forward_operators_of_equal_parallelism_are_chained() {
+        let env = StreamExecutionEnvironment::new();
+        counter_like(&env);
+        let graph = env.build("t").unwrap();
+        let job = JobGraph::build(
+            &graph,
+            &JobSettings {
+                default_parallelism: 2,
+                max_parallelism: None,
+            },
+        )
+        .unwrap();
+        assert_eq!(job.vertices.len(), 2);
+        assert_eq!(job.vertices[0].name, "Source: Custom Source -> Map");
+        assert_eq!(job.vertices[1].name, "KeyedProcess -> Sink: Unnamed");
+        assert_eq!(job.edges.len(), 1);
+        assert_eq!(job.edges[0].ship_strategy, "HASH");
+        assert_eq!(job.max_parallelism, 128);
+        assert_eq!(
+            job.vertices[1].uids,
+            vec!["counter".to_string(), "sink".to_string()]
+        );
+    }
+
+    #[test]
+    fn different_parallelism_breaks_the_chain_with_rebalance() {
+        let env = StreamExecutionEnvironment::new();
+        env.from_source(VecSource::new(vec![1u64]))
+            .parallelism(1)
+            .map(|x| x)
+            .parallelism(3)
+            .sink_to(CollectSink::default());
+        let graph = env.build("t").unwrap();
+        let job = JobGraph::build(
+            &graph,
+            &JobSettings {
+                default_parallelism: 3,
+                max_parallelism: None,
+            },
+        )
+        .unwrap();
+        assert_eq!(job.vertices.len(), 2);
+        assert_eq!(job.edges[0].ship_strategy, "REBALANCE");
+    }
+
+    #[test]
+    fn parallelism_above_max_names_both_numbers() {
+        let env = StreamExecutionEnvironment::new();
+        counter_like(&env);
+        let graph = env.build("t").unwrap();
+        let err = JobGraph::build(
+            &graph,
+            &JobSettings {
+                default_parallelism: 256,
+                max_parallelism: Some(128),
+            },
+        )
+        .unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("256") && text.contains("128"), "{text}");
+    }
+
+    #[test]
+    fn vertex_ids_are_stable_32_hex() {
+        let id = vertex_id("counter");
+        assert_eq!(id.len(), 32);
+        assert_eq!(id, vertex_id("counter"));
+        assert_ne!(id, vertex_id("source"));
+    }
+}

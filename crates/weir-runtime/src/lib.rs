@@ -1,0 +1,23 @@
+//! weir's runtime: turns a [`StreamGraph`](weir_api::graph::StreamGraph) into running
+//! subtasks and drives the job's lifecycle.
+//!
+//! - [`jobgraph`]: parallelism and max parallelism resolved, forward-connected operators
+//!   of equal parallelism chained into one task (a job vertex).
+//! - [`execution`]: channels between subtasks, one thread per subtask running its chain.
+//! - [`job_master`]: the job's state machine (INITIALIZING -> CREATED -> RUNNING ->
+//!   FINISHED / FAILING -> FAILED / CANCELLING -> CANCELED), fed by subtask events.
+//! - [`dispatcher`]: the jobs of one cluster (embedded or standalone).
+//! - [`status`]: Flink-shaped views of jobs for REST and the CLI.
+#![warn(missing_docs)]
+
+pub mod dispatcher;
+pub mod execution;
+pub mod job_master;
+pub mod jobgraph;
+pub mod status;
+
+pub use status::{JobDetails, JobOverview};
+
+pub use dispatcher::{Dispatcher, SubmitError};
+pub use job_master::JobMaster;
+pub use jobgraph::{JobGraph, JobGraphError, JobSettings};

@@ -1,0 +1,345 @@
+//! Views of jobs shaped like Flink's REST responses, built from a job master's record.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+
+use serde::{Deserialize, Serialize};
+use weir_types::lifecycle::now_ms;
+use weir_types::{ExecutionState, JobStatus, Lifecycle};
+
+use crate::job_master::JobMaster;
+
+/// `GET /jobs/overview` entry.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct JobOverview {
+    /// Job id.
+    pub jid: String,
+    /// Job name.
+    pub name: String,
+    /// Job state.
+    pub state: JobStatus,
+    /// When the job was submitted, epoch ms.
+    #[serde(rename = "start-time")]
+    pub start_time: u64,
+    /// When it reached a terminal state, epoch ms; -1 while it runs.
+    #[serde(rename = "end-time")]
+    pub end_time: i64,
+    /// Milliseconds from start to end (or to now).
+    pub duration: u64,
+    /// Last state change, epoch ms.
+    #[serde(rename = "last-modification")]
+    pub last_modification: u64,
+    /// Subtask counts per state (lowercase state names) and `total`.
+    pub tasks: BTreeMap<String, u32>,
+}
+
+/// One subtask in [`VertexDetails`].
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct SubtaskDetails {
+    /// Subtask index.
+    pub subtask: u32,
+    /// State.
+    pub status: ExecutionState,
+    /// Where it runs.
+    pub host: String,
+    /// When it was created, epoch ms.
+    #[serde(rename = "start-time")]
+    pub start_time: u64,
+    /// Milliseconds in its lifetime so far.
+    pub duration: u64,
+    /// For each state entered, the epoch ms when it was last entered.
+    pub timestamps: BTreeMap<String, u64>,
+    /// Counters.
+    pub metrics: VertexMetrics,
+}
+
+/// Record counters (Flink's names).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct VertexMetrics {
+    /// Records received.
+    #[serde(rename = "read-records")]
+    pub read_records: u64,
+    /// Records sent or written.
+    #[serde(rename = "write-records")]
+    pub write_records: u64,
+    /// Milliseconds blocked on full output channels.
+    #[serde(rename = "backpressured-time-ms")]
+    pub backpressured_ms: u64,
+}
+
+/// One vertex in [`JobDetails`].
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct VertexDetails {
+    /// Vertex id.
+    pub id: String,
+    /// Chained operator names.
+    pub name: String,
+    /// Uids of the chained operators.
+    pub uids: Vec<String>,
+    /// Parallelism.
+    pub parallelism: u32,
+    /// The job's max parallelism.
+    #[serde(rename = "maxParallelism")]
+    pub max_parallelism: u32,
+    /// Aggregate state (the "least advanced" subtask state, as Flink shows it).
+    pub status: ExecutionState,
+    /// Subtask counts per state.
+    pub tasks: BTreeMap<String, u32>,
+    /// Summed counters.
+    pub metrics: VertexMetrics,
+    /// Every subtask.
+    pub subtasks: Vec<SubtaskDetails>,
+}
+
+/// `GET /jobs/{id}`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct JobDetails {
+    /// Job id.
+    pub jid: String,
+    /// Job name.
+    pub name: String,
+    /// Whether stop-with-savepoint applies (all sources can stop).
+    #[serde(rename = "isStoppable")]
+    pub is_stoppable: bool,
+    /// Job state.
+    pub state: JobStatus,
+    /// Submit time, epoch ms.
+    #[serde(rename = "start-time")]
+    pub start_time: u64,
+    /// End time, epoch ms, or -1.
+    #[serde(rename = "end-time")]
+    pub end_time: i64,
+    /// Milliseconds from start to end (or now).
+    pub duration: u64,
+    /// The job's max parallelism (0 until the job graph is built).
+    #[serde(rename = "maxParallelism")]
+    pub max_parallelism: u32,
+    /// Server time, epoch ms.
+    pub now: u64,
+    /// For each job state, when the job last entered it.
+    pub timestamps: BTreeMap<String, u64>,
+    /// Tasks.
+    pub vertices: Vec<VertexDetails>,
+    /// Vertex counts per state.
+    #[serde(rename = "status-counts")]
+    pub status_counts: BTreeMap<String, u32>,
+    /// Why the job failed, if it did.
+    #[serde(
+        rename = "failure-cause",
+        skip_serializing_if = "Option::is_none",
+        default
+    )]
+    pub failure_cause: Option<String>,
+}
+
+/// `GET /jobs/{id}/exceptions` entry.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ExceptionView {
+    /// Error class.
+    #[serde(rename = "exceptionName")]
+    pub exception_name: String,
+    /// Full message.
+    pub stacktrace: String,
+    /// When, epoch ms.
+    pub timestamp: u64,
+    /// The failed subtask.
+    #[serde(rename = "taskName")]
+    pub task_name: String,
+    /// Where it ran.
+    pub location: String,
+}
+
+fn empty_counts() -> BTreeMap<String, u32> {
+    let mut counts = BTreeMap::new();
+    for state in ExecutionState::all() {
+        counts.insert(state.name().to_lowercase(), 0);
+    }
+    counts
+}
+
+fn end_and_duration(start: u64, terminal_at: Option<u64>) -> (i64, u64) {
+    match terminal_at {
+        Some(end) => (end as i64, end.saturating_sub(start)),
+        None => (-1, now_ms().saturating_sub(start)),
+    }
+}
+
+/// Flink's aggregate vertex state: any failure wins, then the least advanced state.
+fn aggregate_state(states: &[ExecutionState]) -> ExecutionState {
+    use ExecutionState::*;
+    let order = [
+        Failed,
+        Canceling,
+        Canceled,
+        Created,
+        Scheduled,
+        Deploying,
+        Initializing,
+        Reconciling,
+        Running,
+        Finished,
+    ];
+    for candidate in order {
+        if states.contains(&candidate) {
+            return candidate;
+        }
+    }
+    Created
+}
+
+impl JobMaster {
+    fn times(&self) -> (u64, i64, u64, u64) {
+        let record = self.record();
+        let start = record
+            .history
+            .transitions()
+            .first()
+            .map(|t| t.at_ms)
+            .unwrap_or_default();
+        let current = record.history.current();
+        let terminal_at = if current.is_terminal() {
+            Some(record.history.current_since())
+        } else {
+            None
+        };
+        let (end, duration) = end_and_duration(start, terminal_at);
+        (start, end, duration, record.history.current_since())
+    }
+
+    /// The job's overview entry.
+    pub fn overview(&self) -> JobOverview {
+        let (start, end, duration, last_modification) = self.times();
+        let record = self.record();
+        let mut tasks = empty_counts();
+        let mut total = 0;
+        for subtask in record.subtasks.iter().flatten() {
+            *tasks
+                .entry(subtask.history.current().name().to_lowercase())
+                .or_default() += 1;
+            total += 1;
+        }
+        tasks.insert("total".into(), total);
+        JobOverview {
+            jid: self.job_id().to_string(),
+            name: self.job_name().to_string(),
+            state: record.history.current(),
+            start_time: start,
+            end_time: end,
+            duration,
+            last_modification,
+            tasks,
+        }
+    }
+
+    /// The job's details.
+    pub fn details(&self) -> JobDetails {
+        let (start, end, duration, _) = self.times();
+        let record = self.record();
+        let mut timestamps = BTreeMap::new();
+        for state in JobStatus::all() {
+            if let Some(at) = record.history.last_entered(*state) {
+                timestamps.insert(state.name().to_string(), at);
+            }
+        }
+        let mut vertices = Vec::new();
+        let mut status_counts = empty_counts();
+        if let Some(job_graph) = &record.job_graph {
+            for (vertex, subtasks) in job_graph.vertices.iter().zip(&record.subtasks) {
+                let mut tasks = empty_counts();
+                let mut metrics = VertexMetrics::default();
+                let mut views = Vec::new();
+                let mut states = Vec::new();
+                for (index, subtask) in subtasks.iter().enumerate() {
+                    let state = subtask.history.current();
+                    states.push(state);
+                    *tasks.entry(state.name().to_lowercase()).or_default() += 1;
+                    let subtask_metrics = VertexMetrics {
+                        read_records: subtask.metrics.records_in.load(Ordering::Relaxed),
+                        write_records: subtask.metrics.records_out.load(Ordering::Relaxed),
+                        backpressured_ms: subtask.metrics.backpressured_ms.load(Ordering::Relaxed),
+                    };
+                    metrics.read_records += subtask_metrics.read_records;
+                    metrics.write_records += subtask_metrics.write_records;
+                    metrics.backpressured_ms += subtask_metrics.backpressured_ms;
+                    let created = subtask
+                        .history
+                        .transitions()
+                        .first()
+                        .map(|t| t.at_ms)
+                        .unwrap_or_default();
+                    let terminal_at = if state.is_terminal() {
+                        Some(subtask.history.current_since())
+                    } else {
+                        None
+                    };
+                    let mut subtask_timestamps = BTreeMap::new();
+                    for s in ExecutionState::all() {
+                        if let Some(at) = subtask.history.last_entered(*s) {
+                            subtask_timestamps.insert(s.name().to_string(), at);
+                        }
+                    }
+                    views.push(SubtaskDetails {
+                        subtask: index as u32,
+                        status: state,
+                        host: "localhost".into(),
+                        start_time: created,
+                        duration: end_and_duration(created, terminal_at).1,
+                        timestamps: subtask_timestamps,
+                        metrics: subtask_metrics,
+                    });
+                }
+                let status = aggregate_state(&states);
+                *status_counts
+                    .entry(status.name().to_lowercase())
+                    .or_default() += 1;
+                vertices.push(VertexDetails {
+                    id: vertex.id.clone(),
+                    name: vertex.name.clone(),
+                    uids: vertex.uids.clone(),
+                    parallelism: vertex.parallelism,
+                    max_parallelism: job_graph.max_parallelism,
+                    status,
+                    tasks,
+                    metrics,
+                    subtasks: views,
+                });
+            }
+        }
+        JobDetails {
+            jid: self.job_id().to_string(),
+            name: self.job_name().to_string(),
+            is_stoppable: false,
+            state: record.history.current(),
+            start_time: start,
+            end_time: end,
+            duration,
+            max_parallelism: record
+                .job_graph
+                .as_ref()
+                .map(|g| g.max_parallelism)
+                .unwrap_or(0),
+            now: now_ms(),
+            timestamps,
+            vertices,
+            status_counts,
+            failure_cause: record.failure_cause.clone(),
+        }
+    }
+
+    /// Failures, newest first.
+    pub fn exceptions(&self) -> Vec<ExceptionView> {
+        let record = self.record();
+        record
+            .exceptions
+            .iter()
+            .rev()
+            .map(|e| ExceptionView {
+                exception_name: e.name.clone(),
+                stacktrace: e.message.clone(),
+                timestamp: e.timestamp_ms,
+                task_name: e.task_name.clone(),
+                location: e.location.clone(),
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,287 @@
+//! Jobs run end to end inside one process: keyed state across parallel subtasks, chaining,
+//! timers, failure and cancellation.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use weir_api::operator::TaskContext;
+use weir_api::prelude::*;
+use weir_runtime::{Dispatcher, JobSettings};
+use weir_types::{ExecutionState, JobStatus};
+
+#[derive(Clone)]
+struct RunningCount {
+    count: ValueState<u64>,
+}
+
+impl KeyedProcessFunction<u64, u64, (u64, u64)> for RunningCount {
+    fn process_element(
+        &mut self,
+        user: u64,
+        ctx: &mut KeyedContext<'_, u64>,
+        out: &mut Collector<'_, (u64, u64)>,
+    ) -> FnResult {
+        let mut count = ctx.value(&self.count)?;
+        let n = count.get_or_insert_with(|| 0);
+        *n += 1;
+        out.collect((user, *n));
+        Ok(())
+    }
+}
+
+fn settings(p: u32) -> JobSettings {
+    JobSettings {
+        default_parallelism: p,
+        max_parallelism: None,
+    }
+}
+
+#[test]
+fn keyed_counts_are_exact_at_every_parallelism() {
+    for p in [1u32, 2, 4] {
+        let users = 37u64;
+        let events: Vec<u64> = (0..20_000u64).map(|i| i % users).collect();
+        let sink = CollectSink::default();
+        let env = StreamExecutionEnvironment::new();
+        env.from_source(VecSource::new(events))
+            .uid("source")
+            .key_by(|u: &u64| *u)
+            .process(RunningCount {
+                count: ValueState::new("count"),
+            })
+            .uid("counter")
+            .sink_to(sink.clone())
+            .uid("sink");
+        let dispatcher = Dispatcher::new("localhost");
+        let job = dispatcher
+            .submit(env.build("count").unwrap(), settings(p))
+            .unwrap();
+        assert_eq!(
+            job.wait_terminal(Some(Duration::from_secs(30))),
+            JobStatus::Finished,
+            "p={p}"
+        );
+
+        let mut per_user: HashMap<u64, Vec<u64>> = HashMap::new();
+        for (user, count) in sink.records() {
+            per_user.entry(user).or_default().push(count);
+        }
+        assert_eq!(per_user.len() as u64, users);
+        for (user, mut counts) in per_user {
+            counts.sort_unstable();
+            let expected: Vec<u64> = (1..=counts.len() as u64).collect();
+            assert_eq!(counts, expected, "user {user} at p={p}");
+            let events_of_user = (0..20_000u64).filter(|i| i % users == user).count();
+            assert_eq!(counts.len(), events_of_user);
+        }
+        let details = job.details();
+        assert_eq!(details.vertices.len(), 2);
+        assert!(
+            details
+                .vertices
+                .iter()
+                .all(|v| v.parallelism == p && v.max_parallelism == 128)
+        );
+        assert!(
+            details
+                .vertices
+                .iter()
+                .flat_map(|v| &v.subtasks)
+                .all(|s| s.status == ExecutionState::Finished)
+        );
+        for state in ["INITIALIZING", "CREATED", "RUNNING", "FINISHED"] {
+            assert!(
+                details.timestamps.contains_key(state),
+                "{state} missing in {:?}",
+                details.timestamps
+            );
+        }
+    }
+}
+
+#[derive(Clone)]
+struct FailOn(u64);
+
+impl KeyedProcessFunction<u64, u64, u64> for FailOn {
+    fn process_element(
+        &mut self,
+        value: u64,
+        _ctx: &mut KeyedContext<'_, u64>,
+        out: &mut Collector<'_, u64>,
+    ) -> FnResult {
+        if value == self.0 {
+            return Err(format!("refusing record {value}").into());
+        }
+        out.collect(value);
+        Ok(())
+    }
+}
+
+#[test]
+fn a_failing_user_function_fails_the_job_with_its_error() {
+    let env = StreamExecutionEnvironment::new();
+    env.from_source(VecSource::new((0..1000u64).collect()))
+        .key_by(|v: &u64| *v)
+        .process(FailOn(500))
+        .name("validator")
+        .sink_to(CollectSink::default());
+    let dispatcher = Dispatcher::new("localhost");
+    let job = dispatcher
+        .submit(env.build("failing").unwrap(), settings(2))
+        .unwrap();
+    assert_eq!(
+        job.wait_terminal(Some(Duration::from_secs(30))),
+        JobStatus::Failed
+    );
+    let cause = job.failure_cause().unwrap();
+    assert!(
+        cause.contains("refusing record 500") && cause.contains("validator"),
+        "{cause}"
+    );
+    let exceptions = job.exceptions();
+    assert_eq!(exceptions[0].exception_name, "UserFunctionError");
+    let details = job.details();
+    assert!(details.timestamps.contains_key("FAILING"));
+}
+
+#[test]
+fn a_panicking_map_fails_the_job_instead_of_crashing() {
+    let env = StreamExecutionEnvironment::new();
+    env.from_source(VecSource::new((0..100u64).collect()))
+        .map(|v: u64| if v == 42 { panic!("boom at {v}") } else { v })
+        .sink_to(CollectSink::default());
+    let dispatcher = Dispatcher::new("localhost");
+    let job = dispatcher
+        .submit(env.build("panicking").unwrap(), settings(1))
+        .unwrap();
+    assert_eq!(
+        job.wait_terminal(Some(Duration::from_secs(30))),
+        JobStatus::Failed
+    );
+    assert!(job.failure_cause().unwrap().contains("boom at 42"));
+}
+
+/// An endless source of increasing numbers, for cancellation tests.
+struct Endless;
+
+impl Source<u64> for Endless {
+    fn boundedness(&self) -> Boundedness {
+        Boundedness::Unbounded
+    }
+    fn create_reader(&self, _ctx: &TaskContext) -> Result<Box<dyn SourceReader<u64>>, TaskError> {
+        Ok(Box::new(EndlessReader(0)))
+    }
+}
+
+struct EndlessReader(u64);
+
+impl SourceReader<u64> for EndlessReader {
+    fn poll_next(
+        &mut self,
+        out: &mut Vec<u64>,
+        max_records: usize,
+    ) -> Result<SourcePoll, TaskError> {
+        for _ in 0..max_records {
+            out.push(self.0);
+            self.0 += 1;
+        }
+        Ok(SourcePoll::Data)
+    }
+    fn position(&self) -> Vec<u8> {
+        self.0.to_le_bytes().to_vec()
+    }
+}
+
+#[test]
+fn cancelling_an_unbounded_job_ends_canceled_even_under_backpressure() {
+    let env = StreamExecutionEnvironment::new();
+    // A slow sink keeps the channels full so the source is blocked when the cancel comes.
+    env.from_source(Endless)
+        .key_by(|v: &u64| *v % 10)
+        .process(FailOn(u64::MAX))
+        .map(|v| {
+            std::thread::sleep(Duration::from_micros(50));
+            v
+        })
+        .sink_to(CollectSink::default());
+    let dispatcher = Dispatcher::new("localhost");
+    let job = dispatcher
+        .submit(env.build("endless").unwrap(), settings(2))
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(job.status(), JobStatus::Running);
+    job.cancel().unwrap();
+    assert_eq!(
+        job.wait_terminal(Some(Duration::from_secs(10))),
+        JobStatus::Canceled
+    );
+    let details = job.details();
+    assert!(
+        details
+            .vertices
+            .iter()
+            .flat_map(|v| &v.subtasks)
+            .all(|s| s.status == ExecutionState::Canceled)
+    );
+    assert!(
+        job.cancel().is_err(),
+        "a second cancel of an ended job is refused"
+    );
+}
+
+#[derive(Clone)]
+struct TimerEcho {
+    seen: ValueState<u64>,
+}
+
+impl KeyedProcessFunction<u64, u64, String> for TimerEcho {
+    fn process_element(
+        &mut self,
+        value: u64,
+        ctx: &mut KeyedContext<'_, u64>,
+        _out: &mut Collector<'_, String>,
+    ) -> FnResult {
+        ctx.value(&self.seen)?.set(value);
+        let at = ctx.current_processing_time() + 50;
+        ctx.register_processing_time_timer(at);
+        Ok(())
+    }
+
+    fn on_timer(
+        &mut self,
+        _ts: u64,
+        ctx: &mut KeyedContext<'_, u64>,
+        out: &mut Collector<'_, String>,
+    ) -> FnResult {
+        let key = *ctx.current_key();
+        let seen = ctx.value(&self.seen)?.get().copied().unwrap_or_default();
+        out.collect(format!("timer {key} {seen}"));
+        Ok(())
+    }
+}
+
+#[test]
+fn processing_time_timers_fire_for_their_key() {
+    let sink = CollectSink::default();
+    let env = StreamExecutionEnvironment::new();
+    env.from_source(Endless)
+        .filter(|v: &u64| *v < 3)
+        .key_by(|v: &u64| *v)
+        .process(TimerEcho {
+            seen: ValueState::new("seen"),
+        })
+        .sink_to(sink.clone());
+    let dispatcher = Dispatcher::new("localhost");
+    let job = dispatcher
+        .submit(env.build("timers").unwrap(), settings(1))
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while sink.records().len() < 3 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    job.cancel().unwrap();
+    job.wait_terminal(Some(Duration::from_secs(10)));
+    let mut fired = sink.records();
+    fired.sort();
+    assert_eq!(fired, vec!["timer 0 0", "timer 1 1", "timer 2 2"]);
+}
