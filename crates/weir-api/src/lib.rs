@@ -22,6 +22,7 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod catalog;
 pub mod datastream;
 pub mod error;
 pub mod exchange;

@@ -1,0 +1,95 @@
+//! The command line's grammar (clap), with an example in every verb's help.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+/// weir: stateful stream processing with Flink's operational model.
+#[derive(Parser, Debug)]
+#[command(name = "weir", version, about, long_about = None, propagate_version = true)]
+pub struct Cli {
+    /// The verb.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Where the configuration comes from (shared by every verb that reads it).
+#[derive(Args, Debug, Clone, Default)]
+pub struct ConfigArgs {
+    /// YAML configuration file with Flink's option names (default: $WEIR_CONF_DIR/config.yaml if present)
+    #[arg(short = 'c', long = "config", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Override one configuration option (repeatable), e.g. -D rest.port=0
+    #[arg(short = 'D', value_name = "key=value")]
+    pub dynamic: Vec<String>,
+}
+
+/// The verbs.
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run a job from the catalog (embedded cluster inside this process)
+    #[command(after_help = "Examples:\n  weir run counter --users 1000 --events 1000000 --output none\n  weir run -p 4 wordcount --input book.txt --output out/\n  weir run -D rest.port=0 counter --users 10 --rate 100")]
+    Run(RunArgs),
+    /// List the jobs of a cluster
+    #[command(after_help = "Examples:\n  weir list\n  weir list -m 127.0.0.1:8081 --json")]
+    List(ListArgs),
+    /// Cancel a running job
+    #[command(after_help = "Example:\n  weir cancel 4f1c2e0d9a8b7c6d5e4f3a2b1c0d9e8f")]
+    Cancel(CancelArgs),
+    /// Show the job catalog with each job's arguments
+    #[command(after_help = "Example:\n  weir jobs")]
+    Jobs,
+}
+
+/// `weir run`.
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// Parallelism of operators without their own (overrides parallelism.default)
+    #[arg(short = 'p', long = "parallelism", value_name = "N", value_parser = parse_parallelism)]
+    pub parallelism: Option<u32>,
+    /// Configuration
+    #[command(flatten)]
+    pub config: ConfigArgs,
+    /// The job's name in the catalog (see `weir jobs`)
+    #[arg(value_name = "JOB")]
+    pub job: String,
+    /// The job's own arguments
+    #[arg(value_name = "JOB ARGS", trailing_var_arg = true, allow_hyphen_values = true)]
+    pub job_args: Vec<String>,
+}
+
+/// `weir list`.
+#[derive(Args, Debug)]
+pub struct ListArgs {
+    /// REST address of the cluster (default: rest.address:rest.port, or $WEIR_JOBMANAGER)
+    #[arg(short = 'm', long = "jobmanager", value_name = "HOST:PORT")]
+    pub jobmanager: Option<String>,
+    /// Print the jobs as JSON
+    #[arg(long)]
+    pub json: bool,
+    /// Configuration
+    #[command(flatten)]
+    pub config: ConfigArgs,
+}
+
+/// `weir cancel`.
+#[derive(Args, Debug)]
+pub struct CancelArgs {
+    /// REST address of the cluster (default: rest.address:rest.port, or $WEIR_JOBMANAGER)
+    #[arg(short = 'm', long = "jobmanager", value_name = "HOST:PORT")]
+    pub jobmanager: Option<String>,
+    /// Configuration
+    #[command(flatten)]
+    pub config: ConfigArgs,
+    /// The job to cancel (32 hex characters)
+    #[arg(value_name = "JOBID")]
+    pub job_id: String,
+}
+
+fn parse_parallelism(text: &str) -> Result<u32, String> {
+    let value: u32 = text.parse().map_err(|_| format!("'{text}' is not a number; the parallelism is a whole number from 1 to 32768"))?;
+    if value == 0 || value > 32_768 {
+        return Err(format!("{value} is out of range; the parallelism must be between 1 and 32768"));
+    }
+    Ok(value)
+}

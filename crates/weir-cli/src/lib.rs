@@ -1,0 +1,65 @@
+//! The weir command line as a library: `weir run|list|cancel|jobs`.
+//!
+//! A user's own binary gets the same command line for its own jobs:
+//!
+//! ```no_run
+//! fn main() -> std::process::ExitCode {
+//!     let mut catalog = weir_jobs::builtin_catalog();
+//!     // catalog.register(MyJob);
+//!     weir_cli::main_with(catalog)
+//! }
+//! ```
+#![warn(missing_docs)]
+
+mod args;
+mod client;
+mod commands;
+mod error;
+mod settings;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use weir_api::catalog::JobCatalog;
+
+pub use error::CliError;
+
+/// Parses the process arguments and runs the command against `catalog`.
+pub fn main_with(catalog: JobCatalog) -> ExitCode {
+    install_panic_hook();
+    init_logging();
+    let cli = match args::Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            // clap prints help/version to stdout (exit 0) and usage errors to stderr (exit 2).
+            let _ = e.print();
+            return ExitCode::from(e.exit_code().clamp(0, 255) as u8);
+        }
+    };
+    match commands::dispatch(cli, &catalog) {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("error: {error}");
+            ExitCode::from(error.exit_code())
+        }
+    }
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("WEIR_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).try_init();
+}
+
+/// Panics in subtask threads are user-code failures the job reports (FAILED with the panic
+/// message); printing them again as a raw panic would only confuse. Other panics are weir
+/// bugs and keep the default report.
+fn install_panic_hook() {
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let in_task = std::thread::current().name().is_some_and(|name| name.starts_with("weir-task-"));
+        if !in_task {
+            default_hook(info);
+        }
+    }));
+}

@@ -1,0 +1,188 @@
+//! Shared helpers for tests that run the real `weir` binary: spawning it, reading its
+//! output as it comes, talking to its REST API, and always ending the process.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Longest any test waits for the binary to reach a point it expects.
+pub const WAIT_MAX: Duration = Duration::from_secs(30);
+
+/// The built `weir` binary with logging off.
+pub fn weir() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_weir"));
+    command.env("WEIR_LOG", "off").env_remove("WEIR_JOBMANAGER").env_remove("WEIR_CONF_DIR");
+    command
+}
+
+/// Runs `weir args...` to completion.
+pub fn run_weir(args: &[&str]) -> Output {
+    weir().args(args).stdin(Stdio::null()).output().expect("the weir binary runs")
+}
+
+/// The lines of stderr that start with `error:`.
+pub fn error_lines(output: &Output) -> Vec<String> {
+    String::from_utf8_lossy(&output.stderr).lines().filter(|l| l.starts_with("error:")).map(str::to_string).collect()
+}
+
+/// A `weir run` in the background whose output is collected line by line.
+pub struct RunningWeir {
+    child: Child,
+    stdout: Arc<Mutex<Vec<String>>>,
+    stderr: Arc<Mutex<Vec<String>>>,
+}
+
+fn collect(stream: impl std::io::Read + Send + 'static, into: Arc<Mutex<Vec<String>>>) {
+    std::thread::spawn(move || {
+        for line in BufReader::new(stream).lines() {
+            let Ok(line) = line else { break };
+            into.lock().unwrap().push(line);
+        }
+    });
+}
+
+impl RunningWeir {
+    /// Starts `weir` with `args` (add `-D rest.port=0` yourself).
+    pub fn start(args: &[&str]) -> RunningWeir {
+        let mut child = weir()
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the weir binary starts");
+        let stdout = Arc::new(Mutex::new(Vec::new()));
+        let stderr = Arc::new(Mutex::new(Vec::new()));
+        collect(child.stdout.take().unwrap(), Arc::clone(&stdout));
+        collect(child.stderr.take().unwrap(), Arc::clone(&stderr));
+        RunningWeir { child, stdout, stderr }
+    }
+
+    fn wait_for_line(&mut self, stream: &Arc<Mutex<Vec<String>>>, marker: &str) -> String {
+        let deadline = Instant::now() + WAIT_MAX;
+        loop {
+            if let Some(line) = stream.lock().unwrap().iter().find(|l| l.contains(marker)) {
+                return line.clone();
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("weir exited with {status} before printing '{marker}'; stderr: {:?}", self.stderr_lines());
+            }
+            assert!(Instant::now() < deadline, "no '{marker}' within {WAIT_MAX:?}; stderr: {:?}", self.stderr_lines());
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// The REST base URL the embedded cluster printed.
+    pub fn rest_url(&mut self) -> String {
+        let stderr = Arc::clone(&self.stderr);
+        let line = self.wait_for_line(&stderr, "REST API at http://");
+        line.split("REST API at ").nth(1).unwrap().trim().to_string()
+    }
+
+    /// The job id `run` printed.
+    pub fn job_id(&mut self) -> String {
+        let stdout = Arc::clone(&self.stdout);
+        let line = self.wait_for_line(&stdout, "Job has been submitted with JobID ");
+        line.rsplit(' ').next().unwrap().to_string()
+    }
+
+    /// Waits for the process to end; returns its exit code.
+    pub fn wait(&mut self) -> Option<i32> {
+        let deadline = Instant::now() + WAIT_MAX;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                // Let the reader threads drain the pipes.
+                std::thread::sleep(Duration::from_millis(50));
+                return status.code();
+            }
+            assert!(Instant::now() < deadline, "weir did not exit within {WAIT_MAX:?}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Everything printed on stdout so far.
+    pub fn stdout_lines(&self) -> Vec<String> {
+        self.stdout.lock().unwrap().clone()
+    }
+
+    /// Everything printed on stderr so far.
+    pub fn stderr_lines(&self) -> Vec<String> {
+        self.stderr.lock().unwrap().clone()
+    }
+}
+
+impl Drop for RunningWeir {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A REST answer.
+pub struct Http {
+    pub status: u16,
+    pub body: String,
+}
+
+impl Http {
+    /// The body as JSON.
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.body))
+    }
+}
+
+fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(10)))
+        .build()
+        .new_agent()
+}
+
+/// GET `url`.
+pub fn get(url: &str) -> Http {
+    let mut response = agent().get(url).call().expect("REST answers");
+    let status = response.status().as_u16();
+    Http { status, body: response.body_mut().read_to_string().unwrap() }
+}
+
+/// PATCH `url`.
+pub fn patch(url: &str) -> Http {
+    let mut response = agent().patch(url).send_empty().expect("REST answers");
+    let status = response.status().as_u16();
+    Http { status, body: response.body_mut().read_to_string().unwrap() }
+}
+
+/// Polls `GET url` until `done(json)` or [`WAIT_MAX`].
+pub fn poll_json(url: &str, mut done: impl FnMut(&serde_json::Value) -> bool) -> serde_json::Value {
+    let deadline = Instant::now() + WAIT_MAX;
+    loop {
+        let answer = get(url);
+        if answer.status == 200 {
+            let json = answer.json();
+            if done(&json) {
+                return json;
+            }
+        }
+        assert!(Instant::now() < deadline, "{url} never reached the expected state; last: {}", answer.body);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Every line of every committed `part-*` file in `dir` (dot-files ignored, as readers do).
+pub fn committed_lines(dir: &std::path::Path) -> Vec<String> {
+    let mut lines = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let entry = entry.unwrap();
+        let name = entry.file_name().to_string_lossy().to_string();
+        if !name.starts_with("part-") {
+            continue;
+        }
+        let text = std::fs::read_to_string(entry.path()).unwrap();
+        lines.extend(text.lines().map(str::to_string));
+    }
+    lines
+}

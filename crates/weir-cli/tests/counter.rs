@@ -1,0 +1,53 @@
+//! `weir run counter`: every user's emitted counts are exactly 1..=n at p = 1, 2 and 4.
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use common::{committed_lines, run_weir};
+
+fn check_counts(lines: &[String], users: u64, events: u64) {
+    let mut per_user: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
+    for line in lines {
+        let (user, count) = line.split_once('\t').unwrap_or_else(|| panic!("not user<TAB>count: {line:?}"));
+        per_user.entry(user.parse().unwrap()).or_default().push(count.parse().unwrap());
+    }
+    assert_eq!(per_user.len() as u64, users);
+    for (user, mut counts) in per_user {
+        counts.sort_unstable();
+        let expected_events = (0..events).filter(|i| i % users == user).count() as u64;
+        let expected: Vec<u64> = (1..=expected_events).collect();
+        assert_eq!(counts, expected, "user {user}: lost or duplicated counts");
+    }
+}
+
+#[test]
+fn counter_counts_exactly_per_user_at_p1_p2_p4() {
+    let dir = tempfile::tempdir().unwrap();
+    for p in ["1", "2", "4"] {
+        let out = dir.path().join(format!("out-{p}"));
+        let output = run_weir(&[
+            "run", "-D", "rest.port=0", "-p", p, "counter", "--users", "97", "--events", "50000", "--output", out.to_str().unwrap(),
+        ]);
+        assert!(output.status.success(), "p={p}: {}", String::from_utf8_lossy(&output.stderr));
+        check_counts(&committed_lines(&out), 97, 50_000);
+    }
+}
+
+#[test]
+fn counter_with_enrich_prints_the_same_counts() {
+    let output = run_weir(&["run", "-D", "rest.port=0", "-p", "2", "counter", "--users", "5", "--events", "1000", "--enrich", "--output", "-"]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let lines: Vec<String> = stdout.lines().filter(|l| l.contains('\t')).map(str::to_string).collect();
+    check_counts(&lines, 5, 1000);
+}
+
+#[test]
+fn counter_output_none_discards() {
+    let output = run_weir(&["run", "-D", "rest.port=0", "counter", "--users", "10", "--events", "10000", "--output", "none"]);
+    assert!(output.status.success());
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(!stdout.lines().any(|l| l.contains('\t')), "{stdout}");
+    assert!(stdout.contains("ended with state FINISHED"));
+}

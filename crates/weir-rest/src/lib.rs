@@ -1,0 +1,19 @@
+//! weir's REST API: Flink-shaped JSON over the [`Dispatcher`](weir_runtime::Dispatcher).
+//!
+//! - [`router`] builds the routes (`/overview`, `/jobs`, `/jobs/overview`, `/jobs/{jobid}`,
+//!   `/jobs/{jobid}/status`, `/jobs/{jobid}/vertices/{vertexid}`, `/jobs/{jobid}/exceptions`,
+//!   `PATCH /jobs/{jobid}?mode=cancel`, `/config`), each also under `/v1` like Flink's
+//!   versioned API. Errors answer Flink's shape `{"errors":["..."]}`.
+//! - [`serve`] runs a router on a listener until a shutdown future completes.
+//! - [`RestServer`] does both on its own small runtime for synchronous callers (the CLI).
+//! - [`responses`] holds the response bodies, so clients can deserialize them.
+#![warn(missing_docs)]
+
+pub mod error;
+pub mod responses;
+pub mod routes;
+pub mod server;
+
+pub use error::RestError;
+pub use routes::{ClusterInfo, router};
+pub use server::{RestServer, serve};

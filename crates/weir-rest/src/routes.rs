@@ -1,0 +1,278 @@
+//! The routes of the REST API and their handlers, reading the dispatcher's jobs.
+//!
+//! Handlers only take the dispatcher's and job masters' short locks, so they never block the
+//! async runtime for long.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use axum::extract::rejection::{PathRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
+use axum::http::{Method, StatusCode, Uri};
+use axum::routing::{MethodRouter, get};
+use axum::{Json, Router};
+use weir_runtime::{Dispatcher, JobDetails, JobMaster};
+use weir_types::JobId;
+use weir_types::lifecycle::now_ms;
+
+use crate::error::ApiError;
+use crate::responses::{
+    ClusterOverview, DashboardConfiguration, DashboardFeatures, ExceptionHistory,
+    JobExceptionsInfo, JobIdWithStatus, JobIdsWithStatus, JobStatusInfo, JobVertexDetails,
+    LegacyException, MultipleJobsDetails,
+};
+
+/// What `/overview` and `/config` report about the cluster itself.
+#[derive(Clone, Debug)]
+pub struct ClusterInfo {
+    /// Task managers (1 on an embedded cluster).
+    pub taskmanagers: u32,
+    /// Slots of all task managers.
+    pub slots_total: u32,
+    /// weir's version, e.g. `0.1.0`.
+    pub version: String,
+}
+
+/// Failures reported by `/jobs/{jobid}/exceptions` without `maxExceptions`, as Flink.
+const DEFAULT_MAX_EXCEPTIONS: usize = 20;
+
+/// How often the Web UI refreshes, ms (Flink's `web.refresh-interval` default).
+const REFRESH_INTERVAL_MS: u64 = 3000;
+
+#[derive(Clone)]
+struct AppState {
+    dispatcher: Arc<Dispatcher>,
+    cluster: Arc<ClusterInfo>,
+}
+
+type Params = Result<Query<HashMap<String, String>>, QueryRejection>;
+
+/// The REST API over `dispatcher`: every route at its Flink path and under `/v1`.
+pub fn router(dispatcher: Arc<Dispatcher>, cluster: ClusterInfo) -> Router {
+    let state = AppState {
+        dispatcher,
+        cluster: Arc::new(cluster),
+    };
+    let routes: [(&str, MethodRouter<AppState>); 8] = [
+        ("/overview", get(overview)),
+        ("/config", get(config)),
+        ("/jobs", get(jobs)),
+        ("/jobs/overview", get(jobs_overview)),
+        ("/jobs/{jobid}", get(job_details).patch(job_patch)),
+        ("/jobs/{jobid}/status", get(job_status)),
+        ("/jobs/{jobid}/vertices/{vertexid}", get(job_vertex)),
+        ("/jobs/{jobid}/exceptions", get(job_exceptions)),
+    ];
+    let mut app = Router::new();
+    for (path, method_router) in routes {
+        app = app
+            .route(&format!("/v1{path}"), method_router.clone())
+            .route(path, method_router);
+    }
+    app.fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .with_state(state)
+}
+
+fn flink_version(cluster: &ClusterInfo) -> String {
+    format!("weir {}", cluster.version)
+}
+
+/// The job named by a path segment: 400 if it is not a job id, 404 if there is no such job.
+fn find_job(dispatcher: &Dispatcher, raw: &str) -> Result<Arc<JobMaster>, ApiError> {
+    let job_id: JobId = raw
+        .parse()
+        .map_err(|e: weir_types::ids::BadJobId| ApiError::bad_request(e.to_string()))?;
+    dispatcher
+        .job(job_id)
+        .ok_or_else(|| ApiError::not_found(format!("Job {job_id} not found")))
+}
+
+async fn overview(State(state): State<AppState>) -> Json<ClusterOverview> {
+    let counts = state.dispatcher.job_counts();
+    let busy = state.dispatcher.busy_subtasks();
+    Json(ClusterOverview {
+        taskmanagers: state.cluster.taskmanagers,
+        slots_total: state.cluster.slots_total,
+        slots_available: state.cluster.slots_total.saturating_sub(busy),
+        jobs_running: counts.running,
+        jobs_finished: counts.finished,
+        jobs_cancelled: counts.cancelled,
+        jobs_failed: counts.failed,
+        flink_version: flink_version(&state.cluster),
+        weir_version: state.cluster.version.clone(),
+    })
+}
+
+async fn config(State(state): State<AppState>) -> Json<DashboardConfiguration> {
+    Json(DashboardConfiguration {
+        refresh_interval: REFRESH_INTERVAL_MS,
+        timezone_name: "UTC".to_string(),
+        timezone_offset: 0,
+        flink_version: flink_version(&state.cluster),
+        features: DashboardFeatures {
+            web_submit: false,
+            web_cancel: true,
+        },
+    })
+}
+
+async fn jobs(State(state): State<AppState>) -> Json<JobIdsWithStatus> {
+    let jobs = state
+        .dispatcher
+        .jobs()
+        .iter()
+        .rev()
+        .map(|job| JobIdWithStatus {
+            id: job.job_id().to_string(),
+            status: job.status(),
+        })
+        .collect();
+    Json(JobIdsWithStatus { jobs })
+}
+
+async fn jobs_overview(State(state): State<AppState>) -> Json<MultipleJobsDetails> {
+    let jobs = state
+        .dispatcher
+        .jobs()
+        .iter()
+        .rev()
+        .map(|job| job.overview())
+        .collect();
+    Json(MultipleJobsDetails { jobs })
+}
+
+async fn job_details(
+    State(state): State<AppState>,
+    jobid: Result<Path<String>, PathRejection>,
+) -> Result<Json<JobDetails>, ApiError> {
+    let Path(jobid) = jobid?;
+    let job = find_job(&state.dispatcher, &jobid)?;
+    Ok(Json(job.details()))
+}
+
+async fn job_status(
+    State(state): State<AppState>,
+    jobid: Result<Path<String>, PathRejection>,
+) -> Result<Json<JobStatusInfo>, ApiError> {
+    let Path(jobid) = jobid?;
+    let job = find_job(&state.dispatcher, &jobid)?;
+    Ok(Json(JobStatusInfo {
+        status: job.status(),
+    }))
+}
+
+async fn job_vertex(
+    State(state): State<AppState>,
+    ids: Result<Path<(String, String)>, PathRejection>,
+) -> Result<Json<JobVertexDetails>, ApiError> {
+    let Path((jobid, vertexid)) = ids?;
+    let job = find_job(&state.dispatcher, &jobid)?;
+    let details = job.details();
+    let vertex = details
+        .vertices
+        .into_iter()
+        .find(|v| v.id == vertexid)
+        .ok_or_else(|| {
+            ApiError::not_found(format!(
+                "Vertex {vertexid} not found in job {}",
+                job.job_id()
+            ))
+        })?;
+    Ok(Json(JobVertexDetails {
+        id: vertex.id,
+        name: vertex.name,
+        parallelism: vertex.parallelism,
+        max_parallelism: vertex.max_parallelism,
+        now: now_ms(),
+        subtasks: vertex.subtasks,
+    }))
+}
+
+async fn job_exceptions(
+    State(state): State<AppState>,
+    jobid: Result<Path<String>, PathRejection>,
+    params: Params,
+) -> Result<Json<JobExceptionsInfo>, ApiError> {
+    let Path(jobid) = jobid?;
+    let Query(params) = params?;
+    let max = match params.get("maxExceptions") {
+        None => DEFAULT_MAX_EXCEPTIONS,
+        Some(raw) => raw.trim().parse::<usize>().map_err(|_| {
+            ApiError::bad_request(format!(
+                "maxExceptions must be a non-negative integer, got '{raw}'"
+            ))
+        })?,
+    };
+    let job = find_job(&state.dispatcher, &jobid)?;
+    let mut entries = job.exceptions();
+    let newest = entries.first().map(|e| (e.stacktrace.clone(), e.timestamp));
+    let truncated = entries.len() > max;
+    entries.truncate(max);
+    let all_exceptions = entries
+        .iter()
+        .map(|e| LegacyException {
+            exception: e.stacktrace.clone(),
+            task: e.task_name.clone(),
+            location: e.location.clone(),
+            timestamp: e.timestamp,
+        })
+        .collect();
+    let (root_exception, timestamp) = newest.unzip();
+    Ok(Json(JobExceptionsInfo {
+        exception_history: ExceptionHistory { entries, truncated },
+        root_exception,
+        timestamp,
+        all_exceptions,
+        truncated,
+    }))
+}
+
+/// `PATCH /jobs/{jobid}?mode=cancel`.
+async fn job_patch(
+    State(state): State<AppState>,
+    jobid: Result<Path<String>, PathRejection>,
+    params: Params,
+) -> Result<(StatusCode, Json<serde_json::Map<String, serde_json::Value>>), ApiError> {
+    let Path(jobid) = jobid?;
+    let Query(params) = params?;
+    match params.get("mode").map(String::as_str) {
+        Some("cancel") => {}
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "unsupported mode '{other}': the accepted value is mode=cancel \
+                 (use POST /jobs/{jobid}/stop to stop with a savepoint)"
+            )));
+        }
+        None => {
+            return Err(ApiError::bad_request(
+                "missing query parameter 'mode': the accepted value is mode=cancel",
+            ));
+        }
+    }
+    let job = find_job(&state.dispatcher, &jobid)?;
+    match job.cancel() {
+        Ok(()) => {
+            tracing::info!(job_id = %job.job_id(), "cancel requested over REST");
+            Ok((StatusCode::ACCEPTED, Json(serde_json::Map::new())))
+        }
+        Err(status) => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            format!(
+                "Job {} is already {status}; only running jobs can be cancelled",
+                job.job_id()
+            ),
+        )),
+    }
+}
+
+async fn not_found(uri: Uri) -> ApiError {
+    ApiError::not_found(format!("Not found: {}", uri.path()))
+}
+
+async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        format!("Method {method} is not allowed for {}", uri.path()),
+    )
+}

@@ -1,0 +1,544 @@
+//! The REST API over real HTTP: Flink-shaped answers for bounded, cancelled and failed jobs,
+//! and Flink's error shape for everything a client can get wrong.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use weir_api::operator::TaskContext;
+use weir_api::prelude::*;
+use weir_rest::{ClusterInfo, RestServer};
+use weir_runtime::{Dispatcher, JobMaster, JobSettings};
+
+const DEADLINE: Duration = Duration::from_secs(30);
+
+fn settings(p: u32) -> JobSettings {
+    JobSettings {
+        default_parallelism: p,
+        max_parallelism: None,
+    }
+}
+
+fn start(slots: u32) -> (Arc<Dispatcher>, RestServer) {
+    let dispatcher = Dispatcher::new("localhost");
+    let server = RestServer::start(
+        "127.0.0.1",
+        0,
+        Arc::clone(&dispatcher),
+        ClusterInfo {
+            taskmanagers: 1,
+            slots_total: slots,
+            version: "0.1.0-test".to_string(),
+        },
+    )
+    .unwrap();
+    (dispatcher, server)
+}
+
+struct Client {
+    agent: ureq::Agent,
+    base: String,
+}
+
+impl Client {
+    fn new(server: &RestServer) -> Client {
+        let config = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(10)))
+            .build();
+        Client {
+            agent: ureq::Agent::new_with_config(config),
+            base: server.url(),
+        }
+    }
+
+    fn answer(
+        response: Result<ureq::http::Response<ureq::Body>, ureq::Error>,
+        what: &str,
+    ) -> (u16, Value) {
+        let mut response = response.unwrap_or_else(|e| panic!("{what}: {e}"));
+        let status = response.status().as_u16();
+        let text = response.body_mut().read_to_string().unwrap();
+        let body = serde_json::from_str(&text)
+            .unwrap_or_else(|e| panic!("{what} answered {status} with non-JSON {text:?}: {e}"));
+        (status, body)
+    }
+
+    fn get(&self, path: &str) -> (u16, Value) {
+        Self::answer(
+            self.agent.get(format!("{}{path}", self.base)).call(),
+            &format!("GET {path}"),
+        )
+    }
+
+    fn get_ok(&self, path: &str) -> Value {
+        let (status, body) = self.get(path);
+        assert_eq!(status, 200, "GET {path}: {body}");
+        body
+    }
+
+    fn patch(&self, path: &str) -> (u16, Value) {
+        Self::answer(
+            self.agent
+                .patch(format!("{}{path}", self.base))
+                .send_empty(),
+            &format!("PATCH {path}"),
+        )
+    }
+
+    fn post(&self, path: &str) -> (u16, Value) {
+        Self::answer(
+            self.agent.post(format!("{}{path}", self.base)).send_empty(),
+            &format!("POST {path}"),
+        )
+    }
+
+    /// Polls the job's state over REST until it is `want`.
+    fn wait_for_state(&self, job: &str, want: &str) {
+        let deadline = Instant::now() + DEADLINE;
+        loop {
+            let body = self.get_ok(&format!("/jobs/{job}/status"));
+            if body["status"] == want {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "job {job} still {} after {DEADLINE:?}, expected {want}",
+                body["status"]
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// Ends its job when the test ends, however it ends.
+struct EndOnDrop(Arc<JobMaster>);
+
+impl Drop for EndOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.cancel();
+        self.0.wait_terminal(Some(DEADLINE));
+    }
+}
+
+#[derive(Clone)]
+struct RunningCount {
+    count: ValueState<u64>,
+}
+
+impl KeyedProcessFunction<u64, u64, (u64, u64)> for RunningCount {
+    fn process_element(
+        &mut self,
+        user: u64,
+        ctx: &mut KeyedContext<'_, u64>,
+        out: &mut Collector<'_, (u64, u64)>,
+    ) -> FnResult {
+        let mut count = ctx.value(&self.count)?;
+        let n = count.get_or_insert_with(|| 0);
+        *n += 1;
+        out.collect((user, *n));
+        Ok(())
+    }
+}
+
+fn submit_bounded(dispatcher: &Dispatcher) -> EndOnDrop {
+    let env = StreamExecutionEnvironment::new();
+    env.from_source(VecSource::new((0..2_000u64).map(|i| i % 7).collect()))
+        .uid("source")
+        .key_by(|u: &u64| *u)
+        .process(RunningCount {
+            count: ValueState::new("count"),
+        })
+        .uid("counter")
+        .sink_to(CollectSink::default())
+        .uid("sink");
+    EndOnDrop(
+        dispatcher
+            .submit(env.build("bounded count").unwrap(), settings(2))
+            .unwrap(),
+    )
+}
+
+/// An endless, gently paced source.
+struct Endless;
+
+impl Source<u64> for Endless {
+    fn boundedness(&self) -> Boundedness {
+        Boundedness::Unbounded
+    }
+    fn create_reader(&self, _ctx: &TaskContext) -> Result<Box<dyn SourceReader<u64>>, TaskError> {
+        Ok(Box::new(EndlessReader(0)))
+    }
+}
+
+struct EndlessReader(u64);
+
+impl SourceReader<u64> for EndlessReader {
+    fn poll_next(
+        &mut self,
+        out: &mut Vec<u64>,
+        max_records: usize,
+    ) -> Result<SourcePoll, TaskError> {
+        std::thread::sleep(Duration::from_millis(2));
+        for _ in 0..max_records.min(16) {
+            out.push(self.0);
+            self.0 += 1;
+        }
+        Ok(SourcePoll::Data)
+    }
+    fn position(&self) -> Vec<u8> {
+        self.0.to_le_bytes().to_vec()
+    }
+}
+
+fn submit_endless(dispatcher: &Dispatcher) -> EndOnDrop {
+    let env = StreamExecutionEnvironment::new();
+    env.from_source(Endless)
+        .key_by(|v: &u64| *v % 10)
+        .process(RunningCount {
+            count: ValueState::new("count"),
+        })
+        .sink_to(CollectSink::default());
+    EndOnDrop(
+        dispatcher
+            .submit(env.build("endless").unwrap(), settings(2))
+            .unwrap(),
+    )
+}
+
+#[derive(Clone)]
+struct FailOn(u64);
+
+impl KeyedProcessFunction<u64, u64, u64> for FailOn {
+    fn process_element(
+        &mut self,
+        value: u64,
+        _ctx: &mut KeyedContext<'_, u64>,
+        out: &mut Collector<'_, u64>,
+    ) -> FnResult {
+        if value == self.0 {
+            return Err(format!("refusing record {value}").into());
+        }
+        out.collect(value);
+        Ok(())
+    }
+}
+
+fn assert_error(status: u16, body: &Value, want_status: u16, want_text: &str) {
+    assert_eq!(status, want_status, "{body}");
+    let errors = body["errors"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{body}"));
+    assert_eq!(errors.len(), 1, "{body}");
+    let message = errors[0].as_str().unwrap();
+    assert!(
+        message.contains(want_text),
+        "{message:?} lacks {want_text:?}"
+    );
+}
+
+#[test]
+fn a_finished_job_is_reported_like_flink() {
+    let (dispatcher, server) = start(4);
+    let client = Client::new(&server);
+    let job = submit_bounded(&dispatcher);
+    let id = job.0.job_id().to_string();
+    client.wait_for_state(&id, "FINISHED");
+
+    let overview = client.get_ok("/jobs/overview");
+    let jobs = overview["jobs"].as_array().unwrap();
+    assert_eq!(jobs.len(), 1);
+    assert_eq!(jobs[0]["jid"], id.as_str());
+    assert_eq!(jobs[0]["name"], "bounded count");
+    assert_eq!(jobs[0]["state"], "FINISHED");
+    assert!(jobs[0]["start-time"].as_u64().unwrap() > 0);
+    assert!(jobs[0]["end-time"].as_i64().unwrap() >= jobs[0]["start-time"].as_i64().unwrap());
+    assert_eq!(jobs[0]["tasks"]["total"], 4);
+    assert_eq!(jobs[0]["tasks"]["finished"], 4);
+
+    let listed = client.get_ok("/jobs");
+    assert_eq!(listed["jobs"][0]["id"], id.as_str());
+    assert_eq!(listed["jobs"][0]["status"], "FINISHED");
+
+    for path in [format!("/jobs/{id}"), format!("/v1/jobs/{id}")] {
+        let details = client.get_ok(&path);
+        assert_eq!(details["jid"], id.as_str(), "{path}");
+        assert_eq!(details["name"], "bounded count");
+        assert_eq!(details["state"], "FINISHED");
+        assert_eq!(details["maxParallelism"], 128);
+        for state in ["CREATED", "RUNNING", "FINISHED"] {
+            assert!(
+                details["timestamps"][state].as_u64().is_some(),
+                "{state} missing in {}",
+                details["timestamps"]
+            );
+        }
+        let vertices = details["vertices"].as_array().unwrap();
+        assert_eq!(vertices.len(), 2, "source, then counter chained with sink");
+        for vertex in vertices {
+            assert_eq!(vertex["parallelism"], 2);
+            assert_eq!(vertex["maxParallelism"], 128);
+            assert_eq!(vertex["status"], "FINISHED");
+            let subtasks = vertex["subtasks"].as_array().unwrap();
+            assert_eq!(subtasks.len(), 2);
+            assert!(subtasks.iter().all(|s| s["status"] == "FINISHED"));
+        }
+    }
+    assert_eq!(
+        client.get_ok(&format!("/v1/jobs/{id}/status"))["status"],
+        "FINISHED"
+    );
+
+    let details = client.get_ok(&format!("/jobs/{id}"));
+    let vertex_id = details["vertices"][1]["id"].as_str().unwrap().to_string();
+    let vertex = client.get_ok(&format!("/jobs/{id}/vertices/{vertex_id}"));
+    assert_eq!(vertex["id"], vertex_id.as_str());
+    assert_eq!(vertex["name"], details["vertices"][1]["name"]);
+    assert_eq!(vertex["parallelism"], 2);
+    assert_eq!(vertex["maxParallelism"], 128);
+    assert!(vertex["now"].as_u64().unwrap() > 0);
+    assert_eq!(vertex["subtasks"].as_array().unwrap().len(), 2);
+    assert_eq!(
+        vertex["subtasks"][0]["metrics"]["read-records"]
+            .as_u64()
+            .unwrap()
+            + vertex["subtasks"][1]["metrics"]["read-records"]
+                .as_u64()
+                .unwrap(),
+        2_000
+    );
+
+    let exceptions = client.get_ok(&format!("/jobs/{id}/exceptions"));
+    assert_eq!(
+        exceptions["exceptionHistory"]["entries"],
+        serde_json::json!([])
+    );
+    assert_eq!(exceptions["exceptionHistory"]["truncated"], false);
+    assert!(exceptions["root-exception"].is_null());
+    assert_eq!(exceptions["all-exceptions"], serde_json::json!([]));
+
+    let cluster = client.get_ok("/overview");
+    assert_eq!(cluster["taskmanagers"], 1);
+    assert_eq!(cluster["slots-total"], 4);
+    assert_eq!(cluster["slots-available"], 4);
+    assert_eq!(cluster["jobs-running"], 0);
+    assert_eq!(cluster["jobs-finished"], 1);
+    assert_eq!(cluster["jobs-cancelled"], 0);
+    assert_eq!(cluster["jobs-failed"], 0);
+    assert_eq!(cluster["flink-version"], "weir 0.1.0-test");
+    assert_eq!(cluster["weir-version"], "0.1.0-test");
+
+    let config = client.get_ok("/v1/config");
+    assert_eq!(config["refresh-interval"], 3000);
+    assert_eq!(config["timezone-name"], "UTC");
+    assert_eq!(config["timezone-offset"], 0);
+    assert_eq!(config["flink-version"], "weir 0.1.0-test");
+    assert_eq!(config["features"]["web-submit"], false);
+    assert_eq!(config["features"]["web-cancel"], true);
+    server.shutdown();
+}
+
+#[test]
+fn a_running_job_is_cancelled_over_rest() {
+    let (dispatcher, server) = start(8);
+    let client = Client::new(&server);
+    let job = submit_endless(&dispatcher);
+    let id = job.0.job_id().to_string();
+    client.wait_for_state(&id, "RUNNING");
+
+    let cluster = client.get_ok("/overview");
+    assert_eq!(cluster["jobs-running"], 1);
+    assert_eq!(cluster["slots-total"], 8);
+    assert_eq!(
+        cluster["slots-available"], 4,
+        "two vertices at parallelism 2 use 4 slots"
+    );
+    assert_eq!(client.get_ok(&format!("/jobs/{id}"))["end-time"], -1);
+
+    let (status, body) = client.patch(&format!("/jobs/{id}?mode=cancel"));
+    assert_eq!(status, 202, "{body}");
+    assert_eq!(body, serde_json::json!({}));
+    client.wait_for_state(&id, "CANCELED");
+
+    let details = client.get_ok(&format!("/jobs/{id}"));
+    assert!(details["timestamps"]["CANCELLING"].as_u64().is_some());
+    assert!(details["timestamps"]["CANCELED"].as_u64().is_some());
+
+    let (status, body) = client.patch(&format!("/v1/jobs/{id}?mode=cancel"));
+    assert_error(
+        status,
+        &body,
+        409,
+        &format!("Job {id} is already CANCELED; only running jobs can be cancelled"),
+    );
+
+    let cluster = client.get_ok("/overview");
+    assert_eq!(cluster["jobs-running"], 0);
+    assert_eq!(cluster["jobs-cancelled"], 1);
+    assert_eq!(cluster["slots-available"], 8);
+    server.shutdown();
+}
+
+#[test]
+fn a_failed_job_shows_its_exceptions_newest_first() {
+    let (dispatcher, server) = start(4);
+    let client = Client::new(&server);
+    let env = StreamExecutionEnvironment::new();
+    env.from_source(VecSource::new((0..1000u64).collect()))
+        .key_by(|v: &u64| *v)
+        .process(FailOn(500))
+        .name("validator")
+        .sink_to(CollectSink::default());
+    let job = EndOnDrop(
+        dispatcher
+            .submit(env.build("failing").unwrap(), settings(2))
+            .unwrap(),
+    );
+    let id = job.0.job_id().to_string();
+    client.wait_for_state(&id, "FAILED");
+
+    let exceptions = client.get_ok(&format!("/jobs/{id}/exceptions"));
+    let entries = exceptions["exceptionHistory"]["entries"]
+        .as_array()
+        .unwrap();
+    assert!(!entries.is_empty());
+    assert_eq!(entries[0]["exceptionName"], "UserFunctionError");
+    let newest = entries[0]["stacktrace"].as_str().unwrap();
+    assert!(newest.contains("refusing record 500"), "{newest}");
+    assert!(
+        entries[0]["taskName"]
+            .as_str()
+            .unwrap()
+            .contains("validator")
+    );
+    assert_eq!(entries[0]["location"], "localhost");
+    let times: Vec<u64> = entries
+        .iter()
+        .map(|e| e["timestamp"].as_u64().unwrap())
+        .collect();
+    assert!(
+        times.windows(2).all(|w| w[0] >= w[1]),
+        "newest first: {times:?}"
+    );
+    assert_eq!(exceptions["root-exception"], newest);
+    assert_eq!(exceptions["timestamp"], times[0]);
+    assert_eq!(
+        exceptions["all-exceptions"].as_array().unwrap().len(),
+        entries.len()
+    );
+
+    let limited = client.get_ok(&format!("/jobs/{id}/exceptions?maxExceptions=0"));
+    assert_eq!(
+        limited["exceptionHistory"]["entries"],
+        serde_json::json!([])
+    );
+    assert_eq!(limited["exceptionHistory"]["truncated"], true);
+    assert_eq!(limited["root-exception"], newest);
+
+    let (status, body) = client.get(&format!("/jobs/{id}/exceptions?maxExceptions=many"));
+    assert_error(status, &body, 400, "maxExceptions");
+
+    let details = client.get_ok(&format!("/jobs/{id}"));
+    assert!(
+        details["failure-cause"]
+            .as_str()
+            .unwrap()
+            .contains("refusing record 500")
+    );
+    assert_eq!(client.get_ok("/overview")["jobs-failed"], 1);
+    server.shutdown();
+}
+
+#[test]
+fn client_mistakes_get_flink_error_bodies() {
+    let (dispatcher, server) = start(4);
+    let client = Client::new(&server);
+    let unknown = "0123456789abcdef0123456789abcdef";
+
+    for path in [
+        format!("/jobs/{unknown}"),
+        format!("/v1/jobs/{unknown}"),
+        format!("/jobs/{unknown}/status"),
+        format!("/jobs/{unknown}/exceptions"),
+        format!("/jobs/{unknown}/vertices/abc"),
+    ] {
+        let (status, body) = client.get(&path);
+        assert_error(status, &body, 404, &format!("Job {unknown} not found"));
+    }
+    let (status, body) = client.patch(&format!("/jobs/{unknown}?mode=cancel"));
+    assert_error(status, &body, 404, &format!("Job {unknown} not found"));
+
+    let (status, body) = client.get("/jobs/xyz");
+    assert_error(status, &body, 400, "'xyz' is not a job id");
+    let (status, body) = client.patch("/jobs/XYZ?mode=cancel");
+    assert_error(status, &body, 400, "'XYZ' is not a job id");
+
+    let (status, body) = client.get("/nope/such");
+    assert_error(status, &body, 404, "Not found: /nope/such");
+    let (status, body) = client.get("/v2/jobs");
+    assert_error(status, &body, 404, "Not found: /v2/jobs");
+    let (status, body) = client.post("/jobs");
+    assert_error(status, &body, 405, "POST");
+
+    let job = submit_bounded(&dispatcher);
+    let id = job.0.job_id().to_string();
+    client.wait_for_state(&id, "FINISHED");
+    let (status, body) = client.patch(&format!("/jobs/{id}"));
+    assert_error(status, &body, 400, "mode=cancel");
+    let (status, body) = client.patch(&format!("/jobs/{id}?mode=stop"));
+    assert_error(status, &body, 400, "mode=cancel");
+    let (status, body) = client.patch(&format!("/jobs/{id}?mode=cancel"));
+    assert_error(
+        status,
+        &body,
+        409,
+        &format!("Job {id} is already FINISHED; only running jobs can be cancelled"),
+    );
+    let (status, body) = client.get(&format!("/jobs/{id}/vertices/nosuchvertex"));
+    assert_error(status, &body, 404, "Vertex nosuchvertex not found");
+    server.shutdown();
+}
+
+#[test]
+fn a_taken_port_is_reported_with_what_to_do() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let error = RestServer::start(
+        "127.0.0.1",
+        port,
+        Dispatcher::new("localhost"),
+        ClusterInfo {
+            taskmanagers: 1,
+            slots_total: 1,
+            version: "0.1.0".to_string(),
+        },
+    )
+    .err()
+    .expect("binding a taken port fails");
+    assert_eq!(
+        error.to_string(),
+        format!(
+            "cannot bind the REST API to 127.0.0.1:{port}: address in use; is another weir or \
+             Flink running? set -D rest.port=0 for any free port or choose another port"
+        )
+    );
+}
+
+#[test]
+fn shutdown_is_prompt_and_frees_the_port() {
+    let (_dispatcher, server) = start(1);
+    let client = Client::new(&server);
+    client.get_ok("/overview");
+    let address = server.local_addr();
+    let began = Instant::now();
+    server.shutdown();
+    assert!(
+        began.elapsed() < Duration::from_secs(5),
+        "shutdown took {:?}",
+        began.elapsed()
+    );
+    assert!(
+        std::net::TcpStream::connect_timeout(&address, Duration::from_secs(1)).is_err(),
+        "still accepting connections after shutdown"
+    );
+}

@@ -1,0 +1,121 @@
+//! A user's own weir binary: every built-in job plus `sensor-stats`, with the same command
+//! line as `weir` (`my-weir run sensor-stats --input readings.csv --output -`).
+
+use std::fmt::Write as _;
+use std::process::ExitCode;
+
+use weir_api::catalog::{ArgSpec, JobArgs, JobBuildError, JobDefinition};
+use weir_api::prelude::*;
+use weir_connectors::{FileSink, PrintSink, TextLineSource};
+
+/// One reading of a sensor, parsed from `sensor,temperature`.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+struct Reading {
+    sensor: String,
+    temperature: f64,
+}
+
+fn parse(line: &str) -> Result<Reading, String> {
+    let Some((sensor, temperature)) = line.split_once(',') else {
+        return Err(format!("line '{line}' is not 'sensor,temperature'"));
+    };
+    let temperature: f64 = temperature
+        .trim()
+        .parse()
+        .map_err(|_| format!("line '{line}': '{}' is not a temperature", temperature.trim()))?;
+    Ok(Reading { sensor: sensor.trim().to_string(), temperature })
+}
+
+/// Per sensor: count (value state), maximum (reducing state), distinct readings (map state),
+/// the last three readings (list state). Emits one summary line per sensor at the end.
+#[derive(Clone)]
+struct SensorStats {
+    count: ValueState<u64>,
+    max: ReducingState<f64>,
+    distinct: MapState<u64, u32>,
+    recent: ListState<f64>,
+}
+
+impl Default for SensorStats {
+    fn default() -> Self {
+        SensorStats {
+            count: ValueState::new("count"),
+            max: ReducingState::new("max", f64::max),
+            distinct: MapState::new("distinct"),
+            recent: ListState::new("recent"),
+        }
+    }
+}
+
+impl KeyedProcessFunction<String, String, String> for SensorStats {
+    fn process_element(&mut self, line: String, ctx: &mut KeyedContext<'_, String>, _out: &mut Collector<'_, String>) -> FnResult {
+        // A malformed line fails the job with the line in the error (no silent skipping).
+        let reading = parse(&line)?;
+        *ctx.value(&self.count)?.get_or_insert_with(|| 0) += 1;
+        ctx.reducing(&self.max)?.add(reading.temperature);
+        let bits = reading.temperature.to_bits();
+        let mut distinct = ctx.map(&self.distinct)?;
+        let seen = distinct.get(&bits).copied().unwrap_or(0);
+        distinct.put(bits, seen + 1);
+        let mut recent = ctx.list(&self.recent)?;
+        let mut last: Vec<f64> = recent.get().to_vec();
+        last.push(reading.temperature);
+        if last.len() > 3 {
+            last.remove(0);
+        }
+        recent.update(last);
+        Ok(())
+    }
+
+    fn on_end_of_input(&mut self, ctx: &mut EndOfInputContext<'_, String>, out: &mut Collector<'_, String>) -> FnResult {
+        ctx.for_each_value(&self.count, |sensor, count| out.collect(format!("{sensor}\t{count}")))?;
+        Ok(())
+    }
+}
+
+struct SensorStatsJob;
+
+impl JobDefinition for SensorStatsJob {
+    fn name(&self) -> &'static str {
+        "sensor-stats"
+    }
+
+    fn description(&self) -> &'static str {
+        "readings 'sensor,temperature' from a file -> readings per sensor; a malformed line fails the job"
+    }
+
+    fn args(&self) -> Vec<ArgSpec> {
+        vec![ArgSpec::required("input", "PATH", "CSV file of sensor,temperature lines"), ArgSpec::required("output", "DIR|-", "part files in DIR or '-'")]
+    }
+
+    fn build(&self, args: &JobArgs, env: &StreamExecutionEnvironment) -> Result<(), JobBuildError> {
+        let input: std::path::PathBuf = args.required("input")?;
+        if !input.is_file() {
+            return Err(args.invalid(format!("--input {} is not a readable file", input.display())));
+        }
+        let output: String = args.required("output")?;
+        let stats = env
+            .from_source(TextLineSource::new(input))
+            .uid("readings")
+            .filter(|line: &String| !line.trim().is_empty())
+            .key_by(|line: &String| line.split(',').next().unwrap_or_default().trim().to_string())
+            .process(SensorStats::default())
+            .uid("sensor-stats")
+            .name("sensor-stats");
+        fn format(line: &String, out: &mut String) {
+            let _ = write!(out, "{line}");
+        }
+        if output == "-" {
+            stats.sink_to(PrintSink::new(format)).uid("sink");
+        } else {
+            stats.sink_to(FileSink::new(output, format)).uid("sink");
+        }
+        Ok(())
+    }
+}
+
+fn main() -> ExitCode {
+    let mut catalog = weir_jobs::builtin_catalog();
+    catalog.register(SensorStatsJob);
+    weir_cli::main_with(catalog)
+}
