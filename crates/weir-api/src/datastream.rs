@@ -85,7 +85,7 @@ impl StreamExecutionEnvironment {
             inputs: Vec::new(),
             source_factory: Some(factory),
             operator_factory: None,
-            output_type: TypedStream::<T>::new(),
+            output_type: TypedStream::<T>::erased(),
         });
         DataStream {
             builder: Rc::clone(&self.builder),
@@ -206,7 +206,7 @@ impl<T: Data> DataStream<T> {
             inputs: vec![edge],
             source_factory: None,
             operator_factory: Some(factory),
-            output_type: TypedStream::<O>::new(),
+            output_type: TypedStream::<O>::erased(),
         });
         DataStream {
             builder: Rc::clone(&self.builder),

@@ -9,9 +9,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{
-    Receiver, RecvTimeoutError, Select, SendTimeoutError, Sender, TrySendError,
-};
+use crossbeam_channel::{Receiver, Select, SendTimeoutError, Sender, TrySendError};
 use weir_types::keygroups::{compute_operator_index_for_key_group, key_group_for_hash};
 
 use crate::error::TaskError;
@@ -426,16 +424,5 @@ fn time_to_next_timer<T>(head: &dyn Operator<T>, ctx: &TaskContext) -> Duration 
     match head.next_timer() {
         Some(deadline) => Duration::from_millis(deadline.saturating_sub(ctx.clock.now_ms())),
         None => IDLE_WAIT_MAX,
-    }
-}
-
-/// Receives from `receiver`, waiting at most `timeout` (used by tests of the protocol).
-pub fn recv_element<T>(
-    receiver: &Receiver<StreamElement<T>>,
-    timeout: Duration,
-) -> Option<StreamElement<T>> {
-    match receiver.recv_timeout(timeout) {
-        Ok(element) => Some(element),
-        Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => None,
     }
 }

@@ -192,7 +192,7 @@ pub struct TypedStream<T>(std::marker::PhantomData<fn() -> T>);
 
 impl<T> TypedStream<T> {
     /// The operations for `T`.
-    pub fn new() -> Arc<dyn StreamType>
+    pub fn erased() -> Arc<dyn StreamType>
     where
         T: Data,
     {

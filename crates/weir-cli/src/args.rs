@@ -28,7 +28,9 @@ pub struct ConfigArgs {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Run a job from the catalog (embedded cluster inside this process)
-    #[command(after_help = "Examples:\n  weir run counter --users 1000 --events 1000000 --output none\n  weir run -p 4 wordcount --input book.txt --output out/\n  weir run -D rest.port=0 counter --users 10 --rate 100")]
+    #[command(
+        after_help = "Examples:\n  weir run counter --users 1000 --events 1000000 --output none\n  weir run -p 4 wordcount --input book.txt --output out/\n  weir run -D rest.port=0 counter --users 10 --rate 100"
+    )]
     Run(RunArgs),
     /// List the jobs of a cluster
     #[command(after_help = "Examples:\n  weir list\n  weir list -m 127.0.0.1:8081 --json")]
@@ -54,7 +56,11 @@ pub struct RunArgs {
     #[arg(value_name = "JOB")]
     pub job: String,
     /// The job's own arguments
-    #[arg(value_name = "JOB ARGS", trailing_var_arg = true, allow_hyphen_values = true)]
+    #[arg(
+        value_name = "JOB ARGS",
+        trailing_var_arg = true,
+        allow_hyphen_values = true
+    )]
     pub job_args: Vec<String>,
 }
 
@@ -87,9 +93,13 @@ pub struct CancelArgs {
 }
 
 fn parse_parallelism(text: &str) -> Result<u32, String> {
-    let value: u32 = text.parse().map_err(|_| format!("'{text}' is not a number; the parallelism is a whole number from 1 to 32768"))?;
+    let value: u32 = text.parse().map_err(|_| {
+        format!("'{text}' is not a number; the parallelism is a whole number from 1 to 32768")
+    })?;
     if value == 0 || value > 32_768 {
-        return Err(format!("{value} is out of range; the parallelism must be between 1 and 32768"));
+        return Err(format!(
+            "{value} is out of range; the parallelism must be between 1 and 32768"
+        ));
     }
     Ok(value)
 }

@@ -51,10 +51,16 @@ impl RestClient {
         ))
     }
 
-    fn read(&self, response: Result<ureq::http::Response<ureq::Body>, ureq::Error>) -> Result<Response, CliError> {
+    fn read(
+        &self,
+        response: Result<ureq::http::Response<ureq::Body>, ureq::Error>,
+    ) -> Result<Response, CliError> {
         let mut response = response.map_err(|e| self.unreachable(e))?;
         let status = response.status().as_u16();
-        let body = response.body_mut().read_to_string().map_err(|e| self.unreachable(e))?;
+        let body = response
+            .body_mut()
+            .read_to_string()
+            .map_err(|e| self.unreachable(e))?;
         Ok(Response { status, body })
     }
 
@@ -65,17 +71,30 @@ impl RestClient {
 
     /// PATCH `path` with an empty body.
     pub fn patch(&self, path: &str) -> Result<Response, CliError> {
-        self.read(self.agent.patch(format!("{}{path}", self.base)).send_empty())
+        self.read(
+            self.agent
+                .patch(format!("{}{path}", self.base))
+                .send_empty(),
+        )
     }
 
     /// GET `path` and decode a 200 answer as JSON.
     pub fn get_json<T: DeserializeOwned>(&self, path: &str) -> Result<T, CliError> {
         let response = self.get(path)?;
         if response.status != 200 {
-            return Err(CliError::runtime(format!("{}{path} answered {}: {}", self.base, response.status, error_text(&response.body))));
+            return Err(CliError::runtime(format!(
+                "{}{path} answered {}: {}",
+                self.base,
+                response.status,
+                error_text(&response.body)
+            )));
         }
-        serde_json::from_str(&response.body)
-            .map_err(|e| CliError::runtime(format!("{}{path} answered something that is not a weir REST response: {e}", self.base)))
+        serde_json::from_str(&response.body).map_err(|e| {
+            CliError::runtime(format!(
+                "{}{path} answered something that is not a weir REST response: {e}",
+                self.base
+            ))
+        })
     }
 }
 

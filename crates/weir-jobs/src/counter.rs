@@ -29,12 +29,19 @@ pub struct CountPerUser {
 
 impl Default for CountPerUser {
     fn default() -> Self {
-        CountPerUser { count: ValueState::new("count") }
+        CountPerUser {
+            count: ValueState::new("count"),
+        }
     }
 }
 
 impl KeyedProcessFunction<u64, Event, (u64, u64)> for CountPerUser {
-    fn process_element(&mut self, event: Event, ctx: &mut KeyedContext<'_, u64>, out: &mut Collector<'_, (u64, u64)>) -> FnResult {
+    fn process_element(
+        &mut self,
+        event: Event,
+        ctx: &mut KeyedContext<'_, u64>,
+        out: &mut Collector<'_, (u64, u64)>,
+    ) -> FnResult {
         let mut count = ctx.value(&self.count)?;
         let n = count.get_or_insert_with(|| 0);
         *n += 1;
@@ -51,12 +58,19 @@ pub struct FirstSeen {
 
 impl Default for FirstSeen {
     fn default() -> Self {
-        FirstSeen { first_index: ValueState::new("first-index") }
+        FirstSeen {
+            first_index: ValueState::new("first-index"),
+        }
     }
 }
 
 impl KeyedProcessFunction<u64, Event, Event> for FirstSeen {
-    fn process_element(&mut self, event: Event, ctx: &mut KeyedContext<'_, u64>, out: &mut Collector<'_, Event>) -> FnResult {
+    fn process_element(
+        &mut self,
+        event: Event,
+        ctx: &mut KeyedContext<'_, u64>,
+        out: &mut Collector<'_, Event>,
+    ) -> FnResult {
         let mut first = ctx.value(&self.first_index)?;
         first.get_or_insert_with(|| event.index);
         out.collect(event);
@@ -83,11 +97,30 @@ impl JobDefinition for Counter {
 
     fn args(&self) -> Vec<ArgSpec> {
         vec![
-            ArgSpec::required("users", "U", "number of users; event i belongs to user i mod U"),
-            ArgSpec::optional("events", "N", "number of events (bounded); unbounded when absent"),
-            ArgSpec::optional("rate", "R", "events per second overall; unlimited when absent"),
-            ArgSpec::optional("output", "DIR|-|none", "part files in DIR, '-' prints, 'none' discards (default '-')"),
-            ArgSpec::flag("enrich", "add a stateful stage (uid enrich) remembering each user's first event index"),
+            ArgSpec::required(
+                "users",
+                "U",
+                "number of users; event i belongs to user i mod U",
+            ),
+            ArgSpec::optional(
+                "events",
+                "N",
+                "number of events (bounded); unbounded when absent",
+            ),
+            ArgSpec::optional(
+                "rate",
+                "R",
+                "events per second overall; unlimited when absent",
+            ),
+            ArgSpec::optional(
+                "output",
+                "DIR|-|none",
+                "part files in DIR, '-' prints, 'none' discards (default '-')",
+            ),
+            ArgSpec::flag(
+                "enrich",
+                "add a stateful stage (uid enrich) remembering each user's first event index",
+            ),
         ]
     }
 
@@ -101,16 +134,34 @@ impl JobDefinition for Counter {
         if let Some(rate) = rate
             && !(rate > 0.0 && rate.is_finite())
         {
-            return Err(args.invalid(format!("--rate {rate} must be a positive number of events per second")));
+            return Err(args.invalid(format!(
+                "--rate {rate} must be a positive number of events per second"
+            )));
         }
         let output = Output::from_args(args, Output::Print, true)?;
 
-        let indices = env.from_source(SequenceSource::new(events, rate, |i| i)).uid("source").name("source");
-        let mut stream = indices.map(move |index: u64| Event { index, user: index % users }).name("to-event");
+        let indices = env
+            .from_source(SequenceSource::new(events, rate, |i| i))
+            .uid("source")
+            .name("source");
+        let mut stream = indices
+            .map(move |index: u64| Event {
+                index,
+                user: index % users,
+            })
+            .name("to-event");
         if args.flag("enrich") {
-            stream = stream.key_by(|e: &Event| e.user).process(FirstSeen::default()).uid("enrich").name("enrich");
+            stream = stream
+                .key_by(|e: &Event| e.user)
+                .process(FirstSeen::default())
+                .uid("enrich")
+                .name("enrich");
         }
-        let counts = stream.key_by(|e: &Event| e.user).process(CountPerUser::default()).uid("counter").name("counter");
+        let counts = stream
+            .key_by(|e: &Event| e.user)
+            .process(CountPerUser::default())
+            .uid("counter")
+            .name("counter");
         output.attach(&counts, format_count);
         Ok(())
     }

@@ -26,18 +26,31 @@ pub struct CountWords {
 
 impl Default for CountWords {
     fn default() -> Self {
-        CountWords { count: ValueState::new("count") }
+        CountWords {
+            count: ValueState::new("count"),
+        }
     }
 }
 
 impl KeyedProcessFunction<String, String, (String, u64)> for CountWords {
-    fn process_element(&mut self, _word: String, ctx: &mut KeyedContext<'_, String>, _out: &mut Collector<'_, (String, u64)>) -> FnResult {
+    fn process_element(
+        &mut self,
+        _word: String,
+        ctx: &mut KeyedContext<'_, String>,
+        _out: &mut Collector<'_, (String, u64)>,
+    ) -> FnResult {
         *ctx.value(&self.count)?.get_or_insert_with(|| 0) += 1;
         Ok(())
     }
 
-    fn on_end_of_input(&mut self, ctx: &mut EndOfInputContext<'_, String>, out: &mut Collector<'_, (String, u64)>) -> FnResult {
-        ctx.for_each_value(&self.count, |word, count| out.collect((word.clone(), *count)))?;
+    fn on_end_of_input(
+        &mut self,
+        ctx: &mut EndOfInputContext<'_, String>,
+        out: &mut Collector<'_, (String, u64)>,
+    ) -> FnResult {
+        ctx.for_each_value(&self.count, |word, count| {
+            out.collect((word.clone(), *count))
+        })?;
         Ok(())
     }
 }
@@ -71,14 +84,18 @@ impl JobDefinition for WordCount {
         match std::fs::metadata(&input) {
             Ok(meta) if meta.is_file() => {}
             Ok(_) => return Err(args.invalid(format!("--input {} is not a file", input.display()))),
-            Err(e) => return Err(args.invalid(format!("cannot read --input {}: {e}", input.display()))),
+            Err(e) => {
+                return Err(args.invalid(format!("cannot read --input {}: {e}", input.display())));
+            }
         }
         let output = Output::from_args(args, Output::Print, false)?;
         let counts = env
             .from_source(TextLineSource::new(input))
             .uid("source")
             .name("source")
-            .flat_map(|line: String, out: &mut Collector<'_, String>| words(&line, |w| out.collect(w)))
+            .flat_map(|line: String, out: &mut Collector<'_, String>| {
+                words(&line, |w| out.collect(w))
+            })
             .name("tokenizer")
             .key_by(|word: &String| word.clone())
             .process(CountWords::default())

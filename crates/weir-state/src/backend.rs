@@ -309,7 +309,8 @@ mod tests {
             let count2 = ValueState::<u64>::new("count");
             for (key, value) in &entries {
                 let (_, gi) = target.locate(key).unwrap();
-                prop_assert_eq!(target.value(&count2, key, gi).unwrap().get(), Some(value));
+                let restored = target.value(&count2, key, gi).unwrap().get().copied();
+                prop_assert_eq!(restored, Some(*value));
             }
             prop_assert_eq!(target.entry_count(), source.entry_count());
         }

@@ -19,11 +19,16 @@ fn parse(line: &str) -> Result<Reading, String> {
     let Some((sensor, temperature)) = line.split_once(',') else {
         return Err(format!("line '{line}' is not 'sensor,temperature'"));
     };
-    let temperature: f64 = temperature
-        .trim()
-        .parse()
-        .map_err(|_| format!("line '{line}': '{}' is not a temperature", temperature.trim()))?;
-    Ok(Reading { sensor: sensor.trim().to_string(), temperature })
+    let temperature: f64 = temperature.trim().parse().map_err(|_| {
+        format!(
+            "line '{line}': '{}' is not a temperature",
+            temperature.trim()
+        )
+    })?;
+    Ok(Reading {
+        sensor: sensor.trim().to_string(),
+        temperature,
+    })
 }
 
 /// Per sensor: count (value state), maximum (reducing state), distinct readings (map state),
@@ -48,7 +53,12 @@ impl Default for SensorStats {
 }
 
 impl KeyedProcessFunction<String, String, String> for SensorStats {
-    fn process_element(&mut self, line: String, ctx: &mut KeyedContext<'_, String>, _out: &mut Collector<'_, String>) -> FnResult {
+    fn process_element(
+        &mut self,
+        line: String,
+        ctx: &mut KeyedContext<'_, String>,
+        _out: &mut Collector<'_, String>,
+    ) -> FnResult {
         // A malformed line fails the job with the line in the error (no silent skipping).
         let reading = parse(&line)?;
         *ctx.value(&self.count)?.get_or_insert_with(|| 0) += 1;
@@ -67,8 +77,14 @@ impl KeyedProcessFunction<String, String, String> for SensorStats {
         Ok(())
     }
 
-    fn on_end_of_input(&mut self, ctx: &mut EndOfInputContext<'_, String>, out: &mut Collector<'_, String>) -> FnResult {
-        ctx.for_each_value(&self.count, |sensor, count| out.collect(format!("{sensor}\t{count}")))?;
+    fn on_end_of_input(
+        &mut self,
+        ctx: &mut EndOfInputContext<'_, String>,
+        out: &mut Collector<'_, String>,
+    ) -> FnResult {
+        ctx.for_each_value(&self.count, |sensor, count| {
+            out.collect(format!("{sensor}\t{count}"))
+        })?;
         Ok(())
     }
 }
@@ -85,20 +101,32 @@ impl JobDefinition for SensorStatsJob {
     }
 
     fn args(&self) -> Vec<ArgSpec> {
-        vec![ArgSpec::required("input", "PATH", "CSV file of sensor,temperature lines"), ArgSpec::required("output", "DIR|-", "part files in DIR or '-'")]
+        vec![
+            ArgSpec::required("input", "PATH", "CSV file of sensor,temperature lines"),
+            ArgSpec::required("output", "DIR|-", "part files in DIR or '-'"),
+        ]
     }
 
     fn build(&self, args: &JobArgs, env: &StreamExecutionEnvironment) -> Result<(), JobBuildError> {
         let input: std::path::PathBuf = args.required("input")?;
         if !input.is_file() {
-            return Err(args.invalid(format!("--input {} is not a readable file", input.display())));
+            return Err(args.invalid(format!(
+                "--input {} is not a readable file",
+                input.display()
+            )));
         }
         let output: String = args.required("output")?;
         let stats = env
             .from_source(TextLineSource::new(input))
             .uid("readings")
             .filter(|line: &String| !line.trim().is_empty())
-            .key_by(|line: &String| line.split(',').next().unwrap_or_default().trim().to_string())
+            .key_by(|line: &String| {
+                line.split(',')
+                    .next()
+                    .unwrap_or_default()
+                    .trim()
+                    .to_string()
+            })
             .process(SensorStats::default())
             .uid("sensor-stats")
             .name("sensor-stats");

@@ -32,7 +32,12 @@ pub fn cancel(args: CancelArgs) -> Result<ExitCode, CliError> {
                 client.base()
             )));
         }
-        _ => return Err(CliError::runtime(format!("cannot cancel job {job_id}: {}", error_text(&response.body)))),
+        _ => {
+            return Err(CliError::runtime(format!(
+                "cannot cancel job {job_id}: {}",
+                error_text(&response.body)
+            )));
+        }
     }
     println!("Cancelling job {job_id}.");
     let deadline = Instant::now() + CANCEL_WAIT_MAX;
@@ -47,7 +52,9 @@ pub fn cancel(args: CancelArgs) -> Result<ExitCode, CliError> {
             return Ok(ExitCode::SUCCESS);
         }
         if status.is_globally_terminal() {
-            return Err(CliError::runtime(format!("job {job_id} ended with state {status} before it could be cancelled")));
+            return Err(CliError::runtime(format!(
+                "job {job_id} ended with state {status} before it could be cancelled"
+            )));
         }
         if Instant::now() >= deadline {
             return Err(CliError::runtime(format!(

@@ -9,7 +9,12 @@ use crate::error::CliError;
 pub fn jobs(catalog: &JobCatalog) -> Result<ExitCode, CliError> {
     let mut text = String::new();
     for job in catalog.jobs() {
-        text.push_str(&format!("{}\n    {}\n    usage: weir run [OPTIONS] {}\n", job.name(), job.description(), JobCatalog::usage(job)));
+        text.push_str(&format!(
+            "{}\n    {}\n    usage: weir run [OPTIONS] {}\n",
+            job.name(),
+            job.description(),
+            JobCatalog::usage(job)
+        ));
         for arg in job.args() {
             let name = match arg.value_name {
                 Some(value) => format!("--{} {value}", arg.name),
