@@ -24,6 +24,14 @@ pub const CHANNEL_BATCHES_MAX: usize = 16;
 pub enum StreamElement<T> {
     /// A batch of records, in order.
     Records(Vec<T>),
+    /// A batch of records over a key-partitioned edge, with each record's key hash
+    /// (`hashes[i]` is `records[i]`'s) so the keyed consumer does not hash again.
+    KeyedRecords {
+        /// The records.
+        records: Vec<T>,
+        /// Their keys' stable hashes.
+        hashes: Vec<u32>,
+    },
     /// The producer subtask has ended; nothing follows.
     EndOfPartition,
 }
@@ -84,6 +92,8 @@ pub struct ChannelOutput<T> {
     partitioner: Partitioner<T>,
     senders: Vec<Sender<StreamElement<T>>>,
     buffers: Vec<Vec<T>>,
+    /// Per target, the key hashes of the buffered records (key-partitioned edges only).
+    hash_buffers: Vec<Vec<u32>>,
     next_round_robin: usize,
     max_parallelism: u32,
     ctx: TaskContext,
@@ -97,13 +107,21 @@ impl<T: Send> ChannelOutput<T> {
         ctx: &TaskContext,
     ) -> Self {
         let mut buffers = Vec::with_capacity(senders.len());
+        let mut hash_buffers = Vec::with_capacity(senders.len());
+        let keyed = matches!(partitioner, Partitioner::KeyGroups(_));
         for _ in 0..senders.len() {
             buffers.push(Vec::with_capacity(BATCH_RECORDS_MAX));
+            hash_buffers.push(if keyed {
+                Vec::with_capacity(BATCH_RECORDS_MAX)
+            } else {
+                Vec::new()
+            });
         }
         ChannelOutput {
             partitioner,
             senders,
             buffers,
+            hash_buffers,
             next_round_robin: ctx.subtask_index as usize,
             max_parallelism: ctx.max_parallelism,
             ctx: ctx.clone(),
@@ -153,7 +171,19 @@ impl<T: Send> ChannelOutput<T> {
             Vec::with_capacity(BATCH_RECORDS_MAX),
         );
         self.ctx.metrics.add_out(full.len());
-        self.send(target, StreamElement::Records(full))
+        let element = if matches!(self.partitioner, Partitioner::KeyGroups(_)) {
+            let hashes = std::mem::replace(
+                &mut self.hash_buffers[target],
+                Vec::with_capacity(BATCH_RECORDS_MAX),
+            );
+            StreamElement::KeyedRecords {
+                records: full,
+                hashes,
+            }
+        } else {
+            StreamElement::Records(full)
+        };
+        self.send(target, element)
     }
 }
 
@@ -184,12 +214,14 @@ impl<T: Send> Operator<T> for ChannelOutput<T> {
                 let hash = Arc::clone(hash);
                 let parallelism = consumers as u32;
                 for record in batch.drain(..) {
-                    let key_group = key_group_for_hash(hash(&record), self.max_parallelism);
+                    let stable_hash = hash(&record);
+                    let key_group = key_group_for_hash(stable_hash, self.max_parallelism);
                     let target = compute_operator_index_for_key_group(
                         self.max_parallelism,
                         parallelism,
                         key_group,
                     ) as usize;
+                    self.hash_buffers[target].push(stable_hash);
                     self.buffers[target].push(record);
                     if self.buffers[target].len() >= BATCH_RECORDS_MAX {
                         self.send_buffer(target)?;
@@ -319,6 +351,13 @@ impl<T: Send> InputBody<T> {
             StreamElement::Records(mut records) => {
                 self.ctx.metrics.add_in(records.len());
                 self.head.process_batch(&mut records)
+            }
+            StreamElement::KeyedRecords {
+                mut records,
+                mut hashes,
+            } => {
+                self.ctx.metrics.add_in(records.len());
+                self.head.process_hashed_batch(&mut records, &mut hashes)
             }
             StreamElement::EndOfPartition => {
                 if !self.ended[input] {

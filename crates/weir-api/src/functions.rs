@@ -2,7 +2,8 @@
 
 use weir_state::handles::{ListAccess, MapAccess, ReducingAccess, StateData, ValueAccess};
 use weir_state::{
-    KeyedStateBackend, ListState, MapState, ReducingState, StateError, TimerService, ValueState,
+    KeyRef, KeyedStateBackend, ListState, MapState, ReducingState, StateError, TimerService,
+    ValueState,
 };
 use weir_types::Key;
 
@@ -27,15 +28,14 @@ impl<O> Collector<'_, O> {
 pub struct KeyedContext<'a, K> {
     pub(crate) backend: &'a mut KeyedStateBackend<K>,
     pub(crate) timers: &'a mut TimerService<K>,
-    pub(crate) key: &'a K,
-    pub(crate) group_index: usize,
+    pub(crate) key: KeyRef<'a, K>,
     pub(crate) now_ms: u64,
 }
 
 impl<K: Key> KeyedContext<'_, K> {
     /// The key of the record (or timer) being processed.
     pub fn current_key(&self) -> &K {
-        self.key
+        self.key.key
     }
 
     /// The current key's value state.
@@ -44,7 +44,7 @@ impl<K: Key> KeyedContext<'_, K> {
         &mut self,
         state: &ValueState<V>,
     ) -> Result<ValueAccess<'_, K, V>, StateError> {
-        self.backend.value(state, self.key, self.group_index)
+        self.backend.value(state, self.key)
     }
 
     /// The current key's list state.
@@ -52,7 +52,7 @@ impl<K: Key> KeyedContext<'_, K> {
         &mut self,
         state: &ListState<V>,
     ) -> Result<ListAccess<'_, K, V>, StateError> {
-        self.backend.list(state, self.key, self.group_index)
+        self.backend.list(state, self.key)
     }
 
     /// The current key's map state.
@@ -60,7 +60,7 @@ impl<K: Key> KeyedContext<'_, K> {
         &mut self,
         state: &MapState<UK, UV>,
     ) -> Result<MapAccess<'_, K, UK, UV>, StateError> {
-        self.backend.map(state, self.key, self.group_index)
+        self.backend.map(state, self.key)
     }
 
     /// The current key's reducing state.
@@ -68,7 +68,7 @@ impl<K: Key> KeyedContext<'_, K> {
         &mut self,
         state: &ReducingState<V>,
     ) -> Result<ReducingAccess<'_, K, V>, StateError> {
-        self.backend.reducing(state, self.key, self.group_index)
+        self.backend.reducing(state, self.key)
     }
 
     /// Processing time now, epoch milliseconds.
@@ -78,12 +78,12 @@ impl<K: Key> KeyedContext<'_, K> {
 
     /// Calls `on_timer` for the current key when processing time reaches `timestamp_ms`.
     pub fn register_processing_time_timer(&mut self, timestamp_ms: u64) {
-        self.timers.register(self.key, timestamp_ms);
+        self.timers.register(self.key.key, timestamp_ms);
     }
 
     /// Deletes a timer registered for the current key.
     pub fn delete_processing_time_timer(&mut self, timestamp_ms: u64) {
-        self.timers.delete(self.key, timestamp_ms);
+        self.timers.delete(self.key.key, timestamp_ms);
     }
 }
 

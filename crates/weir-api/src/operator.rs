@@ -21,6 +21,18 @@ pub trait Operator<I>: Send {
     /// Processes and drains `batch`.
     fn process_batch(&mut self, batch: &mut Vec<I>) -> Result<(), TaskError>;
 
+    /// Processes and drains a batch that arrived over a key-partitioned channel, with each
+    /// record's key hash as the partitioner computed it (`hashes[i]` is `batch[i]`'s), so a
+    /// keyed operator need not hash the key again.
+    fn process_hashed_batch(
+        &mut self,
+        batch: &mut Vec<I>,
+        hashes: &mut Vec<u32>,
+    ) -> Result<(), TaskError> {
+        hashes.clear();
+        self.process_batch(batch)
+    }
+
     /// Fires processing-time timers due at `now_ms`, here and further down the chain.
     fn fire_timers(&mut self, now_ms: u64) -> Result<(), TaskError>;
 

@@ -2,7 +2,10 @@
 
 use std::cell::OnceCell;
 
+use weir_types::keygroups::key_group_for_hash;
 use weir_types::{Key, KeyGroupRange};
+
+use crate::keymap::{KeyRef, memory_hash};
 
 use crate::error::StateError;
 use crate::handles::{
@@ -38,20 +41,34 @@ impl<K: Key> KeyedStateBackend<K> {
         self.max_parallelism
     }
 
-    /// The key group of `key` and its index within this backend's range.
+    /// The key's place in this backend: its key group's index and its in-memory hash.
     ///
     /// Errors when the key does not belong to this subtask, which means records were routed
     /// with a different max parallelism or parallelism than this backend was built for.
     #[inline]
-    pub fn locate(&self, key: &K) -> Result<(u32, usize), StateError> {
-        let key_group = weir_types::assign_to_key_group(key, self.max_parallelism);
+    pub fn locate<'k>(&self, key: &'k K) -> Result<KeyRef<'k, K>, StateError> {
+        self.locate_hashed(key, key.stable_hash())
+    }
+
+    /// As [`Self::locate`], with the key's stable hash already computed (by the partitioner).
+    #[inline]
+    pub fn locate_hashed<'k>(
+        &self,
+        key: &'k K,
+        stable_hash: u32,
+    ) -> Result<KeyRef<'k, K>, StateError> {
+        let key_group = key_group_for_hash(stable_hash, self.max_parallelism);
         if !self.range.contains(key_group) {
             return Err(StateError::KeyGroupOutOfRange {
                 key_group,
                 range: self.range.to_string(),
             });
         }
-        Ok((key_group, (key_group - self.range.start) as usize))
+        Ok(KeyRef {
+            key,
+            hash: memory_hash(stable_hash),
+            group_index: (key_group - self.range.start) as usize,
+        })
     }
 
     /// Every table, in declaration order.
@@ -122,11 +139,10 @@ impl<K: Key> KeyedStateBackend<K> {
     pub fn value<'a, V: StateData>(
         &'a mut self,
         handle: &ValueState<V>,
-        key: &'a K,
-        group_index: usize,
+        key: KeyRef<'a, K>,
     ) -> Result<ValueAccess<'a, K, V>, StateError> {
         let index = self.resolve::<ValueCell<V>>(handle.name, StateKind::Value, &handle.slot)?;
-        let map = self.table::<ValueCell<V>>(index).group_mut(group_index);
+        let map = self.table::<ValueCell<V>>(index).group_mut(key.group_index);
         Ok(ValueAccess { map, key })
     }
 
@@ -135,11 +151,10 @@ impl<K: Key> KeyedStateBackend<K> {
     pub fn list<'a, V: StateData>(
         &'a mut self,
         handle: &ListState<V>,
-        key: &'a K,
-        group_index: usize,
+        key: KeyRef<'a, K>,
     ) -> Result<ListAccess<'a, K, V>, StateError> {
         let index = self.resolve::<ListCell<V>>(handle.name, StateKind::List, &handle.slot)?;
-        let map = self.table::<ListCell<V>>(index).group_mut(group_index);
+        let map = self.table::<ListCell<V>>(index).group_mut(key.group_index);
         Ok(ListAccess { map, key })
     }
 
@@ -148,11 +163,12 @@ impl<K: Key> KeyedStateBackend<K> {
     pub fn map<'a, UK: StateData + Eq + std::hash::Hash, UV: StateData>(
         &'a mut self,
         handle: &MapState<UK, UV>,
-        key: &'a K,
-        group_index: usize,
+        key: KeyRef<'a, K>,
     ) -> Result<MapAccess<'a, K, UK, UV>, StateError> {
         let index = self.resolve::<MapCell<UK, UV>>(handle.name, StateKind::Map, &handle.slot)?;
-        let map = self.table::<MapCell<UK, UV>>(index).group_mut(group_index);
+        let map = self
+            .table::<MapCell<UK, UV>>(index)
+            .group_mut(key.group_index);
         Ok(MapAccess { map, key })
     }
 
@@ -161,11 +177,10 @@ impl<K: Key> KeyedStateBackend<K> {
     pub fn reducing<'a, V: StateData>(
         &'a mut self,
         handle: &ReducingState<V>,
-        key: &'a K,
-        group_index: usize,
+        key: KeyRef<'a, K>,
     ) -> Result<ReducingAccess<'a, K, V>, StateError> {
         let index = self.resolve::<ValueCell<V>>(handle.name, StateKind::Reducing, &handle.slot)?;
-        let map = self.table::<ValueCell<V>>(index).group_mut(group_index);
+        let map = self.table::<ValueCell<V>>(index).group_mut(key.group_index);
         Ok(ReducingAccess {
             map,
             key,
@@ -181,7 +196,7 @@ impl<K: Key> KeyedStateBackend<K> {
     ) -> Result<(), StateError> {
         let index = self.resolve::<ValueCell<V>>(handle.name, StateKind::Value, &handle.slot)?;
         for group in self.table::<ValueCell<V>>(index).groups() {
-            for (key, cell) in group {
+            for (key, cell) in group.iter() {
                 f(key, &cell.0);
             }
         }
@@ -205,13 +220,13 @@ mod tests {
         let count = ValueState::<u64>::new("count");
         for key in ["a", "b", "a", "a"] {
             let key = key.to_string();
-            let (_, gi) = backend.locate(&key).unwrap();
-            let mut access = backend.value(&count, &key, gi).unwrap();
+            let located = backend.locate(&key).unwrap();
+            let mut access = backend.value(&count, located).unwrap();
             *access.get_or_insert_with(|| 0) += 1;
         }
         let a = "a".to_string();
-        let (_, gi) = backend.locate(&a).unwrap();
-        assert_eq!(backend.value(&count, &a, gi).unwrap().get(), Some(&3));
+        let located = backend.locate(&a).unwrap();
+        assert_eq!(backend.value(&count, located).unwrap().get(), Some(&3));
         assert_eq!(backend.entry_count(), 2);
     }
 
@@ -219,43 +234,40 @@ mod tests {
     fn list_map_and_reducing_state() {
         let mut backend = full_backend();
         let key = "k".to_string();
-        let (_, gi) = backend.locate(&key).unwrap();
+        let gi = backend.locate(&key).unwrap();
         let list = ListState::<u32>::new("list");
         let map = MapState::<String, u32>::new("map");
         let sum = ReducingState::<u64>::new("sum", |a, b| a + b);
-        backend.list(&list, &key, gi).unwrap().add(1);
-        backend.list(&list, &key, gi).unwrap().add(2);
-        assert_eq!(backend.list(&list, &key, gi).unwrap().get(), &[1, 2]);
-        backend.map(&map, &key, gi).unwrap().put("x".into(), 7);
+        backend.list(&list, gi).unwrap().add(1);
+        backend.list(&list, gi).unwrap().add(2);
+        assert_eq!(backend.list(&list, gi).unwrap().get(), &[1, 2]);
+        backend.map(&map, gi).unwrap().put("x".into(), 7);
         assert_eq!(
-            backend.map(&map, &key, gi).unwrap().get(&"x".to_string()),
+            backend.map(&map, gi).unwrap().get(&"x".to_string()),
             Some(&7)
         );
         assert_eq!(
-            backend
-                .map(&map, &key, gi)
-                .unwrap()
-                .remove(&"x".to_string()),
+            backend.map(&map, gi).unwrap().remove(&"x".to_string()),
             Some(7)
         );
-        assert!(backend.map(&map, &key, gi).unwrap().is_empty());
+        assert!(backend.map(&map, gi).unwrap().is_empty());
         for v in [1, 2, 3] {
-            backend.reducing(&sum, &key, gi).unwrap().add(v);
+            backend.reducing(&sum, gi).unwrap().add(v);
         }
-        assert_eq!(backend.reducing(&sum, &key, gi).unwrap().get(), Some(&6));
+        assert_eq!(backend.reducing(&sum, gi).unwrap().get(), Some(&6));
     }
 
     #[test]
     fn one_name_with_two_types_is_an_error_naming_the_state() {
         let mut backend = full_backend();
         let key = "k".to_string();
-        let (_, gi) = backend.locate(&key).unwrap();
+        let gi = backend.locate(&key).unwrap();
         backend
-            .value(&ValueState::<u64>::new("count"), &key, gi)
+            .value(&ValueState::<u64>::new("count"), gi)
             .unwrap()
             .set(1);
         let err = backend
-            .value(&ValueState::<String>::new("count"), &key, gi)
+            .value(&ValueState::<String>::new("count"), gi)
             .err()
             .unwrap();
         assert!(
@@ -285,16 +297,16 @@ mod tests {
             let tags = MapState::<String, u32>::new("tags");
             let mut source = KeyedStateBackend::<u64>::new(KeyGroupRange::new(0, 127), 128);
             for (key, value) in &entries {
-                let (_, gi) = source.locate(key).unwrap();
-                source.value(&count, key, gi).unwrap().set(*value);
-                source.map(&tags, key, gi).unwrap().put(format!("t{}", value % 3), (*value % 7) as u32);
+                let gi = source.locate(key).unwrap();
+                source.value(&count, gi).unwrap().set(*value);
+                source.map(&tags, gi).unwrap().put(format!("t{}", value % 3), (*value % 7) as u32);
             }
             let mut target = KeyedStateBackend::<u64>::new(KeyGroupRange::new(0, 127), 128);
             // Declare the same states in the target, then copy every key group across.
             let probe = 0u64;
-            let (_, gi) = target.locate(&probe).unwrap();
-            target.value(&ValueState::<u64>::new("count"), &probe, gi).unwrap();
-            target.map(&MapState::<String, u32>::new("tags"), &probe, gi).unwrap();
+            let gi = target.locate(&probe).unwrap();
+            target.value(&ValueState::<u64>::new("count"), gi).unwrap();
+            target.map(&MapState::<String, u32>::new("tags"), gi).unwrap();
             for table_index in 0..source.tables().len() {
                 for key_group in 0..128 {
                     let mut bytes = Vec::new();
@@ -308,8 +320,8 @@ mod tests {
             }
             let count2 = ValueState::<u64>::new("count");
             for (key, value) in &entries {
-                let (_, gi) = target.locate(key).unwrap();
-                let restored = target.value(&count2, key, gi).unwrap().get().copied();
+                let gi = target.locate(key).unwrap();
+                let restored = target.value(&count2, gi).unwrap().get().copied();
                 prop_assert_eq!(restored, Some(*value));
             }
             prop_assert_eq!(target.entry_count(), source.entry_count());
@@ -320,7 +332,8 @@ mod tests {
             let count = ValueState::<u64>::new("count");
             let mut backend = KeyedStateBackend::<u64>::new(KeyGroupRange::new(0, 0), 1);
             for key in 0..20u64 {
-                backend.value(&count, &key, 0).unwrap().set(key * 1000);
+                let located = backend.locate(&key).unwrap();
+                backend.value(&count, located).unwrap().set(key * 1000);
             }
             let mut bytes = Vec::new();
             backend.tables()[0].write_key_group(0, &mut bytes).unwrap();

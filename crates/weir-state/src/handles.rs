@@ -10,7 +10,11 @@ use std::marker::PhantomData;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use weir_types::Key;
+
 use crate::FastMap;
+use crate::keymap::{KeyMap, KeyRef};
+use crate::table::{ListCell, MapCell, ValueCell};
 
 /// The kinds of keyed state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -117,56 +121,51 @@ impl<V: StateData> ReducingState<V> {
 
 /// Access to a value state for the current key.
 pub struct ValueAccess<'a, K, V> {
-    pub(crate) map: &'a mut FastMap<K, crate::table::ValueCell<V>>,
-    pub(crate) key: &'a K,
+    pub(crate) map: &'a mut KeyMap<K, ValueCell<V>>,
+    pub(crate) key: KeyRef<'a, K>,
 }
 
-impl<K: Eq + Hash + Clone, V> ValueAccess<'_, K, V> {
+impl<K: Key, V> ValueAccess<'_, K, V> {
     /// The current key's value, if any.
+    #[inline]
     pub fn get(&self) -> Option<&V> {
-        self.map.get(self.key).map(|cell| &cell.0)
+        self.map
+            .get(self.key.hash, self.key.key)
+            .map(|cell| &cell.0)
     }
 
     /// Sets the current key's value.
+    #[inline]
     pub fn set(&mut self, value: V) {
-        match self.map.get_mut(self.key) {
-            Some(cell) => cell.0 = value,
-            None => {
-                self.map
-                    .insert(self.key.clone(), crate::table::ValueCell(value));
-            }
-        }
+        self.map
+            .insert(self.key.hash, self.key.key, ValueCell(value));
     }
 
     /// The current key's value, inserting `init()` first when there is none.
+    #[inline]
     pub fn get_or_insert_with(&mut self, init: impl FnOnce() -> V) -> &mut V {
-        // Look up before inserting so an existing key is never cloned.
-        if !self.map.contains_key(self.key) {
-            self.map
-                .insert(self.key.clone(), crate::table::ValueCell(init()));
-        }
-        match self.map.get_mut(self.key) {
-            Some(cell) => &mut cell.0,
-            None => unreachable!("the entry was inserted just above"),
-        }
+        &mut self
+            .map
+            .get_or_insert_with(self.key.hash, self.key.key, || ValueCell(init()))
+            .0
     }
 
     /// Removes the current key's value.
     pub fn clear(&mut self) {
-        self.map.remove(self.key);
+        self.map.remove(self.key.hash, self.key.key);
     }
 }
 
 /// Access to a list state for the current key.
 pub struct ListAccess<'a, K, V> {
-    pub(crate) map: &'a mut FastMap<K, crate::table::ListCell<V>>,
-    pub(crate) key: &'a K,
+    pub(crate) map: &'a mut KeyMap<K, ListCell<V>>,
+    pub(crate) key: KeyRef<'a, K>,
 }
 
-impl<K: Eq + Hash + Clone, V> ListAccess<'_, K, V> {
+impl<K: Key, V> ListAccess<'_, K, V> {
     /// The current key's list (empty when none).
     pub fn get(&self) -> &[V] {
-        match self.map.get(self.key) {
+        match self.map.get(self.key.hash, self.key.key) {
             Some(cell) => &cell.0,
             None => &[],
         }
@@ -174,64 +173,56 @@ impl<K: Eq + Hash + Clone, V> ListAccess<'_, K, V> {
 
     /// Appends to the current key's list.
     pub fn add(&mut self, value: V) {
-        match self.map.get_mut(self.key) {
-            Some(cell) => cell.0.push(value),
-            None => {
-                self.map
-                    .insert(self.key.clone(), crate::table::ListCell(vec![value]));
-            }
-        }
+        self.map
+            .get_or_insert_with(self.key.hash, self.key.key, || ListCell(Vec::new()))
+            .0
+            .push(value);
     }
 
     /// Replaces the current key's list; an empty list clears it.
     pub fn update(&mut self, values: Vec<V>) {
         if values.is_empty() {
-            self.map.remove(self.key);
+            self.map.remove(self.key.hash, self.key.key);
         } else {
             self.map
-                .insert(self.key.clone(), crate::table::ListCell(values));
+                .insert(self.key.hash, self.key.key, ListCell(values));
         }
     }
 
     /// Removes the current key's list.
     pub fn clear(&mut self) {
-        self.map.remove(self.key);
+        self.map.remove(self.key.hash, self.key.key);
     }
 }
 
 /// Access to a map state for the current key.
 pub struct MapAccess<'a, K, UK, UV> {
-    pub(crate) map: &'a mut FastMap<K, crate::table::MapCell<UK, UV>>,
-    pub(crate) key: &'a K,
+    pub(crate) map: &'a mut KeyMap<K, MapCell<UK, UV>>,
+    pub(crate) key: KeyRef<'a, K>,
 }
 
-impl<K: Eq + Hash + Clone, UK: Eq + Hash, UV> MapAccess<'_, K, UK, UV> {
+impl<K: Key, UK: Eq + Hash, UV> MapAccess<'_, K, UK, UV> {
     /// The value under `user_key` for the current key.
     pub fn get(&self, user_key: &UK) -> Option<&UV> {
-        self.map.get(self.key).and_then(|cell| cell.0.get(user_key))
+        self.map
+            .get(self.key.hash, self.key.key)
+            .and_then(|cell| cell.0.get(user_key))
     }
 
     /// Puts `user_value` under `user_key` for the current key.
     pub fn put(&mut self, user_key: UK, user_value: UV) {
-        match self.map.get_mut(self.key) {
-            Some(cell) => {
-                cell.0.insert(user_key, user_value);
-            }
-            None => {
-                let mut inner = FastMap::default();
-                inner.insert(user_key, user_value);
-                self.map
-                    .insert(self.key.clone(), crate::table::MapCell(inner));
-            }
-        }
+        let cell = self
+            .map
+            .get_or_insert_with(self.key.hash, self.key.key, || MapCell(FastMap::default()));
+        cell.0.insert(user_key, user_value);
     }
 
     /// Removes `user_key` for the current key, returning its value.
     pub fn remove(&mut self, user_key: &UK) -> Option<UV> {
-        let cell = self.map.get_mut(self.key)?;
+        let cell = self.map.get_mut(self.key.hash, self.key.key)?;
         let removed = cell.0.remove(user_key);
         if cell.0.is_empty() {
-            self.map.remove(self.key);
+            self.map.remove(self.key.hash, self.key.key);
         }
         removed
     }
@@ -244,14 +235,17 @@ impl<K: Eq + Hash + Clone, UK: Eq + Hash, UV> MapAccess<'_, K, UK, UV> {
     /// The current key's entries, in no particular order.
     pub fn iter(&self) -> impl Iterator<Item = (&UK, &UV)> {
         self.map
-            .get(self.key)
+            .get(self.key.hash, self.key.key)
             .into_iter()
             .flat_map(|cell| cell.0.iter())
     }
 
     /// Number of entries for the current key.
     pub fn len(&self) -> usize {
-        self.map.get(self.key).map(|cell| cell.0.len()).unwrap_or(0)
+        self.map
+            .get(self.key.hash, self.key.key)
+            .map(|cell| cell.0.len())
+            .unwrap_or(0)
     }
 
     /// True when the current key has no entry.
@@ -261,41 +255,38 @@ impl<K: Eq + Hash + Clone, UK: Eq + Hash, UV> MapAccess<'_, K, UK, UV> {
 
     /// Removes every entry of the current key.
     pub fn clear(&mut self) {
-        self.map.remove(self.key);
+        self.map.remove(self.key.hash, self.key.key);
     }
 }
 
 /// Access to a reducing state for the current key.
 pub struct ReducingAccess<'a, K, V> {
-    pub(crate) map: &'a mut FastMap<K, crate::table::ValueCell<V>>,
-    pub(crate) key: &'a K,
+    pub(crate) map: &'a mut KeyMap<K, ValueCell<V>>,
+    pub(crate) key: KeyRef<'a, K>,
     pub(crate) reduce: fn(V, V) -> V,
 }
 
-impl<K: Eq + Hash + Clone, V> ReducingAccess<'_, K, V> {
+impl<K: Key, V> ReducingAccess<'_, K, V> {
     /// The folded value, if anything was added.
     pub fn get(&self) -> Option<&V> {
-        self.map.get(self.key).map(|cell| &cell.0)
+        self.map
+            .get(self.key.hash, self.key.key)
+            .map(|cell| &cell.0)
     }
 
     /// Folds `value` into the current key's accumulated value.
     pub fn add(&mut self, value: V) {
-        match self.map.remove(self.key) {
-            Some(cell) => {
-                let folded = (self.reduce)(cell.0, value);
-                self.map
-                    .insert(self.key.clone(), crate::table::ValueCell(folded));
-            }
-            None => {
-                self.map
-                    .insert(self.key.clone(), crate::table::ValueCell(value));
-            }
-        }
+        let folded = match self.map.remove(self.key.hash, self.key.key) {
+            Some(cell) => (self.reduce)(cell.0, value),
+            None => value,
+        };
+        self.map
+            .insert(self.key.hash, self.key.key, ValueCell(folded));
     }
 
     /// Removes the current key's value.
     pub fn clear(&mut self) {
-        self.map.remove(self.key);
+        self.map.remove(self.key.hash, self.key.key);
     }
 }
 

@@ -13,12 +13,14 @@
 pub mod backend;
 pub mod error;
 pub mod handles;
+pub mod keymap;
 pub mod table;
 pub mod timers;
 
 pub use backend::KeyedStateBackend;
 pub use error::StateError;
 pub use handles::{ListState, MapState, ReducingState, StateKind, ValueState};
+pub use keymap::{KeyRef, memory_hash};
 pub use timers::TimerService;
 
 /// Hash maps for in-memory state: fast, and never persisted or used for routing, so the

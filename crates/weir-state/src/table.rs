@@ -5,12 +5,13 @@ use std::hash::Hash;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use weir_types::KeyGroupRange;
 use weir_types::key::with_canonical_bytes;
+use weir_types::{Key, KeyGroupRange};
 
 use crate::FastMap;
 use crate::error::StateError;
 use crate::handles::StateKind;
+use crate::keymap::KeyMap;
 
 /// The type-erased view of a table that the backend and snapshots use.
 pub trait StateTable<K>: Send {
@@ -95,15 +96,15 @@ pub struct Table<K, C> {
     name: String,
     kind: StateKind,
     range: KeyGroupRange,
-    groups: Vec<FastMap<K, C>>,
+    groups: Vec<KeyMap<K, C>>,
 }
 
-impl<K: Eq + Hash, C> Table<K, C> {
+impl<K: Key, C> Table<K, C> {
     /// An empty table for `range`.
     pub fn new(name: &str, kind: StateKind, range: KeyGroupRange) -> Table<K, C> {
         let mut groups = Vec::with_capacity(range.len() as usize);
         for _ in 0..range.len() {
-            groups.push(FastMap::default());
+            groups.push(KeyMap::default());
         }
         Table {
             name: name.to_string(),
@@ -115,18 +116,18 @@ impl<K: Eq + Hash, C> Table<K, C> {
 
     /// The map of one key group, by its index within the range.
     #[inline]
-    pub fn group_mut(&mut self, group_index: usize) -> &mut FastMap<K, C> {
+    pub fn group_mut(&mut self, group_index: usize) -> &mut KeyMap<K, C> {
         &mut self.groups[group_index]
     }
 
     /// The map of one key group, by its index within the range.
     #[inline]
-    pub fn group(&self, group_index: usize) -> &FastMap<K, C> {
+    pub fn group(&self, group_index: usize) -> &KeyMap<K, C> {
         &self.groups[group_index]
     }
 
     /// Every key group's map, in key-group order.
-    pub fn groups(&self) -> &[FastMap<K, C>] {
+    pub fn groups(&self) -> &[KeyMap<K, C>] {
         &self.groups
     }
 
@@ -141,11 +142,7 @@ impl<K: Eq + Hash, C> Table<K, C> {
     }
 }
 
-impl<K, C> StateTable<K> for Table<K, C>
-where
-    K: Serialize + DeserializeOwned + Eq + Hash + Send + 'static,
-    C: Cell,
-{
+impl<K: Key, C: Cell> StateTable<K> for Table<K, C> {
     fn name(&self) -> &str {
         &self.name
     }
@@ -159,7 +156,7 @@ where
     }
 
     fn entry_count(&self) -> usize {
-        self.groups.iter().map(FastMap::len).sum()
+        self.groups.iter().map(KeyMap::len).sum()
     }
 
     fn write_key_group(&self, key_group: u32, out: &mut Vec<u8>) -> Result<(), StateError> {
@@ -170,7 +167,7 @@ where
             reason: format!("cannot encode: {e}"),
         };
         let mut entries: Vec<(Vec<u8>, Vec<u8>)> = Vec::with_capacity(self.groups[index].len());
-        for (key, cell) in &self.groups[index] {
+        for (key, cell) in self.groups[index].iter() {
             let key_bytes = with_canonical_bytes(key, <[u8]>::to_vec);
             let mut cell_bytes = Vec::new();
             cell.encode(&mut cell_bytes).map_err(corrupt)?;
@@ -190,12 +187,11 @@ where
         };
         let entries: Vec<(Vec<u8>, Vec<u8>)> =
             postcard::from_bytes(bytes).map_err(|e| corrupt("entries", e))?;
-        let mut map = FastMap::default();
-        map.reserve(entries.len());
+        let mut map = KeyMap::default();
         for (key_bytes, cell_bytes) in entries {
             let key: K = postcard::from_bytes(&key_bytes).map_err(|e| corrupt("a key", e))?;
             let cell = C::decode(&cell_bytes).map_err(|e| corrupt("a value", e))?;
-            map.insert(key, cell);
+            map.insert_owned(key, cell);
         }
         self.groups[index] = map;
         Ok(())

@@ -9,6 +9,8 @@ use std::hash::Hash;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use crate::keygroups::Murmur3;
+#[cfg(test)]
 use crate::keygroups::murmur3_32;
 
 /// Keys encoded on the stack up to this size; longer keys take one allocation.
@@ -22,14 +24,41 @@ pub trait Key:
     Serialize + DeserializeOwned + Eq + Hash + Clone + Debug + Send + Sync + 'static
 {
     /// The stable 32-bit hash of the key's canonical bytes (murmur3 x86_32, seed 0).
+    #[inline]
     fn stable_hash(&self) -> u32 {
-        with_canonical_bytes(self, murmur3_32)
+        // Hash the postcard bytes as the serializer produces them: no buffer, no copy.
+        // postcard only fails on sequences of unknown length, which keys never are; such a
+        // key would land in key group 0 rather than fail the record.
+        postcard::serialize_with_flavor(self, HashFlavor(Murmur3::default())).unwrap_or_default()
     }
 }
 
 impl<T> Key for T where
     T: Serialize + DeserializeOwned + Eq + Hash + Clone + Debug + Send + Sync + 'static
 {
+}
+
+/// A postcard output that feeds the bytes to a murmur3 hasher.
+struct HashFlavor(Murmur3);
+
+impl postcard::ser_flavors::Flavor for HashFlavor {
+    type Output = u32;
+
+    #[inline]
+    fn try_extend(&mut self, data: &[u8]) -> postcard::Result<()> {
+        self.0.write(data);
+        Ok(())
+    }
+
+    #[inline]
+    fn try_push(&mut self, data: u8) -> postcard::Result<()> {
+        self.0.write_byte(data);
+        Ok(())
+    }
+
+    fn finalize(self) -> postcard::Result<u32> {
+        Ok(self.0.finish())
+    }
 }
 
 /// Calls `f` with the canonical bytes of `key`, without allocating for small keys.
@@ -63,6 +92,16 @@ mod tests {
             murmur3_32(&postcard::to_allocvec(&small).unwrap())
         );
         let large = "x".repeat(1000);
+        let text = "hello".to_string();
+        assert_eq!(
+            text.stable_hash(),
+            murmur3_32(&postcard::to_allocvec(&text).unwrap())
+        );
+        let tuple = (7u64, "k".to_string(), -3i32);
+        assert_eq!(
+            tuple.stable_hash(),
+            murmur3_32(&postcard::to_allocvec(&tuple).unwrap())
+        );
         assert_eq!(
             large.stable_hash(),
             murmur3_32(&postcard::to_allocvec(&large).unwrap())

@@ -16,28 +16,93 @@ pub const DEFAULT_MAX_PARALLELISM_LOWER_BOUND: u32 = 1 << 7;
 
 /// Murmur3 x86_32 with seed 0 over `data`, including the final avalanche.
 pub fn murmur3_32(data: &[u8]) -> u32 {
-    const C1: u32 = 0xcc9e_2d51;
-    const C2: u32 = 0x1b87_3593;
-    let mut h: u32 = 0;
-    let mut blocks = data.chunks_exact(4);
-    for block in &mut blocks {
-        let mut k = u32::from_le_bytes([block[0], block[1], block[2], block[3]]);
-        k = k.wrapping_mul(C1).rotate_left(15).wrapping_mul(C2);
-        h ^= k;
-        h = h.rotate_left(13).wrapping_mul(5).wrapping_add(0xe654_6b64);
+    let mut hasher = Murmur3::default();
+    hasher.write(data);
+    hasher.finish()
+}
+
+const MURMUR_C1: u32 = 0xcc9e_2d51;
+const MURMUR_C2: u32 = 0x1b87_3593;
+
+/// Streaming murmur3 x86_32 (seed 0): bytes may arrive in any pieces; the result equals
+/// [`murmur3_32`] over their concatenation. Lets keys be hashed straight from their
+/// serializer without an intermediate buffer.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Murmur3 {
+    h: u32,
+    tail: u32,
+    tail_len: u32,
+    total_len: u32,
+}
+
+impl Murmur3 {
+    #[inline]
+    fn mix_block(&mut self, block: u32) {
+        let k = block
+            .wrapping_mul(MURMUR_C1)
+            .rotate_left(15)
+            .wrapping_mul(MURMUR_C2);
+        self.h ^= k;
+        self.h = self
+            .h
+            .rotate_left(13)
+            .wrapping_mul(5)
+            .wrapping_add(0xe654_6b64);
     }
-    let tail = blocks.remainder();
-    if !tail.is_empty() {
-        let mut k: u32 = 0;
-        for (i, byte) in tail.iter().enumerate() {
-            k |= u32::from(*byte) << (8 * i);
+
+    /// Feeds one byte.
+    #[inline]
+    pub fn write_byte(&mut self, byte: u8) {
+        self.tail |= u32::from(byte) << (8 * self.tail_len);
+        self.tail_len += 1;
+        // Lengths above u32::MAX wrap, as the reference implementation's 32-bit length does.
+        self.total_len = self.total_len.wrapping_add(1);
+        if self.tail_len == 4 {
+            let block = self.tail;
+            self.mix_block(block);
+            self.tail = 0;
+            self.tail_len = 0;
         }
-        k = k.wrapping_mul(C1).rotate_left(15).wrapping_mul(C2);
-        h ^= k;
     }
-    // Lengths above u32::MAX wrap, exactly as the reference implementation's 32-bit length.
-    h ^= data.len() as u32;
-    fmix32(h)
+
+    /// Feeds bytes.
+    #[inline]
+    pub fn write(&mut self, data: &[u8]) {
+        let mut rest = data;
+        while self.tail_len != 0 {
+            let Some((first, tail)) = rest.split_first() else {
+                return;
+            };
+            self.write_byte(*first);
+            rest = tail;
+        }
+        let mut blocks = rest.chunks_exact(4);
+        for block in &mut blocks {
+            self.mix_block(u32::from_le_bytes([block[0], block[1], block[2], block[3]]));
+        }
+        self.total_len = self
+            .total_len
+            .wrapping_add((rest.len() - blocks.remainder().len()) as u32);
+        for byte in blocks.remainder() {
+            self.write_byte(*byte);
+        }
+    }
+
+    /// The hash of everything fed so far.
+    #[inline]
+    pub fn finish(&self) -> u32 {
+        let mut h = self.h;
+        if self.tail_len != 0 {
+            let k = self
+                .tail
+                .wrapping_mul(MURMUR_C1)
+                .rotate_left(15)
+                .wrapping_mul(MURMUR_C2);
+            h ^= k;
+        }
+        h ^= self.total_len;
+        fmix32(h)
+    }
 }
 
 fn fmix32(mut h: u32) -> u32 {
@@ -197,6 +262,25 @@ mod tests {
         // Flink's MathUtils.murmurHash(1) mixes the int's 4 little-endian bytes: raw -68075478.
         assert_eq!(murmur3_32(&1i32.to_le_bytes()) as i32, -68_075_478);
         assert_eq!(non_negative(murmur3_32(&1i32.to_le_bytes())), 68_075_478);
+    }
+
+    proptest! {
+        #[test]
+        fn streaming_murmur_equals_one_shot(data in proptest::collection::vec(any::<u8>(), 0..64), cuts in proptest::collection::vec(0usize..64, 0..5)) {
+            let mut hasher = Murmur3::default();
+            let mut start = 0;
+            let mut cuts = cuts;
+            cuts.sort_unstable();
+            for cut in cuts {
+                let cut = cut.min(data.len());
+                if cut >= start {
+                    hasher.write(&data[start..cut]);
+                    start = cut;
+                }
+            }
+            hasher.write(&data[start..]);
+            prop_assert_eq!(hasher.finish(), murmur3_32(&data));
+        }
     }
 
     #[test]

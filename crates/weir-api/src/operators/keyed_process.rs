@@ -60,6 +60,53 @@ impl<K: Key, I, O, F> KeyedProcessOperator<K, I, O, F> {
     }
 }
 
+impl<K, I, O, F> KeyedProcessOperator<K, I, O, F>
+where
+    K: Key,
+    I: Send,
+    O: Send,
+    F: KeyedProcessFunction<K, I, O>,
+{
+    #[inline]
+    fn process_one(
+        &mut self,
+        record: I,
+        key: &K,
+        stable_hash: u32,
+        now_ms: u64,
+    ) -> Result<(), TaskError> {
+        let located = match self.backend.locate_hashed(key, stable_hash) {
+            Ok(located) => located,
+            Err(e) => {
+                return Err(TaskError::Internal(format!(
+                    "{}: record routed to the wrong subtask: {e}",
+                    self.name
+                )));
+            }
+        };
+        let mut ctx = KeyedContext {
+            backend: &mut self.backend,
+            timers: &mut self.timers,
+            key: located,
+            now_ms,
+        };
+        let mut out = Collector {
+            buffer: &mut self.out,
+        };
+        match self.func.process_element(record, &mut ctx, &mut out) {
+            Ok(()) => Ok(()),
+            Err(e) => Err(TaskError::user(&self.name, e)),
+        }
+    }
+
+    fn emit(&mut self) -> Result<(), TaskError> {
+        if self.out.is_empty() {
+            return Ok(());
+        }
+        self.next.process_batch(&mut self.out)
+    }
+}
+
 impl<K, I, O, F> Operator<I> for KeyedProcessOperator<K, I, O, F>
 where
     K: Key,
@@ -72,46 +119,45 @@ where
         let now_ms = self.clock.now_ms();
         for record in batch.drain(..) {
             let key = (self.key_selector)(&record);
-            let group_index = match self.backend.locate(&key) {
-                Ok((_, group_index)) => group_index,
-                Err(e) => {
-                    return Err(TaskError::Internal(format!(
-                        "{}: record routed to the wrong subtask: {e}",
-                        self.name
-                    )));
-                }
-            };
-            let mut ctx = KeyedContext {
-                backend: &mut self.backend,
-                timers: &mut self.timers,
-                key: &key,
-                group_index,
-                now_ms,
-            };
-            let mut out = Collector {
-                buffer: &mut self.out,
-            };
-            if let Err(e) = self.func.process_element(record, &mut ctx, &mut out) {
-                return Err(TaskError::user(&self.name, e));
-            }
+            let stable_hash = key.stable_hash();
+            self.process_one(record, &key, stable_hash, now_ms)?;
         }
-        if self.out.is_empty() {
-            return Ok(());
+        self.emit()
+    }
+
+    fn process_hashed_batch(
+        &mut self,
+        batch: &mut Vec<I>,
+        hashes: &mut Vec<u32>,
+    ) -> Result<(), TaskError> {
+        if batch.len() != hashes.len() {
+            return Err(TaskError::Internal(format!(
+                "{}: {} records arrived with {} key hashes",
+                self.name,
+                batch.len(),
+                hashes.len()
+            )));
         }
-        self.next.process_batch(&mut self.out)
+        let now_ms = self.clock.now_ms();
+        for (record, stable_hash) in batch.drain(..).zip(hashes.drain(..)) {
+            let key = (self.key_selector)(&record);
+            // Paired check: the partitioner hashed the same key with the same function.
+            debug_assert_eq!(key.stable_hash(), stable_hash);
+            self.process_one(record, &key, stable_hash, now_ms)?;
+        }
+        self.emit()
     }
 
     fn fire_timers(&mut self, now_ms: u64) -> Result<(), TaskError> {
         while let Some((timestamp, key)) = self.timers.pop_due(now_ms) {
-            let group_index = match self.backend.locate(&key) {
-                Ok((_, group_index)) => group_index,
+            let located = match self.backend.locate(&key) {
+                Ok(located) => located,
                 Err(e) => return Err(self.user_error(e)),
             };
             let mut ctx = KeyedContext {
                 backend: &mut self.backend,
                 timers: &mut self.timers,
-                key: &key,
-                group_index,
+                key: located,
                 now_ms,
             };
             let mut out = Collector {
