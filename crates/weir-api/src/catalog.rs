@@ -21,41 +21,18 @@ pub struct ArgSpec {
 
 impl ArgSpec {
     /// A required `--name VALUE`.
-    pub const fn required(
-        name: &'static str,
-        value_name: &'static str,
-        help: &'static str,
-    ) -> ArgSpec {
-        ArgSpec {
-            name,
-            value_name: Some(value_name),
-            required: true,
-            help,
-        }
+    pub const fn required(name: &'static str, value_name: &'static str, help: &'static str) -> ArgSpec {
+        ArgSpec { name, value_name: Some(value_name), required: true, help }
     }
 
     /// An optional `--name VALUE`.
-    pub const fn optional(
-        name: &'static str,
-        value_name: &'static str,
-        help: &'static str,
-    ) -> ArgSpec {
-        ArgSpec {
-            name,
-            value_name: Some(value_name),
-            required: false,
-            help,
-        }
+    pub const fn optional(name: &'static str, value_name: &'static str, help: &'static str) -> ArgSpec {
+        ArgSpec { name, value_name: Some(value_name), required: false, help }
     }
 
     /// A flag `--name`.
     pub const fn flag(name: &'static str, help: &'static str) -> ArgSpec {
-        ArgSpec {
-            name,
-            value_name: None,
-            required: false,
-            help,
-        }
+        ArgSpec { name, value_name: None, required: false, help }
     }
 
     /// `--name VALUE` or `--name`, as usage shows it.
@@ -64,11 +41,7 @@ impl ArgSpec {
             Some(value) => format!("--{} {value}", self.name),
             None => format!("--{}", self.name),
         };
-        if self.required {
-            text
-        } else {
-            format!("[{text}]")
-        }
+        if self.required { text } else { format!("[{text}]") }
     }
 }
 
@@ -114,11 +87,7 @@ impl JobArgs {
     /// Parses `argv` against `specs`.
     pub fn parse(job: &str, specs: &[ArgSpec], argv: &[String]) -> Result<JobArgs, ArgError> {
         let usage = usage_line(job, specs);
-        let error = |problem: String| ArgError {
-            job: job.to_string(),
-            problem,
-            usage: usage.clone(),
-        };
+        let error = |problem: String| ArgError { job: job.to_string(), problem, usage: usage.clone() };
         let mut values = BTreeMap::new();
         let mut flags = Vec::new();
         let mut index = 0;
@@ -149,9 +118,7 @@ impl JobArgs {
                             match argv.get(index) {
                                 Some(value) => value.clone(),
                                 None => {
-                                    return Err(error(format!(
-                                        "'--{name}' needs a value ({value_name})"
-                                    )));
+                                    return Err(error(format!("'--{name}' needs a value ({value_name})")));
                                 }
                             }
                         }
@@ -168,13 +135,7 @@ impl JobArgs {
                 return Err(error(format!("missing required argument {}", spec.usage())));
             }
         }
-        Ok(JobArgs {
-            job: job.to_string(),
-            usage,
-            values,
-            flags,
-            raw: argv.to_vec(),
-        })
+        Ok(JobArgs { job: job.to_string(), usage, values, flags, raw: argv.to_vec() })
     }
 
     /// The value of `--name`, parsed; `None` when absent.
@@ -222,10 +183,7 @@ impl JobArgs {
 
     /// An [`JobBuildError::Invalid`] for this job.
     pub fn invalid(&self, message: impl Into<String>) -> JobBuildError {
-        JobBuildError::Invalid {
-            job: self.job.clone(),
-            message: message.into(),
-        }
+        JobBuildError::Invalid { job: self.job.clone(), message: message.into() }
     }
 }
 
@@ -271,10 +229,7 @@ impl JobCatalog {
 
     /// The job called `name`.
     pub fn get(&self, name: &str) -> Option<&dyn JobDefinition> {
-        self.jobs
-            .iter()
-            .find(|j| j.name() == name)
-            .map(|j| j.as_ref())
+        self.jobs.iter().find(|j| j.name() == name).map(|j| j.as_ref())
     }
 
     /// Every job, sorted by name.
@@ -308,12 +263,7 @@ mod tests {
 
     #[test]
     fn parses_values_inline_values_and_flags() {
-        let args = JobArgs::parse(
-            "counter",
-            &specs(),
-            &argv(&["--users", "10", "--events=5", "--enrich"]),
-        )
-        .unwrap();
+        let args = JobArgs::parse("counter", &specs(), &argv(&["--users", "10", "--events=5", "--enrich"])).unwrap();
         assert_eq!(args.required::<u64>("users").unwrap(), 10);
         assert_eq!(args.get::<u64>("events").unwrap(), Some(5));
         assert!(args.flag("enrich"));
@@ -321,24 +271,17 @@ mod tests {
 
     #[test]
     fn errors_name_the_job_the_argument_and_the_usage() {
-        let err = JobArgs::parse("counter", &specs(), &argv(&["--events", "5"]))
-            .unwrap_err()
-            .to_string();
+        let err = JobArgs::parse("counter", &specs(), &argv(&["--events", "5"])).unwrap_err().to_string();
         assert!(
-            err.contains("missing required argument --users U")
-                && err.contains("usage: counter --users U"),
+            err.contains("missing required argument --users U") && err.contains("usage: counter --users U"),
             "{err}"
         );
-        let err = JobArgs::parse("counter", &specs(), &argv(&["--users", "1", "--bogus"]))
-            .unwrap_err()
-            .to_string();
+        let err = JobArgs::parse("counter", &specs(), &argv(&["--users", "1", "--bogus"])).unwrap_err().to_string();
         assert!(err.contains("unknown argument '--bogus'"), "{err}");
         let args = JobArgs::parse("counter", &specs(), &argv(&["--users", "ten"])).unwrap();
         let err = args.required::<u64>("users").unwrap_err().to_string();
         assert!(err.contains("bad value 'ten' for --users"), "{err}");
-        let err = JobArgs::parse("counter", &specs(), &argv(&["--users"]))
-            .unwrap_err()
-            .to_string();
+        let err = JobArgs::parse("counter", &specs(), &argv(&["--users"])).unwrap_err().to_string();
         assert!(err.contains("needs a value"), "{err}");
     }
 }

@@ -12,13 +12,11 @@ use crate::error::TaskError;
 use crate::exchange::SourceBody;
 use crate::functions::{Collector, KeyedProcessFunction};
 use crate::graph::{
-    EdgeKind, ErasedOperator, GraphError, NodeRole, OperatorFactory, SourceFactory, StreamEdge,
-    StreamGraph, StreamNode, TypedStream, downcast,
+    EdgeKind, ErasedOperator, GraphError, NodeRole, OperatorFactory, SourceFactory, StreamEdge, StreamGraph,
+    StreamNode, TypedStream, downcast,
 };
 use crate::operator::{Operator, TaskContext};
-use crate::operators::{
-    FilterOperator, FlatMapOperator, KeyedProcessOperator, MapOperator, SinkOperator,
-};
+use crate::operators::{FilterOperator, FlatMapOperator, KeyedProcessOperator, MapOperator, SinkOperator};
 use crate::sink::Sink;
 use crate::source::Source;
 
@@ -42,14 +40,8 @@ impl Default for StreamExecutionEnvironment {
 impl StreamExecutionEnvironment {
     /// An empty environment.
     pub fn new() -> StreamExecutionEnvironment {
-        let builder = Builder {
-            nodes: Vec::new(),
-            max_parallelism: None,
-            parallelism: None,
-        };
-        StreamExecutionEnvironment {
-            builder: Rc::new(RefCell::new(builder)),
-        }
+        let builder = Builder { nodes: Vec::new(), max_parallelism: None, parallelism: None };
+        StreamExecutionEnvironment { builder: Rc::new(RefCell::new(builder)) }
     }
 
     /// The default parallelism of operators without their own (overrides `parallelism.default`).
@@ -68,13 +60,11 @@ impl StreamExecutionEnvironment {
     /// Adds a source.
     pub fn from_source<T: Data, S: Source<T>>(&self, source: S) -> DataStream<T> {
         let source = Arc::new(source);
-        let factory: SourceFactory =
-            Arc::new(move |ctx: &TaskContext, downstream: ErasedOperator| {
-                let head = downcast::<Box<dyn Operator<T>>>(downstream, "source output")?;
-                let reader = source.create_reader(ctx)?;
-                Ok(Box::new(SourceBody::new(reader, head, ctx))
-                    as Box<dyn crate::operator::TaskBody>)
-            });
+        let factory: SourceFactory = Arc::new(move |ctx: &TaskContext, downstream: ErasedOperator| {
+            let head = downcast::<Box<dyn Operator<T>>>(downstream, "source output")?;
+            let reader = source.create_reader(ctx)?;
+            Ok(Box::new(SourceBody::new(reader, head, ctx)) as Box<dyn crate::operator::TaskBody>)
+        });
         let id = self.add_node(StreamNode {
             id: 0,
             name: "Custom Source".into(),
@@ -87,12 +77,7 @@ impl StreamExecutionEnvironment {
             operator_factory: None,
             output_type: TypedStream::<T>::erased(),
         });
-        DataStream {
-            builder: Rc::clone(&self.builder),
-            node: id,
-            next_edge: EdgeKind::Auto,
-            _type: PhantomData,
-        }
+        DataStream { builder: Rc::clone(&self.builder), node: id, next_edge: EdgeKind::Auto, _type: PhantomData }
     }
 
     fn add_node(&self, mut node: StreamNode) -> usize {
@@ -123,10 +108,7 @@ impl StreamExecutionEnvironment {
             if let Some(p) = node.parallelism
                 && (p == 0 || p > MAX_PARALLELISM_UPPER_BOUND)
             {
-                return Err(GraphError::BadParallelism {
-                    name: node.name.clone(),
-                    parallelism: p,
-                });
+                return Err(GraphError::BadParallelism { name: node.name.clone(), parallelism: p });
             }
         }
         Ok(StreamGraph {
@@ -148,12 +130,7 @@ pub struct DataStream<T> {
 
 impl<T> Clone for DataStream<T> {
     fn clone(&self) -> Self {
-        DataStream {
-            builder: Rc::clone(&self.builder),
-            node: self.node,
-            next_edge: self.next_edge,
-            _type: PhantomData,
-        }
+        DataStream { builder: Rc::clone(&self.builder), node: self.node, next_edge: self.next_edge, _type: PhantomData }
     }
 }
 
@@ -208,20 +185,11 @@ impl<T: Data> DataStream<T> {
             operator_factory: Some(factory),
             output_type: TypedStream::<O>::erased(),
         });
-        DataStream {
-            builder: Rc::clone(&self.builder),
-            node: id,
-            next_edge: EdgeKind::Auto,
-            _type: PhantomData,
-        }
+        DataStream { builder: Rc::clone(&self.builder), node: id, next_edge: EdgeKind::Auto, _type: PhantomData }
     }
 
     fn plain_edge(&self) -> StreamEdge {
-        StreamEdge {
-            source: self.node,
-            kind: self.next_edge,
-            key_hash: None,
-        }
+        StreamEdge { source: self.node, kind: self.next_edge, key_hash: None }
     }
 
     /// Applies `func` to every record.
@@ -229,12 +197,11 @@ impl<T: Data> DataStream<T> {
     where
         F: FnMut(T) -> O + Clone + Send + Sync + 'static,
     {
-        let factory: OperatorFactory =
-            Arc::new(move |_ctx: &TaskContext, downstream: ErasedOperator| {
-                let next = downcast::<Box<dyn Operator<O>>>(downstream, "map output")?;
-                let op: Box<dyn Operator<T>> = Box::new(MapOperator::new(func.clone(), next));
-                Ok(Box::new(op) as ErasedOperator)
-            });
+        let factory: OperatorFactory = Arc::new(move |_ctx: &TaskContext, downstream: ErasedOperator| {
+            let next = downcast::<Box<dyn Operator<O>>>(downstream, "map output")?;
+            let op: Box<dyn Operator<T>> = Box::new(MapOperator::new(func.clone(), next));
+            Ok(Box::new(op) as ErasedOperator)
+        });
         self.add_operator("Map", false, self.plain_edge(), factory)
     }
 
@@ -243,12 +210,11 @@ impl<T: Data> DataStream<T> {
     where
         F: FnMut(&T) -> bool + Clone + Send + Sync + 'static,
     {
-        let factory: OperatorFactory =
-            Arc::new(move |_ctx: &TaskContext, downstream: ErasedOperator| {
-                let next = downcast::<Box<dyn Operator<T>>>(downstream, "filter output")?;
-                let op: Box<dyn Operator<T>> = Box::new(FilterOperator::new(func.clone(), next));
-                Ok(Box::new(op) as ErasedOperator)
-            });
+        let factory: OperatorFactory = Arc::new(move |_ctx: &TaskContext, downstream: ErasedOperator| {
+            let next = downcast::<Box<dyn Operator<T>>>(downstream, "filter output")?;
+            let op: Box<dyn Operator<T>> = Box::new(FilterOperator::new(func.clone(), next));
+            Ok(Box::new(op) as ErasedOperator)
+        });
         self.add_operator("Filter", false, self.plain_edge(), factory)
     }
 
@@ -257,12 +223,11 @@ impl<T: Data> DataStream<T> {
     where
         F: FnMut(T, &mut Collector<'_, O>) + Clone + Send + Sync + 'static,
     {
-        let factory: OperatorFactory =
-            Arc::new(move |_ctx: &TaskContext, downstream: ErasedOperator| {
-                let next = downcast::<Box<dyn Operator<O>>>(downstream, "flat_map output")?;
-                let op: Box<dyn Operator<T>> = Box::new(FlatMapOperator::new(func.clone(), next));
-                Ok(Box::new(op) as ErasedOperator)
-            });
+        let factory: OperatorFactory = Arc::new(move |_ctx: &TaskContext, downstream: ErasedOperator| {
+            let next = downcast::<Box<dyn Operator<O>>>(downstream, "flat_map output")?;
+            let op: Box<dyn Operator<T>> = Box::new(FlatMapOperator::new(func.clone(), next));
+            Ok(Box::new(op) as ErasedOperator)
+        });
         self.add_operator("Flat Map", false, self.plain_edge(), factory)
     }
 
@@ -272,24 +237,43 @@ impl<T: Data> DataStream<T> {
     where
         F: Fn(&T) -> K + Send + Sync + 'static,
     {
-        KeyedStream {
-            stream: self.clone(),
-            selector: Arc::new(selector),
-        }
+        let selector = Arc::new(selector);
+        let hash_selector = Arc::clone(&selector);
+        let key_hash: Arc<dyn Fn(&T) -> u32 + Send + Sync> =
+            Arc::new(move |record: &T| hash_selector(record).stable_hash());
+        KeyedStream { stream: self.clone(), selector, key_hash }
+    }
+
+    /// As [`key_by`](Self::key_by), with a selector that borrows the key from the record:
+    /// routing then hashes the key without copying it (cheaper for string keys).
+    ///
+    /// ```
+    /// # use weir_api::prelude::*;
+    /// let env = StreamExecutionEnvironment::new();
+    /// let words = env.from_source(VecSource::new(vec!["a".to_string()]));
+    /// let _keyed = words.key_by_ref(|word: &String| word);
+    /// ```
+    pub fn key_by_ref<K: Key, F>(&self, selector: F) -> KeyedStream<K, T>
+    where
+        F: for<'a> Fn(&'a T) -> &'a K + Send + Sync + 'static,
+    {
+        let selector = Arc::new(selector);
+        let hash_selector = Arc::clone(&selector);
+        let key_hash: Arc<dyn Fn(&T) -> u32 + Send + Sync> =
+            Arc::new(move |record: &T| hash_selector(record).stable_hash());
+        let owned: Arc<dyn Fn(&T) -> K + Send + Sync> = Arc::new(move |record: &T| selector(record).clone());
+        KeyedStream { stream: self.clone(), selector: owned, key_hash }
     }
 
     /// Writes the stream to `sink`.
     pub fn sink_to<S: Sink<T>>(&self, sink: S) -> DataStreamSink {
         let sink = Arc::new(sink);
-        let factory: OperatorFactory =
-            Arc::new(move |ctx: &TaskContext, _downstream: ErasedOperator| {
-                let writer = sink.create_writer(ctx)?;
-                let op: Box<dyn Operator<T>> =
-                    Box::new(SinkOperator::new(writer, Arc::clone(&ctx.metrics)));
-                Ok(Box::new(op) as ErasedOperator)
-            });
-        let stream: DataStream<()> =
-            self.add_operator("Unnamed", false, self.plain_edge(), factory);
+        let factory: OperatorFactory = Arc::new(move |ctx: &TaskContext, _downstream: ErasedOperator| {
+            let writer = sink.create_writer(ctx)?;
+            let op: Box<dyn Operator<T>> = Box::new(SinkOperator::new(writer, Arc::clone(&ctx.metrics)));
+            Ok(Box::new(op) as ErasedOperator)
+        });
+        let stream: DataStream<()> = self.add_operator("Unnamed", false, self.plain_edge(), factory);
         stream.with_node(|node| node.role = NodeRole::Sink);
         DataStreamSink { stream }
     }
@@ -303,23 +287,17 @@ pub struct DataStreamSink {
 impl DataStreamSink {
     /// Sets the sink's uid.
     pub fn uid(self, uid: &str) -> Self {
-        DataStreamSink {
-            stream: self.stream.uid(uid),
-        }
+        DataStreamSink { stream: self.stream.uid(uid) }
     }
 
     /// Sets the sink's display name.
     pub fn name(self, name: &str) -> Self {
-        DataStreamSink {
-            stream: self.stream.name(name),
-        }
+        DataStreamSink { stream: self.stream.name(name) }
     }
 
     /// Sets the sink's parallelism.
     pub fn parallelism(self, parallelism: u32) -> Self {
-        DataStreamSink {
-            stream: self.stream.parallelism(parallelism),
-        }
+        DataStreamSink { stream: self.stream.parallelism(parallelism) }
     }
 }
 
@@ -327,6 +305,8 @@ impl DataStreamSink {
 pub struct KeyedStream<K, T> {
     stream: DataStream<T>,
     selector: Arc<dyn Fn(&T) -> K + Send + Sync>,
+    /// The key's stable hash, computed the cheapest way the selector allows.
+    key_hash: Arc<dyn Fn(&T) -> u32 + Send + Sync>,
 }
 
 impl<K: Key, T: Data> KeyedStream<K, T> {
@@ -338,44 +318,33 @@ impl<K: Key, T: Data> KeyedStream<K, T> {
         let selector = Arc::clone(&self.selector);
         // Functions may hold !Sync state handles; the prototype is only ever cloned.
         let prototype = std::sync::Mutex::new(func);
-        let hash_selector = Arc::clone(&self.selector);
-        let key_hash: Arc<dyn Fn(&T) -> u32 + Send + Sync> =
-            Arc::new(move |record: &T| hash_selector(record).stable_hash());
-        let edge = StreamEdge {
-            source: self.stream.node,
-            kind: EdgeKind::Hash,
-            key_hash: Some(Arc::new(key_hash)),
-        };
-        let factory: OperatorFactory =
-            Arc::new(move |ctx: &TaskContext, downstream: ErasedOperator| {
-                let next = downcast::<Box<dyn Operator<O>>>(downstream, "process output")?;
-                if ctx.parallelism == 0 || ctx.parallelism > ctx.max_parallelism {
-                    return Err(TaskError::Internal(format!(
-                        "parallelism {} is not within 1..={} (max parallelism)",
-                        ctx.parallelism, ctx.max_parallelism
-                    )));
-                }
-                let range = compute_key_group_range_for_operator_index(
-                    ctx.max_parallelism,
-                    ctx.parallelism,
-                    ctx.subtask_index,
-                );
-                let func = match prototype.lock() {
-                    Ok(prototype) => prototype.clone(),
-                    Err(poisoned) => poisoned.into_inner().clone(),
-                };
-                let op: Box<dyn Operator<T>> = Box::new(KeyedProcessOperator::new(
-                    &ctx.operator_name,
-                    func,
-                    Arc::clone(&selector),
-                    range,
-                    ctx.max_parallelism,
-                    Arc::clone(&ctx.clock),
-                    next,
-                ));
-                Ok(Box::new(op) as ErasedOperator)
-            });
-        self.stream
-            .add_operator("KeyedProcess", true, edge, factory)
+        let key_hash = Arc::clone(&self.key_hash);
+        let edge = StreamEdge { source: self.stream.node, kind: EdgeKind::Hash, key_hash: Some(Arc::new(key_hash)) };
+        let factory: OperatorFactory = Arc::new(move |ctx: &TaskContext, downstream: ErasedOperator| {
+            let next = downcast::<Box<dyn Operator<O>>>(downstream, "process output")?;
+            if ctx.parallelism == 0 || ctx.parallelism > ctx.max_parallelism {
+                return Err(TaskError::Internal(format!(
+                    "parallelism {} is not within 1..={} (max parallelism)",
+                    ctx.parallelism, ctx.max_parallelism
+                )));
+            }
+            let range =
+                compute_key_group_range_for_operator_index(ctx.max_parallelism, ctx.parallelism, ctx.subtask_index);
+            let func = match prototype.lock() {
+                Ok(prototype) => prototype.clone(),
+                Err(poisoned) => poisoned.into_inner().clone(),
+            };
+            let op: Box<dyn Operator<T>> = Box::new(KeyedProcessOperator::new(
+                &ctx.operator_name,
+                func,
+                Arc::clone(&selector),
+                range,
+                ctx.max_parallelism,
+                Arc::clone(&ctx.clock),
+                next,
+            ));
+            Ok(Box::new(op) as ErasedOperator)
+        });
+        self.stream.add_operator("KeyedProcess", true, edge, factory)
     }
 }

@@ -50,18 +50,12 @@ impl TaskError {
 
     /// A user-function failure in `operator`.
     pub fn user(operator: &str, message: impl std::fmt::Display) -> TaskError {
-        TaskError::User {
-            operator: operator.to_string(),
-            message: message.to_string(),
-        }
+        TaskError::User { operator: operator.to_string(), message: message.to_string() }
     }
 
     /// An external failure while doing `context`.
     pub fn external(context: impl Into<String>, message: impl std::fmt::Display) -> TaskError {
-        TaskError::External {
-            context: context.into(),
-            message: message.to_string(),
-        }
+        TaskError::External { context: context.into(), message: message.to_string() }
     }
 
     /// A short class name for exception listings (`UserFunctionError` ...).

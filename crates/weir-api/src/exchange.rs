@@ -47,9 +47,7 @@ struct FlushTimer {
 
 impl FlushTimer {
     fn new() -> FlushTimer {
-        FlushTimer {
-            last_flush: Instant::now(),
-        }
+        FlushTimer { last_flush: Instant::now() }
     }
 
     fn flush_if_due<T>(&mut self, head: &mut dyn Operator<T>) -> Result<(), TaskError> {
@@ -62,9 +60,56 @@ impl FlushTimer {
     }
 }
 
+/// Emptied batch buffers a consumer hands back, at most, per channel.
+const RECYCLED_BATCHES_MAX: usize = CHANNEL_BATCHES_MAX + 2;
+
+/// The producing end of a channel: sends batches and takes emptied buffers back, so steady
+/// state allocates no batch memory.
+pub struct ChannelSender<T> {
+    data: Sender<StreamElement<T>>,
+    recycled: Receiver<Vec<T>>,
+    recycled_hashes: Receiver<Vec<u32>>,
+}
+
+/// The consuming end of a channel.
+pub struct ChannelReceiver<T> {
+    data: Receiver<StreamElement<T>>,
+    recycle: Sender<Vec<T>>,
+    recycle_hashes: Sender<Vec<u32>>,
+}
+
+impl<T> ChannelSender<T> {
+    fn fresh_records(&self) -> Vec<T> {
+        self.recycled.try_recv().unwrap_or_else(|_| Vec::with_capacity(BATCH_RECORDS_MAX))
+    }
+
+    fn fresh_hashes(&self) -> Vec<u32> {
+        self.recycled_hashes.try_recv().unwrap_or_else(|_| Vec::with_capacity(BATCH_RECORDS_MAX))
+    }
+}
+
+impl<T> ChannelReceiver<T> {
+    /// Hands an emptied buffer back to the producer (dropped if the producer has enough).
+    fn recycle(&self, mut records: Vec<T>) {
+        records.clear();
+        let _ = self.recycle.try_send(records);
+    }
+
+    fn recycle_hashes(&self, mut hashes: Vec<u32>) {
+        hashes.clear();
+        let _ = self.recycle_hashes.try_send(hashes);
+    }
+}
+
 /// Creates one bounded channel.
-pub fn channel<T>() -> (Sender<StreamElement<T>>, Receiver<StreamElement<T>>) {
-    crossbeam_channel::bounded(CHANNEL_BATCHES_MAX)
+pub fn channel<T>() -> (ChannelSender<T>, ChannelReceiver<T>) {
+    let (data_tx, data_rx) = crossbeam_channel::bounded(CHANNEL_BATCHES_MAX);
+    let (recycle_tx, recycle_rx) = crossbeam_channel::bounded(RECYCLED_BATCHES_MAX);
+    let (hashes_tx, hashes_rx) = crossbeam_channel::bounded(RECYCLED_BATCHES_MAX);
+    (
+        ChannelSender { data: data_tx, recycled: recycle_rx, recycled_hashes: hashes_rx },
+        ChannelReceiver { data: data_rx, recycle: recycle_tx, recycle_hashes: hashes_tx },
+    )
 }
 
 /// How records are spread over the consumer subtasks of an edge.
@@ -90,7 +135,7 @@ impl<T> Clone for Partitioner<T> {
 /// The tail link of a task: partitions records into per-consumer batches and sends them.
 pub struct ChannelOutput<T> {
     partitioner: Partitioner<T>,
-    senders: Vec<Sender<StreamElement<T>>>,
+    senders: Vec<ChannelSender<T>>,
     buffers: Vec<Vec<T>>,
     /// Per target, the key hashes of the buffered records (key-partitioned edges only).
     hash_buffers: Vec<Vec<u32>>,
@@ -101,21 +146,13 @@ pub struct ChannelOutput<T> {
 
 impl<T: Send> ChannelOutput<T> {
     /// Sends to `senders` (one per consumer subtask, in subtask order).
-    pub fn new(
-        partitioner: Partitioner<T>,
-        senders: Vec<Sender<StreamElement<T>>>,
-        ctx: &TaskContext,
-    ) -> Self {
+    pub fn new(partitioner: Partitioner<T>, senders: Vec<ChannelSender<T>>, ctx: &TaskContext) -> Self {
         let mut buffers = Vec::with_capacity(senders.len());
         let mut hash_buffers = Vec::with_capacity(senders.len());
         let keyed = matches!(partitioner, Partitioner::KeyGroups(_));
         for _ in 0..senders.len() {
             buffers.push(Vec::with_capacity(BATCH_RECORDS_MAX));
-            hash_buffers.push(if keyed {
-                Vec::with_capacity(BATCH_RECORDS_MAX)
-            } else {
-                Vec::new()
-            });
+            hash_buffers.push(if keyed { Vec::with_capacity(BATCH_RECORDS_MAX) } else { Vec::new() });
         }
         ChannelOutput {
             partitioner,
@@ -129,7 +166,7 @@ impl<T: Send> ChannelOutput<T> {
     }
 
     fn send(&mut self, target: usize, element: StreamElement<T>) -> Result<(), TaskError> {
-        let sender = &self.senders[target];
+        let sender = &self.senders[target].data;
         let mut element = match sender.try_send(element) {
             Ok(()) => return Ok(()),
             Err(TrySendError::Full(element)) => element,
@@ -148,15 +185,14 @@ impl<T: Send> ChannelOutput<T> {
             }
         };
         let blocked_ms = blocked_at.elapsed().as_millis() as u64;
-        self.ctx
-            .metrics
-            .backpressured_ms
-            .fetch_add(blocked_ms, std::sync::atomic::Ordering::Relaxed);
+        self.ctx.metrics.backpressured_ms.fetch_add(blocked_ms, std::sync::atomic::Ordering::Relaxed);
         result
     }
 
     fn consumer_gone(&self, target: usize) -> TaskError {
-        if self.ctx.is_cancelled() {
+        // The consumer ended without being asked to: it failed. The job master cancels this
+        // task shortly; report a failure of our own only if it does not.
+        if wait_for_cancel(&self.ctx) {
             return TaskError::Cancelled;
         }
         TaskError::Internal(format!(
@@ -166,20 +202,13 @@ impl<T: Send> ChannelOutput<T> {
     }
 
     fn send_buffer(&mut self, target: usize) -> Result<(), TaskError> {
-        let full = std::mem::replace(
-            &mut self.buffers[target],
-            Vec::with_capacity(BATCH_RECORDS_MAX),
-        );
+        let fresh = self.senders[target].fresh_records();
+        let full = std::mem::replace(&mut self.buffers[target], fresh);
         self.ctx.metrics.add_out(full.len());
         let element = if matches!(self.partitioner, Partitioner::KeyGroups(_)) {
-            let hashes = std::mem::replace(
-                &mut self.hash_buffers[target],
-                Vec::with_capacity(BATCH_RECORDS_MAX),
-            );
-            StreamElement::KeyedRecords {
-                records: full,
-                hashes,
-            }
+            let fresh = self.senders[target].fresh_hashes();
+            let hashes = std::mem::replace(&mut self.hash_buffers[target], fresh);
+            StreamElement::KeyedRecords { records: full, hashes }
         } else {
             StreamElement::Records(full)
         };
@@ -216,11 +245,8 @@ impl<T: Send> Operator<T> for ChannelOutput<T> {
                 for record in batch.drain(..) {
                     let stable_hash = hash(&record);
                     let key_group = key_group_for_hash(stable_hash, self.max_parallelism);
-                    let target = compute_operator_index_for_key_group(
-                        self.max_parallelism,
-                        parallelism,
-                        key_group,
-                    ) as usize;
+                    let target =
+                        compute_operator_index_for_key_group(self.max_parallelism, parallelism, key_group) as usize;
                     self.hash_buffers[target].push(stable_hash);
                     self.buffers[target].push(record);
                     if self.buffers[target].len() >= BATCH_RECORDS_MAX {
@@ -269,11 +295,7 @@ pub struct SourceBody<T> {
 
 impl<T: Send> SourceBody<T> {
     /// Reads from `reader` into `head`.
-    pub fn new(
-        reader: Box<dyn SourceReader<T>>,
-        head: Box<dyn Operator<T>>,
-        ctx: &TaskContext,
-    ) -> Self {
+    pub fn new(reader: Box<dyn SourceReader<T>>, head: Box<dyn Operator<T>>, ctx: &TaskContext) -> Self {
         SourceBody {
             reader,
             head,
@@ -296,9 +318,7 @@ impl<T: Send> TaskBody for SourceBody<T> {
             }
             SourcePoll::Idle(wait) => {
                 self.head.flush()?;
-                let wait = wait
-                    .min(IDLE_WAIT_MAX)
-                    .min(time_to_next_timer(self.head.as_ref(), &self.ctx));
+                let wait = wait.min(IDLE_WAIT_MAX).min(time_to_next_timer(self.head.as_ref(), &self.ctx));
                 std::thread::sleep(wait);
                 Ok(Step::Idle)
             }
@@ -313,7 +333,7 @@ impl<T: Send> TaskBody for SourceBody<T> {
 
 /// A subtask fed by channels: receives batches from every upstream subtask into its chain.
 pub struct InputBody<T> {
-    inputs: Vec<Receiver<StreamElement<T>>>,
+    inputs: Vec<ChannelReceiver<T>>,
     ended: Vec<bool>,
     live: usize,
     next_input: usize,
@@ -324,16 +344,12 @@ pub struct InputBody<T> {
 
 /// Batches taken from the inputs in one step before timers and cancellation are checked.
 const BATCHES_PER_STEP_MAX: usize = 64;
-/// How long a subtask whose input closed without end of input waits for the job to cancel it.
+/// How long a subtask whose peer vanished without end of input waits for the job to cancel it.
 const CLOSED_INPUT_GRACE: Duration = Duration::from_secs(5);
 
 impl<T: Send> InputBody<T> {
     /// Reads `inputs` (one per upstream subtask) into `head`.
-    pub fn new(
-        inputs: Vec<Receiver<StreamElement<T>>>,
-        head: Box<dyn Operator<T>>,
-        ctx: &TaskContext,
-    ) -> Self {
+    pub fn new(inputs: Vec<ChannelReceiver<T>>, head: Box<dyn Operator<T>>, ctx: &TaskContext) -> Self {
         let live = inputs.len();
         InputBody {
             ended: vec![false; live],
@@ -350,14 +366,16 @@ impl<T: Send> InputBody<T> {
         match element {
             StreamElement::Records(mut records) => {
                 self.ctx.metrics.add_in(records.len());
-                self.head.process_batch(&mut records)
+                let result = self.head.process_batch(&mut records);
+                self.inputs[input].recycle(records);
+                result
             }
-            StreamElement::KeyedRecords {
-                mut records,
-                mut hashes,
-            } => {
+            StreamElement::KeyedRecords { mut records, mut hashes } => {
                 self.ctx.metrics.add_in(records.len());
-                self.head.process_hashed_batch(&mut records, &mut hashes)
+                let result = self.head.process_hashed_batch(&mut records, &mut hashes);
+                self.inputs[input].recycle(records);
+                self.inputs[input].recycle_hashes(hashes);
+                result
             }
             StreamElement::EndOfPartition => {
                 if !self.ended[input] {
@@ -372,18 +390,26 @@ impl<T: Send> InputBody<T> {
     fn input_closed(&self, input: usize) -> TaskError {
         // The producer is gone without saying so: it failed or was cancelled. The job master
         // cancels this task shortly in either case; report a failure only if it does not.
-        let deadline = Instant::now() + CLOSED_INPUT_GRACE;
-        while Instant::now() < deadline {
-            if self.ctx.is_cancelled() {
-                return TaskError::Cancelled;
-            }
-            std::thread::sleep(Duration::from_millis(5));
+        if wait_for_cancel(&self.ctx) {
+            return TaskError::Cancelled;
         }
         TaskError::Internal(format!(
             "{}: input from upstream subtask {input} closed without end of input",
             self.ctx.task_name
         ))
     }
+}
+
+/// Waits up to [`CLOSED_INPUT_GRACE`] for the task to be cancelled; true if it was.
+fn wait_for_cancel(ctx: &TaskContext) -> bool {
+    let deadline = Instant::now() + CLOSED_INPUT_GRACE;
+    while Instant::now() < deadline {
+        if ctx.is_cancelled() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    ctx.is_cancelled()
 }
 
 impl<T: Send> TaskBody for InputBody<T> {
@@ -406,7 +432,7 @@ impl<T: Send> TaskBody for InputBody<T> {
                 empty_in_a_row += 1;
                 continue;
             }
-            match self.inputs[input].try_recv() {
+            match self.inputs[input].data.try_recv() {
                 Ok(element) => {
                     self.handle(input, element)?;
                     taken += 1;
@@ -430,7 +456,7 @@ impl<T: Send> TaskBody for InputBody<T> {
         let mut indices = Vec::with_capacity(self.live);
         for (input, receiver) in self.inputs.iter().enumerate() {
             if !self.ended[input] {
-                select.recv(receiver);
+                select.recv(&receiver.data);
                 indices.push(input);
             }
         }
@@ -439,7 +465,7 @@ impl<T: Send> TaskBody for InputBody<T> {
             Err(_) => return Ok(Step::Idle),
         };
         let input = indices[operation.index()];
-        match operation.recv(&self.inputs[input]) {
+        match operation.recv(&self.inputs[input].data) {
             Ok(element) => {
                 self.handle(input, element)?;
                 Ok(Step::Worked)

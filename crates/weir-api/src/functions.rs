@@ -1,10 +1,7 @@
 //! User functions and the contexts they see.
 
 use weir_state::handles::{ListAccess, MapAccess, ReducingAccess, StateData, ValueAccess};
-use weir_state::{
-    KeyRef, KeyedStateBackend, ListState, MapState, ReducingState, StateError, TimerService,
-    ValueState,
-};
+use weir_state::{KeyRef, KeyedStateBackend, ListState, MapState, ReducingState, StateError, TimerService, ValueState};
 use weir_types::Key;
 
 /// What a user function returns: any error type converts with `?`, and a string works too
@@ -40,18 +37,12 @@ impl<K: Key> KeyedContext<'_, K> {
 
     /// The current key's value state.
     #[inline]
-    pub fn value<V: StateData>(
-        &mut self,
-        state: &ValueState<V>,
-    ) -> Result<ValueAccess<'_, K, V>, StateError> {
+    pub fn value<V: StateData>(&mut self, state: &ValueState<V>) -> Result<ValueAccess<'_, K, V>, StateError> {
         self.backend.value(state, self.key)
     }
 
     /// The current key's list state.
-    pub fn list<V: StateData>(
-        &mut self,
-        state: &ListState<V>,
-    ) -> Result<ListAccess<'_, K, V>, StateError> {
+    pub fn list<V: StateData>(&mut self, state: &ListState<V>) -> Result<ListAccess<'_, K, V>, StateError> {
         self.backend.list(state, self.key)
     }
 
@@ -64,10 +55,7 @@ impl<K: Key> KeyedContext<'_, K> {
     }
 
     /// The current key's reducing state.
-    pub fn reducing<V: StateData>(
-        &mut self,
-        state: &ReducingState<V>,
-    ) -> Result<ReducingAccess<'_, K, V>, StateError> {
+    pub fn reducing<V: StateData>(&mut self, state: &ReducingState<V>) -> Result<ReducingAccess<'_, K, V>, StateError> {
         self.backend.reducing(state, self.key)
     }
 
@@ -109,12 +97,7 @@ impl<K: Key> EndOfInputContext<'_, K> {
 /// the current key before each call, so state handles read and write that key's state.
 pub trait KeyedProcessFunction<K, I, O>: Clone + Send + 'static {
     /// Handles one record of the current key.
-    fn process_element(
-        &mut self,
-        record: I,
-        ctx: &mut KeyedContext<'_, K>,
-        out: &mut Collector<'_, O>,
-    ) -> FnResult;
+    fn process_element(&mut self, record: I, ctx: &mut KeyedContext<'_, K>, out: &mut Collector<'_, O>) -> FnResult;
 
     /// A processing-time timer of the current key fired.
     fn on_timer(
@@ -128,11 +111,7 @@ pub trait KeyedProcessFunction<K, I, O>: Clone + Send + 'static {
 
     /// A bounded input ended: emit final results for all keys (Flink would fire end-of-time
     /// timers here).
-    fn on_end_of_input(
-        &mut self,
-        _ctx: &mut EndOfInputContext<'_, K>,
-        _out: &mut Collector<'_, O>,
-    ) -> FnResult {
+    fn on_end_of_input(&mut self, _ctx: &mut EndOfInputContext<'_, K>, _out: &mut Collector<'_, O>) -> FnResult {
         Ok(())
     }
 }

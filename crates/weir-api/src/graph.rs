@@ -8,11 +8,9 @@
 use std::any::Any;
 use std::sync::Arc;
 
-use crossbeam_channel::{Receiver, Sender};
-
 use crate::Data;
 use crate::error::TaskError;
-use crate::exchange::{ChannelOutput, InputBody, Partitioner, StreamElement, channel};
+use crate::exchange::{ChannelOutput, ChannelReceiver, ChannelSender, InputBody, Partitioner, channel};
 use crate::operator::{Discard, Operator, TaskBody, TaskContext, Tee};
 
 /// A `Box<dyn Operator<T>>` with `T` erased.
@@ -24,8 +22,7 @@ pub type ErasedChannelEnd = Box<dyn Any + Send>;
 pub type SourceFactory =
     Arc<dyn Fn(&TaskContext, ErasedOperator) -> Result<Box<dyn TaskBody>, TaskError> + Send + Sync>;
 /// Builds an operator link given the link after it.
-pub type OperatorFactory =
-    Arc<dyn Fn(&TaskContext, ErasedOperator) -> Result<ErasedOperator, TaskError> + Send + Sync>;
+pub type OperatorFactory = Arc<dyn Fn(&TaskContext, ErasedOperator) -> Result<ErasedOperator, TaskError> + Send + Sync>;
 
 /// What a node does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -145,9 +142,7 @@ pub enum GraphError {
     #[error("uid '{0}' is used by more than one operator; every uid must be unique in a job")]
     DuplicateUid(String),
     /// A parallelism outside (0, 32768].
-    #[error(
-        "operator '{name}': parallelism {parallelism} is out of range; it must be between 1 and 32768"
-    )]
+    #[error("operator '{name}': parallelism {parallelism} is out of range; it must be between 1 and 32768")]
     BadParallelism {
         /// The operator.
         name: String,
@@ -204,9 +199,7 @@ impl<T> TypedStream<T> {
 pub fn downcast<X: 'static>(erased: Box<dyn Any + Send>, what: &str) -> Result<X, TaskError> {
     match erased.downcast::<X>() {
         Ok(value) => Ok(*value),
-        Err(_) => Err(TaskError::Internal(format!(
-            "{what}: wrong record type while wiring the job graph"
-        ))),
+        Err(_) => Err(TaskError::Internal(format!("{what}: wrong record type while wiring the job graph"))),
     }
 }
 
@@ -239,10 +232,7 @@ impl<T: Data> StreamType for TypedStream<T> {
     ) -> Result<ErasedOperator, TaskError> {
         let mut typed = Vec::with_capacity(senders.len());
         for sender in senders {
-            typed.push(downcast::<Sender<StreamElement<T>>>(
-                sender,
-                "channel sender",
-            )?);
+            typed.push(downcast::<ChannelSender<T>>(sender, "channel sender")?);
         }
         let partitioner = match (edge.kind, &edge.key_hash) {
             (EdgeKind::Hash, Some(hash)) => {
@@ -250,16 +240,12 @@ impl<T: Data> StreamType for TypedStream<T> {
                 match hash.downcast::<Arc<dyn Fn(&T) -> u32 + Send + Sync>>() {
                     Ok(hash) => Partitioner::KeyGroups(Arc::clone(&hash)),
                     Err(_) => {
-                        return Err(TaskError::Internal(
-                            "key selector: wrong record type".into(),
-                        ));
+                        return Err(TaskError::Internal("key selector: wrong record type".into()));
                     }
                 }
             }
             (EdgeKind::Hash, None) => {
-                return Err(TaskError::Internal(
-                    "hash edge without a key selector".into(),
-                ));
+                return Err(TaskError::Internal("hash edge without a key selector".into()));
             }
             (EdgeKind::Auto, _) if forward => Partitioner::Forward,
             (EdgeKind::Auto | EdgeKind::Rebalance, _) => Partitioner::Rebalance,
@@ -276,10 +262,7 @@ impl<T: Data> StreamType for TypedStream<T> {
     ) -> Result<Box<dyn TaskBody>, TaskError> {
         let mut typed = Vec::with_capacity(receivers.len());
         for receiver in receivers {
-            typed.push(downcast::<Receiver<StreamElement<T>>>(
-                receiver,
-                "channel receiver",
-            )?);
+            typed.push(downcast::<ChannelReceiver<T>>(receiver, "channel receiver")?);
         }
         let head = downcast::<Box<dyn Operator<T>>>(head, "input head")?;
         Ok(Box::new(InputBody::new(typed, head, ctx)))

@@ -36,13 +36,9 @@ pub mod testing;
 
 /// Everything a job author needs in scope.
 pub mod prelude {
-    pub use crate::datastream::{
-        DataStream, DataStreamSink, KeyedStream, StreamExecutionEnvironment,
-    };
+    pub use crate::datastream::{DataStream, DataStreamSink, KeyedStream, StreamExecutionEnvironment};
     pub use crate::error::{ErrorDomain, TaskError};
-    pub use crate::functions::{
-        Collector, EndOfInputContext, FnResult, KeyedContext, KeyedProcessFunction,
-    };
+    pub use crate::functions::{Collector, EndOfInputContext, FnResult, KeyedContext, KeyedProcessFunction};
     pub use crate::sink::{Sink, SinkWriter};
     pub use crate::source::{Boundedness, Source, SourcePoll, SourceReader};
     pub use crate::testing::{CollectSink, VecSource};

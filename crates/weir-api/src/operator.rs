@@ -24,11 +24,7 @@ pub trait Operator<I>: Send {
     /// Processes and drains a batch that arrived over a key-partitioned channel, with each
     /// record's key hash as the partitioner computed it (`hashes[i]` is `batch[i]`'s), so a
     /// keyed operator need not hash the key again.
-    fn process_hashed_batch(
-        &mut self,
-        batch: &mut Vec<I>,
-        hashes: &mut Vec<u32>,
-    ) -> Result<(), TaskError> {
+    fn process_hashed_batch(&mut self, batch: &mut Vec<I>, hashes: &mut Vec<u32>) -> Result<(), TaskError> {
         hashes.clear();
         self.process_batch(batch)
     }
@@ -83,10 +79,7 @@ pub struct SystemClock;
 
 impl Clock for SystemClock {
     fn now_ms(&self) -> u64 {
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_millis() as u64)
-            .unwrap_or_default()
+        SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or_default()
     }
 }
 
@@ -187,10 +180,7 @@ pub struct Tee<T> {
 impl<T> Tee<T> {
     /// Sends to every one of `outputs`.
     pub fn new(outputs: Vec<Box<dyn Operator<T>>>) -> Tee<T> {
-        Tee {
-            outputs,
-            scratch: Vec::new(),
-        }
+        Tee { outputs, scratch: Vec::new() }
     }
 }
 

@@ -18,9 +18,7 @@ pub struct VecSource<T> {
 impl<T> VecSource<T> {
     /// A source of `items`.
     pub fn new(items: Vec<T>) -> Self {
-        VecSource {
-            items: Arc::new(items),
-        }
+        VecSource { items: Arc::new(items) }
     }
 }
 
@@ -69,9 +67,7 @@ pub struct CollectSink<T> {
 
 impl<T> Default for CollectSink<T> {
     fn default() -> Self {
-        CollectSink {
-            records: Arc::new(Mutex::new(Vec::new())),
-        }
+        CollectSink { records: Arc::new(Mutex::new(Vec::new())) }
     }
 }
 
@@ -87,9 +83,7 @@ impl<T: Clone> CollectSink<T> {
 
 impl<T: Data> Sink<T> for CollectSink<T> {
     fn create_writer(&self, _ctx: &TaskContext) -> Result<Box<dyn SinkWriter<T>>, TaskError> {
-        Ok(Box::new(CollectWriter {
-            records: Arc::clone(&self.records),
-        }))
+        Ok(Box::new(CollectWriter { records: Arc::clone(&self.records) }))
     }
 }
 
@@ -99,10 +93,7 @@ struct CollectWriter<T> {
 
 impl<T: Send> SinkWriter<T> for CollectWriter<T> {
     fn write_batch(&mut self, batch: &mut Vec<T>) -> Result<(), TaskError> {
-        let mut records = self
-            .records
-            .lock()
-            .map_err(|_| TaskError::Internal("collect sink lock poisoned".into()))?;
+        let mut records = self.records.lock().map_err(|_| TaskError::Internal("collect sink lock poisoned".into()))?;
         records.append(batch);
         Ok(())
     }

@@ -56,11 +56,7 @@ pub struct RunArgs {
     #[arg(value_name = "JOB")]
     pub job: String,
     /// The job's own arguments
-    #[arg(
-        value_name = "JOB ARGS",
-        trailing_var_arg = true,
-        allow_hyphen_values = true
-    )]
+    #[arg(value_name = "JOB ARGS", trailing_var_arg = true, allow_hyphen_values = true)]
     pub job_args: Vec<String>,
 }
 
@@ -93,13 +89,11 @@ pub struct CancelArgs {
 }
 
 fn parse_parallelism(text: &str) -> Result<u32, String> {
-    let value: u32 = text.parse().map_err(|_| {
-        format!("'{text}' is not a number; the parallelism is a whole number from 1 to 32768")
-    })?;
+    let value: u32 = text
+        .parse()
+        .map_err(|_| format!("'{text}' is not a number; the parallelism is a whole number from 1 to 32768"))?;
     if value == 0 || value > 32_768 {
-        return Err(format!(
-            "{value} is out of range; the parallelism must be between 1 and 32768"
-        ));
+        return Err(format!("{value} is out of range; the parallelism must be between 1 and 32768"));
     }
     Ok(value)
 }

@@ -51,16 +51,10 @@ impl RestClient {
         ))
     }
 
-    fn read(
-        &self,
-        response: Result<ureq::http::Response<ureq::Body>, ureq::Error>,
-    ) -> Result<Response, CliError> {
+    fn read(&self, response: Result<ureq::http::Response<ureq::Body>, ureq::Error>) -> Result<Response, CliError> {
         let mut response = response.map_err(|e| self.unreachable(e))?;
         let status = response.status().as_u16();
-        let body = response
-            .body_mut()
-            .read_to_string()
-            .map_err(|e| self.unreachable(e))?;
+        let body = response.body_mut().read_to_string().map_err(|e| self.unreachable(e))?;
         Ok(Response { status, body })
     }
 
@@ -71,11 +65,7 @@ impl RestClient {
 
     /// PATCH `path` with an empty body.
     pub fn patch(&self, path: &str) -> Result<Response, CliError> {
-        self.read(
-            self.agent
-                .patch(format!("{}{path}", self.base))
-                .send_empty(),
-        )
+        self.read(self.agent.patch(format!("{}{path}", self.base)).send_empty())
     }
 
     /// GET `path` and decode a 200 answer as JSON.
@@ -90,10 +80,7 @@ impl RestClient {
             )));
         }
         serde_json::from_str(&response.body).map_err(|e| {
-            CliError::runtime(format!(
-                "{}{path} answered something that is not a weir REST response: {e}",
-                self.base
-            ))
+            CliError::runtime(format!("{}{path} answered something that is not a weir REST response: {e}", self.base))
         })
     }
 }

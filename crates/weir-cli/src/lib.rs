@@ -48,11 +48,8 @@ pub fn main_with(catalog: JobCatalog) -> ExitCode {
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("WEIR_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_target(false)
-        .try_init();
+    let _ =
+        tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).try_init();
 }
 
 /// Panics in subtask threads are user-code failures the job reports (FAILED with the panic
@@ -61,9 +58,7 @@ fn init_logging() {
 fn install_panic_hook() {
     let default_hook = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
-        let in_task = std::thread::current()
-            .name()
-            .is_some_and(|name| name.starts_with("weir-task-"));
+        let in_task = std::thread::current().name().is_some_and(|name| name.starts_with("weir-task-"));
         if !in_task {
             default_hook(info);
         }

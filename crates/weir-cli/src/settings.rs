@@ -29,10 +29,7 @@ fn default_config_file() -> Option<PathBuf> {
 }
 
 /// The REST address to talk to: `-m`, else `$WEIR_JOBMANAGER`, else `rest.address:rest.port`.
-pub fn jobmanager_address(
-    explicit: Option<&str>,
-    config: &Configuration,
-) -> Result<String, CliError> {
+pub fn jobmanager_address(explicit: Option<&str>, config: &Configuration) -> Result<String, CliError> {
     if let Some(address) = explicit {
         return Ok(address.to_string());
     }

@@ -10,10 +10,7 @@ fn assert_usage_error(args: &[&str], needle: &str) {
     assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
     let errors = error_lines(&output);
     assert_eq!(errors.len(), 1, "{args:?}: {stderr}");
-    assert!(
-        errors[0].contains(needle),
-        "{args:?}: expected '{needle}' in {stderr}"
-    );
+    assert!(errors[0].contains(needle), "{args:?}: expected '{needle}' in {stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
 
@@ -25,39 +22,19 @@ fn unknown_job() {
 #[test]
 fn missing_input_file() {
     assert_usage_error(
-        &[
-            "run",
-            "wordcount",
-            "--input",
-            "/nonexistent/input.txt",
-            "--output",
-            "-",
-        ],
+        &["run", "wordcount", "--input", "/nonexistent/input.txt", "--output", "-"],
         "/nonexistent/input.txt",
     );
 }
 
 #[test]
 fn zero_parallelism() {
-    assert_usage_error(
-        &["run", "-p", "0", "counter", "--users", "1"],
-        "parallelism must be between 1 and 32768",
-    );
+    assert_usage_error(&["run", "-p", "0", "counter", "--users", "1"], "parallelism must be between 1 and 32768");
 }
 
 #[test]
 fn bad_config_value_names_the_key() {
-    assert_usage_error(
-        &[
-            "run",
-            "-D",
-            "parallelism.default=abc",
-            "counter",
-            "--users",
-            "1",
-        ],
-        "parallelism.default",
-    );
+    assert_usage_error(&["run", "-D", "parallelism.default=abc", "counter", "--users", "1"], "parallelism.default");
 }
 
 #[test]
@@ -77,23 +54,13 @@ fn parallelism_above_max_parallelism_names_both() {
     assert_eq!(output.status.code(), Some(2));
     let errors = error_lines(&output);
     assert_eq!(errors.len(), 1);
-    assert!(
-        errors[0].contains("256") && errors[0].contains("128"),
-        "{errors:?}"
-    );
+    assert!(errors[0].contains("256") && errors[0].contains("128"), "{errors:?}");
 }
 
 #[test]
 fn unreadable_config_file() {
     assert_usage_error(
-        &[
-            "run",
-            "-c",
-            "/nonexistent/config.yaml",
-            "counter",
-            "--users",
-            "1",
-        ],
+        &["run", "-c", "/nonexistent/config.yaml", "counter", "--users", "1"],
         "/nonexistent/config.yaml",
     );
 }
@@ -103,17 +70,7 @@ fn invalid_yaml_config_file() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("config.yaml");
     std::fs::write(&file, "parallelism.default: [unclosed\n").unwrap();
-    assert_usage_error(
-        &[
-            "run",
-            "-c",
-            file.to_str().unwrap(),
-            "counter",
-            "--users",
-            "1",
-        ],
-        "config.yaml",
-    );
+    assert_usage_error(&["run", "-c", file.to_str().unwrap(), "counter", "--users", "1"], "config.yaml");
 }
 
 #[test]
@@ -121,33 +78,17 @@ fn bad_value_in_config_file_names_key_and_file() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("config.yaml");
     std::fs::write(&file, "execution:\n  checkpointing:\n    interval: soon\n").unwrap();
-    let output = run_weir(&[
-        "run",
-        "-c",
-        file.to_str().unwrap(),
-        "counter",
-        "--users",
-        "1",
-    ]);
+    let output = run_weir(&["run", "-c", file.to_str().unwrap(), "counter", "--users", "1"]);
     assert_eq!(output.status.code(), Some(2));
     let errors = error_lines(&output);
-    assert!(
-        errors[0].contains("execution.checkpointing.interval") && errors[0].contains("config.yaml"),
-        "{errors:?}"
-    );
+    assert!(errors[0].contains("execution.checkpointing.interval") && errors[0].contains("config.yaml"), "{errors:?}");
 }
 
 #[test]
 fn missing_and_malformed_job_arguments() {
     assert_usage_error(&["run", "counter"], "missing required argument --users");
-    assert_usage_error(
-        &["run", "counter", "--users", "many"],
-        "bad value 'many' for --users",
-    );
-    assert_usage_error(
-        &["run", "counter", "--users", "1", "--colour"],
-        "unknown argument '--colour'",
-    );
+    assert_usage_error(&["run", "counter", "--users", "many"], "bad value 'many' for --users");
+    assert_usage_error(&["run", "counter", "--users", "1", "--colour"], "unknown argument '--colour'");
 }
 
 #[test]
@@ -158,23 +99,14 @@ fn malformed_job_id_on_cancel() {
 #[test]
 fn cancel_and_list_without_a_cluster_are_runtime_errors() {
     // Port 1 on loopback: nothing listens there.
-    for args in [
-        vec!["list", "-m", "127.0.0.1:1"],
-        vec![
-            "cancel",
-            "-m",
-            "127.0.0.1:1",
-            "0123456789abcdef0123456789abcdef",
-        ],
-    ] {
+    for args in
+        [vec!["list", "-m", "127.0.0.1:1"], vec!["cancel", "-m", "127.0.0.1:1", "0123456789abcdef0123456789abcdef"]]
+    {
         let output = run_weir(&args);
         assert_eq!(output.status.code(), Some(1), "{args:?}");
         let errors = error_lines(&output);
         assert_eq!(errors.len(), 1, "{args:?}");
-        assert!(
-            errors[0].contains("cannot reach the JobManager REST API at http://127.0.0.1:1"),
-            "{errors:?}"
-        );
+        assert!(errors[0].contains("cannot reach the JobManager REST API at http://127.0.0.1:1"), "{errors:?}");
     }
 }
 
@@ -189,13 +121,7 @@ fn jobs_lists_the_catalog_with_arguments() {
     let output = run_weir(&["jobs"]);
     assert!(output.status.success());
     let stdout = String::from_utf8_lossy(&output.stdout);
-    for needle in [
-        "counter",
-        "wordcount",
-        "--users U",
-        "--input PATH",
-        "--enrich",
-    ] {
+    for needle in ["counter", "wordcount", "--users U", "--input PATH", "--enrich"] {
         assert!(stdout.contains(needle), "{needle} missing: {stdout}");
     }
 }

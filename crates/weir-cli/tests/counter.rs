@@ -9,13 +9,8 @@ use common::{committed_lines, run_weir};
 fn check_counts(lines: &[String], users: u64, events: u64) {
     let mut per_user: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
     for line in lines {
-        let (user, count) = line
-            .split_once('\t')
-            .unwrap_or_else(|| panic!("not user<TAB>count: {line:?}"));
-        per_user
-            .entry(user.parse().unwrap())
-            .or_default()
-            .push(count.parse().unwrap());
+        let (user, count) = line.split_once('\t').unwrap_or_else(|| panic!("not user<TAB>count: {line:?}"));
+        per_user.entry(user.parse().unwrap()).or_default().push(count.parse().unwrap());
     }
     assert_eq!(per_user.len() as u64, users);
     for (user, mut counts) in per_user {
@@ -45,11 +40,7 @@ fn counter_counts_exactly_per_user_at_p1_p2_p4() {
             "--output",
             out.to_str().unwrap(),
         ]);
-        assert!(
-            output.status.success(),
-            "p={p}: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
+        assert!(output.status.success(), "p={p}: {}", String::from_utf8_lossy(&output.stderr));
         check_counts(&committed_lines(&out), 97, 50_000);
     }
 }
@@ -71,34 +62,16 @@ fn counter_with_enrich_prints_the_same_counts() {
         "--output",
         "-",
     ]);
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     let stdout = String::from_utf8_lossy(&output.stdout);
-    let lines: Vec<String> = stdout
-        .lines()
-        .filter(|l| l.contains('\t'))
-        .map(str::to_string)
-        .collect();
+    let lines: Vec<String> = stdout.lines().filter(|l| l.contains('\t')).map(str::to_string).collect();
     check_counts(&lines, 5, 1000);
 }
 
 #[test]
 fn counter_output_none_discards() {
-    let output = run_weir(&[
-        "run",
-        "-D",
-        "rest.port=0",
-        "counter",
-        "--users",
-        "10",
-        "--events",
-        "10000",
-        "--output",
-        "none",
-    ]);
+    let output =
+        run_weir(&["run", "-D", "rest.port=0", "counter", "--users", "10", "--events", "10000", "--output", "none"]);
     assert!(output.status.success());
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(!stdout.lines().any(|l| l.contains('\t')), "{stdout}");

@@ -23,20 +23,8 @@ fn expected_counts(text: &str) -> BTreeMap<String, u64> {
 }
 
 fn sample_text(lines: usize) -> String {
-    let vocabulary = [
-        "Weir",
-        "flink",
-        "STATE",
-        "state",
-        "Straße",
-        "naïve",
-        "x1",
-        "42",
-        "über",
-        "checkpoint",
-        "Ω",
-        "日本語",
-    ];
+    let vocabulary =
+        ["Weir", "flink", "STATE", "state", "Straße", "naïve", "x1", "42", "über", "checkpoint", "Ω", "日本語"];
     let separators = [" ", ", ", "  ", "—", "\t", "!", "'", "-"];
     let mut seed = 0x2545_f491_4f6c_dd1du64;
     let mut next = move || {
@@ -65,9 +53,7 @@ fn sample_text(lines: usize) -> String {
 fn parse_counts(lines: &[String]) -> BTreeMap<String, u64> {
     let mut counts = BTreeMap::new();
     for line in lines {
-        let (word, count) = line
-            .split_once('\t')
-            .unwrap_or_else(|| panic!("not word<TAB>count: {line:?}"));
+        let (word, count) = line.split_once('\t').unwrap_or_else(|| panic!("not word<TAB>count: {line:?}"));
         let previous = counts.insert(word.to_string(), count.parse::<u64>().unwrap());
         assert!(previous.is_none(), "word {word} printed twice");
     }
@@ -94,18 +80,10 @@ fn wordcount_to_a_directory_matches_an_independent_count_at_p1_and_p3() {
             "--output",
             out.to_str().unwrap(),
         ]);
-        assert!(
-            output.status.success(),
-            "p={p}: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
+        assert!(output.status.success(), "p={p}: {}", String::from_utf8_lossy(&output.stderr));
         let stdout = String::from_utf8_lossy(&output.stdout);
         assert!(stdout.contains("ended with state FINISHED"), "{stdout}");
-        assert_eq!(
-            parse_counts(&committed_lines(&out)),
-            expected_counts(&text),
-            "p={p}"
-        );
+        assert_eq!(parse_counts(&committed_lines(&out)), expected_counts(&text), "p={p}");
         // Only committed files remain: nothing in progress after FINISHED.
         for entry in std::fs::read_dir(&out).unwrap() {
             let name = entry.unwrap().file_name().to_string_lossy().to_string();
@@ -119,23 +97,11 @@ fn wordcount_prints_to_stdout_with_dash() {
     let dir = tempfile::tempdir().unwrap();
     let input = dir.path().join("input.txt");
     std::fs::write(&input, "To be, or not to be: that is the question.\n").unwrap();
-    let output = run_weir(&[
-        "run",
-        "-D",
-        "rest.port=0",
-        "wordcount",
-        "--input",
-        input.to_str().unwrap(),
-        "--output",
-        "-",
-    ]);
+    let output =
+        run_weir(&["run", "-D", "rest.port=0", "wordcount", "--input", input.to_str().unwrap(), "--output", "-"]);
     assert!(output.status.success());
     let stdout = String::from_utf8_lossy(&output.stdout);
-    let lines: Vec<String> = stdout
-        .lines()
-        .filter(|l| l.contains('\t'))
-        .map(str::to_string)
-        .collect();
+    let lines: Vec<String> = stdout.lines().filter(|l| l.contains('\t')).map(str::to_string).collect();
     let counts = parse_counts(&lines);
     assert_eq!(counts.get("to"), Some(&2));
     assert_eq!(counts.get("be"), Some(&2));

@@ -112,17 +112,11 @@ impl Configuration {
     /// and may itself contain `=`.
     pub fn apply_override(&mut self, entry: &str) -> Result<(), ConfigError> {
         let Some((key, value)) = entry.split_once('=') else {
-            return Err(ConfigError::BadOverride {
-                entry: entry.to_string(),
-                reason: "missing '='".to_string(),
-            });
+            return Err(ConfigError::BadOverride { entry: entry.to_string(), reason: "missing '='".to_string() });
         };
         let key = key.trim();
         if key.is_empty() {
-            return Err(ConfigError::BadOverride {
-                entry: entry.to_string(),
-                reason: "the key is empty".to_string(),
-            });
+            return Err(ConfigError::BadOverride { entry: entry.to_string(), reason: "the key is empty".to_string() });
         }
         self.insert(key.to_string(), value.trim().to_string(), Source::Override);
         Ok(())
@@ -137,12 +131,7 @@ impl Configuration {
     }
 
     /// Sets a value programmatically, naming its origin for messages (for example `-p`).
-    pub fn set_from(
-        &mut self,
-        key: impl Into<String>,
-        value: impl Into<String>,
-        origin: impl Into<String>,
-    ) {
+    pub fn set_from(&mut self, key: impl Into<String>, value: impl Into<String>, origin: impl Into<String>) {
         self.insert(key.into(), value.into(), Source::Set(origin.into()));
     }
 
@@ -152,22 +141,11 @@ impl Configuration {
     }
 
     fn insert(&mut self, key: String, value: String, source: Source) {
-        let shown = if is_sensitive_key(&key) {
-            HIDDEN_CONTENT
-        } else {
-            value.as_str()
-        };
+        let shown = if is_sensitive_key(&key) { HIDDEN_CONTENT } else { value.as_str() };
         tracing::trace!(key = %key, value = %shown, source = %source, "configuration value set");
         let sequence = self.next_sequence;
         self.next_sequence += 1;
-        self.entries.insert(
-            key,
-            Entry {
-                value,
-                source,
-                sequence,
-            },
-        );
+        self.entries.insert(key, Entry { value, source, sequence });
     }
 
     /// Reads an option: parses the explicitly set value, or returns the option's default.
@@ -209,9 +187,7 @@ impl Configuration {
     ///
     /// Mask values with [`is_sensitive_key`] / [`HIDDEN_CONTENT`] before showing them.
     pub fn entries(&self) -> impl Iterator<Item = (&str, &str, &Source)> + '_ {
-        self.entries
-            .iter()
-            .map(|(key, entry)| (key.as_str(), entry.value.as_str(), &entry.source))
+        self.entries.iter().map(|(key, entry)| (key.as_str(), entry.value.as_str(), &entry.source))
     }
 
     /// The number of explicitly set keys.
@@ -243,10 +219,7 @@ impl Configuration {
             if options::is_known_key(key) {
                 continue;
             }
-            let mut line = format!(
-                "unknown configuration key '{key}' (from {}); it is ignored",
-                entry.source
-            );
+            let mut line = format!("unknown configuration key '{key}' (from {}); it is ignored", entry.source);
             if let Some(suggestion) = suggest_key(key) {
                 line.push_str(&format!("; did you mean '{suggestion}'?"));
             }
@@ -336,10 +309,7 @@ impl Configuration {
                 &format_duration(heartbeat_interval),
             ));
         }
-        let may_use_exponential_delay = matches!(
-            restart_strategy,
-            None | Some(RestartStrategyType::ExponentialDelay)
-        );
+        let may_use_exponential_delay = matches!(restart_strategy, None | Some(RestartStrategyType::ExponentialDelay));
         if may_use_exponential_delay && max_backoff < initial_backoff {
             return Err(self.inconsistent(
                 &RESTART_EXPONENTIAL_MAX_BACKOFF,
@@ -372,11 +342,7 @@ impl Configuration {
     }
 
     /// The name and source in effect for an option, or its main key and [`Source::Default`].
-    fn origin_of(
-        &self,
-        key: &'static str,
-        fallback_keys: &'static [&'static str],
-    ) -> (&str, Source) {
+    fn origin_of(&self, key: &'static str, fallback_keys: &'static [&'static str]) -> (&str, Source) {
         match self.lookup(key, fallback_keys) {
             Some((name, entry)) => (name, entry.source.clone()),
             None => (key, Source::Default),
@@ -384,11 +350,7 @@ impl Configuration {
     }
 
     /// Finds the entry in effect for an option: the most recently set of its names.
-    fn lookup(
-        &self,
-        key: &'static str,
-        fallback_keys: &'static [&'static str],
-    ) -> Option<(&'static str, &Entry)> {
+    fn lookup(&self, key: &'static str, fallback_keys: &'static [&'static str]) -> Option<(&'static str, &Entry)> {
         let mut found: Option<(&'static str, &Entry)> = None;
         for name in std::iter::once(&key).chain(fallback_keys) {
             let Some(entry) = self.entries.get(*name) else {

@@ -17,22 +17,8 @@ const UNITS: &[(u64, &[&str])] = &[
     (3_600_000_000_000, &["h", "hour", "hours"]),
     (60_000_000_000, &["min", "m", "minute", "minutes"]),
     (1_000_000_000, &["s", "sec", "secs", "second", "seconds"]),
-    (
-        1_000_000,
-        &["ms", "milli", "millis", "millisecond", "milliseconds"],
-    ),
-    (
-        1_000,
-        &[
-            "us",
-            "\u{b5}s",
-            "\u{3bc}s",
-            "micro",
-            "micros",
-            "microsecond",
-            "microseconds",
-        ],
-    ),
+    (1_000_000, &["ms", "milli", "millis", "millisecond", "milliseconds"]),
+    (1_000, &["us", "\u{b5}s", "\u{3bc}s", "micro", "micros", "microsecond", "microseconds"]),
     (1, &["ns", "nano", "nanos", "nanosecond", "nanoseconds"]),
 ];
 
@@ -48,19 +34,13 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         return Err(format!("the duration is empty; {DURATION_FORMS}"));
     }
 
-    let digits_end = trimmed
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(trimmed.len());
+    let digits_end = trimmed.find(|c: char| !c.is_ascii_digit()).unwrap_or(trimmed.len());
     let (number, rest) = trimmed.split_at(digits_end);
     if number.is_empty() {
-        return Err(format!(
-            "the duration does not start with a number; {DURATION_FORMS}"
-        ));
+        return Err(format!("the duration does not start with a number; {DURATION_FORMS}"));
     }
     let Ok(value) = number.parse::<u64>() else {
-        return Err(format!(
-            "the number '{number}' is too large; {DURATION_FORMS}"
-        ));
+        return Err(format!("the number '{number}' is too large; {DURATION_FORMS}"));
     };
 
     let label = rest.trim().to_lowercase();
@@ -71,9 +51,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         return Err(format!("unknown time unit '{label}'; {DURATION_FORMS}"));
     };
     let Some(duration) = scale(value, nanos_per_unit) else {
-        return Err(format!(
-            "the duration '{trimmed}' is too large; {DURATION_FORMS}"
-        ));
+        return Err(format!("the duration '{trimmed}' is too large; {DURATION_FORMS}"));
     };
     Ok(duration)
 }
@@ -193,24 +171,12 @@ mod tests {
     fn large_sub_second_values_carry_into_seconds() {
         assert_eq!(ok("2500ms"), Duration::from_millis(2500));
         assert_eq!(ok("18446744073709551615ns"), Duration::from_nanos(u64::MAX));
-        assert_eq!(
-            ok("18446744073709551615ms"),
-            Duration::from_millis(u64::MAX)
-        );
+        assert_eq!(ok("18446744073709551615ms"), Duration::from_millis(u64::MAX));
     }
 
     #[test]
     fn rejects_bad_input_with_the_accepted_forms() {
-        for text in [
-            "",
-            "   ",
-            "-5s",
-            "abc",
-            "1.5s",
-            "10 parsecs",
-            "5 s s",
-            "+5s",
-        ] {
+        for text in ["", "   ", "-5s", "abc", "1.5s", "10 parsecs", "5 s s", "+5s"] {
             let err = parse_duration(text).expect_err(text);
             assert!(err.contains("expected a duration"), "{text}: {err}");
         }
@@ -236,10 +202,7 @@ mod tests {
         assert_eq!(format_duration(Duration::from_secs(86_400)), "1d");
         assert_eq!(format_duration(Duration::from_millis(1500)), "1500ms");
         assert_eq!(format_duration(Duration::from_micros(7)), "7us");
-        assert_eq!(
-            format_duration(Duration::from_nanos(1_000_001)),
-            "1000001ns"
-        );
+        assert_eq!(format_duration(Duration::from_nanos(1_000_001)), "1000001ns");
         assert_eq!(format_duration(Duration::ZERO), "0ms");
     }
 

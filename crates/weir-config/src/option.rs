@@ -123,10 +123,7 @@ pub(crate) mod parse {
     pub(crate) fn duration_at_least(text: &str, min: Duration) -> Result<Duration, String> {
         let duration = parse_duration(text)?;
         if duration < min {
-            return Err(format!(
-                "expected a duration of at least {}",
-                format_duration(min)
-            ));
+            return Err(format!("expected a duration of at least {}", format_duration(min)));
         }
         Ok(duration)
     }

@@ -6,14 +6,11 @@ use std::time::Duration;
 
 use crate::duration::parse_duration;
 use crate::option::parse::{
-    duration_at_least, f64_in, host, int_in, is_none_word, non_negative_u32, optional_string, port,
-    positive_u32, u32_in,
+    duration_at_least, f64_in, host, int_in, is_none_word, non_negative_u32, optional_string, port, positive_u32,
+    u32_in,
 };
 use crate::option::{ConfigOption, OptionInfo};
-use crate::values::{
-    CheckpointingMode, FailoverStrategy, HighAvailabilityType, RestartStrategyType,
-    StateBackendType,
-};
+use crate::values::{CheckpointingMode, FailoverStrategy, HighAvailabilityType, RestartStrategyType, StateBackendType};
 
 /// The largest parallelism and max parallelism Flink accepts (2^15).
 pub const MAX_PARALLELISM_UPPER_BOUND: u32 = 32_768;
@@ -52,14 +49,12 @@ fn parse_checkpoint_interval(text: &str) -> Result<Option<Duration>, String> {
     }
     let Ok(interval) = parse_duration(text) else {
         return Err(
-            "expected a duration of at least 10ms such as '10s', or 'none' to disable checkpointing"
-                .to_string(),
+            "expected a duration of at least 10ms such as '10s', or 'none' to disable checkpointing".to_string()
         );
     };
     if interval < MINIMAL_CHECKPOINT_TIME {
         return Err(
-            "expected a duration of at least 10ms such as '10s', or 'none' to disable checkpointing"
-                .to_string(),
+            "expected a duration of at least 10ms such as '10s', or 'none' to disable checkpointing".to_string()
         );
     }
     Ok(Some(interval))
@@ -90,9 +85,7 @@ fn parse_optional_attempts(text: &str) -> Result<Option<u32>, String> {
     }
     let expected = "expected a non-negative integer, or 'none' for unlimited";
     let number = int_in(text, 0, u64::from(u32::MAX), expected)?;
-    u32::try_from(number)
-        .map(Some)
-        .map_err(|_| expected.to_string())
+    u32::try_from(number).map(Some).map_err(|_| expected.to_string())
 }
 
 fn localhost() -> String {
@@ -552,8 +545,7 @@ pub fn is_known_key(key: &str) -> bool {
 
 /// The option known under `key` (its main or a fallback name).
 pub fn find(key: &str) -> Option<&'static OptionInfo> {
-    ALL.iter()
-        .find(|info| info.key == key || info.fallback_keys.contains(&key))
+    ALL.iter().find(|info| info.key == key || info.fallback_keys.contains(&key))
 }
 
 #[cfg(test)]
@@ -583,10 +575,7 @@ mod tests {
 
     #[test]
     fn find_accepts_fallback_names() {
-        assert_eq!(
-            find("execution.checkpointing.dir").map(|info| info.key),
-            Some("state.checkpoints.dir")
-        );
+        assert_eq!(find("execution.checkpointing.dir").map(|info| info.key), Some("state.checkpoints.dir"));
         assert!(is_known_key("parallelism.default"));
         assert!(!is_known_key("paralelism.default"));
     }
@@ -594,18 +583,9 @@ mod tests {
     #[test]
     fn documented_defaults_match_default_values() {
         use crate::duration::format_duration;
-        assert_eq!(
-            (PARALLELISM_DEFAULT.default)().to_string(),
-            PARALLELISM_DEFAULT.default_description
-        );
-        assert_eq!(
-            (REST_PORT.default)().to_string(),
-            REST_PORT.default_description
-        );
-        assert_eq!(
-            (JOBMANAGER_RPC_PORT.default)().to_string(),
-            JOBMANAGER_RPC_PORT.default_description
-        );
+        assert_eq!((PARALLELISM_DEFAULT.default)().to_string(), PARALLELISM_DEFAULT.default_description);
+        assert_eq!((REST_PORT.default)().to_string(), REST_PORT.default_description);
+        assert_eq!((JOBMANAGER_RPC_PORT.default)().to_string(), JOBMANAGER_RPC_PORT.default_description);
         assert_eq!((REST_ADDRESS.default)(), REST_ADDRESS.default_description);
         let durations = [
             CHECKPOINTING_TIMEOUT,
@@ -620,19 +600,9 @@ mod tests {
             HEARTBEAT_TIMEOUT,
         ];
         for option in durations {
-            assert_eq!(
-                format_duration((option.default)()),
-                option.default_description,
-                "{}",
-                option.key
-            );
+            assert_eq!(format_duration((option.default)()), option.default_description, "{}", option.key);
             // The documented default must itself be a valid value.
-            assert_eq!(
-                (option.parse)(option.default_description),
-                Ok((option.default)()),
-                "{}",
-                option.key
-            );
+            assert_eq!((option.parse)(option.default_description), Ok((option.default)()), "{}", option.key);
         }
     }
 }

@@ -64,9 +64,7 @@ impl FromStr for StateBackendType {
         }
         for unavailable in ["rocksdb", "forst"] {
             if text.eq_ignore_ascii_case(unavailable) {
-                return Err(format!(
-                    "state backend '{unavailable}' is not available in this build; use 'hashmap'"
-                ));
+                return Err(format!("state backend '{unavailable}' is not available in this build; use 'hashmap'"));
             }
         }
         Err("expected 'hashmap'".to_string())
@@ -108,9 +106,7 @@ impl FromStr for RestartStrategyType {
             "fixed-delay" | "fixeddelay" => Ok(RestartStrategyType::FixedDelay),
             "failure-rate" | "failurerate" => Ok(RestartStrategyType::FailureRate),
             "exponential-delay" | "exponentialdelay" => Ok(RestartStrategyType::ExponentialDelay),
-            _ => Err(
-                "expected 'none', 'fixed-delay', 'failure-rate' or 'exponential-delay'".to_string(),
-            ),
+            _ => Err("expected 'none', 'fixed-delay', 'failure-rate' or 'exponential-delay'".to_string()),
         }
     }
 }
@@ -180,9 +176,7 @@ impl FromStr for HighAvailabilityType {
         if text.eq_ignore_ascii_case("none") {
             return Ok(HighAvailabilityType::None);
         }
-        Err(format!(
-            "high-availability.type '{text}' is not supported yet; use 'none'"
-        ))
+        Err(format!("high-availability.type '{text}' is not supported yet; use 'none'"))
     }
 }
 
@@ -231,10 +225,7 @@ mod tests {
             "rocksdb".parse::<StateBackendType>(),
             Err("state backend 'rocksdb' is not available in this build; use 'hashmap'".into())
         );
-        assert_eq!(
-            "memory".parse::<StateBackendType>(),
-            Err("expected 'hashmap'".into())
-        );
+        assert_eq!("memory".parse::<StateBackendType>(), Err("expected 'hashmap'".into()));
     }
 
     #[test]
@@ -248,10 +239,7 @@ mod tests {
 
     #[test]
     fn display_round_trips_through_from_str() {
-        for mode in [
-            CheckpointingMode::ExactlyOnce,
-            CheckpointingMode::AtLeastOnce,
-        ] {
+        for mode in [CheckpointingMode::ExactlyOnce, CheckpointingMode::AtLeastOnce] {
             assert_eq!(mode.to_string().parse(), Ok(mode));
         }
         for kind in [
@@ -265,13 +253,7 @@ mod tests {
         for strategy in [FailoverStrategy::Region, FailoverStrategy::Full] {
             assert_eq!(strategy.to_string().parse(), Ok(strategy));
         }
-        assert_eq!(
-            StateBackendType::HashMap.to_string().parse(),
-            Ok(StateBackendType::HashMap)
-        );
-        assert_eq!(
-            HighAvailabilityType::None.to_string().parse(),
-            Ok(HighAvailabilityType::None)
-        );
+        assert_eq!(StateBackendType::HashMap.to_string().parse(), Ok(StateBackendType::HashMap));
+        assert_eq!(HighAvailabilityType::None.to_string().parse(), Ok(HighAvailabilityType::None));
     }
 }

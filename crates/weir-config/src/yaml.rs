@@ -15,10 +15,7 @@ use crate::error::{ConfigError, one_line};
 /// Scalars become their string form, lists become their items joined with `;`, nulls are
 /// left out, and an empty document yields no entries. `path` is only used in errors.
 pub(crate) fn flatten_yaml(text: &str, path: &Path) -> Result<Vec<(String, String)>, ConfigError> {
-    let invalid = |reason: String| ConfigError::InvalidFile {
-        path: path.to_path_buf(),
-        reason,
-    };
+    let invalid = |reason: String| ConfigError::InvalidFile { path: path.to_path_buf(), reason };
     let document: Value = match serde_norway::from_str(text) {
         Ok(document) => document,
         Err(error) => return Err(invalid(one_line(&error.to_string()))),
@@ -40,20 +37,14 @@ pub(crate) fn flatten_yaml(text: &str, path: &Path) -> Result<Vec<(String, Strin
     let mut seen = HashSet::new();
     for (key, _) in &entries {
         if !seen.insert(key.as_str()) {
-            return Err(invalid(format!(
-                "configuration key '{key}' is defined more than once"
-            )));
+            return Err(invalid(format!("configuration key '{key}' is defined more than once")));
         }
     }
     Ok(entries)
 }
 
 /// Appends the entries of `mapping`, with keys prefixed by `prefix` and a dot.
-fn flatten_mapping(
-    prefix: &str,
-    mapping: &Mapping,
-    out: &mut Vec<(String, String)>,
-) -> Result<(), String> {
+fn flatten_mapping(prefix: &str, mapping: &Mapping, out: &mut Vec<(String, String)>) -> Result<(), String> {
     for (key, value) in mapping {
         let Some(segment) = scalar_text(key) else {
             return Err(format!(
@@ -65,11 +56,7 @@ fn flatten_mapping(
         if segment.is_empty() {
             return Err(format!("empty key under '{}'", display_prefix(prefix)));
         }
-        let full_key = if prefix.is_empty() {
-            segment
-        } else {
-            format!("{prefix}.{segment}")
-        };
+        let full_key = if prefix.is_empty() { segment } else { format!("{prefix}.{segment}") };
         match value {
             Value::Null => {}
             Value::Mapping(inner) => flatten_mapping(&full_key, inner, out)?,
@@ -78,16 +65,12 @@ fn flatten_mapping(
                 out.push((full_key, joined));
             }
             Value::Tagged(_) => {
-                return Err(format!(
-                    "yaml tags are not supported (configuration key '{full_key}')"
-                ));
+                return Err(format!("yaml tags are not supported (configuration key '{full_key}')"));
             }
             scalar => {
                 // Bool, Number and String always have a text form.
                 let Some(text) = scalar_text(scalar) else {
-                    return Err(format!(
-                        "unsupported value for configuration key '{full_key}'"
-                    ));
+                    return Err(format!("unsupported value for configuration key '{full_key}'"));
                 };
                 out.push((full_key, text));
             }
@@ -119,9 +102,7 @@ fn join_list(key: &str, items: &[Value]) -> Result<String, String> {
         let mut pairs = Vec::new();
         for (map_key, map_value) in mapping {
             let (Some(k), Some(v)) = (scalar_text(map_key), scalar_text(map_value)) else {
-                return Err(format!(
-                    "configuration key '{key}' holds a list with a nested map; expected plain values"
-                ));
+                return Err(format!("configuration key '{key}' holds a list with a nested map; expected plain values"));
             };
             pairs.push(format!("{k}:{v}"));
         }
@@ -154,11 +135,7 @@ fn kind_of(value: &Value) -> &'static str {
 }
 
 fn display_prefix(prefix: &str) -> &str {
-    if prefix.is_empty() {
-        "the top level"
-    } else {
-        prefix
-    }
+    if prefix.is_empty() { "the top level" } else { prefix }
 }
 
 #[cfg(test)]
@@ -175,10 +152,7 @@ mod tests {
     }
 
     fn pairs(items: &[(&str, &str)]) -> Vec<(String, String)> {
-        items
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
+        items.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
     }
 
     #[test]
@@ -290,11 +264,7 @@ mod tests {
 
     fn render_flat(map: &BTreeMap<String, Tree>, prefix: &str, out: &mut String) {
         for (key, value) in map {
-            let full = if prefix.is_empty() {
-                key.clone()
-            } else {
-                format!("{prefix}.{key}")
-            };
+            let full = if prefix.is_empty() { key.clone() } else { format!("{prefix}.{key}") };
             match value {
                 Tree::Leaf(text) => out.push_str(&format!("{full}: '{text}'\n")),
                 Tree::Node(inner) => render_flat(inner, &full, out),

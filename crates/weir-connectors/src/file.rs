@@ -57,12 +57,7 @@ impl TextLineSource {
         next_line_offset: u64,
     ) -> Result<Box<dyn SourceReader<String>>, TaskError> {
         let (file, _start, end) = self.open_range(ctx)?;
-        Ok(Box::new(TextLineReader::new(
-            self.path.clone(),
-            file,
-            next_line_offset,
-            end,
-        )?))
+        Ok(Box::new(TextLineReader::new(self.path.clone(), file, next_line_offset, end)?))
     }
 
     /// Opens the file and computes subtask `ctx.subtask_index`'s byte range `[start, end)`.
@@ -104,12 +99,7 @@ impl Source<String> for TextLineSource {
     fn create_reader(&self, ctx: &TaskContext) -> Result<Box<dyn SourceReader<String>>, TaskError> {
         let (file, start, end) = self.open_range(ctx)?;
         if start == 0 {
-            return Ok(Box::new(TextLineReader::new(
-                self.path.clone(),
-                file,
-                0,
-                end,
-            )?));
+            return Ok(Box::new(TextLineReader::new(self.path.clone(), file, 0, end)?));
         }
         // The line containing byte `start - 1` belongs to an earlier subtask: ours begin after
         // the first '\n' at or after `start - 1`.
@@ -135,8 +125,7 @@ struct TextLineReader {
 impl TextLineReader {
     fn new(path: PathBuf, mut file: File, pos: u64, end: u64) -> Result<TextLineReader, TaskError> {
         if pos > 0 {
-            file.seek(SeekFrom::Start(pos))
-                .map_err(|e| read_error(&path, pos, e))?;
+            file.seek(SeekFrom::Start(pos)).map_err(|e| read_error(&path, pos, e))?;
         }
         Ok(TextLineReader {
             path,
@@ -150,10 +139,7 @@ impl TextLineReader {
 
     /// Moves past the next '\n' (or to the end of the file).
     fn skip_to_next_line(&mut self) -> Result<(), TaskError> {
-        let skipped = self
-            .reader
-            .skip_until(b'\n')
-            .map_err(|e| read_error(&self.path, self.pos, e))?;
+        let skipped = self.reader.skip_until(b'\n').map_err(|e| read_error(&self.path, self.pos, e))?;
         self.pos += skipped as u64;
         self.done = self.pos >= self.end;
         Ok(())
@@ -162,20 +148,13 @@ impl TextLineReader {
 
 fn read_error(path: &Path, offset: u64, e: std::io::Error) -> TaskError {
     TaskError::external(
-        format!(
-            "text line source: reading {} at byte {offset}",
-            path.display()
-        ),
+        format!("text line source: reading {} at byte {offset}", path.display()),
         format!("{e}; check that the file is readable and was not truncated while being read"),
     )
 }
 
 impl SourceReader<String> for TextLineReader {
-    fn poll_next(
-        &mut self,
-        out: &mut Vec<String>,
-        max_records: usize,
-    ) -> Result<SourcePoll, TaskError> {
+    fn poll_next(&mut self, out: &mut Vec<String>, max_records: usize) -> Result<SourcePoll, TaskError> {
         if self.done {
             return Ok(SourcePoll::End);
         }
@@ -183,10 +162,8 @@ impl SourceReader<String> for TextLineReader {
         let mut produced = 0;
         while produced < budget {
             self.line.clear();
-            let read = self
-                .reader
-                .read_until(b'\n', &mut self.line)
-                .map_err(|e| read_error(&self.path, self.pos, e))?;
+            let read =
+                self.reader.read_until(b'\n', &mut self.line).map_err(|e| read_error(&self.path, self.pos, e))?;
             if read == 0 {
                 self.done = true;
                 break;
@@ -217,11 +194,7 @@ impl SourceReader<String> for TextLineReader {
                 break;
             }
         }
-        if produced == 0 && self.done {
-            Ok(SourcePoll::End)
-        } else {
-            Ok(SourcePoll::Data)
-        }
+        if produced == 0 && self.done { Ok(SourcePoll::End) } else { Ok(SourcePoll::Data) }
     }
 
     fn position(&self) -> Vec<u8> {
@@ -259,10 +232,7 @@ impl<T> FileSink<T> {
     /// A sink writing into `dir` (created when missing), each record formatted by `format`
     /// (which appends to the given String) and followed by `\n`.
     pub fn new(dir: impl Into<PathBuf>, format: fn(&T, &mut String)) -> FileSink<T> {
-        FileSink {
-            dir: dir.into(),
-            format,
-        }
+        FileSink { dir: dir.into(), format }
     }
 
     /// The output directory.
@@ -275,20 +245,13 @@ impl<T: Send + 'static> Sink<T> for FileSink<T> {
     fn create_writer(&self, ctx: &TaskContext) -> Result<Box<dyn SinkWriter<T>>, TaskError> {
         fs::create_dir_all(&self.dir).map_err(|e| {
             TaskError::external(
-                format!(
-                    "file sink: creating output directory {}",
-                    self.dir.display()
-                ),
+                format!("file sink: creating output directory {}", self.dir.display()),
                 format!("{e}; check the path and the permissions of its parent"),
             )
         })?;
         let job8 = job8(ctx);
         let part = InProgressPart::open(&self.dir, &job8, ctx.subtask_index, 0)?;
-        Ok(Box::new(FileSinkWriter {
-            format: self.format,
-            text: String::new(),
-            part: Some(part),
-        }))
+        Ok(Box::new(FileSinkWriter { format: self.format, text: String::new(), part: Some(part) }))
     }
 }
 
@@ -301,30 +264,16 @@ struct InProgressPart {
 
 impl InProgressPart {
     /// Creates (or truncates a leftover) in-progress part file `counter` of `subtask`.
-    fn open(
-        dir: &Path,
-        job8: &str,
-        subtask: u32,
-        counter: u64,
-    ) -> Result<InProgressPart, TaskError> {
+    fn open(dir: &Path, job8: &str, subtask: u32, counter: u64) -> Result<InProgressPart, TaskError> {
         let in_progress = dir.join(in_progress_name(job8, subtask, counter));
         let committed = dir.join(part_file_name(job8, subtask, counter));
-        let file = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&in_progress)
-            .map_err(|e| {
-                TaskError::external(
-                    format!("file sink: creating {}", in_progress.display()),
-                    format!("{e}; check the permissions of the output directory"),
-                )
-            })?;
-        Ok(InProgressPart {
-            writer: BufWriter::with_capacity(WRITE_BUFFER_BYTES, file),
-            in_progress,
-            committed,
-        })
+        let file = OpenOptions::new().write(true).create(true).truncate(true).open(&in_progress).map_err(|e| {
+            TaskError::external(
+                format!("file sink: creating {}", in_progress.display()),
+                format!("{e}; check the permissions of the output directory"),
+            )
+        })?;
+        Ok(InProgressPart { writer: BufWriter::with_capacity(WRITE_BUFFER_BYTES, file), in_progress, committed })
     }
 
     fn write_error(&self, e: std::io::Error) -> TaskError {
@@ -335,9 +284,7 @@ impl InProgressPart {
     }
 
     fn write(&mut self, bytes: &[u8]) -> Result<(), TaskError> {
-        self.writer
-            .write_all(bytes)
-            .map_err(|e| self.write_error(e))
+        self.writer.write_all(bytes).map_err(|e| self.write_error(e))
     }
 
     /// Hands buffered bytes to the file (no fsync, no rename).
@@ -348,17 +295,10 @@ impl InProgressPart {
     /// Flushes, fsyncs and renames the part to its committed name; returns that path.
     fn close_and_commit(mut self) -> Result<PathBuf, TaskError> {
         self.flush()?;
-        self.writer
-            .get_ref()
-            .sync_all()
-            .map_err(|e| self.write_error(e))?;
+        self.writer.get_ref().sync_all().map_err(|e| self.write_error(e))?;
         fs::rename(&self.in_progress, &self.committed).map_err(|e| {
             TaskError::external(
-                format!(
-                    "file sink: committing {} as {}",
-                    self.in_progress.display(),
-                    self.committed.display()
-                ),
+                format!("file sink: committing {} as {}", self.in_progress.display(), self.committed.display()),
                 format!("{e}; check the permissions of the output directory"),
             )
         })?;
@@ -383,9 +323,7 @@ struct FileSinkWriter<T> {
 
 impl<T> FileSinkWriter<T> {
     fn open_part(&mut self) -> Result<&mut InProgressPart, TaskError> {
-        self.part
-            .as_mut()
-            .ok_or_else(|| TaskError::Internal("file sink: write after finish".into()))
+        self.part.as_mut().ok_or_else(|| TaskError::Internal("file sink: write after finish".into()))
     }
 }
 
@@ -453,9 +391,7 @@ mod tests {
         let source = TextLineSource::new(path);
         let mut lines = Vec::new();
         for index in 0..parallelism {
-            let mut reader = source
-                .create_reader(&TaskContext::for_test(index, parallelism, 128))
-                .unwrap();
+            let mut reader = source.create_reader(&TaskContext::for_test(index, parallelism, 128)).unwrap();
             lines.extend(drain(reader.as_mut(), max_records));
         }
         lines
@@ -464,11 +400,7 @@ mod tests {
     /// The lines of `content`: split at '\n', a final '\n' does not start another line.
     fn expected_lines(content: &str) -> Vec<String> {
         let body = content.strip_suffix('\n').unwrap_or(content);
-        if content.is_empty() {
-            Vec::new()
-        } else {
-            body.split('\n').map(str::to_owned).collect()
-        }
+        if content.is_empty() { Vec::new() } else { body.split('\n').map(str::to_owned).collect() }
     }
 
     #[test]
@@ -483,14 +415,8 @@ mod tests {
     #[test]
     fn missing_file_is_an_error_naming_it() {
         let source = TextLineSource::new("/nonexistent/weir/input.txt");
-        let err = source
-            .create_reader(&TaskContext::for_test(0, 1, 8))
-            .err()
-            .unwrap();
-        assert!(
-            err.to_string().contains("/nonexistent/weir/input.txt"),
-            "{err}"
-        );
+        let err = source.create_reader(&TaskContext::for_test(0, 1, 8)).err().unwrap();
+        assert!(err.to_string().contains("/nonexistent/weir/input.txt"), "{err}");
         assert_eq!(err.domain(), weir_api::error::ErrorDomain::External);
     }
 
@@ -498,11 +424,7 @@ mod tests {
     fn directory_is_an_error() {
         let dir = tempfile::tempdir().unwrap();
         let source = TextLineSource::new(dir.path());
-        assert!(
-            source
-                .create_reader(&TaskContext::for_test(0, 1, 8))
-                .is_err()
-        );
+        assert!(source.create_reader(&TaskContext::for_test(0, 1, 8)).is_err());
     }
 
     #[test]
@@ -510,15 +432,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("bad.txt");
         fs::write(&path, b"ok\nab\xffc\n").unwrap();
-        let mut reader = TextLineSource::new(&path)
-            .create_reader(&TaskContext::for_test(0, 1, 8))
-            .unwrap();
+        let mut reader = TextLineSource::new(&path).create_reader(&TaskContext::for_test(0, 1, 8)).unwrap();
         let mut out = Vec::new();
         let err = reader.poll_next(&mut out, 10).err().unwrap().to_string();
-        assert!(
-            err.contains("bad.txt") && err.contains("byte offset 5"),
-            "{err}"
-        );
+        assert!(err.contains("bad.txt") && err.contains("byte offset 5"), "{err}");
     }
 
     #[test]
@@ -529,20 +446,14 @@ mod tests {
         let source = TextLineSource::new(&path);
         let ctx = TaskContext::for_test(0, 1, 8);
         let mut reader = source.create_reader(&ctx).unwrap();
-        assert_eq!(
-            TextLineSource::decode_position(&reader.position()).unwrap(),
-            0
-        );
+        assert_eq!(TextLineSource::decode_position(&reader.position()).unwrap(), 0);
         let mut out = Vec::new();
         reader.poll_next(&mut out, 2).unwrap();
         assert_eq!(out, vec!["one", "two"]);
         let position = TextLineSource::decode_position(&reader.position()).unwrap();
         assert_eq!(position, 8);
         let mut resumed = source.reader_at(&ctx, position).unwrap();
-        assert_eq!(
-            drain(resumed.as_mut(), BATCH_RECORDS_MAX),
-            vec!["three", "four"]
-        );
+        assert_eq!(drain(resumed.as_mut(), BATCH_RECORDS_MAX), vec!["three", "four"]);
     }
 
     proptest! {
@@ -574,10 +485,8 @@ mod tests {
     }
 
     fn names(dir: &Path) -> Vec<String> {
-        let mut names: Vec<String> = fs::read_dir(dir)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .collect();
+        let mut names: Vec<String> =
+            fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
         names.sort();
         names
     }
@@ -587,12 +496,8 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         let dir = root.path().join("out").join("nested");
         let sink = FileSink::new(&dir, format_u64);
-        let mut writers: Vec<_> = (0..2)
-            .map(|index| {
-                sink.create_writer(&TaskContext::for_test(index, 2, 8))
-                    .unwrap()
-            })
-            .collect();
+        let mut writers: Vec<_> =
+            (0..2).map(|index| sink.create_writer(&TaskContext::for_test(index, 2, 8)).unwrap()).collect();
         for (index, writer) in writers.iter_mut().enumerate() {
             let base = index as u64 * 100;
             let mut batch = vec![base, base + 1];
@@ -601,26 +506,14 @@ mod tests {
             writer.write_batch(&mut vec![base + 2]).unwrap();
             writer.flush().unwrap();
         }
-        assert_eq!(
-            names(&dir),
-            vec![
-                ".part-00000000-0-0.inprogress",
-                ".part-00000000-1-0.inprogress"
-            ]
-        );
+        assert_eq!(names(&dir), vec![".part-00000000-0-0.inprogress", ".part-00000000-1-0.inprogress"]);
         for writer in &mut writers {
             writer.finish().unwrap();
             writer.finish().unwrap();
         }
         assert_eq!(names(&dir), vec!["part-00000000-0-0", "part-00000000-1-0"]);
-        assert_eq!(
-            fs::read_to_string(dir.join("part-00000000-0-0")).unwrap(),
-            "0\n1\n2\n"
-        );
-        assert_eq!(
-            fs::read_to_string(dir.join("part-00000000-1-0")).unwrap(),
-            "100\n101\n102\n"
-        );
+        assert_eq!(fs::read_to_string(dir.join("part-00000000-0-0")).unwrap(), "0\n1\n2\n");
+        assert_eq!(fs::read_to_string(dir.join("part-00000000-1-0")).unwrap(), "100\n101\n102\n");
         assert!(writers[0].write_batch(&mut vec![7]).is_err());
     }
 
@@ -638,10 +531,7 @@ mod tests {
             writer.write_batch(&mut batch).unwrap();
         }
         writer.finish().unwrap();
-        assert_eq!(
-            fs::read_to_string(dir.path().join("part-00000000-0-0")).unwrap(),
-            expected
-        );
+        assert_eq!(fs::read_to_string(dir.path().join("part-00000000-0-0")).unwrap(), expected);
     }
 
     #[test]
@@ -650,20 +540,13 @@ mod tests {
         let blocker = root.path().join("file");
         fs::write(&blocker, "x").unwrap();
         let sink = FileSink::new(blocker.join("sub"), format_u64);
-        let err = sink
-            .create_writer(&TaskContext::for_test(0, 1, 8))
-            .err()
-            .unwrap()
-            .to_string();
+        let err = sink.create_writer(&TaskContext::for_test(0, 1, 8)).err().unwrap().to_string();
         assert!(err.contains("file/sub"), "{err}");
     }
 
     #[test]
     fn part_file_naming() {
         assert_eq!(part_file_name("abcdef01", 3, 0), "part-abcdef01-3-0");
-        assert_eq!(
-            in_progress_name("abcdef01", 3, 0),
-            ".part-abcdef01-3-0.inprogress"
-        );
+        assert_eq!(in_progress_name("abcdef01", 3, 0), ".part-abcdef01-3-0.inprogress");
     }
 }

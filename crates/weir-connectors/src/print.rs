@@ -24,11 +24,7 @@ impl<T> PrintSink<T> {
 
 impl<T: Send + 'static> Sink<T> for PrintSink<T> {
     fn create_writer(&self, _ctx: &TaskContext) -> Result<Box<dyn SinkWriter<T>>, TaskError> {
-        Ok(Box::new(PrintWriter {
-            format: self.format,
-            text: String::new(),
-            out: LockedStdout,
-        }))
+        Ok(Box::new(PrintWriter { format: self.format, text: String::new(), out: LockedStdout }))
     }
 }
 
@@ -53,10 +49,7 @@ fn stdout_error(e: io::Error) -> TaskError {
     if e.kind() == io::ErrorKind::BrokenPipe {
         TaskError::external("print sink", "stdout closed")
     } else {
-        TaskError::external(
-            "print sink: writing to stdout",
-            format!("{e}; check where stdout is redirected"),
-        )
+        TaskError::external("print sink: writing to stdout", format!("{e}; check where stdout is redirected"))
     }
 }
 
@@ -74,10 +67,7 @@ impl<T: Send, W: Write + Send> SinkWriter<T> for PrintWriter<T, W> {
             (self.format)(&record, &mut self.text);
             self.text.push('\n');
         }
-        let result = self
-            .out
-            .write_all(self.text.as_bytes())
-            .map_err(stdout_error);
+        let result = self.out.write_all(self.text.as_bytes()).map_err(stdout_error);
         self.text.clear();
         result
     }
@@ -129,11 +119,7 @@ mod tests {
     #[test]
     fn formats_batches_as_lines() {
         let shared = Shared::default();
-        let mut writer = PrintWriter {
-            format: format_u64,
-            text: String::new(),
-            out: shared.clone(),
-        };
+        let mut writer = PrintWriter { format: format_u64, text: String::new(), out: shared.clone() };
         let mut batch = vec![1u64, 2];
         writer.write_batch(&mut batch).unwrap();
         assert!(batch.is_empty());
@@ -147,11 +133,7 @@ mod tests {
 
     #[test]
     fn closed_stdout_is_an_external_error() {
-        let mut writer = PrintWriter {
-            format: format_u64,
-            text: String::new(),
-            out: ClosedPipe,
-        };
+        let mut writer = PrintWriter { format: format_u64, text: String::new(), out: ClosedPipe };
         let err = writer.write_batch(&mut vec![1]).err().unwrap();
         assert_eq!(err.domain(), weir_api::error::ErrorDomain::External);
         assert!(err.to_string().contains("stdout closed"), "{err}");

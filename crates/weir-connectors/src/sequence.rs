@@ -36,16 +36,8 @@ impl<T> SequenceSource<T> {
     ///
     /// An infinite rate means no limit; a rate that is not positive (or NaN) makes
     /// `create_reader` fail.
-    pub fn new(
-        count: Option<u64>,
-        rate_per_second: Option<f64>,
-        make: fn(u64) -> T,
-    ) -> SequenceSource<T> {
-        SequenceSource {
-            count,
-            rate_per_second,
-            make,
-        }
+    pub fn new(count: Option<u64>, rate_per_second: Option<f64>, make: fn(u64) -> T) -> SequenceSource<T> {
+        SequenceSource { count, rate_per_second, make }
     }
 
     /// Decodes a position returned by a reader's [`SourceReader::position`] into its
@@ -74,13 +66,8 @@ impl<T: Send + 'static> SequenceSource<T> {
         Ok(Box::new(self.build_reader(ctx, positions)?))
     }
 
-    fn build_reader(
-        &self,
-        ctx: &TaskContext,
-        positions: Vec<(u32, u64)>,
-    ) -> Result<SequenceReader<T>, TaskError> {
-        let (splits_total, parallelism, index) =
-            (ctx.max_parallelism, ctx.parallelism, ctx.subtask_index);
+    fn build_reader(&self, ctx: &TaskContext, positions: Vec<(u32, u64)>) -> Result<SequenceReader<T>, TaskError> {
+        let (splits_total, parallelism, index) = (ctx.max_parallelism, ctx.parallelism, ctx.subtask_index);
         if splits_total == 0 || parallelism == 0 || index >= parallelism {
             return Err(TaskError::Internal(format!(
                 "sequence source: invalid task context (subtask {index} of {parallelism}, max parallelism {splits_total})"
@@ -115,9 +102,7 @@ impl<T: Send + 'static> SequenceSource<T> {
             {
                 return Err(TaskError::external(
                     "sequence source: restoring a position",
-                    format!(
-                        "split {split} appears twice, at {previous} and {next}; the checkpoint is corrupt"
-                    ),
+                    format!("split {split} appears twice, at {previous} and {next}; the checkpoint is corrupt"),
                 ));
             }
         }
@@ -125,14 +110,9 @@ impl<T: Send + 'static> SequenceSource<T> {
         let owned = compute_key_group_range_for_operator_index(splits_total, parallelism, index);
         let splits: Vec<SplitCursor> = owned
             .iter()
-            .map(|split| SplitCursor {
-                split,
-                next: resume.get(&split).copied().unwrap_or(u64::from(split)),
-            })
+            .map(|split| SplitCursor { split, next: resume.get(&split).copied().unwrap_or(u64::from(split)) })
             .collect();
-        let active = (0..splits.len())
-            .filter(|&slot| splits[slot].next < limit)
-            .collect();
+        let active = (0..splits.len()).filter(|&slot| splits[slot].next < limit).collect();
 
         let pacer = match self.rate_per_second {
             None => None,
@@ -149,25 +129,13 @@ impl<T: Send + 'static> SequenceSource<T> {
             }
         };
 
-        Ok(SequenceReader {
-            make: self.make,
-            stride,
-            limit,
-            splits,
-            active,
-            cursor: 0,
-            pacer,
-        })
+        Ok(SequenceReader { make: self.make, stride, limit, splits, active, cursor: 0, pacer })
     }
 }
 
 impl<T: Send + 'static> Source<T> for SequenceSource<T> {
     fn boundedness(&self) -> Boundedness {
-        if self.count.is_some() {
-            Boundedness::Bounded
-        } else {
-            Boundedness::Unbounded
-        }
+        if self.count.is_some() { Boundedness::Bounded } else { Boundedness::Unbounded }
     }
 
     fn create_reader(&self, ctx: &TaskContext) -> Result<Box<dyn SourceReader<T>>, TaskError> {
@@ -201,11 +169,7 @@ struct SequenceReader<T> {
 /// Indices left in a split whose next index is `next`.
 #[inline]
 fn remaining_in_split(next: u64, limit: u64, stride: u64) -> u64 {
-    if next >= limit {
-        0
-    } else {
-        (limit - 1 - next) / stride + 1
-    }
+    if next >= limit { 0 } else { (limit - 1 - next) / stride + 1 }
 }
 
 impl<T> SequenceReader<T> {
@@ -241,11 +205,7 @@ impl<T> SequenceReader<T> {
     fn remaining_hint(&self) -> usize {
         let mut total: u64 = 0;
         for &slot in &self.active {
-            total = total.saturating_add(remaining_in_split(
-                self.splits[slot].next,
-                self.limit,
-                self.stride,
-            ));
+            total = total.saturating_add(remaining_in_split(self.splits[slot].next, self.limit, self.stride));
             if total >= CHUNK * 4 {
                 break;
             }
@@ -298,13 +258,7 @@ impl Pacer {
         // Batches of about 10 ms worth of records keep the output smooth.
         let batch_max = ((rate / 100.0) as usize).max(1);
         let burst_max = (rate * BURST_SECONDS).max(batch_max as f64).max(1.0);
-        Pacer {
-            rate,
-            batch_max,
-            burst_max,
-            tokens: 1.0,
-            last: None,
-        }
+        Pacer { rate, batch_max, burst_max, tokens: 1.0, last: None }
     }
 
     /// How many records may be emitted now, or how long to wait for the next one.
@@ -356,22 +310,14 @@ mod tests {
 
     #[test]
     fn boundedness_follows_count() {
-        assert_eq!(
-            SequenceSource::new(Some(3), None, identity).boundedness(),
-            Boundedness::Bounded
-        );
-        assert_eq!(
-            SequenceSource::new(None, None, identity).boundedness(),
-            Boundedness::Unbounded
-        );
+        assert_eq!(SequenceSource::new(Some(3), None, identity).boundedness(), Boundedness::Bounded);
+        assert_eq!(SequenceSource::new(None, None, identity).boundedness(), Boundedness::Unbounded);
     }
 
     #[test]
     fn single_subtask_produces_everything() {
         let source = SequenceSource::new(Some(1000), None, identity);
-        let mut reader = source
-            .create_reader(&TaskContext::for_test(0, 1, 8))
-            .unwrap();
+        let mut reader = source.create_reader(&TaskContext::for_test(0, 1, 8)).unwrap();
         let mut got = drain(reader.as_mut(), BATCH_RECORDS_MAX);
         got.sort_unstable();
         assert_eq!(got, (0..1000).collect::<Vec<_>>());
@@ -380,9 +326,7 @@ mod tests {
     #[test]
     fn subtask_without_splits_ends_at_once() {
         let source = SequenceSource::new(None, Some(100.0), identity);
-        let mut reader = source
-            .create_reader(&TaskContext::for_test(2, 3, 2))
-            .unwrap();
+        let mut reader = source.create_reader(&TaskContext::for_test(2, 3, 2)).unwrap();
         let mut out = Vec::new();
         assert_eq!(reader.poll_next(&mut out, 10).unwrap(), SourcePoll::End);
         assert!(out.is_empty());
@@ -391,9 +335,7 @@ mod tests {
     #[test]
     fn respects_max_records_and_appends() {
         let source = SequenceSource::new(None, None, identity);
-        let mut reader = source
-            .create_reader(&TaskContext::for_test(0, 1, 4))
-            .unwrap();
+        let mut reader = source.create_reader(&TaskContext::for_test(0, 1, 4)).unwrap();
         let mut out = vec![99];
         assert_eq!(reader.poll_next(&mut out, 10).unwrap(), SourcePoll::Data);
         assert_eq!(out.len(), 10);
@@ -404,25 +346,17 @@ mod tests {
     fn invalid_rate_is_an_error() {
         for rate in [0.0, -1.0, f64::NAN, f64::NEG_INFINITY] {
             let source = SequenceSource::new(Some(10), Some(rate), identity);
-            assert!(
-                source
-                    .create_reader(&TaskContext::for_test(0, 1, 4))
-                    .is_err()
-            );
+            assert!(source.create_reader(&TaskContext::for_test(0, 1, 4)).is_err());
         }
         let source = SequenceSource::new(Some(10), Some(f64::INFINITY), identity);
-        let mut reader = source
-            .create_reader(&TaskContext::for_test(0, 1, 4))
-            .unwrap();
+        let mut reader = source.create_reader(&TaskContext::for_test(0, 1, 4)).unwrap();
         assert_eq!(drain(reader.as_mut(), 100).len(), 10);
     }
 
     #[test]
     fn rate_is_roughly_respected() {
         let source = SequenceSource::new(None, Some(2000.0), identity);
-        let mut reader = source
-            .create_reader(&TaskContext::for_test(0, 1, 8))
-            .unwrap();
+        let mut reader = source.create_reader(&TaskContext::for_test(0, 1, 8)).unwrap();
         let started = Instant::now();
         let mut batch = Vec::new();
         let (mut total, mut largest) = (0usize, 0usize);
@@ -440,10 +374,7 @@ mod tests {
                 SourcePoll::End => panic!("an unbounded source ended"),
             }
         }
-        assert!(
-            (400..=900).contains(&total),
-            "{total} records in 0.3 s at 2000/s"
-        );
+        assert!((400..=900).contains(&total), "{total} records in 0.3 s at 2000/s");
         assert!(largest <= 20, "batches of {largest} records at 2000/s");
     }
 
@@ -452,12 +383,7 @@ mod tests {
         // Subtask 0 of 4 owns 2 of 8 splits: a quarter of the rate.
         let pacer_rate = |index| {
             let source = SequenceSource::new(None, Some(800.0), identity);
-            source
-                .build_reader(&TaskContext::for_test(index, 4, 8), Vec::new())
-                .unwrap()
-                .pacer
-                .unwrap()
-                .rate
+            source.build_reader(&TaskContext::for_test(index, 4, 8), Vec::new()).unwrap().pacer.unwrap().rate
         };
         assert_eq!(pacer_rate(0), 200.0);
         assert_eq!(pacer_rate(3), 200.0);
@@ -487,9 +413,7 @@ mod tests {
         let mut seen = Vec::new();
         let mut positions = Vec::new();
         for index in 0..3 {
-            let mut reader = source
-                .create_reader(&TaskContext::for_test(index, 3, 16))
-                .unwrap();
+            let mut reader = source.create_reader(&TaskContext::for_test(index, 3, 16)).unwrap();
             let mut out = Vec::new();
             for _ in 0..=index {
                 reader.poll_next(&mut out, 500).unwrap();
@@ -499,9 +423,8 @@ mod tests {
         }
         // Drop one old subtask's entries: its splits restart from the beginning.
         for index in 0..2 {
-            let mut reader = source
-                .reader_from_positions(&TaskContext::for_test(index, 2, 16), positions.clone())
-                .unwrap();
+            let mut reader =
+                source.reader_from_positions(&TaskContext::for_test(index, 2, 16), positions.clone()).unwrap();
             seen.extend(drain(reader.as_mut(), BATCH_RECORDS_MAX));
         }
         seen.sort_unstable();
@@ -525,16 +448,8 @@ mod tests {
         let ctx = TaskContext::for_test(0, 1, 4);
         assert!(source.reader_from_positions(&ctx, vec![(4, 4)]).is_err());
         assert!(source.reader_from_positions(&ctx, vec![(1, 6)]).is_err());
-        assert!(
-            source
-                .reader_from_positions(&ctx, vec![(1, 5), (1, 9)])
-                .is_err()
-        );
-        assert!(
-            source
-                .reader_from_positions(&ctx, vec![(1, 5), (1, 5), (2, 1000)])
-                .is_ok()
-        );
+        assert!(source.reader_from_positions(&ctx, vec![(1, 5), (1, 9)]).is_err());
+        assert!(source.reader_from_positions(&ctx, vec![(1, 5), (1, 5), (2, 1000)]).is_ok());
         assert!(SequenceSource::<u64>::decode_position(&[0xff, 0xff]).is_err());
     }
 
@@ -543,9 +458,7 @@ mod tests {
         let source = SequenceSource::new(None, None, identity);
         let ctx = TaskContext::for_test(0, 1, 2);
         let start = u64::MAX - 11; // split 0 (u64::MAX is odd, so this is even)
-        let mut reader = source
-            .reader_from_positions(&ctx, vec![(0, start), (1, u64::MAX)])
-            .unwrap();
+        let mut reader = source.reader_from_positions(&ctx, vec![(0, start), (1, u64::MAX)]).unwrap();
         let got = drain(reader.as_mut(), 4);
         assert_eq!(got, (0..6).map(|k| start + 2 * k).collect::<Vec<_>>());
     }
@@ -596,9 +509,7 @@ mod tests {
     #[ignore]
     fn throughput() {
         let source = SequenceSource::new(None, None, identity);
-        let mut reader = source
-            .create_reader(&TaskContext::for_test(0, 1, 128))
-            .unwrap();
+        let mut reader = source.create_reader(&TaskContext::for_test(0, 1, 128)).unwrap();
         let mut batch = Vec::with_capacity(BATCH_RECORDS_MAX);
         let started = Instant::now();
         let mut total = 0u64;
@@ -612,10 +523,7 @@ mod tests {
             }
         }
         let per_second = total as f64 / started.elapsed().as_secs_f64();
-        eprintln!(
-            "sequence source: {:.1} M records/s (checksum {checksum})",
-            per_second / 1e6
-        );
+        eprintln!("sequence source: {:.1} M records/s (checksum {checksum})", per_second / 1e6);
         assert!(per_second > 20e6);
     }
 }

@@ -29,9 +29,7 @@ pub struct CountPerUser {
 
 impl Default for CountPerUser {
     fn default() -> Self {
-        CountPerUser {
-            count: ValueState::new("count"),
-        }
+        CountPerUser { count: ValueState::new("count") }
     }
 }
 
@@ -58,9 +56,7 @@ pub struct FirstSeen {
 
 impl Default for FirstSeen {
     fn default() -> Self {
-        FirstSeen {
-            first_index: ValueState::new("first-index"),
-        }
+        FirstSeen { first_index: ValueState::new("first-index") }
     }
 }
 
@@ -97,30 +93,11 @@ impl JobDefinition for Counter {
 
     fn args(&self) -> Vec<ArgSpec> {
         vec![
-            ArgSpec::required(
-                "users",
-                "U",
-                "number of users; event i belongs to user i mod U",
-            ),
-            ArgSpec::optional(
-                "events",
-                "N",
-                "number of events (bounded); unbounded when absent",
-            ),
-            ArgSpec::optional(
-                "rate",
-                "R",
-                "events per second overall; unlimited when absent",
-            ),
-            ArgSpec::optional(
-                "output",
-                "DIR|-|none",
-                "part files in DIR, '-' prints, 'none' discards (default '-')",
-            ),
-            ArgSpec::flag(
-                "enrich",
-                "add a stateful stage (uid enrich) remembering each user's first event index",
-            ),
+            ArgSpec::required("users", "U", "number of users; event i belongs to user i mod U"),
+            ArgSpec::optional("events", "N", "number of events (bounded); unbounded when absent"),
+            ArgSpec::optional("rate", "R", "events per second overall; unlimited when absent"),
+            ArgSpec::optional("output", "DIR|-|none", "part files in DIR, '-' prints, 'none' discards (default '-')"),
+            ArgSpec::flag("enrich", "add a stateful stage (uid enrich) remembering each user's first event index"),
         ]
     }
 
@@ -134,34 +111,16 @@ impl JobDefinition for Counter {
         if let Some(rate) = rate
             && !(rate > 0.0 && rate.is_finite())
         {
-            return Err(args.invalid(format!(
-                "--rate {rate} must be a positive number of events per second"
-            )));
+            return Err(args.invalid(format!("--rate {rate} must be a positive number of events per second")));
         }
         let output = Output::from_args(args, Output::Print, true)?;
 
-        let indices = env
-            .from_source(SequenceSource::new(events, rate, |i| i))
-            .uid("source")
-            .name("source");
-        let mut stream = indices
-            .map(move |index: u64| Event {
-                index,
-                user: index % users,
-            })
-            .name("to-event");
+        let indices = env.from_source(SequenceSource::new(events, rate, |i| i)).uid("source").name("source");
+        let mut stream = indices.map(move |index: u64| Event { index, user: index % users }).name("to-event");
         if args.flag("enrich") {
-            stream = stream
-                .key_by(|e: &Event| e.user)
-                .process(FirstSeen::default())
-                .uid("enrich")
-                .name("enrich");
+            stream = stream.key_by(|e: &Event| e.user).process(FirstSeen::default()).uid("enrich").name("enrich");
         }
-        let counts = stream
-            .key_by(|e: &Event| e.user)
-            .process(CountPerUser::default())
-            .uid("counter")
-            .name("counter");
+        let counts = stream.key_by(|e: &Event| e.user).process(CountPerUser::default()).uid("counter").name("counter");
         output.attach(&counts, format_count);
         Ok(())
     }

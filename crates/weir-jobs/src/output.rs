@@ -18,20 +18,14 @@ pub enum Output {
 
 impl Output {
     /// Reads `--output`; `allow_none` says whether `none` is accepted.
-    pub fn from_args(
-        args: &JobArgs,
-        default: Output,
-        allow_none: bool,
-    ) -> Result<Output, JobBuildError> {
+    pub fn from_args(args: &JobArgs, default: Output, allow_none: bool) -> Result<Output, JobBuildError> {
         let Some(text) = args.get::<String>("output")? else {
             return Ok(default);
         };
         match text.as_str() {
             "-" => Ok(Output::Print),
             "none" if allow_none => Ok(Output::Discard),
-            "" => {
-                Err(args.invalid("--output is empty; give a directory, '-' for stdout".to_string()))
-            }
+            "" => Err(args.invalid("--output is empty; give a directory, '-' for stdout".to_string())),
             path => {
                 let path = std::path::PathBuf::from(path);
                 if path.is_file() {
@@ -46,11 +40,7 @@ impl Output {
     }
 
     /// Attaches the matching sink (uid `sink`) to `stream`.
-    pub fn attach<T: Data>(
-        &self,
-        stream: &DataStream<T>,
-        format: fn(&T, &mut String),
-    ) -> DataStreamSink {
+    pub fn attach<T: Data>(&self, stream: &DataStream<T>, format: fn(&T, &mut String)) -> DataStreamSink {
         let sink = match self {
             Output::Directory(dir) => stream.sink_to(FileSink::new(dir.clone(), format)),
             Output::Print => stream.sink_to(PrintSink::new(format)),

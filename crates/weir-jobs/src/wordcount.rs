@@ -26,9 +26,7 @@ pub struct CountWords {
 
 impl Default for CountWords {
     fn default() -> Self {
-        CountWords {
-            count: ValueState::new("count"),
-        }
+        CountWords { count: ValueState::new("count") }
     }
 }
 
@@ -48,9 +46,7 @@ impl KeyedProcessFunction<String, String, (String, u64)> for CountWords {
         ctx: &mut EndOfInputContext<'_, String>,
         out: &mut Collector<'_, (String, u64)>,
     ) -> FnResult {
-        ctx.for_each_value(&self.count, |word, count| {
-            out.collect((word.clone(), *count))
-        })?;
+        ctx.for_each_value(&self.count, |word, count| out.collect((word.clone(), *count)))?;
         Ok(())
     }
 }
@@ -93,11 +89,9 @@ impl JobDefinition for WordCount {
             .from_source(TextLineSource::new(input))
             .uid("source")
             .name("source")
-            .flat_map(|line: String, out: &mut Collector<'_, String>| {
-                words(&line, |w| out.collect(w))
-            })
+            .flat_map(|line: String, out: &mut Collector<'_, String>| words(&line, |w| out.collect(w)))
             .name("tokenizer")
-            .key_by(|word: &String| word.clone())
+            .key_by_ref(|word: &String| word)
             .process(CountWords::default())
             .uid("counter")
             .name("counter");

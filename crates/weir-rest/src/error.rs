@@ -43,11 +43,7 @@ fn bind_advice(error: &io::Error) -> String {
 
 /// `host:port`, with IPv6 hosts in brackets.
 pub(crate) fn display_address(host: &str, port: u16) -> String {
-    if host.contains(':') && !host.starts_with('[') {
-        format!("[{host}]:{port}")
-    } else {
-        format!("{host}:{port}")
-    }
+    if host.contains(':') && !host.starts_with('[') { format!("[{host}]:{port}") } else { format!("{host}:{port}") }
 }
 
 /// An error answer: a status and one message, sent as `{"errors":[message]}`.
@@ -59,10 +55,7 @@ pub(crate) struct ApiError {
 
 impl ApiError {
     pub(crate) fn new(status: StatusCode, message: impl Into<String>) -> ApiError {
-        ApiError {
-            status,
-            message: message.into(),
-        }
+        ApiError { status, message: message.into() }
     }
 
     pub(crate) fn bad_request(message: impl Into<String>) -> ApiError {
@@ -81,9 +74,7 @@ impl IntoResponse for ApiError {
         } else {
             tracing::debug!(status = %self.status, error = %self.message, "REST request refused");
         }
-        let body = ErrorResponse {
-            errors: vec![self.message],
-        };
+        let body = ErrorResponse { errors: vec![self.message] };
         (self.status, Json(body)).into_response()
     }
 }

@@ -17,9 +17,8 @@ use weir_types::lifecycle::now_ms;
 
 use crate::error::ApiError;
 use crate::responses::{
-    ClusterOverview, DashboardConfiguration, DashboardFeatures, ExceptionHistory,
-    JobExceptionsInfo, JobIdWithStatus, JobIdsWithStatus, JobStatusInfo, JobVertexDetails,
-    LegacyException, MultipleJobsDetails,
+    ClusterOverview, DashboardConfiguration, DashboardFeatures, ExceptionHistory, JobExceptionsInfo, JobIdWithStatus,
+    JobIdsWithStatus, JobStatusInfo, JobVertexDetails, LegacyException, MultipleJobsDetails,
 };
 
 /// What `/overview` and `/config` report about the cluster itself.
@@ -49,10 +48,7 @@ type Params = Result<Query<HashMap<String, String>>, QueryRejection>;
 
 /// The REST API over `dispatcher`: every route at its Flink path and under `/v1`.
 pub fn router(dispatcher: Arc<Dispatcher>, cluster: ClusterInfo) -> Router {
-    let state = AppState {
-        dispatcher,
-        cluster: Arc::new(cluster),
-    };
+    let state = AppState { dispatcher, cluster: Arc::new(cluster) };
     let routes: [(&str, MethodRouter<AppState>); 8] = [
         ("/overview", get(overview)),
         ("/config", get(config)),
@@ -65,13 +61,9 @@ pub fn router(dispatcher: Arc<Dispatcher>, cluster: ClusterInfo) -> Router {
     ];
     let mut app = Router::new();
     for (path, method_router) in routes {
-        app = app
-            .route(&format!("/v1{path}"), method_router.clone())
-            .route(path, method_router);
+        app = app.route(&format!("/v1{path}"), method_router.clone()).route(path, method_router);
     }
-    app.fallback(not_found)
-        .method_not_allowed_fallback(method_not_allowed)
-        .with_state(state)
+    app.fallback(not_found).method_not_allowed_fallback(method_not_allowed).with_state(state)
 }
 
 fn flink_version(cluster: &ClusterInfo) -> String {
@@ -80,12 +72,8 @@ fn flink_version(cluster: &ClusterInfo) -> String {
 
 /// The job named by a path segment: 400 if it is not a job id, 404 if there is no such job.
 fn find_job(dispatcher: &Dispatcher, raw: &str) -> Result<Arc<JobMaster>, ApiError> {
-    let job_id: JobId = raw
-        .parse()
-        .map_err(|e: weir_types::ids::BadJobId| ApiError::bad_request(e.to_string()))?;
-    dispatcher
-        .job(job_id)
-        .ok_or_else(|| ApiError::not_found(format!("Job {job_id} not found")))
+    let job_id: JobId = raw.parse().map_err(|e: weir_types::ids::BadJobId| ApiError::bad_request(e.to_string()))?;
+    dispatcher.job(job_id).ok_or_else(|| ApiError::not_found(format!("Job {job_id} not found")))
 }
 
 async fn overview(State(state): State<AppState>) -> Json<ClusterOverview> {
@@ -110,10 +98,7 @@ async fn config(State(state): State<AppState>) -> Json<DashboardConfiguration> {
         timezone_name: "UTC".to_string(),
         timezone_offset: 0,
         flink_version: flink_version(&state.cluster),
-        features: DashboardFeatures {
-            web_submit: false,
-            web_cancel: true,
-        },
+        features: DashboardFeatures { web_submit: false, web_cancel: true },
     })
 }
 
@@ -123,22 +108,13 @@ async fn jobs(State(state): State<AppState>) -> Json<JobIdsWithStatus> {
         .jobs()
         .iter()
         .rev()
-        .map(|job| JobIdWithStatus {
-            id: job.job_id().to_string(),
-            status: job.status(),
-        })
+        .map(|job| JobIdWithStatus { id: job.job_id().to_string(), status: job.status() })
         .collect();
     Json(JobIdsWithStatus { jobs })
 }
 
 async fn jobs_overview(State(state): State<AppState>) -> Json<MultipleJobsDetails> {
-    let jobs = state
-        .dispatcher
-        .jobs()
-        .iter()
-        .rev()
-        .map(|job| job.overview())
-        .collect();
+    let jobs = state.dispatcher.jobs().iter().rev().map(|job| job.overview()).collect();
     Json(MultipleJobsDetails { jobs })
 }
 
@@ -157,9 +133,7 @@ async fn job_status(
 ) -> Result<Json<JobStatusInfo>, ApiError> {
     let Path(jobid) = jobid?;
     let job = find_job(&state.dispatcher, &jobid)?;
-    Ok(Json(JobStatusInfo {
-        status: job.status(),
-    }))
+    Ok(Json(JobStatusInfo { status: job.status() }))
 }
 
 async fn job_vertex(
@@ -173,12 +147,7 @@ async fn job_vertex(
         .vertices
         .into_iter()
         .find(|v| v.id == vertexid)
-        .ok_or_else(|| {
-            ApiError::not_found(format!(
-                "Vertex {vertexid} not found in job {}",
-                job.job_id()
-            ))
-        })?;
+        .ok_or_else(|| ApiError::not_found(format!("Vertex {vertexid} not found in job {}", job.job_id())))?;
     Ok(Json(JobVertexDetails {
         id: vertex.id,
         name: vertex.name,
@@ -198,11 +167,10 @@ async fn job_exceptions(
     let Query(params) = params?;
     let max = match params.get("maxExceptions") {
         None => DEFAULT_MAX_EXCEPTIONS,
-        Some(raw) => raw.trim().parse::<usize>().map_err(|_| {
-            ApiError::bad_request(format!(
-                "maxExceptions must be a non-negative integer, got '{raw}'"
-            ))
-        })?,
+        Some(raw) => raw
+            .trim()
+            .parse::<usize>()
+            .map_err(|_| ApiError::bad_request(format!("maxExceptions must be a non-negative integer, got '{raw}'")))?,
     };
     let job = find_job(&state.dispatcher, &jobid)?;
     let mut entries = job.exceptions();
@@ -245,9 +213,7 @@ async fn job_patch(
             )));
         }
         None => {
-            return Err(ApiError::bad_request(
-                "missing query parameter 'mode': the accepted value is mode=cancel",
-            ));
+            return Err(ApiError::bad_request("missing query parameter 'mode': the accepted value is mode=cancel"));
         }
     }
     let job = find_job(&state.dispatcher, &jobid)?;
@@ -258,10 +224,7 @@ async fn job_patch(
         }
         Err(status) => Err(ApiError::new(
             StatusCode::CONFLICT,
-            format!(
-                "Job {} is already {status}; only running jobs can be cancelled",
-                job.job_id()
-            ),
+            format!("Job {} is already {status}; only running jobs can be cancelled", job.job_id()),
         )),
     }
 }
@@ -271,8 +234,5 @@ async fn not_found(uri: Uri) -> ApiError {
 }
 
 async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
-    ApiError::new(
-        StatusCode::METHOD_NOT_ALLOWED,
-        format!("Method {method} is not allowed for {}", uri.path()),
-    )
+    ApiError::new(StatusCode::METHOD_NOT_ALLOWED, format!("Method {method} is not allowed for {}", uri.path()))
 }

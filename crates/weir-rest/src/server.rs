@@ -29,9 +29,7 @@ pub async fn serve(
     router: Router,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> io::Result<()> {
-    axum::serve(listener, router)
-        .with_graceful_shutdown(shutdown)
-        .await
+    axum::serve(listener, router).with_graceful_shutdown(shutdown).await
 }
 
 /// The REST API on its own background thread and single-worker runtime, for synchronous
@@ -52,10 +50,7 @@ impl RestServer {
         cluster: ClusterInfo,
     ) -> Result<RestServer, RestError> {
         let address = display_address(bind_address, port);
-        let bind_error = |error| RestError::Bind {
-            address: address.clone(),
-            error,
-        };
+        let bind_error = |error| RestError::Bind { address: address.clone(), error };
         // Bind before starting anything so a taken port is reported to the caller at once.
         let std_listener = std::net::TcpListener::bind((bind_address, port)).map_err(bind_error)?;
         std_listener.set_nonblocking(true).map_err(bind_error)?;
@@ -78,11 +73,7 @@ impl RestServer {
             .spawn(move || run(runtime, listener, app, stopped))
             .map_err(RestError::Start)?;
         tracing::info!(address = %local_addr, "REST API listening");
-        Ok(RestServer {
-            local_addr,
-            stop,
-            thread: Some(thread),
-        })
+        Ok(RestServer { local_addr, stop, thread: Some(thread) })
     }
 
     /// The address the server listens on (with the actual port when started on port 0).
@@ -143,9 +134,7 @@ fn run(runtime: Runtime, listener: TcpListener, app: Router, mut stopped: watch:
         match tokio::time::timeout(SHUTDOWN_GRACE, &mut server).await {
             Ok(ended) => report(ended),
             Err(_) => {
-                tracing::warn!(
-                    "REST requests still running after {SHUTDOWN_GRACE:?}; dropping them"
-                );
+                tracing::warn!("REST requests still running after {SHUTDOWN_GRACE:?}; dropping them");
                 server.abort();
             }
         }

@@ -13,10 +13,7 @@ use weir_runtime::{Dispatcher, JobMaster, JobSettings};
 const DEADLINE: Duration = Duration::from_secs(30);
 
 fn settings(p: u32) -> JobSettings {
-    JobSettings {
-        default_parallelism: p,
-        max_parallelism: None,
-    }
+    JobSettings { default_parallelism: p, max_parallelism: None }
 }
 
 fn start(slots: u32) -> (Arc<Dispatcher>, RestServer) {
@@ -25,11 +22,7 @@ fn start(slots: u32) -> (Arc<Dispatcher>, RestServer) {
         "127.0.0.1",
         0,
         Arc::clone(&dispatcher),
-        ClusterInfo {
-            taskmanagers: 1,
-            slots_total: slots,
-            version: "0.1.0-test".to_string(),
-        },
+        ClusterInfo { taskmanagers: 1, slots_total: slots, version: "0.1.0-test".to_string() },
     )
     .unwrap();
     (dispatcher, server)
@@ -46,16 +39,10 @@ impl Client {
             .http_status_as_error(false)
             .timeout_global(Some(Duration::from_secs(10)))
             .build();
-        Client {
-            agent: ureq::Agent::new_with_config(config),
-            base: server.url(),
-        }
+        Client { agent: ureq::Agent::new_with_config(config), base: server.url() }
     }
 
-    fn answer(
-        response: Result<ureq::http::Response<ureq::Body>, ureq::Error>,
-        what: &str,
-    ) -> (u16, Value) {
+    fn answer(response: Result<ureq::http::Response<ureq::Body>, ureq::Error>, what: &str) -> (u16, Value) {
         let mut response = response.unwrap_or_else(|e| panic!("{what}: {e}"));
         let status = response.status().as_u16();
         let text = response.body_mut().read_to_string().unwrap();
@@ -65,10 +52,7 @@ impl Client {
     }
 
     fn get(&self, path: &str) -> (u16, Value) {
-        Self::answer(
-            self.agent.get(format!("{}{path}", self.base)).call(),
-            &format!("GET {path}"),
-        )
+        Self::answer(self.agent.get(format!("{}{path}", self.base)).call(), &format!("GET {path}"))
     }
 
     fn get_ok(&self, path: &str) -> Value {
@@ -78,19 +62,11 @@ impl Client {
     }
 
     fn patch(&self, path: &str) -> (u16, Value) {
-        Self::answer(
-            self.agent
-                .patch(format!("{}{path}", self.base))
-                .send_empty(),
-            &format!("PATCH {path}"),
-        )
+        Self::answer(self.agent.patch(format!("{}{path}", self.base)).send_empty(), &format!("PATCH {path}"))
     }
 
     fn post(&self, path: &str) -> (u16, Value) {
-        Self::answer(
-            self.agent.post(format!("{}{path}", self.base)).send_empty(),
-            &format!("POST {path}"),
-        )
+        Self::answer(self.agent.post(format!("{}{path}", self.base)).send_empty(), &format!("POST {path}"))
     }
 
     /// Polls the job's state over REST until it is `want`.
@@ -146,17 +122,11 @@ fn submit_bounded(dispatcher: &Dispatcher) -> EndOnDrop {
     env.from_source(VecSource::new((0..2_000u64).map(|i| i % 7).collect()))
         .uid("source")
         .key_by(|u: &u64| *u)
-        .process(RunningCount {
-            count: ValueState::new("count"),
-        })
+        .process(RunningCount { count: ValueState::new("count") })
         .uid("counter")
         .sink_to(CollectSink::default())
         .uid("sink");
-    EndOnDrop(
-        dispatcher
-            .submit(env.build("bounded count").unwrap(), settings(2))
-            .unwrap(),
-    )
+    EndOnDrop(dispatcher.submit(env.build("bounded count").unwrap(), settings(2)).unwrap())
 }
 
 /// An endless, gently paced source.
@@ -174,11 +144,7 @@ impl Source<u64> for Endless {
 struct EndlessReader(u64);
 
 impl SourceReader<u64> for EndlessReader {
-    fn poll_next(
-        &mut self,
-        out: &mut Vec<u64>,
-        max_records: usize,
-    ) -> Result<SourcePoll, TaskError> {
+    fn poll_next(&mut self, out: &mut Vec<u64>, max_records: usize) -> Result<SourcePoll, TaskError> {
         std::thread::sleep(Duration::from_millis(2));
         for _ in 0..max_records.min(16) {
             out.push(self.0);
@@ -195,15 +161,9 @@ fn submit_endless(dispatcher: &Dispatcher) -> EndOnDrop {
     let env = StreamExecutionEnvironment::new();
     env.from_source(Endless)
         .key_by(|v: &u64| *v % 10)
-        .process(RunningCount {
-            count: ValueState::new("count"),
-        })
+        .process(RunningCount { count: ValueState::new("count") })
         .sink_to(CollectSink::default());
-    EndOnDrop(
-        dispatcher
-            .submit(env.build("endless").unwrap(), settings(2))
-            .unwrap(),
-    )
+    EndOnDrop(dispatcher.submit(env.build("endless").unwrap(), settings(2)).unwrap())
 }
 
 #[derive(Clone)]
@@ -226,15 +186,10 @@ impl KeyedProcessFunction<u64, u64, u64> for FailOn {
 
 fn assert_error(status: u16, body: &Value, want_status: u16, want_text: &str) {
     assert_eq!(status, want_status, "{body}");
-    let errors = body["errors"]
-        .as_array()
-        .unwrap_or_else(|| panic!("{body}"));
+    let errors = body["errors"].as_array().unwrap_or_else(|| panic!("{body}"));
     assert_eq!(errors.len(), 1, "{body}");
     let message = errors[0].as_str().unwrap();
-    assert!(
-        message.contains(want_text),
-        "{message:?} lacks {want_text:?}"
-    );
+    assert!(message.contains(want_text), "{message:?} lacks {want_text:?}");
 }
 
 #[test]
@@ -267,11 +222,7 @@ fn a_finished_job_is_reported_like_flink() {
         assert_eq!(details["state"], "FINISHED");
         assert_eq!(details["maxParallelism"], 128);
         for state in ["CREATED", "RUNNING", "FINISHED"] {
-            assert!(
-                details["timestamps"][state].as_u64().is_some(),
-                "{state} missing in {}",
-                details["timestamps"]
-            );
+            assert!(details["timestamps"][state].as_u64().is_some(), "{state} missing in {}", details["timestamps"]);
         }
         let vertices = details["vertices"].as_array().unwrap();
         assert_eq!(vertices.len(), 2, "source, then counter chained with sink");
@@ -284,10 +235,7 @@ fn a_finished_job_is_reported_like_flink() {
             assert!(subtasks.iter().all(|s| s["status"] == "FINISHED"));
         }
     }
-    assert_eq!(
-        client.get_ok(&format!("/v1/jobs/{id}/status"))["status"],
-        "FINISHED"
-    );
+    assert_eq!(client.get_ok(&format!("/v1/jobs/{id}/status"))["status"], "FINISHED");
 
     let details = client.get_ok(&format!("/jobs/{id}"));
     let vertex_id = details["vertices"][1]["id"].as_str().unwrap().to_string();
@@ -299,20 +247,13 @@ fn a_finished_job_is_reported_like_flink() {
     assert!(vertex["now"].as_u64().unwrap() > 0);
     assert_eq!(vertex["subtasks"].as_array().unwrap().len(), 2);
     assert_eq!(
-        vertex["subtasks"][0]["metrics"]["read-records"]
-            .as_u64()
-            .unwrap()
-            + vertex["subtasks"][1]["metrics"]["read-records"]
-                .as_u64()
-                .unwrap(),
+        vertex["subtasks"][0]["metrics"]["read-records"].as_u64().unwrap()
+            + vertex["subtasks"][1]["metrics"]["read-records"].as_u64().unwrap(),
         2_000
     );
 
     let exceptions = client.get_ok(&format!("/jobs/{id}/exceptions"));
-    assert_eq!(
-        exceptions["exceptionHistory"]["entries"],
-        serde_json::json!([])
-    );
+    assert_eq!(exceptions["exceptionHistory"]["entries"], serde_json::json!([]));
     assert_eq!(exceptions["exceptionHistory"]["truncated"], false);
     assert!(exceptions["root-exception"].is_null());
     assert_eq!(exceptions["all-exceptions"], serde_json::json!([]));
@@ -349,10 +290,7 @@ fn a_running_job_is_cancelled_over_rest() {
     let cluster = client.get_ok("/overview");
     assert_eq!(cluster["jobs-running"], 1);
     assert_eq!(cluster["slots-total"], 8);
-    assert_eq!(
-        cluster["slots-available"], 4,
-        "two vertices at parallelism 2 use 4 slots"
-    );
+    assert_eq!(cluster["slots-available"], 4, "two vertices at parallelism 2 use 4 slots");
     assert_eq!(client.get_ok(&format!("/jobs/{id}"))["end-time"], -1);
 
     let (status, body) = client.patch(&format!("/jobs/{id}?mode=cancel"));
@@ -365,12 +303,7 @@ fn a_running_job_is_cancelled_over_rest() {
     assert!(details["timestamps"]["CANCELED"].as_u64().is_some());
 
     let (status, body) = client.patch(&format!("/v1/jobs/{id}?mode=cancel"));
-    assert_error(
-        status,
-        &body,
-        409,
-        &format!("Job {id} is already CANCELED; only running jobs can be cancelled"),
-    );
+    assert_error(status, &body, 409, &format!("Job {id} is already CANCELED; only running jobs can be cancelled"));
 
     let cluster = client.get_ok("/overview");
     assert_eq!(cluster["jobs-running"], 0);
@@ -389,49 +322,26 @@ fn a_failed_job_shows_its_exceptions_newest_first() {
         .process(FailOn(500))
         .name("validator")
         .sink_to(CollectSink::default());
-    let job = EndOnDrop(
-        dispatcher
-            .submit(env.build("failing").unwrap(), settings(2))
-            .unwrap(),
-    );
+    let job = EndOnDrop(dispatcher.submit(env.build("failing").unwrap(), settings(2)).unwrap());
     let id = job.0.job_id().to_string();
     client.wait_for_state(&id, "FAILED");
 
     let exceptions = client.get_ok(&format!("/jobs/{id}/exceptions"));
-    let entries = exceptions["exceptionHistory"]["entries"]
-        .as_array()
-        .unwrap();
+    let entries = exceptions["exceptionHistory"]["entries"].as_array().unwrap();
     assert!(!entries.is_empty());
     assert_eq!(entries[0]["exceptionName"], "UserFunctionError");
     let newest = entries[0]["stacktrace"].as_str().unwrap();
     assert!(newest.contains("refusing record 500"), "{newest}");
-    assert!(
-        entries[0]["taskName"]
-            .as_str()
-            .unwrap()
-            .contains("validator")
-    );
+    assert!(entries[0]["taskName"].as_str().unwrap().contains("validator"));
     assert_eq!(entries[0]["location"], "localhost");
-    let times: Vec<u64> = entries
-        .iter()
-        .map(|e| e["timestamp"].as_u64().unwrap())
-        .collect();
-    assert!(
-        times.windows(2).all(|w| w[0] >= w[1]),
-        "newest first: {times:?}"
-    );
+    let times: Vec<u64> = entries.iter().map(|e| e["timestamp"].as_u64().unwrap()).collect();
+    assert!(times.windows(2).all(|w| w[0] >= w[1]), "newest first: {times:?}");
     assert_eq!(exceptions["root-exception"], newest);
     assert_eq!(exceptions["timestamp"], times[0]);
-    assert_eq!(
-        exceptions["all-exceptions"].as_array().unwrap().len(),
-        entries.len()
-    );
+    assert_eq!(exceptions["all-exceptions"].as_array().unwrap().len(), entries.len());
 
     let limited = client.get_ok(&format!("/jobs/{id}/exceptions?maxExceptions=0"));
-    assert_eq!(
-        limited["exceptionHistory"]["entries"],
-        serde_json::json!([])
-    );
+    assert_eq!(limited["exceptionHistory"]["entries"], serde_json::json!([]));
     assert_eq!(limited["exceptionHistory"]["truncated"], true);
     assert_eq!(limited["root-exception"], newest);
 
@@ -439,12 +349,7 @@ fn a_failed_job_shows_its_exceptions_newest_first() {
     assert_error(status, &body, 400, "maxExceptions");
 
     let details = client.get_ok(&format!("/jobs/{id}"));
-    assert!(
-        details["failure-cause"]
-            .as_str()
-            .unwrap()
-            .contains("refusing record 500")
-    );
+    assert!(details["failure-cause"].as_str().unwrap().contains("refusing record 500"));
     assert_eq!(client.get_ok("/overview")["jobs-failed"], 1);
     server.shutdown();
 }
@@ -488,12 +393,7 @@ fn client_mistakes_get_flink_error_bodies() {
     let (status, body) = client.patch(&format!("/jobs/{id}?mode=stop"));
     assert_error(status, &body, 400, "mode=cancel");
     let (status, body) = client.patch(&format!("/jobs/{id}?mode=cancel"));
-    assert_error(
-        status,
-        &body,
-        409,
-        &format!("Job {id} is already FINISHED; only running jobs can be cancelled"),
-    );
+    assert_error(status, &body, 409, &format!("Job {id} is already FINISHED; only running jobs can be cancelled"));
     let (status, body) = client.get(&format!("/jobs/{id}/vertices/nosuchvertex"));
     assert_error(status, &body, 404, "Vertex nosuchvertex not found");
     server.shutdown();
@@ -507,11 +407,7 @@ fn a_taken_port_is_reported_with_what_to_do() {
         "127.0.0.1",
         port,
         Dispatcher::new("localhost"),
-        ClusterInfo {
-            taskmanagers: 1,
-            slots_total: 1,
-            version: "0.1.0".to_string(),
-        },
+        ClusterInfo { taskmanagers: 1, slots_total: 1, version: "0.1.0".to_string() },
     )
     .err()
     .expect("binding a taken port fails");
@@ -532,11 +428,7 @@ fn shutdown_is_prompt_and_frees_the_port() {
     let address = server.local_addr();
     let began = Instant::now();
     server.shutdown();
-    assert!(
-        began.elapsed() < Duration::from_secs(5),
-        "shutdown took {:?}",
-        began.elapsed()
-    );
+    assert!(began.elapsed() < Duration::from_secs(5), "shutdown took {:?}", began.elapsed());
     assert!(
         std::net::TcpStream::connect_timeout(&address, Duration::from_secs(1)).is_err(),
         "still accepting connections after shutdown"

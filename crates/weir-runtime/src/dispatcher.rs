@@ -33,11 +33,7 @@ pub struct Dispatcher {
 impl Dispatcher {
     /// A dispatcher whose subtasks run at `location` (shown in REST as the host).
     pub fn new(location: &str) -> Arc<Dispatcher> {
-        Arc::new(Dispatcher {
-            jobs: Mutex::new(Vec::new()),
-            started_ms: now_ms(),
-            location: location.to_string(),
-        })
+        Arc::new(Dispatcher { jobs: Mutex::new(Vec::new()), started_ms: now_ms(), location: location.to_string() })
     }
 
     /// When the dispatcher started, epoch ms.
@@ -53,11 +49,7 @@ impl Dispatcher {
     }
 
     /// Validates `graph` and starts it as a new job.
-    pub fn submit(
-        &self,
-        graph: StreamGraph,
-        settings: JobSettings,
-    ) -> Result<Arc<JobMaster>, SubmitError> {
+    pub fn submit(&self, graph: StreamGraph, settings: JobSettings) -> Result<Arc<JobMaster>, SubmitError> {
         // Validate before accepting so configuration mistakes are reported to the submitter
         // rather than as a failed job.
         JobGraph::build(&graph, &settings)?;
@@ -80,10 +72,7 @@ impl Dispatcher {
 
     /// The job with `job_id`.
     pub fn job(&self, job_id: JobId) -> Option<Arc<JobMaster>> {
-        self.jobs_guard()
-            .iter()
-            .find(|j| j.job_id() == job_id)
-            .cloned()
+        self.jobs_guard().iter().find(|j| j.job_id() == job_id).cloned()
     }
 
     /// Counts of jobs per state group, for `/overview`.

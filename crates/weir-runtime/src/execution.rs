@@ -72,12 +72,10 @@ pub fn deploy<E: From<TaskEvent> + Send + 'static>(
         let producers = job.vertices[edge.source_vertex].parallelism as usize;
         let consumers = job.vertices[edge.target_vertex].parallelism as usize;
         let output_type = graph.nodes()[edge.source_node].output_type();
-        let mut edge_senders: Vec<Vec<ErasedChannelEnd>> = (0..producers)
-            .map(|_| Vec::with_capacity(consumers))
-            .collect();
-        let mut edge_receivers: Vec<Vec<ErasedChannelEnd>> = (0..consumers)
-            .map(|_| Vec::with_capacity(producers))
-            .collect();
+        let mut edge_senders: Vec<Vec<ErasedChannelEnd>> =
+            (0..producers).map(|_| Vec::with_capacity(consumers)).collect();
+        let mut edge_receivers: Vec<Vec<ErasedChannelEnd>> =
+            (0..consumers).map(|_| Vec::with_capacity(producers)).collect();
         for producer_senders in edge_senders.iter_mut() {
             for consumer_receivers in edge_receivers.iter_mut() {
                 let (sender, receiver) = output_type.channel();
@@ -94,29 +92,20 @@ pub fn deploy<E: From<TaskEvent> + Send + 'static>(
         // Hand each subtask its own channel ends, in subtask order.
         let mut per_subtask_out: Vec<HashMap<usize, Vec<ErasedChannelEnd>>> =
             (0..vertex.parallelism).map(|_| HashMap::new()).collect();
-        let mut per_subtask_in: Vec<Vec<ErasedChannelEnd>> =
-            (0..vertex.parallelism).map(|_| Vec::new()).collect();
+        let mut per_subtask_in: Vec<Vec<ErasedChannelEnd>> = (0..vertex.parallelism).map(|_| Vec::new()).collect();
         for (edge_index, edge) in job.edges.iter().enumerate() {
             if edge.source_vertex == vertex_index {
-                for (subtask, ends) in std::mem::take(&mut senders[edge_index])
-                    .into_iter()
-                    .enumerate()
-                {
+                for (subtask, ends) in std::mem::take(&mut senders[edge_index]).into_iter().enumerate() {
                     per_subtask_out[subtask].insert(edge_index, ends);
                 }
             }
             if edge.target_vertex == vertex_index {
-                for (subtask, ends) in std::mem::take(&mut receivers[edge_index])
-                    .into_iter()
-                    .enumerate()
-                {
+                for (subtask, ends) in std::mem::take(&mut receivers[edge_index]).into_iter().enumerate() {
                     per_subtask_in[subtask].extend(ends);
                 }
             }
         }
-        for (subtask, (outputs, inputs)) in
-            per_subtask_out.into_iter().zip(per_subtask_in).enumerate()
-        {
+        for (subtask, (outputs, inputs)) in per_subtask_out.into_iter().zip(per_subtask_in).enumerate() {
             let ctx = TaskContext {
                 job_id: job_ctx.job_id,
                 job_name: job_ctx.job_name.clone(),
@@ -129,13 +118,8 @@ pub fn deploy<E: From<TaskEvent> + Send + 'static>(
                 metrics: Arc::clone(&metrics[vertex_index][subtask]),
                 clock: Arc::clone(&job_ctx.clock),
             };
-            let wiring = SubtaskWiring {
-                graph: Arc::clone(graph),
-                job: Arc::clone(job),
-                vertex: vertex_index,
-                outputs,
-                inputs,
-            };
+            let wiring =
+                SubtaskWiring { graph: Arc::clone(graph), job: Arc::clone(job), vertex: vertex_index, outputs, inputs };
             let events = events.clone();
             let thread_name = format!("weir-task-{}-{subtask}", short_name(&vertex.name));
             let handle = std::thread::Builder::new()
@@ -149,10 +133,7 @@ pub fn deploy<E: From<TaskEvent> + Send + 'static>(
 }
 
 fn short_name(name: &str) -> String {
-    name.chars()
-        .filter(|c| c.is_ascii_alphanumeric())
-        .take(12)
-        .collect()
+    name.chars().filter(|c| c.is_ascii_alphanumeric()).take(12).collect()
 }
 
 struct SubtaskWiring {
@@ -168,11 +149,7 @@ fn run_subtask<E: From<TaskEvent>>(wiring: SubtaskWiring, ctx: TaskContext, even
     let subtask = ctx.subtask_index;
     let report = |kind: TaskEventKind| {
         // The master outlives its subtasks; a closed channel means it is gone and nobody listens.
-        let _ = events.send(E::from(TaskEvent {
-            vertex,
-            subtask,
-            kind,
-        }));
+        let _ = events.send(E::from(TaskEvent { vertex, subtask, kind }));
     };
     report(TaskEventKind::Initializing);
     let outcome = catch_unwind(AssertUnwindSafe(|| {
@@ -215,10 +192,7 @@ pub fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
     "a panic without a message".to_string()
 }
 
-fn build_body(
-    mut wiring: SubtaskWiring,
-    ctx: &TaskContext,
-) -> Result<Box<dyn TaskBody>, TaskError> {
+fn build_body(mut wiring: SubtaskWiring, ctx: &TaskContext) -> Result<Box<dyn TaskBody>, TaskError> {
     let graph = Arc::clone(&wiring.graph);
     let job = Arc::clone(&wiring.job);
     let head = job.vertices[wiring.vertex].nodes[0];
@@ -227,18 +201,19 @@ fn build_body(
     let mut head_ctx = ctx.clone();
     head_ctx.operator_name = head_node.name.clone();
     if head_node.role == NodeRole::Source {
-        let factory = head_node.source_factory().ok_or_else(|| {
-            TaskError::Internal(format!("source '{}' has no factory", head_node.name))
-        })?;
+        let factory = head_node
+            .source_factory()
+            .ok_or_else(|| TaskError::Internal(format!("source '{}' has no factory", head_node.name)))?;
         return factory(&head_ctx, downstream);
     }
-    let factory = head_node.operator_factory().ok_or_else(|| {
-        TaskError::Internal(format!("operator '{}' has no factory", head_node.name))
-    })?;
+    let factory = head_node
+        .operator_factory()
+        .ok_or_else(|| TaskError::Internal(format!("operator '{}' has no factory", head_node.name)))?;
     let head_operator = factory(&head_ctx, downstream)?;
-    let input = head_node.inputs.first().ok_or_else(|| {
-        TaskError::Internal(format!("operator '{}' has no input", head_node.name))
-    })?;
+    let input = head_node
+        .inputs
+        .first()
+        .ok_or_else(|| TaskError::Internal(format!("operator '{}' has no input", head_node.name)))?;
     let input_type = graph.nodes()[input.source].output_type();
     input_type.input_body(std::mem::take(&mut wiring.inputs), head_operator, ctx)
 }
@@ -262,18 +237,11 @@ fn build_downstream(
             .edges
             .iter()
             .position(|e| e.source_node == node && e.target_node == consumer)
-            .ok_or_else(|| {
-                TaskError::Internal(format!("no job edge from node {node} to node {consumer}"))
-            })?;
-        let senders = outputs.remove(&edge_index).ok_or_else(|| {
-            TaskError::Internal(format!("channels of edge {edge_index} were already taken"))
-        })?;
-        links.push(output_type.channel_output(
-            edge,
-            job.edges[edge_index].forward,
-            senders,
-            ctx,
-        )?);
+            .ok_or_else(|| TaskError::Internal(format!("no job edge from node {node} to node {consumer}")))?;
+        let senders = outputs
+            .remove(&edge_index)
+            .ok_or_else(|| TaskError::Internal(format!("channels of edge {edge_index} were already taken")))?;
+        links.push(output_type.channel_output(edge, job.edges[edge_index].forward, senders, ctx)?);
     }
     match links.len() {
         0 => Ok(output_type.discard()),
@@ -291,9 +259,9 @@ fn build_chained(
 ) -> Result<ErasedOperator, TaskError> {
     let downstream = build_downstream(graph, job, node, outputs, ctx)?;
     let stream_node = &graph.nodes()[node];
-    let factory = stream_node.operator_factory().ok_or_else(|| {
-        TaskError::Internal(format!("operator '{}' has no factory", stream_node.name))
-    })?;
+    let factory = stream_node
+        .operator_factory()
+        .ok_or_else(|| TaskError::Internal(format!("operator '{}' has no factory", stream_node.name)))?;
     let mut node_ctx = ctx.clone();
     node_ctx.operator_name = stream_node.name.clone();
     factory(&node_ctx, downstream)

@@ -192,12 +192,7 @@ impl JobMaster {
         }
     }
 
-    fn run(
-        self: Arc<Self>,
-        graph: StreamGraph,
-        settings: JobSettings,
-        events: Receiver<MasterEvent>,
-    ) {
+    fn run(self: Arc<Self>, graph: StreamGraph, settings: JobSettings, events: Receiver<MasterEvent>) {
         let job_graph = match JobGraph::build(&graph, &settings) {
             Ok(job_graph) => Arc::new(job_graph),
             Err(error) => {
@@ -211,11 +206,7 @@ impl JobMaster {
         let metrics: Vec<Vec<Arc<TaskMetrics>>> = job_graph
             .vertices
             .iter()
-            .map(|v| {
-                (0..v.parallelism)
-                    .map(|_| Arc::new(TaskMetrics::default()))
-                    .collect()
-            })
+            .map(|v| (0..v.parallelism).map(|_| Arc::new(TaskMetrics::default())).collect())
             .collect();
         self.update(|record| {
             record.job_graph = Some(Arc::clone(&job_graph));
@@ -247,12 +238,8 @@ impl JobMaster {
             self.transition_job(record, JobStatus::Running);
             for vertex in &mut record.subtasks {
                 for subtask in vertex {
-                    let _ = subtask
-                        .history
-                        .transition(ExecutionState::Scheduled, now_ms());
-                    let _ = subtask
-                        .history
-                        .transition(ExecutionState::Deploying, now_ms());
+                    let _ = subtask.history.transition(ExecutionState::Scheduled, now_ms());
+                    let _ = subtask.history.transition(ExecutionState::Deploying, now_ms());
                 }
             }
         });
@@ -283,12 +270,7 @@ impl JobMaster {
         }
     }
 
-    fn supervise(
-        &self,
-        job_graph: &JobGraph,
-        control: &Receiver<MasterEvent>,
-        tasks: &Receiver<TaskEvent>,
-    ) {
+    fn supervise(&self, job_graph: &JobGraph, control: &Receiver<MasterEvent>, tasks: &Receiver<TaskEvent>) {
         loop {
             let event = crossbeam_channel::select! {
                 recv(control) -> message => match message {
@@ -327,19 +309,14 @@ impl JobMaster {
     }
 
     fn on_task_event(&self, record: &mut JobRecord, job_graph: &JobGraph, event: TaskEvent) {
-        let Some(subtask) = record
-            .subtasks
-            .get_mut(event.vertex)
-            .and_then(|v| v.get_mut(event.subtask as usize))
+        let Some(subtask) = record.subtasks.get_mut(event.vertex).and_then(|v| v.get_mut(event.subtask as usize))
         else {
             return;
         };
         let now = now_ms();
         match event.kind {
             TaskEventKind::Initializing => {
-                let _ = subtask
-                    .history
-                    .transition(ExecutionState::Initializing, now);
+                let _ = subtask.history.transition(ExecutionState::Initializing, now);
             }
             TaskEventKind::Running => {
                 let _ = subtask.history.transition(ExecutionState::Running, now);
@@ -363,24 +340,24 @@ impl JobMaster {
             TaskEventKind::Failed(error) => {
                 let _ = subtask.history.transition(ExecutionState::Failed, now);
                 let vertex = &job_graph.vertices[event.vertex];
-                let task_name = format!(
-                    "{} ({}/{})",
-                    vertex.name,
-                    event.subtask + 1,
-                    vertex.parallelism
-                );
-                record.exceptions.push(ExceptionEntry {
-                    name: error.class_name().to_string(),
-                    message: error.to_string(),
-                    timestamp_ms: now,
-                    task_name: task_name.clone(),
-                    location: self.location.clone(),
-                });
+                let task_name = format!("{} ({}/{})", vertex.name, event.subtask + 1, vertex.parallelism);
                 if record.history.current() == JobStatus::Running {
+                    // One exceptions entry per failure: the first error of a failover is its
+                    // root cause; errors of other subtasks while the job is FAILING are its
+                    // consequences and are only logged.
+                    record.exceptions.push(ExceptionEntry {
+                        name: error.class_name().to_string(),
+                        message: error.to_string(),
+                        timestamp_ms: now,
+                        task_name: task_name.clone(),
+                        location: self.location.clone(),
+                    });
                     record.failure_cause = Some(format!("{task_name} failed: {error}"));
                     self.transition_job(record, JobStatus::Failing);
                     self.cancel.store(true, Ordering::SeqCst);
                     mark_canceling(record);
+                } else {
+                    tracing::info!(job_id = %self.job_id, task = %task_name, error = %error, "subtask failed while the job was already ending");
                 }
             }
         }
@@ -389,11 +366,7 @@ impl JobMaster {
 
     /// Moves the job to its terminal state once every subtask has ended.
     fn settle(&self, record: &mut JobRecord) {
-        let all_ended = record
-            .subtasks
-            .iter()
-            .flatten()
-            .all(|s| s.history.current().is_terminal());
+        let all_ended = record.subtasks.iter().flatten().all(|s| s.history.current().is_terminal());
         if !all_ended {
             return;
         }

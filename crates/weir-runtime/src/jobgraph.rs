@@ -75,9 +75,7 @@ pub enum JobGraphError {
         parallelism: u32,
     },
     /// Max parallelism outside (0, 32768].
-    #[error(
-        "max parallelism {0} is out of range; it must be between 1 and {MAX_PARALLELISM_UPPER_BOUND}"
-    )]
+    #[error("max parallelism {0} is out of range; it must be between 1 and {MAX_PARALLELISM_UPPER_BOUND}")]
     BadMaxParallelism(u32),
     /// A parallelism above the max parallelism.
     #[error(
@@ -92,9 +90,7 @@ pub enum JobGraphError {
         max_parallelism: u32,
     },
     /// An operator with more than one input (not supported by this API yet).
-    #[error(
-        "operator '{0}' has more than one input; unions and connected streams are not supported yet"
-    )]
+    #[error("operator '{0}' has more than one input; unions and connected streams are not supported yet")]
     MultipleInputs(String),
 }
 
@@ -104,15 +100,9 @@ impl JobGraph {
         let nodes = graph.nodes();
         let mut parallelism = Vec::with_capacity(nodes.len());
         for node in nodes {
-            let p = node
-                .parallelism
-                .or(graph.parallelism)
-                .unwrap_or(settings.default_parallelism);
+            let p = node.parallelism.or(graph.parallelism).unwrap_or(settings.default_parallelism);
             if p == 0 || p > MAX_PARALLELISM_UPPER_BOUND {
-                return Err(JobGraphError::BadParallelism {
-                    operator: node.name.clone(),
-                    parallelism: p,
-                });
+                return Err(JobGraphError::BadParallelism { operator: node.name.clone(), parallelism: p });
             }
             if node.inputs.len() > 1 {
                 return Err(JobGraphError::MultipleInputs(node.name.clone()));
@@ -202,21 +192,12 @@ impl JobGraph {
                 });
             }
         }
-        Ok(JobGraph {
-            job_name: graph.job_name.clone(),
-            max_parallelism,
-            vertices,
-            edges,
-            vertex_of_node,
-        })
+        Ok(JobGraph { job_name: graph.job_name.clone(), max_parallelism, vertices, edges, vertex_of_node })
     }
 
     /// Edges into `vertex`.
     pub fn inputs_of(&self, vertex: usize) -> impl Iterator<Item = (usize, &JobEdge)> {
-        self.edges
-            .iter()
-            .enumerate()
-            .filter(move |(_, e)| e.target_vertex == vertex)
+        self.edges.iter().enumerate().filter(move |(_, e)| e.target_vertex == vertex)
     }
 
     /// Total subtasks (slots an embedded cluster provides).
@@ -280,24 +261,14 @@ mod tests {
         let env = StreamExecutionEnvironment::new();
         counter_like(&env);
         let graph = env.build("t").unwrap();
-        let job = JobGraph::build(
-            &graph,
-            &JobSettings {
-                default_parallelism: 2,
-                max_parallelism: None,
-            },
-        )
-        .unwrap();
+        let job = JobGraph::build(&graph, &JobSettings { default_parallelism: 2, max_parallelism: None }).unwrap();
         assert_eq!(job.vertices.len(), 2);
         assert_eq!(job.vertices[0].name, "Source: Custom Source -> Map");
         assert_eq!(job.vertices[1].name, "KeyedProcess -> Sink: Unnamed");
         assert_eq!(job.edges.len(), 1);
         assert_eq!(job.edges[0].ship_strategy, "HASH");
         assert_eq!(job.max_parallelism, 128);
-        assert_eq!(
-            job.vertices[1].uids,
-            vec!["counter".to_string(), "sink".to_string()]
-        );
+        assert_eq!(job.vertices[1].uids, vec!["counter".to_string(), "sink".to_string()]);
     }
 
     #[test]
@@ -309,14 +280,7 @@ mod tests {
             .parallelism(3)
             .sink_to(CollectSink::default());
         let graph = env.build("t").unwrap();
-        let job = JobGraph::build(
-            &graph,
-            &JobSettings {
-                default_parallelism: 3,
-                max_parallelism: None,
-            },
-        )
-        .unwrap();
+        let job = JobGraph::build(&graph, &JobSettings { default_parallelism: 3, max_parallelism: None }).unwrap();
         assert_eq!(job.vertices.len(), 2);
         assert_eq!(job.edges[0].ship_strategy, "REBALANCE");
     }
@@ -326,14 +290,8 @@ mod tests {
         let env = StreamExecutionEnvironment::new();
         counter_like(&env);
         let graph = env.build("t").unwrap();
-        let err = JobGraph::build(
-            &graph,
-            &JobSettings {
-                default_parallelism: 256,
-                max_parallelism: Some(128),
-            },
-        )
-        .unwrap_err();
+        let err =
+            JobGraph::build(&graph, &JobSettings { default_parallelism: 256, max_parallelism: Some(128) }).unwrap_err();
         let text = err.to_string();
         assert!(text.contains("256") && text.contains("128"), "{text}");
     }

@@ -124,11 +124,7 @@ pub struct JobDetails {
     #[serde(rename = "status-counts")]
     pub status_counts: BTreeMap<String, u32>,
     /// Why the job failed, if it did.
-    #[serde(
-        rename = "failure-cause",
-        skip_serializing_if = "Option::is_none",
-        default
-    )]
+    #[serde(rename = "failure-cause", skip_serializing_if = "Option::is_none", default)]
     pub failure_cause: Option<String>,
 }
 
@@ -167,18 +163,8 @@ fn end_and_duration(start: u64, terminal_at: Option<u64>) -> (i64, u64) {
 /// Flink's aggregate vertex state: any failure wins, then the least advanced state.
 fn aggregate_state(states: &[ExecutionState]) -> ExecutionState {
     use ExecutionState::*;
-    let order = [
-        Failed,
-        Canceling,
-        Canceled,
-        Created,
-        Scheduled,
-        Deploying,
-        Initializing,
-        Reconciling,
-        Running,
-        Finished,
-    ];
+    let order =
+        [Failed, Canceling, Canceled, Created, Scheduled, Deploying, Initializing, Reconciling, Running, Finished];
     for candidate in order {
         if states.contains(&candidate) {
             return candidate;
@@ -190,18 +176,9 @@ fn aggregate_state(states: &[ExecutionState]) -> ExecutionState {
 impl JobMaster {
     fn times(&self) -> (u64, i64, u64, u64) {
         let record = self.record();
-        let start = record
-            .history
-            .transitions()
-            .first()
-            .map(|t| t.at_ms)
-            .unwrap_or_default();
+        let start = record.history.transitions().first().map(|t| t.at_ms).unwrap_or_default();
         let current = record.history.current();
-        let terminal_at = if current.is_terminal() {
-            Some(record.history.current_since())
-        } else {
-            None
-        };
+        let terminal_at = if current.is_terminal() { Some(record.history.current_since()) } else { None };
         let (end, duration) = end_and_duration(start, terminal_at);
         (start, end, duration, record.history.current_since())
     }
@@ -213,9 +190,7 @@ impl JobMaster {
         let mut tasks = empty_counts();
         let mut total = 0;
         for subtask in record.subtasks.iter().flatten() {
-            *tasks
-                .entry(subtask.history.current().name().to_lowercase())
-                .or_default() += 1;
+            *tasks.entry(subtask.history.current().name().to_lowercase()).or_default() += 1;
             total += 1;
         }
         tasks.insert("total".into(), total);
@@ -261,17 +236,8 @@ impl JobMaster {
                     metrics.read_records += subtask_metrics.read_records;
                     metrics.write_records += subtask_metrics.write_records;
                     metrics.backpressured_ms += subtask_metrics.backpressured_ms;
-                    let created = subtask
-                        .history
-                        .transitions()
-                        .first()
-                        .map(|t| t.at_ms)
-                        .unwrap_or_default();
-                    let terminal_at = if state.is_terminal() {
-                        Some(subtask.history.current_since())
-                    } else {
-                        None
-                    };
+                    let created = subtask.history.transitions().first().map(|t| t.at_ms).unwrap_or_default();
+                    let terminal_at = if state.is_terminal() { Some(subtask.history.current_since()) } else { None };
                     let mut subtask_timestamps = BTreeMap::new();
                     for s in ExecutionState::all() {
                         if let Some(at) = subtask.history.last_entered(*s) {
@@ -289,9 +255,7 @@ impl JobMaster {
                     });
                 }
                 let status = aggregate_state(&states);
-                *status_counts
-                    .entry(status.name().to_lowercase())
-                    .or_default() += 1;
+                *status_counts.entry(status.name().to_lowercase()).or_default() += 1;
                 vertices.push(VertexDetails {
                     id: vertex.id.clone(),
                     name: vertex.name.clone(),
@@ -313,11 +277,7 @@ impl JobMaster {
             start_time: start,
             end_time: end,
             duration,
-            max_parallelism: record
-                .job_graph
-                .as_ref()
-                .map(|g| g.max_parallelism)
-                .unwrap_or(0),
+            max_parallelism: record.job_graph.as_ref().map(|g| g.max_parallelism).unwrap_or(0),
             now: now_ms(),
             timestamps,
             vertices,

@@ -30,10 +30,7 @@ impl KeyedProcessFunction<u64, u64, (u64, u64)> for RunningCount {
 }
 
 fn settings(p: u32) -> JobSettings {
-    JobSettings {
-        default_parallelism: p,
-        max_parallelism: None,
-    }
+    JobSettings { default_parallelism: p, max_parallelism: None }
 }
 
 #[test]
@@ -46,21 +43,13 @@ fn keyed_counts_are_exact_at_every_parallelism() {
         env.from_source(VecSource::new(events))
             .uid("source")
             .key_by(|u: &u64| *u)
-            .process(RunningCount {
-                count: ValueState::new("count"),
-            })
+            .process(RunningCount { count: ValueState::new("count") })
             .uid("counter")
             .sink_to(sink.clone())
             .uid("sink");
         let dispatcher = Dispatcher::new("localhost");
-        let job = dispatcher
-            .submit(env.build("count").unwrap(), settings(p))
-            .unwrap();
-        assert_eq!(
-            job.wait_terminal(Some(Duration::from_secs(30))),
-            JobStatus::Finished,
-            "p={p}"
-        );
+        let job = dispatcher.submit(env.build("count").unwrap(), settings(p)).unwrap();
+        assert_eq!(job.wait_terminal(Some(Duration::from_secs(30))), JobStatus::Finished, "p={p}");
 
         let mut per_user: HashMap<u64, Vec<u64>> = HashMap::new();
         for (user, count) in sink.records() {
@@ -76,25 +65,10 @@ fn keyed_counts_are_exact_at_every_parallelism() {
         }
         let details = job.details();
         assert_eq!(details.vertices.len(), 2);
-        assert!(
-            details
-                .vertices
-                .iter()
-                .all(|v| v.parallelism == p && v.max_parallelism == 128)
-        );
-        assert!(
-            details
-                .vertices
-                .iter()
-                .flat_map(|v| &v.subtasks)
-                .all(|s| s.status == ExecutionState::Finished)
-        );
+        assert!(details.vertices.iter().all(|v| v.parallelism == p && v.max_parallelism == 128));
+        assert!(details.vertices.iter().flat_map(|v| &v.subtasks).all(|s| s.status == ExecutionState::Finished));
         for state in ["INITIALIZING", "CREATED", "RUNNING", "FINISHED"] {
-            assert!(
-                details.timestamps.contains_key(state),
-                "{state} missing in {:?}",
-                details.timestamps
-            );
+            assert!(details.timestamps.contains_key(state), "{state} missing in {:?}", details.timestamps);
         }
     }
 }
@@ -126,18 +100,10 @@ fn a_failing_user_function_fails_the_job_with_its_error() {
         .name("validator")
         .sink_to(CollectSink::default());
     let dispatcher = Dispatcher::new("localhost");
-    let job = dispatcher
-        .submit(env.build("failing").unwrap(), settings(2))
-        .unwrap();
-    assert_eq!(
-        job.wait_terminal(Some(Duration::from_secs(30))),
-        JobStatus::Failed
-    );
+    let job = dispatcher.submit(env.build("failing").unwrap(), settings(2)).unwrap();
+    assert_eq!(job.wait_terminal(Some(Duration::from_secs(30))), JobStatus::Failed);
     let cause = job.failure_cause().unwrap();
-    assert!(
-        cause.contains("refusing record 500") && cause.contains("validator"),
-        "{cause}"
-    );
+    assert!(cause.contains("refusing record 500") && cause.contains("validator"), "{cause}");
     let exceptions = job.exceptions();
     assert_eq!(exceptions[0].exception_name, "UserFunctionError");
     let details = job.details();
@@ -151,13 +117,8 @@ fn a_panicking_map_fails_the_job_instead_of_crashing() {
         .map(|v: u64| if v == 42 { panic!("boom at {v}") } else { v })
         .sink_to(CollectSink::default());
     let dispatcher = Dispatcher::new("localhost");
-    let job = dispatcher
-        .submit(env.build("panicking").unwrap(), settings(1))
-        .unwrap();
-    assert_eq!(
-        job.wait_terminal(Some(Duration::from_secs(30))),
-        JobStatus::Failed
-    );
+    let job = dispatcher.submit(env.build("panicking").unwrap(), settings(1)).unwrap();
+    assert_eq!(job.wait_terminal(Some(Duration::from_secs(30))), JobStatus::Failed);
     assert!(job.failure_cause().unwrap().contains("boom at 42"));
 }
 
@@ -176,11 +137,7 @@ impl Source<u64> for Endless {
 struct EndlessReader(u64);
 
 impl SourceReader<u64> for EndlessReader {
-    fn poll_next(
-        &mut self,
-        out: &mut Vec<u64>,
-        max_records: usize,
-    ) -> Result<SourcePoll, TaskError> {
+    fn poll_next(&mut self, out: &mut Vec<u64>, max_records: usize) -> Result<SourcePoll, TaskError> {
         for _ in 0..max_records {
             out.push(self.0);
             self.0 += 1;
@@ -205,28 +162,14 @@ fn cancelling_an_unbounded_job_ends_canceled_even_under_backpressure() {
         })
         .sink_to(CollectSink::default());
     let dispatcher = Dispatcher::new("localhost");
-    let job = dispatcher
-        .submit(env.build("endless").unwrap(), settings(2))
-        .unwrap();
+    let job = dispatcher.submit(env.build("endless").unwrap(), settings(2)).unwrap();
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(job.status(), JobStatus::Running);
     job.cancel().unwrap();
-    assert_eq!(
-        job.wait_terminal(Some(Duration::from_secs(10))),
-        JobStatus::Canceled
-    );
+    assert_eq!(job.wait_terminal(Some(Duration::from_secs(10))), JobStatus::Canceled);
     let details = job.details();
-    assert!(
-        details
-            .vertices
-            .iter()
-            .flat_map(|v| &v.subtasks)
-            .all(|s| s.status == ExecutionState::Canceled)
-    );
-    assert!(
-        job.cancel().is_err(),
-        "a second cancel of an ended job is refused"
-    );
+    assert!(details.vertices.iter().flat_map(|v| &v.subtasks).all(|s| s.status == ExecutionState::Canceled));
+    assert!(job.cancel().is_err(), "a second cancel of an ended job is refused");
 }
 
 #[derive(Clone)]
@@ -247,12 +190,7 @@ impl KeyedProcessFunction<u64, u64, String> for TimerEcho {
         Ok(())
     }
 
-    fn on_timer(
-        &mut self,
-        _ts: u64,
-        ctx: &mut KeyedContext<'_, u64>,
-        out: &mut Collector<'_, String>,
-    ) -> FnResult {
+    fn on_timer(&mut self, _ts: u64, ctx: &mut KeyedContext<'_, u64>, out: &mut Collector<'_, String>) -> FnResult {
         let key = *ctx.current_key();
         let seen = ctx.value(&self.seen)?.get().copied().unwrap_or_default();
         out.collect(format!("timer {key} {seen}"));
@@ -267,14 +205,10 @@ fn processing_time_timers_fire_for_their_key() {
     env.from_source(Endless)
         .filter(|v: &u64| *v < 3)
         .key_by(|v: &u64| *v)
-        .process(TimerEcho {
-            seen: ValueState::new("seen"),
-        })
+        .process(TimerEcho { seen: ValueState::new("seen") })
         .sink_to(sink.clone());
     let dispatcher = Dispatcher::new("localhost");
-    let job = dispatcher
-        .submit(env.build("timers").unwrap(), settings(1))
-        .unwrap();
+    let job = dispatcher.submit(env.build("timers").unwrap(), settings(1)).unwrap();
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while sink.records().len() < 3 && std::time::Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));

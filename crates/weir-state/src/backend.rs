@@ -9,8 +9,8 @@ use crate::keymap::{KeyRef, memory_hash};
 
 use crate::error::StateError;
 use crate::handles::{
-    ListAccess, ListState, MapAccess, MapState, ReducingAccess, ReducingState, StateData,
-    StateKind, ValueAccess, ValueState,
+    ListAccess, ListState, MapAccess, MapState, ReducingAccess, ReducingState, StateData, StateKind, ValueAccess,
+    ValueState,
 };
 use crate::table::{Cell, ListCell, MapCell, StateTable, Table, ValueCell};
 
@@ -24,11 +24,7 @@ pub struct KeyedStateBackend<K> {
 impl<K: Key> KeyedStateBackend<K> {
     /// An empty backend owning `range` of `max_parallelism` key groups.
     pub fn new(range: KeyGroupRange, max_parallelism: u32) -> KeyedStateBackend<K> {
-        KeyedStateBackend {
-            range,
-            max_parallelism,
-            tables: Vec::new(),
-        }
+        KeyedStateBackend { range, max_parallelism, tables: Vec::new() }
     }
 
     /// The key groups this backend owns.
@@ -52,23 +48,12 @@ impl<K: Key> KeyedStateBackend<K> {
 
     /// As [`Self::locate`], with the key's stable hash already computed (by the partitioner).
     #[inline]
-    pub fn locate_hashed<'k>(
-        &self,
-        key: &'k K,
-        stable_hash: u32,
-    ) -> Result<KeyRef<'k, K>, StateError> {
+    pub fn locate_hashed<'k>(&self, key: &'k K, stable_hash: u32) -> Result<KeyRef<'k, K>, StateError> {
         let key_group = key_group_for_hash(stable_hash, self.max_parallelism);
         if !self.range.contains(key_group) {
-            return Err(StateError::KeyGroupOutOfRange {
-                key_group,
-                range: self.range.to_string(),
-            });
+            return Err(StateError::KeyGroupOutOfRange { key_group, range: self.range.to_string() });
         }
-        Ok(KeyRef {
-            key,
-            hash: memory_hash(stable_hash),
-            group_index: (key_group - self.range.start) as usize,
-        })
+        Ok(KeyRef { key, hash: memory_hash(stable_hash), group_index: (key_group - self.range.start) as usize })
     }
 
     /// Every table, in declaration order.
@@ -114,8 +99,7 @@ impl<K: Key> KeyedStateBackend<K> {
         let index = match found {
             Some(index) => index,
             None => {
-                self.tables
-                    .push(Box::new(Table::<K, C>::new(name, kind, self.range)));
+                self.tables.push(Box::new(Table::<K, C>::new(name, kind, self.range)));
                 self.tables.len() - 1
             }
         };
@@ -124,10 +108,7 @@ impl<K: Key> KeyedStateBackend<K> {
     }
 
     fn table<C: Cell>(&mut self, index: usize) -> &mut Table<K, C> {
-        match self.tables[index]
-            .as_any_mut()
-            .downcast_mut::<Table<K, C>>()
-        {
+        match self.tables[index].as_any_mut().downcast_mut::<Table<K, C>>() {
             Some(table) => table,
             // resolve() checked the type of this slot before handing out the index.
             None => unreachable!("state slot {index} changed type after it was resolved"),
@@ -166,9 +147,7 @@ impl<K: Key> KeyedStateBackend<K> {
         key: KeyRef<'a, K>,
     ) -> Result<MapAccess<'a, K, UK, UV>, StateError> {
         let index = self.resolve::<MapCell<UK, UV>>(handle.name, StateKind::Map, &handle.slot)?;
-        let map = self
-            .table::<MapCell<UK, UV>>(index)
-            .group_mut(key.group_index);
+        let map = self.table::<MapCell<UK, UV>>(index).group_mut(key.group_index);
         Ok(MapAccess { map, key })
     }
 
@@ -181,11 +160,7 @@ impl<K: Key> KeyedStateBackend<K> {
     ) -> Result<ReducingAccess<'a, K, V>, StateError> {
         let index = self.resolve::<ValueCell<V>>(handle.name, StateKind::Reducing, &handle.slot)?;
         let map = self.table::<ValueCell<V>>(index).group_mut(key.group_index);
-        Ok(ReducingAccess {
-            map,
-            key,
-            reduce: handle.reduce,
-        })
+        Ok(ReducingAccess { map, key, reduce: handle.reduce })
     }
 
     /// Calls `f` for every key with a value in `handle`, in no particular order.
@@ -242,14 +217,8 @@ mod tests {
         backend.list(&list, gi).unwrap().add(2);
         assert_eq!(backend.list(&list, gi).unwrap().get(), &[1, 2]);
         backend.map(&map, gi).unwrap().put("x".into(), 7);
-        assert_eq!(
-            backend.map(&map, gi).unwrap().get(&"x".to_string()),
-            Some(&7)
-        );
-        assert_eq!(
-            backend.map(&map, gi).unwrap().remove(&"x".to_string()),
-            Some(7)
-        );
+        assert_eq!(backend.map(&map, gi).unwrap().get(&"x".to_string()), Some(&7));
+        assert_eq!(backend.map(&map, gi).unwrap().remove(&"x".to_string()), Some(7));
         assert!(backend.map(&map, gi).unwrap().is_empty());
         for v in [1, 2, 3] {
             backend.reducing(&sum, gi).unwrap().add(v);
@@ -262,28 +231,16 @@ mod tests {
         let mut backend = full_backend();
         let key = "k".to_string();
         let gi = backend.locate(&key).unwrap();
-        backend
-            .value(&ValueState::<u64>::new("count"), gi)
-            .unwrap()
-            .set(1);
-        let err = backend
-            .value(&ValueState::<String>::new("count"), gi)
-            .err()
-            .unwrap();
-        assert!(
-            err.to_string()
-                .contains("state 'count' is declared as value state"),
-            "{err}"
-        );
+        backend.value(&ValueState::<u64>::new("count"), gi).unwrap().set(1);
+        let err = backend.value(&ValueState::<String>::new("count"), gi).err().unwrap();
+        assert!(err.to_string().contains("state 'count' is declared as value state"), "{err}");
     }
 
     #[test]
     fn keys_outside_the_range_are_refused() {
         let mut backend: KeyedStateBackend<u64> =
             KeyedStateBackend::new(compute_key_group_range_for_operator_index(128, 2, 0), 128);
-        let foreign = (0u64..)
-            .find(|k| weir_types::assign_to_key_group(k, 128) >= 64)
-            .unwrap();
+        let foreign = (0u64..).find(|k| weir_types::assign_to_key_group(k, 128) >= 64).unwrap();
         assert!(backend.locate(&foreign).is_err());
         let _ = &mut backend;
     }

@@ -4,9 +4,7 @@
 #[derive(Debug, thiserror::Error)]
 pub enum StateError {
     /// Two handles use one state name with different kinds or types.
-    #[error(
-        "state '{name}' is declared as {existing} and again as {requested}; give each state its own name"
-    )]
+    #[error("state '{name}' is declared as {existing} and again as {requested}; give each state its own name")]
     TypeMismatch {
         /// The state's name.
         name: String,

@@ -56,11 +56,7 @@ pub struct ValueState<V> {
 impl<V: StateData> ValueState<V> {
     /// A value state named `name`, unique within its operator.
     pub fn new(name: &'static str) -> ValueState<V> {
-        ValueState {
-            name,
-            slot: OnceCell::new(),
-            _value: PhantomData,
-        }
+        ValueState { name, slot: OnceCell::new(), _value: PhantomData }
     }
 }
 
@@ -74,11 +70,7 @@ pub struct ListState<V> {
 impl<V: StateData> ListState<V> {
     /// A list state named `name`, unique within its operator.
     pub fn new(name: &'static str) -> ListState<V> {
-        ListState {
-            name,
-            slot: OnceCell::new(),
-            _value: PhantomData,
-        }
+        ListState { name, slot: OnceCell::new(), _value: PhantomData }
     }
 }
 
@@ -92,11 +84,7 @@ pub struct MapState<UK, UV> {
 impl<UK: StateData + Eq + Hash, UV: StateData> MapState<UK, UV> {
     /// A map state named `name`, unique within its operator.
     pub fn new(name: &'static str) -> MapState<UK, UV> {
-        MapState {
-            name,
-            slot: OnceCell::new(),
-            _value: PhantomData,
-        }
+        MapState { name, slot: OnceCell::new(), _value: PhantomData }
     }
 }
 
@@ -111,11 +99,7 @@ pub struct ReducingState<V> {
 impl<V: StateData> ReducingState<V> {
     /// A reducing state named `name` folding with `reduce(accumulated, new)`.
     pub fn new(name: &'static str, reduce: fn(V, V) -> V) -> ReducingState<V> {
-        ReducingState {
-            name,
-            slot: OnceCell::new(),
-            reduce,
-        }
+        ReducingState { name, slot: OnceCell::new(), reduce }
     }
 }
 
@@ -129,25 +113,19 @@ impl<K: Key, V> ValueAccess<'_, K, V> {
     /// The current key's value, if any.
     #[inline]
     pub fn get(&self) -> Option<&V> {
-        self.map
-            .get(self.key.hash, self.key.key)
-            .map(|cell| &cell.0)
+        self.map.get(self.key.hash, self.key.key).map(|cell| &cell.0)
     }
 
     /// Sets the current key's value.
     #[inline]
     pub fn set(&mut self, value: V) {
-        self.map
-            .insert(self.key.hash, self.key.key, ValueCell(value));
+        self.map.insert(self.key.hash, self.key.key, ValueCell(value));
     }
 
     /// The current key's value, inserting `init()` first when there is none.
     #[inline]
     pub fn get_or_insert_with(&mut self, init: impl FnOnce() -> V) -> &mut V {
-        &mut self
-            .map
-            .get_or_insert_with(self.key.hash, self.key.key, || ValueCell(init()))
-            .0
+        &mut self.map.get_or_insert_with(self.key.hash, self.key.key, || ValueCell(init())).0
     }
 
     /// Removes the current key's value.
@@ -173,10 +151,7 @@ impl<K: Key, V> ListAccess<'_, K, V> {
 
     /// Appends to the current key's list.
     pub fn add(&mut self, value: V) {
-        self.map
-            .get_or_insert_with(self.key.hash, self.key.key, || ListCell(Vec::new()))
-            .0
-            .push(value);
+        self.map.get_or_insert_with(self.key.hash, self.key.key, || ListCell(Vec::new())).0.push(value);
     }
 
     /// Replaces the current key's list; an empty list clears it.
@@ -184,8 +159,7 @@ impl<K: Key, V> ListAccess<'_, K, V> {
         if values.is_empty() {
             self.map.remove(self.key.hash, self.key.key);
         } else {
-            self.map
-                .insert(self.key.hash, self.key.key, ListCell(values));
+            self.map.insert(self.key.hash, self.key.key, ListCell(values));
         }
     }
 
@@ -204,16 +178,12 @@ pub struct MapAccess<'a, K, UK, UV> {
 impl<K: Key, UK: Eq + Hash, UV> MapAccess<'_, K, UK, UV> {
     /// The value under `user_key` for the current key.
     pub fn get(&self, user_key: &UK) -> Option<&UV> {
-        self.map
-            .get(self.key.hash, self.key.key)
-            .and_then(|cell| cell.0.get(user_key))
+        self.map.get(self.key.hash, self.key.key).and_then(|cell| cell.0.get(user_key))
     }
 
     /// Puts `user_value` under `user_key` for the current key.
     pub fn put(&mut self, user_key: UK, user_value: UV) {
-        let cell = self
-            .map
-            .get_or_insert_with(self.key.hash, self.key.key, || MapCell(FastMap::default()));
+        let cell = self.map.get_or_insert_with(self.key.hash, self.key.key, || MapCell(FastMap::default()));
         cell.0.insert(user_key, user_value);
     }
 
@@ -234,18 +204,12 @@ impl<K: Key, UK: Eq + Hash, UV> MapAccess<'_, K, UK, UV> {
 
     /// The current key's entries, in no particular order.
     pub fn iter(&self) -> impl Iterator<Item = (&UK, &UV)> {
-        self.map
-            .get(self.key.hash, self.key.key)
-            .into_iter()
-            .flat_map(|cell| cell.0.iter())
+        self.map.get(self.key.hash, self.key.key).into_iter().flat_map(|cell| cell.0.iter())
     }
 
     /// Number of entries for the current key.
     pub fn len(&self) -> usize {
-        self.map
-            .get(self.key.hash, self.key.key)
-            .map(|cell| cell.0.len())
-            .unwrap_or(0)
+        self.map.get(self.key.hash, self.key.key).map(|cell| cell.0.len()).unwrap_or(0)
     }
 
     /// True when the current key has no entry.
@@ -269,9 +233,7 @@ pub struct ReducingAccess<'a, K, V> {
 impl<K: Key, V> ReducingAccess<'_, K, V> {
     /// The folded value, if anything was added.
     pub fn get(&self) -> Option<&V> {
-        self.map
-            .get(self.key.hash, self.key.key)
-            .map(|cell| &cell.0)
+        self.map.get(self.key.hash, self.key.key).map(|cell| &cell.0)
     }
 
     /// Folds `value` into the current key's accumulated value.
@@ -280,8 +242,7 @@ impl<K: Key, V> ReducingAccess<'_, K, V> {
             Some(cell) => (self.reduce)(cell.0, value),
             None => value,
         };
-        self.map
-            .insert(self.key.hash, self.key.key, ValueCell(folded));
+        self.map.insert(self.key.hash, self.key.key, ValueCell(folded));
     }
 
     /// Removes the current key's value.
@@ -292,40 +253,24 @@ impl<K: Key, V> ReducingAccess<'_, K, V> {
 
 impl<V> Clone for ReducingState<V> {
     fn clone(&self) -> Self {
-        ReducingState {
-            name: self.name,
-            slot: self.slot.clone(),
-            reduce: self.reduce,
-        }
+        ReducingState { name: self.name, slot: self.slot.clone(), reduce: self.reduce }
     }
 }
 
 impl<V> Clone for ValueState<V> {
     fn clone(&self) -> Self {
-        ValueState {
-            name: self.name,
-            slot: self.slot.clone(),
-            _value: PhantomData,
-        }
+        ValueState { name: self.name, slot: self.slot.clone(), _value: PhantomData }
     }
 }
 
 impl<V> Clone for ListState<V> {
     fn clone(&self) -> Self {
-        ListState {
-            name: self.name,
-            slot: self.slot.clone(),
-            _value: PhantomData,
-        }
+        ListState { name: self.name, slot: self.slot.clone(), _value: PhantomData }
     }
 }
 
 impl<UK, UV> Clone for MapState<UK, UV> {
     fn clone(&self) -> Self {
-        MapState {
-            name: self.name,
-            slot: self.slot.clone(),
-            _value: PhantomData,
-        }
+        MapState { name: self.name, slot: self.slot.clone(), _value: PhantomData }
     }
 }

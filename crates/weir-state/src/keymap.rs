@@ -42,9 +42,7 @@ pub struct KeyMap<K, C> {
 
 impl<K, C> Default for KeyMap<K, C> {
     fn default() -> Self {
-        KeyMap {
-            table: HashTable::new(),
-        }
+        KeyMap { table: HashTable::new() }
     }
 }
 
@@ -57,17 +55,13 @@ impl<K: Key, C> KeyMap<K, C> {
     /// The cell of `key` (whose memory hash is `hash`).
     #[inline]
     pub fn get(&self, hash: u64, key: &K) -> Option<&C> {
-        self.table
-            .find(hash, |(k, _)| k == key)
-            .map(|(_, cell)| cell)
+        self.table.find(hash, |(k, _)| k == key).map(|(_, cell)| cell)
     }
 
     /// The cell of `key`, mutable.
     #[inline]
     pub fn get_mut(&mut self, hash: u64, key: &K) -> Option<&mut C> {
-        self.table
-            .find_mut(hash, |(k, _)| k == key)
-            .map(|(_, cell)| cell)
+        self.table.find_mut(hash, |(k, _)| k == key).map(|(_, cell)| cell)
     }
 
     /// The cell of `key`, inserting `init()` first (the key is cloned only then).

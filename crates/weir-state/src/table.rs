@@ -106,12 +106,7 @@ impl<K: Key, C> Table<K, C> {
         for _ in 0..range.len() {
             groups.push(KeyMap::default());
         }
-        Table {
-            name: name.to_string(),
-            kind,
-            range,
-            groups,
-        }
+        Table { name: name.to_string(), kind, range, groups }
     }
 
     /// The map of one key group, by its index within the range.
@@ -133,10 +128,7 @@ impl<K: Key, C> Table<K, C> {
 
     fn index_of(&self, key_group: u32) -> Result<usize, StateError> {
         if !self.range.contains(key_group) {
-            return Err(StateError::KeyGroupOutOfRange {
-                key_group,
-                range: self.range.to_string(),
-            });
+            return Err(StateError::KeyGroupOutOfRange { key_group, range: self.range.to_string() });
         }
         Ok((key_group - self.range.start) as usize)
     }
@@ -185,8 +177,7 @@ impl<K: Key, C: Cell> StateTable<K> for Table<K, C> {
             key_group,
             reason: format!("cannot decode {what}: {e}"),
         };
-        let entries: Vec<(Vec<u8>, Vec<u8>)> =
-            postcard::from_bytes(bytes).map_err(|e| corrupt("entries", e))?;
+        let entries: Vec<(Vec<u8>, Vec<u8>)> = postcard::from_bytes(bytes).map_err(|e| corrupt("entries", e))?;
         let mut map = KeyMap::default();
         for (key_bytes, cell_bytes) in entries {
             let key: K = postcard::from_bytes(&key_bytes).map_err(|e| corrupt("a key", e))?;

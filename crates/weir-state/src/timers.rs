@@ -11,10 +11,7 @@ pub struct TimerService<K> {
 
 impl<K: Eq + Hash + Clone> Default for TimerService<K> {
     fn default() -> Self {
-        TimerService {
-            by_time: BTreeMap::new(),
-            registered: HashSet::default(),
-        }
+        TimerService { by_time: BTreeMap::new(), registered: HashSet::default() }
     }
 }
 
@@ -22,10 +19,7 @@ impl<K: Eq + Hash + Clone> TimerService<K> {
     /// Registers a timer for `key` at `timestamp_ms`; a duplicate is ignored, as in Flink.
     pub fn register(&mut self, key: &K, timestamp_ms: u64) {
         if self.registered.insert((key.clone(), timestamp_ms)) {
-            self.by_time
-                .entry(timestamp_ms)
-                .or_default()
-                .push(key.clone());
+            self.by_time.entry(timestamp_ms).or_default().push(key.clone());
         }
     }
 

@@ -36,24 +36,18 @@ impl fmt::Debug for JobId {
 
 /// A string that is not a job id.
 #[derive(Debug, thiserror::Error)]
-#[error(
-    "'{0}' is not a job id: expected 32 lowercase hex characters, as printed by `weir run` or `weir list`"
-)]
+#[error("'{0}' is not a job id: expected 32 lowercase hex characters, as printed by `weir run` or `weir list`")]
 pub struct BadJobId(pub String);
 
 impl FromStr for JobId {
     type Err = BadJobId;
 
     fn from_str(s: &str) -> Result<JobId, BadJobId> {
-        let well_formed = s.len() == 32
-            && s.bytes()
-                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+        let well_formed = s.len() == 32 && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
         if !well_formed {
             return Err(BadJobId(s.to_string()));
         }
-        u128::from_str_radix(s, 16)
-            .map(JobId)
-            .map_err(|_| BadJobId(s.to_string()))
+        u128::from_str_radix(s, 16).map(JobId).map_err(|_| BadJobId(s.to_string()))
     }
 }
 
@@ -79,22 +73,13 @@ mod tests {
         let id = JobId::generate();
         let text = id.to_string();
         assert_eq!(text.len(), 32);
-        assert!(
-            text.bytes()
-                .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
-        );
+        assert!(text.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()));
         assert_eq!(text.parse::<JobId>().ok(), Some(id));
     }
 
     #[test]
     fn malformed_job_ids_are_rejected() {
-        for bad in [
-            "",
-            "abc",
-            "ZZ000000000000000000000000000000",
-            &"A".repeat(32),
-            &"0".repeat(33),
-        ] {
+        for bad in ["", "abc", "ZZ000000000000000000000000000000", &"A".repeat(32), &"0".repeat(33)] {
             assert!(bad.parse::<JobId>().is_err(), "{bad}");
         }
     }

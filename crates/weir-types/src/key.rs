@@ -20,9 +20,7 @@ const KEY_BYTES_INLINE_MAX: usize = 128;
 ///
 /// Implemented for every `Serialize + DeserializeOwned + Eq + Hash + Clone` type; the key
 /// group depends only on the postcard encoding of the value.
-pub trait Key:
-    Serialize + DeserializeOwned + Eq + Hash + Clone + Debug + Send + Sync + 'static
-{
+pub trait Key: Serialize + DeserializeOwned + Eq + Hash + Clone + Debug + Send + Sync + 'static {
     /// The stable 32-bit hash of the key's canonical bytes (murmur3 x86_32, seed 0).
     #[inline]
     fn stable_hash(&self) -> u32 {
@@ -33,10 +31,7 @@ pub trait Key:
     }
 }
 
-impl<T> Key for T where
-    T: Serialize + DeserializeOwned + Eq + Hash + Clone + Debug + Send + Sync + 'static
-{
-}
+impl<T> Key for T where T: Serialize + DeserializeOwned + Eq + Hash + Clone + Debug + Send + Sync + 'static {}
 
 /// A postcard output that feeds the bytes to a murmur3 hasher.
 struct HashFlavor(Murmur3);
@@ -87,25 +82,13 @@ mod tests {
     #[test]
     fn small_and_large_keys_hash_their_postcard_bytes() {
         let small = 42u64;
-        assert_eq!(
-            small.stable_hash(),
-            murmur3_32(&postcard::to_allocvec(&small).unwrap())
-        );
+        assert_eq!(small.stable_hash(), murmur3_32(&postcard::to_allocvec(&small).unwrap()));
         let large = "x".repeat(1000);
         let text = "hello".to_string();
-        assert_eq!(
-            text.stable_hash(),
-            murmur3_32(&postcard::to_allocvec(&text).unwrap())
-        );
+        assert_eq!(text.stable_hash(), murmur3_32(&postcard::to_allocvec(&text).unwrap()));
         let tuple = (7u64, "k".to_string(), -3i32);
-        assert_eq!(
-            tuple.stable_hash(),
-            murmur3_32(&postcard::to_allocvec(&tuple).unwrap())
-        );
-        assert_eq!(
-            large.stable_hash(),
-            murmur3_32(&postcard::to_allocvec(&large).unwrap())
-        );
+        assert_eq!(tuple.stable_hash(), murmur3_32(&postcard::to_allocvec(&tuple).unwrap()));
+        assert_eq!(large.stable_hash(), murmur3_32(&postcard::to_allocvec(&large).unwrap()));
     }
 
     #[test]

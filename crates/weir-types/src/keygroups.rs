@@ -38,16 +38,9 @@ pub struct Murmur3 {
 impl Murmur3 {
     #[inline]
     fn mix_block(&mut self, block: u32) {
-        let k = block
-            .wrapping_mul(MURMUR_C1)
-            .rotate_left(15)
-            .wrapping_mul(MURMUR_C2);
+        let k = block.wrapping_mul(MURMUR_C1).rotate_left(15).wrapping_mul(MURMUR_C2);
         self.h ^= k;
-        self.h = self
-            .h
-            .rotate_left(13)
-            .wrapping_mul(5)
-            .wrapping_add(0xe654_6b64);
+        self.h = self.h.rotate_left(13).wrapping_mul(5).wrapping_add(0xe654_6b64);
     }
 
     /// Feeds one byte.
@@ -80,9 +73,7 @@ impl Murmur3 {
         for block in &mut blocks {
             self.mix_block(u32::from_le_bytes([block[0], block[1], block[2], block[3]]));
         }
-        self.total_len = self
-            .total_len
-            .wrapping_add((rest.len() - blocks.remainder().len()) as u32);
+        self.total_len = self.total_len.wrapping_add((rest.len() - blocks.remainder().len()) as u32);
         for byte in blocks.remainder() {
             self.write_byte(*byte);
         }
@@ -93,11 +84,7 @@ impl Murmur3 {
     pub fn finish(&self) -> u32 {
         let mut h = self.h;
         if self.tail_len != 0 {
-            let k = self
-                .tail
-                .wrapping_mul(MURMUR_C1)
-                .rotate_left(15)
-                .wrapping_mul(MURMUR_C2);
+            let k = self.tail.wrapping_mul(MURMUR_C1).rotate_left(15).wrapping_mul(MURMUR_C2);
             h ^= k;
         }
         h ^= self.total_len;
@@ -140,11 +127,7 @@ pub fn assign_to_key_group<K: Key>(key: &K, max_parallelism: u32) -> u32 {
 
 /// The subtask (operator index) that owns `key_group`.
 #[inline]
-pub fn compute_operator_index_for_key_group(
-    max_parallelism: u32,
-    parallelism: u32,
-    key_group: u32,
-) -> u32 {
+pub fn compute_operator_index_for_key_group(max_parallelism: u32, parallelism: u32, key_group: u32) -> u32 {
     // u64 keeps the product exact for every max parallelism up to 2^15.
     (u64::from(key_group) * u64::from(parallelism) / u64::from(max_parallelism)) as u32
 }
@@ -154,10 +137,7 @@ pub fn compute_operator_index_for_key_group(
 pub fn compute_default_max_parallelism(parallelism: u32) -> u32 {
     let wanted = u64::from(parallelism) + u64::from(parallelism / 2);
     let rounded = wanted.max(1).next_power_of_two();
-    rounded.clamp(
-        u64::from(DEFAULT_MAX_PARALLELISM_LOWER_BOUND),
-        u64::from(MAX_PARALLELISM_UPPER_BOUND),
-    ) as u32
+    rounded.clamp(u64::from(DEFAULT_MAX_PARALLELISM_LOWER_BOUND), u64::from(MAX_PARALLELISM_UPPER_BOUND)) as u32
 }
 
 /// A contiguous, inclusive range of key groups owned by one subtask.
@@ -180,11 +160,7 @@ impl KeyGroupRange {
 
     /// Number of key groups in the range.
     pub fn len(&self) -> u32 {
-        if self.end < self.start {
-            0
-        } else {
-            self.end - self.start + 1
-        }
+        if self.end < self.start { 0 } else { self.end - self.start + 1 }
     }
 
     /// True when the range holds no key group.
@@ -208,21 +184,13 @@ impl KeyGroupRange {
     pub fn intersection(&self, other: &KeyGroupRange) -> KeyGroupRange {
         let start = self.start.max(other.start);
         let end = self.end.min(other.end);
-        if end < start {
-            KeyGroupRange::EMPTY
-        } else {
-            KeyGroupRange { start, end }
-        }
+        if end < start { KeyGroupRange::EMPTY } else { KeyGroupRange { start, end } }
     }
 }
 
 impl std::fmt::Display for KeyGroupRange {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if self.is_empty() {
-            write!(f, "[]")
-        } else {
-            write!(f, "[{}..={}]", self.start, self.end)
-        }
+        if self.is_empty() { write!(f, "[]") } else { write!(f, "[{}..={}]", self.start, self.end) }
     }
 }
 
@@ -240,10 +208,7 @@ pub fn compute_key_group_range_for_operator_index(
     let i = u64::from(operator_index);
     let start = (i * max_p).div_ceil(p);
     let end = ((i + 1) * max_p - 1) / p;
-    KeyGroupRange {
-        start: start as u32,
-        end: end as u32,
-    }
+    KeyGroupRange { start: start as u32, end: end as u32 }
 }
 
 #[cfg(test)]
@@ -255,10 +220,7 @@ mod tests {
     fn murmur3_matches_reference_vectors() {
         assert_eq!(murmur3_32(b""), 0);
         assert_eq!(murmur3_32(b"hello"), 0x248b_fa47);
-        assert_eq!(
-            murmur3_32(b"The quick brown fox jumps over the lazy dog"),
-            0x2e4f_f723
-        );
+        assert_eq!(murmur3_32(b"The quick brown fox jumps over the lazy dog"), 0x2e4f_f723);
         // Flink's MathUtils.murmurHash(1) mixes the int's 4 little-endian bytes: raw -68075478.
         assert_eq!(murmur3_32(&1i32.to_le_bytes()) as i32, -68_075_478);
         assert_eq!(non_negative(murmur3_32(&1i32.to_le_bytes())), 68_075_478);
@@ -304,30 +266,12 @@ mod tests {
 
     #[test]
     fn ranges_for_known_cases() {
-        assert_eq!(
-            compute_key_group_range_for_operator_index(128, 1, 0),
-            KeyGroupRange::new(0, 127)
-        );
-        assert_eq!(
-            compute_key_group_range_for_operator_index(128, 2, 0),
-            KeyGroupRange::new(0, 63)
-        );
-        assert_eq!(
-            compute_key_group_range_for_operator_index(128, 2, 1),
-            KeyGroupRange::new(64, 127)
-        );
-        assert_eq!(
-            compute_key_group_range_for_operator_index(10, 3, 0),
-            KeyGroupRange::new(0, 3)
-        );
-        assert_eq!(
-            compute_key_group_range_for_operator_index(10, 3, 1),
-            KeyGroupRange::new(4, 6)
-        );
-        assert_eq!(
-            compute_key_group_range_for_operator_index(10, 3, 2),
-            KeyGroupRange::new(7, 9)
-        );
+        assert_eq!(compute_key_group_range_for_operator_index(128, 1, 0), KeyGroupRange::new(0, 127));
+        assert_eq!(compute_key_group_range_for_operator_index(128, 2, 0), KeyGroupRange::new(0, 63));
+        assert_eq!(compute_key_group_range_for_operator_index(128, 2, 1), KeyGroupRange::new(64, 127));
+        assert_eq!(compute_key_group_range_for_operator_index(10, 3, 0), KeyGroupRange::new(0, 3));
+        assert_eq!(compute_key_group_range_for_operator_index(10, 3, 1), KeyGroupRange::new(4, 6));
+        assert_eq!(compute_key_group_range_for_operator_index(10, 3, 2), KeyGroupRange::new(7, 9));
     }
 
     #[test]
@@ -336,10 +280,7 @@ mod tests {
         let b = KeyGroupRange::new(40, 100);
         assert_eq!(a.intersection(&b), KeyGroupRange::new(40, 63));
         assert!(a.intersection(&KeyGroupRange::new(64, 70)).is_empty());
-        assert_eq!(
-            KeyGroupRange::new(3, 5).iter().collect::<Vec<_>>(),
-            vec![3, 4, 5]
-        );
+        assert_eq!(KeyGroupRange::new(3, 5).iter().collect::<Vec<_>>(), vec![3, 4, 5]);
         assert_eq!(KeyGroupRange::EMPTY.iter().count(), 0);
     }
 

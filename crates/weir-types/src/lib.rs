@@ -12,10 +12,7 @@ pub mod lifecycle;
 pub use ids::JobId;
 pub use key::Key;
 pub use keygroups::{
-    KeyGroupRange, MAX_PARALLELISM_UPPER_BOUND, assign_to_key_group,
-    compute_default_max_parallelism, compute_key_group_range_for_operator_index,
-    compute_operator_index_for_key_group,
+    KeyGroupRange, MAX_PARALLELISM_UPPER_BOUND, assign_to_key_group, compute_default_max_parallelism,
+    compute_key_group_range_for_operator_index, compute_operator_index_for_key_group,
 };
-pub use lifecycle::{
-    ExecutionState, IllegalTransition, JobStatus, Lifecycle, StateHistory, now_ms,
-};
+pub use lifecycle::{ExecutionState, IllegalTransition, JobStatus, Lifecycle, StateHistory, now_ms};

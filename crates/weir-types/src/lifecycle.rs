@@ -38,10 +38,7 @@ pub enum JobStatus {
 impl JobStatus {
     /// FAILED, CANCELED and FINISHED: the job will never run again in this cluster.
     pub fn is_globally_terminal(self) -> bool {
-        matches!(
-            self,
-            JobStatus::Failed | JobStatus::Canceled | JobStatus::Finished
-        )
+        matches!(self, JobStatus::Failed | JobStatus::Canceled | JobStatus::Finished)
     }
 
     /// The upper-case name users see (`RUNNING`, `FAILED` ...).
@@ -80,21 +77,12 @@ impl Lifecycle for JobStatus {
         }
         match self {
             Initializing => matches!(next, Created | Failed | Canceled),
-            Created => matches!(
-                next,
-                Running | Failing | Failed | Cancelling | Canceled | Reconciling
-            ),
+            Created => matches!(next, Running | Failing | Failed | Cancelling | Canceled | Reconciling),
             Running => matches!(next, Finished | Failing | Cancelling | Restarting),
             Failing => matches!(next, Failed | Restarting | Canceled),
             Cancelling => matches!(next, Canceled),
-            Restarting => matches!(
-                next,
-                Created | Running | Failing | Failed | Cancelling | Canceled
-            ),
-            Reconciling => matches!(
-                next,
-                Running | Failing | Failed | Cancelling | Finished | Restarting
-            ),
+            Restarting => matches!(next, Created | Running | Failing | Failed | Cancelling | Canceled),
+            Reconciling => matches!(next, Running | Failing | Failed | Cancelling | Finished | Restarting),
             Failed | Canceled | Finished | Suspended => false,
         }
     }
@@ -184,26 +172,12 @@ impl Lifecycle for ExecutionState {
     }
 
     fn is_terminal(self) -> bool {
-        matches!(
-            self,
-            ExecutionState::Finished | ExecutionState::Canceled | ExecutionState::Failed
-        )
+        matches!(self, ExecutionState::Finished | ExecutionState::Canceled | ExecutionState::Failed)
     }
 
     fn all() -> &'static [ExecutionState] {
         use ExecutionState::*;
-        &[
-            Created,
-            Scheduled,
-            Deploying,
-            Initializing,
-            Running,
-            Finished,
-            Canceling,
-            Canceled,
-            Failed,
-            Reconciling,
-        ]
+        &[Created, Scheduled, Deploying, Initializing, Running, Finished, Canceling, Canceled, Failed, Reconciling]
     }
 }
 
@@ -236,13 +210,7 @@ pub struct StateHistory<S: Lifecycle> {
 impl<S: Lifecycle> StateHistory<S> {
     /// Starts in `initial`, entered at `at_ms`.
     pub fn new(initial: S, at_ms: u64) -> StateHistory<S> {
-        StateHistory {
-            current: initial,
-            transitions: vec![Transition {
-                state: initial,
-                at_ms,
-            }],
-        }
+        StateHistory { current: initial, transitions: vec![Transition { state: initial, at_ms }] }
     }
 
     /// The current state.
@@ -253,10 +221,7 @@ impl<S: Lifecycle> StateHistory<S> {
     /// Moves to `next` at `at_ms`, or refuses an illegal move and changes nothing.
     pub fn transition(&mut self, next: S, at_ms: u64) -> Result<(), IllegalTransition> {
         if !self.current.can_transition_to(next) {
-            return Err(IllegalTransition {
-                from: self.current.to_string(),
-                to: next.to_string(),
-            });
+            return Err(IllegalTransition { from: self.current.to_string(), to: next.to_string() });
         }
         self.current = next;
         self.transitions.push(Transition { state: next, at_ms });
@@ -270,19 +235,12 @@ impl<S: Lifecycle> StateHistory<S> {
 
     /// When the machine last entered `state`, epoch milliseconds.
     pub fn last_entered(&self, state: S) -> Option<u64> {
-        self.transitions
-            .iter()
-            .rev()
-            .find(|t| t.state == state)
-            .map(|t| t.at_ms)
+        self.transitions.iter().rev().find(|t| t.state == state).map(|t| t.at_ms)
     }
 
     /// When the machine first entered `state`, epoch milliseconds.
     pub fn first_entered(&self, state: S) -> Option<u64> {
-        self.transitions
-            .iter()
-            .find(|t| t.state == state)
-            .map(|t| t.at_ms)
+        self.transitions.iter().find(|t| t.state == state).map(|t| t.at_ms)
     }
 
     /// When the current state was entered.
@@ -293,10 +251,7 @@ impl<S: Lifecycle> StateHistory<S> {
 
 /// Milliseconds since the Unix epoch, from the wall clock.
 pub fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or_default()
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -316,21 +271,12 @@ mod tests {
 
     #[test]
     fn terminal_states_cannot_be_left() {
-        for &terminal in &[
-            JobStatus::Finished,
-            JobStatus::Failed,
-            JobStatus::Canceled,
-            JobStatus::Suspended,
-        ] {
+        for &terminal in &[JobStatus::Finished, JobStatus::Failed, JobStatus::Canceled, JobStatus::Suspended] {
             for &next in JobStatus::all() {
                 assert!(!terminal.can_transition_to(next), "{terminal} -> {next}");
             }
         }
-        for &terminal in &[
-            ExecutionState::Finished,
-            ExecutionState::Failed,
-            ExecutionState::Canceled,
-        ] {
+        for &terminal in &[ExecutionState::Finished, ExecutionState::Failed, ExecutionState::Canceled] {
             for &next in ExecutionState::all() {
                 assert!(!terminal.can_transition_to(next), "{terminal} -> {next}");
             }
@@ -341,10 +287,7 @@ mod tests {
     fn illegal_job_transition_is_refused_and_changes_nothing() {
         let mut h = StateHistory::new(JobStatus::Created, 1);
         let err = h.transition(JobStatus::Finished, 2).unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            "illegal transition from CREATED to FINISHED"
-        );
+        assert_eq!(err.to_string(), "illegal transition from CREATED to FINISHED");
         assert_eq!(h.current(), JobStatus::Created);
         assert_eq!(h.transitions().len(), 1);
     }
@@ -364,10 +307,7 @@ mod tests {
     fn subtask_normal_path_and_failure_from_anywhere() {
         use ExecutionState::*;
         let mut h = StateHistory::new(Created, 0);
-        for (i, s) in [Scheduled, Deploying, Initializing, Running, Finished]
-            .into_iter()
-            .enumerate()
-        {
+        for (i, s) in [Scheduled, Deploying, Initializing, Running, Finished].into_iter().enumerate() {
             h.transition(s, i as u64).unwrap();
         }
         for &s in ExecutionState::all() {
@@ -382,19 +322,10 @@ mod tests {
 
     #[test]
     fn states_serialize_as_flink_names() {
-        assert_eq!(
-            serde_json::to_string(&JobStatus::Running).unwrap(),
-            "\"RUNNING\""
-        );
-        assert_eq!(
-            serde_json::to_string(&ExecutionState::Canceling).unwrap(),
-            "\"CANCELING\""
-        );
+        assert_eq!(serde_json::to_string(&JobStatus::Running).unwrap(), "\"RUNNING\"");
+        assert_eq!(serde_json::to_string(&ExecutionState::Canceling).unwrap(), "\"CANCELING\"");
         for &s in JobStatus::all() {
-            assert_eq!(
-                serde_json::to_string(&s).unwrap(),
-                format!("\"{}\"", s.name())
-            );
+            assert_eq!(serde_json::to_string(&s).unwrap(), format!("\"{}\"", s.name()));
         }
     }
 }

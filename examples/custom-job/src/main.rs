@@ -19,16 +19,11 @@ fn parse(line: &str) -> Result<Reading, String> {
     let Some((sensor, temperature)) = line.split_once(',') else {
         return Err(format!("line '{line}' is not 'sensor,temperature'"));
     };
-    let temperature: f64 = temperature.trim().parse().map_err(|_| {
-        format!(
-            "line '{line}': '{}' is not a temperature",
-            temperature.trim()
-        )
-    })?;
-    Ok(Reading {
-        sensor: sensor.trim().to_string(),
-        temperature,
-    })
+    let temperature: f64 = temperature
+        .trim()
+        .parse()
+        .map_err(|_| format!("line '{line}': '{}' is not a temperature", temperature.trim()))?;
+    Ok(Reading { sensor: sensor.trim().to_string(), temperature })
 }
 
 /// Per sensor: count (value state), maximum (reducing state), distinct readings (map state),
@@ -82,9 +77,7 @@ impl KeyedProcessFunction<String, String, String> for SensorStats {
         ctx: &mut EndOfInputContext<'_, String>,
         out: &mut Collector<'_, String>,
     ) -> FnResult {
-        ctx.for_each_value(&self.count, |sensor, count| {
-            out.collect(format!("{sensor}\t{count}"))
-        })?;
+        ctx.for_each_value(&self.count, |sensor, count| out.collect(format!("{sensor}\t{count}")))?;
         Ok(())
     }
 }
@@ -110,23 +103,14 @@ impl JobDefinition for SensorStatsJob {
     fn build(&self, args: &JobArgs, env: &StreamExecutionEnvironment) -> Result<(), JobBuildError> {
         let input: std::path::PathBuf = args.required("input")?;
         if !input.is_file() {
-            return Err(args.invalid(format!(
-                "--input {} is not a readable file",
-                input.display()
-            )));
+            return Err(args.invalid(format!("--input {} is not a readable file", input.display())));
         }
         let output: String = args.required("output")?;
         let stats = env
             .from_source(TextLineSource::new(input))
             .uid("readings")
             .filter(|line: &String| !line.trim().is_empty())
-            .key_by(|line: &String| {
-                line.split(',')
-                    .next()
-                    .unwrap_or_default()
-                    .trim()
-                    .to_string()
-            })
+            .key_by(|line: &String| line.split(',').next().unwrap_or_default().trim().to_string())
             .process(SensorStats::default())
             .uid("sensor-stats")
             .name("sensor-stats");

@@ -15,25 +15,13 @@ fn the_custom_job_counts_readings_per_sensor() {
     let input = dir.path().join("readings.csv");
     std::fs::write(&input, "a,1.5\nb,2\na,3\n\na,-1\n").unwrap();
     let output = my_weir()
-        .args([
-            "run",
-            "-D",
-            "rest.port=0",
-            "-p",
-            "2",
-            "sensor-stats",
-            "--input",
-        ])
+        .args(["run", "-D", "rest.port=0", "-p", "2", "sensor-stats", "--input"])
         .arg(&input)
         .args(["--output", "-"])
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    assert!(output.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
     let mut lines: Vec<&str> = stdout.lines().filter(|l| l.contains('\t')).collect();
     lines.sort();
     assert_eq!(lines, vec!["a\t3", "b\t1"]);
@@ -56,10 +44,7 @@ fn a_malformed_line_fails_the_job_with_the_function_error() {
     assert!(stdout.contains("ended with state FAILED"), "{stdout}");
     let errors: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error:")).collect();
     assert_eq!(errors.len(), 1, "{stderr}");
-    assert!(
-        errors[0].contains("FAILED") && errors[0].contains("'hot' is not a temperature"),
-        "{stderr}"
-    );
+    assert!(errors[0].contains("FAILED") && errors[0].contains("'hot' is not a temperature"), "{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
 

@@ -68,31 +68,15 @@ where
     F: KeyedProcessFunction<K, I, O>,
 {
     #[inline]
-    fn process_one(
-        &mut self,
-        record: I,
-        key: &K,
-        stable_hash: u32,
-        now_ms: u64,
-    ) -> Result<(), TaskError> {
+    fn process_one(&mut self, record: I, key: &K, stable_hash: u32, now_ms: u64) -> Result<(), TaskError> {
         let located = match self.backend.locate_hashed(key, stable_hash) {
             Ok(located) => located,
             Err(e) => {
-                return Err(TaskError::Internal(format!(
-                    "{}: record routed to the wrong subtask: {e}",
-                    self.name
-                )));
+                return Err(TaskError::Internal(format!("{}: record routed to the wrong subtask: {e}", self.name)));
             }
         };
-        let mut ctx = KeyedContext {
-            backend: &mut self.backend,
-            timers: &mut self.timers,
-            key: located,
-            now_ms,
-        };
-        let mut out = Collector {
-            buffer: &mut self.out,
-        };
+        let mut ctx = KeyedContext { backend: &mut self.backend, timers: &mut self.timers, key: located, now_ms };
+        let mut out = Collector { buffer: &mut self.out };
         match self.func.process_element(record, &mut ctx, &mut out) {
             Ok(()) => Ok(()),
             Err(e) => Err(TaskError::user(&self.name, e)),
@@ -125,11 +109,7 @@ where
         self.emit()
     }
 
-    fn process_hashed_batch(
-        &mut self,
-        batch: &mut Vec<I>,
-        hashes: &mut Vec<u32>,
-    ) -> Result<(), TaskError> {
+    fn process_hashed_batch(&mut self, batch: &mut Vec<I>, hashes: &mut Vec<u32>) -> Result<(), TaskError> {
         if batch.len() != hashes.len() {
             return Err(TaskError::Internal(format!(
                 "{}: {} records arrived with {} key hashes",
@@ -154,15 +134,8 @@ where
                 Ok(located) => located,
                 Err(e) => return Err(self.user_error(e)),
             };
-            let mut ctx = KeyedContext {
-                backend: &mut self.backend,
-                timers: &mut self.timers,
-                key: located,
-                now_ms,
-            };
-            let mut out = Collector {
-                buffer: &mut self.out,
-            };
+            let mut ctx = KeyedContext { backend: &mut self.backend, timers: &mut self.timers, key: located, now_ms };
+            let mut out = Collector { buffer: &mut self.out };
             if let Err(e) = self.func.on_timer(timestamp, &mut ctx, &mut out) {
                 return Err(TaskError::user(&self.name, e));
             }
@@ -181,12 +154,8 @@ where
     }
 
     fn end_input(&mut self) -> Result<(), TaskError> {
-        let mut ctx = EndOfInputContext {
-            backend: &mut self.backend,
-        };
-        let mut out = Collector {
-            buffer: &mut self.out,
-        };
+        let mut ctx = EndOfInputContext { backend: &mut self.backend };
+        let mut out = Collector { buffer: &mut self.out };
         if let Err(e) = self.func.on_end_of_input(&mut ctx, &mut out) {
             return Err(TaskError::user(&self.name, e));
         }

@@ -32,12 +32,7 @@ pub struct MapOperator<I, O, F> {
 impl<I, O, F> MapOperator<I, O, F> {
     /// Maps with `func` into `next`.
     pub fn new(func: F, next: Box<dyn Operator<O>>) -> Self {
-        MapOperator {
-            func,
-            out: Vec::new(),
-            next,
-            _input: std::marker::PhantomData,
-        }
+        MapOperator { func, out: Vec::new(), next, _input: std::marker::PhantomData }
     }
 }
 
@@ -62,11 +57,7 @@ pub struct FilterOperator<T, F> {
 impl<T, F> FilterOperator<T, F> {
     /// Filters with `func` into `next`.
     pub fn new(func: F, next: Box<dyn Operator<T>>) -> Self {
-        FilterOperator {
-            func,
-            out: Vec::new(),
-            next,
-        }
+        FilterOperator { func, out: Vec::new(), next }
     }
 }
 
@@ -96,12 +87,7 @@ pub struct FlatMapOperator<I, O, F> {
 impl<I, O, F> FlatMapOperator<I, O, F> {
     /// Flat-maps with `func` into `next`.
     pub fn new(func: F, next: Box<dyn Operator<O>>) -> Self {
-        FlatMapOperator {
-            func,
-            out: Vec::new(),
-            next,
-            _input: std::marker::PhantomData,
-        }
+        FlatMapOperator { func, out: Vec::new(), next, _input: std::marker::PhantomData }
     }
 }
 
@@ -109,17 +95,10 @@ impl<I, O, F> FlatMapOperator<I, O, F> {
 /// that emits many records per input record).
 const FLAT_MAP_BUFFER_MAX: usize = 4 * crate::operator::BATCH_RECORDS_MAX;
 
-impl<I: Send, O: Send, F: FnMut(I, &mut Collector<'_, O>) + Send> Operator<I>
-    for FlatMapOperator<I, O, F>
-{
+impl<I: Send, O: Send, F: FnMut(I, &mut Collector<'_, O>) + Send> Operator<I> for FlatMapOperator<I, O, F> {
     fn process_batch(&mut self, batch: &mut Vec<I>) -> Result<(), TaskError> {
         for record in batch.drain(..) {
-            (self.func)(
-                record,
-                &mut Collector {
-                    buffer: &mut self.out,
-                },
-            );
+            (self.func)(record, &mut Collector { buffer: &mut self.out });
             if self.out.len() >= FLAT_MAP_BUFFER_MAX {
                 self.next.process_batch(&mut self.out)?;
             }

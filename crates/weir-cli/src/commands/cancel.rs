@@ -33,10 +33,7 @@ pub fn cancel(args: CancelArgs) -> Result<ExitCode, CliError> {
             )));
         }
         _ => {
-            return Err(CliError::runtime(format!(
-                "cannot cancel job {job_id}: {}",
-                error_text(&response.body)
-            )));
+            return Err(CliError::runtime(format!("cannot cancel job {job_id}: {}", error_text(&response.body))));
         }
     }
     println!("Cancelling job {job_id}.");

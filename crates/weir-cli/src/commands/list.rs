@@ -22,20 +22,14 @@ pub fn list(args: ListArgs) -> Result<ExitCode, CliError> {
     if args.json {
         let response = client.get("/jobs/overview")?;
         if response.status != 200 {
-            return Err(CliError::runtime(format!(
-                "{}/jobs/overview answered {}",
-                client.base(),
-                response.status
-            )));
+            return Err(CliError::runtime(format!("{}/jobs/overview answered {}", client.base(), response.status)));
         }
         println!("{}", response.body.trim());
         return Ok(ExitCode::SUCCESS);
     }
     let jobs: Jobs = client.get_json("/jobs/overview")?;
-    let (live, ended): (Vec<&JobOverview>, Vec<&JobOverview>) = jobs
-        .jobs
-        .iter()
-        .partition(|j| !j.state.is_globally_terminal() && j.state != JobStatus::Suspended);
+    let (live, ended): (Vec<&JobOverview>, Vec<&JobOverview>) =
+        jobs.jobs.iter().partition(|j| !j.state.is_globally_terminal() && j.state != JobStatus::Suspended);
     print_section("Running/Restarting Jobs", &live, "No running jobs.");
     print_section("Terminated Jobs", &ended, "No terminated jobs.");
     Ok(ExitCode::SUCCESS)
@@ -48,13 +42,7 @@ fn print_section(title: &str, jobs: &[&JobOverview], empty: &str) {
     }
     println!("------------------ {title} -------------------");
     for job in jobs {
-        println!(
-            "{} : {} : {} ({})",
-            format_utc(job.start_time),
-            job.jid,
-            job.name,
-            job.state
-        );
+        println!("{} : {} : {} ({})", format_utc(job.start_time), job.jid, job.name, job.state);
     }
     println!("--------------------------------------------------------------");
 }
@@ -73,12 +61,7 @@ fn format_utc(epoch_ms: u64) -> String {
     let day = doy - (153 * mp + 2) / 5 + 1;
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
     let year = yoe + era * 400 + if month <= 2 { 1 } else { 0 };
-    format!(
-        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC",
-        time / 3600,
-        time % 3600 / 60,
-        time % 60
-    )
+    format!("{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC", time / 3600, time % 3600 / 60, time % 60)
 }
 
 #[cfg(test)]

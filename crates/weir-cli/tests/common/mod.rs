@@ -14,29 +14,18 @@ pub const WAIT_MAX: Duration = Duration::from_secs(30);
 /// The built `weir` binary with logging off.
 pub fn weir() -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_weir"));
-    command
-        .env("WEIR_LOG", "off")
-        .env_remove("WEIR_JOBMANAGER")
-        .env_remove("WEIR_CONF_DIR");
+    command.env("WEIR_LOG", "off").env_remove("WEIR_JOBMANAGER").env_remove("WEIR_CONF_DIR");
     command
 }
 
 /// Runs `weir args...` to completion.
 pub fn run_weir(args: &[&str]) -> Output {
-    weir()
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("the weir binary runs")
+    weir().args(args).stdin(Stdio::null()).output().expect("the weir binary runs")
 }
 
 /// The lines of stderr that start with `error:`.
 pub fn error_lines(output: &Output) -> Vec<String> {
-    String::from_utf8_lossy(&output.stderr)
-        .lines()
-        .filter(|l| l.starts_with("error:"))
-        .map(str::to_string)
-        .collect()
+    String::from_utf8_lossy(&output.stderr).lines().filter(|l| l.starts_with("error:")).map(str::to_string).collect()
 }
 
 /// A `weir run` in the background whose output is collected line by line.
@@ -69,11 +58,7 @@ impl RunningWeir {
         let stderr = Arc::new(Mutex::new(Vec::new()));
         collect(child.stdout.take().unwrap(), Arc::clone(&stdout));
         collect(child.stderr.take().unwrap(), Arc::clone(&stderr));
-        RunningWeir {
-            child,
-            stdout,
-            stderr,
-        }
+        RunningWeir { child, stdout, stderr }
     }
 
     fn wait_for_line(&mut self, stream: &Arc<Mutex<Vec<String>>>, marker: &str) -> String {
@@ -83,16 +68,9 @@ impl RunningWeir {
                 return line.clone();
             }
             if let Ok(Some(status)) = self.child.try_wait() {
-                panic!(
-                    "weir exited with {status} before printing '{marker}'; stderr: {:?}",
-                    self.stderr_lines()
-                );
+                panic!("weir exited with {status} before printing '{marker}'; stderr: {:?}", self.stderr_lines());
             }
-            assert!(
-                Instant::now() < deadline,
-                "no '{marker}' within {WAIT_MAX:?}; stderr: {:?}",
-                self.stderr_lines()
-            );
+            assert!(Instant::now() < deadline, "no '{marker}' within {WAIT_MAX:?}; stderr: {:?}", self.stderr_lines());
             std::thread::sleep(Duration::from_millis(10));
         }
     }
@@ -101,11 +79,7 @@ impl RunningWeir {
     pub fn rest_url(&mut self) -> String {
         let stderr = Arc::clone(&self.stderr);
         let line = self.wait_for_line(&stderr, "REST API at http://");
-        line.split("REST API at ")
-            .nth(1)
-            .unwrap()
-            .trim()
-            .to_string()
+        line.split("REST API at ").nth(1).unwrap().trim().to_string()
     }
 
     /// The job id `run` printed.
@@ -124,10 +98,7 @@ impl RunningWeir {
                 std::thread::sleep(Duration::from_millis(50));
                 return status.code();
             }
-            assert!(
-                Instant::now() < deadline,
-                "weir did not exit within {WAIT_MAX:?}"
-            );
+            assert!(Instant::now() < deadline, "weir did not exit within {WAIT_MAX:?}");
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -175,20 +146,14 @@ fn agent() -> ureq::Agent {
 pub fn get(url: &str) -> Http {
     let mut response = agent().get(url).call().expect("REST answers");
     let status = response.status().as_u16();
-    Http {
-        status,
-        body: response.body_mut().read_to_string().unwrap(),
-    }
+    Http { status, body: response.body_mut().read_to_string().unwrap() }
 }
 
 /// PATCH `url`.
 pub fn patch(url: &str) -> Http {
     let mut response = agent().patch(url).send_empty().expect("REST answers");
     let status = response.status().as_u16();
-    Http {
-        status,
-        body: response.body_mut().read_to_string().unwrap(),
-    }
+    Http { status, body: response.body_mut().read_to_string().unwrap() }
 }
 
 /// Polls `GET url` until `done(json)` or [`WAIT_MAX`].
@@ -202,11 +167,7 @@ pub fn poll_json(url: &str, mut done: impl FnMut(&serde_json::Value) -> bool) ->
                 return json;
             }
         }
-        assert!(
-            Instant::now() < deadline,
-            "{url} never reached the expected state; last: {}",
-            answer.body
-        );
+        assert!(Instant::now() < deadline, "{url} never reached the expected state; last: {}", answer.body);
         std::thread::sleep(Duration::from_millis(20));
     }
 }

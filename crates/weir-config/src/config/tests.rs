@@ -5,10 +5,7 @@ use std::time::Duration;
 
 use super::*;
 use crate::options::*;
-use crate::values::{
-    CheckpointingMode, FailoverStrategy, HighAvailabilityType, RestartStrategyType,
-    StateBackendType,
-};
+use crate::values::{CheckpointingMode, FailoverStrategy, HighAvailabilityType, RestartStrategyType, StateBackendType};
 
 fn overrides(items: &[&str]) -> Vec<String> {
     items.iter().map(|item| item.to_string()).collect()
@@ -42,83 +39,31 @@ fn defaults_when_nothing_is_set() {
     assert_eq!(config.get(&JOBMANAGER_RPC_PORT).unwrap(), 6123);
     assert_eq!(config.get(&TASKMANAGER_NUMBER_OF_TASK_SLOTS).unwrap(), 1);
     assert_eq!(config.get(&CHECKPOINTING_INTERVAL).unwrap(), None);
-    assert_eq!(
-        config.get(&CHECKPOINTING_MODE).unwrap(),
-        CheckpointingMode::ExactlyOnce
-    );
-    assert_eq!(
-        config.get(&CHECKPOINTING_TIMEOUT).unwrap(),
-        Duration::from_secs(600)
-    );
-    assert_eq!(
-        config.get(&CHECKPOINTING_MIN_PAUSE).unwrap(),
-        Duration::ZERO
-    );
+    assert_eq!(config.get(&CHECKPOINTING_MODE).unwrap(), CheckpointingMode::ExactlyOnce);
+    assert_eq!(config.get(&CHECKPOINTING_TIMEOUT).unwrap(), Duration::from_secs(600));
+    assert_eq!(config.get(&CHECKPOINTING_MIN_PAUSE).unwrap(), Duration::ZERO);
     assert_eq!(config.get(&CHECKPOINTING_MAX_CONCURRENT).unwrap(), 1);
     assert_eq!(config.get(&CHECKPOINTING_TOLERABLE_FAILED).unwrap(), 0);
     assert_eq!(config.get(&CHECKPOINTS_NUM_RETAINED).unwrap(), 1);
     assert_eq!(config.get(&CHECKPOINTS_DIR).unwrap(), None);
     assert_eq!(config.get(&SAVEPOINTS_DIR).unwrap(), None);
-    assert_eq!(
-        config.get(&STATE_BACKEND_TYPE).unwrap(),
-        StateBackendType::HashMap
-    );
+    assert_eq!(config.get(&STATE_BACKEND_TYPE).unwrap(), StateBackendType::HashMap);
     assert_eq!(config.get(&RESTART_STRATEGY_TYPE).unwrap(), None);
     assert_eq!(config.get(&RESTART_FIXED_DELAY_ATTEMPTS).unwrap(), 1);
-    assert_eq!(
-        config.get(&RESTART_FIXED_DELAY_DELAY).unwrap(),
-        Duration::from_secs(1)
-    );
+    assert_eq!(config.get(&RESTART_FIXED_DELAY_DELAY).unwrap(), Duration::from_secs(1));
     assert_eq!(config.get(&RESTART_FAILURE_RATE_MAX_FAILURES).unwrap(), 1);
-    assert_eq!(
-        config.get(&RESTART_FAILURE_RATE_INTERVAL).unwrap(),
-        Duration::from_secs(60)
-    );
-    assert_eq!(
-        config.get(&RESTART_FAILURE_RATE_DELAY).unwrap(),
-        Duration::from_secs(1)
-    );
-    assert_eq!(
-        config.get(&RESTART_EXPONENTIAL_INITIAL_BACKOFF).unwrap(),
-        Duration::from_secs(1)
-    );
-    assert_eq!(
-        config.get(&RESTART_EXPONENTIAL_MAX_BACKOFF).unwrap(),
-        Duration::from_secs(60)
-    );
-    assert_eq!(
-        config.get(&RESTART_EXPONENTIAL_BACKOFF_MULTIPLIER).unwrap(),
-        1.5
-    );
-    assert_eq!(
-        config
-            .get(&RESTART_EXPONENTIAL_RESET_BACKOFF_THRESHOLD)
-            .unwrap(),
-        Duration::from_secs(3600)
-    );
+    assert_eq!(config.get(&RESTART_FAILURE_RATE_INTERVAL).unwrap(), Duration::from_secs(60));
+    assert_eq!(config.get(&RESTART_FAILURE_RATE_DELAY).unwrap(), Duration::from_secs(1));
+    assert_eq!(config.get(&RESTART_EXPONENTIAL_INITIAL_BACKOFF).unwrap(), Duration::from_secs(1));
+    assert_eq!(config.get(&RESTART_EXPONENTIAL_MAX_BACKOFF).unwrap(), Duration::from_secs(60));
+    assert_eq!(config.get(&RESTART_EXPONENTIAL_BACKOFF_MULTIPLIER).unwrap(), 1.5);
+    assert_eq!(config.get(&RESTART_EXPONENTIAL_RESET_BACKOFF_THRESHOLD).unwrap(), Duration::from_secs(3600));
     assert_eq!(config.get(&RESTART_EXPONENTIAL_JITTER_FACTOR).unwrap(), 0.1);
-    assert_eq!(
-        config
-            .get(&RESTART_EXPONENTIAL_ATTEMPTS_BEFORE_RESET)
-            .unwrap(),
-        None
-    );
-    assert_eq!(
-        config.get(&FAILOVER_STRATEGY).unwrap(),
-        FailoverStrategy::Region
-    );
-    assert_eq!(
-        config.get(&HEARTBEAT_INTERVAL).unwrap(),
-        Duration::from_secs(10)
-    );
-    assert_eq!(
-        config.get(&HEARTBEAT_TIMEOUT).unwrap(),
-        Duration::from_secs(50)
-    );
-    assert_eq!(
-        config.get(&HIGH_AVAILABILITY_TYPE).unwrap(),
-        HighAvailabilityType::None
-    );
+    assert_eq!(config.get(&RESTART_EXPONENTIAL_ATTEMPTS_BEFORE_RESET).unwrap(), None);
+    assert_eq!(config.get(&FAILOVER_STRATEGY).unwrap(), FailoverStrategy::Region);
+    assert_eq!(config.get(&HEARTBEAT_INTERVAL).unwrap(), Duration::from_secs(10));
+    assert_eq!(config.get(&HEARTBEAT_TIMEOUT).unwrap(), Duration::from_secs(50));
+    assert_eq!(config.get(&HIGH_AVAILABILITY_TYPE).unwrap(), HighAvailabilityType::None);
     assert_eq!(config.get(&HIGH_AVAILABILITY_STORAGE_DIR).unwrap(), None);
     assert_eq!(config.get(&PIPELINE_NAME).unwrap(), None);
     assert!(config.validate().is_ok());
@@ -147,45 +92,16 @@ fn typed_values_parse() {
     assert_eq!(config.get(&PARALLELISM_DEFAULT).unwrap(), 8);
     assert_eq!(config.get(&PIPELINE_MAX_PARALLELISM).unwrap(), Some(128));
     assert_eq!(config.get(&REST_PORT).unwrap(), 0);
-    assert_eq!(
-        config.get(&REST_BIND_ADDRESS).unwrap().as_deref(),
-        Some("0.0.0.0")
-    );
-    assert_eq!(
-        config.get(&CHECKPOINTING_INTERVAL).unwrap(),
-        Some(Duration::from_secs(10))
-    );
-    assert_eq!(
-        config.get(&CHECKPOINTING_MODE).unwrap(),
-        CheckpointingMode::AtLeastOnce
-    );
-    assert_eq!(
-        config.get(&CHECKPOINTS_DIR).unwrap().as_deref(),
-        Some("s3://bucket/checkpoints")
-    );
-    assert_eq!(
-        config.get(&RESTART_STRATEGY_TYPE).unwrap(),
-        Some(RestartStrategyType::FixedDelay)
-    );
-    assert_eq!(
-        config.get(&RESTART_EXPONENTIAL_BACKOFF_MULTIPLIER).unwrap(),
-        2.0
-    );
+    assert_eq!(config.get(&REST_BIND_ADDRESS).unwrap().as_deref(), Some("0.0.0.0"));
+    assert_eq!(config.get(&CHECKPOINTING_INTERVAL).unwrap(), Some(Duration::from_secs(10)));
+    assert_eq!(config.get(&CHECKPOINTING_MODE).unwrap(), CheckpointingMode::AtLeastOnce);
+    assert_eq!(config.get(&CHECKPOINTS_DIR).unwrap().as_deref(), Some("s3://bucket/checkpoints"));
+    assert_eq!(config.get(&RESTART_STRATEGY_TYPE).unwrap(), Some(RestartStrategyType::FixedDelay));
+    assert_eq!(config.get(&RESTART_EXPONENTIAL_BACKOFF_MULTIPLIER).unwrap(), 2.0);
     assert_eq!(config.get(&RESTART_EXPONENTIAL_JITTER_FACTOR).unwrap(), 0.0);
-    assert_eq!(
-        config
-            .get(&RESTART_EXPONENTIAL_ATTEMPTS_BEFORE_RESET)
-            .unwrap(),
-        Some(5)
-    );
-    assert_eq!(
-        config.get(&FAILOVER_STRATEGY).unwrap(),
-        FailoverStrategy::Full
-    );
-    assert_eq!(
-        config.get(&PIPELINE_NAME).unwrap().as_deref(),
-        Some("word count")
-    );
+    assert_eq!(config.get(&RESTART_EXPONENTIAL_ATTEMPTS_BEFORE_RESET).unwrap(), Some(5));
+    assert_eq!(config.get(&FAILOVER_STRATEGY).unwrap(), FailoverStrategy::Full);
+    assert_eq!(config.get(&PIPELINE_NAME).unwrap().as_deref(), Some("word count"));
     assert!(config.validate().is_ok());
 }
 
@@ -200,12 +116,7 @@ fn optional_options_accept_none_and_empty() {
     assert_eq!(config.get(&CHECKPOINTING_INTERVAL).unwrap(), None);
     assert_eq!(config.get(&PIPELINE_MAX_PARALLELISM).unwrap(), None);
     assert_eq!(config.get(&CHECKPOINTS_DIR).unwrap(), None);
-    assert_eq!(
-        config
-            .get(&RESTART_EXPONENTIAL_ATTEMPTS_BEFORE_RESET)
-            .unwrap(),
-        None
-    );
+    assert_eq!(config.get(&RESTART_EXPONENTIAL_ATTEMPTS_BEFORE_RESET).unwrap(), None);
     let off = with_overrides(&["execution.checkpointing.interval=off"]);
     assert_eq!(off.get(&CHECKPOINTING_INTERVAL).unwrap(), None);
 }
@@ -224,162 +135,42 @@ fn bad_value_message_has_the_documented_form() {
 
 /// A value each known key rejects, with a fragment of the expected explanation.
 const BAD_VALUES: &[(&str, &str, &str)] = &[
-    (
-        "parallelism.default",
-        "0",
-        "expected a positive integer up to 32768",
-    ),
-    (
-        "parallelism.default",
-        "32769",
-        "expected a positive integer up to 32768",
-    ),
-    (
-        "pipeline.max-parallelism",
-        "-1",
-        "expected a positive integer up to 32768",
-    ),
+    ("parallelism.default", "0", "expected a positive integer up to 32768"),
+    ("parallelism.default", "32769", "expected a positive integer up to 32768"),
+    ("pipeline.max-parallelism", "-1", "expected a positive integer up to 32768"),
     ("rest.address", "", "expected a host name or ip address"),
-    (
-        "rest.port",
-        "65536",
-        "expected a port number from 0 to 65535",
-    ),
-    (
-        "jobmanager.rpc.address",
-        " ",
-        "expected a host name or ip address",
-    ),
+    ("rest.port", "65536", "expected a port number from 0 to 65535"),
+    ("jobmanager.rpc.address", " ", "expected a host name or ip address"),
     ("jobmanager.rpc.port", "http", "expected a port number"),
-    (
-        "taskmanager.numberOfTaskSlots",
-        "0",
-        "expected a positive integer",
-    ),
+    ("taskmanager.numberOfTaskSlots", "0", "expected a positive integer"),
     ("execution.checkpointing.interval", "5ms", "at least 10ms"),
-    (
-        "execution.checkpointing.interval",
-        "soon",
-        "'none' to disable checkpointing",
-    ),
-    (
-        "execution.checkpointing.mode",
-        "exactly-once",
-        "expected 'EXACTLY_ONCE' or 'AT_LEAST_ONCE'",
-    ),
-    (
-        "execution.checkpointing.timeout",
-        "1ms",
-        "expected a duration of at least 10ms",
-    ),
-    (
-        "execution.checkpointing.min-pause",
-        "-1s",
-        "expected a duration such as",
-    ),
-    (
-        "execution.checkpointing.max-concurrent-checkpoints",
-        "0",
-        "expected a positive integer",
-    ),
-    (
-        "execution.checkpointing.tolerable-failed-checkpoints",
-        "-1",
-        "expected a non-negative integer",
-    ),
-    (
-        "state.checkpoints.num-retained",
-        "0",
-        "expected a positive integer",
-    ),
-    (
-        "state.backend.type",
-        "rocksdb",
-        "state backend 'rocksdb' is not available in this build; use 'hashmap'",
-    ),
+    ("execution.checkpointing.interval", "soon", "'none' to disable checkpointing"),
+    ("execution.checkpointing.mode", "exactly-once", "expected 'EXACTLY_ONCE' or 'AT_LEAST_ONCE'"),
+    ("execution.checkpointing.timeout", "1ms", "expected a duration of at least 10ms"),
+    ("execution.checkpointing.min-pause", "-1s", "expected a duration such as"),
+    ("execution.checkpointing.max-concurrent-checkpoints", "0", "expected a positive integer"),
+    ("execution.checkpointing.tolerable-failed-checkpoints", "-1", "expected a non-negative integer"),
+    ("state.checkpoints.num-retained", "0", "expected a positive integer"),
+    ("state.backend.type", "rocksdb", "state backend 'rocksdb' is not available in this build; use 'hashmap'"),
     ("state.backend.type", "memory", "expected 'hashmap'"),
-    (
-        "restart-strategy.type",
-        "always",
-        "expected 'none', 'fixed-delay', 'failure-rate' or 'exponential-delay'",
-    ),
-    (
-        "restart-strategy.fixed-delay.attempts",
-        "many",
-        "expected a non-negative integer",
-    ),
-    (
-        "restart-strategy.fixed-delay.delay",
-        "1 fortnight",
-        "unknown time unit 'fortnight'",
-    ),
-    (
-        "restart-strategy.failure-rate.max-failures-per-interval",
-        "0",
-        "expected a positive integer",
-    ),
-    (
-        "restart-strategy.failure-rate.failure-rate-interval",
-        "0s",
-        "expected a positive duration",
-    ),
-    (
-        "restart-strategy.failure-rate.delay",
-        "1.5s",
-        "expected a duration such as",
-    ),
-    (
-        "restart-strategy.exponential-delay.initial-backoff",
-        "",
-        "the duration is empty",
-    ),
-    (
-        "restart-strategy.exponential-delay.max-backoff",
-        "x",
-        "does not start with a number",
-    ),
-    (
-        "restart-strategy.exponential-delay.backoff-multiplier",
-        "0.5",
-        "expected a number of at least 1.0",
-    ),
-    (
-        "restart-strategy.exponential-delay.backoff-multiplier",
-        "inf",
-        "expected a number of at least 1.0",
-    ),
-    (
-        "restart-strategy.exponential-delay.reset-backoff-threshold",
-        "99999999999999999999d",
-        "too large",
-    ),
-    (
-        "restart-strategy.exponential-delay.jitter-factor",
-        "1.5",
-        "expected a number from 0.0 to 1.0",
-    ),
-    (
-        "restart-strategy.exponential-delay.jitter-factor",
-        "NaN",
-        "expected a number from 0.0 to 1.0",
-    ),
-    (
-        "restart-strategy.exponential-delay.attempts-before-reset-backoff",
-        "-3",
-        "expected a non-negative integer",
-    ),
-    (
-        "jobmanager.execution.failover-strategy",
-        "partial",
-        "expected 'region' or 'full'",
-    ),
+    ("restart-strategy.type", "always", "expected 'none', 'fixed-delay', 'failure-rate' or 'exponential-delay'"),
+    ("restart-strategy.fixed-delay.attempts", "many", "expected a non-negative integer"),
+    ("restart-strategy.fixed-delay.delay", "1 fortnight", "unknown time unit 'fortnight'"),
+    ("restart-strategy.failure-rate.max-failures-per-interval", "0", "expected a positive integer"),
+    ("restart-strategy.failure-rate.failure-rate-interval", "0s", "expected a positive duration"),
+    ("restart-strategy.failure-rate.delay", "1.5s", "expected a duration such as"),
+    ("restart-strategy.exponential-delay.initial-backoff", "", "the duration is empty"),
+    ("restart-strategy.exponential-delay.max-backoff", "x", "does not start with a number"),
+    ("restart-strategy.exponential-delay.backoff-multiplier", "0.5", "expected a number of at least 1.0"),
+    ("restart-strategy.exponential-delay.backoff-multiplier", "inf", "expected a number of at least 1.0"),
+    ("restart-strategy.exponential-delay.reset-backoff-threshold", "99999999999999999999d", "too large"),
+    ("restart-strategy.exponential-delay.jitter-factor", "1.5", "expected a number from 0.0 to 1.0"),
+    ("restart-strategy.exponential-delay.jitter-factor", "NaN", "expected a number from 0.0 to 1.0"),
+    ("restart-strategy.exponential-delay.attempts-before-reset-backoff", "-3", "expected a non-negative integer"),
+    ("jobmanager.execution.failover-strategy", "partial", "expected 'region' or 'full'"),
     ("heartbeat.interval", "0", "expected a positive duration"),
     ("heartbeat.timeout", "later", "expected a duration such as"),
-    (
-        "high-availability.type",
-        "zookeeper",
-        "high-availability.type 'zookeeper' is not supported yet; use 'none'",
-    ),
+    ("high-availability.type", "zookeeper", "high-availability.type 'zookeeper' is not supported yet; use 'none'"),
 ];
 
 #[test]
@@ -389,14 +180,8 @@ fn bad_values_from_overrides_name_key_value_and_source() {
         let error = config.validate().expect_err(key);
         let text = error.to_string();
         assert_eq!(error.key(), Some(*key), "{text}");
-        assert!(
-            text.contains(&format!("configuration key '{key}'")),
-            "{text}"
-        );
-        assert!(
-            text.contains(&format!("bad value '{}'", value.trim())),
-            "{text}"
-        );
+        assert!(text.contains(&format!("configuration key '{key}'")), "{text}");
+        assert!(text.contains(&format!("bad value '{}'", value.trim())), "{text}");
         assert!(text.contains("(from -D)"), "{text}");
         assert!(text.contains(expected), "{key}: {text}");
         assert!(!text.contains('\n'), "{text}");
@@ -409,14 +194,8 @@ fn bad_values_from_a_file_name_the_file() {
         let (_dir, path) = yaml_file(&format!("{key}: '{value}'\n"));
         let config = Configuration::load(Some(&path), &[]).expect("load");
         let text = config.validate().expect_err(key).to_string();
-        assert!(
-            text.contains(&format!("configuration key '{key}'")),
-            "{text}"
-        );
-        assert!(
-            text.contains(&format!("(from {})", path.display())),
-            "{text}"
-        );
+        assert!(text.contains(&format!("configuration key '{key}'")), "{text}");
+        assert!(text.contains(&format!("(from {})", path.display())), "{text}");
         assert!(text.contains(expected), "{key}: {text}");
     }
 }
@@ -436,10 +215,7 @@ fn validate_checks_every_non_string_key() {
     for key in ALL_KEYS {
         let config = with_overrides(&[&format!("{key}=@@garbage@@")]);
         match config.validate() {
-            Ok(()) => assert!(
-                free_text.contains(key),
-                "validate accepted garbage for {key}"
-            ),
+            Ok(()) => assert!(free_text.contains(key), "validate accepted garbage for {key}"),
             Err(error) => assert_eq!(error.key(), Some(*key), "{error}"),
         }
     }
@@ -459,31 +235,19 @@ fn set_from_names_its_origin() {
 
 #[test]
 fn overrides_win_over_the_file_and_set_wins_over_both() {
-    let (_dir, path) =
-        yaml_file("parallelism.default: 2\nrest.port: 9000\npipeline.name: from-file\n");
-    let mut config = Configuration::load(
-        Some(&path),
-        &overrides(&["parallelism.default=3", "pipeline.name = from-d "]),
-    )
-    .expect("load");
+    let (_dir, path) = yaml_file("parallelism.default: 2\nrest.port: 9000\npipeline.name: from-file\n");
+    let mut config =
+        Configuration::load(Some(&path), &overrides(&["parallelism.default=3", "pipeline.name = from-d "]))
+            .expect("load");
     assert_eq!(config.get(&PARALLELISM_DEFAULT).unwrap(), 3);
     assert_eq!(config.get(&REST_PORT).unwrap(), 9000);
     assert_eq!(config.get_raw("pipeline.name"), Some("from-d"));
-    assert_eq!(
-        config.source("parallelism.default"),
-        Some(&Source::Override)
-    );
-    assert_eq!(
-        config.source("rest.port"),
-        Some(&Source::File(path.clone()))
-    );
+    assert_eq!(config.source("parallelism.default"), Some(&Source::Override));
+    assert_eq!(config.source("rest.port"), Some(&Source::File(path.clone())));
 
     config.set("parallelism.default", "5");
     assert_eq!(config.get(&PARALLELISM_DEFAULT).unwrap(), 5);
-    assert_eq!(
-        config.source("parallelism.default"),
-        Some(&Source::Set("programmatic setting".to_string()))
-    );
+    assert_eq!(config.source("parallelism.default"), Some(&Source::Set("programmatic setting".to_string())));
 }
 
 #[test]
@@ -494,14 +258,8 @@ fn nested_yaml_file_is_flattened() {
          pipeline:\n  jars:\n    - a.jar\n    - b.jar\n  name: ~\n",
     );
     let config = Configuration::load(Some(&path), &[]).expect("load");
-    assert_eq!(
-        config.get(&CHECKPOINTING_INTERVAL).unwrap(),
-        Some(Duration::from_secs(10))
-    );
-    assert_eq!(
-        config.get(&CHECKPOINTING_MODE).unwrap(),
-        CheckpointingMode::AtLeastOnce
-    );
+    assert_eq!(config.get(&CHECKPOINTING_INTERVAL).unwrap(), Some(Duration::from_secs(10)));
+    assert_eq!(config.get(&CHECKPOINTING_MODE).unwrap(), CheckpointingMode::AtLeastOnce);
     assert_eq!(config.get(&PARALLELISM_DEFAULT).unwrap(), 4);
     assert_eq!(config.get(&REST_PORT).unwrap(), 8082);
     assert_eq!(config.get(&REST_ADDRESS).unwrap(), "example.org");
@@ -527,11 +285,7 @@ fn empty_file_is_fine() {
     let config = Configuration::load(Some(&path), &[]).expect("load");
     assert!(config.is_empty());
     let (_dir, path) = yaml_file("# only comments\n");
-    assert!(
-        Configuration::load(Some(&path), &[])
-            .expect("load")
-            .is_empty()
-    );
+    assert!(Configuration::load(Some(&path), &[]).expect("load").is_empty());
 }
 
 #[test]
@@ -543,26 +297,16 @@ fn unreadable_file_error_names_the_path() {
     assert!(text.starts_with("cannot read configuration file"), "{text}");
     assert!(text.contains(&missing.display().to_string()), "{text}");
     assert!(text.contains("no such file"), "{text}");
-    assert!(matches!(
-        error,
-        ConfigError::Read {
-            kind: std::io::ErrorKind::NotFound,
-            ..
-        }
-    ));
+    assert!(matches!(error, ConfigError::Read { kind: std::io::ErrorKind::NotFound, .. }));
 
-    let text = Configuration::load(Some(dir.path()), &[])
-        .unwrap_err()
-        .to_string();
+    let text = Configuration::load(Some(dir.path()), &[]).unwrap_err().to_string();
     assert!(text.contains(&dir.path().display().to_string()), "{text}");
 }
 
 #[test]
 fn invalid_yaml_error_names_the_path_and_reason() {
     let (_dir, path) = yaml_file("parallelism.default: [1\n");
-    let text = Configuration::load(Some(&path), &[])
-        .unwrap_err()
-        .to_string();
+    let text = Configuration::load(Some(&path), &[]).unwrap_err().to_string();
     assert!(text.starts_with("invalid configuration file"), "{text}");
     assert!(text.contains(&path.display().to_string()), "{text}");
     assert!(text.contains("line"), "{text}");
@@ -571,16 +315,9 @@ fn invalid_yaml_error_names_the_path_and_reason() {
 
 #[test]
 fn override_without_equals_or_key_is_rejected() {
-    let text = Configuration::load(None, &overrides(&["parallelism.default"]))
-        .unwrap_err()
-        .to_string();
-    assert_eq!(
-        text,
-        "invalid override '-D parallelism.default': missing '='; expected the form -D key=value"
-    );
-    let text = Configuration::load(None, &overrides(&[" =4"]))
-        .unwrap_err()
-        .to_string();
+    let text = Configuration::load(None, &overrides(&["parallelism.default"])).unwrap_err().to_string();
+    assert_eq!(text, "invalid override '-D parallelism.default': missing '='; expected the form -D key=value");
+    let text = Configuration::load(None, &overrides(&[" =4"])).unwrap_err().to_string();
     assert!(text.contains("the key is empty"), "{text}");
     assert!(text.contains("-D key=value"), "{text}");
 }
@@ -595,11 +332,7 @@ fn override_value_may_contain_equals() {
 #[test]
 fn unknown_key_warning_suggests_a_close_key() {
     let (_dir, path) = yaml_file("paralelism.default: 4\ntotally.unrelated: x\n");
-    let config = Configuration::load(
-        Some(&path),
-        &overrides(&["taskmanager.numberoftaskslots=2"]),
-    )
-    .expect("load");
+    let config = Configuration::load(Some(&path), &overrides(&["taskmanager.numberoftaskslots=2"])).expect("load");
     let warnings = config.warnings();
     assert_eq!(
         warnings,
@@ -612,10 +345,7 @@ fn unknown_key_warning_suggests_a_close_key() {
             "unknown configuration key 'taskmanager.numberoftaskslots' (from -D); it is ignored; \
              did you mean 'taskmanager.numberOfTaskSlots'?"
                 .to_string(),
-            format!(
-                "unknown configuration key 'totally.unrelated' (from {}); it is ignored",
-                path.display()
-            ),
+            format!("unknown configuration key 'totally.unrelated' (from {}); it is ignored", path.display()),
         ]
     );
     // The misspelled key does not change the typed value.
@@ -625,27 +355,12 @@ fn unknown_key_warning_suggests_a_close_key() {
 #[test]
 fn fallback_names_work_and_the_latest_wins() {
     let (_dir, path) = yaml_file("state.checkpoints.dir: file:///old\n");
-    let config = Configuration::load(
-        Some(&path),
-        &overrides(&["execution.checkpointing.dir=s3://new"]),
-    )
-    .expect("load");
-    assert_eq!(
-        config.get(&CHECKPOINTS_DIR).unwrap().as_deref(),
-        Some("s3://new")
-    );
+    let config = Configuration::load(Some(&path), &overrides(&["execution.checkpointing.dir=s3://new"])).expect("load");
+    assert_eq!(config.get(&CHECKPOINTS_DIR).unwrap().as_deref(), Some("s3://new"));
     let warnings = config.warnings();
     assert_eq!(warnings.len(), 1, "{warnings:?}");
-    assert!(
-        warnings[0].contains("'state.checkpoints.dir'"),
-        "{}",
-        warnings[0]
-    );
-    assert!(
-        warnings[0].contains("the value 's3://new' of 'execution.checkpointing.dir' is used"),
-        "{}",
-        warnings[0]
-    );
+    assert!(warnings[0].contains("'state.checkpoints.dir'"), "{}", warnings[0]);
+    assert!(warnings[0].contains("the value 's3://new' of 'execution.checkpointing.dir' is used"), "{}", warnings[0]);
 
     let config = with_overrides(&["state.backend=rocksdb"]);
     let text = config.get(&STATE_BACKEND_TYPE).unwrap_err().to_string();
@@ -657,11 +372,8 @@ fn fallback_names_work_and_the_latest_wins() {
 #[test]
 fn to_overrides_round_trips() {
     let (_dir, path) = yaml_file("execution:\n  checkpointing:\n    interval: 10s\nx.y: [1, 2]\n");
-    let mut config = Configuration::load(
-        Some(&path),
-        &overrides(&["pipeline.name=a=b", "parallelism.default=2"]),
-    )
-    .expect("load");
+    let mut config =
+        Configuration::load(Some(&path), &overrides(&["pipeline.name=a=b", "parallelism.default=2"])).expect("load");
     config.set("rest.port", "0");
     let forwarded = config.to_overrides();
     assert_eq!(
@@ -682,35 +394,21 @@ fn to_overrides_round_trips() {
 
 #[test]
 fn validate_checks_rules_between_keys() {
-    let text = with_overrides(&["heartbeat.timeout=5s"])
-        .validate()
-        .unwrap_err()
-        .to_string();
+    let text = with_overrides(&["heartbeat.timeout=5s"]).validate().unwrap_err().to_string();
     assert_eq!(
         text,
         "configuration key 'heartbeat.timeout' (5s, from -D) must not be smaller than \
          'heartbeat.interval' (10s, from default)"
     );
 
-    let text = with_overrides(&["parallelism.default=8", "pipeline.max-parallelism=4"])
-        .validate()
-        .unwrap_err()
-        .to_string();
-    assert!(
-        text.contains("'pipeline.max-parallelism' (4, from -D)"),
-        "{text}"
-    );
-    assert!(
-        text.contains("'parallelism.default' (8, from -D)"),
-        "{text}"
-    );
+    let text =
+        with_overrides(&["parallelism.default=8", "pipeline.max-parallelism=4"]).validate().unwrap_err().to_string();
+    assert!(text.contains("'pipeline.max-parallelism' (4, from -D)"), "{text}");
+    assert!(text.contains("'parallelism.default' (8, from -D)"), "{text}");
 
     let backoff = ["restart-strategy.exponential-delay.initial-backoff=2min"];
     assert!(with_overrides(&backoff).validate().is_err());
-    let fixed = [
-        "restart-strategy.exponential-delay.initial-backoff=2min",
-        "restart-strategy.type=fixed-delay",
-    ];
+    let fixed = ["restart-strategy.exponential-delay.initial-backoff=2min", "restart-strategy.type=fixed-delay"];
     assert!(with_overrides(&fixed).validate().is_ok());
 }
 
