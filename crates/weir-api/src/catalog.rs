@@ -94,6 +94,11 @@ impl JobArgs {
         while index < argv.len() {
             let word = &argv[index];
             let Some(stripped) = word.strip_prefix("--") else {
+                if word.starts_with('-') {
+                    return Err(error(format!(
+                        "unexpected argument '{word}' (weir's own options such as -p, -D and -c go before the job name: weir run {word} ... {job} ...)"
+                    )));
+                }
                 return Err(error(format!("unexpected argument '{word}'")));
             };
             let (name, inline_value) = match stripped.split_once('=') {

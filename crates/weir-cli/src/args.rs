@@ -4,9 +4,15 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-/// weir: stateful stream processing with Flink's operational model.
+/// The command line.
 #[derive(Parser, Debug)]
-#[command(name = "weir", version, about, long_about = None, propagate_version = true)]
+#[command(
+    name = "weir",
+    version,
+    about = "weir: stateful stream processing with Apache Flink's operational model, in Rust",
+    after_help = "Examples:\n  weir jobs\n  weir run -p 2 counter --users 1000 --events 1000000 --output none\n  weir list\n  weir cancel <JOBID>",
+    propagate_version = true
+)]
 pub struct Cli {
     /// The verb.
     #[command(subcommand)]

@@ -31,9 +31,23 @@ pub fn main_with(catalog: JobCatalog) -> ExitCode {
     let cli = match args::Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
-            // clap prints help/version to stdout (exit 0) and usage errors to stderr (exit 2).
-            let _ = e.print();
-            return ExitCode::from(e.exit_code().clamp(0, 255) as u8);
+            use clap::error::ErrorKind;
+            let code = ExitCode::from(e.exit_code().clamp(0, 255) as u8);
+            match e.kind() {
+                // Help and version go to stdout as clap renders them.
+                ErrorKind::DisplayHelp
+                | ErrorKind::DisplayVersion
+                | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+                    let _ = e.print();
+                }
+                // A usage error is one `error:` line, as every other error.
+                _ => {
+                    let rendered = e.render().to_string();
+                    let first = rendered.lines().find(|l| !l.trim().is_empty()).unwrap_or("error: invalid arguments");
+                    eprintln!("{first} (see --help)");
+                }
+            }
+            return code;
         }
     };
     match commands::dispatch(cli, &catalog) {

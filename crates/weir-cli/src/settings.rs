@@ -19,7 +19,35 @@ pub fn load(args: &ConfigArgs) -> Result<Configuration, CliError> {
     for warning in config.warnings() {
         eprintln!("warning: {warning}");
     }
+    for (key, _, _) in config.entries() {
+        if let Some(feature) = not_in_effect_yet(key) {
+            eprintln!(
+                "warning: configuration key '{key}' is valid but has no effect yet: {feature} is not implemented in this version of weir"
+            );
+        }
+    }
     Ok(config)
+}
+
+/// Known Flink keys that are validated already but drive features still to come; a user who
+/// sets one is told instead of being left to believe it works.
+fn not_in_effect_yet(key: &str) -> Option<&'static str> {
+    const PENDING: &[(&str, &str)] = &[
+        ("execution.checkpointing.", "checkpointing"),
+        ("state.", "checkpoint and savepoint storage"),
+        ("restart-strategy", "restarting failed jobs"),
+        ("jobmanager.execution.failover-strategy", "failover"),
+        ("heartbeat.", "the standalone cluster"),
+        ("jobmanager.rpc.", "the standalone cluster"),
+        ("taskmanager.", "the standalone cluster"),
+        ("high-availability", "high availability"),
+    ];
+    for (prefix, feature) in PENDING {
+        if key.starts_with(prefix) {
+            return Some(feature);
+        }
+    }
+    None
 }
 
 fn default_config_file() -> Option<PathBuf> {
