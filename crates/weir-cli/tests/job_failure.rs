@@ -37,7 +37,18 @@ fn an_output_directory_that_cannot_be_created_fails_the_job() {
     std::fs::write(&blocker, "a file where the output's parent should be").unwrap();
     let output_dir = blocker.join("out");
     assert_failed_with(
-        &["run", "-D", "rest.port=0", "counter", "--users", "2", "--events", "10", "--output", output_dir.to_str().unwrap()],
+        &[
+            "run",
+            "-D",
+            "rest.port=0",
+            "counter",
+            "--users",
+            "2",
+            "--events",
+            "10",
+            "--output",
+            output_dir.to_str().unwrap(),
+        ],
         &["FAILED", "not-a-dir"],
     );
 }

@@ -197,19 +197,16 @@ fn build_body(mut wiring: SubtaskWiring, ctx: &TaskContext) -> Result<Box<dyn Ta
     let job = Arc::clone(&wiring.job);
     let head = job.vertices[wiring.vertex].nodes[0];
     let head_node = &graph.nodes()[head];
-    let downstream = build_downstream(&graph, &job, head, &mut wiring.outputs, ctx)?;
-    let mut head_ctx = ctx.clone();
-    head_ctx.operator_name = head_node.name.clone();
     if head_node.role == NodeRole::Source {
+        let downstream = build_downstream(&graph, &job, head, &mut wiring.outputs, ctx)?;
         let factory = head_node
             .source_factory()
             .ok_or_else(|| TaskError::Internal(format!("source '{}' has no factory", head_node.name)))?;
+        let mut head_ctx = ctx.clone();
+        head_ctx.operator_name = head_node.name.clone();
         return factory(&head_ctx, downstream);
     }
-    let factory = head_node
-        .operator_factory()
-        .ok_or_else(|| TaskError::Internal(format!("operator '{}' has no factory", head_node.name)))?;
-    let head_operator = factory(&head_ctx, downstream)?;
+    let head_operator = build_chained(&graph, &job, head, &mut wiring.outputs, ctx)?;
     let input = head_node
         .inputs
         .first()
