@@ -18,6 +18,7 @@ use crate::graph::{
 use crate::operator::{Operator, TaskContext};
 use crate::operators::{FilterOperator, FlatMapOperator, KeyedProcessOperator, MapOperator, SinkOperator};
 use crate::sink::Sink;
+use crate::snapshot::{SINK_COMMITTABLES_STATE, SOURCE_POSITIONS_STATE};
 use crate::source::Source;
 
 struct Builder {
@@ -62,7 +63,13 @@ impl StreamExecutionEnvironment {
         let source = Arc::new(source);
         let factory: SourceFactory = Arc::new(move |ctx: &TaskContext, downstream: ErasedOperator| {
             let head = downcast::<Box<dyn Operator<T>>>(downstream, "source output")?;
-            let reader = source.create_reader(ctx)?;
+            let reader = match ctx.restored_operator() {
+                Some(restored) => {
+                    let positions = restored.operator_states.get(SOURCE_POSITIONS_STATE).cloned().unwrap_or_default();
+                    source.restore_reader(ctx, positions)?
+                }
+                None => source.create_reader(ctx)?,
+            };
             Ok(Box::new(SourceBody::new(reader, head, ctx)) as Box<dyn crate::operator::TaskBody>)
         });
         let id = self.add_node(StreamNode {
@@ -269,8 +276,16 @@ impl<T: Data> DataStream<T> {
     pub fn sink_to<S: Sink<T>>(&self, sink: S) -> DataStreamSink {
         let sink = Arc::new(sink);
         let factory: OperatorFactory = Arc::new(move |ctx: &TaskContext, _downstream: ErasedOperator| {
-            let writer = sink.create_writer(ctx)?;
-            let op: Box<dyn Operator<T>> = Box::new(SinkOperator::new(writer, Arc::clone(&ctx.metrics)));
+            let writer = match ctx.restored_operator() {
+                Some(restored) => {
+                    let committables =
+                        restored.operator_states.get(SINK_COMMITTABLES_STATE).cloned().unwrap_or_default();
+                    sink.restore_writer(ctx, committables)?
+                }
+                None => sink.create_writer(ctx)?,
+            };
+            let op: Box<dyn Operator<T>> =
+                Box::new(SinkOperator::new(writer, Arc::clone(&ctx.metrics), &ctx.operator_uid));
             Ok(Box::new(op) as ErasedOperator)
         });
         let stream: DataStream<()> = self.add_operator("Unnamed", false, self.plain_edge(), factory);
@@ -334,15 +349,20 @@ impl<K: Key, T: Data> KeyedStream<K, T> {
                 Ok(prototype) => prototype.clone(),
                 Err(poisoned) => poisoned.into_inner().clone(),
             };
-            let op: Box<dyn Operator<T>> = Box::new(KeyedProcessOperator::new(
+            let mut operator = KeyedProcessOperator::new(
                 &ctx.operator_name,
+                &ctx.operator_uid,
                 func,
                 Arc::clone(&selector),
                 range,
                 ctx.max_parallelism,
                 Arc::clone(&ctx.clock),
                 next,
-            ));
+            );
+            if let Some(restored) = ctx.restored_operator() {
+                operator.restore(restored)?;
+            }
+            let op: Box<dyn Operator<T>> = Box::new(operator);
             Ok(Box::new(op) as ErasedOperator)
         });
         self.stream.add_operator("KeyedProcess", true, edge, factory)

@@ -14,6 +14,9 @@ use weir_types::keygroups::{compute_operator_index_for_key_group, key_group_for_
 
 use crate::error::TaskError;
 use crate::operator::{BATCH_RECORDS_MAX, IDLE_WAIT_MAX, Operator, Step, TaskBody, TaskContext};
+use crate::snapshot::{
+    Barrier, OperatorSnapshotData, OperatorStateData, SOURCE_POSITIONS_STATE, TaskControl, TaskSnapshot,
+};
 use crate::source::{SourcePoll, SourceReader};
 
 /// Batches buffered in one channel, at most, before its producer blocks.
@@ -32,6 +35,8 @@ pub enum StreamElement<T> {
         /// Their keys' stable hashes.
         hashes: Vec<u32>,
     },
+    /// A checkpoint barrier: everything before it belongs to the checkpoint.
+    Barrier(Barrier),
     /// The producer subtask has ended; nothing follows.
     EndOfPartition,
 }
@@ -243,14 +248,77 @@ impl<T: Send> Operator<T> for ChannelOutput<T> {
         }
         Ok(())
     }
+
+    fn snapshot_state(&mut self, barrier: &Barrier, _snapshot: &mut TaskSnapshot) -> Result<(), TaskError> {
+        // Records before the barrier go out first, then the barrier on every channel.
+        self.flush()?;
+        for target in 0..self.senders.len() {
+            self.send(target, StreamElement::Barrier(*barrier))?;
+        }
+        Ok(())
+    }
+
+    fn notify_checkpoint_complete(&mut self, _checkpoint_id: u64) -> Result<(), TaskError> {
+        Ok(())
+    }
 }
 
-/// A source subtask: polls its reader and pushes batches through its chain.
+/// What a control message asks of a task body.
+enum ControlOutcome {
+    /// Nothing further.
+    Continue,
+    /// The stop-with-savepoint completed: end the task now, without end of input.
+    Stop,
+}
+
+/// Applies a completion or abort to a task's chain and stop state.
+fn on_completion<T>(
+    head: &mut dyn Operator<T>,
+    stopping: &mut Option<u64>,
+    control: TaskControl,
+) -> Result<ControlOutcome, TaskError> {
+    match control {
+        TaskControl::CheckpointComplete(id) => {
+            head.notify_checkpoint_complete(id)?;
+            if *stopping == Some(id) {
+                return Ok(ControlOutcome::Stop);
+            }
+        }
+        TaskControl::CheckpointAborted(id) => {
+            // A failed stop-with-savepoint leaves the job running, as in Flink.
+            if *stopping == Some(id) {
+                *stopping = None;
+            }
+        }
+        TaskControl::TriggerCheckpoint(_) => {}
+    }
+    Ok(ControlOutcome::Continue)
+}
+
+/// Snapshots the chain at `barrier` and hands the snapshot to the runtime.
+fn take_snapshot<T>(
+    head: &mut dyn Operator<T>,
+    barrier: &Barrier,
+    first: Option<OperatorSnapshotData>,
+    ctx: &TaskContext,
+) -> Result<(), TaskError> {
+    let mut snapshot = TaskSnapshot::new(*barrier);
+    if let Some(first) = first {
+        snapshot.operators.push(first);
+    }
+    head.snapshot_state(barrier, &mut snapshot)?;
+    ctx.submit_snapshot(snapshot)
+}
+
+/// A source subtask: polls its reader and pushes batches through its chain; on a trigger
+/// from the job master it snapshots its read position and the chain and emits the barrier.
 pub struct SourceBody<T> {
     reader: Box<dyn SourceReader<T>>,
     head: Box<dyn Operator<T>>,
     batch: Vec<T>,
     flush_timer: FlushTimer,
+    /// Set after a stop-with-savepoint barrier: emit nothing more, wait for its completion.
+    stopping: Option<u64>,
     ctx: TaskContext,
 }
 
@@ -262,13 +330,59 @@ impl<T: Send> SourceBody<T> {
             head,
             batch: Vec::with_capacity(BATCH_RECORDS_MAX),
             flush_timer: FlushTimer::new(),
+            stopping: None,
             ctx: ctx.clone(),
         }
+    }
+
+    fn checkpoint(&mut self, barrier: &Barrier) -> Result<(), TaskError> {
+        let positions = self.reader.snapshot_positions();
+        let source_state = OperatorSnapshotData {
+            uid: self.ctx.operator_uid.clone(),
+            keyed: None,
+            operator_states: vec![OperatorStateData {
+                name: SOURCE_POSITIONS_STATE.to_string(),
+                mode: positions.mode,
+                elements: positions.elements,
+            }],
+        };
+        take_snapshot(self.head.as_mut(), barrier, Some(source_state), &self.ctx)?;
+        if barrier.terminates() {
+            self.stopping = Some(barrier.checkpoint_id);
+        }
+        Ok(())
+    }
+
+    /// Handles one control message; `Stop` ends the task.
+    fn on_control(&mut self, control: TaskControl) -> Result<ControlOutcome, TaskError> {
+        if let TaskControl::TriggerCheckpoint(barrier) = control {
+            // Stopping sources take no further checkpoints.
+            if self.stopping.is_none() {
+                self.checkpoint(&barrier)?;
+            }
+            return Ok(ControlOutcome::Continue);
+        }
+        on_completion(self.head.as_mut(), &mut self.stopping, control)
     }
 }
 
 impl<T: Send> TaskBody for SourceBody<T> {
     fn step(&mut self) -> Result<Step, TaskError> {
+        if let Some(control) = self.ctx.control.clone() {
+            while let Ok(message) = control.try_recv() {
+                if let ControlOutcome::Stop = self.on_control(message)? {
+                    return Ok(Step::Finished);
+                }
+            }
+            if self.stopping.is_some() {
+                if let Ok(message) = control.recv_timeout(IDLE_WAIT_MAX)
+                    && let ControlOutcome::Stop = self.on_control(message)?
+                {
+                    return Ok(Step::Finished);
+                }
+                return Ok(Step::Idle);
+            }
+        }
         fire_due_timers(self.head.as_mut(), &self.ctx)?;
         match self.reader.poll_next(&mut self.batch, BATCH_RECORDS_MAX)? {
             SourcePoll::Data => {
@@ -292,12 +406,23 @@ impl<T: Send> TaskBody for SourceBody<T> {
     }
 }
 
-/// A subtask fed by channels: receives batches from every upstream subtask into its chain.
+/// A barrier being aligned across a task's inputs.
+struct Alignment {
+    barrier: Barrier,
+    received: Vec<bool>,
+}
+
+/// A subtask fed by channels: receives batches from every upstream subtask into its chain,
+/// aligning barriers across inputs (exactly-once) or only counting them (at-least-once).
 pub struct InputBody<T> {
-    inputs: Vec<ChannelReceiver<T>>,
+    inputs: Vec<Receiver<StreamElement<T>>>,
     ended: Vec<bool>,
+    /// Inputs whose barrier arrived while others' did not yet (exactly-once alignment).
+    blocked: Vec<bool>,
     live: usize,
     next_input: usize,
+    alignment: Option<Alignment>,
+    stopping: Option<u64>,
     head: Box<dyn Operator<T>>,
     flush_timer: FlushTimer,
     ctx: TaskContext,
@@ -310,17 +435,24 @@ const CLOSED_INPUT_GRACE: Duration = Duration::from_secs(5);
 
 impl<T: Send> InputBody<T> {
     /// Reads `inputs` (one per upstream subtask) into `head`.
-    pub fn new(inputs: Vec<ChannelReceiver<T>>, head: Box<dyn Operator<T>>, ctx: &TaskContext) -> Self {
+    pub fn new(inputs: Vec<Receiver<StreamElement<T>>>, head: Box<dyn Operator<T>>, ctx: &TaskContext) -> Self {
         let live = inputs.len();
         InputBody {
             ended: vec![false; live],
+            blocked: vec![false; live],
             live,
             next_input: 0,
+            alignment: None,
+            stopping: None,
             inputs,
             head,
             flush_timer: FlushTimer::new(),
             ctx: ctx.clone(),
         }
+    }
+
+    fn readable(&self, input: usize) -> bool {
+        !self.ended[input] && !self.blocked[input]
     }
 
     fn handle(&mut self, input: usize, element: StreamElement<T>) -> Result<(), TaskError> {
@@ -333,14 +465,72 @@ impl<T: Send> InputBody<T> {
                 self.ctx.metrics.add_in(records.len());
                 self.head.process_hashed_batch(&mut records, &mut hashes)
             }
+            StreamElement::Barrier(barrier) => self.on_barrier(input, barrier),
             StreamElement::EndOfPartition => {
                 if !self.ended[input] {
                     self.ended[input] = true;
                     self.live -= 1;
                 }
-                Ok(())
+                // An ended input has nothing more before any barrier.
+                self.complete_alignment_if_ready()
             }
         }
+    }
+
+    fn on_barrier(&mut self, input: usize, barrier: Barrier) -> Result<(), TaskError> {
+        let current = self.alignment.as_ref().map(|a| a.barrier.checkpoint_id);
+        match current {
+            Some(id) if barrier.checkpoint_id < id => return Ok(()),
+            Some(id) if barrier.checkpoint_id > id => {
+                // A newer barrier overtook an unfinished alignment: that checkpoint is lost.
+                self.abort_alignment();
+                self.start_alignment(barrier);
+            }
+            Some(_) => {}
+            None => self.start_alignment(barrier),
+        }
+        if let Some(alignment) = &mut self.alignment {
+            alignment.received[input] = true;
+        }
+        if self.ctx.exactly_once {
+            self.blocked[input] = true;
+        }
+        self.complete_alignment_if_ready()
+    }
+
+    fn start_alignment(&mut self, barrier: Barrier) {
+        self.alignment = Some(Alignment { barrier, received: vec![false; self.inputs.len()] });
+    }
+
+    fn abort_alignment(&mut self) {
+        self.alignment = None;
+        self.blocked.iter_mut().for_each(|b| *b = false);
+    }
+
+    fn complete_alignment_if_ready(&mut self) -> Result<(), TaskError> {
+        let Some(alignment) = &self.alignment else {
+            return Ok(());
+        };
+        let all_arrived = (0..self.inputs.len()).all(|i| alignment.received[i] || self.ended[i]);
+        if !all_arrived {
+            return Ok(());
+        }
+        let barrier = alignment.barrier;
+        self.abort_alignment();
+        take_snapshot(self.head.as_mut(), &barrier, None, &self.ctx)?;
+        if barrier.terminates() {
+            self.stopping = Some(barrier.checkpoint_id);
+        }
+        Ok(())
+    }
+
+    fn on_control(&mut self, control: TaskControl) -> Result<ControlOutcome, TaskError> {
+        if let TaskControl::CheckpointAborted(id) = control
+            && self.alignment.as_ref().is_some_and(|a| a.barrier.checkpoint_id == id)
+        {
+            self.abort_alignment();
+        }
+        on_completion(self.head.as_mut(), &mut self.stopping, control)
     }
 
     fn input_closed(&self, input: usize) -> TaskError {
@@ -370,6 +560,22 @@ fn wait_for_cancel(ctx: &TaskContext) -> bool {
 
 impl<T: Send> TaskBody for InputBody<T> {
     fn step(&mut self) -> Result<Step, TaskError> {
+        if let Some(control) = self.ctx.control.clone() {
+            while let Ok(message) = control.try_recv() {
+                if let ControlOutcome::Stop = self.on_control(message)? {
+                    return Ok(Step::Finished);
+                }
+            }
+            if self.stopping.is_some() {
+                // After a stop-with-savepoint barrier nothing more is read: wait for its end.
+                if let Ok(message) = control.recv_timeout(IDLE_WAIT_MAX)
+                    && let ControlOutcome::Stop = self.on_control(message)?
+                {
+                    return Ok(Step::Finished);
+                }
+                return Ok(Step::Idle);
+            }
+        }
         if self.live == 0 {
             self.head.end_input()?;
             self.head.flush()?;
@@ -377,14 +583,14 @@ impl<T: Send> TaskBody for InputBody<T> {
         }
         fire_due_timers(self.head.as_mut(), &self.ctx)?;
 
-        // Fast path: take what is ready, round-robin over the inputs for fairness.
+        // Fast path: take what is ready, round-robin over the readable inputs for fairness.
         let mut taken = 0;
         let count = self.inputs.len();
         let mut empty_in_a_row = 0;
-        while taken < BATCHES_PER_STEP_MAX && empty_in_a_row < count {
+        while taken < BATCHES_PER_STEP_MAX && empty_in_a_row < count && self.stopping.is_none() {
             let input = self.next_input;
             self.next_input = (self.next_input + 1) % count;
-            if self.ended[input] {
+            if !self.readable(input) {
                 empty_in_a_row += 1;
                 continue;
             }
@@ -395,9 +601,7 @@ impl<T: Send> TaskBody for InputBody<T> {
                     empty_in_a_row = 0;
                 }
                 Err(crossbeam_channel::TryRecvError::Empty) => empty_in_a_row += 1,
-                Err(crossbeam_channel::TryRecvError::Disconnected) => {
-                    return Err(self.input_closed(input));
-                }
+                Err(crossbeam_channel::TryRecvError::Disconnected) => return Err(self.input_closed(input)),
             }
         }
         if taken > 0 {
@@ -405,21 +609,35 @@ impl<T: Send> TaskBody for InputBody<T> {
             return Ok(Step::Worked);
         }
 
-        // Nothing ready: hand partial batches on, then block on any live input.
+        // Nothing ready: hand partial batches on, then block on any readable input or control.
         self.head.flush()?;
         let wait = IDLE_WAIT_MAX.min(time_to_next_timer(self.head.as_ref(), &self.ctx));
         let mut select = Select::new();
         let mut indices = Vec::with_capacity(self.live);
         for (input, receiver) in self.inputs.iter().enumerate() {
-            if !self.ended[input] {
+            if self.readable(input) {
                 select.recv(receiver);
                 indices.push(input);
             }
+        }
+        let control = self.ctx.control.clone();
+        if let Some(control) = &control {
+            select.recv(control);
         }
         let operation = match select.select_timeout(wait) {
             Ok(operation) => operation,
             Err(_) => return Ok(Step::Idle),
         };
+        if operation.index() == indices.len() {
+            // The control channel: handled at the top of the next step.
+            if let Some(control) = &control
+                && let Ok(message) = operation.recv(control)
+                && let ControlOutcome::Stop = self.on_control(message)?
+            {
+                return Ok(Step::Finished);
+            }
+            return Ok(Step::Worked);
+        }
         let input = indices[operation.index()];
         match operation.recv(&self.inputs[input]) {
             Ok(element) => {

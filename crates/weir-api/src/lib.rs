@@ -31,6 +31,7 @@ pub mod graph;
 pub mod operator;
 pub mod operators;
 pub mod sink;
+pub mod snapshot;
 pub mod source;
 pub mod testing;
 

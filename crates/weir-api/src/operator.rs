@@ -1,13 +1,16 @@
 //! The runtime side of operators: chained links that pass records in batches, and the
 //! task bodies the runtime drives.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use crossbeam_channel::Receiver;
 use weir_types::JobId;
 
 use crate::error::TaskError;
+use crate::snapshot::{Barrier, RestoredOperator, SnapshotSink, TaskControl, TaskSnapshot};
 
 /// Records a source reads or a channel carries in one batch, at most.
 pub const BATCH_RECORDS_MAX: usize = 1024;
@@ -40,6 +43,14 @@ pub trait Operator<I>: Send {
 
     /// Pushes partially filled output batches on (called when the task goes idle).
     fn flush(&mut self) -> Result<(), TaskError>;
+
+    /// A barrier reached this link (aligned, for exactly-once): copy this link's state into
+    /// `snapshot`, then pass the barrier on. No record may be emitted in between.
+    fn snapshot_state(&mut self, barrier: &Barrier, snapshot: &mut TaskSnapshot) -> Result<(), TaskError>;
+
+    /// Checkpoint `checkpoint_id` completed everywhere: commit what was staged for it, here
+    /// and further down the chain.
+    fn notify_checkpoint_complete(&mut self, checkpoint_id: u64) -> Result<(), TaskError>;
 }
 
 /// Counters of one subtask, read by REST and metrics while the task runs.
@@ -106,6 +117,16 @@ pub struct TaskContext {
     pub metrics: Arc<TaskMetrics>,
     /// Processing time.
     pub clock: Arc<dyn Clock>,
+    /// The uid of the operator being built (state is matched by it).
+    pub operator_uid: String,
+    /// Restored state of this subtask's operators, by uid (absent when starting empty).
+    pub restored: Option<Arc<HashMap<String, RestoredOperator>>>,
+    /// Messages from the job master (checkpoint triggers, completions).
+    pub control: Option<Receiver<TaskControl>>,
+    /// Where this subtask's snapshots go.
+    pub snapshots: Option<Arc<dyn SnapshotSink>>,
+    /// Exactly-once barrier alignment (false: at-least-once, no alignment).
+    pub exactly_once: bool,
 }
 
 impl TaskContext {
@@ -113,6 +134,25 @@ impl TaskContext {
     #[inline]
     pub fn is_cancelled(&self) -> bool {
         self.cancel.load(Ordering::Relaxed)
+    }
+
+    /// The restored state of the operator being built, if the job was restored.
+    pub fn restored_operator(&self) -> Option<&RestoredOperator> {
+        self.restored.as_ref().and_then(|all| all.get(&self.operator_uid))
+    }
+
+    /// Hands a finished snapshot to the runtime.
+    pub fn submit_snapshot(&self, snapshot: TaskSnapshot) -> Result<(), TaskError> {
+        match &self.snapshots {
+            Some(sink) => {
+                sink.submit(snapshot);
+                Ok(())
+            }
+            None => Err(TaskError::Internal(format!(
+                "{}: a barrier arrived but checkpointing is not set up",
+                self.task_name
+            ))),
+        }
     }
 
     /// A context for one subtask outside a running job (unit tests of operators).
@@ -128,6 +168,11 @@ impl TaskContext {
             cancel: Arc::new(AtomicBool::new(false)),
             metrics: Arc::new(TaskMetrics::default()),
             clock: Arc::new(SystemClock),
+            operator_uid: "test".into(),
+            restored: None,
+            control: None,
+            snapshots: None,
+            exactly_once: true,
         }
     }
 }
@@ -167,6 +212,12 @@ impl<T: Send> Operator<T> for Discard {
         Ok(())
     }
     fn flush(&mut self) -> Result<(), TaskError> {
+        Ok(())
+    }
+    fn snapshot_state(&mut self, _barrier: &Barrier, _snapshot: &mut TaskSnapshot) -> Result<(), TaskError> {
+        Ok(())
+    }
+    fn notify_checkpoint_complete(&mut self, _checkpoint_id: u64) -> Result<(), TaskError> {
         Ok(())
     }
 }
@@ -216,6 +267,18 @@ impl<T: Clone + Send> Operator<T> for Tee<T> {
     fn flush(&mut self) -> Result<(), TaskError> {
         for output in &mut self.outputs {
             output.flush()?;
+        }
+        Ok(())
+    }
+    fn snapshot_state(&mut self, barrier: &Barrier, snapshot: &mut TaskSnapshot) -> Result<(), TaskError> {
+        for output in &mut self.outputs {
+            output.snapshot_state(barrier, snapshot)?;
+        }
+        Ok(())
+    }
+    fn notify_checkpoint_complete(&mut self, checkpoint_id: u64) -> Result<(), TaskError> {
+        for output in &mut self.outputs {
+            output.notify_checkpoint_complete(checkpoint_id)?;
         }
         Ok(())
     }

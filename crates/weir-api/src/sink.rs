@@ -7,6 +7,24 @@ use crate::operator::TaskContext;
 pub trait Sink<T>: Send + Sync + 'static {
     /// The writer of subtask `ctx.subtask_index`.
     fn create_writer(&self, ctx: &TaskContext) -> Result<Box<dyn SinkWriter<T>>, TaskError>;
+
+    /// The writer of a restored job: `committables` are every subtask's pending commits of
+    /// the snapshot (their checkpoint completed, so they must end up committed, once).
+    /// Sinks without pending commits need not override this.
+    fn restore_writer(
+        &self,
+        ctx: &TaskContext,
+        committables: Vec<Vec<u8>>,
+    ) -> Result<Box<dyn SinkWriter<T>>, TaskError> {
+        if !committables.is_empty() {
+            return Err(TaskError::Internal(format!(
+                "{}: the snapshot holds {} pending commits but this sink cannot restore them",
+                ctx.operator_name,
+                committables.len()
+            )));
+        }
+        self.create_writer(ctx)
+    }
 }
 
 /// Writes records for one subtask.
@@ -19,4 +37,11 @@ pub trait SinkWriter<T>: Send {
 
     /// The input ended: write everything and commit.
     fn finish(&mut self) -> Result<(), TaskError>;
+
+    /// A checkpoint barrier: stage everything written so far for commit and return the
+    /// pending commits (stored in the snapshot so a restore can finish them).
+    fn prepare_commit(&mut self, checkpoint_id: u64) -> Result<Vec<Vec<u8>>, TaskError>;
+
+    /// Checkpoint `checkpoint_id` completed: make what was staged up to it visible.
+    fn commit(&mut self, checkpoint_id: u64) -> Result<(), TaskError>;
 }

@@ -2,6 +2,7 @@
 
 use crate::error::TaskError;
 use crate::operator::TaskContext;
+use crate::snapshot::Redistribution;
 use std::time::Duration;
 
 /// Whether a source ends.
@@ -29,8 +30,23 @@ pub trait Source<T>: Send + Sync + 'static {
     /// Whether the source ends.
     fn boundedness(&self) -> Boundedness;
 
-    /// The reader of subtask `ctx.subtask_index` of `ctx.parallelism`.
+    /// The reader of subtask `ctx.subtask_index` of `ctx.parallelism`, from the beginning.
     fn create_reader(&self, ctx: &TaskContext) -> Result<Box<dyn SourceReader<T>>, TaskError>;
+
+    /// The reader of subtask `ctx.subtask_index` resuming from restored position elements
+    /// (redistributed over the new parallelism as the reader's
+    /// [`SourcePositions::mode`] says).
+    fn restore_reader(&self, ctx: &TaskContext, positions: Vec<Vec<u8>>)
+    -> Result<Box<dyn SourceReader<T>>, TaskError>;
+}
+
+/// A reader's read position, as list-state elements.
+#[derive(Clone, Debug)]
+pub struct SourcePositions {
+    /// How the elements are redistributed on restore.
+    pub mode: Redistribution,
+    /// The encoded elements (e.g. one per split).
+    pub elements: Vec<Vec<u8>>,
 }
 
 /// Reads records for one subtask. Its read position is what a checkpoint will store, so a
@@ -39,7 +55,7 @@ pub trait SourceReader<T>: Send {
     /// Appends up to `max_records` records to `out`.
     fn poll_next(&mut self, out: &mut Vec<T>, max_records: usize) -> Result<SourcePoll, TaskError>;
 
-    /// The read position, encoded; restoring it must resume right after the last record
-    /// returned by `poll_next`.
-    fn position(&self) -> Vec<u8>;
+    /// The read position; restoring it must resume right after the last record returned by
+    /// `poll_next`.
+    fn snapshot_positions(&self) -> SourcePositions;
 }

@@ -7,7 +7,8 @@ use crate::Data;
 use crate::error::TaskError;
 use crate::operator::TaskContext;
 use crate::sink::{Sink, SinkWriter};
-use crate::source::{Boundedness, Source, SourcePoll, SourceReader};
+use crate::snapshot::Redistribution;
+use crate::source::{Boundedness, Source, SourcePoll, SourcePositions, SourceReader};
 
 /// A bounded source over a fixed vector; subtask i of p reads elements i, i+p, i+2p ...
 #[derive(Clone)]
@@ -28,34 +29,56 @@ impl<T: Data + Sync> Source<T> for VecSource<T> {
     }
 
     fn create_reader(&self, ctx: &TaskContext) -> Result<Box<dyn SourceReader<T>>, TaskError> {
-        Ok(Box::new(VecReader {
-            items: Arc::clone(&self.items),
-            next: ctx.subtask_index as usize,
-            stride: ctx.parallelism.max(1) as usize,
-        }))
+        let cursor = Cursor { next: ctx.subtask_index as u64, stride: ctx.parallelism.max(1) as u64 };
+        Ok(Box::new(VecReader { items: Arc::clone(&self.items), cursors: vec![cursor] }))
     }
+
+    fn restore_reader(
+        &self,
+        _ctx: &TaskContext,
+        positions: Vec<Vec<u8>>,
+    ) -> Result<Box<dyn SourceReader<T>>, TaskError> {
+        let mut cursors = Vec::with_capacity(positions.len());
+        for bytes in positions {
+            let (next, stride): (u64, u64) =
+                postcard::from_bytes(&bytes).map_err(|e| TaskError::external("restoring a vector source", e))?;
+            cursors.push(Cursor { next, stride: stride.max(1) });
+        }
+        Ok(Box::new(VecReader { items: Arc::clone(&self.items), cursors }))
+    }
+}
+
+/// One strided walk over the vector; rescaling moves whole cursors between subtasks.
+#[derive(Clone, Copy)]
+struct Cursor {
+    next: u64,
+    stride: u64,
 }
 
 struct VecReader<T> {
     items: Arc<Vec<T>>,
-    next: usize,
-    stride: usize,
+    cursors: Vec<Cursor>,
 }
 
 impl<T: Data + Sync> SourceReader<T> for VecReader<T> {
     fn poll_next(&mut self, out: &mut Vec<T>, max_records: usize) -> Result<SourcePoll, TaskError> {
-        if self.next >= self.items.len() {
+        let len = self.items.len() as u64;
+        let Some(cursor) = self.cursors.iter_mut().find(|c| c.next < len) else {
             return Ok(SourcePoll::End);
-        }
-        while self.next < self.items.len() && out.len() < max_records {
-            out.push(self.items[self.next].clone());
-            self.next += self.stride;
+        };
+        while cursor.next < len && out.len() < max_records {
+            out.push(self.items[cursor.next as usize].clone());
+            cursor.next += cursor.stride;
         }
         Ok(SourcePoll::Data)
     }
 
-    fn position(&self) -> Vec<u8> {
-        (self.next as u64).to_le_bytes().to_vec()
+    fn snapshot_positions(&self) -> SourcePositions {
+        let mut elements = Vec::with_capacity(self.cursors.len());
+        for cursor in &self.cursors {
+            elements.push(postcard::to_allocvec(&(cursor.next, cursor.stride)).unwrap_or_default());
+        }
+        SourcePositions { mode: Redistribution::Split, elements }
     }
 }
 
@@ -103,6 +126,14 @@ impl<T: Send> SinkWriter<T> for CollectWriter<T> {
     }
 
     fn finish(&mut self) -> Result<(), TaskError> {
+        Ok(())
+    }
+
+    fn prepare_commit(&mut self, _checkpoint_id: u64) -> Result<Vec<Vec<u8>>, TaskError> {
+        Ok(Vec::new())
+    }
+
+    fn commit(&mut self, _checkpoint_id: u64) -> Result<(), TaskError> {
         Ok(())
     }
 }

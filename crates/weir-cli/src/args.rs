@@ -44,9 +44,54 @@ pub enum Command {
     /// Cancel a running job
     #[command(after_help = "Example:\n  weir cancel 4f1c2e0d9a8b7c6d5e4f3a2b1c0d9e8f")]
     Cancel(CancelArgs),
+    /// Stop a job with a final savepoint (the job ends FINISHED, its state reusable)
+    #[command(after_help = "Example:\n  weir stop --savepoint-path /tmp/savepoints 4f1c2e0d9a8b7c6d5e4f3a2b1c0d9e8f")]
+    Stop(StopArgs),
+    /// Take a savepoint of a running job; or --dispose one; or `inspect` one
+    #[command(
+        after_help = "Examples:\n  weir savepoint 4f1c2e0d9a8b7c6d5e4f3a2b1c0d9e8f /tmp/savepoints\n  weir savepoint inspect /tmp/savepoints/savepoint-4f1c2e-0123456789ab\n  weir savepoint inspect --json /tmp/savepoints/savepoint-4f1c2e-0123456789ab\n  weir savepoint --dispose /tmp/savepoints/savepoint-4f1c2e-0123456789ab"
+    )]
+    Savepoint(SavepointArgs),
     /// Show the job catalog with each job's arguments
     #[command(after_help = "Example:\n  weir jobs")]
     Jobs,
+}
+
+/// `weir stop`.
+#[derive(Args, Debug)]
+pub struct StopArgs {
+    /// REST address of the cluster (default: rest.address:rest.port, or $WEIR_JOBMANAGER)
+    #[arg(short = 'm', long = "jobmanager", value_name = "HOST:PORT")]
+    pub jobmanager: Option<String>,
+    /// Where the savepoint goes (default: state.savepoints.dir)
+    #[arg(short = 'p', long = "savepoint-path", value_name = "DIR")]
+    pub savepoint_path: Option<String>,
+    /// Configuration
+    #[command(flatten)]
+    pub config: ConfigArgs,
+    /// The job to stop
+    #[arg(value_name = "JOBID")]
+    pub job_id: String,
+}
+
+/// `weir savepoint`.
+#[derive(Args, Debug)]
+pub struct SavepointArgs {
+    /// REST address of the cluster (default: rest.address:rest.port, or $WEIR_JOBMANAGER)
+    #[arg(short = 'm', long = "jobmanager", value_name = "HOST:PORT")]
+    pub jobmanager: Option<String>,
+    /// Delete the savepoint at PATH (its _metadata first, then its files)
+    #[arg(short = 'd', long = "dispose", value_name = "PATH")]
+    pub dispose: Option<String>,
+    /// With `inspect`: print JSON
+    #[arg(long)]
+    pub json: bool,
+    /// Configuration
+    #[command(flatten)]
+    pub config: ConfigArgs,
+    /// JOBID [DIR] to take a savepoint, or `inspect PATH`
+    #[arg(value_name = "JOBID [DIR] | inspect PATH")]
+    pub args: Vec<String>,
 }
 
 /// `weir run`.
@@ -55,6 +100,12 @@ pub struct RunArgs {
     /// Parallelism of operators without their own (overrides parallelism.default)
     #[arg(short = 'p', long = "parallelism", value_name = "N", value_parser = parse_parallelism)]
     pub parallelism: Option<u32>,
+    /// Start from a savepoint or retained checkpoint directory (or its _metadata file)
+    #[arg(short = 's', long = "from-savepoint", value_name = "PATH")]
+    pub from_savepoint: Option<String>,
+    /// Allow state in the snapshot that no operator of the job claims (it is dropped)
+    #[arg(short = 'n', long = "allow-non-restored-state")]
+    pub allow_non_restored_state: bool,
     /// Configuration
     #[command(flatten)]
     pub config: ConfigArgs,

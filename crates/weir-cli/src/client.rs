@@ -68,6 +68,17 @@ impl RestClient {
         self.read(self.agent.patch(format!("{}{path}", self.base)).send_empty())
     }
 
+    /// POST `path` with a JSON body.
+    pub fn post_json(&self, path: &str, body: &serde_json::Value) -> Result<Response, CliError> {
+        let text = body.to_string();
+        self.read(
+            self.agent
+                .post(format!("{}{path}", self.base))
+                .header("content-type", "application/json")
+                .send(text.as_bytes()),
+        )
+    }
+
     /// GET `path` and decode a 200 answer as JSON.
     pub fn get_json<T: DeserializeOwned>(&self, path: &str) -> Result<T, CliError> {
         let response = self.get(path)?;

@@ -2,8 +2,15 @@
 
 use std::path::PathBuf;
 
+use weir_config::CheckpointingMode;
 use weir_config::Configuration;
-use weir_config::options::{REST_ADDRESS, REST_PORT};
+use weir_config::options::{
+    CHECKPOINTING_INTERVAL, CHECKPOINTING_MAX_CONCURRENT, CHECKPOINTING_MIN_PAUSE, CHECKPOINTING_MODE,
+    CHECKPOINTING_TIMEOUT, CHECKPOINTING_TOLERABLE_FAILED, CHECKPOINTS_DIR, CHECKPOINTS_NUM_RETAINED, REST_ADDRESS,
+    REST_PORT, SAVEPOINTS_DIR, STATE_BACKEND_TYPE,
+};
+use weir_runtime::checkpointing::CheckpointSettings;
+use weir_runtime::checkpointing::settings::default_checkpoints_url;
 
 use crate::args::ConfigArgs;
 use crate::error::CliError;
@@ -33,8 +40,6 @@ pub fn load(args: &ConfigArgs) -> Result<Configuration, CliError> {
 /// sets one is told instead of being left to believe it works.
 fn not_in_effect_yet(key: &str) -> Option<&'static str> {
     const PENDING: &[(&str, &str)] = &[
-        ("execution.checkpointing.", "checkpointing"),
-        ("state.", "checkpoint and savepoint storage"),
         ("restart-strategy", "restarting failed jobs"),
         ("jobmanager.execution.failover-strategy", "failover"),
         ("heartbeat.", "the standalone cluster"),
@@ -69,4 +74,22 @@ pub fn jobmanager_address(explicit: Option<&str>, config: &Configuration) -> Res
     let host = config.get(&REST_ADDRESS).map_err(CliError::usage)?;
     let port = config.get(&REST_PORT).map_err(CliError::usage)?;
     Ok(format!("{host}:{port}"))
+}
+
+/// The job's checkpointing options from Flink's keys.
+pub fn checkpoint_settings(config: &Configuration) -> Result<CheckpointSettings, CliError> {
+    // Validated here so a bad backend name is a usage error even though only one exists.
+    config.get(&STATE_BACKEND_TYPE).map_err(CliError::usage)?;
+    let mode = config.get(&CHECKPOINTING_MODE).map_err(CliError::usage)?;
+    Ok(CheckpointSettings {
+        interval: config.get(&CHECKPOINTING_INTERVAL).map_err(CliError::usage)?,
+        exactly_once: matches!(mode, CheckpointingMode::ExactlyOnce),
+        timeout: config.get(&CHECKPOINTING_TIMEOUT).map_err(CliError::usage)?,
+        min_pause: config.get(&CHECKPOINTING_MIN_PAUSE).map_err(CliError::usage)?,
+        max_concurrent: config.get(&CHECKPOINTING_MAX_CONCURRENT).map_err(CliError::usage)?,
+        tolerable_failures: config.get(&CHECKPOINTING_TOLERABLE_FAILED).map_err(CliError::usage)?,
+        num_retained: config.get(&CHECKPOINTS_NUM_RETAINED).map_err(CliError::usage)?,
+        checkpoints_url: config.get(&CHECKPOINTS_DIR).map_err(CliError::usage)?.unwrap_or_else(default_checkpoints_url),
+        savepoints_url: config.get(&SAVEPOINTS_DIR).map_err(CliError::usage)?,
+    })
 }

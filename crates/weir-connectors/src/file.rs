@@ -12,7 +12,8 @@ use std::path::{Path, PathBuf};
 use weir_api::error::TaskError;
 use weir_api::operator::TaskContext;
 use weir_api::sink::{Sink, SinkWriter};
-use weir_api::source::{Boundedness, Source, SourcePoll, SourceReader};
+use weir_api::snapshot::Redistribution;
+use weir_api::source::{Boundedness, Source, SourcePoll, SourcePositions, SourceReader};
 
 /// Read buffer of a text line reader.
 const READ_BUFFER_BYTES: usize = 1 << 20;
@@ -38,26 +39,20 @@ impl TextLineSource {
         &self.path
     }
 
-    /// Decodes a position returned by a reader's [`SourceReader::position`]: the byte offset
-    /// of the next line that subtask would read.
-    pub fn decode_position(bytes: &[u8]) -> Result<u64, TaskError> {
-        postcard::from_bytes(bytes).map_err(|e| {
-            TaskError::external(
-                "text line source: decoding a checkpointed position",
-                format!("{e}; the checkpoint is corrupt or was not written by a text line source"),
-            )
-        })
-    }
-
-    /// The reader of subtask `ctx.subtask_index`, resuming at the line starting at byte
-    /// `next_line_offset` (a decoded position of the same subtask under the same parallelism).
-    pub fn reader_at(
-        &self,
-        ctx: &TaskContext,
-        next_line_offset: u64,
-    ) -> Result<Box<dyn SourceReader<String>>, TaskError> {
-        let (file, _start, end) = self.open_range(ctx)?;
-        Ok(Box::new(TextLineReader::new(self.path.clone(), file, next_line_offset, end)?))
+    /// Decodes position elements of [`SourceReader::snapshot_positions`]: byte ranges
+    /// `(next_line_offset, end)` still to read.
+    pub fn decode_positions(elements: &[Vec<u8>]) -> Result<Vec<(u64, u64)>, TaskError> {
+        let mut ranges = Vec::with_capacity(elements.len());
+        for bytes in elements {
+            let range: (u64, u64) = postcard::from_bytes(bytes).map_err(|e| {
+                TaskError::external(
+                    "text line source: decoding a checkpointed position",
+                    format!("{e}; the snapshot is corrupt or its source state was not written by a text line source"),
+                )
+            })?;
+            ranges.push(range);
+        }
+        Ok(ranges)
     }
 
     /// Opens the file and computes subtask `ctx.subtask_index`'s byte range `[start, end)`.
@@ -99,13 +94,69 @@ impl Source<String> for TextLineSource {
     fn create_reader(&self, ctx: &TaskContext) -> Result<Box<dyn SourceReader<String>>, TaskError> {
         let (file, start, end) = self.open_range(ctx)?;
         if start == 0 {
-            return Ok(Box::new(TextLineReader::new(self.path.clone(), file, 0, end)?));
+            let first = TextLineReader::new(self.path.clone(), file, 0, end)?;
+            return Ok(Box::new(RangesReader { path: self.path.clone(), current: Some(first), pending: Vec::new() }));
         }
         // The line containing byte `start - 1` belongs to an earlier subtask: ours begin after
         // the first '\n' at or after `start - 1`.
-        let mut reader = TextLineReader::new(self.path.clone(), file, start - 1, end)?;
-        reader.skip_to_next_line()?;
-        Ok(Box::new(reader))
+        let mut first = TextLineReader::new(self.path.clone(), file, start - 1, end)?;
+        first.skip_to_next_line()?;
+        Ok(Box::new(RangesReader { path: self.path.clone(), current: Some(first), pending: Vec::new() }))
+    }
+
+    fn restore_reader(
+        &self,
+        _ctx: &TaskContext,
+        positions: Vec<Vec<u8>>,
+    ) -> Result<Box<dyn SourceReader<String>>, TaskError> {
+        // Split state: this subtask resumes the ranges assigned to it, each at a line start.
+        let mut pending = Self::decode_positions(&positions)?;
+        pending.reverse();
+        Ok(Box::new(RangesReader { path: self.path.clone(), current: None, pending }))
+    }
+}
+
+/// Reads a list of byte ranges of the file, one after the other (restored subtasks may hold
+/// several old subtasks' ranges after a rescale).
+struct RangesReader {
+    path: PathBuf,
+    current: Option<TextLineReader>,
+    /// Ranges still to open, last first.
+    pending: Vec<(u64, u64)>,
+}
+
+impl SourceReader<String> for RangesReader {
+    fn poll_next(&mut self, out: &mut Vec<String>, max_records: usize) -> Result<SourcePoll, TaskError> {
+        loop {
+            if let Some(reader) = &mut self.current {
+                match reader.poll_next(out, max_records)? {
+                    SourcePoll::End => self.current = None,
+                    other => return Ok(other),
+                }
+            }
+            let Some((pos, end)) = self.pending.pop() else {
+                return Ok(SourcePoll::End);
+            };
+            let file = File::open(&self.path).map_err(|e| read_error(&self.path, pos, e))?;
+            self.current = Some(TextLineReader::new(self.path.clone(), file, pos, end)?);
+        }
+    }
+
+    fn snapshot_positions(&self) -> SourcePositions {
+        let mut elements = Vec::new();
+        let mut push = |range: (u64, u64)| {
+            // Serializing a pair of integers into memory cannot fail.
+            elements.push(postcard::to_allocvec(&range).unwrap_or_default());
+        };
+        if let Some(reader) = &self.current
+            && !reader.done
+        {
+            push((reader.pos, reader.end));
+        }
+        for range in self.pending.iter().rev() {
+            push(*range);
+        }
+        SourcePositions { mode: Redistribution::Split, elements }
     }
 }
 
@@ -153,7 +204,7 @@ fn read_error(path: &Path, offset: u64, e: std::io::Error) -> TaskError {
     )
 }
 
-impl SourceReader<String> for TextLineReader {
+impl TextLineReader {
     fn poll_next(&mut self, out: &mut Vec<String>, max_records: usize) -> Result<SourcePoll, TaskError> {
         if self.done {
             return Ok(SourcePoll::End);
@@ -196,11 +247,6 @@ impl SourceReader<String> for TextLineReader {
         }
         if produced == 0 && self.done { Ok(SourcePoll::End) } else { Ok(SourcePoll::Data) }
     }
-
-    fn position(&self) -> Vec<u8> {
-        // Serializing a u64 into memory cannot fail.
-        postcard::to_allocvec(&self.pos).unwrap_or_default()
-    }
 }
 
 /// The committed name of part file `counter` of `subtask`: `part-<job8>-<subtask>-<counter>`.
@@ -214,15 +260,25 @@ pub fn in_progress_name(job8: &str, subtask: u32, counter: u64) -> String {
     format!(".{}.inprogress", part_file_name(job8, subtask, counter))
 }
 
+/// The name of part file `counter` of `subtask` once closed at a checkpoint barrier and
+/// waiting for that checkpoint to complete: `.part-<job8>-<subtask>-<counter>.pending`.
+pub fn pending_name(job8: &str, subtask: u32, counter: u64) -> String {
+    format!(".{}.pending", part_file_name(job8, subtask, counter))
+}
+
 /// The first 8 characters of a job id, as used in part file names.
 fn job8(ctx: &TaskContext) -> String {
     ctx.job_id.to_string().chars().take(8).collect()
 }
 
-/// Writes records as lines into part files of a directory, one part file per subtask.
+/// Writes records as lines into part files of a directory: exactly once with checkpoints.
 ///
-/// Records are visible (renamed to `part-...`) only after the writer finishes; until then
-/// they are in a hidden `.part-....inprogress` file.
+/// Two-phase commit: a subtask writes `.part-<job8>-<subtask>-<n>.inprogress`; at a
+/// checkpoint barrier the file is closed, synced and renamed `.pending` (the pre-commit, its
+/// name stored in the checkpoint); when the checkpoint completes it is renamed
+/// `part-<job8>-<subtask>-<n>` (the commit). A restore commits the pending files its
+/// snapshot lists and deletes the hidden files its old job left behind, whose records the
+/// restored sources replay. Without checkpoints, files are committed when the input ends.
 pub struct FileSink<T> {
     dir: PathBuf,
     format: fn(&T, &mut String),
@@ -239,19 +295,116 @@ impl<T> FileSink<T> {
     pub fn dir(&self) -> &Path {
         &self.dir
     }
-}
 
-impl<T: Send + 'static> Sink<T> for FileSink<T> {
-    fn create_writer(&self, ctx: &TaskContext) -> Result<Box<dyn SinkWriter<T>>, TaskError> {
+    fn create_dir(&self) -> Result<(), TaskError> {
         fs::create_dir_all(&self.dir).map_err(|e| {
             TaskError::external(
                 format!("file sink: creating output directory {}", self.dir.display()),
                 format!("{e}; check the path and the permissions of its parent"),
             )
-        })?;
-        let job8 = job8(ctx);
-        let part = InProgressPart::open(&self.dir, &job8, ctx.subtask_index, 0)?;
-        Ok(Box::new(FileSinkWriter { format: self.format, text: String::new(), part: Some(part) }))
+        })
+    }
+
+    fn writer(&self, ctx: &TaskContext) -> FileSinkWriter<T> {
+        FileSinkWriter {
+            dir: self.dir.clone(),
+            job8: job8(ctx),
+            subtask: ctx.subtask_index,
+            counter: 0,
+            format: self.format,
+            text: String::new(),
+            part: None,
+            staged: Vec::new(),
+            finished: false,
+        }
+    }
+}
+
+/// A pending commit: the pending file and the name it gets when committed (both relative to
+/// the output directory, so the snapshot stays valid when the directory moves).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+struct Committable {
+    pending: String,
+    committed: String,
+}
+
+impl<T: Send + 'static> Sink<T> for FileSink<T> {
+    fn create_writer(&self, ctx: &TaskContext) -> Result<Box<dyn SinkWriter<T>>, TaskError> {
+        self.create_dir()?;
+        Ok(Box::new(self.writer(ctx)))
+    }
+
+    fn restore_writer(
+        &self,
+        ctx: &TaskContext,
+        committables: Vec<Vec<u8>>,
+    ) -> Result<Box<dyn SinkWriter<T>>, TaskError> {
+        self.create_dir()?;
+        // Union state: every subtask sees every pending commit; subtask 0 alone finishes them.
+        if ctx.subtask_index == 0 {
+            let mut decoded = Vec::with_capacity(committables.len());
+            for bytes in &committables {
+                let committable: Committable = postcard::from_bytes(bytes).map_err(|e| {
+                    TaskError::external(
+                        "file sink: restoring pending commits",
+                        format!("{e}; the snapshot's sink state was not written by a file sink"),
+                    )
+                })?;
+                decoded.push(committable);
+            }
+            commit_restored(&self.dir, &decoded)?;
+        }
+        Ok(Box::new(self.writer(ctx)))
+    }
+}
+
+/// Commits the pending files of a restored snapshot (idempotent: an already committed file is
+/// fine) and deletes the other hidden files of the jobs they came from.
+fn commit_restored(dir: &Path, committables: &[Committable]) -> Result<(), TaskError> {
+    let mut old_jobs = std::collections::BTreeSet::new();
+    for committable in committables {
+        commit_file(dir, &committable.pending, &committable.committed)?;
+        if let Some(job) = committable.committed.strip_prefix("part-").and_then(|rest| rest.split('-').next()) {
+            old_jobs.insert(job.to_string());
+        }
+    }
+    let entries = match fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(_) => return Ok(()),
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().to_string();
+        let leftover = old_jobs.iter().any(|job| name.starts_with(&format!(".part-{job}-")));
+        if leftover {
+            // Records after the restored checkpoint: the restored sources produce them again.
+            let _ = fs::remove_file(entry.path());
+        }
+    }
+    Ok(())
+}
+
+/// Renames `pending` to `committed` in `dir` unless that already happened.
+fn commit_file(dir: &Path, pending: &str, committed: &str) -> Result<(), TaskError> {
+    let pending_path = dir.join(pending);
+    let committed_path = dir.join(committed);
+    if committed_path.exists() && !pending_path.exists() {
+        return Ok(());
+    }
+    fs::rename(&pending_path, &committed_path).map_err(|e| {
+        TaskError::external(
+            format!("file sink: committing {} as {}", pending_path.display(), committed_path.display()),
+            format!("{e}; the pending file of a completed checkpoint is missing or the directory is not writable"),
+        )
+    })?;
+    sync_dir(dir);
+    Ok(())
+}
+
+/// Makes renames durable; not every file system can fsync a directory, and the data itself
+/// is synced before any rename, so a failure here is not an error.
+fn sync_dir(dir: &Path) {
+    if let Ok(handle) = File::open(dir) {
+        let _ = handle.sync_all();
     }
 }
 
@@ -259,21 +412,19 @@ impl<T: Send + 'static> Sink<T> for FileSink<T> {
 struct InProgressPart {
     writer: BufWriter<File>,
     in_progress: PathBuf,
-    committed: PathBuf,
 }
 
 impl InProgressPart {
     /// Creates (or truncates a leftover) in-progress part file `counter` of `subtask`.
     fn open(dir: &Path, job8: &str, subtask: u32, counter: u64) -> Result<InProgressPart, TaskError> {
         let in_progress = dir.join(in_progress_name(job8, subtask, counter));
-        let committed = dir.join(part_file_name(job8, subtask, counter));
         let file = OpenOptions::new().write(true).create(true).truncate(true).open(&in_progress).map_err(|e| {
             TaskError::external(
                 format!("file sink: creating {}", in_progress.display()),
                 format!("{e}; check the permissions of the output directory"),
             )
         })?;
-        Ok(InProgressPart { writer: BufWriter::with_capacity(WRITE_BUFFER_BYTES, file), in_progress, committed })
+        Ok(InProgressPart { writer: BufWriter::with_capacity(WRITE_BUFFER_BYTES, file), in_progress })
     }
 
     fn write_error(&self, e: std::io::Error) -> TaskError {
@@ -292,47 +443,83 @@ impl InProgressPart {
         self.writer.flush().map_err(|e| self.write_error(e))
     }
 
-    /// Flushes, fsyncs and renames the part to its committed name; returns that path.
-    fn close_and_commit(mut self) -> Result<PathBuf, TaskError> {
+    /// Flushes, fsyncs and renames the part to `pending` (the pre-commit).
+    fn close_as(mut self, pending: &Path) -> Result<(), TaskError> {
         self.flush()?;
         self.writer.get_ref().sync_all().map_err(|e| self.write_error(e))?;
-        fs::rename(&self.in_progress, &self.committed).map_err(|e| {
+        fs::rename(&self.in_progress, pending).map_err(|e| {
             TaskError::external(
-                format!("file sink: committing {} as {}", self.in_progress.display(), self.committed.display()),
+                format!("file sink: closing {} as {}", self.in_progress.display(), pending.display()),
                 format!("{e}; check the permissions of the output directory"),
             )
-        })?;
-        // Make the rename durable too; not every file system can fsync a directory, and the
-        // data itself is already synced, so a failure here is not an error.
-        if let Some(dir) = self.committed.parent()
-            && let Ok(dir) = File::open(dir)
-        {
-            let _ = dir.sync_all();
-        }
-        Ok(self.committed)
+        })
     }
 }
 
 struct FileSinkWriter<T> {
+    dir: PathBuf,
+    job8: String,
+    subtask: u32,
+    /// Number of the next part file.
+    counter: u64,
     format: fn(&T, &mut String),
     /// Formatted records not yet handed to the part file (reused).
     text: String,
-    /// The open part; `None` once finished.
+    /// The part being written; opened at the first record after a barrier.
     part: Option<InProgressPart>,
+    /// Closed parts waiting for their checkpoint: (checkpoint id, committable).
+    staged: Vec<(u64, Committable)>,
+    finished: bool,
 }
 
 impl<T> FileSinkWriter<T> {
-    fn open_part(&mut self) -> Result<&mut InProgressPart, TaskError> {
-        self.part.as_mut().ok_or_else(|| TaskError::Internal("file sink: write after finish".into()))
+    fn current_part(&mut self) -> Result<&mut InProgressPart, TaskError> {
+        if self.finished {
+            return Err(TaskError::Internal("file sink: write after finish".into()));
+        }
+        if self.part.is_none() {
+            self.part = Some(InProgressPart::open(&self.dir, &self.job8, self.subtask, self.counter)?);
+        }
+        self.part.as_mut().ok_or_else(|| TaskError::Internal("file sink: no open part".into()))
+    }
+
+    /// Closes the open part as pending for `checkpoint_id` (nothing if no record came).
+    fn stage(&mut self, checkpoint_id: u64) -> Result<(), TaskError> {
+        let Some(part) = self.part.take() else {
+            return Ok(());
+        };
+        let pending = pending_name(&self.job8, self.subtask, self.counter);
+        let committed = part_file_name(&self.job8, self.subtask, self.counter);
+        part.close_as(&self.dir.join(&pending))?;
+        self.counter += 1;
+        self.staged.push((checkpoint_id, Committable { pending, committed }));
+        Ok(())
+    }
+
+    /// Commits every staged part of checkpoints up to `checkpoint_id`.
+    fn commit_up_to(&mut self, checkpoint_id: u64) -> Result<(), TaskError> {
+        let mut index = 0;
+        while index < self.staged.len() {
+            if self.staged[index].0 <= checkpoint_id {
+                let (_, committable) = self.staged.remove(index);
+                commit_file(&self.dir, &committable.pending, &committable.committed)?;
+            } else {
+                index += 1;
+            }
+        }
+        Ok(())
     }
 }
 
 impl<T: Send> SinkWriter<T> for FileSinkWriter<T> {
     fn write_batch(&mut self, batch: &mut Vec<T>) -> Result<(), TaskError> {
+        if batch.is_empty() {
+            return Ok(());
+        }
         let format = self.format;
         let mut text = std::mem::take(&mut self.text);
         text.clear();
-        let part = self.open_part()?;
+        let part = self.current_part()?;
         let mut result = Ok(());
         for record in batch.drain(..) {
             format(&record, &mut text);
@@ -362,10 +549,25 @@ impl<T: Send> SinkWriter<T> for FileSinkWriter<T> {
     }
 
     fn finish(&mut self) -> Result<(), TaskError> {
-        match self.part.take() {
-            Some(part) => part.close_and_commit().map(|_| ()),
-            None => Ok(()),
+        // End of input: nothing can fail after this, so everything is committed now.
+        self.stage(u64::MAX)?;
+        self.commit_up_to(u64::MAX)?;
+        self.finished = true;
+        Ok(())
+    }
+
+    fn prepare_commit(&mut self, checkpoint_id: u64) -> Result<Vec<Vec<u8>>, TaskError> {
+        self.stage(checkpoint_id)?;
+        let mut committables = Vec::with_capacity(self.staged.len());
+        for (_, committable) in &self.staged {
+            // Serializing two strings into memory cannot fail.
+            committables.push(postcard::to_allocvec(committable).unwrap_or_default());
         }
+        Ok(committables)
+    }
+
+    fn commit(&mut self, checkpoint_id: u64) -> Result<(), TaskError> {
+        self.commit_up_to(checkpoint_id)
     }
 }
 
@@ -446,13 +648,13 @@ mod tests {
         let source = TextLineSource::new(&path);
         let ctx = TaskContext::for_test(0, 1, 8);
         let mut reader = source.create_reader(&ctx).unwrap();
-        assert_eq!(TextLineSource::decode_position(&reader.position()).unwrap(), 0);
+        assert_eq!(TextLineSource::decode_positions(&reader.snapshot_positions().elements).unwrap(), vec![(0, 19)]);
         let mut out = Vec::new();
         reader.poll_next(&mut out, 2).unwrap();
         assert_eq!(out, vec!["one", "two"]);
-        let position = TextLineSource::decode_position(&reader.position()).unwrap();
-        assert_eq!(position, 8);
-        let mut resumed = source.reader_at(&ctx, position).unwrap();
+        let positions = reader.snapshot_positions().elements;
+        assert_eq!(TextLineSource::decode_positions(&positions).unwrap(), vec![(8, 19)]);
+        let mut resumed = source.restore_reader(&ctx, positions).unwrap();
         assert_eq!(drain(resumed.as_mut(), BATCH_RECORDS_MAX), vec!["three", "four"]);
     }
 
@@ -548,5 +750,56 @@ mod tests {
     fn part_file_naming() {
         assert_eq!(part_file_name("abcdef01", 3, 0), "part-abcdef01-3-0");
         assert_eq!(in_progress_name("abcdef01", 3, 0), ".part-abcdef01-3-0.inprogress");
+    }
+
+    fn format_line(line: &String, out: &mut String) {
+        out.push_str(line);
+    }
+
+    #[test]
+    fn two_phase_commit_stages_at_the_barrier_and_commits_on_completion() {
+        let dir = tempfile::tempdir().unwrap();
+        let sink = FileSink::new(dir.path(), format_line);
+        let ctx = TaskContext::for_test(0, 1, 8);
+        let mut writer = sink.create_writer(&ctx).unwrap();
+        writer.write_batch(&mut vec!["a".to_string(), "b".to_string()]).unwrap();
+        let committables = writer.prepare_commit(1).unwrap();
+        assert_eq!(committables.len(), 1);
+        assert_eq!(names(dir.path()), vec![".part-00000000-0-0.pending"]);
+        writer.write_batch(&mut vec!["c".to_string()]).unwrap();
+        writer.commit(1).unwrap();
+        assert_eq!(names(dir.path()), vec![".part-00000000-0-1.inprogress", "part-00000000-0-0"]);
+        assert_eq!(fs::read_to_string(dir.path().join("part-00000000-0-0")).unwrap(), "a\nb\n");
+
+        // A crash now: the restore commits what the snapshot lists and drops the rest.
+        let pending = writer.prepare_commit(2).unwrap();
+        drop(writer);
+        let mut restored_ctx = TaskContext::for_test(0, 2, 8);
+        restored_ctx.job_id = weir_types::JobId::from_u128(u128::MAX);
+        let _ = sink.restore_writer(&restored_ctx, pending.clone()).unwrap();
+        assert_eq!(names(dir.path()), vec!["part-00000000-0-0", "part-00000000-0-1"]);
+        // Restoring twice from the same snapshot is harmless.
+        let _ = sink.restore_writer(&restored_ctx, pending).unwrap();
+        assert_eq!(names(dir.path()), vec!["part-00000000-0-0", "part-00000000-0-1"]);
+    }
+
+    #[test]
+    fn a_restore_discards_files_written_after_the_checkpoint() {
+        let dir = tempfile::tempdir().unwrap();
+        let sink = FileSink::new(dir.path(), format_line);
+        let ctx = TaskContext::for_test(0, 1, 8);
+        let mut writer = sink.create_writer(&ctx).unwrap();
+        writer.write_batch(&mut vec!["kept".to_string()]).unwrap();
+        let snapshot = writer.prepare_commit(1).unwrap();
+        writer.write_batch(&mut vec!["replayed later".to_string()]).unwrap();
+        let _after_the_checkpoint = writer.prepare_commit(2).unwrap();
+        writer.write_batch(&mut vec!["also replayed".to_string()]).unwrap();
+        writer.flush().unwrap();
+        drop(writer);
+        let mut restored_ctx = TaskContext::for_test(0, 1, 8);
+        restored_ctx.job_id = weir_types::JobId::from_u128(u128::MAX);
+        let _ = sink.restore_writer(&restored_ctx, snapshot).unwrap();
+        assert_eq!(names(dir.path()), vec!["part-00000000-0-0"]);
+        assert_eq!(fs::read_to_string(dir.path().join("part-00000000-0-0")).unwrap(), "kept\n");
     }
 }

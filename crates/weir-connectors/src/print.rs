@@ -79,6 +79,16 @@ impl<T: Send, W: Write + Send> SinkWriter<T> for PrintWriter<T, W> {
     fn finish(&mut self) -> Result<(), TaskError> {
         self.out.flush().map_err(stdout_error)
     }
+
+    fn prepare_commit(&mut self, _checkpoint_id: u64) -> Result<Vec<Vec<u8>>, TaskError> {
+        // Not transactional: printed lines cannot be retracted on restore (at-least-once).
+        SinkWriter::<T>::flush(self)?;
+        Ok(Vec::new())
+    }
+
+    fn commit(&mut self, _checkpoint_id: u64) -> Result<(), TaskError> {
+        Ok(())
+    }
 }
 
 #[cfg(test)]

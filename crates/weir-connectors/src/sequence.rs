@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 
 use weir_api::error::TaskError;
 use weir_api::operator::{IDLE_WAIT_MAX, TaskContext};
-use weir_api::source::{Boundedness, Source, SourcePoll, SourceReader};
+use weir_api::snapshot::Redistribution;
+use weir_api::source::{Boundedness, Source, SourcePoll, SourcePositions, SourceReader};
 use weir_types::compute_key_group_range_for_operator_index;
 
 /// Records taken from one split before moving on to the next (round-robin).
@@ -40,16 +41,21 @@ impl<T> SequenceSource<T> {
         SequenceSource { count, rate_per_second, make }
     }
 
-    /// Decodes a position returned by a reader's [`SourceReader::position`] into its
-    /// `(split, next_index)` entries. Positions of several old subtasks can be decoded and
-    /// concatenated before [`SequenceSource::reader_from_positions`].
-    pub fn decode_position(bytes: &[u8]) -> Result<Vec<(u32, u64)>, TaskError> {
-        postcard::from_bytes(bytes).map_err(|e| {
-            TaskError::external(
-                "sequence source: decoding a checkpointed position",
-                format!("{e}; the checkpoint is corrupt or was not written by a sequence source"),
-            )
-        })
+    /// Decodes position elements of [`SourceReader::snapshot_positions`] (one
+    /// `(split, next_index)` per element; any number of old subtasks' elements together)
+    /// for [`SequenceSource::reader_from_positions`].
+    pub fn decode_positions(elements: &[Vec<u8>]) -> Result<Vec<(u32, u64)>, TaskError> {
+        let mut positions = Vec::with_capacity(elements.len());
+        for bytes in elements {
+            let entry: (u32, u64) = postcard::from_bytes(bytes).map_err(|e| {
+                TaskError::external(
+                    "sequence source: decoding a checkpointed position",
+                    format!("{e}; the snapshot is corrupt or its 'source' state was not written by a sequence source"),
+                )
+            })?;
+            positions.push(entry);
+        }
+        Ok(positions)
     }
 }
 
@@ -140,6 +146,15 @@ impl<T: Send + 'static> Source<T> for SequenceSource<T> {
 
     fn create_reader(&self, ctx: &TaskContext) -> Result<Box<dyn SourceReader<T>>, TaskError> {
         self.reader_from_positions(ctx, Vec::new())
+    }
+
+    fn restore_reader(
+        &self,
+        ctx: &TaskContext,
+        positions: Vec<Vec<u8>>,
+    ) -> Result<Box<dyn SourceReader<T>>, TaskError> {
+        // Union state: every subtask sees every split's position and keeps its own splits.
+        self.reader_from_positions(ctx, Self::decode_positions(&positions)?)
     }
 }
 
@@ -236,10 +251,13 @@ impl<T: Send> SourceReader<T> for SequenceReader<T> {
         Ok(SourcePoll::Data)
     }
 
-    fn position(&self) -> Vec<u8> {
-        let entries: Vec<(u32, u64)> = self.splits.iter().map(|s| (s.split, s.next)).collect();
-        // Serializing a Vec of integer pairs into memory cannot fail.
-        postcard::to_allocvec(&entries).unwrap_or_default()
+    fn snapshot_positions(&self) -> SourcePositions {
+        let mut elements = Vec::with_capacity(self.splits.len());
+        for cursor in &self.splits {
+            // Serializing a pair of integers into memory cannot fail.
+            elements.push(postcard::to_allocvec(&(cursor.split, cursor.next)).unwrap_or_default());
+        }
+        SourcePositions { mode: Redistribution::Union, elements }
     }
 }
 
@@ -398,7 +416,7 @@ mod tests {
         for _ in 0..3 {
             reader.poll_next(&mut first, 700).unwrap();
         }
-        let positions = SequenceSource::<u64>::decode_position(&reader.position()).unwrap();
+        let positions = SequenceSource::<u64>::decode_positions(&reader.snapshot_positions().elements).unwrap();
         assert_eq!(positions.len(), 8);
         let mut resumed = source.reader_from_positions(&ctx, positions).unwrap();
         let mut all = first.clone();
@@ -419,7 +437,7 @@ mod tests {
                 reader.poll_next(&mut out, 500).unwrap();
             }
             seen.extend(out);
-            positions.extend(SequenceSource::<u64>::decode_position(&reader.position()).unwrap());
+            positions.extend(SequenceSource::<u64>::decode_positions(&reader.snapshot_positions().elements).unwrap());
         }
         // Drop one old subtask's entries: its splits restart from the beginning.
         for index in 0..2 {
@@ -437,7 +455,7 @@ mod tests {
         let ctx = TaskContext::for_test(0, 1, 4);
         let mut reader = source.create_reader(&ctx).unwrap();
         assert_eq!(drain(reader.as_mut(), 3).len(), 10);
-        let positions = SequenceSource::<u64>::decode_position(&reader.position()).unwrap();
+        let positions = SequenceSource::<u64>::decode_positions(&reader.snapshot_positions().elements).unwrap();
         let mut resumed = source.reader_from_positions(&ctx, positions).unwrap();
         assert!(drain(resumed.as_mut(), 3).is_empty());
     }
@@ -450,7 +468,7 @@ mod tests {
         assert!(source.reader_from_positions(&ctx, vec![(1, 6)]).is_err());
         assert!(source.reader_from_positions(&ctx, vec![(1, 5), (1, 9)]).is_err());
         assert!(source.reader_from_positions(&ctx, vec![(1, 5), (1, 5), (2, 1000)]).is_ok());
-        assert!(SequenceSource::<u64>::decode_position(&[0xff, 0xff]).is_err());
+        assert!(SequenceSource::<u64>::decode_positions(&[vec![0xff, 0xff]]).is_err());
     }
 
     #[test]
@@ -491,7 +509,7 @@ mod tests {
                     reader.poll_next(&mut out, max_records).unwrap();
                 }
                 seen.extend(out);
-                positions.extend(SequenceSource::<u64>::decode_position(&reader.position()).unwrap());
+                positions.extend(SequenceSource::<u64>::decode_positions(&reader.snapshot_positions().elements).unwrap());
             }
             for index in 0..new_p {
                 let ctx = TaskContext::for_test(index, new_p, 8);

@@ -9,6 +9,7 @@
 //! - [`responses`] holds the response bodies, so clients can deserialize them.
 #![warn(missing_docs)]
 
+pub mod checkpoints;
 pub mod error;
 pub mod responses;
 pub mod routes;

@@ -9,12 +9,13 @@ use std::sync::Arc;
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::{Method, StatusCode, Uri};
-use axum::routing::{MethodRouter, get};
+use axum::routing::{MethodRouter, get, post};
 use axum::{Json, Router};
 use weir_runtime::{Dispatcher, JobDetails, JobMaster};
 use weir_types::JobId;
 use weir_types::lifecycle::now_ms;
 
+use crate::checkpoints;
 use crate::error::ApiError;
 use crate::responses::{
     ClusterOverview, DashboardConfiguration, DashboardFeatures, ExceptionHistory, JobExceptionsInfo, JobIdWithStatus,
@@ -39,9 +40,9 @@ const DEFAULT_MAX_EXCEPTIONS: usize = 20;
 const REFRESH_INTERVAL_MS: u64 = 3000;
 
 #[derive(Clone)]
-struct AppState {
-    dispatcher: Arc<Dispatcher>,
-    cluster: Arc<ClusterInfo>,
+pub(crate) struct AppState {
+    pub(crate) dispatcher: Arc<Dispatcher>,
+    pub(crate) cluster: Arc<ClusterInfo>,
 }
 
 type Params = Result<Query<HashMap<String, String>>, QueryRejection>;
@@ -49,7 +50,7 @@ type Params = Result<Query<HashMap<String, String>>, QueryRejection>;
 /// The REST API over `dispatcher`: every route at its Flink path and under `/v1`.
 pub fn router(dispatcher: Arc<Dispatcher>, cluster: ClusterInfo) -> Router {
     let state = AppState { dispatcher, cluster: Arc::new(cluster) };
-    let routes: [(&str, MethodRouter<AppState>); 8] = [
+    let routes: [(&str, MethodRouter<AppState>); 13] = [
         ("/overview", get(overview)),
         ("/config", get(config)),
         ("/jobs", get(jobs)),
@@ -58,6 +59,11 @@ pub fn router(dispatcher: Arc<Dispatcher>, cluster: ClusterInfo) -> Router {
         ("/jobs/{jobid}/status", get(job_status)),
         ("/jobs/{jobid}/vertices/{vertexid}", get(job_vertex)),
         ("/jobs/{jobid}/exceptions", get(job_exceptions)),
+        ("/jobs/{jobid}/checkpoints", get(checkpoints::checkpoints)),
+        ("/jobs/{jobid}/checkpoints/config", get(checkpoints::checkpoint_config)),
+        ("/jobs/{jobid}/savepoints", post(checkpoints::trigger_savepoint)),
+        ("/jobs/{jobid}/savepoints/{requestid}", get(checkpoints::savepoint_status)),
+        ("/jobs/{jobid}/stop", post(checkpoints::stop_with_savepoint)),
     ];
     let mut app = Router::new();
     for (path, method_router) in routes {
@@ -71,7 +77,7 @@ fn flink_version(cluster: &ClusterInfo) -> String {
 }
 
 /// The job named by a path segment: 400 if it is not a job id, 404 if there is no such job.
-fn find_job(dispatcher: &Dispatcher, raw: &str) -> Result<Arc<JobMaster>, ApiError> {
+pub(crate) fn find_job(dispatcher: &Dispatcher, raw: &str) -> Result<Arc<JobMaster>, ApiError> {
     let job_id: JobId = raw.parse().map_err(|e: weir_types::ids::BadJobId| ApiError::bad_request(e.to_string()))?;
     dispatcher.job(job_id).ok_or_else(|| ApiError::not_found(format!("Job {job_id} not found")))
 }

@@ -13,7 +13,7 @@ use weir_runtime::{Dispatcher, JobMaster, JobSettings};
 const DEADLINE: Duration = Duration::from_secs(30);
 
 fn settings(p: u32) -> JobSettings {
-    JobSettings { default_parallelism: p, max_parallelism: None }
+    JobSettings::with_parallelism(p)
 }
 
 fn start(slots: u32) -> (Arc<Dispatcher>, RestServer) {

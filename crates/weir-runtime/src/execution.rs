@@ -7,12 +7,16 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::thread::JoinHandle;
 
-use crossbeam_channel::Sender;
+use crossbeam_channel::{Receiver, Sender};
 use weir_api::error::TaskError;
 use weir_api::graph::{ErasedChannelEnd, ErasedOperator, NodeRole, StreamGraph};
 use weir_api::operator::{Clock, Step, TaskBody, TaskContext, TaskMetrics};
+use weir_api::snapshot::{SnapshotSink, TaskControl, TaskSnapshot};
 use weir_types::JobId;
 
+use crate::checkpointing::RestoreSource;
+use crate::checkpointing::coordinator::SnapshotDirs;
+use crate::checkpointing::writer::WriteJob;
 use crate::jobgraph::JobGraph;
 
 /// What a subtask reports to its job master.
@@ -41,6 +45,41 @@ pub enum TaskEventKind {
     Canceled,
 }
 
+/// Checkpointing wiring of a deployment.
+#[derive(Clone)]
+pub struct CheckpointWiring {
+    /// Align barriers (exactly-once) or not.
+    pub exactly_once: bool,
+    /// Where each checkpoint's files go, by id.
+    pub dirs: SnapshotDirs,
+    /// The writer pool's queue.
+    pub writer: Sender<WriteJob>,
+    /// The snapshot a job restores from.
+    pub restore: Option<Arc<RestoreSource>>,
+}
+
+/// Hands a subtask's snapshots to the writer pool with the checkpoint's directory.
+struct SubtaskSnapshotSink {
+    vertex: usize,
+    subtask: u32,
+    dirs: SnapshotDirs,
+    writer: Sender<WriteJob>,
+}
+
+impl SnapshotSink for SubtaskSnapshotSink {
+    fn submit(&self, snapshot: TaskSnapshot) {
+        let id = snapshot.barrier.checkpoint_id;
+        let dir = match self.dirs.lock() {
+            Ok(dirs) => dirs.get(&id).cloned(),
+            Err(poisoned) => poisoned.into_inner().get(&id).cloned(),
+        };
+        // No directory: the checkpoint was aborted meanwhile; its snapshot is not needed.
+        if let Some(dir) = dir {
+            let _ = self.writer.send(WriteJob { dir, vertex: self.vertex, subtask: self.subtask, snapshot });
+        }
+    }
+}
+
 /// What every subtask of one job shares.
 #[derive(Clone)]
 pub struct JobContext {
@@ -62,8 +101,12 @@ pub fn deploy<E: From<TaskEvent> + Send + 'static>(
     job: &Arc<JobGraph>,
     job_ctx: &JobContext,
     metrics: &[Vec<Arc<TaskMetrics>>],
+    controls: Vec<Vec<Receiver<TaskControl>>>,
+    checkpointing: &CheckpointWiring,
     events: &Sender<E>,
 ) -> Result<Vec<JoinHandle<()>>, TaskError> {
+    let mut controls: Vec<std::vec::IntoIter<Receiver<TaskControl>>> =
+        controls.into_iter().map(|v| v.into_iter()).collect();
     // senders[edge][producer subtask] -> one sender per consumer subtask;
     // receivers[edge][consumer subtask] -> one receiver per producer subtask.
     let mut senders: Vec<Vec<Vec<ErasedChannelEnd>>> = Vec::with_capacity(job.edges.len());
@@ -117,9 +160,25 @@ pub fn deploy<E: From<TaskEvent> + Send + 'static>(
                 cancel: Arc::clone(&job_ctx.cancel),
                 metrics: Arc::clone(&metrics[vertex_index][subtask]),
                 clock: Arc::clone(&job_ctx.clock),
+                operator_uid: String::new(),
+                restored: None,
+                control: controls.get_mut(vertex_index).and_then(|c| c.next()),
+                snapshots: Some(Arc::new(SubtaskSnapshotSink {
+                    vertex: vertex_index,
+                    subtask: subtask as u32,
+                    dirs: Arc::clone(&checkpointing.dirs),
+                    writer: checkpointing.writer.clone(),
+                })),
+                exactly_once: checkpointing.exactly_once,
             };
-            let wiring =
-                SubtaskWiring { graph: Arc::clone(graph), job: Arc::clone(job), vertex: vertex_index, outputs, inputs };
+            let wiring = SubtaskWiring {
+                graph: Arc::clone(graph),
+                job: Arc::clone(job),
+                vertex: vertex_index,
+                outputs,
+                inputs,
+                restore: checkpointing.restore.clone(),
+            };
             let events = events.clone();
             let thread_name = format!("weir-task-{}-{subtask}", short_name(&vertex.name));
             let handle = std::thread::Builder::new()
@@ -142,9 +201,10 @@ struct SubtaskWiring {
     vertex: usize,
     outputs: HashMap<usize, Vec<ErasedChannelEnd>>,
     inputs: Vec<ErasedChannelEnd>,
+    restore: Option<Arc<RestoreSource>>,
 }
 
-fn run_subtask<E: From<TaskEvent>>(wiring: SubtaskWiring, ctx: TaskContext, events: Sender<E>) {
+fn run_subtask<E: From<TaskEvent>>(wiring: SubtaskWiring, mut ctx: TaskContext, events: Sender<E>) {
     let vertex = wiring.vertex;
     let subtask = ctx.subtask_index;
     let report = |kind: TaskEventKind| {
@@ -153,6 +213,13 @@ fn run_subtask<E: From<TaskEvent>>(wiring: SubtaskWiring, ctx: TaskContext, even
     };
     report(TaskEventKind::Initializing);
     let outcome = catch_unwind(AssertUnwindSafe(|| {
+        if let Some(restore) = &wiring.restore {
+            let uids = &wiring.job.vertices[vertex].uids;
+            let restored = restore
+                .load_subtask(uids, subtask)
+                .map_err(|e| TaskError::external(format!("restoring from {}", restore.location), e))?;
+            ctx.restored = Some(Arc::new(restored));
+        }
         let mut body = build_body(wiring, &ctx)?;
         report(TaskEventKind::Running);
         run_body(body.as_mut(), &ctx)
@@ -204,6 +271,7 @@ fn build_body(mut wiring: SubtaskWiring, ctx: &TaskContext) -> Result<Box<dyn Ta
             .ok_or_else(|| TaskError::Internal(format!("source '{}' has no factory", head_node.name)))?;
         let mut head_ctx = ctx.clone();
         head_ctx.operator_name = head_node.name.clone();
+        head_ctx.operator_uid = head_node.uid_or_generated();
         return factory(&head_ctx, downstream);
     }
     let head_operator = build_chained(&graph, &job, head, &mut wiring.outputs, ctx)?;
@@ -261,5 +329,6 @@ fn build_chained(
         .ok_or_else(|| TaskError::Internal(format!("operator '{}' has no factory", stream_node.name)))?;
     let mut node_ctx = ctx.clone();
     node_ctx.operator_name = stream_node.name.clone();
+    node_ctx.operator_uid = stream_node.uid_or_generated();
     factory(&node_ctx, downstream)
 }

@@ -16,8 +16,44 @@ use weir_api::operator::{SystemClock, TaskMetrics};
 use weir_types::lifecycle::now_ms;
 use weir_types::{ExecutionState, JobId, JobStatus, Lifecycle, StateHistory};
 
-use crate::execution::{JobContext, TaskEvent, TaskEventKind, deploy};
+use weir_api::snapshot::TaskControl;
+
+use crate::checkpointing::CheckpointCoordinator;
+use crate::checkpointing::coordinator::{Failure, OperatorInfo, SnapshotRequest};
+use crate::checkpointing::settings::CheckpointSettings;
+use crate::checkpointing::stats::CheckpointStats;
+use crate::checkpointing::writer::{SnapshotWriter, WriteOutcome};
+use crate::execution::{CheckpointWiring, JobContext, TaskEvent, TaskEventKind, deploy};
 use crate::jobgraph::{JobGraph, JobSettings};
+
+/// Longest the job master sleeps between looks at its checkpoint schedule.
+const SUPERVISOR_TICK: Duration = Duration::from_millis(50);
+
+/// What the supervising loop keeps besides the job record.
+struct Supervisor {
+    coordinator: CheckpointCoordinator,
+    controls: Vec<Vec<Sender<TaskControl>>>,
+    source_vertices: Vec<usize>,
+    savepoints_url: Option<String>,
+    any_finished: bool,
+}
+
+impl Supervisor {
+    fn send_to_sources(&self, message: TaskControl) {
+        for vertex in &self.source_vertices {
+            for control in &self.controls[*vertex] {
+                let _ = control.send(message);
+            }
+        }
+    }
+
+    fn send_to_all(&self, message: TaskControl) {
+        // Ended subtasks dropped their receivers; a failed send to them is expected.
+        for control in self.controls.iter().flatten() {
+            let _ = control.send(message);
+        }
+    }
+}
 
 /// Messages to a job master.
 #[derive(Debug)]
@@ -26,6 +62,34 @@ pub enum MasterEvent {
     Task(TaskEvent),
     /// A user asked to cancel the job.
     Cancel,
+    /// A user asked for a savepoint (REST), optionally stopping the job after it.
+    TriggerSavepoint {
+        /// The request id the user polls.
+        request_id: String,
+        /// Target directory (else `state.savepoints.dir`).
+        target: Option<String>,
+        /// Stop the job once the savepoint completes.
+        terminate: bool,
+    },
+    /// The snapshot writer finished a subtask's snapshot (or could not).
+    Snapshot(WriteOutcome),
+}
+
+impl From<WriteOutcome> for MasterEvent {
+    fn from(outcome: WriteOutcome) -> MasterEvent {
+        MasterEvent::Snapshot(outcome)
+    }
+}
+
+/// Where a user's savepoint request stands.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SavepointStatus {
+    /// Triggered, not complete.
+    InProgress,
+    /// Complete, at this location.
+    Completed(String),
+    /// Failed, with this cause.
+    Failed(String),
 }
 
 impl From<TaskEvent> for MasterEvent {
@@ -69,6 +133,8 @@ pub struct JobRecord {
     pub exceptions: Vec<ExceptionEntry>,
     /// Why the job failed, when it did.
     pub failure_cause: Option<String>,
+    /// Savepoint requests by id, with whether a client has read the final status.
+    pub savepoints: std::collections::HashMap<String, (SavepointStatus, bool)>,
 }
 
 /// A running (or ended) job.
@@ -80,6 +146,8 @@ pub struct JobMaster {
     control: Sender<MasterEvent>,
     cancel: Arc<AtomicBool>,
     location: String,
+    checkpoint_stats: Arc<Mutex<CheckpointStats>>,
+    checkpoint_settings: CheckpointSettings,
 }
 
 impl JobMaster {
@@ -100,11 +168,14 @@ impl JobMaster {
                 subtasks: Vec::new(),
                 exceptions: Vec::new(),
                 failure_cause: None,
+                savepoints: std::collections::HashMap::new(),
             }),
             changed: Condvar::new(),
             control,
             cancel: Arc::new(AtomicBool::new(false)),
             location: location.to_string(),
+            checkpoint_stats: Arc::new(Mutex::new(CheckpointStats::default())),
+            checkpoint_settings: settings.checkpointing.clone(),
         });
         let runner = Arc::clone(&master);
         std::thread::Builder::new()
@@ -171,6 +242,53 @@ impl JobMaster {
                 Err(poisoned) => poisoned.into_inner().0,
             };
         }
+    }
+
+    /// Asks for a savepoint into `target` (else `state.savepoints.dir`); with `terminate`
+    /// the job stops once it completes. Returns the request id to poll.
+    pub fn trigger_savepoint(&self, target: Option<String>, terminate: bool) -> Result<String, String> {
+        let status = self.status();
+        if status != JobStatus::Running {
+            return Err(format!("job {} is {status}; savepoints are taken of RUNNING jobs only", self.job_id));
+        }
+        if target.is_none() && self.checkpoint_settings.savepoints_url.is_none() {
+            return Err("no savepoint directory: give one, or set state.savepoints.dir".to_string());
+        }
+        let request_id = JobId::generate().to_string();
+        self.update(|record| {
+            record.savepoints.insert(request_id.clone(), (SavepointStatus::InProgress, false));
+        });
+        let _ = self.control.send(MasterEvent::TriggerSavepoint { request_id: request_id.clone(), target, terminate });
+        Ok(request_id)
+    }
+
+    /// The state of savepoint request `request_id` (reading a final state marks it reported).
+    pub fn savepoint_status(&self, request_id: &str) -> Option<SavepointStatus> {
+        let mut record = self.record();
+        let (status, reported) = record.savepoints.get_mut(request_id)?;
+        if *status != SavepointStatus::InProgress {
+            *reported = true;
+        }
+        Some(status.clone())
+    }
+
+    /// True while a finished savepoint request has not been read by its client (an embedded
+    /// cluster keeps its REST API up a moment longer for it).
+    pub fn has_unreported_savepoints(&self) -> bool {
+        self.record().savepoints.values().any(|(status, reported)| *status != SavepointStatus::InProgress && !reported)
+    }
+
+    /// Checkpoint counts and history.
+    pub fn checkpoint_stats(&self) -> CheckpointStats {
+        match self.checkpoint_stats.lock() {
+            Ok(stats) => stats.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    /// The job's checkpoint settings.
+    pub fn checkpoint_settings(&self) -> &CheckpointSettings {
+        &self.checkpoint_settings
     }
 
     /// Why the job failed, if it did.
@@ -249,50 +367,241 @@ impl JobMaster {
             cancel: Arc::clone(&self.cancel),
             clock: Arc::new(SystemClock),
         };
+        let mut operators = Vec::new();
+        for node in graph.nodes() {
+            let vertex = &job_graph.vertices[job_graph.vertex_of_node[node.id]];
+            operators.push(OperatorInfo {
+                uid: node.uid_or_generated(),
+                name: node.name.clone(),
+                parallelism: vertex.parallelism,
+            });
+        }
+        let first_id = settings.restore.as_ref().map(|r| r.metadata.checkpoint_id + 1).unwrap_or(1);
+        if let Some(restore) = &settings.restore
+            && let Ok(mut stats) = self.checkpoint_stats.lock()
+        {
+            stats.restored = Some((restore.metadata.checkpoint_id, restore.location.clone(), now_ms()));
+        }
+        let coordinator = match CheckpointCoordinator::new(
+            settings.checkpointing.clone(),
+            &self.job_id.to_string(),
+            &self.job_name,
+            job_graph.max_parallelism,
+            operators,
+            job_graph.subtask_count() as usize,
+            first_id,
+            Arc::clone(&self.checkpoint_stats),
+        ) {
+            Ok(coordinator) => coordinator,
+            Err(error) => return self.fail_before_start(error),
+        };
+        let (snapshot_events, snapshot_receiver) = crossbeam_channel::unbounded::<MasterEvent>();
+        let writer = match SnapshotWriter::start(snapshot_events) {
+            Ok(writer) => writer,
+            Err(error) => return self.fail_before_start(format!("cannot start the snapshot writer threads: {error}")),
+        };
+        let mut control_senders = Vec::with_capacity(job_graph.vertices.len());
+        let mut control_receivers = Vec::with_capacity(job_graph.vertices.len());
+        for vertex in &job_graph.vertices {
+            let (senders, receivers): (Vec<_>, Vec<_>) =
+                (0..vertex.parallelism).map(|_| crossbeam_channel::unbounded::<TaskControl>()).unzip();
+            control_senders.push(senders);
+            control_receivers.push(receivers);
+        }
+        let wiring = CheckpointWiring {
+            exactly_once: settings.checkpointing.exactly_once,
+            dirs: coordinator.dirs(),
+            writer: writer.queue(),
+            restore: settings.restore.clone(),
+        };
         let (task_events, task_receiver) = crossbeam_channel::unbounded::<TaskEvent>();
         let graph = Arc::new(graph);
-        let handles = match deploy(&graph, &job_graph, &job_ctx, &metrics, &task_events) {
+        let handles = match deploy(&graph, &job_graph, &job_ctx, &metrics, control_receivers, &wiring, &task_events) {
             Ok(handles) => handles,
             Err(error) => {
                 self.cancel.store(true, Ordering::SeqCst);
-                self.update(|record| {
-                    record.failure_cause = Some(error.to_string());
-                    self.transition_job(record, JobStatus::Failing);
-                    self.transition_job(record, JobStatus::Failed);
-                });
-                return;
+                return self.fail_before_start(error.to_string());
             }
         };
         drop(task_events);
-        self.supervise(&job_graph, &events, &task_receiver);
+        drop(wiring);
+        let source_vertices: Vec<usize> = job_graph
+            .vertices
+            .iter()
+            .enumerate()
+            .filter(|(_, v)| graph.nodes()[v.nodes[0]].role == weir_api::graph::NodeRole::Source)
+            .map(|(index, _)| index)
+            .collect();
+        let mut supervisor = Supervisor {
+            coordinator,
+            controls: control_senders,
+            source_vertices,
+            savepoints_url: settings.checkpointing.savepoints_url.clone(),
+            any_finished: false,
+        };
+        self.supervise(&job_graph, &events, &task_receiver, &snapshot_receiver, &mut supervisor);
         for handle in handles {
             let _ = handle.join();
         }
+        writer.shutdown();
     }
 
-    fn supervise(&self, job_graph: &JobGraph, control: &Receiver<MasterEvent>, tasks: &Receiver<TaskEvent>) {
+    fn fail_before_start(&self, cause: String) {
+        self.update(|record| {
+            record.failure_cause = Some(cause);
+            if record.history.current() == JobStatus::Running {
+                self.transition_job(record, JobStatus::Failing);
+            }
+            self.transition_job(record, JobStatus::Failed);
+        });
+    }
+
+    fn supervise(
+        &self,
+        job_graph: &JobGraph,
+        control: &Receiver<MasterEvent>,
+        tasks: &Receiver<TaskEvent>,
+        snapshots: &Receiver<MasterEvent>,
+        supervisor: &mut Supervisor,
+    ) {
         loop {
+            let now = Instant::now();
+            let wait = match supervisor.coordinator.next_wakeup() {
+                Some(at) => at.saturating_duration_since(now).min(SUPERVISOR_TICK),
+                None => SUPERVISOR_TICK,
+            };
             let event = crossbeam_channel::select! {
-                recv(control) -> message => match message {
-                    Ok(event) => event,
-                    Err(_) => continue,
-                },
+                recv(control) -> message => message.ok(),
+                recv(snapshots) -> message => message.ok(),
                 recv(tasks) -> message => match message {
-                    Ok(event) => MasterEvent::Task(event),
+                    Ok(event) => Some(MasterEvent::Task(event)),
                     // Every subtask thread ended and dropped its sender.
                     Err(_) => return,
                 },
+                default(wait) => None,
             };
             let mut finished = false;
             self.update(|record| {
                 match event {
-                    MasterEvent::Cancel => self.on_cancel(record),
-                    MasterEvent::Task(task) => self.on_task_event(record, job_graph, task),
+                    Some(MasterEvent::Cancel) => self.on_cancel(record),
+                    Some(MasterEvent::Task(task)) => {
+                        if matches!(task.kind, TaskEventKind::Finished) && !supervisor.any_finished {
+                            // Finished subtasks cannot take part in checkpoints any more.
+                            supervisor.any_finished = true;
+                            let failures =
+                                supervisor.coordinator.abort_all("a subtask finished before the checkpoint completed");
+                            self.on_checkpoint_failures(record, supervisor, failures);
+                        }
+                        self.on_task_event(record, job_graph, task);
+                    }
+                    Some(MasterEvent::TriggerSavepoint { request_id, target, terminate }) => {
+                        self.on_trigger_savepoint(record, supervisor, request_id, target, terminate)
+                    }
+                    Some(MasterEvent::Snapshot(outcome)) => self.on_snapshot(record, supervisor, outcome),
+                    None => {}
                 }
+                self.on_tick(record, supervisor);
                 finished = record.history.current().is_terminal();
+                if finished {
+                    let failures = supervisor.coordinator.abort_all("the job ended");
+                    self.on_checkpoint_failures(record, supervisor, failures);
+                }
             });
             if finished {
                 return;
+            }
+        }
+    }
+
+    /// True when every subtask runs: only then can a barrier reach every subtask.
+    fn all_running(record: &JobRecord) -> bool {
+        record.history.current() == JobStatus::Running
+            && record.subtasks.iter().flatten().all(|s| s.history.current() == ExecutionState::Running)
+    }
+
+    fn on_tick(&self, record: &mut JobRecord, supervisor: &mut Supervisor) {
+        let now = Instant::now();
+        let failures = supervisor.coordinator.expire(now);
+        self.on_checkpoint_failures(record, supervisor, failures);
+        if supervisor.any_finished || !Self::all_running(record) || !supervisor.coordinator.periodic_due(now) {
+            return;
+        }
+        match supervisor.coordinator.trigger(SnapshotRequest::Periodic, None) {
+            Ok(barrier) => supervisor.send_to_sources(TaskControl::TriggerCheckpoint(barrier)),
+            Err(error) => tracing::warn!(job_id = %self.job_id, error = %error, "cannot trigger a checkpoint"),
+        }
+    }
+
+    fn on_trigger_savepoint(
+        &self,
+        record: &mut JobRecord,
+        supervisor: &mut Supervisor,
+        request_id: String,
+        target: Option<String>,
+        terminate: bool,
+    ) {
+        let fail = |record: &mut JobRecord, cause: String| {
+            record.savepoints.insert(request_id.clone(), (SavepointStatus::Failed(cause), false));
+        };
+        if supervisor.any_finished || !Self::all_running(record) {
+            let cause =
+                format!("job {} is not running on every subtask; a savepoint needs all subtasks RUNNING", self.job_id);
+            return fail(record, cause);
+        }
+        let root = target.or_else(|| supervisor.savepoints_url.clone());
+        let request = SnapshotRequest::Savepoint { request_id: request_id.clone(), terminate };
+        match supervisor.coordinator.trigger(request, root.as_deref()) {
+            Ok(barrier) => supervisor.send_to_sources(TaskControl::TriggerCheckpoint(barrier)),
+            Err(cause) => fail(record, cause),
+        }
+    }
+
+    fn on_snapshot(&self, record: &mut JobRecord, supervisor: &mut Supervisor, outcome: WriteOutcome) {
+        let result = match outcome {
+            WriteOutcome::Acknowledged(ack) => supervisor.coordinator.acknowledge(ack),
+            WriteOutcome::Declined { checkpoint_id, reason } => {
+                supervisor.coordinator.decline(checkpoint_id, reason).map(Err)
+            }
+        };
+        match result {
+            None => {}
+            Some(Ok(completion)) => {
+                tracing::info!(job_id = %self.job_id, checkpoint = completion.checkpoint_id, location = %completion.location, "checkpoint completed");
+                if let SnapshotRequest::Savepoint { request_id, .. } = &completion.request {
+                    record
+                        .savepoints
+                        .insert(request_id.clone(), (SavepointStatus::Completed(completion.location.clone()), false));
+                }
+                supervisor.send_to_all(TaskControl::CheckpointComplete(completion.checkpoint_id));
+            }
+            Some(Err(failure)) => self.on_checkpoint_failures(record, supervisor, vec![failure]),
+        }
+    }
+
+    fn on_checkpoint_failures(&self, record: &mut JobRecord, supervisor: &mut Supervisor, failures: Vec<Failure>) {
+        for failure in failures {
+            tracing::warn!(job_id = %self.job_id, checkpoint = failure.checkpoint_id, reason = %failure.reason, "checkpoint failed");
+            supervisor.send_to_all(TaskControl::CheckpointAborted(failure.checkpoint_id));
+            if let SnapshotRequest::Savepoint { request_id, .. } = &failure.request {
+                record.savepoints.insert(request_id.clone(), (SavepointStatus::Failed(failure.reason.clone()), false));
+            }
+            if failure.fail_job && record.history.current() == JobStatus::Running {
+                let message = format!(
+                    "exceeded execution.checkpointing.tolerable-failed-checkpoints ({}): {}",
+                    supervisor.coordinator.settings().tolerable_failures,
+                    failure.reason
+                );
+                record.exceptions.push(ExceptionEntry {
+                    name: "CheckpointFailure".into(),
+                    message: message.clone(),
+                    timestamp_ms: now_ms(),
+                    task_name: "checkpoint coordinator".into(),
+                    location: self.location.clone(),
+                });
+                record.failure_cause = Some(message);
+                self.transition_job(record, JobStatus::Failing);
+                self.cancel.store(true, Ordering::SeqCst);
+                mark_canceling(record);
             }
         }
     }

@@ -6,12 +6,23 @@ use weir_types::keygroups::murmur3_32;
 use weir_types::{MAX_PARALLELISM_UPPER_BOUND, compute_default_max_parallelism};
 
 /// What the cluster and the submitter decide about a job beyond its code.
-#[derive(Clone, Debug)]
+#[derive(Clone, Default)]
 pub struct JobSettings {
     /// `parallelism.default` or `-p`.
     pub default_parallelism: u32,
-    /// `pipeline.max-parallelism`, if set.
+    /// `pipeline.max-parallelism`, if set (a restore sets the snapshot's).
     pub max_parallelism: Option<u32>,
+    /// Checkpointing options.
+    pub checkpointing: crate::checkpointing::CheckpointSettings,
+    /// The snapshot to start from.
+    pub restore: Option<std::sync::Arc<crate::checkpointing::RestoreSource>>,
+}
+
+impl JobSettings {
+    /// Settings with a default parallelism and nothing else.
+    pub fn with_parallelism(default_parallelism: u32) -> JobSettings {
+        JobSettings { default_parallelism, ..JobSettings::default() }
+    }
 }
 
 /// A task: one or more chained stream nodes run by each subtask in one thread.
@@ -261,7 +272,7 @@ mod tests {
         let env = StreamExecutionEnvironment::new();
         counter_like(&env);
         let graph = env.build("t").unwrap();
-        let job = JobGraph::build(&graph, &JobSettings { default_parallelism: 2, max_parallelism: None }).unwrap();
+        let job = JobGraph::build(&graph, &JobSettings::with_parallelism(2)).unwrap();
         assert_eq!(job.vertices.len(), 2);
         assert_eq!(job.vertices[0].name, "Source: Custom Source -> Map");
         assert_eq!(job.vertices[1].name, "KeyedProcess -> Sink: Unnamed");
@@ -280,7 +291,7 @@ mod tests {
             .parallelism(3)
             .sink_to(CollectSink::default());
         let graph = env.build("t").unwrap();
-        let job = JobGraph::build(&graph, &JobSettings { default_parallelism: 3, max_parallelism: None }).unwrap();
+        let job = JobGraph::build(&graph, &JobSettings::with_parallelism(3)).unwrap();
         assert_eq!(job.vertices.len(), 2);
         assert_eq!(job.edges[0].ship_strategy, "REBALANCE");
     }
@@ -291,7 +302,8 @@ mod tests {
         counter_like(&env);
         let graph = env.build("t").unwrap();
         let err =
-            JobGraph::build(&graph, &JobSettings { default_parallelism: 256, max_parallelism: Some(128) }).unwrap_err();
+            JobGraph::build(&graph, &JobSettings { max_parallelism: Some(128), ..JobSettings::with_parallelism(256) })
+                .unwrap_err();
         let text = err.to_string();
         assert!(text.contains("256") && text.contains("128"), "{text}");
     }

@@ -10,6 +10,7 @@
 //! - [`status`]: Flink-shaped views of jobs for REST and the CLI.
 #![warn(missing_docs)]
 
+pub mod checkpointing;
 pub mod dispatcher;
 pub mod execution;
 pub mod job_master;

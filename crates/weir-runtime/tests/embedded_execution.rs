@@ -30,7 +30,7 @@ impl KeyedProcessFunction<u64, u64, (u64, u64)> for RunningCount {
 }
 
 fn settings(p: u32) -> JobSettings {
-    JobSettings { default_parallelism: p, max_parallelism: None }
+    JobSettings::with_parallelism(p)
 }
 
 #[test]

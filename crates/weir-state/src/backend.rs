@@ -12,7 +12,17 @@ use crate::handles::{
     ListAccess, ListState, MapAccess, MapState, ReducingAccess, ReducingState, StateData, StateKind, ValueAccess,
     ValueState,
 };
-use crate::table::{Cell, ListCell, MapCell, StateTable, Table, ValueCell};
+use crate::table::{Cell, ListCell, MapCell, RestoredTable, StateTable, Table, TableSnapshot, ValueCell};
+
+/// A copy of a backend's tables taken at a checkpoint barrier.
+pub struct KeyedBackendSnapshot {
+    /// The Rust type name of the key (recorded for restore checks).
+    pub key_type: String,
+    /// The key groups covered.
+    pub range: KeyGroupRange,
+    /// One copy per table.
+    pub tables: Vec<Box<dyn TableSnapshot>>,
+}
 
 /// All keyed state of one keyed operator in one subtask.
 pub struct KeyedStateBackend<K> {
@@ -85,6 +95,12 @@ impl<K: Key> KeyedStateBackend<K> {
             if table.name() != name {
                 continue;
             }
+            if let Some(restored) = table.as_restored() {
+                let typed = Self::claim_restored::<C>(restored, name, kind, self.range)?;
+                *table = Box::new(typed);
+                found = Some(index);
+                break;
+            }
             let same_type = table.kind() == kind && table.as_any_mut().is::<Table<K, C>>();
             if !same_type {
                 return Err(StateError::TypeMismatch {
@@ -105,6 +121,52 @@ impl<K: Key> KeyedStateBackend<K> {
         };
         let _ = slot.set(index);
         Ok(index)
+    }
+
+    /// Turns restored bytes into the typed table a handle declares, after checking that the
+    /// snapshot recorded the same kind and cell type.
+    fn claim_restored<C: Cell>(
+        restored: &RestoredTable,
+        name: &str,
+        kind: StateKind,
+        range: KeyGroupRange,
+    ) -> Result<Table<K, C>, StateError> {
+        let declared_type = std::any::type_name::<C>();
+        if restored.kind != kind || restored.cell_type != declared_type {
+            return Err(StateError::RestoredTypeMismatch {
+                name: name.to_string(),
+                recorded: format!("{} state of {}", restored.kind, restored.cell_type),
+                declared: format!("{kind} state of {declared_type}"),
+            });
+        }
+        let mut table = Table::<K, C>::new(name, kind, range);
+        for (key_group, (bytes, _)) in &restored.key_groups {
+            table.read_key_group(*key_group, bytes)?;
+        }
+        Ok(table)
+    }
+
+    /// A copy of every table for a checkpoint (the synchronous part: a memory copy).
+    pub fn snapshot(&self) -> KeyedBackendSnapshot {
+        KeyedBackendSnapshot {
+            key_type: std::any::type_name::<K>().to_string(),
+            range: self.range,
+            tables: self.tables.iter().map(|t| t.snapshot()).collect(),
+        }
+    }
+
+    /// Loads restored state; each table becomes typed when a handle first declares it.
+    ///
+    /// Errors when the snapshot's key type differs from this operator's.
+    pub fn restore(&mut self, key_type: &str, tables: Vec<RestoredTable>) -> Result<(), StateError> {
+        let declared = std::any::type_name::<K>();
+        if key_type != declared {
+            return Err(StateError::KeyTypeMismatch { recorded: key_type.to_string(), declared: declared.to_string() });
+        }
+        for table in tables {
+            self.tables.push(Box::new(table));
+        }
+        Ok(())
     }
 
     fn table<C: Cell>(&mut self, index: usize) -> &mut Table<K, C> {
@@ -243,6 +305,59 @@ mod tests {
         let foreign = (0u64..).find(|k| weir_types::assign_to_key_group(k, 128) >= 64).unwrap();
         assert!(backend.locate(&foreign).is_err());
         let _ = &mut backend;
+    }
+
+    fn restored_from(snapshot: &KeyedBackendSnapshot) -> Vec<RestoredTable> {
+        let mut tables = Vec::new();
+        for table in &snapshot.tables {
+            let mut key_groups = std::collections::BTreeMap::new();
+            for key_group in snapshot.range.iter() {
+                let mut bytes = Vec::new();
+                table.write_key_group(key_group, &mut bytes).unwrap();
+                key_groups.insert(key_group, (bytes, table.key_group_entries(key_group)));
+            }
+            tables.push(RestoredTable {
+                name: table.name().to_string(),
+                kind: table.kind(),
+                cell_type: table.cell_type().to_string(),
+                key_groups,
+            });
+        }
+        tables
+    }
+
+    #[test]
+    fn snapshot_then_restore_gives_the_same_state_and_checks_types() {
+        let count = ValueState::<u64>::new("count");
+        let mut backend = KeyedStateBackend::<u64>::new(KeyGroupRange::new(0, 127), 128);
+        for key in 0..500u64 {
+            let located = backend.locate(&key).unwrap();
+            backend.value(&count, located).unwrap().set(key * 3);
+        }
+        let snapshot = backend.snapshot();
+        // Changes after the barrier are not in the copy.
+        let zero = 0u64;
+        let located = backend.locate(&zero).unwrap();
+        backend.value(&count, located).unwrap().set(999);
+
+        let mut restored = KeyedStateBackend::<u64>::new(KeyGroupRange::new(0, 127), 128);
+        restored.restore(&snapshot.key_type, restored_from(&snapshot)).unwrap();
+        assert_eq!(restored.entry_count(), 500);
+        let count_again = ValueState::<u64>::new("count");
+        for key in 0..500u64 {
+            let located = restored.locate(&key).unwrap();
+            assert_eq!(restored.value(&count_again, located).unwrap().get(), Some(&(key * 3)));
+        }
+
+        let mut wrong_value = KeyedStateBackend::<u64>::new(KeyGroupRange::new(0, 127), 128);
+        wrong_value.restore(&snapshot.key_type, restored_from(&snapshot)).unwrap();
+        let located = wrong_value.locate(&zero).unwrap();
+        let err = wrong_value.value(&ValueState::<String>::new("count"), located).err().unwrap().to_string();
+        assert!(err.contains("state 'count' in the snapshot") && err.contains("String"), "{err}");
+
+        let mut wrong_key = KeyedStateBackend::<String>::new(KeyGroupRange::new(0, 127), 128);
+        let err = wrong_key.restore(&snapshot.key_type, restored_from(&snapshot)).unwrap_err().to_string();
+        assert!(err.contains("keyed by u64") && err.contains("String"), "{err}");
     }
 
     proptest! {

@@ -28,6 +28,28 @@ pub enum StateError {
         /// What was wrong.
         reason: String,
     },
+    /// Restored state has another kind or type than the function now declares.
+    #[error(
+        "state '{name}' in the snapshot is a {recorded}, but the job now declares it as a {declared}; keep the old type, give the new state another name, or start without this state (-n after removing the operator's uid)"
+    )]
+    RestoredTypeMismatch {
+        /// The state's name.
+        name: String,
+        /// What the snapshot recorded.
+        recorded: String,
+        /// What the function declares now.
+        declared: String,
+    },
+    /// Restored keyed state has another key type than the operator now uses.
+    #[error(
+        "the snapshot's keyed state is keyed by {recorded}, but the operator is now keyed by {declared}; the key type of a stateful operator cannot change"
+    )]
+    KeyTypeMismatch {
+        /// What the snapshot recorded.
+        recorded: String,
+        /// What the operator uses now.
+        declared: String,
+    },
     /// A key group outside this backend's range.
     #[error("key group {key_group} is not in this subtask's range {range}")]
     KeyGroupOutOfRange {

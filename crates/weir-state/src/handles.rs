@@ -30,6 +30,20 @@ pub enum StateKind {
     Reducing,
 }
 
+impl std::str::FromStr for StateKind {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<StateKind, String> {
+        match text {
+            "value" => Ok(StateKind::Value),
+            "list" => Ok(StateKind::List),
+            "map" => Ok(StateKind::Map),
+            "reducing" => Ok(StateKind::Reducing),
+            other => Err(format!("unknown state kind '{other}'")),
+        }
+    }
+}
+
 impl std::fmt::Display for StateKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let name = match self {
@@ -43,8 +57,11 @@ impl std::fmt::Display for StateKind {
 }
 
 /// Bound for everything stored in state.
-pub trait StateData: Serialize + DeserializeOwned + Send + 'static {}
-impl<T: Serialize + DeserializeOwned + Send + 'static> StateData for T {}
+///
+/// `Clone` because a checkpoint copies state synchronously and serializes the copy while
+/// processing goes on.
+pub trait StateData: Serialize + DeserializeOwned + Clone + Send + 'static {}
+impl<T: Serialize + DeserializeOwned + Clone + Send + 'static> StateData for T {}
 
 /// Declares a value state: one `V` per key (Flink's `ValueState`).
 pub struct ValueState<V> {

@@ -36,6 +36,7 @@ impl<K> Clone for KeyRef<'_, K> {
 impl<K> Copy for KeyRef<'_, K> {}
 
 /// Entries of one key group.
+#[derive(Clone)]
 pub struct KeyMap<K, C> {
     table: HashTable<(K, C)>,
 }

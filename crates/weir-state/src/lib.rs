@@ -17,10 +17,11 @@ pub mod keymap;
 pub mod table;
 pub mod timers;
 
-pub use backend::KeyedStateBackend;
+pub use backend::{KeyedBackendSnapshot, KeyedStateBackend};
 pub use error::StateError;
 pub use handles::{ListState, MapState, ReducingState, StateKind, ValueState};
 pub use keymap::{KeyRef, memory_hash};
+pub use table::{RestoredTable, TableSnapshot};
 pub use timers::TimerService;
 
 /// Hash maps for in-memory state: fast, and never persisted or used for routing, so the

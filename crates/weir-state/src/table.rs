@@ -29,10 +29,98 @@ pub trait StateTable<K>: Send {
     fn read_key_group(&mut self, key_group: u32, bytes: &[u8]) -> Result<(), StateError>;
     /// For typed access through a handle.
     fn as_any_mut(&mut self) -> &mut dyn Any;
+    /// A copy for a checkpoint, serialized later on another thread.
+    fn snapshot(&self) -> Box<dyn TableSnapshot>;
+    /// Restored bytes not yet claimed by a handle, if this is such a table.
+    fn as_restored(&self) -> Option<&RestoredTable> {
+        None
+    }
+}
+
+/// A copy of one table taken at a checkpoint barrier; written out asynchronously.
+pub trait TableSnapshot: Send {
+    /// The state's name.
+    fn name(&self) -> &str;
+    /// The state's kind.
+    fn kind(&self) -> StateKind;
+    /// The recorded type of the cells.
+    fn cell_type(&self) -> &str;
+    /// Entries of one key group.
+    fn key_group_entries(&self, key_group: u32) -> u64;
+    /// Serializes one key group's entries in canonical order.
+    fn write_key_group(&self, key_group: u32, out: &mut Vec<u8>) -> Result<(), StateError>;
+}
+
+/// A state read back from a snapshot, kept as canonical bytes per key group until the
+/// function declares it (then it becomes a typed table, after a type check).
+#[derive(Clone, Debug)]
+pub struct RestoredTable {
+    /// The state's name.
+    pub name: String,
+    /// The recorded kind.
+    pub kind: StateKind,
+    /// The recorded cell type.
+    pub cell_type: String,
+    /// Canonical bytes and entry count per key group.
+    pub key_groups: std::collections::BTreeMap<u32, (Vec<u8>, u64)>,
+}
+
+impl<K> StateTable<K> for RestoredTable {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn kind(&self) -> StateKind {
+        self.kind
+    }
+    fn cell_type(&self) -> &'static str {
+        "restored state not yet declared"
+    }
+    fn entry_count(&self) -> usize {
+        self.key_groups.values().map(|(_, entries)| *entries as usize).sum()
+    }
+    fn write_key_group(&self, key_group: u32, out: &mut Vec<u8>) -> Result<(), StateError> {
+        TableSnapshot::write_key_group(self, key_group, out)
+    }
+    fn read_key_group(&mut self, key_group: u32, bytes: &[u8]) -> Result<(), StateError> {
+        self.key_groups.insert(key_group, (bytes.to_vec(), 0));
+        Ok(())
+    }
+    fn as_any_mut(&mut self) -> &mut dyn Any {
+        self
+    }
+    fn snapshot(&self) -> Box<dyn TableSnapshot> {
+        Box::new(self.clone())
+    }
+    fn as_restored(&self) -> Option<&RestoredTable> {
+        Some(self)
+    }
+}
+
+impl TableSnapshot for RestoredTable {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn kind(&self) -> StateKind {
+        self.kind
+    }
+    fn cell_type(&self) -> &str {
+        &self.cell_type
+    }
+    fn key_group_entries(&self, key_group: u32) -> u64 {
+        self.key_groups.get(&key_group).map(|(_, entries)| *entries).unwrap_or(0)
+    }
+    fn write_key_group(&self, key_group: u32, out: &mut Vec<u8>) -> Result<(), StateError> {
+        match self.key_groups.get(&key_group) {
+            Some((bytes, _)) => out.extend_from_slice(bytes),
+            // An empty key group in canonical form: a zero-length entry list.
+            None => out.push(0),
+        }
+        Ok(())
+    }
 }
 
 /// How a table's cells become canonical bytes and back.
-pub trait Cell: Send + 'static {
+pub trait Cell: Clone + Send + 'static {
     /// Appends the canonical encoding.
     fn encode(&self, out: &mut Vec<u8>) -> Result<(), postcard::Error>;
     /// Decodes from the canonical encoding.
@@ -42,13 +130,16 @@ pub trait Cell: Send + 'static {
 }
 
 /// The cell of a value or reducing state.
+#[derive(Clone)]
 pub struct ValueCell<V>(pub V);
 /// The cell of a list state.
+#[derive(Clone)]
 pub struct ListCell<V>(pub Vec<V>);
 /// The cell of a map state.
+#[derive(Clone)]
 pub struct MapCell<UK, UV>(pub FastMap<UK, UV>);
 
-impl<V: Serialize + DeserializeOwned + Send + 'static> Cell for ValueCell<V> {
+impl<V: Serialize + DeserializeOwned + Clone + Send + 'static> Cell for ValueCell<V> {
     fn encode(&self, out: &mut Vec<u8>) -> Result<(), postcard::Error> {
         postcard::to_io(&self.0, out).map(|_| ())
     }
@@ -57,7 +148,7 @@ impl<V: Serialize + DeserializeOwned + Send + 'static> Cell for ValueCell<V> {
     }
 }
 
-impl<V: Serialize + DeserializeOwned + Send + 'static> Cell for ListCell<V> {
+impl<V: Serialize + DeserializeOwned + Clone + Send + 'static> Cell for ListCell<V> {
     fn encode(&self, out: &mut Vec<u8>) -> Result<(), postcard::Error> {
         postcard::to_io(&self.0, out).map(|_| ())
     }
@@ -68,8 +159,8 @@ impl<V: Serialize + DeserializeOwned + Send + 'static> Cell for ListCell<V> {
 
 impl<UK, UV> Cell for MapCell<UK, UV>
 where
-    UK: Serialize + DeserializeOwned + Eq + Hash + Send + 'static,
-    UV: Serialize + DeserializeOwned + Send + 'static,
+    UK: Serialize + DeserializeOwned + Eq + Hash + Clone + Send + 'static,
+    UV: Serialize + DeserializeOwned + Clone + Send + 'static,
 {
     fn encode(&self, out: &mut Vec<u8>) -> Result<(), postcard::Error> {
         // Canonical: entries sorted by the user key's canonical bytes.
@@ -92,6 +183,7 @@ where
 }
 
 /// One state's entries: a map per key group in the owning subtask's range.
+#[derive(Clone)]
 pub struct Table<K, C> {
     name: String,
     kind: StateKind,
@@ -190,5 +282,30 @@ impl<K: Key, C: Cell> StateTable<K> for Table<K, C> {
 
     fn as_any_mut(&mut self) -> &mut dyn Any {
         self
+    }
+
+    fn snapshot(&self) -> Box<dyn TableSnapshot> {
+        Box::new(self.clone())
+    }
+}
+
+impl<K: Key, C: Cell> TableSnapshot for Table<K, C> {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn kind(&self) -> StateKind {
+        self.kind
+    }
+    fn cell_type(&self) -> &str {
+        std::any::type_name::<C>()
+    }
+    fn key_group_entries(&self, key_group: u32) -> u64 {
+        match self.index_of(key_group) {
+            Ok(index) => self.groups[index].len() as u64,
+            Err(_) => 0,
+        }
+    }
+    fn write_key_group(&self, key_group: u32, out: &mut Vec<u8>) -> Result<(), StateError> {
+        StateTable::write_key_group(self, key_group, out)
     }
 }

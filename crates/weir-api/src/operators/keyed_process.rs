@@ -9,6 +9,7 @@ use weir_types::{Key, KeyGroupRange};
 use crate::error::TaskError;
 use crate::functions::{Collector, EndOfInputContext, KeyedContext, KeyedProcessFunction};
 use crate::operator::{Clock, Operator};
+use crate::snapshot::{Barrier, OperatorSnapshotData, RestoredOperator, TaskSnapshot};
 
 /// Extracts the key of a record.
 pub type KeySelector<T, K> = Arc<dyn Fn(&T) -> K + Send + Sync>;
@@ -16,6 +17,7 @@ pub type KeySelector<T, K> = Arc<dyn Fn(&T) -> K + Send + Sync>;
 /// The operator behind `key_by(..).process(..)`.
 pub struct KeyedProcessOperator<K, I, O, F> {
     name: String,
+    uid: String,
     func: F,
     key_selector: KeySelector<I, K>,
     backend: KeyedStateBackend<K>,
@@ -30,6 +32,7 @@ impl<K: Key, I, O, F> KeyedProcessOperator<K, I, O, F> {
     /// `func` over keys in `range` of `max_parallelism` key groups, output into `next`.
     pub fn new(
         name: &str,
+        uid: &str,
         func: F,
         key_selector: KeySelector<I, K>,
         range: KeyGroupRange,
@@ -39,6 +42,7 @@ impl<K: Key, I, O, F> KeyedProcessOperator<K, I, O, F> {
     ) -> Self {
         KeyedProcessOperator {
             name: name.to_string(),
+            uid: uid.to_string(),
             func,
             key_selector,
             backend: KeyedStateBackend::new(range, max_parallelism),
@@ -53,6 +57,17 @@ impl<K: Key, I, O, F> KeyedProcessOperator<K, I, O, F> {
     /// The operator's keyed state (snapshots, tests).
     pub fn backend(&self) -> &KeyedStateBackend<K> {
         &self.backend
+    }
+
+    /// Loads restored keyed state (before the first record).
+    pub fn restore(&mut self, restored: &RestoredOperator) -> Result<(), TaskError> {
+        if restored.keyed.is_empty() && restored.key_type.is_none() {
+            return Ok(());
+        }
+        let key_type = restored.key_type.clone().unwrap_or_default();
+        self.backend
+            .restore(&key_type, restored.keyed.clone())
+            .map_err(|e| TaskError::user(&self.name, format!("cannot restore operator '{}': {e}", self.uid)))
     }
 
     fn user_error(&self, error: impl std::fmt::Display) -> TaskError {
@@ -167,5 +182,18 @@ where
 
     fn flush(&mut self) -> Result<(), TaskError> {
         self.next.flush()
+    }
+
+    fn snapshot_state(&mut self, barrier: &Barrier, snapshot: &mut TaskSnapshot) -> Result<(), TaskError> {
+        snapshot.operators.push(OperatorSnapshotData {
+            uid: self.uid.clone(),
+            keyed: Some(self.backend.snapshot()),
+            operator_states: Vec::new(),
+        });
+        self.next.snapshot_state(barrier, snapshot)
+    }
+
+    fn notify_checkpoint_complete(&mut self, checkpoint_id: u64) -> Result<(), TaskError> {
+        self.next.notify_checkpoint_complete(checkpoint_id)
     }
 }

@@ -5,17 +5,21 @@ use std::sync::Arc;
 use crate::error::TaskError;
 use crate::operator::{Operator, TaskMetrics};
 use crate::sink::SinkWriter;
+use crate::snapshot::{
+    Barrier, OperatorSnapshotData, OperatorStateData, Redistribution, SINK_COMMITTABLES_STATE, TaskSnapshot,
+};
 
 /// Writes every batch through a [`SinkWriter`].
 pub struct SinkOperator<T> {
     writer: Box<dyn SinkWriter<T>>,
     metrics: Arc<TaskMetrics>,
+    uid: String,
 }
 
 impl<T> SinkOperator<T> {
-    /// Writes through `writer`, counting records out in `metrics`.
-    pub fn new(writer: Box<dyn SinkWriter<T>>, metrics: Arc<TaskMetrics>) -> Self {
-        SinkOperator { writer, metrics }
+    /// Writes through `writer` for the sink with `uid`, counting records out in `metrics`.
+    pub fn new(writer: Box<dyn SinkWriter<T>>, metrics: Arc<TaskMetrics>, uid: &str) -> Self {
+        SinkOperator { writer, metrics, uid: uid.to_string() }
     }
 }
 
@@ -35,5 +39,21 @@ impl<T: Send> Operator<T> for SinkOperator<T> {
     }
     fn flush(&mut self) -> Result<(), TaskError> {
         self.writer.flush()
+    }
+    fn snapshot_state(&mut self, barrier: &Barrier, snapshot: &mut TaskSnapshot) -> Result<(), TaskError> {
+        let committables = self.writer.prepare_commit(barrier.checkpoint_id)?;
+        snapshot.operators.push(OperatorSnapshotData {
+            uid: self.uid.clone(),
+            keyed: None,
+            operator_states: vec![OperatorStateData {
+                name: SINK_COMMITTABLES_STATE.to_string(),
+                mode: Redistribution::Union,
+                elements: committables,
+            }],
+        });
+        Ok(())
+    }
+    fn notify_checkpoint_complete(&mut self, checkpoint_id: u64) -> Result<(), TaskError> {
+        self.writer.commit(checkpoint_id)
     }
 }

@@ -3,6 +3,7 @@
 use crate::error::TaskError;
 use crate::functions::Collector;
 use crate::operator::Operator;
+use crate::snapshot::{Barrier, TaskSnapshot};
 
 macro_rules! forward_control {
     () => {
@@ -17,6 +18,12 @@ macro_rules! forward_control {
         }
         fn flush(&mut self) -> Result<(), TaskError> {
             self.next.flush()
+        }
+        fn snapshot_state(&mut self, barrier: &Barrier, snapshot: &mut TaskSnapshot) -> Result<(), TaskError> {
+            self.next.snapshot_state(barrier, snapshot)
+        }
+        fn notify_checkpoint_complete(&mut self, checkpoint_id: u64) -> Result<(), TaskError> {
+            self.next.notify_checkpoint_complete(checkpoint_id)
         }
     };
 }

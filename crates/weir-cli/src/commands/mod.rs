@@ -4,6 +4,7 @@ mod cancel;
 mod jobs;
 mod list;
 mod run;
+pub(crate) mod savepoint;
 
 use std::process::ExitCode;
 
@@ -19,5 +20,7 @@ pub fn dispatch(cli: Cli, catalog: &JobCatalog) -> Result<ExitCode, CliError> {
         Command::List(args) => list::list(args),
         Command::Cancel(args) => cancel::cancel(args),
         Command::Jobs => jobs::jobs(catalog),
+        Command::Stop(args) => savepoint::stop(args),
+        Command::Savepoint(args) => savepoint::savepoint(args),
     }
 }

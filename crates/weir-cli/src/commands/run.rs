@@ -5,17 +5,24 @@ use std::sync::Arc;
 
 use weir_api::catalog::{JobArgs, JobCatalog};
 use weir_api::datastream::StreamExecutionEnvironment;
+use weir_api::graph::StreamGraph;
+use weir_checkpoint::{NewOperator, RestoreRequest, load_metadata};
 use weir_config::Configuration;
 use weir_config::options::{
     PARALLELISM_DEFAULT, PIPELINE_MAX_PARALLELISM, PIPELINE_NAME, REST_ADDRESS, REST_BIND_ADDRESS, REST_PORT,
 };
 use weir_rest::{ClusterInfo, RestServer};
+use weir_runtime::checkpointing::RestoreSource;
 use weir_runtime::{Dispatcher, JobGraph, JobSettings};
 use weir_types::JobStatus;
 
 use crate::args::RunArgs;
+use crate::commands::savepoint::snapshot_storage;
 use crate::error::CliError;
 use crate::settings;
+
+/// Longest the embedded REST API stays up after the job ended, for savepoint clients.
+const REPORT_LINGER_MAX: std::time::Duration = std::time::Duration::from_secs(3);
 
 pub fn run(args: RunArgs, catalog: &JobCatalog) -> Result<ExitCode, CliError> {
     let mut config = settings::load(&args.config)?;
@@ -37,10 +44,24 @@ pub fn run(args: RunArgs, catalog: &JobCatalog) -> Result<ExitCode, CliError> {
     job.build(&job_args, &env).map_err(CliError::usage)?;
     let job_name = config.get(&PIPELINE_NAME).map_err(CliError::usage)?.unwrap_or_else(|| job.name().to_string());
     let graph = env.build(&job_name).map_err(CliError::usage)?;
-    let settings = JobSettings {
+    let mut settings = JobSettings {
         default_parallelism: config.get(&PARALLELISM_DEFAULT).map_err(CliError::usage)?,
         max_parallelism: config.get(&PIPELINE_MAX_PARALLELISM).map_err(CliError::usage)?,
+        checkpointing: settings::checkpoint_settings(&config)?,
+        restore: None,
     };
+    if let Some(path) = &args.from_savepoint {
+        let restore = plan_restore(path, &graph, &settings, args.allow_non_restored_state)?;
+        eprintln!(
+            "Restoring from {} ({} {}, max parallelism {})",
+            restore.location, restore.metadata.kind, restore.metadata.checkpoint_id, restore.plan.max_parallelism
+        );
+        for uid in &restore.plan.non_restored {
+            eprintln!("warning: the state of operator '{uid}' is not restored (-n/--allow-non-restored-state)");
+        }
+        settings.max_parallelism = Some(restore.plan.max_parallelism);
+        settings.restore = Some(Arc::new(restore));
+    }
     // Every check that does not need a running cluster happens before anything starts.
     let job_graph = JobGraph::build(&graph, &settings).map_err(CliError::usage)?;
     let slots = job_graph.vertices.iter().map(|v| v.parallelism).max().unwrap_or(1);
@@ -53,6 +74,11 @@ pub fn run(args: RunArgs, catalog: &JobCatalog) -> Result<ExitCode, CliError> {
     println!("Job has been submitted with JobID {}", master.job_id());
     let status = master.wait_terminal(None);
     let duration_ms = master.overview().duration;
+    // A `weir stop` or `weir savepoint` client may still have to read where its savepoint is.
+    let linger_until = std::time::Instant::now() + REPORT_LINGER_MAX;
+    while master.has_unreported_savepoints() && std::time::Instant::now() < linger_until {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
     rest.shutdown();
 
     println!("Job {} ended with state {status} after {duration_ms} ms", master.job_id());
@@ -64,6 +90,35 @@ pub fn run(args: RunArgs, catalog: &JobCatalog) -> Result<ExitCode, CliError> {
         }
         _ => Ok(ExitCode::from(1)),
     }
+}
+
+/// Reads the snapshot at `path` and checks that this job can start from it: uids, max
+/// parallelism, parallelism. Nothing is written anywhere; a refusal changes nothing.
+fn plan_restore(
+    path: &str,
+    graph: &StreamGraph,
+    settings: &JobSettings,
+    allow_non_restored_state: bool,
+) -> Result<RestoreSource, CliError> {
+    let storage = snapshot_storage(path)?;
+    let blocking = storage.blocking();
+    let metadata = blocking.block_on(load_metadata(&storage)).map_err(CliError::usage)?;
+    let mut operators = Vec::with_capacity(graph.nodes().len());
+    for node in graph.nodes() {
+        operators.push(NewOperator {
+            uid: node.uid_or_generated(),
+            parallelism: node.parallelism.or(graph.parallelism).unwrap_or(settings.default_parallelism),
+            keyed: node.keyed,
+        });
+    }
+    let request = RestoreRequest {
+        operators,
+        max_parallelism: graph.max_parallelism.or(settings.max_parallelism),
+        allow_non_restored_state,
+    };
+    let plan = weir_checkpoint::plan_restore(&metadata, &request)
+        .map_err(|e| CliError::usage(format!("cannot restore from {path}: {e}")))?;
+    Ok(RestoreSource { storage: blocking, location: storage.url().to_string(), metadata, plan })
 }
 
 /// Binds the REST API. An explicitly configured port must be free; the default port falls

@@ -1,0 +1,116 @@
+//! What travels between tasks and the checkpoint coordinator: barriers, the state a subtask
+//! snapshots at a barrier, the state a subtask restores from, and control messages.
+
+use std::collections::HashMap;
+
+use weir_state::{KeyedBackendSnapshot, RestoredTable};
+
+/// What a barrier asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BarrierKind {
+    /// A periodic checkpoint.
+    Checkpoint,
+    /// A savepoint; with `terminate`, the job stops once it completes (stop-with-savepoint).
+    Savepoint {
+        /// Stop after this savepoint.
+        terminate: bool,
+    },
+}
+
+/// A checkpoint barrier: flows in-band with the records, from the sources to the sinks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Barrier {
+    /// The checkpoint (or savepoint) id, increasing per job.
+    pub checkpoint_id: u64,
+    /// When the coordinator triggered it, epoch ms.
+    pub timestamp_ms: u64,
+    /// Checkpoint or savepoint.
+    pub kind: BarrierKind,
+}
+
+impl Barrier {
+    /// True for stop-with-savepoint: tasks end once this snapshot completes.
+    pub fn terminates(&self) -> bool {
+        matches!(self.kind, BarrierKind::Savepoint { terminate: true })
+    }
+}
+
+/// How non-keyed operator state is spread over subtasks on restore (Flink's modes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Redistribution {
+    /// Elements of all subtasks concatenated and split evenly (list state).
+    Split,
+    /// Every subtask gets every element (union list state).
+    Union,
+    /// Every subtask gets subtask 0's copy (broadcast state).
+    Broadcast,
+}
+
+/// One named non-keyed state of an operator: a list of encoded elements.
+#[derive(Clone, Debug)]
+pub struct OperatorStateData {
+    /// The state's name.
+    pub name: String,
+    /// How it is redistributed on restore.
+    pub mode: Redistribution,
+    /// The elements, each encoded by its owner.
+    pub elements: Vec<Vec<u8>>,
+}
+
+/// One operator's part of a subtask snapshot.
+pub struct OperatorSnapshotData {
+    /// The operator's uid.
+    pub uid: String,
+    /// Keyed state, copied at the barrier; serialized later.
+    pub keyed: Option<KeyedBackendSnapshot>,
+    /// Non-keyed states.
+    pub operator_states: Vec<OperatorStateData>,
+}
+
+/// Everything one subtask snapshots at one barrier.
+pub struct TaskSnapshot {
+    /// The barrier.
+    pub barrier: Barrier,
+    /// One entry per stateful operator of the chain.
+    pub operators: Vec<OperatorSnapshotData>,
+}
+
+impl TaskSnapshot {
+    /// An empty snapshot for `barrier`.
+    pub fn new(barrier: Barrier) -> TaskSnapshot {
+        TaskSnapshot { barrier, operators: Vec::new() }
+    }
+}
+
+/// Receives the snapshots of one subtask (the runtime writes them asynchronously).
+pub trait SnapshotSink: Send + Sync {
+    /// Hands over a subtask's snapshot; the call returns at once.
+    fn submit(&self, snapshot: TaskSnapshot);
+}
+
+/// One operator's restored state, as planned for one new subtask.
+#[derive(Clone, Debug, Default)]
+pub struct RestoredOperator {
+    /// The recorded key type, for keyed operators.
+    pub key_type: Option<String>,
+    /// Keyed tables, with the key groups of this subtask.
+    pub keyed: Vec<RestoredTable>,
+    /// Non-keyed states: name -> elements assigned to this subtask.
+    pub operator_states: HashMap<String, Vec<Vec<u8>>>,
+}
+
+/// Messages from the job master to a running subtask.
+#[derive(Clone, Copy, Debug)]
+pub enum TaskControl {
+    /// Sources only: snapshot and emit this barrier.
+    TriggerCheckpoint(Barrier),
+    /// The checkpoint completed everywhere: commit what was staged for it.
+    CheckpointComplete(u64),
+    /// The checkpoint was abandoned: stop aligning it; a stopping task resumes.
+    CheckpointAborted(u64),
+}
+
+/// The name of a source's read-position state.
+pub const SOURCE_POSITIONS_STATE: &str = "source-positions";
+/// The name of a sink's pending-commit state.
+pub const SINK_COMMITTABLES_STATE: &str = "sink-committables";

@@ -1,0 +1,141 @@
+//! `weir savepoint`, `weir stop`, `weir savepoint --dispose` and `weir savepoint inspect`.
+
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use weir_checkpoint::storage::SnapshotStorage;
+use weir_checkpoint::{inspect_json, inspect_text, load_metadata};
+use weir_types::JobId;
+
+use crate::args::{SavepointArgs, StopArgs};
+use crate::client::{RestClient, error_text};
+use crate::error::CliError;
+use crate::settings;
+
+/// Longest the CLI waits for a savepoint to complete.
+const SAVEPOINT_WAIT_MAX: Duration = Duration::from_secs(600);
+
+pub fn savepoint(args: SavepointArgs) -> Result<ExitCode, CliError> {
+    if let Some(path) = &args.dispose {
+        if !args.args.is_empty() {
+            return Err(CliError::usage("--dispose takes only the savepoint's path: weir savepoint --dispose PATH"));
+        }
+        return dispose(path);
+    }
+    if args.args.first().map(String::as_str) == Some("inspect") {
+        return match args.args.as_slice() {
+            [_, path] => inspect(path, args.json),
+            _ => Err(CliError::usage("usage: weir savepoint inspect PATH [--json]")),
+        };
+    }
+    if args.json {
+        return Err(CliError::usage("--json goes with `weir savepoint inspect PATH`"));
+    }
+    let (job_id, target) = match args.args.as_slice() {
+        [job_id] => (job_id, None),
+        [job_id, dir] => (job_id, Some(absolute(dir))),
+        _ => return Err(CliError::usage("usage: weir savepoint [-m HOST:PORT] JOBID [DIR]")),
+    };
+    let job_id: JobId = job_id.parse().map_err(CliError::usage)?;
+    let config = settings::load(&args.config)?;
+    let client = RestClient::new(&settings::jobmanager_address(args.jobmanager.as_deref(), &config)?);
+    println!("Triggering savepoint for job {job_id}.");
+    let body = json!({"target-directory": target, "cancel-job": false});
+    let location = trigger_and_wait(&client, job_id, &format!("/jobs/{job_id}/savepoints"), &body)?;
+    println!("Savepoint completed. Path: {location}");
+    println!("You can resume your program from this savepoint with: weir run -s {location} ...");
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn stop(args: StopArgs) -> Result<ExitCode, CliError> {
+    let job_id: JobId = args.job_id.parse().map_err(CliError::usage)?;
+    let config = settings::load(&args.config)?;
+    let client = RestClient::new(&settings::jobmanager_address(args.jobmanager.as_deref(), &config)?);
+    println!("Suspending job {job_id} with a savepoint.");
+    let body = json!({"targetDirectory": args.savepoint_path.as_deref().map(absolute), "drain": false});
+    let location = trigger_and_wait(&client, job_id, &format!("/jobs/{job_id}/stop"), &body)?;
+    println!("Savepoint completed. Path: {location}");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Local paths are sent absolute: the cluster may run in another directory.
+fn absolute(path: &str) -> String {
+    if path.contains("://") {
+        return path.to_string();
+    }
+    match std::path::absolute(path) {
+        Ok(absolute) => absolute.display().to_string(),
+        Err(_) => path.to_string(),
+    }
+}
+
+fn trigger_and_wait(client: &RestClient, job_id: JobId, path: &str, body: &Value) -> Result<String, CliError> {
+    let response = client.post_json(path, body)?;
+    match response.status {
+        200..=299 => {}
+        404 => {
+            return Err(CliError::runtime(format!(
+                "job {job_id} not found on the cluster at {}; `weir list` shows its jobs",
+                client.base()
+            )));
+        }
+        _ => {
+            return Err(CliError::runtime(format!(
+                "cannot take a savepoint of job {job_id}: {}",
+                error_text(&response.body)
+            )));
+        }
+    }
+    let trigger: Value = serde_json::from_str(&response.body)
+        .map_err(|e| CliError::runtime(format!("{}{path} answered something unexpected: {e}", client.base())))?;
+    let Some(request_id) = trigger["request-id"].as_str() else {
+        return Err(CliError::runtime(format!("{}{path} answered without a request-id", client.base())));
+    };
+    let deadline = Instant::now() + SAVEPOINT_WAIT_MAX;
+    loop {
+        let status: Value = client.get_json(&format!("/jobs/{job_id}/savepoints/{request_id}"))?;
+        if status["status"]["id"] == "COMPLETED" {
+            if let Some(location) = status["operation"]["location"].as_str() {
+                return Ok(location.to_string());
+            }
+            let cause = status["operation"]["failure-cause"]["stack-trace"].as_str().unwrap_or("no cause given");
+            return Err(CliError::runtime(format!("the savepoint of job {job_id} failed: {cause}")));
+        }
+        if Instant::now() >= deadline {
+            return Err(CliError::runtime(format!(
+                "the savepoint of job {job_id} is still in progress after {} s; poll GET /jobs/{job_id}/savepoints/{request_id}",
+                SAVEPOINT_WAIT_MAX.as_secs()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The snapshot directory of `path` (a directory, or its `_metadata` file).
+pub fn snapshot_storage(path: &str) -> Result<SnapshotStorage, CliError> {
+    let trimmed = path.trim_end_matches('/');
+    let dir = trimmed.strip_suffix("/_metadata").unwrap_or(trimmed);
+    SnapshotStorage::from_url(dir).map_err(|e| CliError::usage(format!("snapshot path '{path}': {e}")))
+}
+
+fn dispose(path: &str) -> Result<ExitCode, CliError> {
+    let storage = snapshot_storage(path)?;
+    let blocking = storage.blocking();
+    let bytes = blocking.block_on(weir_checkpoint::dispose(&storage)).map_err(|e| CliError::runtime(e.to_string()))?;
+    println!("Disposed savepoint {path} ({bytes} bytes).");
+    Ok(ExitCode::SUCCESS)
+}
+
+fn inspect(path: &str, as_json: bool) -> Result<ExitCode, CliError> {
+    let storage = snapshot_storage(path)?;
+    let metadata =
+        storage.blocking().block_on(load_metadata(&storage)).map_err(|e| CliError::runtime(e.to_string()))?;
+    if as_json {
+        let value = inspect_json(&metadata, storage.url());
+        println!("{}", serde_json::to_string_pretty(&value).unwrap_or_else(|_| value.to_string()));
+    } else {
+        print!("{}", inspect_text(&metadata, storage.url()));
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,425 @@
+//! The checkpoint coordinator: decides when to trigger, collects acknowledgements, completes,
+//! retains and aborts checkpoints and savepoints. It owns no thread: the job master calls it
+//! and carries out what it returns (send barriers, notify subtasks, fail the job).
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use weir_api::snapshot::{Barrier, BarrierKind};
+use weir_checkpoint::format::{
+    FORMAT_VERSION, OperatorSnapshot, SnapshotKind, SnapshotMetadata, SubtaskSnapshot, encode_metadata,
+};
+use weir_checkpoint::paths::{METADATA_FILE, checkpoint_dir, new_savepoint_dir_name};
+use weir_checkpoint::storage::{BlockingStorage, SnapshotStorage};
+use weir_types::lifecycle::now_ms;
+
+use super::settings::CheckpointSettings;
+use super::stats::{CheckpointEntry, CheckpointStats, CheckpointStatus, HISTORY_MAX};
+use super::writer::SubtaskAck;
+
+/// One operator of the job as the metadata lists it.
+#[derive(Clone, Debug)]
+pub struct OperatorInfo {
+    /// Uid (given or generated).
+    pub uid: String,
+    /// Display name.
+    pub name: String,
+    /// Parallelism.
+    pub parallelism: u32,
+}
+
+/// Why a snapshot is taken.
+#[derive(Clone, Debug)]
+pub enum SnapshotRequest {
+    /// Periodic checkpoint.
+    Periodic,
+    /// A user's savepoint.
+    Savepoint {
+        /// REST request id to report to.
+        request_id: String,
+        /// Stop the job once it completes.
+        terminate: bool,
+    },
+}
+
+/// Checkpoint directories by id, shared with the subtasks' snapshot sinks.
+pub type SnapshotDirs = Arc<Mutex<HashMap<u64, Arc<BlockingStorage>>>>;
+
+struct PendingCheckpoint {
+    barrier: Barrier,
+    request: SnapshotRequest,
+    dir: Arc<BlockingStorage>,
+    location: String,
+    started: Instant,
+    acks: HashMap<(usize, u32), SubtaskAck>,
+}
+
+/// A checkpoint or savepoint that completed.
+#[derive(Clone, Debug)]
+pub struct Completion {
+    /// Its id.
+    pub checkpoint_id: u64,
+    /// Why it was taken.
+    pub request: SnapshotRequest,
+    /// Where it is.
+    pub location: String,
+}
+
+/// A checkpoint or savepoint that failed.
+#[derive(Clone, Debug)]
+pub struct Failure {
+    /// Its id.
+    pub checkpoint_id: u64,
+    /// Why it was taken.
+    pub request: SnapshotRequest,
+    /// Why it failed.
+    pub reason: String,
+    /// True when the failure exceeds the tolerable failed checkpoints: the job must fail.
+    pub fail_job: bool,
+}
+
+/// Checkpoints of one job.
+pub struct CheckpointCoordinator {
+    settings: CheckpointSettings,
+    job_id: String,
+    job_name: String,
+    max_parallelism: u32,
+    operators: Vec<OperatorInfo>,
+    expected_acks: usize,
+    checkpoints_root: SnapshotStorage,
+    next_id: u64,
+    pending: BTreeMap<u64, PendingCheckpoint>,
+    retained: VecDeque<(u64, Arc<BlockingStorage>)>,
+    next_periodic_at: Instant,
+    consecutive_failures: u32,
+    dirs: SnapshotDirs,
+    stats: Arc<Mutex<CheckpointStats>>,
+}
+
+impl CheckpointCoordinator {
+    /// A coordinator for a job of `operators` whose snapshots need `expected_acks` subtask
+    /// acknowledgements; checkpoint ids continue after `first_id - 1`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        settings: CheckpointSettings,
+        job_id: &str,
+        job_name: &str,
+        max_parallelism: u32,
+        operators: Vec<OperatorInfo>,
+        expected_acks: usize,
+        first_id: u64,
+        stats: Arc<Mutex<CheckpointStats>>,
+    ) -> Result<CheckpointCoordinator, String> {
+        let checkpoints_root = SnapshotStorage::from_url(&settings.checkpoints_url)
+            .map_err(|e| format!("state.checkpoints.dir '{}' cannot be used: {e}", settings.checkpoints_url))?;
+        let first_trigger = Instant::now() + settings.interval.unwrap_or(Duration::MAX / 4);
+        Ok(CheckpointCoordinator {
+            settings,
+            job_id: job_id.to_string(),
+            job_name: job_name.to_string(),
+            max_parallelism,
+            operators,
+            expected_acks,
+            checkpoints_root,
+            next_id: first_id.max(1),
+            pending: BTreeMap::new(),
+            retained: VecDeque::new(),
+            next_periodic_at: first_trigger,
+            consecutive_failures: 0,
+            dirs: Arc::new(Mutex::new(HashMap::new())),
+            stats,
+        })
+    }
+
+    /// The directories subtasks write into, by checkpoint id.
+    pub fn dirs(&self) -> SnapshotDirs {
+        Arc::clone(&self.dirs)
+    }
+
+    /// The settings.
+    pub fn settings(&self) -> &CheckpointSettings {
+        &self.settings
+    }
+
+    fn stats(&self) -> std::sync::MutexGuard<'_, CheckpointStats> {
+        match self.stats.lock() {
+            Ok(guard) => guard,
+            Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+
+    /// True when a periodic checkpoint should be triggered now.
+    pub fn periodic_due(&self, now: Instant) -> bool {
+        if self.settings.interval.is_none() || now < self.next_periodic_at {
+            return false;
+        }
+        let periodic_in_flight =
+            self.pending.values().filter(|p| matches!(p.request, SnapshotRequest::Periodic)).count() as u32;
+        periodic_in_flight < self.settings.max_concurrent
+    }
+
+    /// When the coordinator next needs the master's attention (a trigger or a timeout).
+    pub fn next_wakeup(&self) -> Option<Instant> {
+        let mut wakeup = self.settings.interval.map(|_| self.next_periodic_at);
+        for pending in self.pending.values() {
+            let expiry = pending.started + self.settings.timeout;
+            wakeup = Some(wakeup.map_or(expiry, |w| w.min(expiry)));
+        }
+        wakeup
+    }
+
+    /// Starts a checkpoint or savepoint; returns the barrier the sources must emit.
+    ///
+    /// `savepoint_root` is the savepoint target directory for savepoints.
+    pub fn trigger(&mut self, request: SnapshotRequest, savepoint_root: Option<&str>) -> Result<Barrier, String> {
+        let id = self.next_id;
+        let (dir, kind) = match &request {
+            SnapshotRequest::Periodic => {
+                (self.checkpoints_root.child(&checkpoint_dir(&self.job_id, id)), BarrierKind::Checkpoint)
+            }
+            SnapshotRequest::Savepoint { terminate, .. } => {
+                let root = savepoint_root.ok_or_else(|| {
+                    "no savepoint directory: give one (weir savepoint JOBID DIR, --savepoint-path) or set state.savepoints.dir"
+                        .to_string()
+                })?;
+                let root = SnapshotStorage::from_url(root).map_err(|e| format!("savepoint directory '{root}': {e}"))?;
+                (root.child(&new_savepoint_dir_name(&self.job_id)), BarrierKind::Savepoint { terminate: *terminate })
+            }
+        };
+        self.next_id += 1;
+        let barrier = Barrier { checkpoint_id: id, timestamp_ms: now_ms(), kind };
+        let location = dir.url().to_string();
+        let dir = Arc::new(dir.blocking());
+        if let Ok(mut dirs) = self.dirs.lock() {
+            dirs.insert(id, Arc::clone(&dir));
+        }
+        if matches!(request, SnapshotRequest::Periodic) {
+            // The next interval counts from this trigger (Flink), min-pause from a completion.
+            self.next_periodic_at = Instant::now() + self.settings.interval.unwrap_or(Duration::MAX / 4);
+        }
+        let entry = CheckpointEntry {
+            id,
+            status: CheckpointStatus::InProgress,
+            is_savepoint: !matches!(request, SnapshotRequest::Periodic),
+            trigger_timestamp: barrier.timestamp_ms,
+            latest_ack_timestamp: 0,
+            end_to_end_duration: 0,
+            state_size: 0,
+            num_acknowledged_subtasks: 0,
+            num_subtasks: self.expected_acks as u32,
+            external_path: None,
+            failure_message: None,
+            operator_sizes: BTreeMap::new(),
+        };
+        {
+            let mut stats = self.stats();
+            stats.in_progress += 1;
+            stats.history.push_back(entry);
+            while stats.history.len() > HISTORY_MAX {
+                stats.history.pop_front();
+            }
+        }
+        self.pending.insert(
+            id,
+            PendingCheckpoint { barrier, request, dir, location, started: Instant::now(), acks: HashMap::new() },
+        );
+        Ok(barrier)
+    }
+
+    fn update_entry(&self, id: u64, f: impl FnOnce(&mut CheckpointEntry)) {
+        let mut stats = self.stats();
+        if let Some(entry) = stats.history.iter_mut().find(|e| e.id == id) {
+            f(entry);
+        }
+    }
+
+    /// Records a subtask's acknowledgement; completes the checkpoint when it was the last.
+    pub fn acknowledge(&mut self, ack: SubtaskAck) -> Option<Result<Completion, Failure>> {
+        let id = ack.checkpoint_id;
+        let pending = self.pending.get_mut(&id)?;
+        pending.acks.insert((ack.vertex, ack.subtask), ack);
+        let acked = pending.acks.len();
+        let bytes: u64 = pending.acks.values().flat_map(|a| a.operators.iter()).map(|o| o.bytes).sum();
+        self.update_entry(id, |entry| {
+            entry.num_acknowledged_subtasks = acked as u32;
+            entry.latest_ack_timestamp = now_ms();
+            entry.state_size = bytes;
+        });
+        if acked < self.expected_acks {
+            return None;
+        }
+        let pending = self.pending.remove(&id)?;
+        Some(self.complete(pending))
+    }
+
+    fn complete(&mut self, pending: PendingCheckpoint) -> Result<Completion, Failure> {
+        let id = pending.barrier.checkpoint_id;
+        let metadata = self.metadata(&pending);
+        if let Err(e) = pending.dir.put(METADATA_FILE, encode_metadata(&metadata)) {
+            let reason = format!("writing {}/_metadata: {e}", pending.location);
+            return Err(self.fail(pending, reason));
+        }
+        let mut operator_sizes = BTreeMap::new();
+        for ack in pending.acks.values() {
+            for operator in &ack.operators {
+                *operator_sizes.entry(operator.uid.clone()).or_insert(0) += operator.bytes;
+            }
+        }
+        let duration = pending.started.elapsed().as_millis() as u64;
+        let location = pending.location.clone();
+        self.update_entry(id, |entry| {
+            entry.status = CheckpointStatus::Completed;
+            entry.end_to_end_duration = duration;
+            entry.external_path = Some(location.clone());
+            entry.operator_sizes = operator_sizes;
+        });
+        {
+            let mut stats = self.stats();
+            stats.in_progress = stats.in_progress.saturating_sub(1);
+            stats.completed += 1;
+        }
+        self.consecutive_failures = 0;
+        if let Ok(mut dirs) = self.dirs.lock() {
+            dirs.remove(&id);
+        }
+        if matches!(pending.request, SnapshotRequest::Periodic) {
+            self.next_periodic_at = self.next_periodic_at.max(Instant::now() + self.settings.min_pause);
+            self.retain(id, Arc::clone(&pending.dir));
+        }
+        Ok(Completion { checkpoint_id: id, request: pending.request, location })
+    }
+
+    /// Keeps the newest `num_retained` completed checkpoints and deletes older ones.
+    fn retain(&mut self, id: u64, dir: Arc<BlockingStorage>) {
+        self.retained.push_back((id, dir));
+        while self.retained.len() > self.settings.num_retained.max(1) as usize {
+            if let Some((old_id, old_dir)) = self.retained.pop_front()
+                && let Err(e) = old_dir.delete_all()
+            {
+                tracing::warn!(checkpoint = old_id, error = %e, "cannot delete an old checkpoint; delete it by hand");
+            }
+        }
+    }
+
+    fn metadata(&self, pending: &PendingCheckpoint) -> SnapshotMetadata {
+        let mut by_uid: HashMap<&str, (Option<String>, BTreeMap<u32, SubtaskSnapshot>)> = HashMap::new();
+        for ack in pending.acks.values() {
+            for operator in &ack.operators {
+                let slot = by_uid.entry(operator.uid.as_str()).or_default();
+                if operator.key_type.is_some() {
+                    slot.0 = operator.key_type.clone();
+                }
+                slot.1.insert(operator.snapshot.subtask, operator.snapshot.clone());
+            }
+        }
+        let mut operators = Vec::with_capacity(self.operators.len());
+        for info in &self.operators {
+            let acked = by_uid.remove(info.uid.as_str());
+            let mut subtasks = Vec::with_capacity(info.parallelism as usize);
+            let key_type = acked.as_ref().and_then(|a| a.0.clone());
+            for index in 0..info.parallelism {
+                let snapshot = acked.as_ref().and_then(|a| a.1.get(&index).cloned()).unwrap_or(SubtaskSnapshot {
+                    subtask: index,
+                    key_group_range: None,
+                    file: None,
+                    keyed_states: Vec::new(),
+                    operator_states: Vec::new(),
+                });
+                subtasks.push(snapshot);
+            }
+            operators.push(OperatorSnapshot {
+                uid: info.uid.clone(),
+                name: info.name.clone(),
+                parallelism: info.parallelism,
+                key_type,
+                subtasks,
+            });
+        }
+        SnapshotMetadata {
+            format_version: FORMAT_VERSION,
+            kind: match pending.request {
+                SnapshotRequest::Periodic => SnapshotKind::Checkpoint,
+                SnapshotRequest::Savepoint { .. } => SnapshotKind::Savepoint,
+            },
+            job_id: self.job_id.clone(),
+            job_name: self.job_name.clone(),
+            checkpoint_id: pending.barrier.checkpoint_id,
+            timestamp_ms: pending.barrier.timestamp_ms,
+            max_parallelism: self.max_parallelism,
+            operators,
+        }
+    }
+
+    fn fail(&mut self, pending: PendingCheckpoint, reason: String) -> Failure {
+        let id = pending.barrier.checkpoint_id;
+        // A failed checkpoint's files are useless; completed ones are never touched here.
+        if let Err(e) = pending.dir.delete_all() {
+            tracing::warn!(checkpoint = id, error = %e, "cannot delete the files of a failed checkpoint");
+        }
+        if let Ok(mut dirs) = self.dirs.lock() {
+            dirs.remove(&id);
+        }
+        let duration = pending.started.elapsed().as_millis() as u64;
+        let message = reason.clone();
+        self.update_entry(id, |entry| {
+            entry.status = CheckpointStatus::Failed;
+            entry.end_to_end_duration = duration;
+            entry.failure_message = Some(message);
+        });
+        {
+            let mut stats = self.stats();
+            stats.in_progress = stats.in_progress.saturating_sub(1);
+            stats.failed += 1;
+        }
+        let mut fail_job = false;
+        if matches!(pending.request, SnapshotRequest::Periodic) {
+            self.consecutive_failures += 1;
+            fail_job = self.consecutive_failures > self.settings.tolerable_failures;
+            self.next_periodic_at = self.next_periodic_at.max(Instant::now() + self.settings.min_pause);
+        }
+        Failure { checkpoint_id: id, request: pending.request, reason, fail_job }
+    }
+
+    /// A subtask could not snapshot or write: the checkpoint fails.
+    pub fn decline(&mut self, checkpoint_id: u64, reason: String) -> Option<Failure> {
+        let pending = self.pending.remove(&checkpoint_id)?;
+        Some(self.fail(pending, reason))
+    }
+
+    /// Fails every checkpoint older than the timeout.
+    pub fn expire(&mut self, now: Instant) -> Vec<Failure> {
+        let timeout = self.settings.timeout;
+        let expired: Vec<u64> =
+            self.pending.iter().filter(|(_, p)| now.duration_since(p.started) >= timeout).map(|(id, _)| *id).collect();
+        let mut failures = Vec::new();
+        for id in expired {
+            if let Some(pending) = self.pending.remove(&id) {
+                let reason =
+                    format!("checkpoint {id} expired before completing (execution.checkpointing.timeout {timeout:?})");
+                failures.push(self.fail(pending, reason));
+            }
+        }
+        failures
+    }
+
+    /// Fails every pending checkpoint (the job is ending or a subtask finished).
+    pub fn abort_all(&mut self, reason: &str) -> Vec<Failure> {
+        let ids: Vec<u64> = self.pending.keys().copied().collect();
+        let mut failures = Vec::new();
+        for id in ids {
+            if let Some(pending) = self.pending.remove(&id) {
+                let mut failure = self.fail(pending, reason.to_string());
+                // Aborts because the job ends are not checkpoint failures of the job.
+                failure.fail_job = false;
+                failures.push(failure);
+            }
+        }
+        failures
+    }
+
+    /// The location of the newest retained checkpoint.
+    pub fn latest_retained(&self) -> Option<(u64, String)> {
+        self.retained.back().map(|(id, dir)| (*id, dir.storage.url().to_string()))
+    }
+}

@@ -1,0 +1,12 @@
+//! Checkpoints and savepoints on the job master's side: settings, the coordinator's
+//! bookkeeping, the asynchronous writer of subtask snapshots, and reading restored state.
+
+pub mod coordinator;
+pub mod restore;
+pub mod settings;
+pub mod stats;
+pub mod writer;
+
+pub use coordinator::CheckpointCoordinator;
+pub use restore::RestoreSource;
+pub use settings::CheckpointSettings;

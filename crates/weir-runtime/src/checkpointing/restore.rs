@@ -1,0 +1,76 @@
+//! Reading a subtask's share of a snapshot when a job starts from it.
+
+use std::collections::{BTreeMap, HashMap};
+use std::ops::Range;
+
+use weir_api::snapshot::RestoredOperator;
+use weir_checkpoint::format::{BlockRef, SnapshotMetadata, verify_block};
+use weir_checkpoint::restore::RestorePlan;
+use weir_checkpoint::storage::BlockingStorage;
+use weir_state::{RestoredTable, StateKind};
+
+/// A snapshot a job starts from, with the plan of who reads what.
+pub struct RestoreSource {
+    /// The snapshot directory.
+    pub storage: BlockingStorage,
+    /// Where it is, for messages and REST.
+    pub location: String,
+    /// Its metadata.
+    pub metadata: SnapshotMetadata,
+    /// Which new subtask reads which blocks.
+    pub plan: RestorePlan,
+}
+
+impl RestoreSource {
+    /// Reads, checks and decodes the state of `subtask` for the operators `uids` of a chain.
+    pub fn load_subtask(&self, uids: &[String], subtask: u32) -> Result<HashMap<String, RestoredOperator>, String> {
+        let mut restored = HashMap::new();
+        for uid in uids {
+            let Some(subtasks) = self.plan.operators.get(uid) else {
+                continue;
+            };
+            let Some(share) = subtasks.get(subtask as usize) else {
+                continue;
+            };
+            let mut operator = RestoredOperator { key_type: share.key_type.clone(), ..RestoredOperator::default() };
+            for (name, kind, value_type, blocks) in &share.keyed {
+                let kind: StateKind = kind.parse().map_err(|e| format!("operator '{uid}' state '{name}': {e}"))?;
+                let mut key_groups = BTreeMap::new();
+                for ((_, block), bytes) in blocks.iter().zip(self.read_blocks(blocks)?) {
+                    let key_group = block.key_group.unwrap_or_default();
+                    key_groups.insert(key_group, (bytes, block.entries));
+                }
+                operator.keyed.push(RestoredTable {
+                    name: name.clone(),
+                    kind,
+                    cell_type: value_type.clone(),
+                    key_groups,
+                });
+            }
+            for (name, _mode, blocks) in &share.operator_states {
+                operator.operator_states.insert(name.clone(), self.read_blocks(blocks)?);
+            }
+            restored.insert(uid.clone(), operator);
+        }
+        Ok(restored)
+    }
+
+    /// Reads blocks (grouped into one ranged read per file) and checks each checksum.
+    fn read_blocks(&self, blocks: &[(String, BlockRef)]) -> Result<Vec<Vec<u8>>, String> {
+        let mut by_file: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+        for (index, (file, _)) in blocks.iter().enumerate() {
+            by_file.entry(file.as_str()).or_default().push(index);
+        }
+        let mut out: Vec<Vec<u8>> = vec![Vec::new(); blocks.len()];
+        for (file, indices) in by_file {
+            let ranges: Vec<Range<u64>> = indices.iter().map(|&i| blocks[i].1.range()).collect();
+            let location = self.storage.storage.location(file);
+            let fetched = self.storage.get_ranges(file, &ranges).map_err(|e| e.to_string())?;
+            for (&index, bytes) in indices.iter().zip(fetched) {
+                verify_block(&bytes, &blocks[index].1, &location).map_err(|e| e.to_string())?;
+                out[index] = bytes.to_vec();
+            }
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,55 @@
+//! The checkpoint options of a job (Flink's `execution.checkpointing.*` and `state.*`).
+
+use std::time::Duration;
+
+/// How a job checkpoints.
+#[derive(Clone, Debug)]
+pub struct CheckpointSettings {
+    /// Time between periodic checkpoints; `None` turns them off (savepoints still work).
+    pub interval: Option<Duration>,
+    /// Align barriers (exactly-once) or not (at-least-once).
+    pub exactly_once: bool,
+    /// A checkpoint not complete after this long is aborted.
+    pub timeout: Duration,
+    /// Least time between the end of one checkpoint and the start of the next.
+    pub min_pause: Duration,
+    /// Periodic checkpoints in flight at once, at most.
+    pub max_concurrent: u32,
+    /// Consecutive failed checkpoints tolerated before the job fails.
+    pub tolerable_failures: u32,
+    /// Completed checkpoints kept; older ones are deleted.
+    pub num_retained: u32,
+    /// Where checkpoints go (`state.checkpoints.dir`): `<url>/<job id>/chk-<n>/`.
+    pub checkpoints_url: String,
+    /// Default target of savepoints (`state.savepoints.dir`).
+    pub savepoints_url: Option<String>,
+}
+
+impl Default for CheckpointSettings {
+    fn default() -> Self {
+        CheckpointSettings {
+            interval: None,
+            exactly_once: true,
+            timeout: Duration::from_secs(600),
+            min_pause: Duration::ZERO,
+            max_concurrent: 1,
+            tolerable_failures: 0,
+            num_retained: 1,
+            checkpoints_url: default_checkpoints_url(),
+            savepoints_url: None,
+        }
+    }
+}
+
+/// `file://<data dir>/checkpoints`, where the data dir is `$WEIR_DATA_DIR`, else
+/// `$HOME/.local/share/weir`, else `./.weir`.
+pub fn default_checkpoints_url() -> String {
+    let data_dir = match std::env::var_os("WEIR_DATA_DIR") {
+        Some(dir) => std::path::PathBuf::from(dir),
+        None => match std::env::var_os("HOME") {
+            Some(home) => std::path::PathBuf::from(home).join(".local/share/weir"),
+            None => std::path::PathBuf::from(".weir"),
+        },
+    };
+    format!("file://{}", data_dir.join("checkpoints").display())
+}
