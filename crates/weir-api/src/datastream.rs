@@ -5,7 +5,7 @@ use std::marker::PhantomData;
 use std::rc::Rc;
 use std::sync::Arc;
 
-use weir_types::{Key, MAX_PARALLELISM_UPPER_BOUND, compute_key_group_range_for_operator_index};
+use weir_types::{Key, MAX_PARALLELISM_UPPER_BOUND};
 
 use crate::Data;
 use crate::error::TaskError;
@@ -79,6 +79,7 @@ impl StreamExecutionEnvironment {
             parallelism: None,
             role: NodeRole::Source,
             keyed: false,
+            key_type: None,
             inputs: Vec::new(),
             source_factory: Some(factory),
             operator_factory: None,
@@ -187,6 +188,7 @@ impl<T: Data> DataStream<T> {
             parallelism: None,
             role: NodeRole::Operator,
             keyed,
+            key_type: None,
             inputs: vec![edge],
             source_factory: None,
             operator_factory: Some(factory),
@@ -343,28 +345,19 @@ impl<K: Key, T: Data> KeyedStream<K, T> {
                     ctx.parallelism, ctx.max_parallelism
                 )));
             }
-            let range =
-                compute_key_group_range_for_operator_index(ctx.max_parallelism, ctx.parallelism, ctx.subtask_index);
             let func = match prototype.lock() {
                 Ok(prototype) => prototype.clone(),
                 Err(poisoned) => poisoned.into_inner().clone(),
             };
-            let mut operator = KeyedProcessOperator::new(
-                &ctx.operator_name,
-                &ctx.operator_uid,
-                func,
-                Arc::clone(&selector),
-                range,
-                ctx.max_parallelism,
-                Arc::clone(&ctx.clock),
-                next,
-            );
+            let mut operator = KeyedProcessOperator::new(ctx, func, Arc::clone(&selector), next);
             if let Some(restored) = ctx.restored_operator() {
                 operator.restore(restored)?;
             }
             let op: Box<dyn Operator<T>> = Box::new(operator);
             Ok(Box::new(op) as ErasedOperator)
         });
-        self.stream.add_operator("KeyedProcess", true, edge, factory)
+        let stream = self.stream.add_operator("KeyedProcess", true, edge, factory);
+        stream.with_node(|node| node.key_type = Some(std::any::type_name::<K>()));
+        stream
     }
 }

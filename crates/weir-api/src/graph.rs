@@ -72,6 +72,8 @@ pub struct StreamNode {
     pub role: NodeRole,
     /// True when the node holds keyed state.
     pub keyed: bool,
+    /// The Rust type name of the key, for keyed nodes (checked against snapshots).
+    pub key_type: Option<&'static str>,
     /// Inputs.
     pub inputs: Vec<StreamEdge>,
     pub(crate) source_factory: Option<SourceFactory>,

@@ -132,6 +132,14 @@ impl Source<u64> for Endless {
     fn create_reader(&self, _ctx: &TaskContext) -> Result<Box<dyn SourceReader<u64>>, TaskError> {
         Ok(Box::new(EndlessReader(0)))
     }
+    fn restore_reader(
+        &self,
+        _ctx: &TaskContext,
+        positions: Vec<Vec<u8>>,
+    ) -> Result<Box<dyn SourceReader<u64>>, TaskError> {
+        let next = positions.first().and_then(|p| p.as_slice().try_into().ok()).map(u64::from_le_bytes).unwrap_or(0);
+        Ok(Box::new(EndlessReader(next)))
+    }
 }
 
 struct EndlessReader(u64);
@@ -144,8 +152,11 @@ impl SourceReader<u64> for EndlessReader {
         }
         Ok(SourcePoll::Data)
     }
-    fn position(&self) -> Vec<u8> {
-        self.0.to_le_bytes().to_vec()
+    fn snapshot_positions(&self) -> weir_api::source::SourcePositions {
+        weir_api::source::SourcePositions {
+            mode: weir_api::snapshot::Redistribution::Split,
+            elements: vec![self.0.to_le_bytes().to_vec()],
+        }
     }
 }
 

@@ -4,11 +4,11 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 
 use weir_state::{KeyedStateBackend, TimerService};
-use weir_types::{Key, KeyGroupRange};
+use weir_types::{Key, compute_key_group_range_for_operator_index};
 
 use crate::error::TaskError;
 use crate::functions::{Collector, EndOfInputContext, KeyedContext, KeyedProcessFunction};
-use crate::operator::{Clock, Operator};
+use crate::operator::{Clock, Operator, TaskContext};
 use crate::snapshot::{Barrier, OperatorSnapshotData, RestoredOperator, TaskSnapshot};
 
 /// Extracts the key of a record.
@@ -29,25 +29,17 @@ pub struct KeyedProcessOperator<K, I, O, F> {
 }
 
 impl<K: Key, I, O, F> KeyedProcessOperator<K, I, O, F> {
-    /// `func` over keys in `range` of `max_parallelism` key groups, output into `next`.
-    pub fn new(
-        name: &str,
-        uid: &str,
-        func: F,
-        key_selector: KeySelector<I, K>,
-        range: KeyGroupRange,
-        max_parallelism: u32,
-        clock: Arc<dyn Clock>,
-        next: Box<dyn Operator<O>>,
-    ) -> Self {
+    /// `func` over the key groups of subtask `ctx.subtask_index`, output into `next`.
+    pub fn new(ctx: &TaskContext, func: F, key_selector: KeySelector<I, K>, next: Box<dyn Operator<O>>) -> Self {
+        let range = compute_key_group_range_for_operator_index(ctx.max_parallelism, ctx.parallelism, ctx.subtask_index);
         KeyedProcessOperator {
-            name: name.to_string(),
-            uid: uid.to_string(),
+            name: ctx.operator_name.clone(),
+            uid: ctx.operator_uid.clone(),
             func,
             key_selector,
-            backend: KeyedStateBackend::new(range, max_parallelism),
+            backend: KeyedStateBackend::new(range, ctx.max_parallelism),
             timers: TimerService::default(),
-            clock,
+            clock: Arc::clone(&ctx.clock),
             out: Vec::new(),
             next,
             _input: PhantomData,

@@ -118,6 +118,20 @@ fn plan_restore(
     };
     let plan = weir_checkpoint::plan_restore(&metadata, &request)
         .map_err(|e| CliError::usage(format!("cannot restore from {path}: {e}")))?;
+    // Pre-flight: a keyed operator must keep its key type (state types are checked when each
+    // state is first declared; both leave the snapshot untouched).
+    for node in graph.nodes() {
+        let uid = node.uid_or_generated();
+        let recorded =
+            metadata.operators.iter().find(|o| o.uid == uid && o.has_keyed_state()).and_then(|o| o.key_type.as_deref());
+        if let (Some(recorded), Some(declared)) = (recorded, node.key_type)
+            && recorded != declared
+        {
+            return Err(CliError::usage(format!(
+                "cannot restore from {path}: operator '{uid}' was keyed by {recorded} in the snapshot and is keyed by {declared} now; the key type of a stateful operator cannot change (give the operator a new uid and pass -n to start it empty)"
+            )));
+        }
+    }
     Ok(RestoreSource { storage: blocking, location: storage.url().to_string(), metadata, plan })
 }
 

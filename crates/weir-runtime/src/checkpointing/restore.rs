@@ -1,10 +1,9 @@
 //! Reading a subtask's share of a snapshot when a job starts from it.
 
 use std::collections::{BTreeMap, HashMap};
-use std::ops::Range;
 
 use weir_api::snapshot::RestoredOperator;
-use weir_checkpoint::format::{BlockRef, SnapshotMetadata, verify_block};
+use weir_checkpoint::format::{BlockRef, SnapshotMetadata};
 use weir_checkpoint::restore::RestorePlan;
 use weir_checkpoint::storage::BlockingStorage;
 use weir_state::{RestoredTable, StateKind};
@@ -63,11 +62,14 @@ impl RestoreSource {
         }
         let mut out: Vec<Vec<u8>> = vec![Vec::new(); blocks.len()];
         for (file, indices) in by_file {
-            let ranges: Vec<Range<u64>> = indices.iter().map(|&i| blocks[i].1.range()).collect();
-            let location = self.storage.storage.location(file);
-            let fetched = self.storage.get_ranges(file, &ranges).map_err(|e| e.to_string())?;
+            let refs: Vec<BlockRef> = indices.iter().map(|&i| blocks[i].1).collect();
+            // One ranged read per file; the header and every block's length and checksum
+            // are checked, so corrupt bytes never become state.
+            let fetched = self
+                .storage
+                .block_on(weir_checkpoint::read_blocks(&self.storage.storage, file, &refs))
+                .map_err(|e| e.to_string())?;
             for (&index, bytes) in indices.iter().zip(fetched) {
-                verify_block(&bytes, &blocks[index].1, &location).map_err(|e| e.to_string())?;
                 out[index] = bytes.to_vec();
             }
         }
