@@ -103,6 +103,12 @@ impl RunningWeir {
         }
     }
 
+    /// Ends the process with SIGKILL (`kill -9`): no shutdown code runs.
+    pub fn kill_hard(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
     /// Everything printed on stdout so far.
     pub fn stdout_lines(&self) -> Vec<String> {
         self.stdout.lock().unwrap().clone()

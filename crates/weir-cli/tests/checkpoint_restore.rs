@@ -1,0 +1,403 @@
+//! Checkpoints, savepoints, stop and restore with the real binary: output stays exactly-once
+//! across stops, rescales and `kill -9`; every refused restore says why and changes nothing.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use common::{RunningWeir, committed_lines, error_lines, get, poll_json, run_weir};
+
+/// Checks that every user's emitted counts are exactly 1..=events_of_user: nothing lost,
+/// nothing duplicated.
+fn assert_exactly_once(lines: &[String], users: u64, events: u64) {
+    let mut per_user: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
+    for line in lines {
+        let (user, count) = line.split_once('\t').unwrap_or_else(|| panic!("not user<TAB>count: {line:?}"));
+        per_user.entry(user.parse().unwrap()).or_default().push(count.parse().unwrap());
+    }
+    assert_eq!(per_user.len() as u64, users, "users seen");
+    for (user, mut counts) in per_user {
+        counts.sort_unstable();
+        let expected: Vec<u64> = (1..=events / users).collect();
+        if counts != expected {
+            let mut seen = BTreeMap::new();
+            for c in &counts {
+                *seen.entry(*c).or_insert(0) += 1;
+            }
+            let duplicated: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).map(|(c, _)| *c).take(5).collect();
+            panic!(
+                "user {user}: {} counts for {} events; duplicated {duplicated:?}, max {:?}",
+                counts.len(),
+                expected.len(),
+                counts.last()
+            );
+        }
+    }
+}
+
+/// A local path from the `file://` URL the CLI prints.
+fn path_of(location: &str) -> PathBuf {
+    PathBuf::from(location.trim_start_matches("file://"))
+}
+
+fn savepoint_location(stdout: &str) -> String {
+    let line =
+        stdout.lines().find(|l| l.starts_with("Savepoint completed. Path: ")).unwrap_or_else(|| panic!("{stdout}"));
+    line.trim_start_matches("Savepoint completed. Path: ").trim().to_string()
+}
+
+fn address(rest: &str) -> String {
+    rest.trim_start_matches("http://").to_string()
+}
+
+/// Starts a counter run and waits until the job and every subtask are RUNNING.
+fn start(args: &[&str]) -> (RunningWeir, String, String) {
+    let mut weir = RunningWeir::start(args);
+    let rest = weir.rest_url();
+    let job_id = weir.job_id();
+    poll_json(&format!("{rest}/jobs/{job_id}"), |job| {
+        job["state"] == "RUNNING"
+            && job["vertices"].as_array().is_some_and(|vs| {
+                vs.iter()
+                    .all(|v| v["subtasks"].as_array().is_some_and(|ss| ss.iter().all(|s| s["status"] == "RUNNING")))
+            })
+    });
+    (weir, rest, job_id)
+}
+
+/// Stops the job with a savepoint into `dir`; returns the savepoint's location.
+fn stop(rest: &str, job_id: &str, dir: &Path) -> String {
+    let output = run_weir(&["stop", "-m", &address(rest), "--savepoint-path", dir.to_str().unwrap(), job_id]);
+    let stdout = String::from_utf8_lossy(&output.stdout).to_string();
+    assert!(output.status.success(), "{stdout}{}", String::from_utf8_lossy(&output.stderr));
+    assert!(stdout.contains(&format!("Suspending job {job_id} with a savepoint.")), "{stdout}");
+    savepoint_location(&stdout)
+}
+
+/// A savepoint of `counter --users 10` (p=2, max parallelism 128) shared by the error tests.
+fn shared_savepoint(enrich: bool) -> &'static Path {
+    static PLAIN: OnceLock<PathBuf> = OnceLock::new();
+    static ENRICHED: OnceLock<PathBuf> = OnceLock::new();
+    let cell = if enrich { &ENRICHED } else { &PLAIN };
+    cell.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap().keep();
+        let mut args = vec![
+            "run",
+            "-D",
+            "rest.port=0",
+            "-p",
+            "2",
+            "counter",
+            "--users",
+            "10",
+            "--rate",
+            "2000",
+            "--output",
+            "none",
+        ];
+        if enrich {
+            args.push("--enrich");
+        }
+        let (mut weir, rest, job_id) = start(&args);
+        std::thread::sleep(Duration::from_millis(300));
+        let location = stop(&rest, &job_id, &dir);
+        assert_eq!(weir.wait(), Some(0), "a stopped job ends FINISHED");
+        path_of(&location)
+    })
+}
+
+#[test]
+fn a_savepoint_of_a_running_job_can_be_inspected_and_disposed() {
+    let dir = tempfile::tempdir().unwrap();
+    let checkpoints = format!("state.checkpoints.dir=file://{}/chk", dir.path().display());
+    let (weir, rest, job_id) = start(&[
+        "run",
+        "-D",
+        "rest.port=0",
+        "-D",
+        "execution.checkpointing.interval=100ms",
+        "-D",
+        &checkpoints,
+        "-p",
+        "2",
+        "counter",
+        "--users",
+        "50",
+        "--rate",
+        "5000",
+        "--output",
+        "none",
+    ]);
+    let output = run_weir(&["savepoint", "-m", &address(&rest), &job_id, dir.path().join("sp").to_str().unwrap()]);
+    let stdout = String::from_utf8_lossy(&output.stdout).to_string();
+    assert!(output.status.success(), "{stdout}{}", String::from_utf8_lossy(&output.stderr));
+    let location = savepoint_location(&stdout);
+    let savepoint = path_of(&location);
+    let name = savepoint.file_name().unwrap().to_string_lossy().to_string();
+    assert!(
+        name.starts_with(&format!("savepoint-{}-", &job_id[..6])) && name.len() == "savepoint-".len() + 6 + 1 + 12,
+        "{name}"
+    );
+    assert!(savepoint.join("_metadata").is_file());
+
+    // The job keeps running, and keeps checkpointing.
+    let checkpoints =
+        poll_json(&format!("{rest}/jobs/{job_id}/checkpoints"), |c| c["counts"]["completed"].as_u64() >= Some(3));
+    assert_eq!(get(&format!("{rest}/jobs/{job_id}/status")).json()["status"], "RUNNING");
+    assert_eq!(checkpoints["latest"]["savepoint"]["external_path"], location.as_str());
+    assert!(checkpoints["latest"]["completed"]["external_path"].as_str().unwrap().contains(&format!("{job_id}/chk-")));
+    let history = checkpoints["history"].as_array().unwrap();
+    assert!(history.iter().all(|h| h["trigger_timestamp"].as_u64().is_some() && h["state_size"].as_u64().is_some()));
+    assert!(history.iter().any(|h| h["operator_sizes"]["counter"].as_u64() > Some(0)), "{checkpoints}");
+    let config = get(&format!("{rest}/jobs/{job_id}/checkpoints/config")).json();
+    assert_eq!(config["interval"], 100);
+    assert_eq!(config["mode"], "exactly_once");
+
+    let inspect = run_weir(&["savepoint", "inspect", savepoint.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&inspect.stdout);
+    assert!(inspect.status.success());
+    for needle in [
+        "savepoint",
+        "max parallelism:  128",
+        "Operator 'counter'",
+        "key type u64",
+        "keyed state 'count'",
+        "key groups 0..=63",
+        "Operator 'source'",
+        "source-positions",
+    ] {
+        assert!(text.contains(needle), "'{needle}' missing:\n{text}");
+    }
+    let json = run_weir(&["savepoint", "inspect", "--json", savepoint.to_str().unwrap()]);
+    let value: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(value["max_parallelism"], 128);
+
+    let dispose = run_weir(&["savepoint", "--dispose", savepoint.to_str().unwrap()]);
+    assert!(dispose.status.success(), "{}", String::from_utf8_lossy(&dispose.stderr));
+    assert!(!savepoint.exists());
+    drop(weir.stdout_lines());
+}
+
+#[test]
+fn stop_then_restore_at_parallelism_1_4_2_is_exactly_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let out_arg = out.to_str().unwrap().to_string();
+    let checkpoints = format!("state.checkpoints.dir=file://{}/chk", dir.path().display());
+    let job = ["counter", "--users", "20", "--events", "60000", "--rate", "10000", "--output", &out_arg];
+    let common = ["run", "-D", "rest.port=0", "-D", "execution.checkpointing.interval=100ms", "-D", &checkpoints];
+
+    let mut args: Vec<&str> = common.to_vec();
+    args.extend(["-p", "1"]);
+    args.extend(job);
+    let (mut first, rest, job_id) = start(&args);
+    std::thread::sleep(Duration::from_millis(800));
+    let savepoint_1 = path_of(&stop(&rest, &job_id, &dir.path().join("sp")));
+    assert_eq!(first.wait(), Some(0));
+
+    let mut args: Vec<&str> = common.to_vec();
+    let savepoint_1_arg = savepoint_1.to_str().unwrap().to_string();
+    args.extend(["-s", &savepoint_1_arg, "-p", "4"]);
+    args.extend(job);
+    let (mut second, rest, job_id) = start(&args);
+    let details = get(&format!("{rest}/jobs/{job_id}")).json();
+    assert!(
+        details["vertices"].as_array().unwrap().iter().all(|v| v["parallelism"] == 4 && v["maxParallelism"] == 128)
+    );
+    std::thread::sleep(Duration::from_millis(800));
+    let savepoint_2 = path_of(&stop(&rest, &job_id, &dir.path().join("sp")));
+    assert_eq!(second.wait(), Some(0));
+
+    let savepoint_2_arg = savepoint_2.to_str().unwrap().to_string();
+    let mut args: Vec<&str> = common.to_vec();
+    args.extend(["-s", &savepoint_2_arg, "-p", "2"]);
+    args.extend(job);
+    let output = run_weir(&args);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+
+    assert_exactly_once(&committed_lines(&out), 20, 60_000);
+    for entry in std::fs::read_dir(&out).unwrap() {
+        let name = entry.unwrap().file_name().to_string_lossy().to_string();
+        assert!(name.starts_with("part-"), "left behind: {name}");
+    }
+}
+
+/// A delay that differs per run (printed so a failure can be replayed).
+fn random_delay(min_ms: u64, spread_ms: u64) -> Duration {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos() as u64;
+    let delay = min_ms + nanos % spread_ms;
+    eprintln!("kill after {delay} ms");
+    Duration::from_millis(delay)
+}
+
+#[test]
+fn kill_9_mid_run_then_restore_from_the_latest_checkpoint_is_exactly_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let out_arg = out.to_str().unwrap().to_string();
+    let chk_root = dir.path().join("chk");
+    let checkpoints = format!("state.checkpoints.dir=file://{}", chk_root.display());
+    let job = ["counter", "--users", "50", "--events", "40000", "--rate", "10000", "--output", &out_arg];
+    let mut args = vec!["run", "-D", "rest.port=0", "-D", "execution.checkpointing.interval=100ms", "-D", &checkpoints];
+    args.extend(["-D", "state.checkpoints.num-retained=2", "-p", "2"]);
+    args.extend(job);
+    let (mut weir, rest, job_id) = start(&args);
+    poll_json(&format!("{rest}/jobs/{job_id}/checkpoints"), |c| c["counts"]["completed"].as_u64() >= Some(2));
+    std::thread::sleep(random_delay(200, 1500));
+    drop(weir.stdout_lines());
+    weir.kill_hard();
+
+    // The newest retained checkpoint is the one with the highest id that has _metadata.
+    let job_dir = chk_root.join(&job_id);
+    let mut retained: Vec<(u64, PathBuf)> = std::fs::read_dir(&job_dir)
+        .unwrap()
+        .filter_map(|e| {
+            let path = e.ok()?.path();
+            let id = path.file_name()?.to_str()?.strip_prefix("chk-")?.parse().ok()?;
+            path.join("_metadata").is_file().then_some((id, path))
+        })
+        .collect();
+    retained.sort();
+    assert!(!retained.is_empty() && retained.len() <= 3, "retained {retained:?}");
+    let latest = retained.last().unwrap().1.to_str().unwrap().to_string();
+
+    let mut args = vec!["run", "-D", "rest.port=0", "-D", "execution.checkpointing.interval=100ms", "-D", &checkpoints];
+    args.extend(["-s", &latest, "-p", "3"]);
+    args.extend(job);
+    let output = run_weir(&args);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert_exactly_once(&committed_lines(&out), 50, 40_000);
+}
+
+fn assert_refused(args: &[&str], needles: &[&str]) {
+    let started = Instant::now();
+    let output = run_weir(args);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+    let errors = error_lines(&output);
+    assert_eq!(errors.len(), 1, "{stderr}");
+    for needle in needles {
+        assert!(errors[0].contains(needle), "'{needle}' missing in {}", errors[0]);
+    }
+    assert!(!stderr.contains("panicked"));
+    assert!(started.elapsed() < Duration::from_secs(20));
+}
+
+fn snapshot_files(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut files: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            (e.file_name().to_string_lossy().to_string(), std::fs::read(e.path()).unwrap())
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+#[test]
+fn refused_restores_name_the_numbers_and_uids_and_change_nothing() {
+    let savepoint = shared_savepoint(false);
+    let path = savepoint.to_str().unwrap();
+    let before = snapshot_files(savepoint);
+    assert_refused(&["run", "-s", path, "-p", "256", "counter", "--users", "10"], &["256", "128", "max parallelism"]);
+    assert_refused(
+        &["run", "-s", path, "-D", "pipeline.max-parallelism=256", "counter", "--users", "10"],
+        &["128", "256", "max parallelism"],
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("words.txt");
+    std::fs::write(&input, "a b c\n").unwrap();
+    assert_refused(
+        &["run", "-s", path, "wordcount", "--input", input.to_str().unwrap(), "--output", "-"],
+        &["'counter'", "u64", "String"],
+    );
+    assert_eq!(snapshot_files(savepoint), before, "a refused restore changed the snapshot");
+}
+
+#[test]
+fn orphan_state_is_refused_without_n_and_dropped_with_it() {
+    let savepoint = shared_savepoint(true);
+    let path = savepoint.to_str().unwrap();
+    assert_refused(
+        &["run", "-s", path, "counter", "--users", "10", "--events", "100", "--output", "none"],
+        &["enrich", "-n"],
+    );
+    let output = run_weir(&[
+        "run",
+        "-D",
+        "rest.port=0",
+        "-s",
+        path,
+        "-n",
+        "counter",
+        "--users",
+        "10",
+        "--events",
+        "100",
+        "--output",
+        "none",
+    ]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(stderr.contains("'enrich' is not restored"), "{stderr}");
+}
+
+#[test]
+fn corrupt_or_truncated_snapshots_are_errors_naming_the_file() {
+    let original = shared_savepoint(false);
+    for damage in ["flip", "truncate"] {
+        let dir = tempfile::tempdir().unwrap();
+        let copy = dir.path().join("savepoint-copy");
+        std::fs::create_dir(&copy).unwrap();
+        for (name, bytes) in snapshot_files(original) {
+            std::fs::write(copy.join(name), bytes).unwrap();
+        }
+        let metadata = copy.join("_metadata");
+        let mut bytes = std::fs::read(&metadata).unwrap();
+        match damage {
+            "flip" => {
+                let middle = bytes.len() / 2;
+                bytes[middle] ^= 0x01;
+            }
+            _ => bytes.truncate(bytes.len() / 2),
+        }
+        std::fs::write(&metadata, &bytes).unwrap();
+        assert_refused(&["run", "-s", copy.to_str().unwrap(), "counter", "--users", "10"], &["_metadata"]);
+        let inspect = run_weir(&["savepoint", "inspect", copy.to_str().unwrap()]);
+        assert_eq!(inspect.status.code(), Some(1));
+        assert!(error_lines(&inspect)[0].contains("_metadata"), "{:?}", error_lines(&inspect));
+    }
+
+    // A damaged data file: the job fails at start naming the file; nothing is restored.
+    let dir = tempfile::tempdir().unwrap();
+    let copy = dir.path().join("savepoint-copy");
+    std::fs::create_dir(&copy).unwrap();
+    for (name, mut bytes) in snapshot_files(original) {
+        if name.starts_with("task-1-") {
+            let last = bytes.len() - 1;
+            bytes[last] ^= 0xff;
+        }
+        std::fs::write(copy.join(name), bytes).unwrap();
+    }
+    let output = run_weir(&[
+        "run",
+        "-D",
+        "rest.port=0",
+        "-s",
+        copy.to_str().unwrap(),
+        "-p",
+        "2",
+        "counter",
+        "--users",
+        "10",
+        "--output",
+        "none",
+    ]);
+    assert_eq!(output.status.code(), Some(1), "{}", String::from_utf8_lossy(&output.stderr));
+    let errors = error_lines(&output);
+    assert!(errors[0].contains("FAILED") && errors[0].contains("task-1-"), "{errors:?}");
+}
