@@ -81,6 +81,15 @@ pub fn checkpoint_settings(config: &Configuration) -> Result<CheckpointSettings,
     // Validated here so a bad backend name is a usage error even though only one exists.
     config.get(&STATE_BACKEND_TYPE).map_err(CliError::usage)?;
     let mode = config.get(&CHECKPOINTING_MODE).map_err(CliError::usage)?;
+    for (key, url) in [
+        ("state.checkpoints.dir", config.get(&CHECKPOINTS_DIR).map_err(CliError::usage)?),
+        ("state.savepoints.dir", config.get(&SAVEPOINTS_DIR).map_err(CliError::usage)?),
+    ] {
+        if let Some(url) = url {
+            weir_checkpoint::SnapshotStorage::from_url(&url)
+                .map_err(|e| CliError::usage(format!("bad value '{url}' for configuration key '{key}': {e}")))?;
+        }
+    }
     Ok(CheckpointSettings {
         interval: config.get(&CHECKPOINTING_INTERVAL).map_err(CliError::usage)?,
         exactly_once: matches!(mode, CheckpointingMode::ExactlyOnce),

@@ -1,9 +1,11 @@
 //! The job master: one job's lifecycle, driven by subtask events on a single thread.
 //!
 //! Transitions (all checked by [`StateHistory`]): INITIALIZING -> CREATED -> RUNNING, then
-//! FINISHED when every subtask finished; FAILING -> FAILED when a subtask fails (restart
-//! strategies come with checkpoints); CANCELLING -> CANCELED on a cancel request. The
-//! master is the only writer of the job's state; REST and the CLI read snapshots of it.
+//! FINISHED when every subtask finished (or a stop-with-savepoint completed); FAILING ->
+//! FAILED when a subtask fails or checkpoints fail beyond the tolerable number (restart
+//! strategies come with the standalone cluster); CANCELLING -> CANCELED on a cancel
+//! request. The master also runs the job's checkpoint coordinator on the same thread. It is
+//! the only writer of the job's state; REST and the CLI read snapshots of it.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};

@@ -360,6 +360,24 @@ mod tests {
         assert!(err.contains("keyed by u64") && err.contains("String"), "{err}");
     }
 
+    #[test]
+    fn key_group_bytes_are_postcards_encoding_of_sorted_entry_pairs() {
+        let count = ValueState::<u64>::new("count");
+        let mut backend = KeyedStateBackend::<String>::new(KeyGroupRange::new(0, 0), 1);
+        let mut expected: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+        for (index, key) in ["b", "a", "ccc", ""].iter().enumerate() {
+            let key = key.to_string();
+            let located = backend.locate(&key).unwrap();
+            backend.value(&count, located).unwrap().set(index as u64 * 300);
+            expected
+                .push((postcard::to_allocvec(&key).unwrap(), postcard::to_allocvec(&(index as u64 * 300)).unwrap()));
+        }
+        expected.sort();
+        let mut bytes = Vec::new();
+        backend.tables()[0].write_key_group(0, &mut bytes).unwrap();
+        assert_eq!(bytes, postcard::to_allocvec(&expected).unwrap());
+    }
+
     proptest! {
         #[test]
         fn key_groups_round_trip_through_canonical_bytes(

@@ -53,6 +53,11 @@ fn rehash<K: Key, C>(entry: &(K, C)) -> u64 {
 }
 
 impl<K: Key, C> KeyMap<K, C> {
+    /// An empty map with room for `capacity` keys.
+    pub fn with_capacity(capacity: usize) -> KeyMap<K, C> {
+        KeyMap { table: HashTable::with_capacity(capacity) }
+    }
+
     /// The cell of `key` (whose memory hash is `hash`).
     #[inline]
     pub fn get(&self, hash: u64, key: &K) -> Option<&C> {

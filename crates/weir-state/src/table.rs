@@ -119,6 +119,15 @@ impl TableSnapshot for RestoredTable {
     }
 }
 
+/// Appends `value` as an unsigned LEB128 varint, postcard's integer and length encoding.
+fn write_varint(out: &mut Vec<u8>, mut value: u64) {
+    while value >= 0x80 {
+        out.push((value as u8) | 0x80);
+        value >>= 7;
+    }
+    out.push(value as u8);
+}
+
 /// How a table's cells become canonical bytes and back.
 pub trait Cell: Clone + Send + 'static {
     /// Appends the canonical encoding.
@@ -250,15 +259,27 @@ impl<K: Key, C: Cell> StateTable<K> for Table<K, C> {
             key_group,
             reason: format!("cannot encode: {e}"),
         };
-        let mut entries: Vec<(Vec<u8>, Vec<u8>)> = Vec::with_capacity(self.groups[index].len());
-        for (key, cell) in self.groups[index].iter() {
-            let key_bytes = with_canonical_bytes(key, <[u8]>::to_vec);
-            let mut cell_bytes = Vec::new();
-            cell.encode(&mut cell_bytes).map_err(corrupt)?;
-            entries.push((key_bytes, cell_bytes));
+        // Encode every entry into one buffer (no allocation per entry), sort by key bytes,
+        // then emit postcard's encoding of Vec<(Vec<u8>, Vec<u8>)>: the canonical form.
+        let group = &self.groups[index];
+        let mut buffer = Vec::with_capacity(group.len() * 16);
+        let mut spans: Vec<(usize, usize, usize)> = Vec::with_capacity(group.len());
+        for (key, cell) in group.iter() {
+            let start = buffer.len();
+            buffer = postcard::to_extend(key, buffer).map_err(corrupt)?;
+            let key_end = buffer.len();
+            cell.encode(&mut buffer).map_err(corrupt)?;
+            spans.push((start, key_end, buffer.len()));
         }
-        entries.sort_by(|a, b| a.0.cmp(&b.0));
-        postcard::to_io(&entries, out).map_err(corrupt)?;
+        spans.sort_unstable_by(|a, b| buffer[a.0..a.1].cmp(&buffer[b.0..b.1]));
+        out.reserve(buffer.len() + spans.len() * 4 + 10);
+        write_varint(out, spans.len() as u64);
+        for (start, key_end, end) in spans {
+            write_varint(out, (key_end - start) as u64);
+            out.extend_from_slice(&buffer[start..key_end]);
+            write_varint(out, (end - key_end) as u64);
+            out.extend_from_slice(&buffer[key_end..end]);
+        }
         Ok(())
     }
 
@@ -269,11 +290,12 @@ impl<K: Key, C: Cell> StateTable<K> for Table<K, C> {
             key_group,
             reason: format!("cannot decode {what}: {e}"),
         };
-        let entries: Vec<(Vec<u8>, Vec<u8>)> = postcard::from_bytes(bytes).map_err(|e| corrupt("entries", e))?;
-        let mut map = KeyMap::default();
+        // Borrowed slices: no allocation per entry while decoding.
+        let entries: Vec<(&[u8], &[u8])> = postcard::from_bytes(bytes).map_err(|e| corrupt("entries", e))?;
+        let mut map = KeyMap::with_capacity(entries.len());
         for (key_bytes, cell_bytes) in entries {
-            let key: K = postcard::from_bytes(&key_bytes).map_err(|e| corrupt("a key", e))?;
-            let cell = C::decode(&cell_bytes).map_err(|e| corrupt("a value", e))?;
+            let key: K = postcard::from_bytes(key_bytes).map_err(|e| corrupt("a key", e))?;
+            let cell = C::decode(cell_bytes).map_err(|e| corrupt("a value", e))?;
             map.insert_owned(key, cell);
         }
         self.groups[index] = map;

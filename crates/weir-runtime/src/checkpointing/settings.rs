@@ -51,5 +51,8 @@ pub fn default_checkpoints_url() -> String {
             None => std::path::PathBuf::from(".weir"),
         },
     };
-    format!("file://{}", data_dir.join("checkpoints").display())
+    let dir = data_dir.join("checkpoints");
+    // A URL needs an absolute path; a relative WEIR_DATA_DIR counts from the working directory.
+    let dir = std::path::absolute(&dir).unwrap_or(dir);
+    format!("file://{}", dir.display())
 }
