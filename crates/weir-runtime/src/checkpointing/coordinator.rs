@@ -423,3 +423,126 @@ impl CheckpointCoordinator {
         self.retained.back().map(|(id, dir)| (*id, dir.storage.url().to_string()))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checkpointing::writer::AckedOperator;
+
+    fn settings(url: &str) -> CheckpointSettings {
+        CheckpointSettings {
+            interval: Some(Duration::from_millis(1)),
+            checkpoints_url: url.to_string(),
+            ..CheckpointSettings::default()
+        }
+    }
+
+    fn coordinator(settings: CheckpointSettings) -> CheckpointCoordinator {
+        let operators = vec![OperatorInfo { uid: "source".into(), name: "source".into(), parallelism: 2 }];
+        let stats = Arc::new(Mutex::new(CheckpointStats::default()));
+        CheckpointCoordinator::new(settings, "0123456789abcdef0123456789abcdef", "test", 128, operators, 2, 1, stats).unwrap()
+    }
+
+    fn ack(checkpoint_id: u64, subtask: u32) -> SubtaskAck {
+        SubtaskAck {
+            checkpoint_id,
+            vertex: 0,
+            subtask,
+            operators: vec![AckedOperator {
+                uid: "source".into(),
+                key_type: None,
+                snapshot: SubtaskSnapshot {
+                    subtask,
+                    key_group_range: None,
+                    file: None,
+                    keyed_states: Vec::new(),
+                    operator_states: Vec::new(),
+                },
+                bytes: 10,
+            }],
+        }
+    }
+
+    fn metadata_exists(url: &str, id: u64) -> bool {
+        let root = SnapshotStorage::from_url(url).unwrap().blocking();
+        root.exists(&format!("{}/{METADATA_FILE}", checkpoint_dir("0123456789abcdef0123456789abcdef", id))).unwrap()
+    }
+
+    #[test]
+    fn a_checkpoint_completes_when_every_subtask_acknowledged_and_old_ones_are_deleted() {
+        let url = "memory://coordinator-complete";
+        let mut coordinator = coordinator(settings(url));
+        std::thread::sleep(Duration::from_millis(2));
+        assert!(coordinator.periodic_due(Instant::now()));
+        let barrier = coordinator.trigger(SnapshotRequest::Periodic, None).unwrap();
+        assert_eq!(barrier.checkpoint_id, 1);
+        // One in flight and max concurrent 1: no second trigger.
+        assert!(!coordinator.periodic_due(Instant::now() + Duration::from_secs(1)));
+        assert!(coordinator.acknowledge(ack(1, 0)).is_none());
+        let completion = coordinator.acknowledge(ack(1, 1)).unwrap().unwrap();
+        assert_eq!(completion.checkpoint_id, 1);
+        assert!(metadata_exists(url, 1));
+
+        let second = coordinator.trigger(SnapshotRequest::Periodic, None).unwrap();
+        coordinator.acknowledge(ack(second.checkpoint_id, 0));
+        coordinator.acknowledge(ack(second.checkpoint_id, 1)).unwrap().unwrap();
+        // num-retained 1: the first checkpoint is gone, the second kept.
+        assert!(!metadata_exists(url, 1));
+        assert!(metadata_exists(url, 2));
+        let stats = coordinator.stats();
+        assert_eq!(stats.completed, 2);
+        assert_eq!(stats.history.back().unwrap().operator_sizes.get("source"), Some(&20));
+    }
+
+    #[test]
+    fn expired_checkpoints_fail_and_fail_the_job_past_the_tolerable_number() {
+        let mut settings = settings("memory://coordinator-expire");
+        settings.timeout = Duration::from_millis(5);
+        settings.tolerable_failures = 1;
+        let mut coordinator = coordinator(settings);
+        coordinator.trigger(SnapshotRequest::Periodic, None).unwrap();
+        coordinator.acknowledge(ack(1, 0));
+        std::thread::sleep(Duration::from_millis(10));
+        let failures = coordinator.expire(Instant::now());
+        assert_eq!(failures.len(), 1);
+        assert!(!failures[0].fail_job, "one failure is tolerated");
+        assert!(failures[0].reason.contains("expired"));
+        // A late acknowledgement of the expired checkpoint changes nothing.
+        assert!(coordinator.acknowledge(ack(1, 1)).is_none());
+        coordinator.trigger(SnapshotRequest::Periodic, None).unwrap();
+        let failure = coordinator.decline(2, "disk full".into()).unwrap();
+        assert!(failure.fail_job, "the second consecutive failure exceeds the tolerable one");
+        assert_eq!(coordinator.stats().failed, 2);
+    }
+
+    #[test]
+    fn a_completion_resets_the_failure_count_and_min_pause_delays_the_next_trigger() {
+        let mut settings = settings("memory://coordinator-pause");
+        settings.min_pause = Duration::from_secs(60);
+        let mut coordinator = coordinator(settings);
+        coordinator.trigger(SnapshotRequest::Periodic, None).unwrap();
+        coordinator.decline(1, "one".into());
+        coordinator.trigger(SnapshotRequest::Periodic, None).unwrap();
+        coordinator.acknowledge(ack(2, 0));
+        coordinator.acknowledge(ack(2, 1)).unwrap().unwrap();
+        assert!(!coordinator.periodic_due(Instant::now() + Duration::from_secs(30)), "min pause of 60 s");
+        assert!(coordinator.periodic_due(Instant::now() + Duration::from_secs(61)));
+        coordinator.trigger(SnapshotRequest::Periodic, None).unwrap();
+        let failure = coordinator.decline(3, "two".into()).unwrap();
+        assert!(failure.fail_job, "tolerable 0, but the count restarted after the completion");
+    }
+
+    #[test]
+    fn savepoints_need_a_directory_and_are_not_retained() {
+        let mut coordinator = coordinator(settings("memory://coordinator-savepoint"));
+        let request = SnapshotRequest::Savepoint { request_id: "r".into(), terminate: false };
+        let error = coordinator.trigger(request.clone(), None).unwrap_err();
+        assert!(error.contains("state.savepoints.dir"), "{error}");
+        let barrier = coordinator.trigger(request, Some("memory://coordinator-savepoint-target")).unwrap();
+        assert_eq!(barrier.kind, BarrierKind::Savepoint { terminate: false });
+        coordinator.acknowledge(ack(barrier.checkpoint_id, 0));
+        let completion = coordinator.acknowledge(ack(barrier.checkpoint_id, 1)).unwrap().unwrap();
+        assert!(completion.location.contains("savepoint-012345-"), "{}", completion.location);
+        assert!(coordinator.latest_retained().is_none());
+    }
+}
