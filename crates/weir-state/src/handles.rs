@@ -28,6 +28,8 @@ pub enum StateKind {
     Map,
     /// One value per key, folded with a reduce function.
     Reducing,
+    /// Processing-time timers of a keyed operator (written with its keyed state).
+    Timers,
 }
 
 impl std::str::FromStr for StateKind {
@@ -39,6 +41,7 @@ impl std::str::FromStr for StateKind {
             "list" => Ok(StateKind::List),
             "map" => Ok(StateKind::Map),
             "reducing" => Ok(StateKind::Reducing),
+            "timers" => Ok(StateKind::Timers),
             other => Err(format!("unknown state kind '{other}'")),
         }
     }
@@ -51,6 +54,7 @@ impl std::fmt::Display for StateKind {
             StateKind::List => "list",
             StateKind::Map => "map",
             StateKind::Reducing => "reducing",
+            StateKind::Timers => "timers",
         };
         f.write_str(name)
     }

@@ -22,7 +22,7 @@ pub use error::StateError;
 pub use handles::{ListState, MapState, ReducingState, StateKind, ValueState};
 pub use keymap::{KeyRef, memory_hash};
 pub use table::{RestoredTable, TableSnapshot};
-pub use timers::TimerService;
+pub use timers::{TIMERS_STATE, TimerService, TimersSnapshot};
 
 /// Hash maps for in-memory state: fast, and never persisted or used for routing, so the
 /// hasher's seed does not matter (snapshots are written in canonical key-byte order).

@@ -3,6 +3,16 @@
 use std::collections::{BTreeMap, HashSet};
 use std::hash::Hash;
 
+use weir_types::key::with_canonical_bytes;
+use weir_types::{Key, KeyGroupRange, assign_to_key_group};
+
+use crate::error::StateError;
+use crate::handles::StateKind;
+use crate::table::{RestoredTable, TableSnapshot};
+
+/// The name under which a keyed operator's timers are stored in a snapshot.
+pub const TIMERS_STATE: &str = "__timers";
+
 /// The pending timers of one keyed operator in one subtask.
 pub struct TimerService<K> {
     by_time: BTreeMap<u64, Vec<K>>,
@@ -68,6 +78,76 @@ impl<K: Eq + Hash + Clone> TimerService<K> {
     }
 }
 
+impl<K: Key> TimerService<K> {
+    /// A copy of the pending timers, grouped by key group, for a checkpoint.
+    pub fn snapshot(&self, range: KeyGroupRange, max_parallelism: u32) -> TimersSnapshot {
+        let mut by_key: BTreeMap<Vec<u8>, (u32, Vec<u64>)> = BTreeMap::new();
+        for (key, timestamp) in &self.registered {
+            let key_bytes = with_canonical_bytes(key, <[u8]>::to_vec);
+            let key_group = assign_to_key_group(key, max_parallelism);
+            by_key.entry(key_bytes).or_insert_with(|| (key_group, Vec::new())).1.push(*timestamp);
+        }
+        let mut groups: BTreeMap<u32, Vec<(Vec<u8>, Vec<u64>)>> = BTreeMap::new();
+        for (key_bytes, (key_group, mut timestamps)) in by_key {
+            timestamps.sort_unstable();
+            groups.entry(key_group).or_default().push((key_bytes, timestamps));
+        }
+        TimersSnapshot { range, groups }
+    }
+
+    /// Registers the timers of a restored snapshot table.
+    pub fn restore(&mut self, table: &RestoredTable) -> Result<(), StateError> {
+        for (key_group, (bytes, _)) in &table.key_groups {
+            let corrupt = |what: &str, e: postcard::Error| StateError::Corrupt {
+                name: TIMERS_STATE.to_string(),
+                key_group: *key_group,
+                reason: format!("cannot decode {what}: {e}"),
+            };
+            let entries: Vec<(&[u8], Vec<u64>)> = postcard::from_bytes(bytes).map_err(|e| corrupt("timers", e))?;
+            for (key_bytes, timestamps) in entries {
+                let key: K = postcard::from_bytes(key_bytes).map_err(|e| corrupt("a key", e))?;
+                for timestamp in timestamps {
+                    self.register(&key, timestamp);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Pending timers copied at a barrier: per key group, `(key bytes, timestamps)` sorted by key.
+pub struct TimersSnapshot {
+    range: KeyGroupRange,
+    groups: BTreeMap<u32, Vec<(Vec<u8>, Vec<u64>)>>,
+}
+
+impl TableSnapshot for TimersSnapshot {
+    fn name(&self) -> &str {
+        TIMERS_STATE
+    }
+    fn kind(&self) -> StateKind {
+        StateKind::Timers
+    }
+    fn cell_type(&self) -> &str {
+        "processing-time timers"
+    }
+    fn key_group_entries(&self, key_group: u32) -> u64 {
+        if !self.range.contains(key_group) {
+            return 0;
+        }
+        self.groups.get(&key_group).map(|entries| entries.len() as u64).unwrap_or(0)
+    }
+    fn write_key_group(&self, key_group: u32, out: &mut Vec<u8>) -> Result<(), StateError> {
+        let empty = Vec::new();
+        let entries = self.groups.get(&key_group).unwrap_or(&empty);
+        postcard::to_io(entries, out).map(|_| ()).map_err(|e| StateError::Corrupt {
+            name: TIMERS_STATE.to_string(),
+            key_group,
+            reason: format!("cannot encode: {e}"),
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -87,5 +167,32 @@ mod tests {
         assert_eq!(timers.pop_due(25), Some((20, "b")));
         assert_eq!(timers.pop_due(100), None);
         assert!(timers.is_empty());
+    }
+
+    #[test]
+    fn timers_survive_a_snapshot_and_restore() {
+        let mut timers = TimerService::<u64>::default();
+        for key in 0..50u64 {
+            timers.register(&key, 1000 + key);
+            timers.register(&key, 5000);
+        }
+        let range = KeyGroupRange::new(0, 127);
+        let snapshot = timers.snapshot(range, 128);
+        let mut key_groups = BTreeMap::new();
+        for key_group in range.iter() {
+            let entries = snapshot.key_group_entries(key_group);
+            if entries > 0 {
+                let mut bytes = Vec::new();
+                snapshot.write_key_group(key_group, &mut bytes).unwrap();
+                key_groups.insert(key_group, (bytes, entries));
+            }
+        }
+        let table =
+            RestoredTable { name: TIMERS_STATE.into(), kind: StateKind::Timers, cell_type: String::new(), key_groups };
+        let mut restored = TimerService::<u64>::default();
+        restored.restore(&table).unwrap();
+        assert_eq!(restored.len(), 100);
+        assert_eq!(restored.next_deadline(), Some(1000));
+        assert_eq!(restored.pop_due(1000), Some((1000, 0)));
     }
 }

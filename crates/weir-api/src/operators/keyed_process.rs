@@ -3,7 +3,7 @@
 use std::marker::PhantomData;
 use std::sync::Arc;
 
-use weir_state::{KeyedStateBackend, TimerService};
+use weir_state::{KeyedStateBackend, TIMERS_STATE, TimerService};
 use weir_types::{Key, compute_key_group_range_for_operator_index};
 
 use crate::error::TaskError;
@@ -57,8 +57,18 @@ impl<K: Key, I, O, F> KeyedProcessOperator<K, I, O, F> {
             return Ok(());
         }
         let key_type = restored.key_type.clone().unwrap_or_default();
+        let mut tables = Vec::with_capacity(restored.keyed.len());
+        for table in &restored.keyed {
+            if table.name == TIMERS_STATE {
+                self.timers.restore(table).map_err(|e| {
+                    TaskError::user(&self.name, format!("cannot restore the timers of operator '{}': {e}", self.uid))
+                })?;
+            } else {
+                tables.push(table.clone());
+            }
+        }
         self.backend
-            .restore(&key_type, restored.keyed.clone())
+            .restore(&key_type, tables)
             .map_err(|e| TaskError::user(&self.name, format!("cannot restore operator '{}': {e}", self.uid)))
     }
 
@@ -177,9 +187,14 @@ where
     }
 
     fn snapshot_state(&mut self, barrier: &Barrier, snapshot: &mut TaskSnapshot) -> Result<(), TaskError> {
+        let mut keyed = self.backend.snapshot();
+        if !self.timers.is_empty() {
+            // Timers are keyed state too: restored with their keys' groups after a rescale.
+            keyed.tables.push(Box::new(self.timers.snapshot(keyed.range, self.backend.max_parallelism())));
+        }
         snapshot.operators.push(OperatorSnapshotData {
             uid: self.uid.clone(),
-            keyed: Some(self.backend.snapshot()),
+            keyed: Some(keyed),
             operator_states: Vec::new(),
         });
         self.next.snapshot_state(barrier, snapshot)

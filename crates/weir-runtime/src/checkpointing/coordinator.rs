@@ -440,7 +440,8 @@ mod tests {
     fn coordinator(settings: CheckpointSettings) -> CheckpointCoordinator {
         let operators = vec![OperatorInfo { uid: "source".into(), name: "source".into(), parallelism: 2 }];
         let stats = Arc::new(Mutex::new(CheckpointStats::default()));
-        CheckpointCoordinator::new(settings, "0123456789abcdef0123456789abcdef", "test", 128, operators, 2, 1, stats).unwrap()
+        CheckpointCoordinator::new(settings, "0123456789abcdef0123456789abcdef", "test", 128, operators, 2, 1, stats)
+            .unwrap()
     }
 
     fn ack(checkpoint_id: u64, subtask: u32) -> SubtaskAck {
