@@ -87,7 +87,7 @@ impl<K: Key> TimerService<K> {
             let key_group = assign_to_key_group(key, max_parallelism);
             by_key.entry(key_bytes).or_insert_with(|| (key_group, Vec::new())).1.push(*timestamp);
         }
-        let mut groups: BTreeMap<u32, Vec<(Vec<u8>, Vec<u64>)>> = BTreeMap::new();
+        let mut groups: BTreeMap<u32, Vec<KeyTimers>> = BTreeMap::new();
         for (key_bytes, (key_group, mut timestamps)) in by_key {
             timestamps.sort_unstable();
             groups.entry(key_group).or_default().push((key_bytes, timestamps));
@@ -115,10 +115,13 @@ impl<K: Key> TimerService<K> {
     }
 }
 
+/// One key's canonical bytes and its timer timestamps.
+type KeyTimers = (Vec<u8>, Vec<u64>);
+
 /// Pending timers copied at a barrier: per key group, `(key bytes, timestamps)` sorted by key.
 pub struct TimersSnapshot {
     range: KeyGroupRange,
-    groups: BTreeMap<u32, Vec<(Vec<u8>, Vec<u64>)>>,
+    groups: BTreeMap<u32, Vec<KeyTimers>>,
 }
 
 impl TableSnapshot for TimersSnapshot {
