@@ -47,7 +47,12 @@ fn collect(stream: impl std::io::Read + Send + 'static, into: Arc<Mutex<Vec<Stri
 impl RunningWeir {
     /// Starts `weir` with `args` (add `-D rest.port=0` yourself).
     pub fn start(args: &[&str]) -> RunningWeir {
-        let mut child = weir()
+        RunningWeir::start_with(|command| command, args)
+    }
+
+    /// As [`RunningWeir::start`], letting `configure` adjust the command (environment).
+    pub fn start_with(configure: impl FnOnce(Command) -> Command, args: &[&str]) -> RunningWeir {
+        let mut child = configure(weir())
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
