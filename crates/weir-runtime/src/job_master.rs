@@ -256,6 +256,10 @@ impl JobMaster {
         if target.is_none() && self.checkpoint_settings.savepoints_url.is_none() {
             return Err("no savepoint directory: give one, or set state.savepoints.dir".to_string());
         }
+        let target = match target {
+            Some(target) => Some(confine_target(&target, self.checkpoint_settings.savepoints_url.as_deref())?),
+            None => None,
+        };
         let request_id = JobId::generate().to_string();
         self.update(|record| {
             record.savepoints.insert(request_id.clone(), (SavepointStatus::InProgress, false));
@@ -691,6 +695,34 @@ impl JobMaster {
     }
 }
 
+/// Checks a savepoint target a client gave. With `state.savepoints.dir` configured the
+/// target must lie inside it (a relative target is taken relative to it): clients never make
+/// the cluster write elsewhere. `..` segments are refused in any case.
+fn confine_target(target: &str, savepoints_root: Option<&str>) -> Result<String, String> {
+    if target.split('/').any(|segment| segment == "..") {
+        return Err(format!("savepoint target '{target}' contains '..'; give a directory without parent references"));
+    }
+    let Some(root) = savepoints_root else {
+        return Ok(target.to_string());
+    };
+    let normalize = |url: &str| {
+        let trimmed = url.trim_end_matches('/');
+        trimmed.strip_prefix("file://").unwrap_or(trimmed).to_string()
+    };
+    let root_path = normalize(root);
+    let is_relative = !target.contains("://") && !target.starts_with('/');
+    if is_relative {
+        return Ok(format!("{}/{}", root.trim_end_matches('/'), target));
+    }
+    let target_path = normalize(target);
+    if target_path == root_path || target_path.starts_with(&format!("{root_path}/")) {
+        return Ok(target.to_string());
+    }
+    Err(format!(
+        "savepoint target '{target}' is outside state.savepoints.dir ({root}); this cluster writes savepoints only there — give a directory inside it, or none for the default"
+    ))
+}
+
 fn mark_canceling(record: &mut JobRecord) {
     let now = now_ms();
     for subtask in record.subtasks.iter_mut().flatten() {
@@ -703,5 +735,24 @@ fn mark_canceling(record: &mut JobRecord) {
         } else {
             let _ = subtask.history.transition(ExecutionState::Canceling, now);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::confine_target;
+
+    #[test]
+    fn savepoint_targets_stay_inside_the_configured_directory() {
+        assert_eq!(confine_target("/any/dir", None).unwrap(), "/any/dir");
+        assert!(confine_target("/a/../etc", None).is_err());
+        let root = Some("file:///data/savepoints");
+        assert_eq!(confine_target("/data/savepoints/team-a", root).unwrap(), "/data/savepoints/team-a");
+        assert_eq!(confine_target("file:///data/savepoints", root).unwrap(), "file:///data/savepoints");
+        assert_eq!(confine_target("team-a", root).unwrap(), "file:///data/savepoints/team-a");
+        let outside = confine_target("/tmp/elsewhere", root).unwrap_err();
+        assert!(outside.contains("outside state.savepoints.dir"), "{outside}");
+        assert!(confine_target("/data/savepoints-other", root).is_err());
+        assert!(confine_target("s3://bucket/x", root).is_err());
     }
 }
