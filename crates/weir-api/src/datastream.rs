@@ -10,13 +10,15 @@ use weir_types::{Key, MAX_PARALLELISM_UPPER_BOUND};
 use crate::Data;
 use crate::error::TaskError;
 use crate::exchange::SourceBody;
-use crate::functions::{Collector, KeyedProcessFunction};
+use crate::functions::{Collector, KeyedProcessFunction, ProcessFunction};
 use crate::graph::{
     EdgeKind, ErasedOperator, GraphError, NodeRole, OperatorFactory, SourceFactory, StreamEdge, StreamGraph,
     StreamNode, TypedStream, downcast,
 };
 use crate::operator::{Operator, TaskContext};
-use crate::operators::{FilterOperator, FlatMapOperator, KeyedProcessOperator, MapOperator, SinkOperator};
+use crate::operators::{
+    FilterOperator, FlatMapOperator, KeyedProcessOperator, MapOperator, ProcessOperator, SinkOperator,
+};
 use crate::sink::Sink;
 use crate::snapshot::{SINK_COMMITTABLES_STATE, SOURCE_POSITIONS_STATE};
 use crate::source::Source;
@@ -238,6 +240,26 @@ impl<T: Data> DataStream<T> {
             Ok(Box::new(op) as ErasedOperator)
         });
         self.add_operator("Flat Map", false, self.plain_edge(), factory)
+    }
+
+    /// Runs a non-keyed function with operator state (list, union list, broadcast) over the
+    /// stream; give it a `.uid()` so its state can be restored.
+    pub fn process<O: Data, F>(&self, func: F) -> DataStream<O>
+    where
+        F: ProcessFunction<T, O>,
+    {
+        // Functions are cloned per subtask; the prototype is only ever cloned.
+        let prototype = std::sync::Mutex::new(func);
+        let factory: OperatorFactory = Arc::new(move |ctx: &TaskContext, downstream: ErasedOperator| {
+            let next = downcast::<Box<dyn Operator<O>>>(downstream, "process output")?;
+            let func = match prototype.lock() {
+                Ok(prototype) => prototype.clone(),
+                Err(poisoned) => poisoned.into_inner().clone(),
+            };
+            let op: Box<dyn Operator<T>> = Box::new(ProcessOperator::new(ctx, func, next)?);
+            Ok(Box::new(op) as ErasedOperator)
+        });
+        self.add_operator("Process", false, self.plain_edge(), factory)
     }
 
     /// Partitions the stream by key: records with equal keys go to the same subtask, where

@@ -115,3 +115,121 @@ pub trait KeyedProcessFunction<K, I, O>: Clone + Send + 'static {
         Ok(())
     }
 }
+
+/// Operator (non-keyed) state of one subtask: named lists of elements, redistributed on
+/// restore as Flink does — list state split evenly, union list state given whole to every
+/// subtask, broadcast state copied from subtask 0.
+pub struct OperatorStateContext {
+    restored: std::collections::HashMap<String, Vec<Vec<u8>>>,
+    subtask_index: u32,
+    parallelism: u32,
+    written: Vec<crate::snapshot::OperatorStateData>,
+}
+
+impl OperatorStateContext {
+    pub(crate) fn restoring(
+        restored: std::collections::HashMap<String, Vec<Vec<u8>>>,
+        subtask_index: u32,
+        parallelism: u32,
+    ) -> Self {
+        OperatorStateContext { restored, subtask_index, parallelism, written: Vec::new() }
+    }
+
+    pub(crate) fn snapshotting() -> Self {
+        OperatorStateContext { restored: Default::default(), subtask_index: 0, parallelism: 0, written: Vec::new() }
+    }
+
+    pub(crate) fn into_states(self) -> Vec<crate::snapshot::OperatorStateData> {
+        self.written
+    }
+
+    /// True when the job was restored from a snapshot that had any state of this operator.
+    pub fn is_restored(&self) -> bool {
+        !self.restored.is_empty()
+    }
+
+    /// This subtask's index and the operator's parallelism.
+    pub fn subtask(&self) -> (u32, u32) {
+        (self.subtask_index, self.parallelism)
+    }
+
+    /// The restored elements of state `name` assigned to this subtask (empty when none).
+    pub fn restored<T: weir_state::handles::StateData>(
+        &self,
+        name: &str,
+    ) -> Result<Vec<T>, Box<dyn std::error::Error + Send + Sync>> {
+        let mut items = Vec::new();
+        for bytes in self.restored.get(name).map(Vec::as_slice).unwrap_or(&[]) {
+            let item: T = postcard::from_bytes(bytes).map_err(|e| {
+                format!("operator state '{name}' cannot be read as {}: {e}", std::any::type_name::<T>())
+            })?;
+            items.push(item);
+        }
+        Ok(items)
+    }
+
+    fn write<T: weir_state::handles::StateData>(
+        &mut self,
+        name: &str,
+        mode: crate::snapshot::Redistribution,
+        items: &[T],
+    ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        let mut elements = Vec::with_capacity(items.len());
+        for item in items {
+            elements.push(postcard::to_allocvec(item).map_err(|e| format!("operator state '{name}': {e}"))?);
+        }
+        self.written.push(crate::snapshot::OperatorStateData { name: name.to_string(), mode, elements });
+        Ok(())
+    }
+
+    /// Writes list state `name`: on restore its elements are split evenly over the subtasks.
+    pub fn set_list_state<T: weir_state::handles::StateData>(
+        &mut self,
+        name: &str,
+        items: &[T],
+    ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        self.write(name, crate::snapshot::Redistribution::Split, items)
+    }
+
+    /// Writes union list state `name`: on restore every subtask gets every element.
+    pub fn set_union_list_state<T: weir_state::handles::StateData>(
+        &mut self,
+        name: &str,
+        items: &[T],
+    ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        self.write(name, crate::snapshot::Redistribution::Union, items)
+    }
+
+    /// Writes broadcast state `name` (every subtask holds the same copy): on restore every
+    /// subtask gets subtask 0's copy.
+    pub fn set_broadcast_state<T: weir_state::handles::StateData>(
+        &mut self,
+        name: &str,
+        items: &[T],
+    ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        self.write(name, crate::snapshot::Redistribution::Broadcast, items)
+    }
+}
+
+/// A non-keyed function with operator state (Flink's `ProcessFunction` +
+/// `CheckpointedFunction`): it reads its restored state in `initialize_state` and writes its
+/// current state at every checkpoint in `snapshot_state`.
+pub trait ProcessFunction<I, O>: Clone + Send + 'static {
+    /// Called once per subtask before the first record, with the restored state if any.
+    fn initialize_state(&mut self, _state: &mut OperatorStateContext) -> FnResult {
+        Ok(())
+    }
+
+    /// Handles one record.
+    fn process_element(&mut self, record: I, out: &mut Collector<'_, O>) -> FnResult;
+
+    /// Writes the function's state at a checkpoint barrier.
+    fn snapshot_state(&mut self, _state: &mut OperatorStateContext) -> FnResult {
+        Ok(())
+    }
+
+    /// A bounded input ended.
+    fn on_end_of_input(&mut self, _out: &mut Collector<'_, O>) -> FnResult {
+        Ok(())
+    }
+}

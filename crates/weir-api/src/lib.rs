@@ -39,7 +39,10 @@ pub mod testing;
 pub mod prelude {
     pub use crate::datastream::{DataStream, DataStreamSink, KeyedStream, StreamExecutionEnvironment};
     pub use crate::error::{ErrorDomain, TaskError};
-    pub use crate::functions::{Collector, EndOfInputContext, FnResult, KeyedContext, KeyedProcessFunction};
+    pub use crate::functions::{
+        Collector, EndOfInputContext, FnResult, KeyedContext, KeyedProcessFunction, OperatorStateContext,
+        ProcessFunction,
+    };
     pub use crate::sink::{Sink, SinkWriter};
     pub use crate::source::{Boundedness, Source, SourcePoll, SourceReader};
     pub use crate::testing::{CollectSink, VecSource};

@@ -1,9 +1,11 @@
 //! The built-in chain links: stateless transforms, the keyed process operator and the sink.
 
 mod keyed_process;
+mod process;
 mod sink;
 mod stateless;
 
 pub use keyed_process::KeyedProcessOperator;
+pub use process::ProcessOperator;
 pub use sink::SinkOperator;
 pub use stateless::{FilterOperator, FlatMapOperator, MapOperator};

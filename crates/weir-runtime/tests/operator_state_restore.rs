@@ -1,0 +1,176 @@
+//! Operator state (list, union list, broadcast) through a stop-with-savepoint and a restore
+//! at another parallelism, driven through the dispatcher as the CLI does.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use weir_api::operator::TaskContext;
+use weir_api::prelude::*;
+use weir_checkpoint::{NewOperator, RestoreRequest, SnapshotStorage, load_metadata, plan_restore};
+use weir_runtime::checkpointing::RestoreSource;
+use weir_runtime::job_master::SavepointStatus;
+use weir_runtime::{Dispatcher, JobSettings};
+use weir_types::JobStatus;
+
+/// What a subtask restored: (subtask, list elements, union elements, broadcast elements).
+type Restored = (u32, Vec<u64>, Vec<u32>, Vec<String>);
+
+#[derive(Clone)]
+struct CountingFunction {
+    subtask: u32,
+    count: u64,
+    restored: Arc<Mutex<Vec<Restored>>>,
+    snapshots: Arc<Mutex<BTreeMap<u32, u64>>>,
+}
+
+impl ProcessFunction<u64, u64> for CountingFunction {
+    fn initialize_state(&mut self, state: &mut OperatorStateContext) -> FnResult {
+        self.subtask = state.subtask().0;
+        let counts: Vec<u64> = state.restored("counts")?;
+        let union: Vec<u32> = state.restored("subtasks")?;
+        let broadcast: Vec<String> = state.restored("config")?;
+        self.count = counts.iter().sum();
+        self.restored.lock().unwrap().push((self.subtask, counts, union, broadcast));
+        Ok(())
+    }
+
+    fn process_element(&mut self, record: u64, out: &mut Collector<'_, u64>) -> FnResult {
+        self.count += 1;
+        out.collect(record);
+        Ok(())
+    }
+
+    fn snapshot_state(&mut self, state: &mut OperatorStateContext) -> FnResult {
+        state.set_list_state("counts", &[self.count])?;
+        state.set_union_list_state("subtasks", &[self.subtask])?;
+        state.set_broadcast_state("config", &[format!("config-v1 from {}", self.subtask)])?;
+        self.snapshots.lock().unwrap().insert(self.subtask, self.count);
+        Ok(())
+    }
+}
+
+struct Endless;
+
+impl Source<u64> for Endless {
+    fn boundedness(&self) -> Boundedness {
+        Boundedness::Unbounded
+    }
+    fn create_reader(&self, _ctx: &TaskContext) -> Result<Box<dyn SourceReader<u64>>, TaskError> {
+        Ok(Box::new(EndlessReader(0)))
+    }
+    fn restore_reader(
+        &self,
+        _ctx: &TaskContext,
+        _positions: Vec<Vec<u8>>,
+    ) -> Result<Box<dyn SourceReader<u64>>, TaskError> {
+        Ok(Box::new(EndlessReader(0)))
+    }
+}
+
+struct EndlessReader(u64);
+
+impl SourceReader<u64> for EndlessReader {
+    fn poll_next(&mut self, out: &mut Vec<u64>, max_records: usize) -> Result<SourcePoll, TaskError> {
+        for _ in 0..max_records.min(64) {
+            out.push(self.0);
+            self.0 += 1;
+        }
+        std::thread::sleep(Duration::from_micros(200));
+        Ok(SourcePoll::Data)
+    }
+    fn snapshot_positions(&self) -> weir_api::source::SourcePositions {
+        weir_api::source::SourcePositions {
+            mode: weir_api::snapshot::Redistribution::Union,
+            elements: vec![self.0.to_le_bytes().to_vec()],
+        }
+    }
+}
+
+fn job(function: CountingFunction) -> StreamExecutionEnvironment {
+    let env = StreamExecutionEnvironment::new();
+    env.from_source(Endless)
+        .uid("source")
+        .rebalance()
+        .process(function)
+        .uid("counting")
+        .sink_to(CollectSink::default())
+        .uid("sink");
+    env
+}
+
+#[test]
+fn list_state_splits_union_state_unions_and_broadcast_state_copies_on_rescale() {
+    let dir = tempfile::tempdir().unwrap();
+    let snapshots = Arc::new(Mutex::new(BTreeMap::new()));
+    let first = CountingFunction { subtask: 0, count: 0, restored: Arc::default(), snapshots: Arc::clone(&snapshots) };
+    let mut settings = JobSettings::with_parallelism(3);
+    settings.checkpointing.savepoints_url = Some(format!("file://{}", dir.path().display()));
+    let dispatcher = Dispatcher::new("localhost");
+    let job_1 = dispatcher.submit(job(first).build("operator-state").unwrap(), settings.clone()).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !job_1
+        .details()
+        .vertices
+        .iter()
+        .flat_map(|v| &v.subtasks)
+        .all(|s| s.status == weir_types::ExecutionState::Running)
+    {
+        assert!(std::time::Instant::now() < deadline);
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let request = job_1.trigger_savepoint(None, true).unwrap();
+    assert_eq!(job_1.wait_terminal(Some(Duration::from_secs(20))), JobStatus::Finished);
+    let Some(SavepointStatus::Completed(location)) = job_1.savepoint_status(&request) else {
+        panic!("savepoint did not complete: {:?}", job_1.savepoint_status(&request));
+    };
+    let at_savepoint = snapshots.lock().unwrap().clone();
+    assert_eq!(at_savepoint.len(), 3);
+    let total: u64 = at_savepoint.values().sum();
+    assert!(total > 0);
+
+    // Restore the same job at parallelism 5.
+    let storage = SnapshotStorage::from_url(&location).unwrap();
+    let blocking = storage.blocking();
+    let metadata = blocking.block_on(load_metadata(&storage)).unwrap();
+    let restored = Arc::new(Mutex::new(Vec::new()));
+    let second = CountingFunction { subtask: 0, count: 0, restored: Arc::clone(&restored), snapshots: Arc::default() };
+    let graph = job(second).build("operator-state").unwrap();
+    let operators = graph
+        .nodes()
+        .iter()
+        .map(|node| NewOperator { uid: node.uid_or_generated(), parallelism: 5, keyed: node.keyed })
+        .collect();
+    let plan =
+        plan_restore(&metadata, &RestoreRequest { operators, max_parallelism: None, allow_non_restored_state: false })
+            .unwrap();
+    let mut settings = JobSettings::with_parallelism(5);
+    settings.max_parallelism = Some(plan.max_parallelism);
+    settings.restore = Some(Arc::new(RestoreSource { storage: blocking, location: location.clone(), metadata, plan }));
+    let job_2 = dispatcher.submit(graph, settings).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while restored.lock().unwrap().len() < 5 {
+        assert!(std::time::Instant::now() < deadline, "subtasks did not initialize");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    job_2.cancel().unwrap();
+    job_2.wait_terminal(Some(Duration::from_secs(10)));
+
+    let restored = restored.lock().unwrap().clone();
+    // Split: the three old counts, each to exactly one new subtask, balanced (3 over 5).
+    let mut split: Vec<u64> = restored.iter().flat_map(|r| r.1.clone()).collect();
+    split.sort_unstable();
+    let mut expected: Vec<u64> = at_savepoint.values().copied().collect();
+    expected.sort_unstable();
+    assert_eq!(split, expected);
+    assert!(restored.iter().all(|r| r.1.len() <= 1));
+    // Union: every new subtask sees every old subtask's element.
+    for r in &restored {
+        let mut union = r.2.clone();
+        union.sort_unstable();
+        assert_eq!(union, vec![0, 1, 2], "subtask {}", r.0);
+        // Broadcast: every new subtask gets old subtask 0's copy.
+        assert_eq!(r.3, vec!["config-v1 from 0".to_string()], "subtask {}", r.0);
+    }
+}
