@@ -401,3 +401,45 @@ fn corrupt_or_truncated_snapshots_are_errors_naming_the_file() {
     let errors = error_lines(&output);
     assert!(errors[0].contains("FAILED") && errors[0].contains("task-1-"), "{errors:?}");
 }
+
+#[test]
+fn at_least_once_mode_loses_nothing_across_a_kill_9() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let out_arg = out.to_str().unwrap().to_string();
+    let chk_root = dir.path().join("chk");
+    let checkpoints = format!("state.checkpoints.dir=file://{}", chk_root.display());
+    let job = ["counter", "--users", "20", "--events", "20000", "--rate", "10000", "--output", &out_arg];
+    let mut args = vec!["run", "-D", "rest.port=0", "-D", "execution.checkpointing.interval=100ms", "-D", &checkpoints];
+    args.extend(["-D", "execution.checkpointing.mode=AT_LEAST_ONCE", "-p", "2"]);
+    args.extend(job);
+    let (mut weir, rest, job_id) = start(&args);
+    let config = get(&format!("{rest}/jobs/{job_id}/checkpoints/config")).json();
+    assert_eq!(config["mode"], "at_least_once");
+    poll_json(&format!("{rest}/jobs/{job_id}/checkpoints"), |c| c["counts"]["completed"].as_u64() >= Some(2));
+    std::thread::sleep(random_delay(100, 600));
+    weir.kill_hard();
+    let latest = std::fs::read_dir(chk_root.join(&job_id))
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.join("_metadata").is_file())
+        .max_by_key(|p| p.file_name().unwrap().to_string_lossy().trim_start_matches("chk-").parse::<u64>().unwrap_or(0))
+        .unwrap();
+    let latest = latest.to_str().unwrap().to_string();
+    let mut args = vec!["run", "-D", "rest.port=0", "-s", &latest, "-p", "2"];
+    args.extend(job);
+    let output = run_weir(&args);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    // At-least-once: every count from 1 to the user's event count was emitted (duplicates allowed).
+    let mut per_user: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
+    for line in committed_lines(&out) {
+        let (user, count) = line.split_once('\t').unwrap();
+        per_user.entry(user.parse().unwrap()).or_default().push(count.parse().unwrap());
+    }
+    assert_eq!(per_user.len(), 20);
+    for (user, counts) in per_user {
+        for expected in 1..=1000u64 {
+            assert!(counts.contains(&expected), "user {user} lost count {expected}");
+        }
+    }
+}
