@@ -433,3 +433,41 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod decode_speed {
+    use super::*;
+
+    #[test]
+    #[ignore = "a timing probe, run by hand: cargo test --release -p weir-state decode_speed -- --ignored --nocapture"]
+    fn decode_250k_entries() {
+        let count = ValueState::<u64>::new("count");
+        let mut backend = KeyedStateBackend::<u64>::new(KeyGroupRange::new(0, 127), 128);
+        for key in 0..250_000u64 {
+            let located = backend.locate(&key).unwrap();
+            backend.value(&count, located).unwrap().set(key);
+        }
+        let snapshot = backend.snapshot();
+        let started = std::time::Instant::now();
+        let mut key_groups = std::collections::BTreeMap::new();
+        for key_group in 0..128 {
+            let mut bytes = Vec::new();
+            snapshot.tables[0].write_key_group(key_group, &mut bytes).unwrap();
+            key_groups.insert(key_group, (bytes, 0));
+        }
+        let encoded = started.elapsed();
+        let table = RestoredTable {
+            name: "count".into(),
+            kind: StateKind::Value,
+            cell_type: snapshot.tables[0].cell_type().into(),
+            key_groups,
+        };
+        let started = std::time::Instant::now();
+        let mut restored = KeyedStateBackend::<u64>::new(KeyGroupRange::new(0, 127), 128);
+        restored.restore(&snapshot.key_type, vec![table]).unwrap();
+        let zero = 0u64;
+        let located = restored.locate(&zero).unwrap();
+        restored.value(&ValueState::<u64>::new("count"), located).unwrap();
+        eprintln!("encode {encoded:?}, decode {:?}", started.elapsed());
+    }
+}
