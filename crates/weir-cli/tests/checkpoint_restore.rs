@@ -443,3 +443,35 @@ fn at_least_once_mode_loses_nothing_across_a_kill_9() {
         }
     }
 }
+
+#[test]
+fn a_savepoint_moved_to_another_directory_still_restores() {
+    let original = shared_savepoint(false);
+    let dir = tempfile::tempdir().unwrap();
+    let moved = dir.path().join("elsewhere").join("renamed-savepoint");
+    std::fs::create_dir_all(&moved).unwrap();
+    for (name, bytes) in snapshot_files(original) {
+        std::fs::write(moved.join(name), bytes).unwrap();
+    }
+    let output = run_weir(&[
+        "run",
+        "-D",
+        "rest.port=0",
+        "-s",
+        moved.to_str().unwrap(),
+        "-p",
+        "3",
+        "counter",
+        "--users",
+        "10",
+        "--events",
+        "1",
+        "--output",
+        "none",
+    ]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    // Pointing at the _metadata file works as well, as in Flink.
+    let metadata = moved.join("_metadata");
+    let inspect = run_weir(&["savepoint", "inspect", metadata.to_str().unwrap()]);
+    assert!(inspect.status.success(), "{}", String::from_utf8_lossy(&inspect.stderr));
+}
