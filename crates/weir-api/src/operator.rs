@@ -127,6 +127,8 @@ pub struct TaskContext {
     pub snapshots: Option<Arc<dyn SnapshotSink>>,
     /// Exactly-once barrier alignment (false: at-least-once, no alignment).
     pub exactly_once: bool,
+    /// Which run of the job this is: 0 first, +1 for every restart after a failure.
+    pub attempt: u32,
 }
 
 impl TaskContext {
@@ -173,6 +175,7 @@ impl TaskContext {
             control: None,
             snapshots: None,
             exactly_once: true,
+            attempt: 0,
         }
     }
 }

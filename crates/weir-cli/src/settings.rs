@@ -2,15 +2,22 @@
 
 use std::path::PathBuf;
 
-use weir_config::CheckpointingMode;
 use weir_config::Configuration;
 use weir_config::options::{
     CHECKPOINTING_INTERVAL, CHECKPOINTING_MAX_CONCURRENT, CHECKPOINTING_MIN_PAUSE, CHECKPOINTING_MODE,
     CHECKPOINTING_TIMEOUT, CHECKPOINTING_TOLERABLE_FAILED, CHECKPOINTS_DIR, CHECKPOINTS_NUM_RETAINED, REST_ADDRESS,
     REST_PORT, SAVEPOINTS_DIR, STATE_BACKEND_TYPE,
 };
+use weir_config::options::{
+    RESTART_EXPONENTIAL_ATTEMPTS_BEFORE_RESET, RESTART_EXPONENTIAL_BACKOFF_MULTIPLIER,
+    RESTART_EXPONENTIAL_INITIAL_BACKOFF, RESTART_EXPONENTIAL_JITTER_FACTOR, RESTART_EXPONENTIAL_MAX_BACKOFF,
+    RESTART_EXPONENTIAL_RESET_BACKOFF_THRESHOLD, RESTART_FAILURE_RATE_DELAY, RESTART_FAILURE_RATE_INTERVAL,
+    RESTART_FAILURE_RATE_MAX_FAILURES, RESTART_FIXED_DELAY_ATTEMPTS, RESTART_FIXED_DELAY_DELAY, RESTART_STRATEGY_TYPE,
+};
+use weir_config::{CheckpointingMode, RestartStrategyType};
 use weir_runtime::checkpointing::CheckpointSettings;
 use weir_runtime::checkpointing::settings::default_checkpoints_url;
+use weir_runtime::restart::RestartStrategyConfig;
 
 use crate::args::ConfigArgs;
 use crate::error::CliError;
@@ -40,8 +47,7 @@ pub fn load(args: &ConfigArgs) -> Result<Configuration, CliError> {
 /// sets one is told instead of being left to believe it works.
 fn not_in_effect_yet(key: &str) -> Option<&'static str> {
     const PENDING: &[(&str, &str)] = &[
-        ("restart-strategy", "restarting failed jobs"),
-        ("jobmanager.execution.failover-strategy", "failover"),
+        ("jobmanager.execution.failover-strategy", "region failover (a failure restarts the whole job)"),
         ("heartbeat.", "the standalone cluster"),
         ("jobmanager.rpc.", "the standalone cluster"),
         ("taskmanager.", "the standalone cluster"),
@@ -74,6 +80,34 @@ pub fn jobmanager_address(explicit: Option<&str>, config: &Configuration) -> Res
     let host = config.get(&REST_ADDRESS).map_err(CliError::usage)?;
     let port = config.get(&REST_PORT).map_err(CliError::usage)?;
     Ok(format!("{host}:{port}"))
+}
+
+/// The restart strategy from Flink's keys; without `restart-strategy.type`, exponential-delay
+/// when checkpointing is on and none otherwise (Flink 1.19+).
+pub fn restart_strategy(config: &Configuration, checkpointing: bool) -> Result<RestartStrategyConfig, CliError> {
+    let kind = config.get(&RESTART_STRATEGY_TYPE).map_err(CliError::usage)?;
+    let kind =
+        kind.unwrap_or(if checkpointing { RestartStrategyType::ExponentialDelay } else { RestartStrategyType::None });
+    Ok(match kind {
+        RestartStrategyType::None => RestartStrategyConfig::None,
+        RestartStrategyType::FixedDelay => RestartStrategyConfig::FixedDelay {
+            attempts: config.get(&RESTART_FIXED_DELAY_ATTEMPTS).map_err(CliError::usage)?,
+            delay: config.get(&RESTART_FIXED_DELAY_DELAY).map_err(CliError::usage)?,
+        },
+        RestartStrategyType::FailureRate => RestartStrategyConfig::FailureRate {
+            max_failures: config.get(&RESTART_FAILURE_RATE_MAX_FAILURES).map_err(CliError::usage)?,
+            interval: config.get(&RESTART_FAILURE_RATE_INTERVAL).map_err(CliError::usage)?,
+            delay: config.get(&RESTART_FAILURE_RATE_DELAY).map_err(CliError::usage)?,
+        },
+        RestartStrategyType::ExponentialDelay => RestartStrategyConfig::ExponentialDelay {
+            initial_backoff: config.get(&RESTART_EXPONENTIAL_INITIAL_BACKOFF).map_err(CliError::usage)?,
+            max_backoff: config.get(&RESTART_EXPONENTIAL_MAX_BACKOFF).map_err(CliError::usage)?,
+            multiplier: config.get(&RESTART_EXPONENTIAL_BACKOFF_MULTIPLIER).map_err(CliError::usage)?,
+            reset_threshold: config.get(&RESTART_EXPONENTIAL_RESET_BACKOFF_THRESHOLD).map_err(CliError::usage)?,
+            jitter: config.get(&RESTART_EXPONENTIAL_JITTER_FACTOR).map_err(CliError::usage)?,
+            attempts_before_reset: config.get(&RESTART_EXPONENTIAL_ATTEMPTS_BEFORE_RESET).map_err(CliError::usage)?,
+        },
+    })
 }
 
 /// The job's checkpointing options from Flink's keys.

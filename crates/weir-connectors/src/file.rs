@@ -249,7 +249,8 @@ impl TextLineReader {
     }
 }
 
-/// The committed name of part file `counter` of `subtask`: `part-<job8>-<subtask>-<counter>`.
+/// The committed name of part file `counter` of `subtask`: `part-<job8>-<attempt>-<subtask>-<counter>`
+/// (`job8` here is the run prefix `<first 8 of the job id>-<attempt>`).
 pub fn part_file_name(job8: &str, subtask: u32, counter: u64) -> String {
     format!("part-{job8}-{subtask}-{counter}")
 }
@@ -266,9 +267,11 @@ pub fn pending_name(job8: &str, subtask: u32, counter: u64) -> String {
     format!(".{}.pending", part_file_name(job8, subtask, counter))
 }
 
-/// The first 8 characters of a job id, as used in part file names.
+/// The run prefix of part file names: the first 8 characters of the job id and the attempt
+/// (`4f1c2e0d-0`), so a restarted attempt never reuses a name an earlier one committed.
 fn job8(ctx: &TaskContext) -> String {
-    ctx.job_id.to_string().chars().take(8).collect()
+    let job: String = ctx.job_id.to_string().chars().take(8).collect();
+    format!("{job}-{}", ctx.attempt)
 }
 
 /// Writes records as lines into part files of a directory: exactly once with checkpoints.
@@ -352,22 +355,29 @@ impl<T: Send + 'static> Sink<T> for FileSink<T> {
                 })?;
                 decoded.push(committable);
             }
-            commit_restored(&self.dir, &decoded)?;
+            commit_restored(&self.dir, &decoded, &job8(ctx), ctx.attempt)?;
         }
         Ok(Box::new(self.writer(ctx)))
     }
 }
 
 /// Commits the pending files of a restored snapshot (idempotent: an already committed file is
-/// fine) and deletes the other hidden files of the jobs they came from.
-fn commit_restored(dir: &Path, committables: &[Committable]) -> Result<(), TaskError> {
+/// fine) and deletes the other hidden files of the runs they came from and of this job's
+/// earlier attempts (`run` is this attempt's prefix, `<job8>-<attempt>`).
+fn commit_restored(dir: &Path, committables: &[Committable], run: &str, attempt: u32) -> Result<(), TaskError> {
     let mut old_jobs = std::collections::BTreeSet::new();
     for committable in committables {
         commit_file(dir, &committable.pending, &committable.committed)?;
-        if let Some(job) = committable.committed.strip_prefix("part-").and_then(|rest| rest.split('-').next()) {
-            old_jobs.insert(job.to_string());
+        let mut segments = committable.committed.strip_prefix("part-").unwrap_or_default().split('-');
+        if let (Some(job), Some(old_attempt)) = (segments.next(), segments.next()) {
+            old_jobs.insert(format!("{job}-{old_attempt}"));
         }
     }
+    let job = run.split('-').next().unwrap_or_default();
+    for earlier in 0..attempt {
+        old_jobs.insert(format!("{job}-{earlier}"));
+    }
+    old_jobs.remove(run);
     let entries = match fs::read_dir(dir) {
         Ok(entries) => entries,
         Err(_) => return Ok(()),
@@ -708,14 +718,14 @@ mod tests {
             writer.write_batch(&mut vec![base + 2]).unwrap();
             writer.flush().unwrap();
         }
-        assert_eq!(names(&dir), vec![".part-00000000-0-0.inprogress", ".part-00000000-1-0.inprogress"]);
+        assert_eq!(names(&dir), vec![".part-00000000-0-0-0.inprogress", ".part-00000000-0-1-0.inprogress"]);
         for writer in &mut writers {
             writer.finish().unwrap();
             writer.finish().unwrap();
         }
-        assert_eq!(names(&dir), vec!["part-00000000-0-0", "part-00000000-1-0"]);
-        assert_eq!(fs::read_to_string(dir.join("part-00000000-0-0")).unwrap(), "0\n1\n2\n");
-        assert_eq!(fs::read_to_string(dir.join("part-00000000-1-0")).unwrap(), "100\n101\n102\n");
+        assert_eq!(names(&dir), vec!["part-00000000-0-0-0", "part-00000000-0-1-0"]);
+        assert_eq!(fs::read_to_string(dir.join("part-00000000-0-0-0")).unwrap(), "0\n1\n2\n");
+        assert_eq!(fs::read_to_string(dir.join("part-00000000-0-1-0")).unwrap(), "100\n101\n102\n");
         assert!(writers[0].write_batch(&mut vec![7]).is_err());
     }
 
@@ -733,7 +743,7 @@ mod tests {
             writer.write_batch(&mut batch).unwrap();
         }
         writer.finish().unwrap();
-        assert_eq!(fs::read_to_string(dir.path().join("part-00000000-0-0")).unwrap(), expected);
+        assert_eq!(fs::read_to_string(dir.path().join("part-00000000-0-0-0")).unwrap(), expected);
     }
 
     #[test]
@@ -766,11 +776,11 @@ mod tests {
         writer.write_batch(&mut vec!["a".to_string(), "b".to_string()]).unwrap();
         let committables = writer.prepare_commit(1).unwrap();
         assert_eq!(committables.len(), 1);
-        assert_eq!(names(dir.path()), vec![".part-00000000-0-0.pending"]);
+        assert_eq!(names(dir.path()), vec![".part-00000000-0-0-0.pending"]);
         writer.write_batch(&mut vec!["c".to_string()]).unwrap();
         writer.commit(1).unwrap();
-        assert_eq!(names(dir.path()), vec![".part-00000000-0-1.inprogress", "part-00000000-0-0"]);
-        assert_eq!(fs::read_to_string(dir.path().join("part-00000000-0-0")).unwrap(), "a\nb\n");
+        assert_eq!(names(dir.path()), vec![".part-00000000-0-0-1.inprogress", "part-00000000-0-0-0"]);
+        assert_eq!(fs::read_to_string(dir.path().join("part-00000000-0-0-0")).unwrap(), "a\nb\n");
 
         // A crash now: the restore commits what the snapshot lists and drops the rest.
         let pending = writer.prepare_commit(2).unwrap();
@@ -778,10 +788,10 @@ mod tests {
         let mut restored_ctx = TaskContext::for_test(0, 2, 8);
         restored_ctx.job_id = weir_types::JobId::from_u128(u128::MAX);
         let _ = sink.restore_writer(&restored_ctx, pending.clone()).unwrap();
-        assert_eq!(names(dir.path()), vec!["part-00000000-0-0", "part-00000000-0-1"]);
+        assert_eq!(names(dir.path()), vec!["part-00000000-0-0-0", "part-00000000-0-0-1"]);
         // Restoring twice from the same snapshot is harmless.
         let _ = sink.restore_writer(&restored_ctx, pending).unwrap();
-        assert_eq!(names(dir.path()), vec!["part-00000000-0-0", "part-00000000-0-1"]);
+        assert_eq!(names(dir.path()), vec!["part-00000000-0-0-0", "part-00000000-0-0-1"]);
     }
 
     #[test]
@@ -800,7 +810,7 @@ mod tests {
         let mut restored_ctx = TaskContext::for_test(0, 1, 8);
         restored_ctx.job_id = weir_types::JobId::from_u128(u128::MAX);
         let _ = sink.restore_writer(&restored_ctx, snapshot).unwrap();
-        assert_eq!(names(dir.path()), vec!["part-00000000-0-0"]);
-        assert_eq!(fs::read_to_string(dir.path().join("part-00000000-0-0")).unwrap(), "kept\n");
+        assert_eq!(names(dir.path()), vec!["part-00000000-0-0-0"]);
+        assert_eq!(fs::read_to_string(dir.path().join("part-00000000-0-0-0")).unwrap(), "kept\n");
     }
 }

@@ -91,6 +91,8 @@ pub struct JobContext {
     pub cancel: Arc<AtomicBool>,
     /// Processing time.
     pub clock: Arc<dyn Clock>,
+    /// Which run of the job this is (0, then +1 per restart).
+    pub attempt: u32,
 }
 
 /// Creates the channels of `job` and starts one thread per subtask.
@@ -170,6 +172,7 @@ pub fn deploy<E: From<TaskEvent> + Send + 'static>(
                     writer: checkpointing.writer.clone(),
                 })),
                 exactly_once: checkpointing.exactly_once,
+                attempt: job_ctx.attempt,
             };
             let wiring = SubtaskWiring {
                 graph: Arc::clone(graph),

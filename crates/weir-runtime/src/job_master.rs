@@ -21,12 +21,14 @@ use weir_types::{ExecutionState, JobId, JobStatus, Lifecycle, StateHistory};
 use weir_api::snapshot::TaskControl;
 
 use crate::checkpointing::CheckpointCoordinator;
+use crate::checkpointing::RestoreSource;
 use crate::checkpointing::coordinator::{Failure, OperatorInfo, SnapshotRequest};
 use crate::checkpointing::settings::CheckpointSettings;
 use crate::checkpointing::stats::CheckpointStats;
 use crate::checkpointing::writer::{SnapshotWriter, WriteOutcome};
 use crate::execution::{CheckpointWiring, JobContext, TaskEvent, TaskEventKind, deploy};
 use crate::jobgraph::{JobGraph, JobSettings};
+use crate::restart::{RestartDecision, RestartStrategy};
 
 /// Longest the job master sleeps between looks at its checkpoint schedule.
 const SUPERVISOR_TICK: Duration = Duration::from_millis(50);
@@ -38,6 +40,10 @@ struct Supervisor {
     source_vertices: Vec<usize>,
     savepoints_url: Option<String>,
     any_finished: bool,
+    restart: RestartStrategy,
+    /// Set when the current attempt ends in a restart after this delay.
+    pending_restart: Option<Duration>,
+    started: Instant,
 }
 
 impl Supervisor {
@@ -135,6 +141,8 @@ pub struct JobRecord {
     pub exceptions: Vec<ExceptionEntry>,
     /// Why the job failed, when it did.
     pub failure_cause: Option<String>,
+    /// Restarts after failures so far.
+    pub restarts: u32,
     /// Savepoint requests by id, with whether a client has read the final status.
     pub savepoints: std::collections::HashMap<String, (SavepointStatus, bool)>,
 }
@@ -146,7 +154,8 @@ pub struct JobMaster {
     record: Mutex<JobRecord>,
     changed: Condvar,
     control: Sender<MasterEvent>,
-    cancel: Arc<AtomicBool>,
+    /// The cancel flag of the current attempt's subtasks (a restart gets a fresh one).
+    cancel: Mutex<Arc<AtomicBool>>,
     location: String,
     checkpoint_stats: Arc<Mutex<CheckpointStats>>,
     checkpoint_settings: CheckpointSettings,
@@ -171,10 +180,11 @@ impl JobMaster {
                 exceptions: Vec::new(),
                 failure_cause: None,
                 savepoints: std::collections::HashMap::new(),
+                restarts: 0,
             }),
             changed: Condvar::new(),
             control,
-            cancel: Arc::new(AtomicBool::new(false)),
+            cancel: Mutex::new(Arc::new(AtomicBool::new(false))),
             location: location.to_string(),
             checkpoint_stats: Arc::new(Mutex::new(CheckpointStats::default())),
             checkpoint_settings: settings.checkpointing.clone(),
@@ -358,21 +368,6 @@ impl JobMaster {
             return;
         }
 
-        self.update(|record| {
-            self.transition_job(record, JobStatus::Running);
-            for vertex in &mut record.subtasks {
-                for subtask in vertex {
-                    let _ = subtask.history.transition(ExecutionState::Scheduled, now_ms());
-                    let _ = subtask.history.transition(ExecutionState::Deploying, now_ms());
-                }
-            }
-        });
-        let job_ctx = JobContext {
-            job_id: self.job_id,
-            job_name: self.job_name.clone(),
-            cancel: Arc::clone(&self.cancel),
-            clock: Arc::new(SystemClock),
-        };
         let mut operators = Vec::new();
         for node in graph.nodes() {
             let vertex = &job_graph.vertices[job_graph.vertex_of_node[node.id]];
@@ -406,31 +401,7 @@ impl JobMaster {
             Ok(writer) => writer,
             Err(error) => return self.fail_before_start(format!("cannot start the snapshot writer threads: {error}")),
         };
-        let mut control_senders = Vec::with_capacity(job_graph.vertices.len());
-        let mut control_receivers = Vec::with_capacity(job_graph.vertices.len());
-        for vertex in &job_graph.vertices {
-            let (senders, receivers): (Vec<_>, Vec<_>) =
-                (0..vertex.parallelism).map(|_| crossbeam_channel::unbounded::<TaskControl>()).unzip();
-            control_senders.push(senders);
-            control_receivers.push(receivers);
-        }
-        let wiring = CheckpointWiring {
-            exactly_once: settings.checkpointing.exactly_once,
-            dirs: coordinator.dirs(),
-            writer: writer.queue(),
-            restore: settings.restore.clone(),
-        };
-        let (task_events, task_receiver) = crossbeam_channel::unbounded::<TaskEvent>();
         let graph = Arc::new(graph);
-        let handles = match deploy(&graph, &job_graph, &job_ctx, &metrics, control_receivers, &wiring, &task_events) {
-            Ok(handles) => handles,
-            Err(error) => {
-                self.cancel.store(true, Ordering::SeqCst);
-                return self.fail_before_start(error.to_string());
-            }
-        };
-        drop(task_events);
-        drop(wiring);
         let source_vertices: Vec<usize> = job_graph
             .vertices
             .iter()
@@ -438,18 +409,178 @@ impl JobMaster {
             .filter(|(_, v)| graph.nodes()[v.nodes[0]].role == weir_api::graph::NodeRole::Source)
             .map(|(index, _)| index)
             .collect();
+        let seed =
+            (self.job_id.to_string().bytes().fold(0u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)))) | 1;
         let mut supervisor = Supervisor {
             coordinator,
-            controls: control_senders,
+            controls: Vec::new(),
             source_vertices,
             savepoints_url: settings.checkpointing.savepoints_url.clone(),
             any_finished: false,
+            restart: RestartStrategy::new(settings.restart.clone(), seed),
+            pending_restart: None,
+            started: Instant::now(),
         };
-        self.supervise(&job_graph, &events, &task_receiver, &snapshot_receiver, &mut supervisor);
-        for handle in handles {
-            let _ = handle.join();
+        let mut restore = settings.restore.clone();
+        let mut attempt = 0u32;
+        loop {
+            let cancel = Arc::new(AtomicBool::new(false));
+            *self.cancel_flag_slot() = Arc::clone(&cancel);
+            let metrics: Vec<Vec<Arc<TaskMetrics>>> = job_graph
+                .vertices
+                .iter()
+                .map(|v| (0..v.parallelism).map(|_| Arc::new(TaskMetrics::default())).collect())
+                .collect();
+            self.update(|record| {
+                self.transition_job(record, JobStatus::Running);
+                record.subtasks = metrics
+                    .iter()
+                    .map(|vertex| {
+                        vertex
+                            .iter()
+                            .map(|m| {
+                                let mut history = StateHistory::new(ExecutionState::Created, now_ms());
+                                let _ = history.transition(ExecutionState::Scheduled, now_ms());
+                                let _ = history.transition(ExecutionState::Deploying, now_ms());
+                                SubtaskRecord { history, metrics: Arc::clone(m) }
+                            })
+                            .collect()
+                    })
+                    .collect();
+            });
+            let job_ctx = JobContext {
+                job_id: self.job_id,
+                job_name: self.job_name.clone(),
+                cancel,
+                clock: Arc::new(SystemClock),
+                attempt,
+            };
+            let mut control_senders = Vec::with_capacity(job_graph.vertices.len());
+            let mut control_receivers = Vec::with_capacity(job_graph.vertices.len());
+            for vertex in &job_graph.vertices {
+                let (senders, receivers): (Vec<_>, Vec<_>) =
+                    (0..vertex.parallelism).map(|_| crossbeam_channel::unbounded::<TaskControl>()).unzip();
+                control_senders.push(senders);
+                control_receivers.push(receivers);
+            }
+            let wiring = CheckpointWiring {
+                exactly_once: settings.checkpointing.exactly_once,
+                dirs: supervisor.coordinator.dirs(),
+                writer: writer.queue(),
+                restore: restore.clone(),
+            };
+            let (task_events, task_receiver) = crossbeam_channel::unbounded::<TaskEvent>();
+            let handles = match deploy(&graph, &job_graph, &job_ctx, &metrics, control_receivers, &wiring, &task_events)
+            {
+                Ok(handles) => handles,
+                Err(error) => {
+                    self.stop_tasks();
+                    self.fail_before_start(error.to_string());
+                    break;
+                }
+            };
+            drop(task_events);
+            drop(wiring);
+            supervisor.controls = control_senders;
+            supervisor.any_finished = false;
+            supervisor.pending_restart = None;
+            self.supervise(&job_graph, &events, &task_receiver, &snapshot_receiver, &mut supervisor);
+            for handle in handles {
+                let _ = handle.join();
+            }
+            let Some(delay) = supervisor.pending_restart.take() else {
+                break;
+            };
+            if !self.wait_before_restart(delay, &events) {
+                break;
+            }
+            attempt += 1;
+            match self.restore_for_restart(&supervisor, &graph, &job_graph) {
+                Ok(Some(latest)) => restore = Some(latest),
+                Ok(None) => {}
+                Err(cause) => {
+                    self.fail_before_start(cause);
+                    break;
+                }
+            }
+            tracing::info!(job_id = %self.job_id, attempt, "restarting the job");
         }
         writer.shutdown();
+    }
+
+    fn cancel_flag_slot(&self) -> MutexGuard<'_, Arc<AtomicBool>> {
+        match self.cancel.lock() {
+            Ok(guard) => guard,
+            Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+
+    /// Tells the current attempt's subtasks to stop.
+    fn stop_tasks(&self) {
+        self.cancel_flag_slot().store(true, Ordering::SeqCst);
+    }
+
+    /// Waits the restart strategy's delay in RESTARTING, answering cancel and savepoint
+    /// requests meanwhile. False when the job was cancelled instead.
+    fn wait_before_restart(&self, delay: Duration, events: &Receiver<MasterEvent>) -> bool {
+        let deadline = Instant::now() + delay;
+        loop {
+            let now = Instant::now();
+            if now >= deadline {
+                return true;
+            }
+            match events.recv_timeout(deadline - now) {
+                Ok(MasterEvent::Cancel) => {
+                    self.update(|record| {
+                        self.transition_job(record, JobStatus::Cancelling);
+                        self.transition_job(record, JobStatus::Canceled);
+                    });
+                    return false;
+                }
+                Ok(MasterEvent::TriggerSavepoint { request_id, .. }) => self.update(|record| {
+                    let cause = format!("job {} is RESTARTING; take the savepoint once it runs again", self.job_id);
+                    record.savepoints.insert(request_id, (SavepointStatus::Failed(cause), false));
+                }),
+                Ok(_) | Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
+                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return true,
+            }
+        }
+    }
+
+    /// The newest completed checkpoint as a restore source (same job, same parallelism).
+    fn restore_for_restart(
+        &self,
+        supervisor: &Supervisor,
+        graph: &StreamGraph,
+        job_graph: &JobGraph,
+    ) -> Result<Option<Arc<RestoreSource>>, String> {
+        let Some((checkpoint_id, url)) = supervisor.coordinator.latest_retained() else {
+            return Ok(None);
+        };
+        let storage = weir_checkpoint::SnapshotStorage::from_url(&url).map_err(|e| e.to_string())?;
+        let blocking = storage.blocking();
+        let metadata = blocking
+            .block_on(weir_checkpoint::load_metadata(&storage))
+            .map_err(|e| format!("cannot read checkpoint {checkpoint_id} to restart from: {e}"))?;
+        let mut operators = Vec::with_capacity(graph.nodes().len());
+        for node in graph.nodes() {
+            operators.push(weir_checkpoint::NewOperator {
+                uid: node.uid_or_generated(),
+                parallelism: job_graph.vertices[job_graph.vertex_of_node[node.id]].parallelism,
+                keyed: node.keyed,
+            });
+        }
+        let request = weir_checkpoint::RestoreRequest {
+            operators,
+            max_parallelism: Some(job_graph.max_parallelism),
+            allow_non_restored_state: false,
+        };
+        let plan = weir_checkpoint::plan_restore(&metadata, &request)
+            .map_err(|e| format!("cannot restart from checkpoint {checkpoint_id}: {e}"))?;
+        if let Ok(mut stats) = self.checkpoint_stats.lock() {
+            stats.restored = Some((checkpoint_id, url.clone(), now_ms()));
+        }
+        Ok(Some(Arc::new(RestoreSource { storage: blocking, location: url, metadata, plan })))
     }
 
     fn fail_before_start(&self, cause: String) {
@@ -489,7 +620,10 @@ impl JobMaster {
             let mut finished = false;
             self.update(|record| {
                 match event {
-                    Some(MasterEvent::Cancel) => self.on_cancel(record),
+                    Some(MasterEvent::Cancel) => {
+                        supervisor.pending_restart = None;
+                        self.on_cancel(record)
+                    }
                     Some(MasterEvent::Task(task)) => {
                         if matches!(task.kind, TaskEventKind::Finished) && !supervisor.any_finished {
                             // Finished subtasks cannot take part in checkpoints any more.
@@ -498,7 +632,7 @@ impl JobMaster {
                                 supervisor.coordinator.abort_all("a subtask finished before the checkpoint completed");
                             self.on_checkpoint_failures(record, supervisor, failures);
                         }
-                        self.on_task_event(record, job_graph, task);
+                        self.on_task_event(record, job_graph, task, supervisor);
                     }
                     Some(MasterEvent::TriggerSavepoint { request_id, target, terminate }) => {
                         self.on_trigger_savepoint(record, supervisor, request_id, target, terminate)
@@ -507,7 +641,10 @@ impl JobMaster {
                     None => {}
                 }
                 self.on_tick(record, supervisor);
-                finished = record.history.current().is_terminal();
+                let all_ended = record.subtasks.iter().flatten().all(|s| s.history.current().is_terminal());
+                // A restart ends this attempt once every subtask has stopped.
+                finished = record.history.current().is_terminal()
+                    || (record.history.current() == JobStatus::Restarting && all_ended);
                 if finished {
                     let failures = supervisor.coordinator.abort_all("the job ended");
                     self.on_checkpoint_failures(record, supervisor, failures);
@@ -606,7 +743,7 @@ impl JobMaster {
                 });
                 record.failure_cause = Some(message);
                 self.transition_job(record, JobStatus::Failing);
-                self.cancel.store(true, Ordering::SeqCst);
+                self.stop_tasks();
                 mark_canceling(record);
             }
         }
@@ -614,16 +751,22 @@ impl JobMaster {
 
     fn on_cancel(&self, record: &mut JobRecord) {
         let status = record.history.current();
-        if status != JobStatus::Running && status != JobStatus::Created {
+        if !matches!(status, JobStatus::Running | JobStatus::Created | JobStatus::Restarting) {
             return;
         }
         self.transition_job(record, JobStatus::Cancelling);
-        self.cancel.store(true, Ordering::SeqCst);
+        self.stop_tasks();
         mark_canceling(record);
         self.settle(record);
     }
 
-    fn on_task_event(&self, record: &mut JobRecord, job_graph: &JobGraph, event: TaskEvent) {
+    fn on_task_event(
+        &self,
+        record: &mut JobRecord,
+        job_graph: &JobGraph,
+        event: TaskEvent,
+        supervisor: &mut Supervisor,
+    ) {
         let Some(subtask) = record.subtasks.get_mut(event.vertex).and_then(|v| v.get_mut(event.subtask as usize))
         else {
             return;
@@ -667,9 +810,29 @@ impl JobMaster {
                         task_name: task_name.clone(),
                         location: self.location.clone(),
                     });
-                    record.failure_cause = Some(format!("{task_name} failed: {error}"));
-                    self.transition_job(record, JobStatus::Failing);
-                    self.cancel.store(true, Ordering::SeqCst);
+                    let elapsed_ms = supervisor.started.elapsed().as_millis() as u64;
+                    match supervisor.restart.on_failure(elapsed_ms) {
+                        RestartDecision::RestartAfter(delay) => {
+                            // The attempt's pending snapshots cannot complete any more.
+                            let failures = supervisor.coordinator.abort_all("the job is restarting after a failure");
+                            for failure in &failures {
+                                if let SnapshotRequest::Savepoint { request_id, .. } = &failure.request {
+                                    let status = SavepointStatus::Failed(failure.reason.clone());
+                                    record.savepoints.insert(request_id.clone(), (status, false));
+                                }
+                            }
+                            tracing::warn!(job_id = %self.job_id, task = %task_name, error = %error, delay_ms = delay.as_millis() as u64, "subtask failed; restarting the job");
+                            supervisor.pending_restart = Some(delay);
+                            record.restarts += 1;
+                            self.transition_job(record, JobStatus::Restarting);
+                        }
+                        RestartDecision::GiveUp(reason) => {
+                            record.failure_cause =
+                                Some(format!("{task_name} failed: {error} (not restarted: {reason})"));
+                            self.transition_job(record, JobStatus::Failing);
+                        }
+                    }
+                    self.stop_tasks();
                     mark_canceling(record);
                 } else {
                     tracing::info!(job_id = %self.job_id, task = %task_name, error = %error, "subtask failed while the job was already ending");

@@ -16,6 +16,8 @@ pub struct JobSettings {
     pub checkpointing: crate::checkpointing::CheckpointSettings,
     /// The snapshot to start from.
     pub restore: Option<std::sync::Arc<crate::checkpointing::RestoreSource>>,
+    /// What happens after a failure.
+    pub restart: crate::restart::RestartStrategyConfig,
 }
 
 impl JobSettings {

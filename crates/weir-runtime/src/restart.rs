@@ -6,9 +6,10 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 /// A configured strategy.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Default)]
 pub enum RestartStrategyConfig {
     /// Never restart: the first failure fails the job.
+    #[default]
     None,
     /// Restart up to `attempts` times, waiting `delay` before each.
     FixedDelay {

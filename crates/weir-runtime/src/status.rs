@@ -126,6 +126,9 @@ pub struct JobDetails {
     /// Why the job failed, if it did.
     #[serde(rename = "failure-cause", skip_serializing_if = "Option::is_none", default)]
     pub failure_cause: Option<String>,
+    /// Restarts after failures so far (Flink's `numRestarts` metric).
+    #[serde(rename = "numRestarts", default)]
+    pub num_restarts: u32,
 }
 
 /// `GET /jobs/{id}/exceptions` entry.
@@ -283,6 +286,7 @@ impl JobMaster {
             vertices,
             status_counts,
             failure_cause: record.failure_cause.clone(),
+            num_restarts: record.restarts,
         }
     }
 

@@ -126,8 +126,62 @@ impl JobDefinition for SensorStatsJob {
     }
 }
 
+/// `flaky-counter`: the built-in counter with one injected crash, to watch a restart from the
+/// latest checkpoint keep the output exactly once. The crash happens at event `--fail-at`
+/// unless the file `--marker` exists (the crash creates it), so it happens exactly once.
+struct FlakyCounterJob;
+
+impl JobDefinition for FlakyCounterJob {
+    fn name(&self) -> &'static str {
+        "flaky-counter"
+    }
+
+    fn description(&self) -> &'static str {
+        "counter that crashes once at event --fail-at (run it with checkpoints and a restart strategy)"
+    }
+
+    fn args(&self) -> Vec<ArgSpec> {
+        vec![
+            ArgSpec::required("users", "U", "number of users"),
+            ArgSpec::required("events", "N", "number of events"),
+            ArgSpec::optional("rate", "R", "events per second"),
+            ArgSpec::required("fail-at", "I", "the event index that crashes the job once"),
+            ArgSpec::required("marker", "PATH", "file created by the crash; while it exists there is no crash"),
+            ArgSpec::required("output", "DIR", "part files in DIR"),
+        ]
+    }
+
+    fn build(&self, args: &JobArgs, env: &StreamExecutionEnvironment) -> Result<(), JobBuildError> {
+        let users: u64 = args.required("users")?;
+        let events: u64 = args.required("events")?;
+        let rate: Option<f64> = args.get("rate")?;
+        let fail_at: u64 = args.required("fail-at")?;
+        let marker: std::path::PathBuf = args.required("marker")?;
+        let output: String = args.required("output")?;
+        if users == 0 {
+            return Err(args.invalid("--users must be at least 1"));
+        }
+        let counts = env
+            .from_source(weir_connectors::SequenceSource::new(Some(events), rate, |i| i))
+            .uid("source")
+            .map(move |index: u64| {
+                if index == fail_at && !marker.exists() {
+                    let _ = std::fs::write(&marker, b"crashed once");
+                    panic!("injected crash at event {index}");
+                }
+                weir_jobs::counter::Event { index, user: index % users }
+            })
+            .key_by(|e: &weir_jobs::counter::Event| e.user)
+            .process(weir_jobs::counter::CountPerUser::default())
+            .uid("counter");
+        counts.sink_to(FileSink::new(output, weir_jobs::counter::format_count)).uid("sink");
+        Ok(())
+    }
+}
+
 fn main() -> ExitCode {
     let mut catalog = weir_jobs::builtin_catalog();
     catalog.register(SensorStatsJob);
+    catalog.register(FlakyCounterJob);
     weir_cli::main_with(catalog)
 }

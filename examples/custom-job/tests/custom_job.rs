@@ -57,3 +57,98 @@ fn the_custom_binary_lists_its_own_and_the_builtin_jobs() {
         assert!(stdout.contains(name), "{stdout}");
     }
 }
+
+#[test]
+fn a_fixed_delay_strategy_restarts_then_gives_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("readings.csv");
+    std::fs::write(&input, "a,1.5\nb,hot\n").unwrap();
+    let started = std::time::Instant::now();
+    let output = my_weir()
+        .args([
+            "run",
+            "-D",
+            "rest.port=0",
+            "-D",
+            "restart-strategy.type=fixed-delay",
+            "-D",
+            "restart-strategy.fixed-delay.attempts=2",
+            "-D",
+            "restart-strategy.fixed-delay.delay=200ms",
+            "sensor-stats",
+            "--input",
+        ])
+        .arg(&input)
+        .args(["--output", "-"])
+        .output()
+        .unwrap();
+    let elapsed = started.elapsed();
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let errors: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error:")).collect();
+    assert_eq!(errors.len(), 1, "{stderr}");
+    assert!(
+        errors[0].contains("not restarted") && errors[0].contains("restart-strategy.fixed-delay.attempts"),
+        "{stderr}"
+    );
+    // Two restarts, each after the configured 200 ms.
+    assert!(elapsed >= std::time::Duration::from_millis(400), "{elapsed:?}");
+}
+
+#[test]
+fn a_crash_restarts_from_the_latest_checkpoint_and_the_output_stays_exactly_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let marker = dir.path().join("crashed");
+    let checkpoints = format!("state.checkpoints.dir=file://{}/chk", dir.path().display());
+    let output = my_weir()
+        .args([
+            "run",
+            "-D",
+            "rest.port=0",
+            "-D",
+            "execution.checkpointing.interval=100ms",
+            "-D",
+            &checkpoints,
+            "-D",
+            "restart-strategy.type=fixed-delay",
+            "-D",
+            "restart-strategy.fixed-delay.attempts=3",
+            "-D",
+            "restart-strategy.fixed-delay.delay=100ms",
+            "-p",
+            "2",
+            "flaky-counter",
+            "--users",
+            "20",
+            "--events",
+            "20000",
+            "--rate",
+            "10000",
+            "--fail-at",
+            "12000",
+            "--marker",
+        ])
+        .arg(&marker)
+        .arg("--output")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(marker.exists(), "the injected crash did not happen");
+    let mut per_user: std::collections::BTreeMap<u64, Vec<u64>> = std::collections::BTreeMap::new();
+    for entry in std::fs::read_dir(&out).unwrap() {
+        let entry = entry.unwrap();
+        let name = entry.file_name().to_string_lossy().to_string();
+        assert!(name.starts_with("part-"), "left behind: {name}");
+        for line in std::fs::read_to_string(entry.path()).unwrap().lines() {
+            let (user, count) = line.split_once('\t').unwrap();
+            per_user.entry(user.parse().unwrap()).or_default().push(count.parse().unwrap());
+        }
+    }
+    assert_eq!(per_user.len(), 20);
+    for (user, mut counts) in per_user {
+        counts.sort_unstable();
+        assert_eq!(counts, (1..=1000).collect::<Vec<u64>>(), "user {user}: lost or duplicated counts");
+    }
+}

@@ -44,11 +44,14 @@ pub fn run(args: RunArgs, catalog: &JobCatalog) -> Result<ExitCode, CliError> {
     job.build(&job_args, &env).map_err(CliError::usage)?;
     let job_name = config.get(&PIPELINE_NAME).map_err(CliError::usage)?.unwrap_or_else(|| job.name().to_string());
     let graph = env.build(&job_name).map_err(CliError::usage)?;
+    let checkpointing = settings::checkpoint_settings(&config)?;
+    let restart = settings::restart_strategy(&config, checkpointing.interval.is_some())?;
     let mut settings = JobSettings {
         default_parallelism: config.get(&PARALLELISM_DEFAULT).map_err(CliError::usage)?,
         max_parallelism: config.get(&PIPELINE_MAX_PARALLELISM).map_err(CliError::usage)?,
-        checkpointing: settings::checkpoint_settings(&config)?,
+        checkpointing,
         restore: None,
+        restart,
     };
     if let Some(path) = &args.from_savepoint {
         let restore = plan_restore(path, &graph, &settings, args.allow_non_restored_state)?;
