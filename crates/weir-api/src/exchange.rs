@@ -295,6 +295,33 @@ fn on_completion<T>(
     Ok(ControlOutcome::Continue)
 }
 
+/// Handles the pending control messages of a task body. After a stop-with-savepoint barrier
+/// (`stopping`) nothing more is read: the body only waits, a bounded time, for the
+/// savepoint's completion. `Some` is the step the body returns without doing more work.
+fn poll_control(
+    control: Option<Receiver<TaskControl>>,
+    stopping: bool,
+    mut on_control: impl FnMut(TaskControl) -> Result<ControlOutcome, TaskError>,
+) -> Result<Option<Step>, TaskError> {
+    let Some(control) = control else {
+        return Ok(None);
+    };
+    while let Ok(message) = control.try_recv() {
+        if let ControlOutcome::Stop = on_control(message)? {
+            return Ok(Some(Step::Finished));
+        }
+    }
+    if !stopping {
+        return Ok(None);
+    }
+    if let Ok(message) = control.recv_timeout(IDLE_WAIT_MAX)
+        && let ControlOutcome::Stop = on_control(message)?
+    {
+        return Ok(Some(Step::Finished));
+    }
+    Ok(Some(Step::Idle))
+}
+
 /// Snapshots the chain at `barrier` and hands the snapshot to the runtime.
 fn take_snapshot<T>(
     head: &mut dyn Operator<T>,
@@ -368,20 +395,9 @@ impl<T: Send> SourceBody<T> {
 
 impl<T: Send> TaskBody for SourceBody<T> {
     fn step(&mut self) -> Result<Step, TaskError> {
-        if let Some(control) = self.ctx.control.clone() {
-            while let Ok(message) = control.try_recv() {
-                if let ControlOutcome::Stop = self.on_control(message)? {
-                    return Ok(Step::Finished);
-                }
-            }
-            if self.stopping.is_some() {
-                if let Ok(message) = control.recv_timeout(IDLE_WAIT_MAX)
-                    && let ControlOutcome::Stop = self.on_control(message)?
-                {
-                    return Ok(Step::Finished);
-                }
-                return Ok(Step::Idle);
-            }
+        let stopping = self.stopping.is_some();
+        if let Some(step) = poll_control(self.ctx.control.clone(), stopping, |message| self.on_control(message))? {
+            return Ok(step);
         }
         fire_due_timers(self.head.as_mut(), &self.ctx)?;
         match self.reader.poll_next(&mut self.batch, BATCH_RECORDS_MAX)? {
@@ -560,21 +576,9 @@ fn wait_for_cancel(ctx: &TaskContext) -> bool {
 
 impl<T: Send> TaskBody for InputBody<T> {
     fn step(&mut self) -> Result<Step, TaskError> {
-        if let Some(control) = self.ctx.control.clone() {
-            while let Ok(message) = control.try_recv() {
-                if let ControlOutcome::Stop = self.on_control(message)? {
-                    return Ok(Step::Finished);
-                }
-            }
-            if self.stopping.is_some() {
-                // After a stop-with-savepoint barrier nothing more is read: wait for its end.
-                if let Ok(message) = control.recv_timeout(IDLE_WAIT_MAX)
-                    && let ControlOutcome::Stop = self.on_control(message)?
-                {
-                    return Ok(Step::Finished);
-                }
-                return Ok(Step::Idle);
-            }
+        let stopping = self.stopping.is_some();
+        if let Some(step) = poll_control(self.ctx.control.clone(), stopping, |message| self.on_control(message))? {
+            return Ok(step);
         }
         if self.live == 0 {
             self.head.end_input()?;

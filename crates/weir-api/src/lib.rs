@@ -45,7 +45,7 @@ pub mod prelude {
     };
     pub use crate::sink::{Sink, SinkWriter};
     pub use crate::source::{Boundedness, Source, SourcePoll, SourceReader};
-    pub use crate::testing::{CollectSink, VecSource};
+    pub use crate::testing::{CollectSink, EndlessSource, VecSource};
     pub use weir_state::{ListState, MapState, ReducingState, ValueState};
     pub use weir_types::Key;
 }

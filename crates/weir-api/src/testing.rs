@@ -137,3 +137,73 @@ impl<T: Send> SinkWriter<T> for CollectWriter<T> {
         Ok(())
     }
 }
+
+/// An unbounded source of 0, 1, 2, ... per subtask, optionally paced: for tests that need a
+/// job that runs until it is cancelled or stopped. Its position restores.
+#[derive(Clone, Debug, Default)]
+pub struct EndlessSource {
+    batch_max: Option<usize>,
+    pause: std::time::Duration,
+}
+
+impl EndlessSource {
+    /// As fast as possible.
+    pub fn new() -> EndlessSource {
+        EndlessSource::default()
+    }
+
+    /// At most `batch_max` records per poll, with `pause` after each poll.
+    pub fn paced(batch_max: usize, pause: std::time::Duration) -> EndlessSource {
+        EndlessSource { batch_max: Some(batch_max), pause }
+    }
+}
+
+impl Source<u64> for EndlessSource {
+    fn boundedness(&self) -> Boundedness {
+        Boundedness::Unbounded
+    }
+
+    fn create_reader(&self, _ctx: &TaskContext) -> Result<Box<dyn SourceReader<u64>>, TaskError> {
+        Ok(Box::new(EndlessReader { next: 0, source: self.clone() }))
+    }
+
+    fn restore_reader(
+        &self,
+        _ctx: &TaskContext,
+        positions: Vec<Vec<u8>>,
+    ) -> Result<Box<dyn SourceReader<u64>>, TaskError> {
+        let mut next = 0;
+        for bytes in positions {
+            let position: u64 =
+                postcard::from_bytes(&bytes).map_err(|e| TaskError::external("restoring an endless source", e))?;
+            next = next.max(position);
+        }
+        Ok(Box::new(EndlessReader { next, source: self.clone() }))
+    }
+}
+
+struct EndlessReader {
+    next: u64,
+    source: EndlessSource,
+}
+
+impl SourceReader<u64> for EndlessReader {
+    fn poll_next(&mut self, out: &mut Vec<u64>, max_records: usize) -> Result<SourcePoll, TaskError> {
+        let count = self.source.batch_max.map_or(max_records, |batch| batch.min(max_records));
+        for _ in 0..count {
+            out.push(self.next);
+            self.next += 1;
+        }
+        if !self.source.pause.is_zero() {
+            std::thread::sleep(self.source.pause);
+        }
+        Ok(SourcePoll::Data)
+    }
+
+    fn snapshot_positions(&self) -> SourcePositions {
+        SourcePositions {
+            mode: Redistribution::Split,
+            elements: vec![postcard::to_allocvec(&self.next).unwrap_or_default()],
+        }
+    }
+}

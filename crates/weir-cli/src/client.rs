@@ -96,6 +96,23 @@ impl RestClient {
     }
 }
 
+/// Turns a job request's non-2xx answer into the error a user reads (`action`: "cancel job").
+pub fn check_job_response(
+    response: &Response,
+    client: &RestClient,
+    job_id: weir_types::JobId,
+    action: &str,
+) -> Result<(), CliError> {
+    match response.status {
+        200..=299 => Ok(()),
+        404 => Err(CliError::runtime(format!(
+            "job {job_id} not found on the cluster at {}; `weir list` shows its jobs",
+            client.base()
+        ))),
+        _ => Err(CliError::runtime(format!("cannot {action} {job_id}: {}", error_text(&response.body)))),
+    }
+}
+
 /// The first message of a Flink-style `{"errors":[...]}` body, or the body itself.
 pub fn error_text(body: &str) -> String {
     #[derive(serde::Deserialize)]

@@ -5,7 +5,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use weir_api::operator::TaskContext;
 use weir_api::prelude::*;
 use weir_rest::{ClusterInfo, RestServer};
 use weir_runtime::{Dispatcher, JobMaster, JobSettings};
@@ -129,48 +128,10 @@ fn submit_bounded(dispatcher: &Dispatcher) -> EndOnDrop {
     EndOnDrop(dispatcher.submit(env.build("bounded count").unwrap(), settings(2)).unwrap())
 }
 
-/// An endless, gently paced source.
-struct Endless;
-
-impl Source<u64> for Endless {
-    fn boundedness(&self) -> Boundedness {
-        Boundedness::Unbounded
-    }
-    fn create_reader(&self, _ctx: &TaskContext) -> Result<Box<dyn SourceReader<u64>>, TaskError> {
-        Ok(Box::new(EndlessReader(0)))
-    }
-    fn restore_reader(
-        &self,
-        _ctx: &TaskContext,
-        positions: Vec<Vec<u8>>,
-    ) -> Result<Box<dyn SourceReader<u64>>, TaskError> {
-        let next = positions.first().and_then(|p| p.as_slice().try_into().ok()).map(u64::from_le_bytes).unwrap_or(0);
-        Ok(Box::new(EndlessReader(next)))
-    }
-}
-
-struct EndlessReader(u64);
-
-impl SourceReader<u64> for EndlessReader {
-    fn poll_next(&mut self, out: &mut Vec<u64>, max_records: usize) -> Result<SourcePoll, TaskError> {
-        std::thread::sleep(Duration::from_millis(2));
-        for _ in 0..max_records.min(16) {
-            out.push(self.0);
-            self.0 += 1;
-        }
-        Ok(SourcePoll::Data)
-    }
-    fn snapshot_positions(&self) -> weir_api::source::SourcePositions {
-        weir_api::source::SourcePositions {
-            mode: weir_api::snapshot::Redistribution::Split,
-            elements: vec![self.0.to_le_bytes().to_vec()],
-        }
-    }
-}
-
+/// An unbounded job over a gently paced source.
 fn submit_endless(dispatcher: &Dispatcher) -> EndOnDrop {
     let env = StreamExecutionEnvironment::new();
-    env.from_source(Endless)
+    env.from_source(EndlessSource::paced(16, Duration::from_millis(2)))
         .key_by(|v: &u64| *v % 10)
         .process(RunningCount { count: ValueState::new("count") })
         .sink_to(CollectSink::default());

@@ -4,7 +4,6 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use weir_api::operator::TaskContext;
 use weir_api::prelude::*;
 use weir_runtime::{Dispatcher, JobSettings};
 use weir_types::{ExecutionState, JobStatus};
@@ -122,49 +121,11 @@ fn a_panicking_map_fails_the_job_instead_of_crashing() {
     assert!(job.failure_cause().unwrap().contains("boom at 42"));
 }
 
-/// An endless source of increasing numbers, for cancellation tests.
-struct Endless;
-
-impl Source<u64> for Endless {
-    fn boundedness(&self) -> Boundedness {
-        Boundedness::Unbounded
-    }
-    fn create_reader(&self, _ctx: &TaskContext) -> Result<Box<dyn SourceReader<u64>>, TaskError> {
-        Ok(Box::new(EndlessReader(0)))
-    }
-    fn restore_reader(
-        &self,
-        _ctx: &TaskContext,
-        positions: Vec<Vec<u8>>,
-    ) -> Result<Box<dyn SourceReader<u64>>, TaskError> {
-        let next = positions.first().and_then(|p| p.as_slice().try_into().ok()).map(u64::from_le_bytes).unwrap_or(0);
-        Ok(Box::new(EndlessReader(next)))
-    }
-}
-
-struct EndlessReader(u64);
-
-impl SourceReader<u64> for EndlessReader {
-    fn poll_next(&mut self, out: &mut Vec<u64>, max_records: usize) -> Result<SourcePoll, TaskError> {
-        for _ in 0..max_records {
-            out.push(self.0);
-            self.0 += 1;
-        }
-        Ok(SourcePoll::Data)
-    }
-    fn snapshot_positions(&self) -> weir_api::source::SourcePositions {
-        weir_api::source::SourcePositions {
-            mode: weir_api::snapshot::Redistribution::Split,
-            elements: vec![self.0.to_le_bytes().to_vec()],
-        }
-    }
-}
-
 #[test]
 fn cancelling_an_unbounded_job_ends_canceled_even_under_backpressure() {
     let env = StreamExecutionEnvironment::new();
     // A slow sink keeps the channels full so the source is blocked when the cancel comes.
-    env.from_source(Endless)
+    env.from_source(EndlessSource::new())
         .key_by(|v: &u64| *v % 10)
         .process(FailOn(u64::MAX))
         .map(|v| {
@@ -213,7 +174,7 @@ impl KeyedProcessFunction<u64, u64, String> for TimerEcho {
 fn processing_time_timers_fire_for_their_key() {
     let sink = CollectSink::default();
     let env = StreamExecutionEnvironment::new();
-    env.from_source(Endless)
+    env.from_source(EndlessSource::new())
         .filter(|v: &u64| *v < 3)
         .key_by(|v: &u64| *v)
         .process(TimerEcho { seen: ValueState::new("seen") })

@@ -5,7 +5,6 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use weir_api::operator::TaskContext;
 use weir_api::prelude::*;
 use weir_checkpoint::{NewOperator, RestoreRequest, SnapshotStorage, load_metadata, plan_restore};
 use weir_runtime::checkpointing::RestoreSource;
@@ -50,46 +49,9 @@ impl ProcessFunction<u64, u64> for CountingFunction {
     }
 }
 
-struct Endless;
-
-impl Source<u64> for Endless {
-    fn boundedness(&self) -> Boundedness {
-        Boundedness::Unbounded
-    }
-    fn create_reader(&self, _ctx: &TaskContext) -> Result<Box<dyn SourceReader<u64>>, TaskError> {
-        Ok(Box::new(EndlessReader(0)))
-    }
-    fn restore_reader(
-        &self,
-        _ctx: &TaskContext,
-        _positions: Vec<Vec<u8>>,
-    ) -> Result<Box<dyn SourceReader<u64>>, TaskError> {
-        Ok(Box::new(EndlessReader(0)))
-    }
-}
-
-struct EndlessReader(u64);
-
-impl SourceReader<u64> for EndlessReader {
-    fn poll_next(&mut self, out: &mut Vec<u64>, max_records: usize) -> Result<SourcePoll, TaskError> {
-        for _ in 0..max_records.min(64) {
-            out.push(self.0);
-            self.0 += 1;
-        }
-        std::thread::sleep(Duration::from_micros(200));
-        Ok(SourcePoll::Data)
-    }
-    fn snapshot_positions(&self) -> weir_api::source::SourcePositions {
-        weir_api::source::SourcePositions {
-            mode: weir_api::snapshot::Redistribution::Union,
-            elements: vec![self.0.to_le_bytes().to_vec()],
-        }
-    }
-}
-
 fn job(function: CountingFunction) -> StreamExecutionEnvironment {
     let env = StreamExecutionEnvironment::new();
-    env.from_source(Endless)
+    env.from_source(EndlessSource::paced(64, Duration::from_micros(200)))
         .uid("source")
         .rebalance()
         .process(function)

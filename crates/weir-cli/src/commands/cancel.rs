@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use weir_types::{JobId, JobStatus};
 
 use crate::args::CancelArgs;
-use crate::client::{RestClient, error_text};
+use crate::client::{RestClient, check_job_response};
 use crate::error::CliError;
 use crate::settings;
 
@@ -24,18 +24,7 @@ pub fn cancel(args: CancelArgs) -> Result<ExitCode, CliError> {
     let address = settings::jobmanager_address(args.jobmanager.as_deref(), &config)?;
     let client = RestClient::new(&address);
     let response = client.patch(&format!("/jobs/{job_id}?mode=cancel"))?;
-    match response.status {
-        200..=299 => {}
-        404 => {
-            return Err(CliError::runtime(format!(
-                "job {job_id} not found on the cluster at {}; `weir list` shows its jobs",
-                client.base()
-            )));
-        }
-        _ => {
-            return Err(CliError::runtime(format!("cannot cancel job {job_id}: {}", error_text(&response.body))));
-        }
-    }
+    check_job_response(&response, &client, job_id, "cancel job")?;
     println!("Cancelling job {job_id}.");
     let deadline = Instant::now() + CANCEL_WAIT_MAX;
     loop {

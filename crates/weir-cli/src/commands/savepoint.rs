@@ -9,7 +9,7 @@ use weir_checkpoint::{inspect_json, inspect_text, load_metadata};
 use weir_types::JobId;
 
 use crate::args::{SavepointArgs, StopArgs};
-use crate::client::{RestClient, error_text};
+use crate::client::{RestClient, check_job_response};
 use crate::error::CliError;
 use crate::settings;
 
@@ -72,21 +72,7 @@ fn absolute(path: &str) -> String {
 
 fn trigger_and_wait(client: &RestClient, job_id: JobId, path: &str, body: &Value) -> Result<String, CliError> {
     let response = client.post_json(path, body)?;
-    match response.status {
-        200..=299 => {}
-        404 => {
-            return Err(CliError::runtime(format!(
-                "job {job_id} not found on the cluster at {}; `weir list` shows its jobs",
-                client.base()
-            )));
-        }
-        _ => {
-            return Err(CliError::runtime(format!(
-                "cannot take a savepoint of job {job_id}: {}",
-                error_text(&response.body)
-            )));
-        }
-    }
+    check_job_response(&response, client, job_id, "take a savepoint of job")?;
     let trigger: Value = serde_json::from_str(&response.body)
         .map_err(|e| CliError::runtime(format!("{}{path} answered something unexpected: {e}", client.base())))?;
     let Some(request_id) = trigger["request-id"].as_str() else {
