@@ -175,6 +175,20 @@ pub trait StreamType: Send + Sync {
         senders: Vec<ErasedChannelEnd>,
         ctx: &TaskContext,
     ) -> Result<ErasedOperator, TaskError>;
+    /// Bridges a local channel's receiving end to a TCP connection towards a consumer in
+    /// another process (credit-based; see [`crate::network`]).
+    fn remote_sender(
+        &self,
+        local: ErasedChannelEnd,
+        stream: std::net::TcpStream,
+    ) -> Result<Vec<std::thread::JoinHandle<()>>, TaskError>;
+    /// Feeds a local channel's sending end from a TCP connection of a producer in another
+    /// process.
+    fn remote_receiver(
+        &self,
+        local: ErasedChannelEnd,
+        stream: std::net::TcpStream,
+    ) -> Result<std::thread::JoinHandle<()>, TaskError>;
     /// The body of a subtask reading `receivers` into `head`.
     fn input_body(
         &self,
@@ -254,6 +268,24 @@ impl<T: Data> StreamType for TypedStream<T> {
         };
         let op: Box<dyn Operator<T>> = Box::new(ChannelOutput::new(partitioner, typed, ctx));
         Ok(Box::new(op))
+    }
+
+    fn remote_sender(
+        &self,
+        local: ErasedChannelEnd,
+        stream: std::net::TcpStream,
+    ) -> Result<Vec<std::thread::JoinHandle<()>>, TaskError> {
+        let local = downcast::<ChannelReceiver<T>>(local, "remote sender")?;
+        crate::network::bridge_sender(local, stream).map_err(|e| TaskError::external("starting a network channel", e))
+    }
+
+    fn remote_receiver(
+        &self,
+        local: ErasedChannelEnd,
+        stream: std::net::TcpStream,
+    ) -> Result<std::thread::JoinHandle<()>, TaskError> {
+        let local = downcast::<ChannelSender<T>>(local, "remote receiver")?;
+        crate::network::bridge_receiver(local, stream).map_err(|e| TaskError::external("starting a network channel", e))
     }
 
     fn input_body(

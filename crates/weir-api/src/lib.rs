@@ -28,6 +28,7 @@ pub mod error;
 pub mod exchange;
 pub mod functions;
 pub mod graph;
+pub mod network;
 pub mod operator;
 pub mod operators;
 pub mod sink;

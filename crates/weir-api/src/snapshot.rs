@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use weir_state::{KeyedBackendSnapshot, RestoredTable};
 
 /// What a barrier asks for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum BarrierKind {
     /// A periodic checkpoint.
     Checkpoint,
@@ -18,7 +18,7 @@ pub enum BarrierKind {
 }
 
 /// A checkpoint barrier: flows in-band with the records, from the sources to the sinks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Barrier {
     /// The checkpoint (or savepoint) id, increasing per job.
     pub checkpoint_id: u64,

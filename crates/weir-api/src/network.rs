@@ -1,0 +1,332 @@
+//! Channels between processes: a local bounded channel bridged over TCP, with credit-based
+//! flow control, carrying exactly the elements of a local channel (records, barriers, end of
+//! partition) so tasks cannot tell a remote input from a local one.
+//!
+//! Wire protocol, one TCP connection per producer/consumer pair:
+//! - every frame is a little-endian `u32` length and that many bytes;
+//! - producer -> consumer: postcard-encoded [`WireElement`]s;
+//! - consumer -> producer: `u32` credits, each allowing one more element. The consumer
+//!   starts with [`CHANNEL_BATCHES_MAX`] credits and returns one for every element it has
+//!   handed to the local channel, so no more than that many elements are ever in flight or
+//!   buffered: a slow consumer blocks its producer (backpressure) without unbounded buffers.
+//!
+//! A broken connection ends the bridge; the local end then disconnects, which a task treats
+//! like a vanished peer (it waits for the job master to cancel it, see `InputBody`).
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpStream};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+
+use crossbeam_channel::{Receiver, Sender};
+use serde::{Deserialize, Serialize};
+
+use crate::Data;
+use crate::exchange::{CHANNEL_BATCHES_MAX, StreamElement};
+use crate::snapshot::Barrier;
+
+/// Frames larger than this are refused (a corrupt length prefix, not a real batch).
+pub const FRAME_BYTES_MAX: usize = 256 << 20;
+
+/// A [`StreamElement`] as it travels on the wire.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum WireElement<T> {
+    /// Records.
+    Records(Vec<T>),
+    /// Records of a key-partitioned edge with their key hashes.
+    KeyedRecords(Vec<T>, Vec<u32>),
+    /// A checkpoint barrier.
+    Barrier(Barrier),
+    /// The producer ended.
+    EndOfPartition,
+}
+
+impl<T> From<StreamElement<T>> for WireElement<T> {
+    fn from(element: StreamElement<T>) -> Self {
+        match element {
+            StreamElement::Records(records) => WireElement::Records(records),
+            StreamElement::KeyedRecords { records, hashes } => WireElement::KeyedRecords(records, hashes),
+            StreamElement::Barrier(barrier) => WireElement::Barrier(barrier),
+            StreamElement::EndOfPartition => WireElement::EndOfPartition,
+        }
+    }
+}
+
+impl<T> From<WireElement<T>> for StreamElement<T> {
+    fn from(element: WireElement<T>) -> Self {
+        match element {
+            WireElement::Records(records) => StreamElement::Records(records),
+            WireElement::KeyedRecords(records, hashes) => StreamElement::KeyedRecords { records, hashes },
+            WireElement::Barrier(barrier) => StreamElement::Barrier(barrier),
+            WireElement::EndOfPartition => StreamElement::EndOfPartition,
+        }
+    }
+}
+
+/// Writes one length-prefixed frame.
+pub fn write_frame(stream: &mut impl Write, payload: &[u8]) -> std::io::Result<()> {
+    let length = u32::try_from(payload.len())
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "frame too large"))?;
+    stream.write_all(&length.to_le_bytes())?;
+    stream.write_all(payload)
+}
+
+/// Reads one length-prefixed frame into `buffer`; `Ok(false)` at a clean end of stream.
+pub fn read_frame(stream: &mut impl Read, buffer: &mut Vec<u8>) -> std::io::Result<bool> {
+    let mut length = [0u8; 4];
+    match stream.read_exact(&mut length) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(false),
+        Err(e) => return Err(e),
+    }
+    let length = u32::from_le_bytes(length) as usize;
+    if length > FRAME_BYTES_MAX {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("frame of {length} bytes exceeds {FRAME_BYTES_MAX}"),
+        ));
+    }
+    buffer.resize(length, 0);
+    stream.read_exact(buffer)?;
+    Ok(true)
+}
+
+/// Credits the consumer granted and the producer has not used yet.
+struct Credits {
+    available: Mutex<Option<u32>>,
+    changed: Condvar,
+}
+
+impl Credits {
+    /// Takes one credit, waiting for it; `false` once the connection is gone.
+    fn take(&self) -> bool {
+        let mut available = match self.available.lock() {
+            Ok(guard) => guard,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        loop {
+            match *available {
+                None => return false,
+                Some(0) => {
+                    available = match self.changed.wait(available) {
+                        Ok(guard) => guard,
+                        Err(poisoned) => poisoned.into_inner(),
+                    }
+                }
+                Some(n) => {
+                    *available = Some(n - 1);
+                    return true;
+                }
+            }
+        }
+    }
+
+    fn grant(&self, n: u32) {
+        if let Ok(mut available) = self.available.lock()
+            && let Some(current) = *available
+        {
+            *available = Some(current.saturating_add(n));
+        }
+        self.changed.notify_all();
+    }
+
+    fn close(&self) {
+        if let Ok(mut available) = self.available.lock() {
+            *available = None;
+        }
+        self.changed.notify_all();
+    }
+}
+
+/// Sends everything of the local channel `local` over `stream`, as credits allow. Returns the
+/// bridge's threads (writer, credit reader); both end when the channel or the connection does.
+pub fn bridge_sender<T: Data>(
+    local: Receiver<StreamElement<T>>,
+    stream: TcpStream,
+) -> std::io::Result<Vec<JoinHandle<()>>> {
+    let _ = stream.set_nodelay(true);
+    let mut credit_stream = stream.try_clone()?;
+    let credits = Arc::new(Credits { available: Mutex::new(Some(0)), changed: Condvar::new() });
+    let reader_credits = Arc::clone(&credits);
+    let credit_reader = std::thread::Builder::new().name("weir-net-credits".into()).spawn(move || {
+        let mut buffer = Vec::new();
+        while let Ok(true) = read_frame(&mut credit_stream, &mut buffer) {
+            let Ok(bytes) = <[u8; 4]>::try_from(buffer.as_slice()) else { break };
+            reader_credits.grant(u32::from_le_bytes(bytes));
+        }
+        reader_credits.close();
+    })?;
+    let mut writer_stream = stream;
+    let writer = std::thread::Builder::new().name("weir-net-send".into()).spawn(move || {
+        let mut payload = Vec::new();
+        for element in local {
+            let end = matches!(element, StreamElement::EndOfPartition);
+            if !credits.take() {
+                break;
+            }
+            payload.clear();
+            let wire: WireElement<T> = element.into();
+            payload = match postcard::to_extend(&wire, std::mem::take(&mut payload)) {
+                Ok(payload) => payload,
+                Err(_) => break,
+            };
+            if write_frame(&mut writer_stream, &payload).is_err() {
+                break;
+            }
+            if end {
+                break;
+            }
+        }
+        let _ = writer_stream.flush();
+        let _ = writer_stream.shutdown(Shutdown::Write);
+    })?;
+    Ok(vec![writer, credit_reader])
+}
+
+/// Receives elements from `stream` into the local channel `local`, returning one credit per
+/// element handed over. Ends when the producer sent its end of partition, the connection
+/// broke, or the local consumer went away.
+pub fn bridge_receiver<T: Data>(local: Sender<StreamElement<T>>, stream: TcpStream) -> std::io::Result<JoinHandle<()>> {
+    let _ = stream.set_nodelay(true);
+    let mut credit_stream = stream.try_clone()?;
+    let mut read_stream = stream;
+    std::thread::Builder::new().name("weir-net-recv".into()).spawn(move || {
+        // A producer that already closed its side cannot take credits; what it sent before is
+        // still delivered, so credit write failures only stop further credits.
+        let mut credits_open = write_frame(&mut credit_stream, &(CHANNEL_BATCHES_MAX as u32).to_le_bytes()).is_ok();
+        let mut buffer = Vec::new();
+        while let Ok(true) = read_frame(&mut read_stream, &mut buffer) {
+            let wire: WireElement<T> = match postcard::from_bytes(&buffer) {
+                Ok(wire) => wire,
+                Err(_) => break,
+            };
+            let element: StreamElement<T> = wire.into();
+            let end = matches!(element, StreamElement::EndOfPartition);
+            if local.send(element).is_err() {
+                break;
+            }
+            if end {
+                return;
+            }
+            if credits_open {
+                credits_open = write_frame(&mut credit_stream, &1u32.to_le_bytes()).is_ok();
+            }
+        }
+        // Dropping `local` without an end of partition tells the consumer its peer vanished.
+        let _ = read_stream.shutdown(Shutdown::Both);
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::exchange::channel;
+    use crate::snapshot::BarrierKind;
+    use std::net::TcpListener;
+    use std::time::Duration;
+
+    fn connected_pair() -> (TcpStream, TcpStream) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (server, _) = listener.accept().unwrap();
+        (client, server)
+    }
+
+    #[test]
+    fn records_barriers_and_the_end_cross_in_order() {
+        let (producer_tx, producer_rx) = channel::<u64>();
+        let (consumer_tx, consumer_rx) = channel::<u64>();
+        let (client, server) = connected_pair();
+        let sender = bridge_sender(producer_rx, client).unwrap();
+        let receiver = bridge_receiver(consumer_tx, server).unwrap();
+        let feeder = std::thread::spawn(move || {
+            for batch in 0..200u64 {
+                producer_tx.send(StreamElement::Records((batch * 10..batch * 10 + 10).collect())).unwrap();
+                if batch % 50 == 0 {
+                    let barrier = Barrier { checkpoint_id: batch, timestamp_ms: 0, kind: BarrierKind::Checkpoint };
+                    producer_tx.send(StreamElement::Barrier(barrier)).unwrap();
+                }
+            }
+            producer_tx.send(StreamElement::KeyedRecords { records: vec![7], hashes: vec![42] }).unwrap();
+            producer_tx.send(StreamElement::EndOfPartition).unwrap();
+        });
+        let mut records = Vec::new();
+        let mut barriers = Vec::new();
+        let mut keyed = None;
+        loop {
+            match consumer_rx.recv_timeout(Duration::from_secs(10)).unwrap() {
+                StreamElement::Records(batch) => records.extend(batch),
+                StreamElement::KeyedRecords { records, hashes } => keyed = Some((records, hashes)),
+                StreamElement::Barrier(barrier) => {
+                    barriers.push((barrier.checkpoint_id, records.len()));
+                }
+                StreamElement::EndOfPartition => break,
+            }
+        }
+        feeder.join().unwrap();
+        assert_eq!(records, (0..2000).collect::<Vec<u64>>());
+        // Each barrier arrived right after the records sent before it.
+        assert_eq!(barriers, vec![(0, 10), (50, 510), (100, 1010), (150, 1510)]);
+        assert_eq!(keyed, Some((vec![7], vec![42])));
+        receiver.join().unwrap();
+        for thread in sender {
+            thread.join().unwrap();
+        }
+    }
+
+    #[test]
+    fn a_slow_consumer_bounds_what_is_in_flight() {
+        let (producer_tx, producer_rx) = crossbeam_channel::bounded::<StreamElement<u64>>(1);
+        let (consumer_tx, consumer_rx) = crossbeam_channel::bounded::<StreamElement<u64>>(1);
+        let (client, server) = connected_pair();
+        let _sender = bridge_sender(producer_rx, client).unwrap();
+        let _receiver = bridge_receiver(consumer_tx, server).unwrap();
+        let sent = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let counter = Arc::clone(&sent);
+        std::thread::spawn(move || {
+            for batch in 0..1000u64 {
+                if producer_tx.send(StreamElement::Records(vec![batch])).is_err() {
+                    return;
+                }
+                counter.store(batch + 1, std::sync::atomic::Ordering::SeqCst);
+            }
+        });
+        std::thread::sleep(Duration::from_millis(300));
+        // Nobody reads the consumer: at most the credits, the two local channels and the
+        // element being handed over can have left the producer.
+        let in_flight = sent.load(std::sync::atomic::Ordering::SeqCst);
+        assert!(in_flight <= CHANNEL_BATCHES_MAX as u64 + 4, "{in_flight} elements left a blocked producer");
+        assert!(in_flight >= CHANNEL_BATCHES_MAX as u64, "credits were not used: {in_flight}");
+        // Reading resumes the flow.
+        for expected in 0..100u64 {
+            match consumer_rx.recv_timeout(Duration::from_secs(10)).unwrap() {
+                StreamElement::Records(batch) => assert_eq!(batch, vec![expected]),
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_broken_connection_disconnects_the_local_consumer() {
+        let (consumer_tx, consumer_rx) = channel::<u64>();
+        let (mut client, server) = connected_pair();
+        let receiver = bridge_receiver(consumer_tx, server).unwrap();
+        let payload = postcard::to_allocvec(&WireElement::Records(vec![1u64, 2])).unwrap();
+        write_frame(&mut client, &payload).unwrap();
+        drop(client);
+        assert!(matches!(consumer_rx.recv_timeout(Duration::from_secs(5)), Ok(StreamElement::Records(_))));
+        // No end of partition came: the channel closes instead.
+        assert!(consumer_rx.recv_timeout(Duration::from_secs(5)).is_err());
+        receiver.join().unwrap();
+    }
+
+    #[test]
+    fn an_oversized_or_garbled_frame_ends_the_bridge_without_panicking() {
+        let (consumer_tx, consumer_rx) = channel::<u64>();
+        let (mut client, server) = connected_pair();
+        let receiver = bridge_receiver(consumer_tx, server).unwrap();
+        client.write_all(&u32::MAX.to_le_bytes()).unwrap();
+        assert!(consumer_rx.recv_timeout(Duration::from_secs(5)).is_err());
+        receiver.join().unwrap();
+    }
+}
