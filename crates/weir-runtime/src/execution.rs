@@ -2,6 +2,7 @@
 //! chain, reporting every state change to the job master.
 
 use std::collections::HashMap;
+use std::net::TcpStream;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -58,6 +59,60 @@ pub struct CheckpointWiring {
     pub restore: Option<Arc<RestoreSource>>,
 }
 
+/// Which subtasks run in this process, and how channels reach the others.
+#[derive(Clone)]
+pub struct Placement {
+    /// True when subtask `(vertex, subtask)` runs here.
+    pub is_local: Arc<dyn Fn(usize, u32) -> bool + Send + Sync>,
+    /// Connections to subtasks in other processes (`None`: everything is local).
+    pub network: Option<Arc<dyn NetworkWiring>>,
+}
+
+impl Placement {
+    /// Every subtask in this process (the embedded cluster).
+    pub fn all_local() -> Placement {
+        Placement { is_local: Arc::new(|_, _| true), network: None }
+    }
+}
+
+/// Opens the TCP connections of channels that cross processes.
+pub trait NetworkWiring: Send + Sync {
+    /// Connects the producer side of `(edge, producer, consumer)` to the process running
+    /// subtask `consumer` of vertex `target_vertex`.
+    fn connect(&self, edge: usize, target_vertex: usize, producer: u32, consumer: u32) -> Result<TcpStream, TaskError>;
+    /// Waits for the producer of `(edge, producer, consumer)` to connect to this process.
+    fn accept(&self, edge: usize, producer: u32, consumer: u32) -> Result<TcpStream, TaskError>;
+}
+
+/// Starts the thread that bridges one channel to or from another process; failures close
+/// the local end, which the task sees as a vanished peer.
+fn bridge(
+    output_type: Arc<dyn weir_api::graph::StreamType>,
+    network: Arc<dyn NetworkWiring>,
+    local: ErasedChannelEnd,
+    outbound: bool,
+    (edge, target_vertex, producer, consumer): (usize, usize, u32, u32),
+) -> Result<(), TaskError> {
+    std::thread::Builder::new()
+        .name(format!("weir-net-{edge}-{producer}-{consumer}"))
+        .spawn(move || {
+            let result = if outbound {
+                network
+                    .connect(edge, target_vertex, producer, consumer)
+                    .and_then(|stream| output_type.remote_sender(local, stream).map(|_| ()))
+            } else {
+                network
+                    .accept(edge, producer, consumer)
+                    .and_then(|stream| output_type.remote_receiver(local, stream).map(|_| ()))
+            };
+            if let Err(error) = result {
+                tracing::warn!(edge, producer, consumer, error = %error, "network channel not established");
+            }
+        })
+        .map(|_| ())
+        .map_err(|e| TaskError::external("starting a network channel thread", e))
+}
+
 /// Hands a subtask's snapshots to the writer pool with the checkpoint's directory.
 struct SubtaskSnapshotSink {
     vertex: usize,
@@ -93,6 +148,8 @@ pub struct JobContext {
     pub clock: Arc<dyn Clock>,
     /// Which run of the job this is (0, then +1 per restart).
     pub attempt: u32,
+    /// Which subtasks run in this process.
+    pub placement: Placement,
 }
 
 /// Creates the channels of `job` and starts one thread per subtask.
@@ -107,6 +164,7 @@ pub fn deploy<E: From<TaskEvent> + Send + 'static>(
     checkpointing: &CheckpointWiring,
     events: &Sender<E>,
 ) -> Result<Vec<JoinHandle<()>>, TaskError> {
+    let placement = &job_ctx.placement;
     let mut controls: Vec<std::vec::IntoIter<Receiver<TaskControl>>> =
         controls.into_iter().map(|v| v.into_iter()).collect();
     // senders[edge][producer subtask] -> one sender per consumer subtask;
@@ -121,11 +179,31 @@ pub fn deploy<E: From<TaskEvent> + Send + 'static>(
             (0..producers).map(|_| Vec::with_capacity(consumers)).collect();
         let mut edge_receivers: Vec<Vec<ErasedChannelEnd>> =
             (0..consumers).map(|_| Vec::with_capacity(producers)).collect();
-        for producer_senders in edge_senders.iter_mut() {
-            for consumer_receivers in edge_receivers.iter_mut() {
+        let edge_index = senders.len();
+        for (producer, producer_senders) in edge_senders.iter_mut().enumerate() {
+            for (consumer, consumer_receivers) in edge_receivers.iter_mut().enumerate() {
                 let (sender, receiver) = output_type.channel();
-                producer_senders.push(sender);
-                consumer_receivers.push(receiver);
+                let producer_local = (placement.is_local)(edge.source_vertex, producer as u32);
+                let consumer_local = (placement.is_local)(edge.target_vertex, consumer as u32);
+                let key = (edge_index, edge.target_vertex, producer as u32, consumer as u32);
+                match (producer_local, consumer_local, &placement.network) {
+                    (true, false, Some(network)) => {
+                        // The consumer is elsewhere: our producer writes into a local channel
+                        // whose other end goes out over TCP.
+                        bridge(Arc::clone(output_type), Arc::clone(network), receiver, true, key)?;
+                        producer_senders.push(sender);
+                        consumer_receivers.push(output_type.channel().1);
+                    }
+                    (false, true, Some(network)) => {
+                        bridge(Arc::clone(output_type), Arc::clone(network), sender, false, key)?;
+                        producer_senders.push(output_type.channel().0);
+                        consumer_receivers.push(receiver);
+                    }
+                    _ => {
+                        producer_senders.push(sender);
+                        consumer_receivers.push(receiver);
+                    }
+                }
             }
         }
         senders.push(edge_senders);
@@ -151,6 +229,11 @@ pub fn deploy<E: From<TaskEvent> + Send + 'static>(
             }
         }
         for (subtask, (outputs, inputs)) in per_subtask_out.into_iter().zip(per_subtask_in).enumerate() {
+            // Taken for every subtask so each keeps its own control channel.
+            let control = controls.get_mut(vertex_index).and_then(|c| c.next());
+            if !(placement.is_local)(vertex_index, subtask as u32) {
+                continue;
+            }
             let ctx = TaskContext {
                 job_id: job_ctx.job_id,
                 job_name: job_ctx.job_name.clone(),
@@ -164,7 +247,7 @@ pub fn deploy<E: From<TaskEvent> + Send + 'static>(
                 clock: Arc::clone(&job_ctx.clock),
                 operator_uid: String::new(),
                 restored: None,
-                control: controls.get_mut(vertex_index).and_then(|c| c.next()),
+                control,
                 snapshots: Some(Arc::new(SubtaskSnapshotSink {
                     vertex: vertex_index,
                     subtask: subtask as u32,

@@ -26,7 +26,7 @@ use crate::checkpointing::coordinator::{Failure, OperatorInfo, SnapshotRequest};
 use crate::checkpointing::settings::CheckpointSettings;
 use crate::checkpointing::stats::CheckpointStats;
 use crate::checkpointing::writer::{SnapshotWriter, WriteOutcome};
-use crate::execution::{CheckpointWiring, JobContext, TaskEvent, TaskEventKind, deploy};
+use crate::execution::{CheckpointWiring, JobContext, Placement, TaskEvent, TaskEventKind, deploy};
 use crate::jobgraph::{JobGraph, JobSettings};
 use crate::restart::{RestartDecision, RestartStrategy};
 
@@ -454,6 +454,7 @@ impl JobMaster {
                 cancel,
                 clock: Arc::new(SystemClock),
                 attempt,
+                placement: Placement::all_local(),
             };
             let mut control_senders = Vec::with_capacity(job_graph.vertices.len());
             let mut control_receivers = Vec::with_capacity(job_graph.vertices.len());

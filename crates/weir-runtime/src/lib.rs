@@ -15,6 +15,7 @@ pub mod dispatcher;
 pub mod execution;
 pub mod job_master;
 pub mod jobgraph;
+pub mod network;
 pub mod restart;
 pub mod status;
 
