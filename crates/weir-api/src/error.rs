@@ -12,7 +12,7 @@ pub enum ErrorDomain {
 }
 
 /// A failure of a task, carried to the job master and shown in REST and the CLI.
-#[derive(Debug, Clone, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error, serde::Serialize, serde::Deserialize)]
 pub enum TaskError {
     /// A user function failed.
     #[error("{operator}: {message}")]

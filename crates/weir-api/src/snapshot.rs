@@ -100,7 +100,7 @@ pub struct RestoredOperator {
 }
 
 /// Messages from the job master to a running subtask.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, serde::Serialize, serde::Deserialize)]
 pub enum TaskControl {
     /// Sources only: snapshot and emit this barrier.
     TriggerCheckpoint(Barrier),

@@ -21,7 +21,7 @@ use crate::checkpointing::writer::WriteJob;
 use crate::jobgraph::JobGraph;
 
 /// What a subtask reports to its job master.
-#[derive(Debug)]
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
 pub struct TaskEvent {
     /// The subtask's vertex.
     pub vertex: usize,
@@ -32,7 +32,7 @@ pub struct TaskEvent {
 }
 
 /// The subtask state changes a job master hears about.
-#[derive(Debug)]
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
 pub enum TaskEventKind {
     /// Building the chain (and, later, restoring state).
     Initializing,

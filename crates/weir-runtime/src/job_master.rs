@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender};
 use weir_api::error::TaskError;
 use weir_api::graph::StreamGraph;
-use weir_api::operator::{SystemClock, TaskMetrics};
+use weir_api::operator::TaskMetrics;
 use weir_types::lifecycle::now_ms;
 use weir_types::{ExecutionState, JobId, JobStatus, Lifecycle, StateHistory};
 
@@ -26,7 +26,8 @@ use crate::checkpointing::coordinator::{Failure, OperatorInfo, SnapshotRequest};
 use crate::checkpointing::settings::CheckpointSettings;
 use crate::checkpointing::stats::CheckpointStats;
 use crate::checkpointing::writer::{SnapshotWriter, WriteOutcome};
-use crate::execution::{CheckpointWiring, JobContext, Placement, TaskEvent, TaskEventKind, deploy};
+use crate::execution::{CheckpointWiring, TaskEvent, TaskEventKind};
+use crate::executor::{AttemptSpec, Executor, LocalExecutor};
 use crate::jobgraph::{JobGraph, JobSettings};
 use crate::restart::{RestartDecision, RestartStrategy};
 
@@ -397,7 +398,7 @@ impl JobMaster {
             Err(error) => return self.fail_before_start(error),
         };
         let (snapshot_events, snapshot_receiver) = crossbeam_channel::unbounded::<MasterEvent>();
-        let writer = match SnapshotWriter::start(snapshot_events) {
+        let writer = match SnapshotWriter::start(snapshot_events.clone()) {
             Ok(writer) => writer,
             Err(error) => return self.fail_before_start(format!("cannot start the snapshot writer threads: {error}")),
         };
@@ -448,14 +449,6 @@ impl JobMaster {
                     })
                     .collect();
             });
-            let job_ctx = JobContext {
-                job_id: self.job_id,
-                job_name: self.job_name.clone(),
-                cancel,
-                clock: Arc::new(SystemClock),
-                attempt,
-                placement: Placement::all_local(),
-            };
             let mut control_senders = Vec::with_capacity(job_graph.vertices.len());
             let mut control_receivers = Vec::with_capacity(job_graph.vertices.len());
             for vertex in &job_graph.vertices {
@@ -471,24 +464,37 @@ impl JobMaster {
                 restore: restore.clone(),
             };
             let (task_events, task_receiver) = crossbeam_channel::unbounded::<TaskEvent>();
-            let handles = match deploy(&graph, &job_graph, &job_ctx, &metrics, control_receivers, &wiring, &task_events)
-            {
-                Ok(handles) => handles,
+            let spec = AttemptSpec {
+                job_id: self.job_id,
+                job_name: self.job_name.clone(),
+                attempt,
+                graph: Arc::clone(&graph),
+                job_graph: Arc::clone(&job_graph),
+                metrics,
+                controls: control_receivers,
+                wiring,
+                cancel,
+                task_events,
+                snapshot_events: snapshot_events.clone(),
+                restore: restore.clone(),
+            };
+            let executor: Arc<dyn Executor> = match &settings.executor {
+                Some(executor) => Arc::clone(executor),
+                None => Arc::new(LocalExecutor),
+            };
+            let attempt_handle = match executor.start(spec) {
+                Ok(handle) => handle,
                 Err(error) => {
                     self.stop_tasks();
                     self.fail_before_start(error.to_string());
                     break;
                 }
             };
-            drop(task_events);
-            drop(wiring);
             supervisor.controls = control_senders;
             supervisor.any_finished = false;
             supervisor.pending_restart = None;
             self.supervise(&job_graph, &events, &task_receiver, &snapshot_receiver, &mut supervisor);
-            for handle in handles {
-                let _ = handle.join();
-            }
+            attempt_handle.join();
             let Some(delay) = supervisor.pending_restart.take() else {
                 break;
             };

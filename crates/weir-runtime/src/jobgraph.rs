@@ -18,6 +18,8 @@ pub struct JobSettings {
     pub restore: Option<std::sync::Arc<crate::checkpointing::RestoreSource>>,
     /// What happens after a failure.
     pub restart: crate::restart::RestartStrategyConfig,
+    /// Where subtasks run (`None`: threads of this process).
+    pub executor: Option<std::sync::Arc<dyn crate::executor::Executor>>,
 }
 
 impl JobSettings {

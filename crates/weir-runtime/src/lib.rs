@@ -13,6 +13,7 @@
 pub mod checkpointing;
 pub mod dispatcher;
 pub mod execution;
+pub mod executor;
 pub mod job_master;
 pub mod jobgraph;
 pub mod network;

@@ -52,6 +52,7 @@ pub fn run(args: RunArgs, catalog: &JobCatalog) -> Result<ExitCode, CliError> {
         checkpointing,
         restore: None,
         restart,
+        executor: None,
     };
     if let Some(path) = &args.from_savepoint {
         let restore = plan_restore(path, &graph, &settings, args.allow_non_restored_state)?;

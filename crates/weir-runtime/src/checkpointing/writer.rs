@@ -17,7 +17,7 @@ use weir_checkpoint::storage::BlockingStorage;
 const WRITER_THREADS: usize = 2;
 
 /// One operator's part of an acknowledged subtask snapshot.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct AckedOperator {
     /// The operator's uid.
     pub uid: String,
@@ -30,7 +30,7 @@ pub struct AckedOperator {
 }
 
 /// A subtask's snapshot, written.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct SubtaskAck {
     /// The checkpoint.
     pub checkpoint_id: u64,
@@ -43,7 +43,7 @@ pub struct SubtaskAck {
 }
 
 /// What the writer reports.
-#[derive(Debug)]
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
 pub enum WriteOutcome {
     /// Written and durable.
     Acknowledged(SubtaskAck),
