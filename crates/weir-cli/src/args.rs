@@ -55,6 +55,57 @@ pub enum Command {
     /// Show the job catalog with each job's arguments
     #[command(after_help = "Example:\n  weir jobs")]
     Jobs,
+    /// Run a JobManager (REST on rest.port, TaskManagers connect on jobmanager.rpc.port)
+    #[command(after_help = "Example:\n  weir jobmanager -D rest.port=8081 -D jobmanager.rpc.port=6123")]
+    Jobmanager(ConfigOnly),
+    /// Run a TaskManager offering taskmanager.numberOfTaskSlots slots to a JobManager
+    #[command(
+        after_help = "Example:\n  weir taskmanager --jobmanager 127.0.0.1:6123 -D taskmanager.numberOfTaskSlots=2"
+    )]
+    Taskmanager(TaskmanagerArgs),
+    /// Start or stop a local standalone cluster (background processes, logs in the data dir)
+    #[command(subcommand)]
+    Cluster(ClusterCommand),
+}
+
+/// Verbs that only take configuration.
+#[derive(Args, Debug)]
+pub struct ConfigOnly {
+    /// Configuration
+    #[command(flatten)]
+    pub config: ConfigArgs,
+}
+
+/// `weir taskmanager`.
+#[derive(Args, Debug)]
+pub struct TaskmanagerArgs {
+    /// RPC address of the JobManager (default: jobmanager.rpc.address:jobmanager.rpc.port)
+    #[arg(long = "jobmanager", value_name = "HOST:PORT")]
+    pub jobmanager: Option<String>,
+    /// Configuration
+    #[command(flatten)]
+    pub config: ConfigArgs,
+}
+
+/// `weir cluster`.
+#[derive(Subcommand, Debug)]
+pub enum ClusterCommand {
+    /// Start a JobManager and N TaskManagers in the background
+    #[command(after_help = "Example:\n  weir cluster start --taskmanagers 3")]
+    Start(ClusterStartArgs),
+    /// Stop the processes `weir cluster start` started
+    Stop,
+}
+
+/// `weir cluster start`.
+#[derive(Args, Debug)]
+pub struct ClusterStartArgs {
+    /// Number of TaskManagers
+    #[arg(long = "taskmanagers", default_value_t = 1, value_name = "N")]
+    pub taskmanagers: u32,
+    /// Configuration
+    #[command(flatten)]
+    pub config: ConfigArgs,
 }
 
 /// `weir stop`.
@@ -97,6 +148,13 @@ pub struct SavepointArgs {
 /// `weir run`.
 #[derive(Args, Debug)]
 pub struct RunArgs {
+    /// REST address of a standalone cluster to submit to (default: embedded cluster, unless
+    /// $WEIR_JOBMANAGER or rest.address in the configuration file names one)
+    #[arg(short = 'm', long = "jobmanager", value_name = "HOST:PORT")]
+    pub jobmanager: Option<String>,
+    /// Return once the job is submitted (cluster only)
+    #[arg(short = 'd', long = "detached")]
+    pub detached: bool,
     /// Parallelism of operators without their own (overrides parallelism.default)
     #[arg(short = 'p', long = "parallelism", value_name = "N", value_parser = parse_parallelism)]
     pub parallelism: Option<u32>,

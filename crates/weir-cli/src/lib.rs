@@ -50,7 +50,7 @@ pub fn main_with(catalog: JobCatalog) -> ExitCode {
             return code;
         }
     };
-    match commands::dispatch(cli, &catalog) {
+    match commands::dispatch(cli, std::sync::Arc::new(catalog)) {
         Ok(code) => code,
         Err(error) => {
             eprintln!("error: {error}");

@@ -48,9 +48,6 @@ pub fn load(args: &ConfigArgs) -> Result<Configuration, CliError> {
 fn not_in_effect_yet(key: &str) -> Option<&'static str> {
     const PENDING: &[(&str, &str)] = &[
         ("jobmanager.execution.failover-strategy", "region failover (a failure restarts the whole job)"),
-        ("heartbeat.", "the standalone cluster"),
-        ("jobmanager.rpc.", "the standalone cluster"),
-        ("taskmanager.", "the standalone cluster"),
         ("high-availability", "high availability"),
     ];
     for (prefix, feature) in PENDING {
@@ -65,6 +62,30 @@ fn default_config_file() -> Option<PathBuf> {
     let dir = std::env::var_os("WEIR_CONF_DIR")?;
     let path = PathBuf::from(dir).join("config.yaml");
     path.is_file().then_some(path)
+}
+
+/// The cluster `weir run` submits to: `-m`, else `$WEIR_JOBMANAGER`, else `rest.address`
+/// when the configuration file sets it; `None` runs the job on an embedded cluster.
+pub fn cluster_address(explicit: Option<&str>, config: &Configuration) -> Result<Option<String>, CliError> {
+    if explicit.is_some() {
+        return jobmanager_address(explicit, config).map(Some);
+    }
+    if std::env::var("WEIR_JOBMANAGER").is_ok_and(|a| !a.is_empty()) || config.contains(&REST_ADDRESS) {
+        return jobmanager_address(None, config).map(Some);
+    }
+    Ok(None)
+}
+
+/// The data directory: `$WEIR_DATA_DIR`, else `$HOME/.local/share/weir`, else `./.weir`.
+pub fn data_dir() -> PathBuf {
+    let dir = match std::env::var_os("WEIR_DATA_DIR") {
+        Some(dir) => PathBuf::from(dir),
+        None => match std::env::var_os("HOME") {
+            Some(home) => PathBuf::from(home).join(".local/share/weir"),
+            None => PathBuf::from(".weir"),
+        },
+    };
+    std::path::absolute(&dir).unwrap_or(dir)
 }
 
 /// The REST address to talk to: `-m`, else `$WEIR_JOBMANAGER`, else `rest.address:rest.port`.

@@ -22,8 +22,14 @@ use crate::responses::{
     JobIdsWithStatus, JobStatusInfo, JobVertexDetails, LegacyException, MultipleJobsDetails,
 };
 
+/// The TaskManagers of a standalone cluster, as `GET /taskmanagers` lists them.
+pub type TaskManagerList = Arc<dyn Fn() -> Vec<weir_runtime::cluster::TaskManagerInfo> + Send + Sync>;
+/// Submits a job to a standalone cluster: the job id, or an HTTP status and message.
+pub type JobSubmitter =
+    Arc<dyn Fn(weir_runtime::cluster::JobSubmission) -> Result<String, (u16, String)> + Send + Sync>;
+
 /// What `/overview` and `/config` report about the cluster itself.
-#[derive(Clone, Debug)]
+#[derive(Clone, Default)]
 pub struct ClusterInfo {
     /// Task managers (1 on an embedded cluster).
     pub taskmanagers: u32,
@@ -31,6 +37,10 @@ pub struct ClusterInfo {
     pub slots_total: u32,
     /// weir's version, e.g. `0.1.0`.
     pub version: String,
+    /// A standalone cluster's TaskManagers (overrides the two counts above).
+    pub taskmanager_list: Option<TaskManagerList>,
+    /// A standalone cluster accepts jobs (`POST /jobs`).
+    pub submitter: Option<JobSubmitter>,
 }
 
 /// Failures reported by `/jobs/{jobid}/exceptions` without `maxExceptions`, as Flink.
@@ -50,10 +60,11 @@ type Params = Result<Query<HashMap<String, String>>, QueryRejection>;
 /// The REST API over `dispatcher`: every route at its Flink path and under `/v1`.
 pub fn router(dispatcher: Arc<Dispatcher>, cluster: ClusterInfo) -> Router {
     let state = AppState { dispatcher, cluster: Arc::new(cluster) };
-    let routes: [(&str, MethodRouter<AppState>); 13] = [
+    let routes: [(&str, MethodRouter<AppState>); 14] = [
         ("/overview", get(overview)),
         ("/config", get(config)),
-        ("/jobs", get(jobs)),
+        ("/jobs", get(jobs).post(submit_job)),
+        ("/taskmanagers", get(taskmanagers)),
         ("/jobs/overview", get(jobs_overview)),
         ("/jobs/{jobid}", get(job_details).patch(job_patch)),
         ("/jobs/{jobid}/status", get(job_status)),
@@ -85,6 +96,20 @@ pub(crate) fn find_job(dispatcher: &Dispatcher, raw: &str) -> Result<Arc<JobMast
 async fn overview(State(state): State<AppState>) -> Json<ClusterOverview> {
     let counts = state.dispatcher.job_counts();
     let busy = state.dispatcher.busy_subtasks();
+    if let Some(list) = &state.cluster.taskmanager_list {
+        let taskmanagers = list();
+        return Json(ClusterOverview {
+            taskmanagers: taskmanagers.len() as u32,
+            slots_total: taskmanagers.iter().map(|t| t.slots_number).sum(),
+            slots_available: taskmanagers.iter().map(|t| t.free_slots).sum(),
+            jobs_running: counts.running,
+            jobs_finished: counts.finished,
+            jobs_cancelled: counts.cancelled,
+            jobs_failed: counts.failed,
+            flink_version: flink_version(&state.cluster),
+            weir_version: state.cluster.version.clone(),
+        });
+    }
     Json(ClusterOverview {
         taskmanagers: state.cluster.taskmanagers,
         slots_total: state.cluster.slots_total,
@@ -232,6 +257,46 @@ async fn job_patch(
             StatusCode::CONFLICT,
             format!("Job {} is already {status}; only running jobs can be cancelled", job.job_id()),
         )),
+    }
+}
+
+/// `GET /taskmanagers`.
+async fn taskmanagers(State(state): State<AppState>) -> Json<serde_json::Value> {
+    let list = match &state.cluster.taskmanager_list {
+        Some(list) => list(),
+        None => vec![weir_runtime::cluster::TaskManagerInfo {
+            id: "embedded".into(),
+            path: "localhost".into(),
+            slots_number: state.cluster.slots_total,
+            free_slots: state.cluster.slots_total.saturating_sub(state.dispatcher.busy_subtasks()),
+            time_since_last_heartbeat: 0,
+        }],
+    };
+    Json(serde_json::json!({ "taskmanagers": list }))
+}
+
+/// `POST /jobs`: runs a catalog job on a standalone cluster (weir's replacement for Flink's
+/// jar upload: every process has the job catalog built in).
+async fn submit_job(
+    State(state): State<AppState>,
+    body: Result<Json<weir_runtime::cluster::JobSubmission>, axum::extract::rejection::JsonRejection>,
+) -> Result<(StatusCode, Json<serde_json::Value>), ApiError> {
+    let Json(submission) = body.map_err(|e| ApiError::bad_request(format!("bad job submission: {e}")))?;
+    let Some(submitter) = state.cluster.submitter.clone() else {
+        return Err(ApiError::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "this is an embedded cluster running one job; submit jobs to a standalone cluster (weir cluster start)",
+        ));
+    };
+    // Building and validating the graph is short CPU work; keep it off the async workers.
+    let result = tokio::task::spawn_blocking(move || submitter(submission))
+        .await
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+    match result {
+        Ok(job_id) => Ok((StatusCode::ACCEPTED, Json(serde_json::json!({ "jobid": job_id })))),
+        Err((status, message)) => {
+            Err(ApiError::new(StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST), message))
+        }
     }
 }
 

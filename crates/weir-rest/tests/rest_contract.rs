@@ -21,7 +21,12 @@ fn start(slots: u32) -> (Arc<Dispatcher>, RestServer) {
         "127.0.0.1",
         0,
         Arc::clone(&dispatcher),
-        ClusterInfo { taskmanagers: 1, slots_total: slots, version: "0.1.0-test".to_string() },
+        ClusterInfo {
+            taskmanagers: 1,
+            slots_total: slots,
+            version: "0.1.0-test".to_string(),
+            ..ClusterInfo::default()
+        },
     )
     .unwrap();
     (dispatcher, server)
@@ -379,7 +384,7 @@ fn a_taken_port_is_reported_with_what_to_do() {
         "127.0.0.1",
         port,
         Dispatcher::new("localhost"),
-        ClusterInfo { taskmanagers: 1, slots_total: 1, version: "0.1.0".to_string() },
+        ClusterInfo { taskmanagers: 1, slots_total: 1, version: "0.1.0".to_string(), ..ClusterInfo::default() },
     )
     .err()
     .expect("binding a taken port fails");

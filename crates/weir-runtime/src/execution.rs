@@ -124,9 +124,18 @@ struct SubtaskSnapshotSink {
 impl SnapshotSink for SubtaskSnapshotSink {
     fn submit(&self, snapshot: TaskSnapshot) {
         let id = snapshot.barrier.checkpoint_id;
-        let dir = match self.dirs.lock() {
-            Ok(dirs) => dirs.get(&id).cloned(),
-            Err(poisoned) => poisoned.into_inner().get(&id).cloned(),
+        // On a TaskManager the directory arrives from the JobManager just before the barrier
+        // does; give it a moment rather than dropping the snapshot.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        let dir = loop {
+            let dir = match self.dirs.lock() {
+                Ok(dirs) => dirs.get(&id).cloned(),
+                Err(poisoned) => poisoned.into_inner().get(&id).cloned(),
+            };
+            if dir.is_some() || std::time::Instant::now() >= deadline {
+                break dir;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
         };
         // No directory: the checkpoint was aborted meanwhile; its snapshot is not needed.
         if let Some(dir) = dir {

@@ -11,6 +11,7 @@
 #![warn(missing_docs)]
 
 pub mod checkpointing;
+pub mod cluster;
 pub mod dispatcher;
 pub mod execution;
 pub mod executor;

@@ -24,28 +24,27 @@ use crate::settings;
 /// Longest the embedded REST API stays up after the job ended, for savepoint clients.
 const REPORT_LINGER_MAX: std::time::Duration = std::time::Duration::from_secs(3);
 
-pub fn run(args: RunArgs, catalog: &JobCatalog) -> Result<ExitCode, CliError> {
-    let mut config = settings::load(&args.config)?;
-    if let Some(parallelism) = args.parallelism {
-        config.set_from("parallelism.default", parallelism.to_string(), "-p");
-        config.validate().map_err(CliError::usage)?;
-    }
+/// A job ready to submit: its graph and settings, checked against its snapshot if any.
+pub struct PreparedJob {
+    /// The stream graph.
+    pub graph: StreamGraph,
+    /// The settings.
+    pub settings: JobSettings,
+}
 
-    let Some(job) = catalog.get(&args.job) else {
-        let names: Vec<&str> = catalog.jobs().iter().map(|j| j.name()).collect();
-        return Err(CliError::usage(format!(
-            "unknown job '{}'; the catalog has: {} (see `weir jobs`)",
-            args.job,
-            names.join(", ")
-        )));
-    };
-    let job_args = JobArgs::parse(job.name(), &job.args(), &args.job_args).map_err(CliError::usage)?;
-    let env = StreamExecutionEnvironment::new();
-    job.build(&job_args, &env).map_err(CliError::usage)?;
-    let job_name = config.get(&PIPELINE_NAME).map_err(CliError::usage)?.unwrap_or_else(|| job.name().to_string());
-    let graph = env.build(&job_name).map_err(CliError::usage)?;
-    let checkpointing = settings::checkpoint_settings(&config)?;
-    let restart = settings::restart_strategy(&config, checkpointing.interval.is_some())?;
+/// Builds catalog job `job` with `job_args` under `config` (which already holds `-p`), and
+/// checks a restore from `savepoint` (nothing starts, nothing is written).
+pub fn prepare(
+    catalog: &JobCatalog,
+    config: &Configuration,
+    job: &str,
+    job_args: &[String],
+    savepoint: Option<&str>,
+    allow_non_restored_state: bool,
+) -> Result<PreparedJob, CliError> {
+    let graph = build_graph(catalog, config, job, job_args)?;
+    let checkpointing = settings::checkpoint_settings(config)?;
+    let restart = settings::restart_strategy(config, checkpointing.interval.is_some())?;
     let mut settings = JobSettings {
         default_parallelism: config.get(&PARALLELISM_DEFAULT).map_err(CliError::usage)?,
         max_parallelism: config.get(&PIPELINE_MAX_PARALLELISM).map_err(CliError::usage)?,
@@ -54,8 +53,8 @@ pub fn run(args: RunArgs, catalog: &JobCatalog) -> Result<ExitCode, CliError> {
         restart,
         executor: None,
     };
-    if let Some(path) = &args.from_savepoint {
-        let restore = plan_restore(path, &graph, &settings, args.allow_non_restored_state)?;
+    if let Some(path) = savepoint {
+        let restore = plan_restore(path, &graph, &settings, allow_non_restored_state)?;
         eprintln!(
             "Restoring from {} ({} {}, max parallelism {})",
             restore.location, restore.metadata.kind, restore.metadata.checkpoint_id, restore.plan.max_parallelism
@@ -66,7 +65,54 @@ pub fn run(args: RunArgs, catalog: &JobCatalog) -> Result<ExitCode, CliError> {
         settings.max_parallelism = Some(restore.plan.max_parallelism);
         settings.restore = Some(Arc::new(restore));
     }
-    // Every check that does not need a running cluster happens before anything starts.
+    JobGraph::build(&graph, &settings).map_err(CliError::usage)?;
+    Ok(PreparedJob { graph, settings })
+}
+
+/// The stream graph of catalog job `job` with `job_args`.
+pub fn build_graph(
+    catalog: &JobCatalog,
+    config: &Configuration,
+    job: &str,
+    job_args: &[String],
+) -> Result<StreamGraph, CliError> {
+    let Some(definition) = catalog.get(job) else {
+        let names: Vec<&str> = catalog.jobs().iter().map(|j| j.name()).collect();
+        return Err(CliError::usage(format!(
+            "unknown job '{job}'; the catalog has: {} (see `weir jobs`)",
+            names.join(", ")
+        )));
+    };
+    let parsed = JobArgs::parse(definition.name(), &definition.args(), job_args).map_err(CliError::usage)?;
+    let env = StreamExecutionEnvironment::new();
+    definition.build(&parsed, &env).map_err(CliError::usage)?;
+    let job_name =
+        config.get(&PIPELINE_NAME).map_err(CliError::usage)?.unwrap_or_else(|| definition.name().to_string());
+    env.build(&job_name).map_err(CliError::usage)
+}
+
+pub fn run(args: RunArgs, catalog: &JobCatalog) -> Result<ExitCode, CliError> {
+    let mut config = settings::load(&args.config)?;
+    if let Some(parallelism) = args.parallelism {
+        config.set_from("parallelism.default", parallelism.to_string(), "-p");
+        config.validate().map_err(CliError::usage)?;
+    }
+    if let Some(address) = settings::cluster_address(args.jobmanager.as_deref(), &config)? {
+        return crate::commands::cluster::submit(&address, &args);
+    }
+    if args.detached {
+        return Err(CliError::usage(
+            "-d/--detached needs a cluster: pass -m HOST:PORT (start one with `weir cluster start`)",
+        ));
+    }
+    let PreparedJob { graph, settings } = prepare(
+        catalog,
+        &config,
+        &args.job,
+        &args.job_args,
+        args.from_savepoint.as_deref(),
+        args.allow_non_restored_state,
+    )?;
     let job_graph = JobGraph::build(&graph, &settings).map_err(CliError::usage)?;
     let slots = job_graph.vertices.iter().map(|v| v.parallelism).max().unwrap_or(1);
 
@@ -147,8 +193,12 @@ fn start_rest(config: &Configuration, dispatcher: &Arc<Dispatcher>, slots: u32) 
         None => config.get(&REST_ADDRESS).map_err(CliError::usage)?,
     };
     let port = config.get(&REST_PORT).map_err(CliError::usage)?;
-    let cluster =
-        || ClusterInfo { taskmanagers: 1, slots_total: slots, version: env!("CARGO_PKG_VERSION").to_string() };
+    let cluster = || ClusterInfo {
+        taskmanagers: 1,
+        slots_total: slots,
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        ..ClusterInfo::default()
+    };
     match RestServer::start(&address, port, Arc::clone(dispatcher), cluster()) {
         Ok(server) => Ok(server),
         Err(error) if config.contains(&REST_PORT) => Err(CliError::runtime(error)),

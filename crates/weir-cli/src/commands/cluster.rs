@@ -1,0 +1,276 @@
+//! The standalone cluster from the command line: `weir jobmanager`, `weir taskmanager`,
+//! `weir cluster start|stop`, and `weir run -m` submitting to it.
+
+use std::process::{Command, ExitCode, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use weir_api::catalog::JobCatalog;
+use weir_config::Configuration;
+use weir_config::options::{
+    HEARTBEAT_INTERVAL, HEARTBEAT_TIMEOUT, JOBMANAGER_RPC_ADDRESS, JOBMANAGER_RPC_PORT, REST_ADDRESS,
+    REST_BIND_ADDRESS, REST_PORT, TASKMANAGER_NUMBER_OF_TASK_SLOTS,
+};
+use weir_rest::{ClusterInfo, RestServer};
+use weir_runtime::Dispatcher;
+use weir_runtime::cluster::{ClusterResources, GraphBuilder, JobSubmission, RemoteExecutor, run_taskmanager};
+use weir_types::JobStatus;
+
+use crate::args::{ClusterCommand, ClusterStartArgs, ConfigArgs, ConfigOnly, RunArgs, TaskmanagerArgs};
+use crate::client::{RestClient, error_text};
+use crate::commands::run::{build_graph, prepare};
+use crate::error::CliError;
+use crate::settings;
+
+/// Longest `weir cluster start` waits for its processes to be up.
+const CLUSTER_START_WAIT_MAX: Duration = Duration::from_secs(20);
+
+/// The cluster's configuration plus a submission's own overrides and `-p`.
+fn job_config(base: &Configuration, submission: &JobSubmission) -> Result<Configuration, CliError> {
+    let mut config = base.clone();
+    for entry in &submission.config {
+        config.apply_override(entry).map_err(CliError::usage)?;
+    }
+    if let Some(parallelism) = submission.parallelism {
+        config.set_from("parallelism.default", parallelism.to_string(), "-p");
+    }
+    config.validate().map_err(CliError::usage)?;
+    Ok(config)
+}
+
+pub fn jobmanager(args: ConfigOnly, catalog: Arc<JobCatalog>) -> Result<ExitCode, CliError> {
+    let config = settings::load(&args.config)?;
+    let rpc_host = config.get(&JOBMANAGER_RPC_ADDRESS).map_err(CliError::usage)?;
+    let rpc_port = config.get(&JOBMANAGER_RPC_PORT).map_err(CliError::usage)?;
+    let heartbeat_timeout = config.get(&HEARTBEAT_TIMEOUT).map_err(CliError::usage)?;
+    let (resources, rpc_address) = ClusterResources::start(&format!("{rpc_host}:{rpc_port}"), heartbeat_timeout)
+        .map_err(|e| {
+            CliError::runtime(format!(
+                "cannot listen for TaskManagers on {rpc_host}:{rpc_port}: {e}; choose another jobmanager.rpc.port"
+            ))
+        })?;
+    let dispatcher = Dispatcher::new("cluster");
+    let submit_resources = Arc::clone(&resources);
+    let submit_dispatcher = Arc::clone(&dispatcher);
+    let submitter = Arc::new(move |submission: JobSubmission| -> Result<String, (u16, String)> {
+        let usage = |e: CliError| (400u16, e.to_string());
+        let config = job_config(&config, &submission).map_err(usage)?;
+        let mut prepared = prepare(
+            &catalog,
+            &config,
+            &submission.job,
+            &submission.args,
+            submission.savepoint.as_deref(),
+            submission.allow_non_restored_state,
+        )
+        .map_err(usage)?;
+        prepared.settings.executor = Some(Arc::new(RemoteExecutor {
+            resources: Arc::clone(&submit_resources),
+            submission: submission.clone(),
+            default_parallelism: prepared.settings.default_parallelism,
+        }));
+        let master =
+            submit_dispatcher.submit(prepared.graph, prepared.settings).map_err(|e| (400u16, e.to_string()))?;
+        Ok(master.job_id().to_string())
+    });
+    let list_resources = Arc::clone(&resources);
+    let cluster = ClusterInfo {
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        taskmanager_list: Some(Arc::new(move || list_resources.taskmanagers())),
+        submitter: Some(submitter),
+        ..ClusterInfo::default()
+    };
+    let base = settings::load(&args.config)?;
+    let host = match base.get(&REST_BIND_ADDRESS).map_err(CliError::usage)? {
+        Some(bind) => bind,
+        None => base.get(&REST_ADDRESS).map_err(CliError::usage)?,
+    };
+    let port = base.get(&REST_PORT).map_err(CliError::usage)?;
+    let rest = RestServer::start(&host, port, Arc::clone(&dispatcher), cluster).map_err(CliError::runtime)?;
+    eprintln!("JobManager: REST API at http://{}, TaskManagers connect to {rpc_address}", rest.local_addr());
+    loop {
+        std::thread::sleep(Duration::from_secs(3600));
+    }
+}
+
+pub fn taskmanager(args: TaskmanagerArgs, catalog: Arc<JobCatalog>) -> Result<ExitCode, CliError> {
+    let config = settings::load(&args.config)?;
+    let jobmanager = match args.jobmanager {
+        Some(address) => address,
+        None => format!(
+            "{}:{}",
+            config.get(&JOBMANAGER_RPC_ADDRESS).map_err(CliError::usage)?,
+            config.get(&JOBMANAGER_RPC_PORT).map_err(CliError::usage)?
+        ),
+    };
+    let slots = config.get(&TASKMANAGER_NUMBER_OF_TASK_SLOTS).map_err(CliError::usage)?;
+    let heartbeat = config.get(&HEARTBEAT_INTERVAL).map_err(CliError::usage)?;
+    let builder: GraphBuilder = Arc::new(move |submission: &JobSubmission| {
+        let config = job_config(&config, submission).map_err(|e| e.to_string())?;
+        build_graph(&catalog, &config, &submission.job, &submission.args).map_err(|e| e.to_string())
+    });
+    run_taskmanager(&jobmanager, slots, heartbeat, builder)
+        .map_err(|e| CliError::runtime(format!("TaskManager: {e}")))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `weir run -m`: submits to the cluster at `address`, then follows the job unless `-d`.
+pub fn submit(address: &str, args: &RunArgs) -> Result<ExitCode, CliError> {
+    let client = RestClient::new(address);
+    let savepoint = args.from_savepoint.as_deref().map(|path| {
+        if path.contains("://") {
+            path.to_string()
+        } else {
+            std::path::absolute(path).map(|p| p.display().to_string()).unwrap_or_else(|_| path.to_string())
+        }
+    });
+    let submission = JobSubmission {
+        job: args.job.clone(),
+        args: args.job_args.clone(),
+        config: args.config.dynamic.clone(),
+        parallelism: args.parallelism,
+        savepoint,
+        allow_non_restored_state: args.allow_non_restored_state,
+    };
+    let body = serde_json::to_value(&submission).map_err(|e| CliError::runtime(e.to_string()))?;
+    let response = client.post_json("/jobs", &body)?;
+    if !(200..300).contains(&response.status) {
+        let message = error_text(&response.body);
+        return Err(if response.status == 400 { CliError::usage(message) } else { CliError::runtime(message) });
+    }
+    let answer: Value = serde_json::from_str(&response.body).map_err(|e| CliError::runtime(e.to_string()))?;
+    let job_id = answer["jobid"].as_str().unwrap_or_default().to_string();
+    println!("Job has been submitted with JobID {job_id}");
+    if args.detached {
+        return Ok(ExitCode::SUCCESS);
+    }
+    loop {
+        let status: Value = client.get_json(&format!("/jobs/{job_id}/status"))?;
+        let state: JobStatus =
+            serde_json::from_value(status["status"].clone()).map_err(|e| CliError::runtime(e.to_string()))?;
+        if state.is_globally_terminal() {
+            let details: Value = client.get_json(&format!("/jobs/{job_id}"))?;
+            println!("Job {job_id} ended with state {state} after {} ms", details["duration"]);
+            return match state {
+                JobStatus::Finished => Ok(ExitCode::SUCCESS),
+                JobStatus::Failed => Err(CliError::runtime(format!(
+                    "job {job_id} FAILED: {}",
+                    details["failure-cause"].as_str().unwrap_or("no cause recorded")
+                ))),
+                _ => Ok(ExitCode::from(1)),
+            };
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn cluster_dir() -> std::path::PathBuf {
+    settings::data_dir().join("cluster")
+}
+
+pub fn cluster(command: ClusterCommand) -> Result<ExitCode, CliError> {
+    match command {
+        ClusterCommand::Start(args) => start(args),
+        ClusterCommand::Stop => stop(),
+    }
+}
+
+fn config_args(config: &ConfigArgs) -> Vec<String> {
+    let mut args = Vec::new();
+    if let Some(file) = &config.config {
+        args.push("-c".to_string());
+        args.push(file.display().to_string());
+    }
+    for entry in &config.dynamic {
+        args.push("-D".to_string());
+        args.push(entry.clone());
+    }
+    args
+}
+
+fn start(args: ClusterStartArgs) -> Result<ExitCode, CliError> {
+    let config = settings::load(&args.config)?;
+    let dir = cluster_dir();
+    let pid_file = dir.join("cluster.pids");
+    if pid_file.exists() {
+        return Err(CliError::runtime(format!(
+            "a cluster started from {} may still run ({} exists); run `weir cluster stop` first",
+            dir.display(),
+            pid_file.display()
+        )));
+    }
+    std::fs::create_dir_all(&dir).map_err(|e| CliError::runtime(format!("cannot create {}: {e}", dir.display())))?;
+    let exe = std::env::current_exe().map_err(|e| CliError::runtime(format!("cannot find the weir binary: {e}")))?;
+    let rpc = format!(
+        "{}:{}",
+        config.get(&JOBMANAGER_RPC_ADDRESS).map_err(CliError::usage)?,
+        config.get(&JOBMANAGER_RPC_PORT).map_err(CliError::usage)?
+    );
+    let rest = settings::jobmanager_address(None, &config)?;
+    let spawn = |name: &str, verb: Vec<String>| -> Result<u32, CliError> {
+        let log = std::fs::File::create(dir.join(format!("{name}.log")))
+            .map_err(|e| CliError::runtime(format!("cannot create the log of {name}: {e}")))?;
+        let err = log.try_clone().map_err(|e| CliError::runtime(e.to_string()))?;
+        let child = Command::new(&exe)
+            .args(verb)
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(log))
+            .stderr(Stdio::from(err))
+            .spawn()
+            .map_err(|e| CliError::runtime(format!("cannot start {name}: {e}")))?;
+        Ok(child.id())
+    };
+    let started = Instant::now();
+    let mut pids = Vec::new();
+    let mut jobmanager_args = vec!["jobmanager".to_string()];
+    jobmanager_args.extend(config_args(&args.config));
+    pids.push(spawn("jobmanager", jobmanager_args)?);
+    for index in 0..args.taskmanagers {
+        let mut taskmanager_args = vec!["taskmanager".to_string(), "--jobmanager".to_string(), rpc.clone()];
+        taskmanager_args.extend(config_args(&args.config));
+        pids.push(spawn(&format!("taskmanager-{index}"), taskmanager_args)?);
+    }
+    let text: Vec<String> = pids.iter().map(u32::to_string).collect();
+    std::fs::write(&pid_file, text.join("\n"))
+        .map_err(|e| CliError::runtime(format!("cannot write {}: {e}", pid_file.display())))?;
+    let client = RestClient::new(&rest);
+    loop {
+        if let Ok(overview) = client.get_json::<Value>("/overview")
+            && overview["taskmanagers"].as_u64() == Some(u64::from(args.taskmanagers))
+        {
+            break;
+        }
+        if started.elapsed() > CLUSTER_START_WAIT_MAX {
+            return Err(CliError::runtime(format!(
+                "the cluster did not come up within {CLUSTER_START_WAIT_MAX:?}; see the logs in {}",
+                dir.display()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let slots = config.get(&TASKMANAGER_NUMBER_OF_TASK_SLOTS).map_err(CliError::usage)?;
+    println!(
+        "Cluster started in {} ms: JobManager at http://{rest} (TaskManagers connect to {rpc}), {} TaskManager(s) with {slots} slot(s) each; logs in {}",
+        started.elapsed().as_millis(),
+        args.taskmanagers,
+        dir.display()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn stop() -> Result<ExitCode, CliError> {
+    let pid_file = cluster_dir().join("cluster.pids");
+    let text = std::fs::read_to_string(&pid_file)
+        .map_err(|_| CliError::runtime(format!("no cluster to stop: {} does not exist", pid_file.display())))?;
+    let mut stopped = 0;
+    for pid in text.lines().filter(|l| !l.trim().is_empty()) {
+        let status = Command::new("kill").arg(pid.trim()).stdout(Stdio::null()).stderr(Stdio::null()).status();
+        if status.is_ok_and(|s| s.success()) {
+            stopped += 1;
+        }
+    }
+    let _ = std::fs::remove_file(&pid_file);
+    println!("Stopped {stopped} cluster process(es).");
+    Ok(ExitCode::SUCCESS)
+}

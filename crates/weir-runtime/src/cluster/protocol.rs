@@ -1,0 +1,141 @@
+//! The control protocol between the JobManager and its TaskManagers: JSON lines.
+
+use std::io::{BufRead, Write};
+
+use serde::{Deserialize, Serialize};
+use weir_api::snapshot::TaskControl;
+
+use crate::checkpointing::writer::WriteOutcome;
+use crate::execution::TaskEvent;
+
+/// A job as submitted to a cluster: everything a process needs to build the same graph.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct JobSubmission {
+    /// The catalog name.
+    pub job: String,
+    /// The job's own arguments.
+    pub args: Vec<String>,
+    /// Configuration overrides (`key=value`), applied over the cluster's configuration.
+    #[serde(default)]
+    pub config: Vec<String>,
+    /// `-p`.
+    #[serde(default)]
+    pub parallelism: Option<u32>,
+    /// `-s`: a savepoint or retained checkpoint to start from.
+    #[serde(default)]
+    pub savepoint: Option<String>,
+    /// `-n`.
+    #[serde(default)]
+    pub allow_non_restored_state: bool,
+}
+
+/// One attempt of a job, deployed to a TaskManager.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct DeploySpec {
+    /// The job id.
+    pub job_id: String,
+    /// The job's name.
+    pub job_name: String,
+    /// The attempt.
+    pub attempt: u32,
+    /// How to build the graph.
+    pub submission: JobSubmission,
+    /// Parallelism the job graph was built with.
+    pub default_parallelism: u32,
+    /// Max parallelism of the job.
+    pub max_parallelism: u32,
+    /// Data address of the TaskManager owning each slot; subtask `i` of every task runs in
+    /// slot `i` (slot sharing).
+    pub slot_addresses: Vec<String>,
+    /// Exactly-once alignment.
+    pub exactly_once: bool,
+    /// The snapshot to restore (a checkpoint or savepoint location).
+    pub restore: Option<String>,
+}
+
+/// Messages to the JobManager.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum ToJobManager {
+    /// A TaskManager offers its slots.
+    Register {
+        /// Its id.
+        taskmanager_id: String,
+        /// Its slots.
+        slots: u32,
+        /// Where its data server listens.
+        data_address: String,
+    },
+    /// Still alive.
+    Heartbeat,
+    /// A subtask changed state.
+    TaskEvent {
+        /// The job.
+        job_id: String,
+        /// The attempt.
+        attempt: u32,
+        /// The event.
+        event: TaskEvent,
+    },
+    /// A subtask's snapshot was written (or not).
+    Snapshot {
+        /// The job.
+        job_id: String,
+        /// The attempt.
+        attempt: u32,
+        /// The outcome.
+        outcome: WriteOutcome,
+    },
+}
+
+/// Messages to a TaskManager.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum ToTaskManager {
+    /// Run the subtasks of these slots.
+    Deploy(Box<DeploySpec>),
+    /// A control message for one subtask.
+    Control {
+        /// The job.
+        job_id: String,
+        /// The attempt.
+        attempt: u32,
+        /// The vertex.
+        vertex: usize,
+        /// The subtask.
+        subtask: u32,
+        /// The message.
+        control: TaskControl,
+    },
+    /// Where the files of a checkpoint go.
+    CheckpointDir {
+        /// The job.
+        job_id: String,
+        /// The checkpoint.
+        checkpoint_id: u64,
+        /// The directory URL.
+        url: String,
+    },
+    /// Stop the attempt's subtasks.
+    Cancel {
+        /// The job.
+        job_id: String,
+        /// The attempt.
+        attempt: u32,
+    },
+}
+
+/// Writes one message as a JSON line.
+pub fn send<T: Serialize>(writer: &mut impl Write, message: &T) -> std::io::Result<()> {
+    let mut line = serde_json::to_vec(message).map_err(std::io::Error::other)?;
+    line.push(b'\n');
+    writer.write_all(&line)?;
+    writer.flush()
+}
+
+/// Reads one message; `Ok(None)` at the end of the connection.
+pub fn receive<T: for<'de> Deserialize<'de>>(reader: &mut impl BufRead) -> std::io::Result<Option<T>> {
+    let mut line = String::new();
+    if reader.read_line(&mut line)? == 0 {
+        return Ok(None);
+    }
+    serde_json::from_str(&line).map(Some).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+}

@@ -1,0 +1,405 @@
+//! The JobManager's side of the cluster: registered TaskManagers and their slots, failure
+//! detection (a lost connection at once, silence past the heartbeat timeout), and the
+//! executor that deploys job attempts onto TaskManagers.
+
+use std::collections::HashMap;
+use std::io::{BufReader, BufWriter};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::Sender;
+use serde::{Deserialize, Serialize};
+use weir_api::error::TaskError;
+use weir_api::graph::StreamGraph;
+use weir_api::snapshot::TaskControl;
+
+use super::protocol::{DeploySpec, JobSubmission, ToJobManager, ToTaskManager, receive, send};
+use crate::execution::{TaskEvent, TaskEventKind};
+use crate::executor::{AttemptHandle, AttemptSpec, Executor};
+use crate::job_master::MasterEvent;
+use crate::jobgraph::JobGraph;
+
+/// How long a job waits for enough free slots before its attempt fails.
+pub const SLOT_WAIT_MAX: Duration = Duration::from_secs(300);
+
+/// A TaskManager as `GET /taskmanagers` shows it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct TaskManagerInfo {
+    /// Its id.
+    pub id: String,
+    /// Its data address.
+    pub path: String,
+    /// Slots it offers.
+    #[serde(rename = "slotsNumber")]
+    pub slots_number: u32,
+    /// Slots not in use.
+    #[serde(rename = "freeSlots")]
+    pub free_slots: u32,
+    /// Milliseconds since its last heartbeat.
+    #[serde(rename = "timeSinceLastHeartbeat")]
+    pub time_since_last_heartbeat: u64,
+}
+
+struct TaskManager {
+    slots: u32,
+    used: u32,
+    data_address: String,
+    link: Arc<Mutex<BufWriter<TcpStream>>>,
+    connection: TcpStream,
+    last_heartbeat: Instant,
+}
+
+/// Where a job attempt's reports go.
+struct Route {
+    attempt: u32,
+    task_events: Sender<TaskEvent>,
+    snapshot_events: Sender<MasterEvent>,
+    /// TaskManager id of each slot.
+    slots: Vec<String>,
+    /// Vertex parallelisms (to fail a lost TaskManager's subtasks).
+    parallelism: Vec<u32>,
+}
+
+/// The TaskManagers of a cluster and the jobs deployed on them.
+pub struct ClusterResources {
+    taskmanagers: Mutex<HashMap<String, TaskManager>>,
+    routes: Mutex<HashMap<String, Route>>,
+    heartbeat_timeout: Duration,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    match mutex.lock() {
+        Ok(guard) => guard,
+        Err(poisoned) => poisoned.into_inner(),
+    }
+}
+
+impl ClusterResources {
+    /// Accepts TaskManagers on `rpc_bind`; returns the resources and the bound address.
+    pub fn start(
+        rpc_bind: &str,
+        heartbeat_timeout: Duration,
+    ) -> std::io::Result<(Arc<ClusterResources>, std::net::SocketAddr)> {
+        let listener = TcpListener::bind(rpc_bind)?;
+        let address = listener.local_addr()?;
+        let resources = Arc::new(ClusterResources {
+            taskmanagers: Mutex::new(HashMap::new()),
+            routes: Mutex::new(HashMap::new()),
+            heartbeat_timeout,
+        });
+        let accepting = Arc::clone(&resources);
+        std::thread::Builder::new().name("weir-rpc".into()).spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let serving = Arc::clone(&accepting);
+                std::thread::spawn(move || serving.serve(stream));
+            }
+        })?;
+        let watching = Arc::clone(&resources);
+        std::thread::Builder::new().name("weir-heartbeats".into()).spawn(move || {
+            loop {
+                std::thread::sleep(Duration::from_millis(100));
+                watching.expire_silent();
+            }
+        })?;
+        Ok((resources, address))
+    }
+
+    /// The registered TaskManagers.
+    pub fn taskmanagers(&self) -> Vec<TaskManagerInfo> {
+        let mut list: Vec<TaskManagerInfo> = lock(&self.taskmanagers)
+            .iter()
+            .map(|(id, tm)| TaskManagerInfo {
+                id: id.clone(),
+                path: tm.data_address.clone(),
+                slots_number: tm.slots,
+                free_slots: tm.slots.saturating_sub(tm.used),
+                time_since_last_heartbeat: tm.last_heartbeat.elapsed().as_millis() as u64,
+            })
+            .collect();
+        list.sort_by(|a, b| a.id.cmp(&b.id));
+        list
+    }
+
+    /// Closes connections of TaskManagers silent past the heartbeat timeout.
+    fn expire_silent(&self) {
+        for (id, tm) in lock(&self.taskmanagers).iter() {
+            if tm.last_heartbeat.elapsed() > self.heartbeat_timeout {
+                tracing::warn!(taskmanager = %id, "heartbeat timeout");
+                let _ = tm.connection.shutdown(Shutdown::Both);
+            }
+        }
+    }
+
+    fn serve(self: Arc<Self>, stream: TcpStream) {
+        let _ = stream.set_nodelay(true);
+        let Ok(writer) = stream.try_clone() else { return };
+        let Ok(connection) = stream.try_clone() else { return };
+        let mut reader = BufReader::new(stream);
+        let Ok(Some(ToJobManager::Register { taskmanager_id, slots, data_address })) = receive(&mut reader) else {
+            return;
+        };
+        tracing::info!(taskmanager = %taskmanager_id, slots, %data_address, "TaskManager registered");
+        lock(&self.taskmanagers).insert(
+            taskmanager_id.clone(),
+            TaskManager {
+                slots,
+                used: 0,
+                data_address,
+                link: Arc::new(Mutex::new(BufWriter::new(writer))),
+                connection,
+                last_heartbeat: Instant::now(),
+            },
+        );
+        while let Ok(Some(message)) = receive::<ToJobManager>(&mut reader) {
+            match message {
+                ToJobManager::Heartbeat | ToJobManager::Register { .. } => {
+                    if let Some(tm) = lock(&self.taskmanagers).get_mut(&taskmanager_id) {
+                        tm.last_heartbeat = Instant::now();
+                    }
+                }
+                ToJobManager::TaskEvent { job_id, attempt, event } => {
+                    if let Some(route) = lock(&self.routes).get(&job_id).filter(|r| r.attempt == attempt) {
+                        let _ = route.task_events.send(event);
+                    }
+                }
+                ToJobManager::Snapshot { job_id, attempt, outcome } => {
+                    if let Some(route) = lock(&self.routes).get(&job_id).filter(|r| r.attempt == attempt) {
+                        let _ = route.snapshot_events.send(MasterEvent::Snapshot(outcome));
+                    }
+                }
+            }
+        }
+        self.lost(&taskmanager_id);
+    }
+
+    /// A TaskManager is gone: every subtask it ran fails at once.
+    fn lost(&self, taskmanager_id: &str) {
+        let removed = lock(&self.taskmanagers).remove(taskmanager_id);
+        let Some(removed) = removed else { return };
+        tracing::warn!(taskmanager = %taskmanager_id, address = %removed.data_address, "TaskManager lost");
+        for route in lock(&self.routes).values() {
+            for (slot, owner) in route.slots.iter().enumerate() {
+                if owner != taskmanager_id {
+                    continue;
+                }
+                for (vertex, parallelism) in route.parallelism.iter().enumerate() {
+                    if (slot as u32) < *parallelism {
+                        let error = TaskError::external(
+                            format!("TaskManager {taskmanager_id} at {}", removed.data_address),
+                            "the connection was lost (the process died or the network failed)",
+                        );
+                        let _ = route.task_events.send(TaskEvent {
+                            vertex,
+                            subtask: slot as u32,
+                            kind: TaskEventKind::Failed(error),
+                        });
+                    }
+                }
+            }
+        }
+    }
+
+    /// Takes `count` free slots, waiting up to [`SLOT_WAIT_MAX`]; `(TaskManager id, data
+    /// address)` per slot.
+    fn allocate(&self, count: u32, cancel: &AtomicBool) -> Result<Vec<(String, String)>, TaskError> {
+        let deadline = Instant::now() + SLOT_WAIT_MAX;
+        loop {
+            {
+                let mut taskmanagers = lock(&self.taskmanagers);
+                let free: u32 = taskmanagers.values().map(|tm| tm.slots.saturating_sub(tm.used)).sum();
+                if free >= count {
+                    let mut ids: Vec<String> = taskmanagers.keys().cloned().collect();
+                    ids.sort();
+                    let mut slots = Vec::with_capacity(count as usize);
+                    // Spread subtasks over TaskManagers round-robin.
+                    while (slots.len() as u32) < count {
+                        for id in &ids {
+                            if let Some(tm) = taskmanagers.get_mut(id)
+                                && tm.used < tm.slots
+                                && (slots.len() as u32) < count
+                            {
+                                tm.used += 1;
+                                slots.push((id.clone(), tm.data_address.clone()));
+                            }
+                        }
+                    }
+                    return Ok(slots);
+                }
+            }
+            if cancel.load(Ordering::SeqCst) {
+                return Err(TaskError::Cancelled);
+            }
+            if Instant::now() >= deadline {
+                return Err(TaskError::external(
+                    "waiting for TaskManager slots",
+                    format!("{count} slots needed, not available within {SLOT_WAIT_MAX:?}; start more TaskManagers"),
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn release(&self, slots: &[(String, String)]) {
+        let mut taskmanagers = lock(&self.taskmanagers);
+        for (id, _) in slots {
+            if let Some(tm) = taskmanagers.get_mut(id) {
+                tm.used = tm.used.saturating_sub(1);
+            }
+        }
+    }
+
+    fn send_to(&self, taskmanager_id: &str, message: &ToTaskManager) {
+        let link = lock(&self.taskmanagers).get(taskmanager_id).map(|tm| Arc::clone(&tm.link));
+        if let Some(link) = link {
+            let _ = send(&mut *lock(&link), message);
+        }
+    }
+}
+
+/// The restore request for a job graph's operators at their current parallelism.
+pub fn restore_request(
+    graph: &StreamGraph,
+    job_graph: &JobGraph,
+    allow_non_restored_state: bool,
+) -> weir_checkpoint::RestoreRequest {
+    let mut operators = Vec::with_capacity(graph.nodes().len());
+    for node in graph.nodes() {
+        operators.push(weir_checkpoint::NewOperator {
+            uid: node.uid_or_generated(),
+            parallelism: job_graph.vertices[job_graph.vertex_of_node[node.id]].parallelism,
+            keyed: node.keyed,
+        });
+    }
+    weir_checkpoint::RestoreRequest {
+        operators,
+        max_parallelism: Some(job_graph.max_parallelism),
+        allow_non_restored_state,
+    }
+}
+
+/// Deploys a job's attempts onto the cluster's TaskManagers.
+pub struct RemoteExecutor {
+    /// The cluster.
+    pub resources: Arc<ClusterResources>,
+    /// The job as submitted (each TaskManager builds the graph from it).
+    pub submission: JobSubmission,
+    /// The parallelism the job graph was built with.
+    pub default_parallelism: u32,
+}
+
+struct RemoteAttempt {
+    resources: Arc<ClusterResources>,
+    job_id: String,
+    attempt: u32,
+    slots: Vec<(String, String)>,
+    done: Arc<AtomicBool>,
+}
+
+impl AttemptHandle for RemoteAttempt {
+    fn join(self: Box<Self>) {
+        self.done.store(true, Ordering::SeqCst);
+        self.resources.release(&self.slots);
+        let mut routes = lock(&self.resources.routes);
+        if routes.get(&self.job_id).is_some_and(|r| r.attempt == self.attempt) {
+            routes.remove(&self.job_id);
+        }
+    }
+}
+
+impl Executor for RemoteExecutor {
+    fn start(&self, spec: AttemptSpec) -> Result<Box<dyn AttemptHandle>, TaskError> {
+        let slot_count = spec.job_graph.vertices.iter().map(|v| v.parallelism).max().unwrap_or(1);
+        let slots = self.resources.allocate(slot_count, &spec.cancel)?;
+        let job_id = spec.job_id.to_string();
+        let owners: Vec<String> = slots.iter().map(|(id, _)| id.clone()).collect();
+        lock(&self.resources.routes).insert(
+            job_id.clone(),
+            Route {
+                attempt: spec.attempt,
+                task_events: spec.task_events.clone(),
+                snapshot_events: spec.snapshot_events.clone(),
+                slots: owners.clone(),
+                parallelism: spec.job_graph.vertices.iter().map(|v| v.parallelism).collect(),
+            },
+        );
+        let deploy = DeploySpec {
+            job_id: job_id.clone(),
+            job_name: spec.job_name.clone(),
+            attempt: spec.attempt,
+            submission: self.submission.clone(),
+            default_parallelism: self.default_parallelism,
+            max_parallelism: spec.job_graph.max_parallelism,
+            slot_addresses: slots.iter().map(|(_, address)| address.clone()).collect(),
+            exactly_once: spec.wiring.exactly_once,
+            restore: spec.restore.as_ref().map(|r| r.location.clone()),
+        };
+        let mut involved: Vec<String> = owners.clone();
+        involved.sort();
+        involved.dedup();
+        for taskmanager in &involved {
+            self.resources.send_to(taskmanager, &ToTaskManager::Deploy(Box::new(deploy.clone())));
+        }
+        // Control messages go to the TaskManager of their subtask; a checkpoint's directory
+        // goes to every TaskManager before its trigger.
+        for (vertex, receivers) in spec.controls.into_iter().enumerate() {
+            for (subtask, receiver) in receivers.into_iter().enumerate() {
+                let resources = Arc::clone(&self.resources);
+                let owner = owners[subtask].clone();
+                let involved = involved.clone();
+                let dirs = Arc::clone(&spec.wiring.dirs);
+                let (job_id, attempt) = (job_id.clone(), spec.attempt);
+                std::thread::spawn(move || {
+                    for control in receiver {
+                        if let TaskControl::TriggerCheckpoint(barrier) = control {
+                            let url = lock(&dirs).get(&barrier.checkpoint_id).map(|dir| dir.storage.url().to_string());
+                            if let Some(url) = url {
+                                for taskmanager in &involved {
+                                    let message = ToTaskManager::CheckpointDir {
+                                        job_id: job_id.clone(),
+                                        checkpoint_id: barrier.checkpoint_id,
+                                        url: url.clone(),
+                                    };
+                                    resources.send_to(taskmanager, &message);
+                                }
+                            }
+                        }
+                        let message = ToTaskManager::Control {
+                            job_id: job_id.clone(),
+                            attempt,
+                            vertex,
+                            subtask: subtask as u32,
+                            control,
+                        };
+                        resources.send_to(&owner, &message);
+                    }
+                });
+            }
+        }
+        // Cancellation of the attempt (a cancel, a failure elsewhere, a restart).
+        let done = Arc::new(AtomicBool::new(false));
+        let watching = Arc::clone(&done);
+        let resources = Arc::clone(&self.resources);
+        let cancel = Arc::clone(&spec.cancel);
+        let (cancel_job, attempt) = (job_id.clone(), spec.attempt);
+        std::thread::spawn(move || {
+            while !watching.load(Ordering::SeqCst) {
+                if cancel.load(Ordering::SeqCst) {
+                    for taskmanager in &involved {
+                        resources.send_to(taskmanager, &ToTaskManager::Cancel { job_id: cancel_job.clone(), attempt });
+                    }
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        });
+        Ok(Box::new(RemoteAttempt {
+            resources: Arc::clone(&self.resources),
+            job_id,
+            attempt: spec.attempt,
+            slots,
+            done,
+        }))
+    }
+}

@@ -1,0 +1,231 @@
+//! A TaskManager process: registers its slots with the JobManager, heartbeats, and runs the
+//! subtasks the JobManager deploys to it.
+
+use std::collections::HashMap;
+use std::io::{BufReader, BufWriter};
+use std::net::TcpStream;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crossbeam_channel::Sender;
+use weir_api::operator::{SystemClock, TaskMetrics};
+use weir_api::snapshot::TaskControl;
+use weir_checkpoint::SnapshotStorage;
+use weir_types::JobId;
+
+use super::GraphBuilder;
+use super::protocol::{DeploySpec, ToJobManager, ToTaskManager, receive, send};
+use crate::checkpointing::RestoreSource;
+use crate::checkpointing::coordinator::SnapshotDirs;
+use crate::checkpointing::writer::{SnapshotWriter, WriteOutcome};
+use crate::execution::{CheckpointWiring, JobContext, Placement, TaskEvent, deploy};
+use crate::jobgraph::{JobGraph, JobSettings};
+use crate::network::{DataServer, TcpNetwork};
+
+/// The connection to the JobManager, shared by the threads that report to it.
+type Link = Arc<Mutex<BufWriter<TcpStream>>>;
+
+struct Attempt {
+    attempt: u32,
+    controls: HashMap<(usize, u32), Sender<TaskControl>>,
+    dirs: SnapshotDirs,
+    cancel: Arc<AtomicBool>,
+}
+
+fn report(link: &Link, message: &ToJobManager) -> bool {
+    match link.lock() {
+        Ok(mut writer) => send(&mut *writer, message).is_ok(),
+        Err(_) => false,
+    }
+}
+
+/// Runs a TaskManager with `slots` slots against the JobManager at `jobmanager` (RPC
+/// address) until the process is stopped; reconnects when the JobManager goes away.
+pub fn run_taskmanager(
+    jobmanager: &str,
+    slots: u32,
+    heartbeat: Duration,
+    builder: GraphBuilder,
+) -> std::io::Result<()> {
+    let server = DataServer::start("127.0.0.1:0")?;
+    let taskmanager_id = JobId::generate().to_string();
+    eprintln!("TaskManager {taskmanager_id} data port {}", server.address());
+    loop {
+        let stream = match TcpStream::connect(jobmanager) {
+            Ok(stream) => stream,
+            Err(error) => {
+                tracing::warn!(%jobmanager, %error, "JobManager not reachable; retrying");
+                std::thread::sleep(Duration::from_millis(500));
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let link: Link = Arc::new(Mutex::new(BufWriter::new(stream.try_clone()?)));
+        let register = ToJobManager::Register {
+            taskmanager_id: taskmanager_id.clone(),
+            slots,
+            data_address: server.address().to_string(),
+        };
+        if !report(&link, &register) {
+            continue;
+        }
+        eprintln!("TaskManager {taskmanager_id} registered at {jobmanager} with {slots} slots");
+        let alive = Arc::new(AtomicBool::new(true));
+        let heartbeat_link = Arc::clone(&link);
+        let heartbeat_alive = Arc::clone(&alive);
+        std::thread::spawn(move || {
+            while heartbeat_alive.load(Ordering::SeqCst) && report(&heartbeat_link, &ToJobManager::Heartbeat) {
+                std::thread::sleep(heartbeat);
+            }
+        });
+        serve_jobmanager(stream, &link, &server, &builder);
+        alive.store(false, Ordering::SeqCst);
+        tracing::warn!(%jobmanager, "lost the JobManager; reconnecting");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn serve_jobmanager(stream: TcpStream, link: &Link, server: &Arc<DataServer>, builder: &GraphBuilder) {
+    let mut reader = BufReader::new(stream);
+    let mut attempts: HashMap<String, Attempt> = HashMap::new();
+    while let Ok(Some(message)) = receive::<ToTaskManager>(&mut reader) {
+        match message {
+            ToTaskManager::Deploy(spec) => {
+                if let Some(old) = attempts.remove(&spec.job_id) {
+                    old.cancel.store(true, Ordering::SeqCst);
+                }
+                match start_attempt(&spec, link, server, builder) {
+                    Ok(attempt) => {
+                        attempts.insert(spec.job_id.clone(), attempt);
+                    }
+                    Err(error) => tracing::error!(job_id = %spec.job_id, %error, "cannot deploy"),
+                }
+            }
+            ToTaskManager::Control { job_id, attempt, vertex, subtask, control } => {
+                if let Some(current) = attempts.get(&job_id).filter(|a| a.attempt == attempt)
+                    && let Some(sender) = current.controls.get(&(vertex, subtask))
+                {
+                    let _ = sender.send(control);
+                }
+            }
+            ToTaskManager::CheckpointDir { job_id, checkpoint_id, url } => {
+                if let Some(current) = attempts.get(&job_id)
+                    && let Ok(storage) = SnapshotStorage::from_url(&url)
+                    && let Ok(mut dirs) = current.dirs.lock()
+                {
+                    dirs.insert(checkpoint_id, Arc::new(storage.blocking()));
+                }
+            }
+            ToTaskManager::Cancel { job_id, attempt } => {
+                if let Some(current) = attempts.get(&job_id).filter(|a| a.attempt == attempt) {
+                    current.cancel.store(true, Ordering::SeqCst);
+                }
+            }
+        }
+    }
+    // The JobManager is gone: its jobs' subtasks here cannot report any more.
+    for attempt in attempts.values() {
+        attempt.cancel.store(true, Ordering::SeqCst);
+    }
+}
+
+fn start_attempt(
+    spec: &DeploySpec,
+    link: &Link,
+    server: &Arc<DataServer>,
+    builder: &GraphBuilder,
+) -> Result<Attempt, String> {
+    let graph = Arc::new(builder(&spec.submission)?);
+    let settings = JobSettings {
+        max_parallelism: Some(spec.max_parallelism),
+        ..JobSettings::with_parallelism(spec.default_parallelism)
+    };
+    let job_graph = Arc::new(JobGraph::build(&graph, &settings).map_err(|e| e.to_string())?);
+    let job_id: JobId = spec.job_id.parse().map_err(|e: weir_types::ids::BadJobId| e.to_string())?;
+    let my_address = server.address().to_string();
+    let slots = spec.slot_addresses.clone();
+    let local_slots = slots.clone();
+    let is_local = move |_vertex: usize, subtask: u32| local_slots.get(subtask as usize) == Some(&my_address);
+    let address_slots = slots.clone();
+    let network = TcpNetwork {
+        job_id: spec.job_id.clone(),
+        attempt: spec.attempt,
+        server: Arc::clone(server),
+        address_of: Arc::new(move |_vertex, subtask| address_slots.get(subtask as usize).and_then(|a| a.parse().ok())),
+    };
+    let restore = match &spec.restore {
+        Some(location) => Some(Arc::new(restore_source(location, &graph, &job_graph)?)),
+        None => None,
+    };
+    let cancel = Arc::new(AtomicBool::new(false));
+    let job_ctx = JobContext {
+        job_id,
+        job_name: spec.job_name.clone(),
+        cancel: Arc::clone(&cancel),
+        clock: Arc::new(SystemClock),
+        attempt: spec.attempt,
+        placement: Placement { is_local: Arc::new(is_local), network: Some(Arc::new(network)) },
+    };
+    let metrics: Vec<Vec<Arc<TaskMetrics>>> = job_graph
+        .vertices
+        .iter()
+        .map(|v| (0..v.parallelism).map(|_| Arc::new(TaskMetrics::default())).collect())
+        .collect();
+    let mut controls = HashMap::new();
+    let mut control_receivers = Vec::new();
+    for (vertex_index, vertex) in job_graph.vertices.iter().enumerate() {
+        let mut receivers = Vec::new();
+        for subtask in 0..vertex.parallelism {
+            let (sender, receiver) = crossbeam_channel::unbounded();
+            controls.insert((vertex_index, subtask), sender);
+            receivers.push(receiver);
+        }
+        control_receivers.push(receivers);
+    }
+    let dirs: SnapshotDirs = Arc::new(Mutex::new(HashMap::new()));
+    let (outcomes, outcome_receiver) = crossbeam_channel::unbounded::<WriteOutcome>();
+    let writer = SnapshotWriter::start(outcomes).map_err(|e| e.to_string())?;
+    let wiring =
+        CheckpointWiring { exactly_once: spec.exactly_once, dirs: Arc::clone(&dirs), writer: writer.queue(), restore };
+    let (events, event_receiver) = crossbeam_channel::unbounded::<TaskEvent>();
+    let threads = deploy(&graph, &job_graph, &job_ctx, &metrics, control_receivers, &wiring, &events)
+        .map_err(|e| e.to_string())?;
+    drop(events);
+    // Report events and snapshot outcomes to the JobManager until the attempt ends.
+    let event_link = Arc::clone(link);
+    let (event_job, attempt) = (spec.job_id.clone(), spec.attempt);
+    std::thread::spawn(move || {
+        for event in event_receiver {
+            report(&event_link, &ToJobManager::TaskEvent { job_id: event_job.clone(), attempt, event });
+        }
+        for thread in threads {
+            let _ = thread.join();
+        }
+        writer.shutdown();
+    });
+    let snapshot_link = Arc::clone(link);
+    let snapshot_job = spec.job_id.clone();
+    std::thread::spawn(move || {
+        for outcome in outcome_receiver {
+            report(&snapshot_link, &ToJobManager::Snapshot { job_id: snapshot_job.clone(), attempt, outcome });
+        }
+    });
+    Ok(Attempt { attempt: spec.attempt, controls, dirs, cancel })
+}
+
+/// The same restore plan the JobManager made (it is a pure function of the snapshot and the
+/// job graph).
+fn restore_source(
+    location: &str,
+    graph: &weir_api::graph::StreamGraph,
+    job_graph: &JobGraph,
+) -> Result<RestoreSource, String> {
+    let storage = SnapshotStorage::from_url(location).map_err(|e| e.to_string())?;
+    let blocking = storage.blocking();
+    let metadata = blocking.block_on(weir_checkpoint::load_metadata(&storage)).map_err(|e| e.to_string())?;
+    let plan =
+        weir_checkpoint::plan_restore(&metadata, &crate::cluster::resources::restore_request(graph, job_graph, true))
+            .map_err(|e| e.to_string())?;
+    Ok(RestoreSource { storage: blocking, location: location.to_string(), metadata, plan })
+}
