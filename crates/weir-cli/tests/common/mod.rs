@@ -80,6 +80,12 @@ impl RunningWeir {
         }
     }
 
+    /// The first stderr line containing `marker` (waits for it).
+    pub fn stderr_line(&mut self, marker: &str) -> String {
+        let stderr = Arc::clone(&self.stderr);
+        self.wait_for_line(&stderr, marker)
+    }
+
     /// The REST base URL the embedded cluster printed.
     pub fn rest_url(&mut self) -> String {
         let stderr = Arc::clone(&self.stderr);

@@ -1,0 +1,149 @@
+//! A standalone cluster of real processes: a JobManager, three TaskManagers, a job at p=4
+//! spread over them; three TaskManagers are killed with `kill -9` during the run (a new one
+//! starts after each) and the output is still exactly once.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use common::{RunningWeir, committed_lines, get, run_weir};
+
+fn start_taskmanager(rpc: &str) -> RunningWeir {
+    let mut taskmanager = RunningWeir::start(&[
+        "taskmanager",
+        "--jobmanager",
+        rpc,
+        "-D",
+        "taskmanager.numberOfTaskSlots=2",
+        "-D",
+        "heartbeat.interval=200ms",
+    ]);
+    taskmanager.stderr_line("registered at");
+    taskmanager
+}
+
+fn delay(min_ms: u64, spread_ms: u64) -> Duration {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos() as u64;
+    Duration::from_millis(min_ms + nanos % spread_ms)
+}
+
+#[test]
+fn three_taskmanager_kills_during_a_run_keep_the_output_exactly_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut jobmanager = RunningWeir::start(&[
+        "jobmanager",
+        "-D",
+        "rest.port=0",
+        "-D",
+        "jobmanager.rpc.port=0",
+        "-D",
+        "heartbeat.interval=200ms",
+        "-D",
+        "heartbeat.timeout=3s",
+    ]);
+    let line = jobmanager.stderr_line("REST API at http://");
+    let rest = line.split("REST API at ").nth(1).unwrap().split(',').next().unwrap().to_string();
+    let rpc = line.rsplit("connect to ").next().unwrap().trim().to_string();
+    let mut taskmanagers: Vec<RunningWeir> = (0..3).map(|_| start_taskmanager(&rpc)).collect();
+    let overview = get(&format!("{rest}/overview")).json();
+    assert_eq!(overview["taskmanagers"], 3);
+    assert_eq!(overview["slots-total"], 6);
+
+    let out = dir.path().join("out");
+    let checkpoints = format!("state.checkpoints.dir=file://{}/chk", dir.path().display());
+    let submit = run_weir(&[
+        "run",
+        "-m",
+        rest.trim_start_matches("http://"),
+        "-d",
+        "-D",
+        "execution.checkpointing.interval=100ms",
+        "-D",
+        &checkpoints,
+        "-D",
+        "restart-strategy.type=fixed-delay",
+        "-D",
+        "restart-strategy.fixed-delay.attempts=10",
+        "-D",
+        "restart-strategy.fixed-delay.delay=0ms",
+        "-p",
+        "4",
+        "counter",
+        "--users",
+        "40",
+        "--events",
+        "80000",
+        "--rate",
+        "10000",
+        "--output",
+        out.to_str().unwrap(),
+    ]);
+    let stdout = String::from_utf8_lossy(&submit.stdout).to_string();
+    assert!(submit.status.success(), "{stdout}{}", String::from_utf8_lossy(&submit.stderr));
+    let job_id =
+        stdout.lines().find_map(|l| l.strip_prefix("Job has been submitted with JobID ")).unwrap().trim().to_string();
+
+    for round in 0..3 {
+        std::thread::sleep(delay(700, 600));
+        // Kill a TaskManager that runs subtasks (the oldest ones always do at the start).
+        let victim = round % taskmanagers.len();
+        taskmanagers[victim].kill_hard();
+        taskmanagers.remove(victim);
+        taskmanagers.push(start_taskmanager(&rpc));
+    }
+
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let details = loop {
+        let details = get(&format!("{rest}/jobs/{job_id}")).json();
+        if details["state"] == "FINISHED" || details["state"] == "FAILED" {
+            break details;
+        }
+        assert!(Instant::now() < deadline, "job did not finish: {details}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(details["state"], "FINISHED", "{details}");
+    assert!(details["numRestarts"].as_u64() >= Some(1), "{details}");
+    assert!(details["timestamps"]["RESTARTING"].as_u64().is_some(), "{details}");
+    let exceptions = get(&format!("{rest}/jobs/{job_id}/exceptions")).json();
+    let entries = exceptions["exceptionHistory"]["entries"].as_array().unwrap();
+    assert_eq!(entries.len() as u64, details["numRestarts"].as_u64().unwrap(), "one entry per failure: {exceptions}");
+    assert!(entries.iter().all(|e| e["stacktrace"].as_str().unwrap().contains("connection was lost")), "{exceptions}");
+
+    let mut per_user: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
+    for line in committed_lines(&out) {
+        let (user, count) = line.split_once('\t').unwrap();
+        per_user.entry(user.parse().unwrap()).or_default().push(count.parse().unwrap());
+    }
+    assert_eq!(per_user.len(), 40);
+    for (user, mut counts) in per_user {
+        counts.sort_unstable();
+        assert_eq!(counts, (1..=2000).collect::<Vec<u64>>(), "user {user}: lost or duplicated counts");
+    }
+}
+
+#[test]
+fn cluster_start_and_stop_manage_background_processes() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().to_str().unwrap();
+    let start = common::weir()
+        .env("WEIR_DATA_DIR", data)
+        .args(["cluster", "start", "--taskmanagers", "2", "-D", "rest.port=18391", "-D", "jobmanager.rpc.port=18392"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&start.stdout).to_string();
+    assert!(start.status.success(), "{stdout}{}", String::from_utf8_lossy(&start.stderr));
+    assert!(stdout.contains("2 TaskManager(s)"), "{stdout}");
+    let taskmanagers = get("http://127.0.0.1:18391/taskmanagers").json();
+    assert_eq!(taskmanagers["taskmanagers"].as_array().unwrap().len(), 2);
+    // A job submitted with -m runs on the cluster and the CLI follows it to the end.
+    let run =
+        run_weir(&["run", "-m", "127.0.0.1:18391", "counter", "--users", "5", "--events", "1000", "--output", "none"]);
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    assert!(String::from_utf8_lossy(&run.stdout).contains("ended with state FINISHED"));
+    let stop = common::weir().env("WEIR_DATA_DIR", data).args(["cluster", "stop"]).output().unwrap();
+    assert!(stop.status.success());
+    assert!(String::from_utf8_lossy(&stop.stdout).contains("Stopped 3 cluster process(es)."));
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(ureq::get("http://127.0.0.1:18391/overview").call().is_err(), "the JobManager still answers");
+}
