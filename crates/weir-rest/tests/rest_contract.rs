@@ -73,6 +73,11 @@ impl Client {
         Self::answer(self.agent.post(format!("{}{path}", self.base)).send_empty(), &format!("POST {path}"))
     }
 
+    fn post_json(&self, path: &str, body: &str) -> (u16, Value) {
+        let request = self.agent.post(format!("{}{path}", self.base)).header("content-type", "application/json");
+        Self::answer(request.send(body.as_bytes()), &format!("POST {path}"))
+    }
+
     /// Polls the job's state over REST until it is `want`.
     fn wait_for_state(&self, job: &str, want: &str) {
         let deadline = Instant::now() + DEADLINE;
@@ -359,8 +364,11 @@ fn client_mistakes_get_flink_error_bodies() {
     assert_error(status, &body, 404, "Not found: /nope/such");
     let (status, body) = client.get("/v2/jobs");
     assert_error(status, &body, 404, "Not found: /v2/jobs");
-    let (status, body) = client.post("/jobs");
+    let (status, body) = client.post("/overview");
     assert_error(status, &body, 405, "POST");
+    // An embedded cluster runs one job and accepts no submissions.
+    let (status, body) = client.post_json("/jobs", r#"{"job":"counter","args":[]}"#);
+    assert_error(status, &body, 405, "embedded cluster");
 
     let job = submit_bounded(&dispatcher);
     let id = job.0.job_id().to_string();
