@@ -207,3 +207,31 @@ impl SourceReader<u64> for EndlessReader {
         }
     }
 }
+
+/// A keyed running count for tests: for every `u64` record keyed by itself, emits
+/// `(key, count of that key so far)` from a value state named `count`.
+#[derive(Clone)]
+pub struct RunningCount {
+    count: weir_state::ValueState<u64>,
+}
+
+impl Default for RunningCount {
+    fn default() -> Self {
+        RunningCount { count: weir_state::ValueState::new("count") }
+    }
+}
+
+impl crate::functions::KeyedProcessFunction<u64, u64, (u64, u64)> for RunningCount {
+    fn process_element(
+        &mut self,
+        key: u64,
+        ctx: &mut crate::functions::KeyedContext<'_, u64>,
+        out: &mut crate::functions::Collector<'_, (u64, u64)>,
+    ) -> crate::functions::FnResult {
+        let mut count = ctx.value(&self.count)?;
+        let n = count.get_or_insert_with(|| 0);
+        *n += 1;
+        out.collect((key, *n));
+        Ok(())
+    }
+}

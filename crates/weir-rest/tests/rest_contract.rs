@@ -106,32 +106,12 @@ impl Drop for EndOnDrop {
     }
 }
 
-#[derive(Clone)]
-struct RunningCount {
-    count: ValueState<u64>,
-}
-
-impl KeyedProcessFunction<u64, u64, (u64, u64)> for RunningCount {
-    fn process_element(
-        &mut self,
-        user: u64,
-        ctx: &mut KeyedContext<'_, u64>,
-        out: &mut Collector<'_, (u64, u64)>,
-    ) -> FnResult {
-        let mut count = ctx.value(&self.count)?;
-        let n = count.get_or_insert_with(|| 0);
-        *n += 1;
-        out.collect((user, *n));
-        Ok(())
-    }
-}
-
 fn submit_bounded(dispatcher: &Dispatcher) -> EndOnDrop {
     let env = StreamExecutionEnvironment::new();
     env.from_source(VecSource::new((0..2_000u64).map(|i| i % 7).collect()))
         .uid("source")
         .key_by(|u: &u64| *u)
-        .process(RunningCount { count: ValueState::new("count") })
+        .process(RunningCount::default())
         .uid("counter")
         .sink_to(CollectSink::default())
         .uid("sink");
@@ -143,7 +123,7 @@ fn submit_endless(dispatcher: &Dispatcher) -> EndOnDrop {
     let env = StreamExecutionEnvironment::new();
     env.from_source(EndlessSource::paced(16, Duration::from_millis(2)))
         .key_by(|v: &u64| *v % 10)
-        .process(RunningCount { count: ValueState::new("count") })
+        .process(RunningCount::default())
         .sink_to(CollectSink::default());
     EndOnDrop(dispatcher.submit(env.build("endless").unwrap(), settings(2)).unwrap())
 }

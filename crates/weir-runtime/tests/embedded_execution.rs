@@ -8,26 +8,6 @@ use weir_api::prelude::*;
 use weir_runtime::{Dispatcher, JobSettings};
 use weir_types::{ExecutionState, JobStatus};
 
-#[derive(Clone)]
-struct RunningCount {
-    count: ValueState<u64>,
-}
-
-impl KeyedProcessFunction<u64, u64, (u64, u64)> for RunningCount {
-    fn process_element(
-        &mut self,
-        user: u64,
-        ctx: &mut KeyedContext<'_, u64>,
-        out: &mut Collector<'_, (u64, u64)>,
-    ) -> FnResult {
-        let mut count = ctx.value(&self.count)?;
-        let n = count.get_or_insert_with(|| 0);
-        *n += 1;
-        out.collect((user, *n));
-        Ok(())
-    }
-}
-
 fn settings(p: u32) -> JobSettings {
     JobSettings::with_parallelism(p)
 }
@@ -42,7 +22,7 @@ fn keyed_counts_are_exact_at_every_parallelism() {
         env.from_source(VecSource::new(events))
             .uid("source")
             .key_by(|u: &u64| *u)
-            .process(RunningCount { count: ValueState::new("count") })
+            .process(RunningCount::default())
             .uid("counter")
             .sink_to(sink.clone())
             .uid("sink");

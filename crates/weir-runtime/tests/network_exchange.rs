@@ -12,26 +12,6 @@ use weir_runtime::network::{DataServer, TcpNetwork};
 use weir_runtime::{JobGraph, JobSettings};
 use weir_types::JobId;
 
-#[derive(Clone)]
-struct RunningCount {
-    count: ValueState<u64>,
-}
-
-impl KeyedProcessFunction<u64, u64, (u64, u64)> for RunningCount {
-    fn process_element(
-        &mut self,
-        user: u64,
-        ctx: &mut KeyedContext<'_, u64>,
-        out: &mut Collector<'_, (u64, u64)>,
-    ) -> FnResult {
-        let mut count = ctx.value(&self.count)?;
-        let n = count.get_or_insert_with(|| 0);
-        *n += 1;
-        out.collect((user, *n));
-        Ok(())
-    }
-}
-
 #[test]
 fn a_job_split_over_two_processes_counts_exactly() {
     let users = 31u64;
@@ -41,7 +21,7 @@ fn a_job_split_over_two_processes_counts_exactly() {
     env.from_source(VecSource::new(events))
         .uid("source")
         .key_by(|u: &u64| *u)
-        .process(RunningCount { count: ValueState::new("count") })
+        .process(RunningCount::default())
         .uid("counter")
         .sink_to(sink.clone())
         .uid("sink");
