@@ -41,6 +41,7 @@ fn job_config(base: &Configuration, submission: &JobSubmission) -> Result<Config
 
 pub fn jobmanager(args: ConfigOnly, catalog: Arc<JobCatalog>) -> Result<ExitCode, CliError> {
     let config = settings::load(&args.config)?;
+    let base = config.clone();
     let rpc_host = config.get(&JOBMANAGER_RPC_ADDRESS).map_err(CliError::usage)?;
     let rpc_port = config.get(&JOBMANAGER_RPC_PORT).map_err(CliError::usage)?;
     let heartbeat_timeout = config.get(&HEARTBEAT_TIMEOUT).map_err(CliError::usage)?;
@@ -81,7 +82,6 @@ pub fn jobmanager(args: ConfigOnly, catalog: Arc<JobCatalog>) -> Result<ExitCode
         submitter: Some(submitter),
         ..ClusterInfo::default()
     };
-    let base = settings::load(&args.config)?;
     let host = match base.get(&REST_BIND_ADDRESS).map_err(CliError::usage)? {
         Some(bind) => bind,
         None => base.get(&REST_ADDRESS).map_err(CliError::usage)?,

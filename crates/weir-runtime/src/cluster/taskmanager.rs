@@ -99,7 +99,24 @@ fn serve_jobmanager(stream: TcpStream, link: &Link, server: &Arc<DataServer>, bu
                     Ok(attempt) => {
                         attempts.insert(spec.job_id.clone(), attempt);
                     }
-                    Err(error) => tracing::error!(job_id = %spec.job_id, %error, "cannot deploy"),
+                    Err(error) => {
+                        // Tell the job master, so the job fails or restarts instead of waiting.
+                        tracing::error!(job_id = %spec.job_id, %error, "cannot deploy");
+                        let mine = server.address().to_string();
+                        let slot = spec.slot_addresses.iter().position(|a| *a == mine).unwrap_or(0);
+                        let event = TaskEvent {
+                            vertex: 0,
+                            subtask: slot as u32,
+                            kind: crate::execution::TaskEventKind::Failed(weir_api::error::TaskError::external(
+                                format!("deploying on the TaskManager at {mine}"),
+                                error,
+                            )),
+                        };
+                        report(
+                            link,
+                            &ToJobManager::TaskEvent { job_id: spec.job_id.clone(), attempt: spec.attempt, event },
+                        );
+                    }
                 }
             }
             ToTaskManager::Control { job_id, attempt, vertex, subtask, control } => {
