@@ -46,8 +46,7 @@ fn three_taskmanager_kills_during_a_run_keep_the_output_exactly_once() {
     let rest = line.split("REST API at ").nth(1).unwrap().split(',').next().unwrap().to_string();
     let rpc = line.rsplit("connect to ").next().unwrap().trim().to_string();
     let mut taskmanagers: Vec<RunningWeir> = (0..3).map(|_| start_taskmanager(&rpc)).collect();
-    let overview = get(&format!("{rest}/overview")).json();
-    assert_eq!(overview["taskmanagers"], 3);
+    let overview = common::poll_json(&format!("{rest}/overview"), |o| o["taskmanagers"] == 3);
     assert_eq!(overview["slots-total"], 6);
 
     let out = dir.path().join("out");
