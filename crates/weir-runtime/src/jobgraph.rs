@@ -215,6 +215,33 @@ impl JobGraph {
         self.edges.iter().enumerate().filter(move |(_, e)| e.target_vertex == vertex)
     }
 
+    /// The pipelined region of each vertex: vertices connected by any edge share a region
+    /// (a streaming job's edges are all pipelined), numbered from 0 in vertex order.
+    pub fn regions(&self) -> Vec<usize> {
+        let mut parent: Vec<usize> = (0..self.vertices.len()).collect();
+        fn root(parent: &mut [usize], mut v: usize) -> usize {
+            while parent[v] != v {
+                parent[v] = parent[parent[v]];
+                v = parent[v];
+            }
+            v
+        }
+        for edge in &self.edges {
+            let (a, b) = (root(&mut parent, edge.source_vertex), root(&mut parent, edge.target_vertex));
+            if a != b {
+                parent[a.max(b)] = a.min(b);
+            }
+        }
+        let mut numbers = std::collections::HashMap::new();
+        let mut regions = Vec::with_capacity(self.vertices.len());
+        for v in 0..self.vertices.len() {
+            let r = root(&mut parent, v);
+            let next = numbers.len();
+            regions.push(*numbers.entry(r).or_insert(next));
+        }
+        regions
+    }
+
     /// Total subtasks (slots an embedded cluster provides).
     pub fn subtask_count(&self) -> u32 {
         self.vertices.iter().map(|v| v.parallelism).sum()
@@ -310,6 +337,21 @@ mod tests {
                 .unwrap_err();
         let text = err.to_string();
         assert!(text.contains("256") && text.contains("128"), "{text}");
+    }
+
+    #[test]
+    fn disconnected_pipelines_are_separate_regions() {
+        let env = StreamExecutionEnvironment::new();
+        env.from_source(VecSource::new(vec![1u64])).map(|x| x).parallelism(2).sink_to(CollectSink::default());
+        counter_like(&env);
+        let graph = env.build("t").unwrap();
+        let job = JobGraph::build(&graph, &JobSettings::with_parallelism(1)).unwrap();
+        let regions = job.regions();
+        assert_eq!(regions.len(), job.vertices.len());
+        let first = regions[job.vertex_of_node[0]];
+        let last = regions[job.vertex_of_node[graph.nodes().len() - 1]];
+        assert_ne!(first, last);
+        assert_eq!(regions.iter().max(), Some(&1));
     }
 
     #[test]
