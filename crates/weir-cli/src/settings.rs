@@ -46,10 +46,7 @@ pub fn load(args: &ConfigArgs) -> Result<Configuration, CliError> {
 /// Known Flink keys that are validated already but drive features still to come; a user who
 /// sets one is told instead of being left to believe it works.
 fn not_in_effect_yet(key: &str) -> Option<&'static str> {
-    const PENDING: &[(&str, &str)] = &[
-        ("jobmanager.execution.failover-strategy", "region failover (a failure restarts the whole job)"),
-        ("high-availability", "high availability"),
-    ];
+    const PENDING: &[(&str, &str)] = &[("high-availability", "high availability")];
     for (prefix, feature) in PENDING {
         if key.starts_with(prefix) {
             return Some(feature);

@@ -43,6 +43,8 @@ pub struct AttemptSpec {
     pub snapshot_events: Sender<MasterEvent>,
     /// The snapshot this attempt restores, if any.
     pub restore: Option<Arc<RestoreSource>>,
+    /// Deploy only one pipelined region: `(region of each vertex, the region)`.
+    pub region: Option<(Arc<Vec<usize>>, usize)>,
 }
 
 /// A started attempt.
@@ -80,7 +82,16 @@ impl Executor for LocalExecutor {
             cancel: spec.cancel,
             clock: Arc::new(SystemClock),
             attempt: spec.attempt,
-            placement: Placement::all_local(),
+            placement: match &spec.region {
+                Some((regions, region)) => {
+                    let (regions, region) = (Arc::clone(regions), *region);
+                    Placement {
+                        is_local: Arc::new(move |vertex, _| regions.get(vertex) == Some(&region)),
+                        network: None,
+                    }
+                }
+                None => Placement::all_local(),
+            },
         };
         let threads = deploy(
             &spec.graph,

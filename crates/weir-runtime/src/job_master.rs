@@ -2,9 +2,11 @@
 //!
 //! Transitions (all checked by [`StateHistory`]): INITIALIZING -> CREATED -> RUNNING, then
 //! FINISHED when every subtask finished (or a stop-with-savepoint completed); FAILING ->
-//! FAILED when a subtask fails or checkpoints fail beyond the tolerable number (restart
-//! strategies come with the standalone cluster); CANCELLING -> CANCELED on a cancel
-//! request. The master also runs the job's checkpoint coordinator on the same thread. It is
+//! FAILED when a subtask fails or checkpoints fail beyond the tolerable number and the
+//! restart strategy gives up; RUNNING -> RESTARTING -> RUNNING when it restarts the whole
+//! job; CANCELLING -> CANCELED on a cancel request. With region failover (the default, for a
+//! job running in this process) a failure restarts only its pipelined region while the job
+//! stays RUNNING, as in Flink. The master also runs the job's checkpoint coordinator on the same thread. It is
 //! the only writer of the job's state; REST and the CLI read snapshots of it.
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -22,12 +24,13 @@ use weir_api::snapshot::TaskControl;
 
 use crate::checkpointing::CheckpointCoordinator;
 use crate::checkpointing::RestoreSource;
+use crate::checkpointing::coordinator::SnapshotDirs;
 use crate::checkpointing::coordinator::{Failure, OperatorInfo, SnapshotRequest};
 use crate::checkpointing::settings::CheckpointSettings;
 use crate::checkpointing::stats::CheckpointStats;
-use crate::checkpointing::writer::{SnapshotWriter, WriteOutcome};
+use crate::checkpointing::writer::{SnapshotWriter, WriteJob, WriteOutcome};
 use crate::execution::{CheckpointWiring, TaskEvent, TaskEventKind};
-use crate::executor::{AttemptSpec, Executor, LocalExecutor};
+use crate::executor::{AttemptHandle, AttemptSpec, Executor, LocalExecutor};
 use crate::jobgraph::{JobGraph, JobSettings};
 use crate::restart::{RestartDecision, RestartStrategy};
 
@@ -45,9 +48,48 @@ struct Supervisor {
     /// Set when the current attempt ends in a restart after this delay.
     pending_restart: Option<Duration>,
     started: Instant,
+    /// Regions that failed and redeploy once their subtasks ended and the delay passed.
+    region_restarts: Vec<(usize, Instant)>,
+    /// Kept in region mode so that a region restart can join the running attempt's events.
+    task_events: Option<Sender<TaskEvent>>,
+    /// Started attempts (one per region in region mode), joined when the job ends.
+    handles: Vec<Box<dyn AttemptHandle>>,
+    /// The newest attempt number; every deploy (whole job or region) takes a new one.
+    attempt: u32,
+    /// The pipelined region of each vertex, in region-failover mode.
+    region_of: Option<Arc<Vec<usize>>>,
+}
+
+/// What every deploy of the job needs.
+struct Deployment {
+    graph: Arc<StreamGraph>,
+    job_graph: Arc<JobGraph>,
+    executor: Arc<dyn Executor>,
+    exactly_once: bool,
+    dirs: SnapshotDirs,
+    writer: Sender<WriteJob>,
+    snapshot_events: Sender<MasterEvent>,
+    /// The snapshot the job was submitted with.
+    initial_restore: Option<Arc<RestoreSource>>,
+    /// The pipelined region of each vertex when failures restart only their region.
+    regions: Option<Arc<Vec<usize>>>,
+}
+
+impl Deployment {
+    fn in_region(&self, vertex: usize, region: Option<usize>) -> bool {
+        match (region, &self.regions) {
+            (Some(region), Some(regions)) => regions.get(vertex) == Some(&region),
+            _ => true,
+        }
+    }
 }
 
 impl Supervisor {
+    /// The pipelined region of each vertex, in region-failover mode.
+    fn regions(&self) -> Option<Arc<Vec<usize>>> {
+        self.region_of.clone()
+    }
+
     fn send_to_sources(&self, message: TaskControl) {
         for vertex in &self.source_vertices {
             for control in &self.controls[*vertex] {
@@ -155,8 +197,9 @@ pub struct JobMaster {
     record: Mutex<JobRecord>,
     changed: Condvar,
     control: Sender<MasterEvent>,
-    /// The cancel flag of the current attempt's subtasks (a restart gets a fresh one).
-    cancel: Mutex<Arc<AtomicBool>>,
+    /// The cancel flags of the running subtasks: one per attempt, or one per region in
+    /// region mode (a restart gets a fresh one).
+    cancel: Mutex<Vec<Arc<AtomicBool>>>,
     location: String,
     checkpoint_stats: Arc<Mutex<CheckpointStats>>,
     checkpoint_settings: CheckpointSettings,
@@ -185,7 +228,7 @@ impl JobMaster {
             }),
             changed: Condvar::new(),
             control,
-            cancel: Mutex::new(Arc::new(AtomicBool::new(false))),
+            cancel: Mutex::new(Vec::new()),
             location: location.to_string(),
             checkpoint_stats: Arc::new(Mutex::new(CheckpointStats::default())),
             checkpoint_settings: settings.checkpointing.clone(),
@@ -421,88 +464,68 @@ impl JobMaster {
             restart: RestartStrategy::new(settings.restart.clone(), seed),
             pending_restart: None,
             started: Instant::now(),
+            region_restarts: Vec::new(),
+            task_events: None,
+            handles: Vec::new(),
+            attempt: 0,
+            region_of: None,
         };
-        let mut restore = settings.restore.clone();
-        let mut attempt = 0u32;
-        loop {
-            let cancel = Arc::new(AtomicBool::new(false));
-            *self.cancel_flag_slot() = Arc::clone(&cancel);
-            let metrics: Vec<Vec<Arc<TaskMetrics>>> = job_graph
-                .vertices
-                .iter()
-                .map(|v| (0..v.parallelism).map(|_| Arc::new(TaskMetrics::default())).collect())
-                .collect();
-            self.update(|record| {
-                self.transition_job(record, JobStatus::Running);
-                record.subtasks = metrics
-                    .iter()
-                    .map(|vertex| {
-                        vertex
-                            .iter()
-                            .map(|m| {
-                                let mut history = StateHistory::new(ExecutionState::Created, now_ms());
-                                let _ = history.transition(ExecutionState::Scheduled, now_ms());
-                                let _ = history.transition(ExecutionState::Deploying, now_ms());
-                                SubtaskRecord { history, metrics: Arc::clone(m) }
-                            })
-                            .collect()
-                    })
-                    .collect();
-            });
-            let mut control_senders = Vec::with_capacity(job_graph.vertices.len());
-            let mut control_receivers = Vec::with_capacity(job_graph.vertices.len());
-            for vertex in &job_graph.vertices {
-                let (senders, receivers): (Vec<_>, Vec<_>) =
-                    (0..vertex.parallelism).map(|_| crossbeam_channel::unbounded::<TaskControl>()).unzip();
-                control_senders.push(senders);
-                control_receivers.push(receivers);
-            }
-            let wiring = CheckpointWiring {
-                exactly_once: settings.checkpointing.exactly_once,
-                dirs: supervisor.coordinator.dirs(),
-                writer: writer.queue(),
-                restore: restore.clone(),
-            };
-            let (task_events, task_receiver) = crossbeam_channel::unbounded::<TaskEvent>();
-            let spec = AttemptSpec {
-                job_id: self.job_id,
-                job_name: self.job_name.clone(),
-                attempt,
-                graph: Arc::clone(&graph),
-                job_graph: Arc::clone(&job_graph),
-                metrics,
-                controls: control_receivers,
-                wiring,
-                cancel,
-                task_events,
-                snapshot_events: snapshot_events.clone(),
-                restore: restore.clone(),
-            };
-            let executor: Arc<dyn Executor> = match &settings.executor {
+        // Region failover needs every subtask in this process (a TaskManager cluster restarts
+        // the whole job); a job of one region restarts whole anyway.
+        let regions = Some(job_graph.regions())
+            .filter(|regions| settings.executor.is_none() && !settings.failover_full && regions.iter().any(|r| *r > 0))
+            .map(Arc::new);
+        let region_count = regions.as_ref().map(|r| r.iter().max().map_or(0, |m| m + 1));
+        let deployment = Deployment {
+            graph,
+            job_graph: Arc::clone(&job_graph),
+            executor: match &settings.executor {
                 Some(executor) => Arc::clone(executor),
                 None => Arc::new(LocalExecutor),
-            };
-            let attempt_handle = match executor.start(spec) {
-                Ok(handle) => handle,
-                Err(error) => {
-                    self.stop_tasks();
-                    self.fail_before_start(error.to_string());
-                    break;
+            },
+            exactly_once: settings.checkpointing.exactly_once,
+            dirs: supervisor.coordinator.dirs(),
+            writer: writer.queue(),
+            snapshot_events: snapshot_events.clone(),
+            initial_restore: settings.restore.clone(),
+            regions,
+        };
+        supervisor.region_of = deployment.regions.clone();
+        let mut restore = settings.restore.clone();
+        loop {
+            self.update(|record| self.transition_job(record, JobStatus::Running));
+            supervisor.controls = vec![Vec::new(); job_graph.vertices.len()];
+            let (task_events, task_receiver) = crossbeam_channel::unbounded::<TaskEvent>();
+            let deployed = match region_count {
+                None => self.deploy(&deployment, &mut supervisor, None, restore.clone(), task_events),
+                Some(count) => {
+                    let deployed = (0..count).try_for_each(|region| {
+                        self.deploy(&deployment, &mut supervisor, Some(region), restore.clone(), task_events.clone())
+                    });
+                    supervisor.task_events = Some(task_events);
+                    deployed
                 }
             };
-            supervisor.controls = control_senders;
+            if let Err(error) = deployed {
+                self.stop_tasks();
+                self.fail_before_start(error.to_string());
+                supervisor.task_events = None;
+                supervisor.handles.drain(..).for_each(|handle| handle.join());
+                break;
+            }
             supervisor.any_finished = false;
             supervisor.pending_restart = None;
-            self.supervise(&job_graph, &events, &task_receiver, &snapshot_receiver, &mut supervisor);
-            attempt_handle.join();
+            self.supervise(&deployment, &events, &task_receiver, &snapshot_receiver, &mut supervisor);
+            supervisor.task_events = None;
+            supervisor.handles.drain(..).for_each(|handle| handle.join());
             let Some(delay) = supervisor.pending_restart.take() else {
                 break;
             };
             if !self.wait_before_restart(delay, &events) {
                 break;
             }
-            attempt += 1;
-            match self.restore_for_restart(&supervisor, &graph, &job_graph) {
+            supervisor.attempt += 1;
+            match self.restore_for_restart(&supervisor, &deployment.graph, &job_graph) {
                 Ok(Some(latest)) => restore = Some(latest),
                 Ok(None) => {}
                 Err(cause) => {
@@ -510,21 +533,164 @@ impl JobMaster {
                     break;
                 }
             }
-            tracing::info!(job_id = %self.job_id, attempt, "restarting the job");
+            tracing::info!(job_id = %self.job_id, attempt = supervisor.attempt, "restarting the job");
         }
         writer.shutdown();
     }
 
-    fn cancel_flag_slot(&self) -> MutexGuard<'_, Arc<AtomicBool>> {
+    fn cancel_flags(&self) -> MutexGuard<'_, Vec<Arc<AtomicBool>>> {
         match self.cancel.lock() {
             Ok(guard) => guard,
             Err(poisoned) => poisoned.into_inner(),
         }
     }
 
-    /// Tells the current attempt's subtasks to stop.
+    /// Tells every running subtask to stop.
     fn stop_tasks(&self) {
-        self.cancel_flag_slot().store(true, Ordering::SeqCst);
+        for flag in self.cancel_flags().iter() {
+            flag.store(true, Ordering::SeqCst);
+        }
+    }
+
+    /// Starts the subtasks of `region` (of the whole job when `None`) as a new attempt
+    /// restoring `restore`.
+    fn deploy(
+        &self,
+        deployment: &Deployment,
+        supervisor: &mut Supervisor,
+        region: Option<usize>,
+        restore: Option<Arc<RestoreSource>>,
+        task_events: Sender<TaskEvent>,
+    ) -> Result<(), TaskError> {
+        let job_graph = &deployment.job_graph;
+        let cancel = Arc::new(AtomicBool::new(false));
+        {
+            let mut flags = self.cancel_flags();
+            match region {
+                Some(region) => {
+                    if flags.len() <= region {
+                        flags.resize_with(region + 1, || Arc::new(AtomicBool::new(false)));
+                    }
+                    flags[region] = Arc::clone(&cancel);
+                }
+                None => *flags = vec![Arc::clone(&cancel)],
+            }
+        }
+        let metrics: Vec<Vec<Arc<TaskMetrics>>> = job_graph
+            .vertices
+            .iter()
+            .map(|v| (0..v.parallelism).map(|_| Arc::new(TaskMetrics::default())).collect())
+            .collect();
+        self.update(|record| {
+            for (vertex, vertex_metrics) in metrics.iter().enumerate() {
+                if !deployment.in_region(vertex, region) {
+                    continue;
+                }
+                let records = vertex_metrics
+                    .iter()
+                    .map(|m| {
+                        let mut history = StateHistory::new(ExecutionState::Created, now_ms());
+                        let _ = history.transition(ExecutionState::Scheduled, now_ms());
+                        let _ = history.transition(ExecutionState::Deploying, now_ms());
+                        SubtaskRecord { history, metrics: Arc::clone(m) }
+                    })
+                    .collect();
+                if let Some(slot) = record.subtasks.get_mut(vertex) {
+                    *slot = records;
+                }
+            }
+        });
+        let mut control_receivers = Vec::with_capacity(job_graph.vertices.len());
+        for (index, vertex) in job_graph.vertices.iter().enumerate() {
+            let (senders, receivers): (Vec<_>, Vec<_>) =
+                (0..vertex.parallelism).map(|_| crossbeam_channel::unbounded::<TaskControl>()).unzip();
+            if deployment.in_region(index, region)
+                && let Some(slot) = supervisor.controls.get_mut(index)
+            {
+                *slot = senders;
+            }
+            control_receivers.push(receivers);
+        }
+        let spec = AttemptSpec {
+            job_id: self.job_id,
+            job_name: self.job_name.clone(),
+            attempt: supervisor.attempt,
+            graph: Arc::clone(&deployment.graph),
+            job_graph: Arc::clone(job_graph),
+            metrics,
+            controls: control_receivers,
+            wiring: CheckpointWiring {
+                exactly_once: deployment.exactly_once,
+                dirs: Arc::clone(&deployment.dirs),
+                writer: deployment.writer.clone(),
+                restore: restore.clone(),
+            },
+            cancel,
+            task_events,
+            snapshot_events: deployment.snapshot_events.clone(),
+            restore,
+            region: region.zip(deployment.regions.clone()).map(|(region, regions)| (regions, region)),
+        };
+        let handle = deployment.executor.start(spec)?;
+        supervisor.handles.push(handle);
+        Ok(())
+    }
+
+    /// Redeploys the failed regions whose subtasks all ended and whose restart delay passed,
+    /// each restoring the newest completed checkpoint.
+    fn redeploy_regions(&self, deployment: &Deployment, supervisor: &mut Supervisor) {
+        let now = Instant::now();
+        let ready: Vec<usize> = {
+            let record = self.record();
+            if record.history.current() != JobStatus::Running {
+                // The job is ending (cancel, or a failure the strategy gave up on).
+                supervisor.region_restarts.clear();
+                return;
+            }
+            supervisor
+                .region_restarts
+                .iter()
+                .filter(|(region, at)| {
+                    *at <= now
+                        && record.subtasks.iter().enumerate().all(|(vertex, subtasks)| {
+                            !deployment.in_region(vertex, Some(*region))
+                                || subtasks.iter().all(|s| s.history.current().is_terminal())
+                        })
+                })
+                .map(|(region, _)| *region)
+                .collect()
+        };
+        for region in ready {
+            supervisor.region_restarts.retain(|(r, _)| *r != region);
+            supervisor.attempt += 1;
+            let restore = match self.restore_for_restart(supervisor, &deployment.graph, &deployment.job_graph) {
+                Ok(Some(latest)) => Ok(Some(latest)),
+                Ok(None) => Ok(deployment.initial_restore.clone()),
+                Err(cause) => Err(cause),
+            };
+            let deployed = restore.and_then(|restore| match supervisor.task_events.clone() {
+                Some(events) => self
+                    .deploy(deployment, supervisor, Some(region), restore, events)
+                    .map_err(|e| format!("cannot redeploy pipelined region {region}: {e}")),
+                None => Err(format!("cannot redeploy pipelined region {region}: the attempt has ended")),
+            });
+            match deployed {
+                Ok(()) => {
+                    tracing::info!(job_id = %self.job_id, region, attempt = supervisor.attempt, "restarted a pipelined region")
+                }
+                Err(cause) => {
+                    self.update(|record| {
+                        record.failure_cause = Some(cause);
+                        self.transition_job(record, JobStatus::Failing);
+                        self.stop_tasks();
+                        mark_canceling(record, |_| true);
+                        self.settle(record, false);
+                    });
+                    supervisor.region_restarts.clear();
+                    return;
+                }
+            }
+        }
     }
 
     /// Waits the restart strategy's delay in RESTARTING, answering cancel and savepoint
@@ -602,12 +768,13 @@ impl JobMaster {
 
     fn supervise(
         &self,
-        job_graph: &JobGraph,
+        deployment: &Deployment,
         control: &Receiver<MasterEvent>,
         tasks: &Receiver<TaskEvent>,
         snapshots: &Receiver<MasterEvent>,
         supervisor: &mut Supervisor,
     ) {
+        let job_graph = &deployment.job_graph;
         loop {
             let now = Instant::now();
             let wait = match supervisor.coordinator.next_wakeup() {
@@ -629,6 +796,7 @@ impl JobMaster {
                 match event {
                     Some(MasterEvent::Cancel) => {
                         supervisor.pending_restart = None;
+                        supervisor.region_restarts.clear();
                         self.on_cancel(record)
                     }
                     Some(MasterEvent::Task(task)) => {
@@ -659,6 +827,9 @@ impl JobMaster {
             });
             if finished {
                 return;
+            }
+            if !supervisor.region_restarts.is_empty() {
+                self.redeploy_regions(deployment, supervisor);
             }
         }
     }
@@ -751,7 +922,7 @@ impl JobMaster {
                 record.failure_cause = Some(message);
                 self.transition_job(record, JobStatus::Failing);
                 self.stop_tasks();
-                mark_canceling(record);
+                mark_canceling(record, |_| true);
             }
         }
     }
@@ -763,8 +934,8 @@ impl JobMaster {
         }
         self.transition_job(record, JobStatus::Cancelling);
         self.stop_tasks();
-        mark_canceling(record);
-        self.settle(record);
+        mark_canceling(record, |_| true);
+        self.settle(record, false);
     }
 
     fn on_task_event(
@@ -806,10 +977,13 @@ impl JobMaster {
                 let _ = subtask.history.transition(ExecutionState::Failed, now);
                 let vertex = &job_graph.vertices[event.vertex];
                 let task_name = format!("{} ({}/{})", vertex.name, event.subtask + 1, vertex.parallelism);
-                if record.history.current() == JobStatus::Running {
+                let region = supervisor.regions().map(|regions| regions[event.vertex]);
+                let region_restarting =
+                    region.is_some_and(|region| supervisor.region_restarts.iter().any(|(r, _)| *r == region));
+                if record.history.current() == JobStatus::Running && !region_restarting {
                     // One exceptions entry per failure: the first error of a failover is its
-                    // root cause; errors of other subtasks while the job is FAILING are its
-                    // consequences and are only logged.
+                    // root cause; errors of other subtasks while the job (or the region) is
+                    // going down are its consequences and are only logged.
                     record.exceptions.push(ExceptionEntry {
                         name: error.class_name().to_string(),
                         message: error.to_string(),
@@ -820,7 +994,7 @@ impl JobMaster {
                     let elapsed_ms = supervisor.started.elapsed().as_millis() as u64;
                     match supervisor.restart.on_failure(elapsed_ms) {
                         RestartDecision::RestartAfter(delay) => {
-                            // The attempt's pending snapshots cannot complete any more.
+                            // Pending snapshots cannot complete without the failed subtasks.
                             let failures = supervisor.coordinator.abort_all("the job is restarting after a failure");
                             for failure in &failures {
                                 if let SnapshotRequest::Savepoint { request_id, .. } = &failure.request {
@@ -828,35 +1002,51 @@ impl JobMaster {
                                     record.savepoints.insert(request_id.clone(), (status, false));
                                 }
                             }
-                            tracing::warn!(job_id = %self.job_id, task = %task_name, error = %error, delay_ms = delay.as_millis() as u64, "subtask failed; restarting the job");
-                            supervisor.pending_restart = Some(delay);
                             record.restarts += 1;
-                            self.transition_job(record, JobStatus::Restarting);
+                            match (region, supervisor.regions()) {
+                                (Some(region), Some(regions)) => {
+                                    tracing::warn!(job_id = %self.job_id, task = %task_name, error = %error, region, delay_ms = delay.as_millis() as u64, "subtask failed; restarting its pipelined region");
+                                    supervisor.region_restarts.push((region, Instant::now() + delay));
+                                    if let Some(flag) = self.cancel_flags().get(region) {
+                                        flag.store(true, Ordering::SeqCst);
+                                    }
+                                    mark_canceling(record, |vertex| regions.get(vertex) == Some(&region));
+                                }
+                                _ => {
+                                    tracing::warn!(job_id = %self.job_id, task = %task_name, error = %error, delay_ms = delay.as_millis() as u64, "subtask failed; restarting the job");
+                                    supervisor.pending_restart = Some(delay);
+                                    self.transition_job(record, JobStatus::Restarting);
+                                    self.stop_tasks();
+                                    mark_canceling(record, |_| true);
+                                }
+                            }
                         }
                         RestartDecision::GiveUp(reason) => {
                             record.failure_cause =
                                 Some(format!("{task_name} failed: {error} (not restarted: {reason})"));
                             self.transition_job(record, JobStatus::Failing);
+                            self.stop_tasks();
+                            mark_canceling(record, |_| true);
                         }
                     }
-                    self.stop_tasks();
-                    mark_canceling(record);
                 } else {
-                    tracing::info!(job_id = %self.job_id, task = %task_name, error = %error, "subtask failed while the job was already ending");
+                    tracing::info!(job_id = %self.job_id, task = %task_name, error = %error, "subtask failed while the job or its region was already going down");
                 }
             }
         }
-        self.settle(record);
+        let regions_pending = !supervisor.region_restarts.is_empty();
+        self.settle(record, regions_pending);
     }
 
-    /// Moves the job to its terminal state once every subtask has ended.
-    fn settle(&self, record: &mut JobRecord) {
+    /// Moves the job to its terminal state once every subtask has ended (a RUNNING job with
+    /// regions waiting to restart has not finished).
+    fn settle(&self, record: &mut JobRecord, regions_pending: bool) {
         let all_ended = record.subtasks.iter().flatten().all(|s| s.history.current().is_terminal());
         if !all_ended {
             return;
         }
         let next = match record.history.current() {
-            JobStatus::Running => JobStatus::Finished,
+            JobStatus::Running if !regions_pending => JobStatus::Finished,
             JobStatus::Failing => JobStatus::Failed,
             JobStatus::Cancelling => JobStatus::Canceled,
             _ => return,
@@ -893,9 +1083,11 @@ fn confine_target(target: &str, savepoints_root: Option<&str>) -> Result<String,
     ))
 }
 
-fn mark_canceling(record: &mut JobRecord) {
+/// Marks the running subtasks of the vertices `include` selects as CANCELING.
+fn mark_canceling(record: &mut JobRecord, include: impl Fn(usize) -> bool) {
     let now = now_ms();
-    for subtask in record.subtasks.iter_mut().flatten() {
+    let selected = record.subtasks.iter_mut().enumerate().filter(|(vertex, _)| include(*vertex));
+    for subtask in selected.flat_map(|(_, subtasks)| subtasks.iter_mut()) {
         let state = subtask.history.current();
         if state.is_terminal() {
             continue;

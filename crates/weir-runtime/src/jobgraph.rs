@@ -20,6 +20,9 @@ pub struct JobSettings {
     pub restart: crate::restart::RestartStrategyConfig,
     /// Where subtasks run (`None`: threads of this process).
     pub executor: Option<std::sync::Arc<dyn crate::executor::Executor>>,
+    /// `jobmanager.execution.failover-strategy: full`: every failure restarts the whole job
+    /// instead of only the failed pipelined region (Flink's default `region`).
+    pub failover_full: bool,
 }
 
 impl JobSettings {

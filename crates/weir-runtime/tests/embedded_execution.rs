@@ -171,3 +171,55 @@ fn processing_time_timers_fire_for_their_key() {
     fired.sort();
     assert_eq!(fired, vec!["timer 0 0", "timer 1 1", "timer 2 2"]);
 }
+
+/// Two unconnected pipelines; the second fails once, after the first has written all its
+/// output. Region failover restarts only the failing pipeline (the first one's output stays
+/// single); `failover_full` restarts both (the first one runs again).
+#[test]
+fn a_failure_restarts_only_its_pipelined_region_unless_failover_is_full() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::Instant;
+    use weir_runtime::restart::RestartStrategyConfig;
+
+    for failover_full in [false, true] {
+        let steady = CollectSink::default();
+        let flaky = CollectSink::default();
+        let env = StreamExecutionEnvironment::new();
+        env.from_source(VecSource::new((0..100u64).collect()))
+            .uid("steady-source")
+            .map(|x: u64| x)
+            .sink_to(steady.clone())
+            .uid("steady-sink");
+        let failed = Arc::new(AtomicBool::new(false));
+        let steady_seen = steady.clone();
+        env.from_source(VecSource::new((0..100u64).collect()))
+            .uid("flaky-source")
+            .map(move |x: u64| {
+                if x == 50 && !failed.swap(true, Ordering::SeqCst) {
+                    let deadline = Instant::now() + Duration::from_secs(10);
+                    while steady_seen.records().len() < 100 && Instant::now() < deadline {
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                    panic!("injected failure at {x}");
+                }
+                x
+            })
+            .sink_to(flaky.clone())
+            .uid("flaky-sink");
+        let mut job_settings = settings(1);
+        job_settings.restart = RestartStrategyConfig::FixedDelay { attempts: 3, delay: Duration::ZERO };
+        job_settings.failover_full = failover_full;
+        let dispatcher = Dispatcher::new("localhost");
+        let job = dispatcher.submit(env.build("regions").unwrap(), job_settings).unwrap();
+        let status = job.wait_terminal(Some(Duration::from_secs(30)));
+        assert_eq!(status, JobStatus::Finished, "full={failover_full}: {:?}", job.failure_cause());
+        assert_eq!(job.record().restarts, 1, "full={failover_full}");
+        let expected_steady = if failover_full { 200 } else { 100 };
+        assert_eq!(steady.records().len(), expected_steady, "full={failover_full}");
+        let mut flaky_values = flaky.records();
+        flaky_values.sort_unstable();
+        flaky_values.dedup();
+        assert_eq!(flaky_values, (0..100u64).collect::<Vec<_>>(), "full={failover_full}");
+    }
+}

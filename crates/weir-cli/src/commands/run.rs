@@ -8,8 +8,10 @@ use weir_api::datastream::StreamExecutionEnvironment;
 use weir_api::graph::StreamGraph;
 use weir_checkpoint::{NewOperator, RestoreRequest, load_metadata};
 use weir_config::Configuration;
+use weir_config::FailoverStrategy;
 use weir_config::options::{
-    PARALLELISM_DEFAULT, PIPELINE_MAX_PARALLELISM, PIPELINE_NAME, REST_ADDRESS, REST_BIND_ADDRESS, REST_PORT,
+    FAILOVER_STRATEGY, PARALLELISM_DEFAULT, PIPELINE_MAX_PARALLELISM, PIPELINE_NAME, REST_ADDRESS, REST_BIND_ADDRESS,
+    REST_PORT,
 };
 use weir_rest::{ClusterInfo, RestServer};
 use weir_runtime::checkpointing::RestoreSource;
@@ -52,6 +54,7 @@ pub fn prepare(
         restore: None,
         restart,
         executor: None,
+        failover_full: config.get(&FAILOVER_STRATEGY).map_err(CliError::usage)? == FailoverStrategy::Full,
     };
     if let Some(path) = savepoint {
         let restore = plan_restore(path, &graph, &settings, allow_non_restored_state)?;
