@@ -148,6 +148,11 @@ impl JobDefinition for FlakyCounterJob {
             ArgSpec::required("fail-at", "I", "the event index that crashes the job once"),
             ArgSpec::required("marker", "PATH", "file created by the crash; while it exists there is no crash"),
             ArgSpec::required("output", "DIR", "part files in DIR"),
+            ArgSpec::optional(
+                "steady-output",
+                "DIR",
+                "also run an unconnected counter that never crashes, writing to DIR (its own pipelined region)",
+            ),
         ]
     }
 
@@ -158,6 +163,7 @@ impl JobDefinition for FlakyCounterJob {
         let fail_at: u64 = args.required("fail-at")?;
         let marker: std::path::PathBuf = args.required("marker")?;
         let output: String = args.required("output")?;
+        let steady_output: Option<String> = args.get("steady-output")?;
         if users == 0 {
             return Err(args.invalid("--users must be at least 1"));
         }
@@ -175,6 +181,16 @@ impl JobDefinition for FlakyCounterJob {
             .process(weir_jobs::counter::CountPerUser::default())
             .uid("counter");
         counts.sink_to(FileSink::new(output, weir_jobs::counter::format_count)).uid("sink");
+        if let Some(steady_output) = steady_output {
+            env.from_source(weir_connectors::SequenceSource::new(Some(events), rate, |i| i))
+                .uid("steady-source")
+                .map(move |index: u64| weir_jobs::counter::Event { index, user: index % users })
+                .key_by(|e: &weir_jobs::counter::Event| e.user)
+                .process(weir_jobs::counter::CountPerUser::default())
+                .uid("steady-counter")
+                .sink_to(FileSink::new(steady_output, weir_jobs::counter::format_count))
+                .uid("steady-sink");
+        }
         Ok(())
     }
 }

@@ -95,60 +95,81 @@ fn a_fixed_delay_strategy_restarts_then_gives_up() {
     assert!(elapsed >= std::time::Duration::from_millis(400), "{elapsed:?}");
 }
 
-#[test]
-fn a_crash_restarts_from_the_latest_checkpoint_and_the_output_stays_exactly_once() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("out");
-    let marker = dir.path().join("crashed");
-    let checkpoints = format!("state.checkpoints.dir=file://{}/chk", dir.path().display());
-    let output = my_weir()
-        .args([
-            "run",
-            "-D",
-            "rest.port=0",
-            "-D",
-            "execution.checkpointing.interval=100ms",
-            "-D",
-            &checkpoints,
-            "-D",
-            "restart-strategy.type=fixed-delay",
-            "-D",
-            "restart-strategy.fixed-delay.attempts=3",
-            "-D",
-            "restart-strategy.fixed-delay.delay=100ms",
-            "-p",
-            "2",
-            "flaky-counter",
-            "--users",
-            "20",
-            "--events",
-            "20000",
-            "--rate",
-            "10000",
-            "--fail-at",
-            "12000",
-            "--marker",
-        ])
-        .arg(&marker)
-        .arg("--output")
-        .arg(&out)
-        .output()
-        .unwrap();
+/// Runs `flaky-counter` (crash once at event 12000, checkpoints every 100 ms) with extra
+/// `-D` settings; `steady` adds its unconnected second pipeline writing there.
+fn run_flaky_counter(dir: &std::path::Path, extra: &[&str], steady: Option<&std::path::Path>) {
+    let out = dir.join("out");
+    let marker = dir.join("crashed");
+    let checkpoints = format!("state.checkpoints.dir=file://{}/chk", dir.display());
+    let mut command = my_weir();
+    command.args([
+        "run",
+        "-D",
+        "rest.port=0",
+        "-D",
+        "execution.checkpointing.interval=100ms",
+        "-D",
+        &checkpoints,
+        "-D",
+        "restart-strategy.type=fixed-delay",
+        "-D",
+        "restart-strategy.fixed-delay.attempts=3",
+        "-D",
+        "restart-strategy.fixed-delay.delay=100ms",
+    ]);
+    for setting in extra {
+        command.args(["-D", setting]);
+    }
+    command.args(["-p", "2", "flaky-counter", "--users", "20", "--events", "20000", "--rate", "10000"]);
+    command.args(["--fail-at", "12000", "--marker"]).arg(&marker).arg("--output").arg(&out);
+    if let Some(steady) = steady {
+        command.arg("--steady-output").arg(steady);
+    }
+    let output = command.output().unwrap();
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     assert!(marker.exists(), "the injected crash did not happen");
+}
+
+/// Checks that `dir` holds every count 1..=1000 of 20 users exactly once; returns the attempt
+/// numbers its part files (`part-<job>-<attempt>-<subtask>-<n>`) were written by.
+fn assert_exactly_once_counts(dir: &std::path::Path) -> std::collections::BTreeSet<u32> {
     let mut per_user: std::collections::BTreeMap<u64, Vec<u64>> = std::collections::BTreeMap::new();
-    for entry in std::fs::read_dir(&out).unwrap() {
+    let mut attempts = std::collections::BTreeSet::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
         let entry = entry.unwrap();
         let name = entry.file_name().to_string_lossy().to_string();
         assert!(name.starts_with("part-"), "left behind: {name}");
+        attempts.insert(name.split('-').nth(2).unwrap().parse().unwrap());
         for line in std::fs::read_to_string(entry.path()).unwrap().lines() {
             let (user, count) = line.split_once('\t').unwrap();
             per_user.entry(user.parse().unwrap()).or_default().push(count.parse().unwrap());
         }
     }
-    assert_eq!(per_user.len(), 20);
+    assert_eq!(per_user.len(), 20, "{}", dir.display());
     for (user, mut counts) in per_user {
         counts.sort_unstable();
         assert_eq!(counts, (1..=1000).collect::<Vec<u64>>(), "user {user}: lost or duplicated counts");
+    }
+    attempts
+}
+
+#[test]
+fn a_crash_restarts_from_the_latest_checkpoint_and_the_output_stays_exactly_once() {
+    let dir = tempfile::tempdir().unwrap();
+    run_flaky_counter(dir.path(), &[], None);
+    assert_exactly_once_counts(&dir.path().join("out"));
+}
+
+#[test]
+fn region_failover_restarts_only_the_crashed_pipeline_and_full_restarts_both() {
+    for (strategy, steady_restarted) in [("region", false), ("full", true)] {
+        let dir = tempfile::tempdir().unwrap();
+        let steady = dir.path().join("steady");
+        let setting = format!("jobmanager.execution.failover-strategy={strategy}");
+        run_flaky_counter(dir.path(), &[&setting], Some(&steady));
+        let crashed_attempts = assert_exactly_once_counts(&dir.path().join("out"));
+        assert!(crashed_attempts.iter().any(|a| *a > 0), "{strategy}: the crashed pipeline did not restart");
+        let steady_attempts = assert_exactly_once_counts(&steady);
+        assert_eq!(steady_attempts.iter().any(|a| *a > 0), steady_restarted, "{strategy}: {steady_attempts:?}");
     }
 }
