@@ -52,10 +52,12 @@ struct Supervisor {
     region_restarts: Vec<(usize, Instant)>,
     /// Kept in region mode so that a region restart can join the running attempt's events.
     task_events: Option<Sender<TaskEvent>>,
-    /// Started attempts (one per region in region mode), joined when the job ends.
-    handles: Vec<Box<dyn AttemptHandle>>,
-    /// The newest attempt number; every deploy (whole job or region) takes a new one.
-    attempt: u32,
+    /// Started attempts with their region (one per region in region mode); joined when
+    /// their region redeploys or the job ends.
+    handles: Vec<(Option<usize>, Box<dyn AttemptHandle>)>,
+    /// The number the next deploy takes: every deploy (whole job or one region) has its own,
+    /// so TaskManagers and part-file names tell concurrent region attempts apart.
+    next_attempt: u32,
     /// The pipelined region of each vertex, in region-failover mode.
     region_of: Option<Arc<Vec<usize>>>,
 }
@@ -467,13 +469,12 @@ impl JobMaster {
             region_restarts: Vec::new(),
             task_events: None,
             handles: Vec::new(),
-            attempt: 0,
+            next_attempt: 0,
             region_of: None,
         };
-        // Region failover needs every subtask in this process (a TaskManager cluster restarts
-        // the whole job); a job of one region restarts whole anyway.
+        // A job of one region restarts whole anyway.
         let regions = Some(job_graph.regions())
-            .filter(|regions| settings.executor.is_none() && !settings.failover_full && regions.iter().any(|r| *r > 0))
+            .filter(|regions| !settings.failover_full && regions.iter().any(|r| *r > 0))
             .map(Arc::new);
         let region_count = regions.as_ref().map(|r| r.iter().max().map_or(0, |m| m + 1));
         let deployment = Deployment {
@@ -510,21 +511,20 @@ impl JobMaster {
                 self.stop_tasks();
                 self.fail_before_start(error.to_string());
                 supervisor.task_events = None;
-                supervisor.handles.drain(..).for_each(|handle| handle.join());
+                supervisor.handles.drain(..).for_each(|(_, handle)| handle.join());
                 break;
             }
             supervisor.any_finished = false;
             supervisor.pending_restart = None;
             self.supervise(&deployment, &events, &task_receiver, &snapshot_receiver, &mut supervisor);
             supervisor.task_events = None;
-            supervisor.handles.drain(..).for_each(|handle| handle.join());
+            supervisor.handles.drain(..).for_each(|(_, handle)| handle.join());
             let Some(delay) = supervisor.pending_restart.take() else {
                 break;
             };
             if !self.wait_before_restart(delay, &events) {
                 break;
             }
-            supervisor.attempt += 1;
             match self.restore_for_restart(&supervisor, &deployment.graph, &job_graph) {
                 Ok(Some(latest)) => restore = Some(latest),
                 Ok(None) => {}
@@ -533,7 +533,7 @@ impl JobMaster {
                     break;
                 }
             }
-            tracing::info!(job_id = %self.job_id, attempt = supervisor.attempt, "restarting the job");
+            tracing::info!(job_id = %self.job_id, attempt = supervisor.next_attempt, "restarting the job");
         }
         writer.shutdown();
     }
@@ -563,6 +563,8 @@ impl JobMaster {
         task_events: Sender<TaskEvent>,
     ) -> Result<(), TaskError> {
         let job_graph = &deployment.job_graph;
+        let attempt = supervisor.next_attempt;
+        supervisor.next_attempt += 1;
         let cancel = Arc::new(AtomicBool::new(false));
         {
             let mut flags = self.cancel_flags();
@@ -614,7 +616,7 @@ impl JobMaster {
         let spec = AttemptSpec {
             job_id: self.job_id,
             job_name: self.job_name.clone(),
-            attempt: supervisor.attempt,
+            attempt,
             graph: Arc::clone(&deployment.graph),
             job_graph: Arc::clone(job_graph),
             metrics,
@@ -632,7 +634,7 @@ impl JobMaster {
             region: region.zip(deployment.regions.clone()).map(|(region, regions)| (regions, region)),
         };
         let handle = deployment.executor.start(spec)?;
-        supervisor.handles.push(handle);
+        supervisor.handles.push((region, handle));
         Ok(())
     }
 
@@ -662,7 +664,11 @@ impl JobMaster {
         };
         for region in ready {
             supervisor.region_restarts.retain(|(r, _)| *r != region);
-            supervisor.attempt += 1;
+            // The region's subtasks all ended: its old attempt gives back its slots.
+            let (ended, running): (Vec<_>, Vec<_>) =
+                supervisor.handles.drain(..).partition(|(r, _)| *r == Some(region));
+            supervisor.handles = running;
+            ended.into_iter().for_each(|(_, handle)| handle.join());
             let restore = match self.restore_for_restart(supervisor, &deployment.graph, &deployment.job_graph) {
                 Ok(Some(latest)) => Ok(Some(latest)),
                 Ok(None) => Ok(deployment.initial_restore.clone()),
@@ -676,7 +682,7 @@ impl JobMaster {
             });
             match deployed {
                 Ok(()) => {
-                    tracing::info!(job_id = %self.job_id, region, attempt = supervisor.attempt, "restarted a pipelined region")
+                    tracing::info!(job_id = %self.job_id, region, attempt = supervisor.next_attempt - 1, "restarted a pipelined region")
                 }
                 Err(cause) => {
                     self.update(|record| {

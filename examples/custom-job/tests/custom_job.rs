@@ -98,14 +98,25 @@ fn a_fixed_delay_strategy_restarts_then_gives_up() {
 /// Runs `flaky-counter` (crash once at event 12000, checkpoints every 100 ms) with extra
 /// `-D` settings; `steady` adds its unconnected second pipeline writing there.
 fn run_flaky_counter(dir: &std::path::Path, extra: &[&str], steady: Option<&std::path::Path>) {
+    run_flaky_counter_at(dir, extra, steady, None)
+}
+
+/// [`run_flaky_counter`] on the cluster whose REST API is at `cluster`, or embedded.
+fn run_flaky_counter_at(
+    dir: &std::path::Path,
+    extra: &[&str],
+    steady: Option<&std::path::Path>,
+    cluster: Option<&str>,
+) {
     let out = dir.join("out");
     let marker = dir.join("crashed");
     let checkpoints = format!("state.checkpoints.dir=file://{}/chk", dir.display());
     let mut command = my_weir();
+    command.arg("run");
+    if let Some(cluster) = cluster {
+        command.args(["-m", cluster]);
+    }
     command.args([
-        "run",
-        "-D",
-        "rest.port=0",
         "-D",
         "execution.checkpointing.interval=100ms",
         "-D",
@@ -117,6 +128,9 @@ fn run_flaky_counter(dir: &std::path::Path, extra: &[&str], steady: Option<&std:
         "-D",
         "restart-strategy.fixed-delay.delay=100ms",
     ]);
+    if cluster.is_none() {
+        command.args(["-D", "rest.port=0"]);
+    }
     for setting in extra {
         command.args(["-D", setting]);
     }
@@ -138,7 +152,11 @@ fn assert_exactly_once_counts(dir: &std::path::Path) -> std::collections::BTreeS
     for entry in std::fs::read_dir(dir).unwrap() {
         let entry = entry.unwrap();
         let name = entry.file_name().to_string_lossy().to_string();
-        assert!(name.starts_with("part-"), "left behind: {name}");
+        assert!(
+            name.starts_with("part-"),
+            "left behind: {name} in {:?}",
+            std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name()).collect::<Vec<_>>()
+        );
         attempts.insert(name.split('-').nth(2).unwrap().parse().unwrap());
         for line in std::fs::read_to_string(entry.path()).unwrap().lines() {
             let (user, count) = line.split_once('\t').unwrap();
@@ -167,9 +185,70 @@ fn region_failover_restarts_only_the_crashed_pipeline_and_full_restarts_both() {
         let steady = dir.path().join("steady");
         let setting = format!("jobmanager.execution.failover-strategy={strategy}");
         run_flaky_counter(dir.path(), &[&setting], Some(&steady));
+        // Every deploy (of the job or of one region) has its own attempt number.
         let crashed_attempts = assert_exactly_once_counts(&dir.path().join("out"));
-        assert!(crashed_attempts.iter().any(|a| *a > 0), "{strategy}: the crashed pipeline did not restart");
+        assert_eq!(crashed_attempts.len(), 2, "{strategy}: the crashed pipeline did not restart");
         let steady_attempts = assert_exactly_once_counts(&steady);
-        assert_eq!(steady_attempts.iter().any(|a| *a > 0), steady_restarted, "{strategy}: {steady_attempts:?}");
+        let expected = if steady_restarted { 2 } else { 1 };
+        assert_eq!(steady_attempts.len(), expected, "{strategy}: {steady_attempts:?}");
     }
+}
+
+/// A `my-weir` process killed when the test ends.
+struct Process(std::process::Child);
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `my-weir args` and returns it with the first stderr line containing `marker`.
+fn spawn_until(args: &[&str], marker: &str) -> (Process, String) {
+    use std::io::BufRead;
+    let mut child =
+        my_weir().args(args).stdout(std::process::Stdio::null()).stderr(std::process::Stdio::piped()).spawn().unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let process = Process(child);
+    let (lines, received) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = lines.send(line);
+        }
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match received.recv_timeout(left) {
+            Ok(line) if line.contains(marker) => return (process, line),
+            Ok(_) => {}
+            Err(_) => panic!("`my-weir {}` did not print {marker:?}", args.join(" ")),
+        }
+    }
+}
+
+#[test]
+fn region_failover_on_a_taskmanager_cluster_restarts_only_the_crashed_pipeline() {
+    let (_jobmanager, line) =
+        spawn_until(&["jobmanager", "-D", "rest.port=0", "-D", "jobmanager.rpc.port=0"], "REST API at http://");
+    let rest = line.split("REST API at http://").nth(1).unwrap().split(',').next().unwrap().to_string();
+    let rpc = line.rsplit("connect to ").next().unwrap().trim().to_string();
+    // Each pipelined region takes its own slots: two regions at p=2 need four.
+    let _taskmanagers: Vec<Process> = (0..2)
+        .map(|_| {
+            spawn_until(
+                &["taskmanager", "--jobmanager", &rpc, "-D", "taskmanager.numberOfTaskSlots=2"],
+                "registered at",
+            )
+            .0
+        })
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let steady = dir.path().join("steady");
+    run_flaky_counter_at(dir.path(), &[], Some(&steady), Some(&rest));
+    let crashed_attempts = assert_exactly_once_counts(&dir.path().join("out"));
+    assert_eq!(crashed_attempts.len(), 2, "the crashed pipeline did not restart");
+    let steady_attempts = assert_exactly_once_counts(&steady);
+    assert_eq!(steady_attempts.len(), 1, "the steady pipeline restarted: {steady_attempts:?}");
 }

@@ -51,6 +51,10 @@ pub struct DeploySpec {
     pub exactly_once: bool,
     /// The snapshot to restore (a checkpoint or savepoint location).
     pub restore: Option<String>,
+    /// Deploy only this pipelined region (`JobGraph::regions()` numbering); `None`: all.
+    /// `slot_addresses` then hold the region's slots.
+    #[serde(default)]
+    pub region: Option<usize>,
 }
 
 /// Messages to the JobManager.

@@ -53,19 +53,20 @@ struct TaskManager {
 
 /// Where a job attempt's reports go.
 struct Route {
-    attempt: u32,
     task_events: Sender<TaskEvent>,
     snapshot_events: Sender<MasterEvent>,
     /// TaskManager id of each slot.
     slots: Vec<String>,
-    /// Vertex parallelisms (to fail a lost TaskManager's subtasks).
+    /// Vertex parallelisms, 0 for vertices outside the attempt's region (to fail a lost
+    /// TaskManager's subtasks).
     parallelism: Vec<u32>,
 }
 
 /// The TaskManagers of a cluster and the jobs deployed on them.
 pub struct ClusterResources {
     taskmanagers: Mutex<HashMap<String, TaskManager>>,
-    routes: Mutex<HashMap<String, Route>>,
+    /// By (job, attempt): with region failover several attempts of a job run at once.
+    routes: Mutex<HashMap<(String, u32), Route>>,
     heartbeat_timeout: Duration,
 }
 
@@ -160,12 +161,12 @@ impl ClusterResources {
                     }
                 }
                 ToJobManager::TaskEvent { job_id, attempt, event } => {
-                    if let Some(route) = lock(&self.routes).get(&job_id).filter(|r| r.attempt == attempt) {
+                    if let Some(route) = lock(&self.routes).get(&(job_id, attempt)) {
                         let _ = route.task_events.send(event);
                     }
                 }
                 ToJobManager::Snapshot { job_id, attempt, outcome } => {
-                    if let Some(route) = lock(&self.routes).get(&job_id).filter(|r| r.attempt == attempt) {
+                    if let Some(route) = lock(&self.routes).get(&(job_id, attempt)) {
                         let _ = route.snapshot_events.send(MasterEvent::Snapshot(outcome));
                     }
                 }
@@ -301,27 +302,34 @@ impl AttemptHandle for RemoteAttempt {
     fn join(self: Box<Self>) {
         self.done.store(true, Ordering::SeqCst);
         self.resources.release(&self.slots);
-        let mut routes = lock(&self.resources.routes);
-        if routes.get(&self.job_id).is_some_and(|r| r.attempt == self.attempt) {
-            routes.remove(&self.job_id);
-        }
+        lock(&self.resources.routes).remove(&(self.job_id.clone(), self.attempt));
     }
 }
 
 impl Executor for RemoteExecutor {
     fn start(&self, spec: AttemptSpec) -> Result<Box<dyn AttemptHandle>, TaskError> {
-        let slot_count = spec.job_graph.vertices.iter().map(|v| v.parallelism).max().unwrap_or(1);
+        let in_scope = |vertex: usize| match &spec.region {
+            Some((regions, region)) => regions.get(vertex) == Some(region),
+            None => true,
+        };
+        let parallelism: Vec<u32> = spec
+            .job_graph
+            .vertices
+            .iter()
+            .enumerate()
+            .map(|(vertex, v)| if in_scope(vertex) { v.parallelism } else { 0 })
+            .collect();
+        let slot_count = parallelism.iter().copied().max().unwrap_or(1).max(1);
         let slots = self.resources.allocate(slot_count, &spec.cancel)?;
         let job_id = spec.job_id.to_string();
         let owners: Vec<String> = slots.iter().map(|(id, _)| id.clone()).collect();
         lock(&self.resources.routes).insert(
-            job_id.clone(),
+            (job_id.clone(), spec.attempt),
             Route {
-                attempt: spec.attempt,
                 task_events: spec.task_events.clone(),
                 snapshot_events: spec.snapshot_events.clone(),
                 slots: owners.clone(),
-                parallelism: spec.job_graph.vertices.iter().map(|v| v.parallelism).collect(),
+                parallelism: parallelism.clone(),
             },
         );
         let deploy = DeploySpec {
@@ -334,6 +342,7 @@ impl Executor for RemoteExecutor {
             slot_addresses: slots.iter().map(|(_, address)| address.clone()).collect(),
             exactly_once: spec.wiring.exactly_once,
             restore: spec.restore.as_ref().map(|r| r.location.clone()),
+            region: spec.region.as_ref().map(|(_, region)| *region),
         };
         let mut involved: Vec<String> = owners.clone();
         involved.sort();
@@ -344,6 +353,9 @@ impl Executor for RemoteExecutor {
         // Control messages go to the TaskManager of their subtask; a checkpoint's directory
         // goes to every TaskManager before its trigger.
         for (vertex, receivers) in spec.controls.into_iter().enumerate() {
+            if parallelism[vertex] == 0 {
+                continue;
+            }
             for (subtask, receiver) in receivers.into_iter().enumerate() {
                 let resources = Arc::clone(&self.resources);
                 let owner = owners[subtask].clone();

@@ -27,7 +27,7 @@ use crate::network::{DataServer, TcpNetwork};
 type Link = Arc<Mutex<BufWriter<TcpStream>>>;
 
 struct Attempt {
-    attempt: u32,
+    region: Option<usize>,
     controls: HashMap<(usize, u32), Sender<TaskControl>>,
     dirs: SnapshotDirs,
     cancel: Arc<AtomicBool>,
@@ -88,16 +88,24 @@ pub fn run_taskmanager(
 
 fn serve_jobmanager(stream: TcpStream, link: &Link, server: &Arc<DataServer>, builder: &GraphBuilder) {
     let mut reader = BufReader::new(stream);
-    let mut attempts: HashMap<String, Attempt> = HashMap::new();
+    // By (job, attempt): with region failover several attempts of a job run at once.
+    let mut attempts: HashMap<(String, u32), Attempt> = HashMap::new();
     while let Ok(Some(message)) = receive::<ToTaskManager>(&mut reader) {
         match message {
             ToTaskManager::Deploy(spec) => {
-                if let Some(old) = attempts.remove(&spec.job_id) {
-                    old.cancel.store(true, Ordering::SeqCst);
-                }
+                // A new attempt replaces the job's attempts it overlaps: all of them for a whole
+                // job deploy, the same region's for a region deploy.
+                attempts.retain(|(job_id, _), old| {
+                    let replaced = *job_id == spec.job_id
+                        && (spec.region.is_none() || old.region.is_none() || old.region == spec.region);
+                    if replaced {
+                        old.cancel.store(true, Ordering::SeqCst);
+                    }
+                    !replaced
+                });
                 match start_attempt(&spec, link, server, builder) {
                     Ok(attempt) => {
-                        attempts.insert(spec.job_id.clone(), attempt);
+                        attempts.insert((spec.job_id.clone(), spec.attempt), attempt);
                     }
                     Err(error) => {
                         // Tell the job master, so the job fails or restarts instead of waiting.
@@ -120,22 +128,23 @@ fn serve_jobmanager(stream: TcpStream, link: &Link, server: &Arc<DataServer>, bu
                 }
             }
             ToTaskManager::Control { job_id, attempt, vertex, subtask, control } => {
-                if let Some(current) = attempts.get(&job_id).filter(|a| a.attempt == attempt)
+                if let Some(current) = attempts.get(&(job_id, attempt))
                     && let Some(sender) = current.controls.get(&(vertex, subtask))
                 {
                     let _ = sender.send(control);
                 }
             }
             ToTaskManager::CheckpointDir { job_id, checkpoint_id, url } => {
-                if let Some(current) = attempts.get(&job_id)
-                    && let Ok(storage) = SnapshotStorage::from_url(&url)
-                    && let Ok(mut dirs) = current.dirs.lock()
-                {
-                    dirs.insert(checkpoint_id, Arc::new(storage.blocking()));
+                let Ok(storage) = SnapshotStorage::from_url(&url) else { continue };
+                let storage = Arc::new(storage.blocking());
+                for (_, current) in attempts.iter().filter(|((job, _), _)| *job == job_id) {
+                    if let Ok(mut dirs) = current.dirs.lock() {
+                        dirs.insert(checkpoint_id, Arc::clone(&storage));
+                    }
                 }
             }
             ToTaskManager::Cancel { job_id, attempt } => {
-                if let Some(current) = attempts.get(&job_id).filter(|a| a.attempt == attempt) {
+                if let Some(current) = attempts.get(&(job_id, attempt)) {
                     current.cancel.store(true, Ordering::SeqCst);
                 }
             }
@@ -163,7 +172,12 @@ fn start_attempt(
     let my_address = server.address().to_string();
     let slots = spec.slot_addresses.clone();
     let local_slots = slots.clone();
-    let is_local = move |_vertex: usize, subtask: u32| local_slots.get(subtask as usize) == Some(&my_address);
+    let regions = job_graph.regions();
+    let region = spec.region;
+    let is_local = move |vertex: usize, subtask: u32| {
+        local_slots.get(subtask as usize) == Some(&my_address)
+            && region.is_none_or(|region| regions.get(vertex) == Some(&region))
+    };
     let address_slots = slots.clone();
     let network = TcpNetwork {
         job_id: spec.job_id.clone(),
@@ -228,7 +242,7 @@ fn start_attempt(
             report(&snapshot_link, &ToJobManager::Snapshot { job_id: snapshot_job.clone(), attempt, outcome });
         }
     });
-    Ok(Attempt { attempt: spec.attempt, controls, dirs, cancel })
+    Ok(Attempt { region: spec.region, controls, dirs, cancel })
 }
 
 /// The same restore plan the JobManager made (it is a pure function of the snapshot and the
