@@ -1,8 +1,8 @@
 //! Text files: a parallel line source over one file and a sink writing one part file per subtask.
 //!
 //! [`TextLineSource`] splits the file into `p` byte ranges; each subtask reads the lines that
-//! start in its range. [`FileSink`] writes `.part-<job8>-<subtask>-<n>.inprogress` (hidden
-//! from readers by the leading dot) and renames it to `part-<job8>-<subtask>-<n>` once
+//! start in its range. [`FileSink`] writes `.part-<job8>-<attempt>-<subtask>-<n>.inprogress` (hidden
+//! from readers by the leading dot) and renames it to `part-<job8>-<attempt>-<subtask>-<n>` once
 //! committed.
 
 use std::fs::{self, File, OpenOptions};
@@ -256,13 +256,13 @@ pub fn part_file_name(job8: &str, subtask: u32, counter: u64) -> String {
 }
 
 /// The name of part file `counter` of `subtask` while it is written:
-/// `.part-<job8>-<subtask>-<counter>.inprogress` (the leading dot hides it from readers).
+/// `.part-<job8>-<attempt>-<subtask>-<counter>.inprogress` (the leading dot hides it from readers).
 pub fn in_progress_name(job8: &str, subtask: u32, counter: u64) -> String {
     format!(".{}.inprogress", part_file_name(job8, subtask, counter))
 }
 
 /// The name of part file `counter` of `subtask` once closed at a checkpoint barrier and
-/// waiting for that checkpoint to complete: `.part-<job8>-<subtask>-<counter>.pending`.
+/// waiting for that checkpoint to complete: `.part-<job8>-<attempt>-<subtask>-<counter>.pending`.
 pub fn pending_name(job8: &str, subtask: u32, counter: u64) -> String {
     format!(".{}.pending", part_file_name(job8, subtask, counter))
 }
@@ -276,10 +276,10 @@ fn job8(ctx: &TaskContext) -> String {
 
 /// Writes records as lines into part files of a directory: exactly once with checkpoints.
 ///
-/// Two-phase commit: a subtask writes `.part-<job8>-<subtask>-<n>.inprogress`; at a
+/// Two-phase commit: a subtask writes `.part-<job8>-<attempt>-<subtask>-<n>.inprogress`; at a
 /// checkpoint barrier the file is closed, synced and renamed `.pending` (the pre-commit, its
 /// name stored in the checkpoint); when the checkpoint completes it is renamed
-/// `part-<job8>-<subtask>-<n>` (the commit). A restore commits the pending files its
+/// `part-<job8>-<attempt>-<subtask>-<n>` (the commit). A restore commits the pending files its
 /// snapshot lists and deletes the hidden files its old job left behind, whose records the
 /// restored sources replay. Without checkpoints, files are committed when the input ends.
 pub struct FileSink<T> {
