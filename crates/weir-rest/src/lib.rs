@@ -11,6 +11,7 @@
 
 pub mod checkpoints;
 pub mod error;
+mod metrics;
 pub mod responses;
 pub mod routes;
 pub mod server;

@@ -76,7 +76,8 @@ pub fn router(dispatcher: Arc<Dispatcher>, cluster: ClusterInfo) -> Router {
         ("/jobs/{jobid}/savepoints/{requestid}", get(checkpoints::savepoint_status)),
         ("/jobs/{jobid}/stop", post(checkpoints::stop_with_savepoint)),
     ];
-    let mut app = Router::new();
+    // Prometheus scrapes `/metrics` (no `/v1` twin: it is not part of Flink's REST API).
+    let mut app = Router::new().route("/metrics", get(crate::metrics::metrics));
     for (path, method_router) in routes {
         app = app.route(&format!("/v1{path}"), method_router.clone()).route(path, method_router);
     }

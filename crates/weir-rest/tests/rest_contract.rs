@@ -399,3 +399,43 @@ fn shutdown_is_prompt_and_frees_the_port() {
         "still accepting connections after shutdown"
     );
 }
+
+/// `/metrics` is Prometheus text with per-subtask record counts that add up to what the job
+/// processed, and the job's state, restarts and checkpoint counters.
+#[test]
+fn metrics_are_prometheus_text_with_per_subtask_counts() {
+    let (dispatcher, server) = start(4);
+    let job = submit_bounded(&dispatcher);
+    assert_eq!(job.0.wait_terminal(Some(DEADLINE)), weir_types::JobStatus::Finished);
+    let jid = job.0.job_id().to_string();
+    let mut response = ureq::get(format!("{}/metrics", server.url())).call().unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+    let content_type = response.headers().get("content-type").unwrap().to_str().unwrap().to_string();
+    assert!(content_type.starts_with("application/openmetrics-text"), "{content_type}");
+    let text = response.body_mut().read_to_string().unwrap();
+    assert!(text.ends_with("# EOF\n"), "{text}");
+    let value = |line: &str| line.rsplit(' ').next().unwrap().parse::<u64>().unwrap();
+    let sum = |metric: &str, task: &str| -> u64 {
+        text.lines()
+            .filter(|l| l.starts_with(metric) && l.contains(&format!("job_id=\"{jid}\"")) && l.contains(task))
+            .map(value)
+            .sum()
+    };
+    // 2 000 records enter the keyed counter (p=2) and leave the source.
+    assert_eq!(sum("weir_task_records_in_total{", "task=\"KeyedProcess"), 2_000, "{text}");
+    assert_eq!(sum("weir_task_records_out_total{", "task=\"Source"), 2_000, "{text}");
+    let subtask_lines = text
+        .lines()
+        .filter(|l| l.starts_with("weir_task_records_in_total{") && l.contains("task=\"KeyedProcess"))
+        .count();
+    assert_eq!(subtask_lines, 2, "one series per subtask: {text}");
+    assert!(
+        text.contains(&format!("weir_job_state{{job_id=\"{jid}\",job_name=\"bounded count\",state=\"FINISHED\"}} 1")),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("weir_job_restarts_total{{job_id=\"{jid}\",job_name=\"bounded count\"}} 0")),
+        "{text}"
+    );
+    assert!(text.contains("# TYPE weir_job_checkpoints_completed counter"), "{text}");
+}
