@@ -146,3 +146,46 @@ fn cluster_start_and_stop_manage_background_processes() {
     std::thread::sleep(Duration::from_millis(300));
     assert!(ureq::get("http://127.0.0.1:18391/overview").call().is_err(), "the JobManager still answers");
 }
+
+/// Subtask counters live in the TaskManagers; the JobManager's REST API and `/metrics` show
+/// them, with exact totals once the job finished.
+#[test]
+fn taskmanager_counters_reach_the_jobmanager_rest_api_and_metrics() {
+    let mut jobmanager = RunningWeir::start(&["jobmanager", "-D", "rest.port=0", "-D", "jobmanager.rpc.port=0"]);
+    let line = jobmanager.stderr_line("REST API at http://");
+    let rest = line.split("REST API at ").nth(1).unwrap().split(',').next().unwrap().to_string();
+    let rpc = line.rsplit("connect to ").next().unwrap().trim().to_string();
+    let _taskmanagers: Vec<RunningWeir> = (0..2).map(|_| start_taskmanager(&rpc)).collect();
+    common::poll_json(&format!("{rest}/overview"), |o| o["taskmanagers"] == 2);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let run = run_weir(&[
+        "run",
+        "-m",
+        rest.trim_start_matches("http://"),
+        "-p",
+        "4",
+        "counter",
+        "--users",
+        "10",
+        "--events",
+        "30000",
+        "--output",
+        out.to_str().unwrap(),
+    ]);
+    let stdout = String::from_utf8_lossy(&run.stdout).to_string();
+    assert!(run.status.success(), "{stdout}{}", String::from_utf8_lossy(&run.stderr));
+    let job_id =
+        stdout.lines().find_map(|l| l.strip_prefix("Job has been submitted with JobID ")).unwrap().trim().to_string();
+    let details = get(&format!("{rest}/jobs/{job_id}")).json();
+    let vertices = details["vertices"].as_array().unwrap();
+    let written: Vec<u64> = vertices.iter().map(|v| v["metrics"]["write-records"].as_u64().unwrap()).collect();
+    assert_eq!(written, vec![30_000, 30_000], "{details}");
+    let metrics = get(&format!("{rest}/metrics")).body;
+    let source_out: u64 = metrics
+        .lines()
+        .filter(|l| l.starts_with("weir_task_records_out_total{") && l.contains(&job_id) && l.contains("task=\"Source"))
+        .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
+        .sum();
+    assert_eq!(source_out, 30_000, "{metrics}");
+}

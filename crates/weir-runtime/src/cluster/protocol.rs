@@ -89,6 +89,31 @@ pub enum ToJobManager {
         /// The outcome.
         outcome: WriteOutcome,
     },
+    /// The counters of the attempt's subtasks on this TaskManager (sent periodically, and
+    /// once more when they ended), so that REST and `/metrics` on the JobManager show them.
+    Metrics {
+        /// The job.
+        job_id: String,
+        /// The attempt.
+        attempt: u32,
+        /// One entry per local subtask.
+        subtasks: Vec<SubtaskCounters>,
+    },
+}
+
+/// One subtask's counters (totals since the attempt started).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SubtaskCounters {
+    /// The vertex index in the job graph.
+    pub vertex: usize,
+    /// The subtask index.
+    pub subtask: u32,
+    /// Records in.
+    pub records_in: u64,
+    /// Records out.
+    pub records_out: u64,
+    /// Milliseconds backpressured.
+    pub backpressured_ms: u64,
 }
 
 /// Messages to a TaskManager.

@@ -13,6 +13,7 @@ use crossbeam_channel::Sender;
 use serde::{Deserialize, Serialize};
 use weir_api::error::TaskError;
 use weir_api::graph::StreamGraph;
+use weir_api::operator::TaskMetrics;
 use weir_api::snapshot::TaskControl;
 
 use super::protocol::{DeploySpec, JobSubmission, ToJobManager, ToTaskManager, receive, send};
@@ -60,6 +61,8 @@ struct Route {
     /// Vertex parallelisms, 0 for vertices outside the attempt's region (to fail a lost
     /// TaskManager's subtasks).
     parallelism: Vec<u32>,
+    /// The job master's counters of each subtask, updated from TaskManager reports.
+    metrics: Vec<Vec<Arc<TaskMetrics>>>,
 }
 
 /// The TaskManagers of a cluster and the jobs deployed on them.
@@ -163,6 +166,19 @@ impl ClusterResources {
                 ToJobManager::TaskEvent { job_id, attempt, event } => {
                     if let Some(route) = lock(&self.routes).get(&(job_id, attempt)) {
                         let _ = route.task_events.send(event);
+                    }
+                }
+                ToJobManager::Metrics { job_id, attempt, subtasks } => {
+                    if let Some(route) = lock(&self.routes).get(&(job_id, attempt)) {
+                        for counters in subtasks {
+                            let slot =
+                                route.metrics.get(counters.vertex).and_then(|v| v.get(counters.subtask as usize));
+                            if let Some(metrics) = slot {
+                                metrics.records_in.store(counters.records_in, Ordering::Relaxed);
+                                metrics.records_out.store(counters.records_out, Ordering::Relaxed);
+                                metrics.backpressured_ms.store(counters.backpressured_ms, Ordering::Relaxed);
+                            }
+                        }
                     }
                 }
                 ToJobManager::Snapshot { job_id, attempt, outcome } => {
@@ -330,6 +346,7 @@ impl Executor for RemoteExecutor {
                 snapshot_events: spec.snapshot_events.clone(),
                 slots: owners.clone(),
                 parallelism: parallelism.clone(),
+                metrics: spec.metrics.clone(),
             },
         );
         let deploy = DeploySpec {

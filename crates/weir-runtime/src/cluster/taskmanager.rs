@@ -15,11 +15,11 @@ use weir_checkpoint::SnapshotStorage;
 use weir_types::JobId;
 
 use super::GraphBuilder;
-use super::protocol::{DeploySpec, ToJobManager, ToTaskManager, receive, send};
+use super::protocol::{DeploySpec, SubtaskCounters, ToJobManager, ToTaskManager, receive, send};
 use crate::checkpointing::RestoreSource;
 use crate::checkpointing::coordinator::SnapshotDirs;
 use crate::checkpointing::writer::{SnapshotWriter, WriteOutcome};
-use crate::execution::{CheckpointWiring, JobContext, Placement, TaskEvent, deploy};
+use crate::execution::{CheckpointWiring, JobContext, Placement, TaskEvent, TaskEventKind, deploy};
 use crate::jobgraph::{JobGraph, JobSettings};
 use crate::network::{DataServer, TcpNetwork};
 
@@ -223,16 +223,31 @@ fn start_attempt(
     let threads = deploy(&graph, &job_graph, &job_ctx, &metrics, control_receivers, &wiring, &events)
         .map_err(|e| e.to_string())?;
     drop(events);
+    let ended = Arc::new(AtomicBool::new(false));
+    let local = local_counters(&job_ctx.placement, metrics);
+    report_metrics(spec, link, Arc::clone(&local), Arc::clone(&ended));
     // Report events and snapshot outcomes to the JobManager until the attempt ends.
     let event_link = Arc::clone(link);
     let (event_job, attempt) = (spec.job_id.clone(), spec.attempt);
     std::thread::spawn(move || {
         for event in event_receiver {
+            // A subtask's final counters go ahead of its terminal event, while the JobManager
+            // still routes this attempt's reports.
+            if !matches!(event.kind, TaskEventKind::Initializing | TaskEventKind::Running) {
+                let subtasks: Vec<SubtaskCounters> = local
+                    .iter()
+                    .filter(|(vertex, subtask, _)| *vertex == event.vertex && *subtask == event.subtask)
+                    .map(|(vertex, subtask, m)| counters(*vertex, *subtask, m))
+                    .collect();
+                let metrics = ToJobManager::Metrics { job_id: event_job.clone(), attempt, subtasks };
+                report(&event_link, &metrics);
+            }
             report(&event_link, &ToJobManager::TaskEvent { job_id: event_job.clone(), attempt, event });
         }
         for thread in threads {
             let _ = thread.join();
         }
+        ended.store(true, Ordering::SeqCst);
         writer.shutdown();
     });
     let snapshot_link = Arc::clone(link);
@@ -247,6 +262,50 @@ fn start_attempt(
 
 /// The same restore plan the JobManager made (it is a pure function of the snapshot and the
 /// job graph).
+/// How often a TaskManager reports its subtasks' counters to the JobManager.
+const METRICS_INTERVAL: Duration = Duration::from_millis(200);
+
+type LocalCounters = Arc<Vec<(usize, u32, Arc<TaskMetrics>)>>;
+
+/// The counters of the subtasks this TaskManager runs, with their vertex and subtask index.
+fn local_counters(placement: &Placement, metrics: Vec<Vec<Arc<TaskMetrics>>>) -> LocalCounters {
+    let mut local = Vec::new();
+    for (vertex, subtasks) in metrics.into_iter().enumerate() {
+        for (subtask, counters) in subtasks.into_iter().enumerate() {
+            if (placement.is_local)(vertex, subtask as u32) {
+                local.push((vertex, subtask as u32, counters));
+            }
+        }
+    }
+    Arc::new(local)
+}
+
+fn counters(vertex: usize, subtask: u32, metrics: &TaskMetrics) -> SubtaskCounters {
+    SubtaskCounters {
+        vertex,
+        subtask,
+        records_in: metrics.records_in.load(Ordering::Relaxed),
+        records_out: metrics.records_out.load(Ordering::Relaxed),
+        backpressured_ms: metrics.backpressured_ms.load(Ordering::Relaxed),
+    }
+}
+
+/// Reports the local subtasks' counters every [`METRICS_INTERVAL`] until the attempt ended
+/// (each subtask's final counters go with its terminal event).
+fn report_metrics(spec: &DeploySpec, link: &Link, local: LocalCounters, ended: Arc<AtomicBool>) {
+    let link = Arc::clone(link);
+    let (job_id, attempt) = (spec.job_id.clone(), spec.attempt);
+    std::thread::spawn(move || {
+        while !ended.load(Ordering::SeqCst) {
+            let subtasks = local.iter().map(|(vertex, subtask, m)| counters(*vertex, *subtask, m)).collect();
+            if !report(&link, &ToJobManager::Metrics { job_id: job_id.clone(), attempt, subtasks }) {
+                return;
+            }
+            std::thread::sleep(METRICS_INTERVAL);
+        }
+    });
+}
+
 fn restore_source(
     location: &str,
     graph: &weir_api::graph::StreamGraph,
