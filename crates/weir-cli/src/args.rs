@@ -66,6 +66,14 @@ pub enum Command {
     /// Start or stop a local standalone cluster (background processes, logs in the data dir)
     #[command(subcommand)]
     Cluster(ClusterCommand),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell)
+    #[command(
+        after_help = "Examples:\n  weir completions bash > ~/.local/share/bash-completion/completions/weir\n  weir completions zsh > ~/.zfunc/_weir"
+    )]
+    Completions {
+        /// The shell
+        shell: clap_complete::Shell,
+    },
 }
 
 /// Verbs that only take configuration.

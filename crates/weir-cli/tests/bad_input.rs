@@ -125,3 +125,20 @@ fn jobs_lists_the_catalog_with_arguments() {
         assert!(stdout.contains(needle), "{needle} missing: {stdout}");
     }
 }
+
+#[test]
+fn completion_scripts_cover_every_verb_and_an_unknown_shell_is_a_usage_error() {
+    let output = run_weir(&["completions", "bash"]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let script = String::from_utf8_lossy(&output.stdout).to_string();
+    for verb in ["run", "list", "cancel", "stop", "savepoint", "jobs", "jobmanager", "taskmanager", "cluster"] {
+        assert!(script.contains(verb), "{verb} missing from the bash completions");
+    }
+    // The script is valid bash.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("weir.bash");
+    std::fs::write(&path, &script).unwrap();
+    let check = std::process::Command::new("bash").arg("-n").arg(&path).output().unwrap();
+    assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stderr));
+    assert_usage_error(&["completions", "nushell"], "nushell");
+}

@@ -27,5 +27,19 @@ pub fn dispatch(cli: Cli, catalog: std::sync::Arc<JobCatalog>) -> Result<ExitCod
         Command::Jobs => jobs::jobs(catalog_ref),
         Command::Stop(args) => savepoint::stop(args),
         Command::Savepoint(args) => savepoint::savepoint(args),
+        Command::Completions { shell } => completions(shell),
     }
+}
+
+/// Prints the completion script for the binary's own name (a custom job binary built on
+/// `weir_cli::main_with` completes as itself).
+fn completions(shell: clap_complete::Shell) -> Result<ExitCode, CliError> {
+    use clap::CommandFactory;
+    let name = std::env::args_os()
+        .next()
+        .and_then(|arg| std::path::Path::new(&arg).file_name().map(|n| n.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| "weir".to_string());
+    let mut command = Cli::command();
+    clap_complete::generate(shell, &mut command, name, &mut std::io::stdout());
+    Ok(ExitCode::SUCCESS)
 }
