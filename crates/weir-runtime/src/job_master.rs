@@ -383,11 +383,7 @@ impl JobMaster {
                 return;
             }
         };
-        let metrics: Vec<Vec<Arc<TaskMetrics>>> = job_graph
-            .vertices
-            .iter()
-            .map(|v| (0..v.parallelism).map(|_| Arc::new(TaskMetrics::default())).collect())
-            .collect();
+        let metrics = job_graph.new_task_metrics();
         self.update(|record| {
             record.job_graph = Some(Arc::clone(&job_graph));
             record.subtasks = metrics
@@ -578,11 +574,7 @@ impl JobMaster {
                 None => *flags = vec![Arc::clone(&cancel)],
             }
         }
-        let metrics: Vec<Vec<Arc<TaskMetrics>>> = job_graph
-            .vertices
-            .iter()
-            .map(|v| (0..v.parallelism).map(|_| Arc::new(TaskMetrics::default())).collect())
-            .collect();
+        let metrics = job_graph.new_task_metrics();
         self.update(|record| {
             for (vertex, vertex_metrics) in metrics.iter().enumerate() {
                 if !deployment.in_region(vertex, region) {

@@ -245,6 +245,11 @@ impl JobGraph {
         regions
     }
 
+    /// Zeroed counters for every subtask, by vertex (one set per deploy).
+    pub fn new_task_metrics(&self) -> Vec<Vec<std::sync::Arc<weir_api::operator::TaskMetrics>>> {
+        self.vertices.iter().map(|v| (0..v.parallelism).map(|_| std::sync::Arc::default()).collect()).collect()
+    }
+
     /// Total subtasks (slots an embedded cluster provides).
     pub fn subtask_count(&self) -> u32 {
         self.vertices.iter().map(|v| v.parallelism).sum()

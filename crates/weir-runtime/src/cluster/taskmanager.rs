@@ -198,11 +198,7 @@ fn start_attempt(
         attempt: spec.attempt,
         placement: Placement { is_local: Arc::new(is_local), network: Some(Arc::new(network)) },
     };
-    let metrics: Vec<Vec<Arc<TaskMetrics>>> = job_graph
-        .vertices
-        .iter()
-        .map(|v| (0..v.parallelism).map(|_| Arc::new(TaskMetrics::default())).collect())
-        .collect();
+    let metrics = job_graph.new_task_metrics();
     let mut controls = HashMap::new();
     let mut control_receivers = Vec::new();
     for (vertex_index, vertex) in job_graph.vertices.iter().enumerate() {
