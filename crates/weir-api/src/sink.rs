@@ -27,21 +27,30 @@ pub trait Sink<T>: Send + Sync + 'static {
     }
 }
 
-/// Writes records for one subtask.
+/// Writes records for one subtask. The defaults suit a sink without buffering or
+/// transactions (nothing to flush, nothing to stage or commit: at-least-once).
 pub trait SinkWriter<T>: Send {
     /// Writes and drains `batch`.
     fn write_batch(&mut self, batch: &mut Vec<T>) -> Result<(), TaskError>;
 
     /// Makes written records visible where the sink's contract says so (the task is idle).
-    fn flush(&mut self) -> Result<(), TaskError>;
+    fn flush(&mut self) -> Result<(), TaskError> {
+        Ok(())
+    }
 
     /// The input ended: write everything and commit.
-    fn finish(&mut self) -> Result<(), TaskError>;
+    fn finish(&mut self) -> Result<(), TaskError> {
+        Ok(())
+    }
 
     /// A checkpoint barrier: stage everything written so far for commit and return the
     /// pending commits (stored in the snapshot so a restore can finish them).
-    fn prepare_commit(&mut self, checkpoint_id: u64) -> Result<Vec<Vec<u8>>, TaskError>;
+    fn prepare_commit(&mut self, _checkpoint_id: u64) -> Result<Vec<Vec<u8>>, TaskError> {
+        Ok(Vec::new())
+    }
 
     /// Checkpoint `checkpoint_id` completed: make what was staged up to it visible.
-    fn commit(&mut self, checkpoint_id: u64) -> Result<(), TaskError>;
+    fn commit(&mut self, _checkpoint_id: u64) -> Result<(), TaskError> {
+        Ok(())
+    }
 }

@@ -120,22 +120,6 @@ impl<T: Send> SinkWriter<T> for CollectWriter<T> {
         records.append(batch);
         Ok(())
     }
-
-    fn flush(&mut self) -> Result<(), TaskError> {
-        Ok(())
-    }
-
-    fn finish(&mut self) -> Result<(), TaskError> {
-        Ok(())
-    }
-
-    fn prepare_commit(&mut self, _checkpoint_id: u64) -> Result<Vec<Vec<u8>>, TaskError> {
-        Ok(Vec::new())
-    }
-
-    fn commit(&mut self, _checkpoint_id: u64) -> Result<(), TaskError> {
-        Ok(())
-    }
 }
 
 /// An unbounded source of 0, 1, 2, ... per subtask, optionally paced: for tests that need a
@@ -232,6 +216,26 @@ impl crate::functions::KeyedProcessFunction<u64, u64, (u64, u64)> for RunningCou
         let n = count.get_or_insert_with(|| 0);
         *n += 1;
         out.collect((key, *n));
+        Ok(())
+    }
+}
+
+/// A keyed pass-through for tests that fails with `refusing record N` on the record equal to
+/// its value (`FailOn(u64::MAX)` never fails).
+#[derive(Clone)]
+pub struct FailOn(pub u64);
+
+impl crate::functions::KeyedProcessFunction<u64, u64, u64> for FailOn {
+    fn process_element(
+        &mut self,
+        value: u64,
+        _ctx: &mut crate::functions::KeyedContext<'_, u64>,
+        out: &mut crate::functions::Collector<'_, u64>,
+    ) -> crate::functions::FnResult {
+        if value == self.0 {
+            return Err(format!("refusing record {value}").into());
+        }
+        out.collect(value);
         Ok(())
     }
 }

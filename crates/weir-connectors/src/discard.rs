@@ -28,22 +28,6 @@ impl<T: Send> SinkWriter<T> for DiscardWriter {
         batch.clear();
         Ok(())
     }
-
-    fn flush(&mut self) -> Result<(), TaskError> {
-        Ok(())
-    }
-
-    fn finish(&mut self) -> Result<(), TaskError> {
-        Ok(())
-    }
-
-    fn prepare_commit(&mut self, _checkpoint_id: u64) -> Result<Vec<Vec<u8>>, TaskError> {
-        Ok(Vec::new())
-    }
-
-    fn commit(&mut self, _checkpoint_id: u64) -> Result<(), TaskError> {
-        Ok(())
-    }
 }
 
 #[cfg(test)]

@@ -85,10 +85,6 @@ impl<T: Send, W: Write + Send> SinkWriter<T> for PrintWriter<T, W> {
         SinkWriter::<T>::flush(self)?;
         Ok(Vec::new())
     }
-
-    fn commit(&mut self, _checkpoint_id: u64) -> Result<(), TaskError> {
-        Ok(())
-    }
 }
 
 #[cfg(test)]

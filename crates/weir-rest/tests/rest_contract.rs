@@ -128,24 +128,6 @@ fn submit_endless(dispatcher: &Dispatcher) -> EndOnDrop {
     EndOnDrop(dispatcher.submit(env.build("endless").unwrap(), settings(2)).unwrap())
 }
 
-#[derive(Clone)]
-struct FailOn(u64);
-
-impl KeyedProcessFunction<u64, u64, u64> for FailOn {
-    fn process_element(
-        &mut self,
-        value: u64,
-        _ctx: &mut KeyedContext<'_, u64>,
-        out: &mut Collector<'_, u64>,
-    ) -> FnResult {
-        if value == self.0 {
-            return Err(format!("refusing record {value}").into());
-        }
-        out.collect(value);
-        Ok(())
-    }
-}
-
 fn assert_error(status: u16, body: &Value, want_status: u16, want_text: &str) {
     assert_eq!(status, want_status, "{body}");
     let errors = body["errors"].as_array().unwrap_or_else(|| panic!("{body}"));

@@ -58,8 +58,6 @@ struct Supervisor {
     /// The number the next deploy takes: every deploy (whole job or one region) has its own,
     /// so TaskManagers and part-file names tell concurrent region attempts apart.
     next_attempt: u32,
-    /// The pipelined region of each vertex, in region-failover mode.
-    region_of: Option<Arc<Vec<usize>>>,
 }
 
 /// What every deploy of the job needs.
@@ -87,11 +85,6 @@ impl Deployment {
 }
 
 impl Supervisor {
-    /// The pipelined region of each vertex, in region-failover mode.
-    fn regions(&self) -> Option<Arc<Vec<usize>>> {
-        self.region_of.clone()
-    }
-
     fn send_to_sources(&self, message: TaskControl) {
         for vertex in &self.source_vertices {
             for control in &self.controls[*vertex] {
@@ -466,7 +459,6 @@ impl JobMaster {
             task_events: None,
             handles: Vec::new(),
             next_attempt: 0,
-            region_of: None,
         };
         // A job of one region restarts whole anyway.
         let regions = Some(job_graph.regions())
@@ -487,7 +479,6 @@ impl JobMaster {
             initial_restore: settings.restore.clone(),
             regions,
         };
-        supervisor.region_of = deployment.regions.clone();
         let mut restore = settings.restore.clone();
         loop {
             self.update(|record| self.transition_job(record, JobStatus::Running));
@@ -772,7 +763,6 @@ impl JobMaster {
         snapshots: &Receiver<MasterEvent>,
         supervisor: &mut Supervisor,
     ) {
-        let job_graph = &deployment.job_graph;
         loop {
             let now = Instant::now();
             let wait = match supervisor.coordinator.next_wakeup() {
@@ -805,7 +795,7 @@ impl JobMaster {
                                 supervisor.coordinator.abort_all("a subtask finished before the checkpoint completed");
                             self.on_checkpoint_failures(record, supervisor, failures);
                         }
-                        self.on_task_event(record, job_graph, task, supervisor);
+                        self.on_task_event(record, deployment, task, supervisor);
                     }
                     Some(MasterEvent::TriggerSavepoint { request_id, target, terminate }) => {
                         self.on_trigger_savepoint(record, supervisor, request_id, target, terminate)
@@ -939,10 +929,11 @@ impl JobMaster {
     fn on_task_event(
         &self,
         record: &mut JobRecord,
-        job_graph: &JobGraph,
+        deployment: &Deployment,
         event: TaskEvent,
         supervisor: &mut Supervisor,
     ) {
+        let job_graph = &deployment.job_graph;
         let Some(subtask) = record.subtasks.get_mut(event.vertex).and_then(|v| v.get_mut(event.subtask as usize))
         else {
             return;
@@ -975,7 +966,7 @@ impl JobMaster {
                 let _ = subtask.history.transition(ExecutionState::Failed, now);
                 let vertex = &job_graph.vertices[event.vertex];
                 let task_name = format!("{} ({}/{})", vertex.name, event.subtask + 1, vertex.parallelism);
-                let region = supervisor.regions().map(|regions| regions[event.vertex]);
+                let region = deployment.regions.as_ref().and_then(|regions| regions.get(event.vertex).copied());
                 let region_restarting =
                     region.is_some_and(|region| supervisor.region_restarts.iter().any(|(r, _)| *r == region));
                 if record.history.current() == JobStatus::Running && !region_restarting {
@@ -1001,16 +992,16 @@ impl JobMaster {
                                 }
                             }
                             record.restarts += 1;
-                            match (region, supervisor.regions()) {
-                                (Some(region), Some(regions)) => {
+                            match region {
+                                Some(region) => {
                                     tracing::warn!(job_id = %self.job_id, task = %task_name, error = %error, region, delay_ms = delay.as_millis() as u64, "subtask failed; restarting its pipelined region");
                                     supervisor.region_restarts.push((region, Instant::now() + delay));
                                     if let Some(flag) = self.cancel_flags().get(region) {
                                         flag.store(true, Ordering::SeqCst);
                                     }
-                                    mark_canceling(record, |vertex| regions.get(vertex) == Some(&region));
+                                    mark_canceling(record, |vertex| deployment.in_region(vertex, Some(region)));
                                 }
-                                _ => {
+                                None => {
                                     tracing::warn!(job_id = %self.job_id, task = %task_name, error = %error, delay_ms = delay.as_millis() as u64, "subtask failed; restarting the job");
                                     supervisor.pending_restart = Some(delay);
                                     self.transition_job(record, JobStatus::Restarting);

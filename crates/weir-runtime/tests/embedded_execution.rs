@@ -52,24 +52,6 @@ fn keyed_counts_are_exact_at_every_parallelism() {
     }
 }
 
-#[derive(Clone)]
-struct FailOn(u64);
-
-impl KeyedProcessFunction<u64, u64, u64> for FailOn {
-    fn process_element(
-        &mut self,
-        value: u64,
-        _ctx: &mut KeyedContext<'_, u64>,
-        out: &mut Collector<'_, u64>,
-    ) -> FnResult {
-        if value == self.0 {
-            return Err(format!("refusing record {value}").into());
-        }
-        out.collect(value);
-        Ok(())
-    }
-}
-
 #[test]
 fn a_failing_user_function_fails_the_job_with_its_error() {
     let env = StreamExecutionEnvironment::new();
