@@ -1,20 +1,22 @@
 //! Checkpoint, savepoint and stop endpoints (Flink's shapes): statistics, configuration,
 //! asynchronous savepoint/stop triggers with request ids, and their status.
 
+use std::collections::BTreeMap;
+
 use axum::Json;
 use axum::extract::rejection::{JsonRejection, PathRejection};
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
 use weir_runtime::checkpointing::stats::{CheckpointEntry, CheckpointStatus};
 use weir_runtime::job_master::SavepointStatus;
 
 use crate::error::ApiError;
+use crate::responses::ErrorResponse;
 use crate::routes::{AppState, find_job};
 
 /// `POST /jobs/{id}/savepoints` body.
-#[derive(Debug, Default, Deserialize, Serialize)]
+#[derive(Debug, Default, Deserialize, Serialize, utoipa::ToSchema)]
 pub struct SavepointTriggerRequest {
     /// Where the savepoint goes (else `state.savepoints.dir`).
     #[serde(rename = "target-directory", default)]
@@ -25,7 +27,7 @@ pub struct SavepointTriggerRequest {
 }
 
 /// `POST /jobs/{id}/stop` body.
-#[derive(Debug, Default, Deserialize, Serialize)]
+#[derive(Debug, Default, Deserialize, Serialize, utoipa::ToSchema)]
 pub struct StopRequest {
     /// Where the savepoint goes (else `state.savepoints.dir`).
     #[serde(rename = "targetDirectory", default)]
@@ -36,7 +38,7 @@ pub struct StopRequest {
 }
 
 /// `{"request-id": "..."}`.
-#[derive(Debug, Deserialize, Serialize)]
+#[derive(Debug, Deserialize, Serialize, utoipa::ToSchema)]
 pub struct TriggerResponse {
     /// The id to poll.
     #[serde(rename = "request-id")]
@@ -57,6 +59,7 @@ fn trigger(
 }
 
 /// `POST /jobs/{jobid}/savepoints`.
+#[utoipa::path(post, path = "/jobs/{jobid}/savepoints", tag = "checkpoints", summary = "Trigger a savepoint", params(("jobid" = String, Path, description = "Job id: 32 hex characters")), request_body = SavepointTriggerRequest, responses((status = 202, body = TriggerResponse), (status = 400, description = "Not a job id", body = ErrorResponse), (status = 404, description = "No such job", body = ErrorResponse), (status = 409, description = "The job cannot take a savepoint now", body = ErrorResponse)))]
 pub(crate) async fn trigger_savepoint(
     State(state): State<AppState>,
     jobid: Result<Path<String>, PathRejection>,
@@ -68,6 +71,7 @@ pub(crate) async fn trigger_savepoint(
 }
 
 /// `POST /jobs/{jobid}/stop`.
+#[utoipa::path(post, path = "/jobs/{jobid}/stop", tag = "checkpoints", summary = "Stop the job with a savepoint", params(("jobid" = String, Path, description = "Job id: 32 hex characters")), request_body = StopRequest, responses((status = 202, body = TriggerResponse), (status = 400, description = "Not a job id", body = ErrorResponse), (status = 404, description = "No such job", body = ErrorResponse), (status = 409, description = "The job cannot stop now", body = ErrorResponse)))]
 pub(crate) async fn stop_with_savepoint(
     State(state): State<AppState>,
     jobid: Result<Path<String>, PathRejection>,
@@ -78,52 +82,183 @@ pub(crate) async fn stop_with_savepoint(
     trigger(&state, &jobid, body.target_directory, true)
 }
 
+/// `GET /jobs/{jobid}/savepoints/{requestid}` (and the stop trigger's status): Flink's
+/// asynchronous operation result.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct SavepointStatusResponse {
+    /// `IN_PROGRESS` or `COMPLETED`.
+    pub status: QueueStatus,
+    /// Null while in progress; then either `location` or `failure-cause`.
+    pub operation: Option<SavepointOperation>,
+}
+
+/// The `status` of [`SavepointStatusResponse`].
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct QueueStatus {
+    /// `IN_PROGRESS` or `COMPLETED` (also when it failed).
+    pub id: String,
+}
+
+/// The outcome of a savepoint operation.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct SavepointOperation {
+    /// Where the savepoint was written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub location: Option<String>,
+    /// Why it failed.
+    #[serde(rename = "failure-cause", default, skip_serializing_if = "Option::is_none")]
+    pub failure_cause: Option<FailureCause>,
+}
+
+/// Why a savepoint failed.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct FailureCause {
+    /// Always `SavepointFailure`.
+    pub class: String,
+    /// The message.
+    #[serde(rename = "stack-trace")]
+    pub stack_trace: String,
+}
+
 /// `GET /jobs/{jobid}/savepoints/{requestid}`.
+#[utoipa::path(get, path = "/jobs/{jobid}/savepoints/{requestid}", tag = "checkpoints", summary = "A savepoint or stop request's status", params(("jobid" = String, Path, description = "Job id: 32 hex characters"), ("requestid" = String, Path, description = "The trigger's `request-id`")), responses((status = 200, body = SavepointStatusResponse), (status = 400, description = "Not a job id", body = ErrorResponse), (status = 404, description = "No such job or request", body = ErrorResponse)))]
 pub(crate) async fn savepoint_status(
     State(state): State<AppState>,
     path: Result<Path<(String, String)>, PathRejection>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<SavepointStatusResponse>, ApiError> {
     let Path((jobid, request_id)) = path?;
     let job = find_job(&state.dispatcher, &jobid)?;
     let Some(status) = job.savepoint_status(&request_id) else {
         return Err(ApiError::not_found(format!("No savepoint request {request_id} for job {jobid}")));
     };
-    let body = match status {
-        SavepointStatus::InProgress => json!({"status": {"id": "IN_PROGRESS"}, "operation": null}),
+    let (id, operation) = match status {
+        SavepointStatus::InProgress => ("IN_PROGRESS", None),
         SavepointStatus::Completed(location) => {
-            json!({"status": {"id": "COMPLETED"}, "operation": {"location": location}})
+            ("COMPLETED", Some(SavepointOperation { location: Some(location), failure_cause: None }))
         }
-        SavepointStatus::Failed(cause) => {
-            json!({"status": {"id": "COMPLETED"}, "operation": {"failure-cause": {"class": "SavepointFailure", "stack-trace": cause}}})
-        }
+        SavepointStatus::Failed(cause) => (
+            "COMPLETED",
+            Some(SavepointOperation {
+                location: None,
+                failure_cause: Some(FailureCause { class: "SavepointFailure".into(), stack_trace: cause }),
+            }),
+        ),
     };
-    Ok(Json(body))
+    Ok(Json(SavepointStatusResponse { status: QueueStatus { id: id.into() }, operation }))
 }
 
-fn entry_json(entry: &CheckpointEntry) -> Value {
-    json!({
-        "id": entry.id,
-        "status": entry.status,
-        "is_savepoint": entry.is_savepoint,
-        "savepointFormat": if entry.is_savepoint { Some("CANONICAL") } else { None },
-        "trigger_timestamp": entry.trigger_timestamp,
-        "latest_ack_timestamp": entry.latest_ack_timestamp,
-        "end_to_end_duration": entry.end_to_end_duration,
-        "state_size": entry.state_size,
-        "checkpointed_size": entry.state_size,
-        "num_subtasks": entry.num_subtasks,
-        "num_acknowledged_subtasks": entry.num_acknowledged_subtasks,
-        "external_path": entry.external_path,
-        "failure_message": entry.failure_message,
-        "operator_sizes": entry.operator_sizes,
-    })
+/// `GET /jobs/{jobid}/checkpoints`: counts, the latest of each kind, and recent history.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct CheckpointingStatistics {
+    /// How many checkpoints of each outcome.
+    pub counts: CheckpointCounts,
+    /// The newest of each kind.
+    pub latest: LatestCheckpoints,
+    /// Recent checkpoints and savepoints, newest first (at most 10, Flink's
+    /// `web.checkpoints.history`).
+    pub history: Vec<CheckpointStatisticsEntry>,
+}
+
+/// The `counts` of [`CheckpointingStatistics`].
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct CheckpointCounts {
+    /// Completed checkpoints and savepoints.
+    pub completed: u64,
+    /// Failed ones.
+    pub failed: u64,
+    /// Waiting for acknowledgements.
+    pub in_progress: u64,
+    /// All triggered.
+    pub total: u64,
+    /// 1 when the job started from a snapshot.
+    pub restored: u64,
+}
+
+/// The `latest` of [`CheckpointingStatistics`].
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct LatestCheckpoints {
+    /// Newest completed checkpoint.
+    pub completed: Option<CheckpointStatisticsEntry>,
+    /// Newest completed savepoint.
+    pub savepoint: Option<CheckpointStatisticsEntry>,
+    /// Newest failed checkpoint.
+    pub failed: Option<CheckpointStatisticsEntry>,
+    /// The snapshot the job started from.
+    pub restored: Option<RestoredCheckpoint>,
+}
+
+/// The snapshot a job started from.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct RestoredCheckpoint {
+    /// Its checkpoint id.
+    pub id: u64,
+    /// Where it is.
+    pub external_path: String,
+    /// When the job restored it, epoch ms.
+    pub restore_timestamp: u64,
+}
+
+/// One checkpoint or savepoint.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct CheckpointStatisticsEntry {
+    /// Checkpoint id.
+    pub id: u64,
+    /// `IN_PROGRESS`, `COMPLETED` or `FAILED`.
+    pub status: CheckpointStatus,
+    /// True for savepoints.
+    pub is_savepoint: bool,
+    /// `CANONICAL` for savepoints.
+    #[serde(rename = "savepointFormat")]
+    pub savepoint_format: Option<String>,
+    /// When it was triggered, epoch ms.
+    pub trigger_timestamp: u64,
+    /// When the last acknowledgement arrived, epoch ms (0 while in progress).
+    pub latest_ack_timestamp: u64,
+    /// Milliseconds from trigger to completion or failure.
+    pub end_to_end_duration: u64,
+    /// Bytes written.
+    pub state_size: u64,
+    /// Bytes written by this checkpoint (every checkpoint is full: equals `state_size`).
+    pub checkpointed_size: u64,
+    /// Subtasks expected.
+    pub num_subtasks: u32,
+    /// Subtasks that acknowledged.
+    pub num_acknowledged_subtasks: u32,
+    /// Where it is (completed only).
+    pub external_path: Option<String>,
+    /// Why it failed.
+    pub failure_message: Option<String>,
+    /// Bytes per operator uid.
+    pub operator_sizes: BTreeMap<String, u64>,
+}
+
+impl From<&CheckpointEntry> for CheckpointStatisticsEntry {
+    fn from(entry: &CheckpointEntry) -> Self {
+        CheckpointStatisticsEntry {
+            id: entry.id,
+            status: entry.status,
+            is_savepoint: entry.is_savepoint,
+            savepoint_format: entry.is_savepoint.then(|| "CANONICAL".to_string()),
+            trigger_timestamp: entry.trigger_timestamp,
+            latest_ack_timestamp: entry.latest_ack_timestamp,
+            end_to_end_duration: entry.end_to_end_duration,
+            state_size: entry.state_size,
+            checkpointed_size: entry.state_size,
+            num_subtasks: entry.num_subtasks,
+            num_acknowledged_subtasks: entry.num_acknowledged_subtasks,
+            external_path: entry.external_path.clone(),
+            failure_message: entry.failure_message.clone(),
+            operator_sizes: entry.operator_sizes.clone(),
+        }
+    }
 }
 
 /// `GET /jobs/{jobid}/checkpoints`.
+#[utoipa::path(get, path = "/jobs/{jobid}/checkpoints", tag = "checkpoints", summary = "Checkpoint counts, latest and history", params(("jobid" = String, Path, description = "Job id: 32 hex characters")), responses((status = 200, body = CheckpointingStatistics), (status = 400, description = "Not a job id", body = ErrorResponse), (status = 404, description = "No such job", body = ErrorResponse)))]
 pub(crate) async fn checkpoints(
     State(state): State<AppState>,
     jobid: Result<Path<String>, PathRejection>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<CheckpointingStatistics>, ApiError> {
     let Path(jobid) = jobid?;
     let job = find_job(&state.dispatcher, &jobid)?;
     let stats = job.checkpoint_stats();
@@ -133,51 +268,87 @@ pub(crate) async fn checkpoints(
             .iter()
             .rev()
             .find(|e| e.status == CheckpointStatus::Completed && e.is_savepoint == savepoint)
-            .map(entry_json)
+            .map(CheckpointStatisticsEntry::from)
     };
-    let latest_failed = stats.history.iter().rev().find(|e| e.status == CheckpointStatus::Failed).map(entry_json);
-    let history: Vec<Value> = stats.history.iter().rev().map(entry_json).collect();
-    let restored =
-        stats.restored.as_ref().map(|(id, path, at)| json!({"id": id, "external_path": path, "restore_timestamp": at}));
-    Ok(Json(json!({
-        "counts": {
-            "completed": stats.completed,
-            "failed": stats.failed,
-            "in_progress": stats.in_progress,
-            "total": stats.completed + stats.failed + stats.in_progress,
-            "restored": u64::from(stats.restored.is_some()),
+    let failed = stats.history.iter().rev().find(|e| e.status == CheckpointStatus::Failed).map(Into::into);
+    let restored = stats.restored.as_ref().map(|(id, path, at)| RestoredCheckpoint {
+        id: *id,
+        external_path: path.clone(),
+        restore_timestamp: *at,
+    });
+    Ok(Json(CheckpointingStatistics {
+        counts: CheckpointCounts {
+            completed: stats.completed,
+            failed: stats.failed,
+            in_progress: stats.in_progress,
+            total: stats.completed + stats.failed + stats.in_progress,
+            restored: u64::from(stats.restored.is_some()),
         },
-        "latest": {
-            "completed": latest(false),
-            "savepoint": latest(true),
-            "failed": latest_failed,
-            "restored": restored,
-        },
-        "history": history,
-    })))
+        latest: LatestCheckpoints { completed: latest(false), savepoint: latest(true), failed, restored },
+        history: stats.history.iter().rev().map(Into::into).collect(),
+    }))
 }
 
 /// `GET /jobs/{jobid}/checkpoints/config`.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct CheckpointConfigInfo {
+    /// `exactly_once` or `at_least_once`.
+    pub mode: String,
+    /// Milliseconds between checkpoints (`i64::MAX` when off, as Flink).
+    pub interval: u64,
+    /// Whether periodic checkpoints are on.
+    pub checkpointing_enabled: bool,
+    /// Milliseconds before a checkpoint is aborted.
+    pub timeout: u64,
+    /// Minimum milliseconds between the end of one checkpoint and the next trigger.
+    pub min_pause: u64,
+    /// Checkpoints in flight at once.
+    pub max_concurrent: u32,
+    /// Consecutive failed checkpoints tolerated before the job fails.
+    pub tolerable_failed_checkpoints: u32,
+    /// Completed checkpoints kept.
+    pub num_retained: u32,
+    /// Where checkpoints go.
+    pub checkpoint_storage: String,
+    /// Where savepoints go by default.
+    pub savepoint_storage: Option<String>,
+    /// Always `hashmap` (in-memory keyed state).
+    pub state_backend: String,
+    /// Retained checkpoints survive a cancel.
+    pub externalization: Externalization,
+}
+
+/// The `externalization` of [`CheckpointConfigInfo`].
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Externalization {
+    /// Always true: completed checkpoints are kept on storage.
+    pub enabled: bool,
+    /// Always false: a cancel keeps them.
+    pub delete_on_cancellation: bool,
+}
+
+/// `GET /jobs/{jobid}/checkpoints/config`.
+#[utoipa::path(get, path = "/jobs/{jobid}/checkpoints/config", tag = "checkpoints", summary = "Checkpointing configuration", params(("jobid" = String, Path, description = "Job id: 32 hex characters")), responses((status = 200, body = CheckpointConfigInfo), (status = 400, description = "Not a job id", body = ErrorResponse), (status = 404, description = "No such job", body = ErrorResponse)))]
 pub(crate) async fn checkpoint_config(
     State(state): State<AppState>,
     jobid: Result<Path<String>, PathRejection>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<CheckpointConfigInfo>, ApiError> {
     let Path(jobid) = jobid?;
     let job = find_job(&state.dispatcher, &jobid)?;
     let settings = job.checkpoint_settings();
     let interval = settings.interval.map(|d| d.as_millis() as u64);
-    Ok(Json(json!({
-        "mode": if settings.exactly_once { "exactly_once" } else { "at_least_once" },
-        "interval": interval.unwrap_or(i64::MAX as u64),
-        "checkpointing_enabled": interval.is_some(),
-        "timeout": settings.timeout.as_millis() as u64,
-        "min_pause": settings.min_pause.as_millis() as u64,
-        "max_concurrent": settings.max_concurrent,
-        "tolerable_failed_checkpoints": settings.tolerable_failures,
-        "num_retained": settings.num_retained,
-        "checkpoint_storage": settings.checkpoints_url,
-        "savepoint_storage": settings.savepoints_url,
-        "state_backend": "hashmap",
-        "externalization": {"enabled": true, "delete_on_cancellation": false},
-    })))
+    Ok(Json(CheckpointConfigInfo {
+        mode: if settings.exactly_once { "exactly_once" } else { "at_least_once" }.into(),
+        interval: interval.unwrap_or(i64::MAX as u64),
+        checkpointing_enabled: interval.is_some(),
+        timeout: settings.timeout.as_millis() as u64,
+        min_pause: settings.min_pause.as_millis() as u64,
+        max_concurrent: settings.max_concurrent,
+        tolerable_failed_checkpoints: settings.tolerable_failures,
+        num_retained: settings.num_retained,
+        checkpoint_storage: settings.checkpoints_url.clone(),
+        savepoint_storage: settings.savepoints_url.clone(),
+        state_backend: "hashmap".into(),
+        externalization: Externalization { enabled: true, delete_on_cancellation: false },
+    }))
 }

@@ -9,12 +9,15 @@
 //! - [`responses`] holds the response bodies, so clients can deserialize them.
 #![warn(missing_docs)]
 
+pub mod backpressure;
 pub mod checkpoints;
 pub mod error;
 mod metrics;
+pub mod openapi;
 pub mod responses;
 pub mod routes;
 pub mod server;
+mod ui;
 
 pub use error::RestError;
 pub use routes::{ClusterInfo, router};

@@ -132,6 +132,8 @@ pub(crate) fn render(state: &AppState) -> Result<String, std::fmt::Error> {
     Ok(text)
 }
 
+/// `GET /metrics`.
+#[utoipa::path(get, path = "/metrics", tag = "monitoring", summary = "Prometheus metrics of every job and subtask", responses((status = 200, description = "OpenMetrics text (documented in docs/rest-api.md)", content_type = "application/openmetrics-text", body = String)))]
 pub(crate) async fn metrics(State(state): State<AppState>) -> Result<impl IntoResponse, ApiError> {
     let text = render(&state).map_err(|e| {
         ApiError::new(axum::http::StatusCode::INTERNAL_SERVER_ERROR, format!("encoding the metrics failed: {e}"))

@@ -5,20 +5,21 @@
 //! bodies.
 
 use serde::{Deserialize, Serialize};
-use weir_runtime::status::{ExceptionView, SubtaskDetails};
-use weir_types::JobStatus;
+use weir_runtime::cluster::TaskManagerInfo;
+use weir_runtime::status::{ExceptionView, SubtaskDetails, VertexMetrics};
+use weir_types::{ExecutionState, JobStatus};
 
-pub use weir_runtime::status::{JobDetails, JobOverview};
+pub use weir_runtime::status::{JobDetails, JobOverview, JobPlan};
 
 /// Every error answer: `{"errors":["..."]}`, as Flink's `ErrorResponseBody`.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ErrorResponse {
     /// What went wrong, one message per problem.
     pub errors: Vec<String>,
 }
 
 /// `GET /overview`: the cluster at a glance.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ClusterOverview {
     /// Task managers connected (1 on an embedded cluster).
     pub taskmanagers: u32,
@@ -49,14 +50,14 @@ pub struct ClusterOverview {
 }
 
 /// `GET /jobs`: every job's id and state.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct JobIdsWithStatus {
     /// Jobs, newest first.
     pub jobs: Vec<JobIdWithStatus>,
 }
 
 /// One entry of [`JobIdsWithStatus`].
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct JobIdWithStatus {
     /// Job id, 32 lowercase hex characters.
     pub id: String,
@@ -65,21 +66,21 @@ pub struct JobIdWithStatus {
 }
 
 /// `GET /jobs/overview`.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct MultipleJobsDetails {
     /// Jobs, newest first.
     pub jobs: Vec<JobOverview>,
 }
 
 /// `GET /jobs/{jobid}/status`.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct JobStatusInfo {
     /// Job state.
     pub status: JobStatus,
 }
 
 /// `GET /jobs/{jobid}/vertices/{vertexid}`.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct JobVertexDetails {
     /// Vertex id.
     pub id: String,
@@ -97,7 +98,7 @@ pub struct JobVertexDetails {
 }
 
 /// `GET /jobs/{jobid}/exceptions`: the exception history plus Flink's legacy fields.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct JobExceptionsInfo {
     /// Failures, newest first.
     #[serde(rename = "exceptionHistory")]
@@ -117,7 +118,7 @@ pub struct JobExceptionsInfo {
 }
 
 /// The `exceptionHistory` of [`JobExceptionsInfo`].
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ExceptionHistory {
     /// Failures, newest first, at most `maxExceptions`.
     pub entries: Vec<ExceptionView>,
@@ -126,7 +127,7 @@ pub struct ExceptionHistory {
 }
 
 /// One entry of Flink's legacy `all-exceptions` list.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct LegacyException {
     /// The failure's message.
     pub exception: String,
@@ -139,7 +140,7 @@ pub struct LegacyException {
 }
 
 /// `GET /config`: what the Web UI needs to know about the server.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct DashboardConfiguration {
     /// How often the Web UI refreshes, ms.
     #[serde(rename = "refresh-interval")]
@@ -158,7 +159,7 @@ pub struct DashboardConfiguration {
 }
 
 /// The `features` of [`DashboardConfiguration`].
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct DashboardFeatures {
     /// Job submission from the Web UI (never: jobs are built into the binary).
     #[serde(rename = "web-submit")]
@@ -166,4 +167,50 @@ pub struct DashboardFeatures {
     /// Cancelling jobs from the Web UI.
     #[serde(rename = "web-cancel")]
     pub web_cancel: bool,
+}
+
+/// `GET /jobs/{jobid}/plan`.
+#[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct JobPlanInfo {
+    /// The operator graph.
+    pub plan: JobPlan,
+}
+
+/// `GET /taskmanagers`.
+#[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct TaskManagersInfo {
+    /// Registered TaskManagers, by id.
+    pub taskmanagers: Vec<TaskManagerInfo>,
+}
+
+/// `GET /taskmanagers/{taskmanagerid}`: the TaskManager and what runs on it.
+#[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct TaskManagerDetails {
+    /// The fields `GET /taskmanagers` shows.
+    #[serde(flatten)]
+    pub info: TaskManagerInfo,
+    /// Subtasks deployed on it and not yet ended (weir's addition).
+    pub tasks: Vec<TaskManagerTask>,
+}
+
+/// One subtask in [`TaskManagerDetails`].
+#[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct TaskManagerTask {
+    /// Job id.
+    pub jid: String,
+    /// Job name.
+    #[serde(rename = "jobName")]
+    pub job_name: String,
+    /// Vertex id.
+    #[serde(rename = "vertexId")]
+    pub vertex_id: String,
+    /// Chained operator names.
+    #[serde(rename = "vertexName")]
+    pub vertex_name: String,
+    /// Subtask index.
+    pub subtask: u32,
+    /// State.
+    pub status: ExecutionState,
+    /// Counters.
+    pub metrics: VertexMetrics,
 }

@@ -18,9 +18,12 @@ use weir_types::lifecycle::now_ms;
 use crate::checkpoints;
 use crate::error::ApiError;
 use crate::responses::{
-    ClusterOverview, DashboardConfiguration, DashboardFeatures, ExceptionHistory, JobExceptionsInfo, JobIdWithStatus,
-    JobIdsWithStatus, JobStatusInfo, JobVertexDetails, LegacyException, MultipleJobsDetails,
+    ClusterOverview, DashboardConfiguration, DashboardFeatures, ErrorResponse, ExceptionHistory, JobExceptionsInfo,
+    JobIdWithStatus, JobIdsWithStatus, JobPlanInfo, JobStatusInfo, JobVertexDetails, LegacyException,
+    MultipleJobsDetails, TaskManagerDetails, TaskManagerTask, TaskManagersInfo,
 };
+use weir_runtime::cluster::TaskManagerInfo;
+use weir_types::Lifecycle;
 
 /// The TaskManagers of a standalone cluster, as `GET /taskmanagers` lists them.
 pub type TaskManagerList = Arc<dyn Fn() -> Vec<weir_runtime::cluster::TaskManagerInfo> + Send + Sync>;
@@ -53,22 +56,27 @@ const REFRESH_INTERVAL_MS: u64 = 3000;
 pub(crate) struct AppState {
     pub(crate) dispatcher: Arc<Dispatcher>,
     pub(crate) cluster: Arc<ClusterInfo>,
+    pub(crate) backpressure: Arc<crate::backpressure::BackpressureReadings>,
 }
 
 type Params = Result<Query<HashMap<String, String>>, QueryRejection>;
 
 /// The REST API over `dispatcher`: every route at its Flink path and under `/v1`.
 pub fn router(dispatcher: Arc<Dispatcher>, cluster: ClusterInfo) -> Router {
-    let state = AppState { dispatcher, cluster: Arc::new(cluster) };
-    let routes: [(&str, MethodRouter<AppState>); 14] = [
+    let state = AppState { dispatcher, cluster: Arc::new(cluster), backpressure: Arc::default() };
+    let routes: [(&str, MethodRouter<AppState>); 18] = [
+        ("/openapi.json", get(crate::openapi::openapi_json)),
         ("/overview", get(overview)),
         ("/config", get(config)),
         ("/jobs", get(jobs).post(submit_job)),
         ("/taskmanagers", get(taskmanagers)),
+        ("/taskmanagers/{taskmanagerid}", get(taskmanager_details)),
         ("/jobs/overview", get(jobs_overview)),
         ("/jobs/{jobid}", get(job_details).patch(job_patch)),
         ("/jobs/{jobid}/status", get(job_status)),
+        ("/jobs/{jobid}/plan", get(job_plan)),
         ("/jobs/{jobid}/vertices/{vertexid}", get(job_vertex)),
+        ("/jobs/{jobid}/vertices/{vertexid}/backpressure", get(crate::backpressure::backpressure)),
         ("/jobs/{jobid}/exceptions", get(job_exceptions)),
         ("/jobs/{jobid}/checkpoints", get(checkpoints::checkpoints)),
         ("/jobs/{jobid}/checkpoints/config", get(checkpoints::checkpoint_config)),
@@ -76,8 +84,9 @@ pub fn router(dispatcher: Arc<Dispatcher>, cluster: ClusterInfo) -> Router {
         ("/jobs/{jobid}/savepoints/{requestid}", get(checkpoints::savepoint_status)),
         ("/jobs/{jobid}/stop", post(checkpoints::stop_with_savepoint)),
     ];
-    // Prometheus scrapes `/metrics` (no `/v1` twin: it is not part of Flink's REST API).
-    let mut app = Router::new().route("/metrics", get(crate::metrics::metrics));
+    // Prometheus scrapes `/metrics` and the Web UI is at `/` (no `/v1` twins: neither is
+    // part of the versioned REST API).
+    let mut app = Router::new().route("/metrics", get(crate::metrics::metrics)).merge(crate::ui::routes());
     for (path, method_router) in routes {
         app = app.route(&format!("/v1{path}"), method_router.clone()).route(path, method_router);
     }
@@ -94,6 +103,7 @@ pub(crate) fn find_job(dispatcher: &Dispatcher, raw: &str) -> Result<Arc<JobMast
     dispatcher.job(job_id).ok_or_else(|| ApiError::not_found(format!("Job {job_id} not found")))
 }
 
+#[utoipa::path(get, path = "/overview", tag = "cluster", summary = "The cluster at a glance", responses((status = 200, body = ClusterOverview)))]
 async fn overview(State(state): State<AppState>) -> Json<ClusterOverview> {
     let counts = state.dispatcher.job_counts();
     let busy = state.dispatcher.busy_subtasks();
@@ -124,6 +134,7 @@ async fn overview(State(state): State<AppState>) -> Json<ClusterOverview> {
     })
 }
 
+#[utoipa::path(get, path = "/config", tag = "cluster", summary = "Web UI settings", responses((status = 200, body = DashboardConfiguration)))]
 async fn config(State(state): State<AppState>) -> Json<DashboardConfiguration> {
     Json(DashboardConfiguration {
         refresh_interval: REFRESH_INTERVAL_MS,
@@ -134,6 +145,7 @@ async fn config(State(state): State<AppState>) -> Json<DashboardConfiguration> {
     })
 }
 
+#[utoipa::path(get, path = "/jobs", tag = "jobs", summary = "Every job's id and state", responses((status = 200, body = JobIdsWithStatus)))]
 async fn jobs(State(state): State<AppState>) -> Json<JobIdsWithStatus> {
     let jobs = state
         .dispatcher
@@ -145,11 +157,13 @@ async fn jobs(State(state): State<AppState>) -> Json<JobIdsWithStatus> {
     Json(JobIdsWithStatus { jobs })
 }
 
+#[utoipa::path(get, path = "/jobs/overview", tag = "jobs", summary = "Every job with its times and task counts", responses((status = 200, body = MultipleJobsDetails)))]
 async fn jobs_overview(State(state): State<AppState>) -> Json<MultipleJobsDetails> {
     let jobs = state.dispatcher.jobs().iter().rev().map(|job| job.overview()).collect();
     Json(MultipleJobsDetails { jobs })
 }
 
+#[utoipa::path(get, path = "/jobs/{jobid}", tag = "jobs", summary = "A job: vertices, subtasks, counters, plan", params(("jobid" = String, Path, description = "Job id: 32 hex characters")), responses((status = 200, body = JobDetails), (status = 400, description = "Not a job id", body = ErrorResponse), (status = 404, description = "No such job", body = ErrorResponse)))]
 async fn job_details(
     State(state): State<AppState>,
     jobid: Result<Path<String>, PathRejection>,
@@ -159,6 +173,7 @@ async fn job_details(
     Ok(Json(job.details()))
 }
 
+#[utoipa::path(get, path = "/jobs/{jobid}/status", tag = "jobs", summary = "A job's state", params(("jobid" = String, Path, description = "Job id: 32 hex characters")), responses((status = 200, body = JobStatusInfo), (status = 400, description = "Not a job id", body = ErrorResponse), (status = 404, description = "No such job", body = ErrorResponse)))]
 async fn job_status(
     State(state): State<AppState>,
     jobid: Result<Path<String>, PathRejection>,
@@ -168,6 +183,7 @@ async fn job_status(
     Ok(Json(JobStatusInfo { status: job.status() }))
 }
 
+#[utoipa::path(get, path = "/jobs/{jobid}/vertices/{vertexid}", tag = "jobs", summary = "One vertex and its subtasks", params(("jobid" = String, Path, description = "Job id: 32 hex characters"), ("vertexid" = String, Path, description = "Vertex id, from the job's `vertices` or `plan`")), responses((status = 200, body = JobVertexDetails), (status = 400, description = "Not a job id", body = ErrorResponse), (status = 404, description = "No such job or vertex", body = ErrorResponse)))]
 async fn job_vertex(
     State(state): State<AppState>,
     ids: Result<Path<(String, String)>, PathRejection>,
@@ -190,6 +206,7 @@ async fn job_vertex(
     }))
 }
 
+#[utoipa::path(get, path = "/jobs/{jobid}/exceptions", tag = "jobs", summary = "Failures, newest first, one per failure", params(("jobid" = String, Path, description = "Job id: 32 hex characters"), ("maxExceptions" = Option<usize>, Query, description = "At most this many entries (default 20)")), responses((status = 200, body = JobExceptionsInfo), (status = 400, description = "Not a job id", body = ErrorResponse), (status = 404, description = "No such job", body = ErrorResponse)))]
 async fn job_exceptions(
     State(state): State<AppState>,
     jobid: Result<Path<String>, PathRejection>,
@@ -229,6 +246,7 @@ async fn job_exceptions(
 }
 
 /// `PATCH /jobs/{jobid}?mode=cancel`.
+#[utoipa::path(patch, path = "/jobs/{jobid}", tag = "jobs", summary = "Cancel a job (`mode=cancel`)", params(("jobid" = String, Path, description = "Job id: 32 hex characters"), ("mode" = String, Query, description = "`cancel`")), responses((status = 202, description = "Cancel requested"), (status = 400, description = "Not a job id", body = ErrorResponse), (status = 404, description = "No such job", body = ErrorResponse), (status = 409, description = "The job already ended", body = ErrorResponse)))]
 async fn job_patch(
     State(state): State<AppState>,
     jobid: Result<Path<String>, PathRejection>,
@@ -261,23 +279,75 @@ async fn job_patch(
     }
 }
 
-/// `GET /taskmanagers`.
-async fn taskmanagers(State(state): State<AppState>) -> Json<serde_json::Value> {
-    let list = match &state.cluster.taskmanager_list {
+/// The id `GET /taskmanagers` gives the embedded cluster's one TaskManager.
+const EMBEDDED_TASKMANAGER: &str = "embedded";
+
+fn taskmanager_list(state: &AppState) -> Vec<TaskManagerInfo> {
+    match &state.cluster.taskmanager_list {
         Some(list) => list(),
-        None => vec![weir_runtime::cluster::TaskManagerInfo {
-            id: "embedded".into(),
+        None => vec![TaskManagerInfo {
+            id: EMBEDDED_TASKMANAGER.into(),
             path: "localhost".into(),
             slots_number: state.cluster.slots_total,
             free_slots: state.cluster.slots_total.saturating_sub(state.dispatcher.busy_subtasks()),
             time_since_last_heartbeat: 0,
         }],
-    };
-    Json(serde_json::json!({ "taskmanagers": list }))
+    }
+}
+
+/// `GET /taskmanagers`.
+#[utoipa::path(get, path = "/taskmanagers", tag = "cluster", summary = "Registered TaskManagers", responses((status = 200, body = TaskManagersInfo)))]
+async fn taskmanagers(State(state): State<AppState>) -> Json<TaskManagersInfo> {
+    Json(TaskManagersInfo { taskmanagers: taskmanager_list(&state) })
+}
+
+/// `GET /taskmanagers/{taskmanagerid}`: one TaskManager and the subtasks it runs now.
+#[utoipa::path(get, path = "/taskmanagers/{taskmanagerid}", tag = "cluster", summary = "One TaskManager and the subtasks it runs", params(("taskmanagerid" = String, Path, description = "TaskManager id (`embedded` on an embedded cluster)")), responses((status = 200, body = TaskManagerDetails), (status = 404, description = "No such TaskManager", body = ErrorResponse)))]
+async fn taskmanager_details(
+    State(state): State<AppState>,
+    id: Result<Path<String>, PathRejection>,
+) -> Result<Json<TaskManagerDetails>, ApiError> {
+    let Path(id) = id?;
+    let info = taskmanager_list(&state).into_iter().find(|tm| tm.id == id).ok_or_else(|| {
+        ApiError::not_found(format!("TaskManager {id} not found; GET /taskmanagers lists the registered ones"))
+    })?;
+    let embedded = state.cluster.taskmanager_list.is_none();
+    let mut tasks = Vec::new();
+    for job in state.dispatcher.jobs().iter().rev() {
+        let details = job.details();
+        for vertex in &details.vertices {
+            for subtask in &vertex.subtasks {
+                if (embedded || subtask.host == id) && !subtask.status.is_terminal() {
+                    tasks.push(TaskManagerTask {
+                        jid: details.jid.clone(),
+                        job_name: details.name.clone(),
+                        vertex_id: vertex.id.clone(),
+                        vertex_name: vertex.name.clone(),
+                        subtask: subtask.subtask,
+                        status: subtask.status,
+                        metrics: subtask.metrics.clone(),
+                    });
+                }
+            }
+        }
+    }
+    Ok(Json(TaskManagerDetails { info, tasks }))
+}
+
+/// `GET /jobs/{jobid}/plan`.
+#[utoipa::path(get, path = "/jobs/{jobid}/plan", tag = "jobs", summary = "The operator graph", params(("jobid" = String, Path, description = "Job id: 32 hex characters")), responses((status = 200, body = JobPlanInfo), (status = 400, description = "Not a job id", body = ErrorResponse), (status = 404, description = "No such job", body = ErrorResponse)))]
+async fn job_plan(
+    State(state): State<AppState>,
+    jobid: Result<Path<String>, PathRejection>,
+) -> Result<Json<JobPlanInfo>, ApiError> {
+    let Path(jobid) = jobid?;
+    let job = find_job(&state.dispatcher, &jobid)?;
+    Ok(Json(JobPlanInfo { plan: job.details().plan }))
 }
 
 /// `POST /jobs`: runs a catalog job on a standalone cluster (weir's replacement for Flink's
 /// jar upload: every process has the job catalog built in).
+#[utoipa::path(post, path = "/jobs", tag = "jobs", summary = "Run a catalog job on a standalone cluster", request_body = weir_runtime::cluster::JobSubmission, responses((status = 202, description = "Submitted: `{\"jobid\": \"...\"}`"), (status = 400, description = "Bad submission (unknown job, bad arguments, refused restore)", body = ErrorResponse), (status = 405, description = "An embedded cluster does not accept jobs", body = ErrorResponse)))]
 async fn submit_job(
     State(state): State<AppState>,
     body: Result<Json<weir_runtime::cluster::JobSubmission>, axum::extract::rejection::JsonRejection>,

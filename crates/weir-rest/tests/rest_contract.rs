@@ -421,3 +421,133 @@ fn metrics_are_prometheus_text_with_per_subtask_counts() {
     );
     assert!(text.contains("# TYPE weir_job_checkpoints_completed counter"), "{text}");
 }
+
+/// Fetches `path` as text: (status, content type, body).
+fn get_text(server: &RestServer, path: &str) -> (u16, String, String) {
+    let mut response = ureq::get(format!("{}{path}", server.url())).call().unwrap();
+    let content_type = response.headers().get("content-type").unwrap().to_str().unwrap().to_string();
+    (response.status().as_u16(), content_type, response.body_mut().read_to_string().unwrap())
+}
+
+/// The Web UI's three files are served from the binary at `/`, with their content types.
+#[test]
+fn the_web_ui_is_served_at_the_root() {
+    let (_dispatcher, server) = start(2);
+    for (path, kind, marker) in [
+        ("/", "text/html", "<script src=\"app.js\"></script>"),
+        ("/index.html", "text/html", "<title>weir Web UI</title>"),
+        ("/app.js", "text/javascript", "async function pageJob("),
+        ("/app.css", "text/css", ".st-RUNNING"),
+    ] {
+        let (status, content_type, body) = get_text(&server, path);
+        assert_eq!(status, 200, "GET {path}");
+        assert!(content_type.starts_with(kind), "GET {path}: {content_type}");
+        assert!(body.contains(marker), "GET {path} lacks {marker:?}");
+    }
+    // Every API path the UI fetches is one the server answers (relative paths from `/`).
+    let (_, _, script) = get_text(&server, "/app.js");
+    for used in ["api(\"overview\")", "api(\"jobs/overview\")", "api(\"config\")", "api(\"taskmanagers\")"] {
+        assert!(script.contains(used), "app.js no longer calls {used}");
+    }
+}
+
+/// `/openapi.json` documents exactly the routes the server has, each with its methods.
+#[test]
+fn openapi_documents_every_route() {
+    let (_dispatcher, server) = start(2);
+    let client = Client::new(&server);
+    let doc = client.get_ok("/openapi.json");
+    assert!(doc["openapi"].as_str().unwrap().starts_with("3."), "{}", doc["openapi"]);
+    assert_eq!(doc["info"]["title"], "weir REST API");
+    let paths = doc["paths"].as_object().unwrap();
+    let want: &[(&str, &[&str])] = &[
+        ("/overview", &["get"]),
+        ("/config", &["get"]),
+        ("/jobs", &["get", "post"]),
+        ("/jobs/overview", &["get"]),
+        ("/jobs/{jobid}", &["get", "patch"]),
+        ("/jobs/{jobid}/status", &["get"]),
+        ("/jobs/{jobid}/plan", &["get"]),
+        ("/jobs/{jobid}/vertices/{vertexid}", &["get"]),
+        ("/jobs/{jobid}/vertices/{vertexid}/backpressure", &["get"]),
+        ("/jobs/{jobid}/exceptions", &["get"]),
+        ("/jobs/{jobid}/checkpoints", &["get"]),
+        ("/jobs/{jobid}/checkpoints/config", &["get"]),
+        ("/jobs/{jobid}/savepoints", &["post"]),
+        ("/jobs/{jobid}/savepoints/{requestid}", &["get"]),
+        ("/jobs/{jobid}/stop", &["post"]),
+        ("/taskmanagers", &["get"]),
+        ("/taskmanagers/{taskmanagerid}", &["get"]),
+        ("/metrics", &["get"]),
+    ];
+    let mut documented: Vec<&String> = paths.keys().collect();
+    documented.sort();
+    let mut expected: Vec<&str> = want.iter().map(|(p, _)| *p).collect();
+    expected.sort();
+    assert_eq!(documented, expected, "documented paths differ from the router's");
+    for (path, methods) in want {
+        for method in *methods {
+            let operation = &paths[*path][*method];
+            assert!(operation.is_object(), "{method} {path} is not documented");
+            assert!(operation["responses"].as_object().is_some_and(|r| !r.is_empty()), "{method} {path}");
+        }
+        // Every documented path is really served (a bad id answers 400/404, never the fallback).
+        let concrete = path
+            .replace("{jobid}", "00000000000000000000000000000000")
+            .replace("{vertexid}", "v")
+            .replace("{requestid}", "r")
+            .replace("{taskmanagerid}", "t");
+        if methods.contains(&"get") && *path != "/metrics" {
+            let (status, body) = client.get(&concrete);
+            if status == 404 {
+                let message = body["errors"][0].as_str().unwrap_or_default();
+                assert!(!message.starts_with("Not found:"), "GET {concrete} is not routed: {message}");
+            }
+        }
+    }
+    for schema in ["JobDetails", "CheckpointingStatistics", "ErrorResponse", "VertexBackPressure"] {
+        assert!(doc["components"]["schemas"][schema].is_object(), "schema {schema} missing");
+    }
+}
+
+/// The plan, backpressure and TaskManager endpoints the job page and TaskManager page use.
+#[test]
+fn plan_backpressure_and_taskmanager_details_describe_a_running_job() {
+    let (dispatcher, server) = start(4);
+    let job = submit_endless(&dispatcher);
+    let client = Client::new(&server);
+    let jid = job.0.job_id().to_string();
+    client.wait_for_state(&jid, "RUNNING");
+    let details = client.get_ok(&format!("/jobs/{jid}"));
+    let vertices = details["vertices"].as_array().unwrap();
+    let plan = client.get_ok(&format!("/jobs/{jid}/plan"))["plan"].clone();
+    assert_eq!(plan, details["plan"], "/plan is the job's plan");
+    let nodes = plan["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), vertices.len());
+    assert_eq!(plan["type"], "STREAMING");
+    assert!(nodes[0]["inputs"].as_array().unwrap().is_empty(), "the source has no inputs: {plan}");
+    let input = &nodes[1]["inputs"][0];
+    assert_eq!(input["id"], nodes[0]["id"], "{plan}");
+    assert_eq!(input["ship_strategy"], "HASH", "key_by is a hash exchange: {plan}");
+
+    let vertex = vertices[1]["id"].as_str().unwrap();
+    let pressure = client.get_ok(&format!("/jobs/{jid}/vertices/{vertex}/backpressure"));
+    assert_eq!(pressure["status"], "ok");
+    let subtasks = pressure["subtasks"].as_array().unwrap();
+    assert_eq!(subtasks.len(), 2, "{pressure}");
+    for subtask in subtasks {
+        let ratio = subtask["ratio"].as_f64().unwrap();
+        assert!((0.0..=1.0).contains(&ratio), "{pressure}");
+        assert!(["ok", "low", "high"].contains(&subtask["backpressure-level"].as_str().unwrap()), "{pressure}");
+    }
+    let (status, body) = client.get(&format!("/jobs/{jid}/vertices/nope/backpressure"));
+    assert_error(status, &body, 404, "Vertex nope not found");
+
+    let tm = client.get_ok("/taskmanagers/embedded");
+    assert_eq!(tm["slotsNumber"], 4);
+    let tasks = tm["tasks"].as_array().unwrap();
+    assert_eq!(tasks.len(), 4, "2 vertices at parallelism 2: {tm}");
+    assert!(tasks.iter().all(|t| t["jid"] == jid.as_str() && t["status"] == "RUNNING"), "{tm}");
+    let (status, body) = client.get("/taskmanagers/nope");
+    assert_error(status, &body, 404, "TaskManager nope not found");
+}

@@ -51,6 +51,12 @@ pub struct AttemptSpec {
 pub trait AttemptHandle: Send {
     /// Waits until the attempt's subtasks have ended (after the job master saw them end).
     fn join(self: Box<Self>);
+
+    /// Where subtask `i` of every vertex of the attempt runs (a TaskManager id); `None`
+    /// for this process.
+    fn host_of(&self, _subtask: u32) -> Option<String> {
+        None
+    }
 }
 
 /// Starts attempts.

@@ -159,12 +159,17 @@ pub struct ExceptionEntry {
     pub location: String,
 }
 
+/// The host shown for subtasks of the embedded cluster.
+const LOCAL_HOST: &str = "localhost";
+
 /// One subtask as the job master tracks it.
 pub struct SubtaskRecord {
     /// State and transition times.
     pub history: StateHistory<ExecutionState>,
     /// Live counters.
     pub metrics: Arc<TaskMetrics>,
+    /// Where it runs: a TaskManager id, or `localhost` on the embedded cluster.
+    pub host: String,
 }
 
 /// The state a job master owns; readers lock it briefly to build views.
@@ -387,6 +392,7 @@ impl JobMaster {
                         .map(|m| SubtaskRecord {
                             history: StateHistory::new(ExecutionState::Created, now_ms()),
                             metrics: Arc::clone(m),
+                            host: LOCAL_HOST.to_string(),
                         })
                         .collect()
                 })
@@ -577,7 +583,7 @@ impl JobMaster {
                         let mut history = StateHistory::new(ExecutionState::Created, now_ms());
                         let _ = history.transition(ExecutionState::Scheduled, now_ms());
                         let _ = history.transition(ExecutionState::Deploying, now_ms());
-                        SubtaskRecord { history, metrics: Arc::clone(m) }
+                        SubtaskRecord { history, metrics: Arc::clone(m), host: LOCAL_HOST.to_string() }
                     })
                     .collect();
                 if let Some(slot) = record.subtasks.get_mut(vertex) {
@@ -617,6 +623,15 @@ impl JobMaster {
             region: region.zip(deployment.regions.clone()).map(|(region, regions)| (regions, region)),
         };
         let handle = deployment.executor.start(spec)?;
+        self.update(|record| {
+            for (vertex, subtasks) in record.subtasks.iter_mut().enumerate() {
+                if deployment.in_region(vertex, region) {
+                    for (index, subtask) in subtasks.iter_mut().enumerate() {
+                        subtask.host = handle.host_of(index as u32).unwrap_or_else(|| LOCAL_HOST.to_string());
+                    }
+                }
+            }
+        });
         supervisor.handles.push((region, handle));
         Ok(())
     }

@@ -10,7 +10,7 @@ use weir_types::{ExecutionState, JobStatus, Lifecycle};
 use crate::job_master::JobMaster;
 
 /// `GET /jobs/overview` entry.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct JobOverview {
     /// Job id.
     pub jid: String,
@@ -34,7 +34,7 @@ pub struct JobOverview {
 }
 
 /// One subtask in [`VertexDetails`].
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct SubtaskDetails {
     /// Subtask index.
     pub subtask: u32,
@@ -54,7 +54,7 @@ pub struct SubtaskDetails {
 }
 
 /// Record counters (Flink's names).
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct VertexMetrics {
     /// Records received.
     #[serde(rename = "read-records")]
@@ -68,7 +68,7 @@ pub struct VertexMetrics {
 }
 
 /// One vertex in [`JobDetails`].
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct VertexDetails {
     /// Vertex id.
     pub id: String,
@@ -92,7 +92,7 @@ pub struct VertexDetails {
 }
 
 /// `GET /jobs/{id}`.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct JobDetails {
     /// Job id.
     pub jid: String,
@@ -129,10 +129,53 @@ pub struct JobDetails {
     /// Restarts after failures so far (Flink's `numRestarts` metric).
     #[serde(rename = "numRestarts", default)]
     pub num_restarts: u32,
+    /// The operator graph: vertices and the exchanges between them.
+    #[serde(default)]
+    pub plan: JobPlan,
+}
+
+/// The `plan` of [`JobDetails`], as Flink's: one node per vertex with its inputs.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct JobPlan {
+    /// Job id.
+    pub jid: String,
+    /// Job name.
+    pub name: String,
+    /// Always `STREAMING`.
+    #[serde(rename = "type")]
+    pub job_type: String,
+    /// Vertices in topological order.
+    pub nodes: Vec<PlanNode>,
+}
+
+/// One vertex of a [`JobPlan`].
+#[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct PlanNode {
+    /// Vertex id.
+    pub id: String,
+    /// Parallelism.
+    pub parallelism: u32,
+    /// Chained operator names.
+    pub description: String,
+    /// Exchanges feeding this vertex.
+    pub inputs: Vec<PlanInput>,
+}
+
+/// One input of a [`PlanNode`].
+#[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct PlanInput {
+    /// Input index.
+    pub num: u32,
+    /// The producing vertex's id.
+    pub id: String,
+    /// `FORWARD`, `REBALANCE` or `HASH`.
+    pub ship_strategy: String,
+    /// Always `pipelined_bounded` (bounded in-memory or TCP channels).
+    pub exchange: String,
 }
 
 /// `GET /jobs/{id}/exceptions` entry.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ExceptionView {
     /// Error class.
     #[serde(rename = "exceptionName")]
@@ -221,7 +264,31 @@ impl JobMaster {
         }
         let mut vertices = Vec::new();
         let mut status_counts = empty_counts();
+        let mut plan = JobPlan {
+            jid: self.job_id().to_string(),
+            name: self.job_name().to_string(),
+            job_type: "STREAMING".into(),
+            nodes: Vec::new(),
+        };
         if let Some(job_graph) = &record.job_graph {
+            for (index, vertex) in job_graph.vertices.iter().enumerate() {
+                let inputs = job_graph
+                    .inputs_of(index)
+                    .enumerate()
+                    .map(|(num, (_, edge))| PlanInput {
+                        num: num as u32,
+                        id: job_graph.vertices[edge.source_vertex].id.clone(),
+                        ship_strategy: edge.ship_strategy.to_string(),
+                        exchange: "pipelined_bounded".into(),
+                    })
+                    .collect();
+                plan.nodes.push(PlanNode {
+                    id: vertex.id.clone(),
+                    parallelism: vertex.parallelism,
+                    description: vertex.name.clone(),
+                    inputs,
+                });
+            }
             for (vertex, subtasks) in job_graph.vertices.iter().zip(&record.subtasks) {
                 let mut tasks = empty_counts();
                 let mut metrics = VertexMetrics::default();
@@ -250,7 +317,7 @@ impl JobMaster {
                     views.push(SubtaskDetails {
                         subtask: index as u32,
                         status: state,
-                        host: "localhost".into(),
+                        host: subtask.host.clone(),
                         start_time: created,
                         duration: end_and_duration(created, terminal_at).1,
                         timestamps: subtask_timestamps,
@@ -287,6 +354,7 @@ impl JobMaster {
             status_counts,
             failure_cause: record.failure_cause.clone(),
             num_restarts: record.restarts,
+            plan,
         }
     }
 

@@ -18,7 +18,7 @@ pub trait Lifecycle: Copy + Eq + fmt::Debug + fmt::Display {
 }
 
 /// A job's state, as Flink's `JobStatus`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 #[allow(missing_docs)]
 pub enum JobStatus {
@@ -110,7 +110,7 @@ impl Lifecycle for JobStatus {
 }
 
 /// A subtask attempt's state, as Flink's `ExecutionState`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 #[allow(missing_docs)]
 pub enum ExecutionState {

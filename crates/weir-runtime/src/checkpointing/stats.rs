@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 /// Status of one checkpoint in the history.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum CheckpointStatus {
     /// Waiting for acknowledgements.

@@ -9,7 +9,7 @@ use crate::checkpointing::writer::WriteOutcome;
 use crate::execution::TaskEvent;
 
 /// A job as submitted to a cluster: everything a process needs to build the same graph.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct JobSubmission {
     /// The catalog name.
     pub job: String,

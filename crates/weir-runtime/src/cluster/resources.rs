@@ -26,7 +26,7 @@ use crate::jobgraph::JobGraph;
 pub const SLOT_WAIT_MAX: Duration = Duration::from_secs(300);
 
 /// A TaskManager as `GET /taskmanagers` shows it.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct TaskManagerInfo {
     /// Its id.
     pub id: String,
@@ -319,6 +319,10 @@ impl AttemptHandle for RemoteAttempt {
         self.done.store(true, Ordering::SeqCst);
         self.resources.release(&self.slots);
         lock(&self.resources.routes).remove(&(self.job_id.clone(), self.attempt));
+    }
+
+    fn host_of(&self, subtask: u32) -> Option<String> {
+        self.slots.get(subtask as usize).map(|(id, _)| id.clone())
     }
 }
 
