@@ -62,6 +62,8 @@ pub struct TaskMetrics {
     pub records_out: AtomicU64,
     /// Milliseconds spent blocked on full output channels (backpressure).
     pub backpressured_ms: AtomicU64,
+    /// Snapshot bytes read while restoring this subtask's state.
+    pub restored_bytes: AtomicU64,
 }
 
 impl TaskMetrics {

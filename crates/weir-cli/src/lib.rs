@@ -15,6 +15,7 @@ mod args;
 mod client;
 mod commands;
 mod error;
+mod progress;
 mod settings;
 
 use std::process::ExitCode;

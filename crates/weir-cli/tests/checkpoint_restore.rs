@@ -207,6 +207,15 @@ fn stop_then_restore_at_parallelism_1_4_2_is_exactly_once() {
     assert!(
         details["vertices"].as_array().unwrap().iter().all(|v| v["parallelism"] == 4 && v["maxParallelism"] == 128)
     );
+    // The restore's progress: every byte of the savepoint's state was read, and `run` says so.
+    let restore = poll_json(&format!("{rest}/jobs/{job_id}"), |d| {
+        d["restore"]["bytes-total"].as_u64() > Some(0) && d["restore"]["bytes-read"] == d["restore"]["bytes-total"]
+    })["restore"]
+        .clone();
+    let savepoint_name = savepoint_1.file_name().unwrap().to_string_lossy().to_string();
+    assert!(restore["external_path"].as_str().unwrap().ends_with(&savepoint_name), "{restore}");
+    let restored_line = second.stderr_line("Restored ");
+    assert!(restored_line.contains(&savepoint_name), "{restored_line}");
     std::thread::sleep(Duration::from_millis(800));
     let savepoint_2 = path_of(&stop(&rest, &job_id, &dir.path().join("sp")));
     assert_eq!(second.wait(), Some(0));

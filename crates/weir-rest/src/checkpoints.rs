@@ -90,6 +90,22 @@ pub struct SavepointStatusResponse {
     pub status: QueueStatus,
     /// Null while in progress; then either `location` or `failure-cause`.
     pub operation: Option<SavepointOperation>,
+    /// While in progress: how far the savepoint got (weir's addition).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<SavepointProgress>,
+}
+
+/// How far an in-progress savepoint got: subtasks that finished writing, and their bytes.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct SavepointProgress {
+    /// The savepoint's checkpoint id.
+    pub checkpoint_id: u64,
+    /// Subtasks that wrote their state.
+    pub num_acknowledged_subtasks: u32,
+    /// Subtasks that write state.
+    pub num_subtasks: u32,
+    /// Bytes written by the subtasks that finished.
+    pub state_size: u64,
 }
 
 /// The `status` of [`SavepointStatusResponse`].
@@ -131,6 +147,10 @@ pub(crate) async fn savepoint_status(
     let Some(status) = job.savepoint_status(&request_id) else {
         return Err(ApiError::not_found(format!("No savepoint request {request_id} for job {jobid}")));
     };
+    let progress = match status {
+        SavepointStatus::InProgress => savepoint_progress(&job, &request_id),
+        _ => None,
+    };
     let (id, operation) = match status {
         SavepointStatus::InProgress => ("IN_PROGRESS", None),
         SavepointStatus::Completed(location) => {
@@ -144,7 +164,19 @@ pub(crate) async fn savepoint_status(
             }),
         ),
     };
-    Ok(Json(SavepointStatusResponse { status: QueueStatus { id: id.into() }, operation }))
+    Ok(Json(SavepointStatusResponse { status: QueueStatus { id: id.into() }, operation, progress }))
+}
+
+fn savepoint_progress(job: &weir_runtime::JobMaster, request_id: &str) -> Option<SavepointProgress> {
+    let checkpoint_id = *job.record().savepoint_checkpoints.get(request_id)?;
+    let stats = job.checkpoint_stats();
+    let entry = stats.history.iter().find(|e| e.id == checkpoint_id)?;
+    Some(SavepointProgress {
+        checkpoint_id,
+        num_acknowledged_subtasks: entry.num_acknowledged_subtasks,
+        num_subtasks: entry.num_subtasks,
+        state_size: entry.state_size,
+    })
 }
 
 /// `GET /jobs/{jobid}/checkpoints`: counts, the latest of each kind, and recent history.

@@ -8,8 +8,8 @@ use utoipa::OpenApi;
 use crate::backpressure::{SubtaskBackPressure, VertexBackPressure};
 use crate::checkpoints::{
     CheckpointConfigInfo, CheckpointCounts, CheckpointStatisticsEntry, CheckpointingStatistics, Externalization,
-    FailureCause, LatestCheckpoints, QueueStatus, RestoredCheckpoint, SavepointOperation, SavepointStatusResponse,
-    SavepointTriggerRequest, StopRequest, TriggerResponse,
+    FailureCause, LatestCheckpoints, QueueStatus, RestoredCheckpoint, SavepointOperation, SavepointProgress,
+    SavepointStatusResponse, SavepointTriggerRequest, StopRequest, TriggerResponse,
 };
 use crate::responses::*;
 
@@ -75,6 +75,7 @@ use crate::responses::*;
         SavepointStatusResponse,
         QueueStatus,
         SavepointOperation,
+        SavepointProgress,
         FailureCause,
     )),
     tags(

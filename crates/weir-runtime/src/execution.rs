@@ -311,7 +311,7 @@ fn run_subtask<E: From<TaskEvent>>(wiring: SubtaskWiring, mut ctx: TaskContext, 
         if let Some(restore) = &wiring.restore {
             let uids = &wiring.job.vertices[vertex].uids;
             let restored = restore
-                .load_subtask(uids, subtask)
+                .load_subtask(uids, subtask, &ctx.metrics.restored_bytes)
                 .map_err(|e| TaskError::external(format!("restoring from {}", restore.location), e))?;
             ctx.restored = Some(Arc::new(restored));
         }

@@ -188,6 +188,10 @@ pub struct JobRecord {
     pub restarts: u32,
     /// Savepoint requests by id, with whether a client has read the final status.
     pub savepoints: std::collections::HashMap<String, (SavepointStatus, bool)>,
+    /// The checkpoint id each savepoint request was given, for its progress.
+    pub savepoint_checkpoints: std::collections::HashMap<String, u64>,
+    /// The snapshot the current attempt restored: (location, checkpoint id, bytes to read).
+    pub restore: Option<(String, u64, u64)>,
 }
 
 /// A running (or ended) job.
@@ -224,6 +228,8 @@ impl JobMaster {
                 exceptions: Vec::new(),
                 failure_cause: None,
                 savepoints: std::collections::HashMap::new(),
+                savepoint_checkpoints: std::collections::HashMap::new(),
+                restore: None,
                 restarts: 0,
             }),
             changed: Condvar::new(),
@@ -423,6 +429,12 @@ impl JobMaster {
             && let Ok(mut stats) = self.checkpoint_stats.lock()
         {
             stats.restored = Some((restore.metadata.checkpoint_id, restore.location.clone(), now_ms()));
+        }
+        if let Some(restore) = &settings.restore {
+            let total = restore.total_bytes();
+            self.update(|record| {
+                record.restore = Some((restore.location.clone(), restore.metadata.checkpoint_id, total));
+            });
         }
         let coordinator = match CheckpointCoordinator::new(
             settings.checkpointing.clone(),
@@ -757,7 +769,10 @@ impl JobMaster {
         if let Ok(mut stats) = self.checkpoint_stats.lock() {
             stats.restored = Some((checkpoint_id, url.clone(), now_ms()));
         }
-        Ok(Some(Arc::new(RestoreSource { storage: blocking, location: url, metadata, plan })))
+        let source = RestoreSource { storage: blocking, location: url, metadata, plan };
+        let total = source.total_bytes();
+        self.update(|record| record.restore = Some((source.location.clone(), checkpoint_id, total)));
+        Ok(Some(Arc::new(source)))
     }
 
     fn fail_before_start(&self, cause: String) {
@@ -875,7 +890,10 @@ impl JobMaster {
         let root = target.or_else(|| supervisor.savepoints_url.clone());
         let request = SnapshotRequest::Savepoint { request_id: request_id.clone(), terminate };
         match supervisor.coordinator.trigger(request, root.as_deref()) {
-            Ok(barrier) => supervisor.send_to_sources(TaskControl::TriggerCheckpoint(barrier)),
+            Ok(barrier) => {
+                record.savepoint_checkpoints.insert(request_id.clone(), barrier.checkpoint_id);
+                supervisor.send_to_sources(TaskControl::TriggerCheckpoint(barrier));
+            }
             Err(cause) => fail(record, cause),
         }
     }

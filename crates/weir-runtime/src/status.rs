@@ -132,6 +132,25 @@ pub struct JobDetails {
     /// The operator graph: vertices and the exchanges between them.
     #[serde(default)]
     pub plan: JobPlan,
+    /// The snapshot the job (or its latest restart) restored, with read progress (weir's
+    /// addition; `weir run -s` draws its progress bar from it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restore: Option<RestoreProgress>,
+}
+
+/// The `restore` of [`JobDetails`].
+#[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct RestoreProgress {
+    /// The snapshot's location.
+    pub external_path: String,
+    /// Its checkpoint id.
+    pub checkpoint_id: u64,
+    /// Bytes the subtasks read from it so far.
+    #[serde(rename = "bytes-read")]
+    pub bytes_read: u64,
+    /// Bytes all subtasks read when the restore is complete.
+    #[serde(rename = "bytes-total")]
+    pub bytes_total: u64,
 }
 
 /// The `plan` of [`JobDetails`], as Flink's: one node per vertex with its inputs.
@@ -355,6 +374,17 @@ impl JobMaster {
             failure_cause: record.failure_cause.clone(),
             num_restarts: record.restarts,
             plan,
+            restore: record.restore.as_ref().map(|(path, checkpoint_id, total)| RestoreProgress {
+                external_path: path.clone(),
+                checkpoint_id: *checkpoint_id,
+                bytes_read: record
+                    .subtasks
+                    .iter()
+                    .flatten()
+                    .map(|s| s.metrics.restored_bytes.load(Ordering::Relaxed))
+                    .sum(),
+                bytes_total: *total,
+            }),
         }
     }
 

@@ -145,6 +145,14 @@ pub fn submit(address: &str, args: &RunArgs) -> Result<ExitCode, CliError> {
     if args.detached {
         return Ok(ExitCode::SUCCESS);
     }
+    if args.from_savepoint.is_some() {
+        crate::progress::follow_restore(|| {
+            let details: Value = client.get_json(&format!("/jobs/{job_id}"))?;
+            serde_json::from_value(details).map_err(|e| {
+                CliError::runtime(format!("{}/jobs/{job_id} answered something unexpected: {e}", client.base()))
+            })
+        })?;
+    }
     loop {
         let status: Value = client.get_json(&format!("/jobs/{job_id}/status"))?;
         let state: JobStatus =

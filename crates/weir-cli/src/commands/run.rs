@@ -125,6 +125,9 @@ pub fn run(args: RunArgs, catalog: &JobCatalog) -> Result<ExitCode, CliError> {
 
     let master = dispatcher.submit(graph, settings).map_err(CliError::usage)?;
     println!("Job has been submitted with JobID {}", master.job_id());
+    if args.from_savepoint.is_some() {
+        crate::progress::follow_restore(|| Ok(master.details()))?;
+    }
     let status = master.wait_terminal(None);
     let duration_ms = master.overview().duration;
     // A `weir stop` or `weir savepoint` client may still have to read where its savepoint is.

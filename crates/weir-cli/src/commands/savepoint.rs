@@ -11,6 +11,7 @@ use weir_types::JobId;
 use crate::args::{SavepointArgs, StopArgs};
 use crate::client::{RestClient, check_job_response};
 use crate::error::CliError;
+use crate::progress::SavepointBar;
 use crate::settings;
 
 /// Longest the CLI waits for a savepoint to complete.
@@ -79,8 +80,22 @@ fn trigger_and_wait(client: &RestClient, job_id: JobId, path: &str, body: &Value
         return Err(CliError::runtime(format!("{}{path} answered without a request-id", client.base())));
     };
     let deadline = Instant::now() + SAVEPOINT_WAIT_MAX;
+    let bar = SavepointBar::new(&format!("savepoint of job {job_id}"));
+    let outcome = wait_for_savepoint(client, job_id, request_id, deadline, &bar);
+    bar.finish();
+    outcome
+}
+
+fn wait_for_savepoint(
+    client: &RestClient,
+    job_id: JobId,
+    request_id: &str,
+    deadline: Instant,
+    bar: &SavepointBar,
+) -> Result<String, CliError> {
     loop {
         let status: Value = client.get_json(&format!("/jobs/{job_id}/savepoints/{request_id}"))?;
+        bar.update(&status["progress"]);
         if status["status"]["id"] == "COMPLETED" {
             if let Some(location) = status["operation"]["location"].as_str() {
                 return Ok(location.to_string());

@@ -1,6 +1,7 @@
 //! Reading a subtask's share of a snapshot when a job starts from it.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use weir_api::snapshot::RestoredOperator;
 use weir_checkpoint::format::{BlockRef, SnapshotMetadata};
@@ -21,8 +22,28 @@ pub struct RestoreSource {
 }
 
 impl RestoreSource {
-    /// Reads, checks and decodes the state of `subtask` for the operators `uids` of a chain.
-    pub fn load_subtask(&self, uids: &[String], subtask: u32) -> Result<HashMap<String, RestoredOperator>, String> {
+    /// Bytes every subtask of the new job reads in all (the progress bar's end).
+    pub fn total_bytes(&self) -> u64 {
+        let blocks = |list: &[(String, BlockRef)]| list.iter().map(|(_, b)| b.length).sum::<u64>();
+        self.plan
+            .operators
+            .values()
+            .flatten()
+            .map(|share| {
+                share.keyed.iter().map(|(_, _, _, b)| blocks(b)).sum::<u64>()
+                    + share.operator_states.iter().map(|(_, _, b)| blocks(b)).sum::<u64>()
+            })
+            .sum()
+    }
+
+    /// Reads, checks and decodes the state of `subtask` for the operators `uids` of a chain,
+    /// adding the bytes read to `progress` as each file is read.
+    pub fn load_subtask(
+        &self,
+        uids: &[String],
+        subtask: u32,
+        progress: &AtomicU64,
+    ) -> Result<HashMap<String, RestoredOperator>, String> {
         let mut restored = HashMap::new();
         for uid in uids {
             let Some(subtasks) = self.plan.operators.get(uid) else {
@@ -35,7 +56,7 @@ impl RestoreSource {
             for (name, kind, value_type, blocks) in &share.keyed {
                 let kind: StateKind = kind.parse().map_err(|e| format!("operator '{uid}' state '{name}': {e}"))?;
                 let mut key_groups = BTreeMap::new();
-                for ((_, block), bytes) in blocks.iter().zip(self.read_blocks(blocks)?) {
+                for ((_, block), bytes) in blocks.iter().zip(self.read_blocks(blocks, progress)?) {
                     let key_group = block.key_group.unwrap_or_default();
                     key_groups.insert(key_group, (bytes, block.entries));
                 }
@@ -47,7 +68,7 @@ impl RestoreSource {
                 });
             }
             for (name, _mode, blocks) in &share.operator_states {
-                operator.operator_states.insert(name.clone(), self.read_blocks(blocks)?);
+                operator.operator_states.insert(name.clone(), self.read_blocks(blocks, progress)?);
             }
             restored.insert(uid.clone(), operator);
         }
@@ -55,7 +76,7 @@ impl RestoreSource {
     }
 
     /// Reads blocks (grouped into one ranged read per file) and checks each checksum.
-    fn read_blocks(&self, blocks: &[(String, BlockRef)]) -> Result<Vec<Vec<u8>>, String> {
+    fn read_blocks(&self, blocks: &[(String, BlockRef)], progress: &AtomicU64) -> Result<Vec<Vec<u8>>, String> {
         let mut by_file: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
         for (index, (file, _)) in blocks.iter().enumerate() {
             by_file.entry(file.as_str()).or_default().push(index);
@@ -69,6 +90,7 @@ impl RestoreSource {
                 .storage
                 .block_on(weir_checkpoint::read_blocks(&self.storage.storage, file, &refs))
                 .map_err(|e| e.to_string())?;
+            progress.fetch_add(refs.iter().map(|r| r.length).sum(), Ordering::Relaxed);
             for (&index, bytes) in indices.iter().zip(fetched) {
                 out[index] = bytes.to_vec();
             }

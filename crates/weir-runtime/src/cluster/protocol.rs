@@ -114,6 +114,9 @@ pub struct SubtaskCounters {
     pub records_out: u64,
     /// Milliseconds backpressured.
     pub backpressured_ms: u64,
+    /// Snapshot bytes read while restoring.
+    #[serde(default)]
+    pub restored_bytes: u64,
 }
 
 /// Messages to a TaskManager.

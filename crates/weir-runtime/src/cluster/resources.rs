@@ -177,6 +177,7 @@ impl ClusterResources {
                                 metrics.records_in.store(counters.records_in, Ordering::Relaxed);
                                 metrics.records_out.store(counters.records_out, Ordering::Relaxed);
                                 metrics.backpressured_ms.store(counters.backpressured_ms, Ordering::Relaxed);
+                                metrics.restored_bytes.store(counters.restored_bytes, Ordering::Relaxed);
                             }
                         }
                     }

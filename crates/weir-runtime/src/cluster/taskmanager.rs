@@ -283,6 +283,7 @@ fn counters(vertex: usize, subtask: u32, metrics: &TaskMetrics) -> SubtaskCounte
         records_in: metrics.records_in.load(Ordering::Relaxed),
         records_out: metrics.records_out.load(Ordering::Relaxed),
         backpressured_ms: metrics.backpressured_ms.load(Ordering::Relaxed),
+        restored_bytes: metrics.restored_bytes.load(Ordering::Relaxed),
     }
 }
 
