@@ -108,6 +108,14 @@ fn three_taskmanager_kills_during_a_run_keep_the_output_exactly_once() {
     let entries = exceptions["exceptionHistory"]["entries"].as_array().unwrap();
     assert_eq!(entries.len() as u64, details["numRestarts"].as_u64().unwrap(), "one entry per failure: {exceptions}");
     assert!(entries.iter().all(|e| e["stacktrace"].as_str().unwrap().contains("connection was lost")), "{exceptions}");
+    // Each failure is located on the TaskManager that was lost.
+    assert!(
+        entries.iter().all(|e| {
+            let location = e["location"].as_str().unwrap();
+            e["stacktrace"].as_str().unwrap().contains(&format!("TaskManager {location} at "))
+        }),
+        "{exceptions}"
+    );
 
     let mut per_user: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
     for line in committed_lines(&out) {

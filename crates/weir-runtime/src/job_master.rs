@@ -1011,7 +1011,14 @@ impl JobMaster {
                         message: error.to_string(),
                         timestamp_ms: now,
                         task_name: task_name.clone(),
-                        location: self.location.clone(),
+                        // Where the subtask ran: its TaskManager on a cluster.
+                        location: record
+                            .subtasks
+                            .get(event.vertex)
+                            .and_then(|subtasks| subtasks.get(event.subtask as usize))
+                            .map(|subtask| subtask.host.clone())
+                            .filter(|host| host != LOCAL_HOST)
+                            .unwrap_or_else(|| self.location.clone()),
                     });
                     let elapsed_ms = supervisor.started.elapsed().as_millis() as u64;
                     match supervisor.restart.on_failure(elapsed_ms) {
