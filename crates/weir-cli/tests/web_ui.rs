@@ -157,3 +157,185 @@ fn the_web_ui_shows_a_running_job_in_a_real_browser() {
     }
     run.kill_hard();
 }
+
+/// Headless Chromium driven over the DevTools protocol: navigate, evaluate, click.
+struct Browser {
+    child: std::process::Child,
+    socket: tungstenite::WebSocket<tungstenite::stream::MaybeTlsStream<std::net::TcpStream>>,
+    next_id: u64,
+    _profile: tempfile::TempDir,
+}
+
+impl Browser {
+    fn start() -> Browser {
+        let profile = tempfile::tempdir().unwrap();
+        let child = Command::new(chromium())
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--no-first-run",
+                "--disable-quic",
+                "--remote-debugging-port=0",
+                "--window-size=1400,1000",
+            ])
+            .arg(format!("--user-data-dir={}", profile.path().display()))
+            .arg("about:blank")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("chromium starts");
+        // Chromium writes its DevTools port into the profile once it listens.
+        let port_file = profile.path().join("DevToolsActivePort");
+        let deadline = Instant::now() + BROWSER_MAX;
+        let port = loop {
+            if let Some(port) =
+                std::fs::read_to_string(&port_file).ok().and_then(|t| t.lines().next()?.parse::<u16>().ok())
+            {
+                break port;
+            }
+            assert!(Instant::now() < deadline, "chromium did not open its DevTools port");
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let targets = common::poll_json(&format!("http://127.0.0.1:{port}/json/list"), |t| {
+            t.as_array().is_some_and(|list| list.iter().any(|t| t["type"] == "page"))
+        });
+        let page = targets.as_array().unwrap().iter().find(|t| t["type"] == "page").unwrap();
+        let url = page["webSocketDebuggerUrl"].as_str().unwrap().to_string();
+        let (socket, _) = tungstenite::connect(url.as_str()).expect("DevTools websocket");
+        Browser { child, socket, next_id: 0, _profile: profile }
+    }
+
+    /// Sends one DevTools command and returns its result.
+    fn call(&mut self, method: &str, params: serde_json::Value) -> serde_json::Value {
+        self.next_id += 1;
+        let id = self.next_id;
+        let request = serde_json::json!({"id": id, "method": method, "params": params});
+        self.socket.send(tungstenite::Message::text(request.to_string())).unwrap();
+        loop {
+            let message = self.socket.read().expect("DevTools answers");
+            let Ok(text) = message.to_text() else { continue };
+            let Ok(answer) = serde_json::from_str::<serde_json::Value>(text) else { continue };
+            if answer["id"] == id {
+                assert!(answer["error"].is_null(), "{method} failed: {answer}");
+                return answer["result"].clone();
+            }
+        }
+    }
+
+    fn navigate(&mut self, url: &str) {
+        self.call("Page.navigate", serde_json::json!({ "url": url }));
+    }
+
+    /// Evaluates `expression` in the page; its value as JSON.
+    fn eval(&mut self, expression: &str) -> serde_json::Value {
+        let result = self.call(
+            "Runtime.evaluate",
+            serde_json::json!({"expression": expression, "returnByValue": true, "awaitPromise": true}),
+        );
+        assert!(result["exceptionDetails"].is_null(), "{expression} threw: {result}");
+        result["result"]["value"].clone()
+    }
+
+    /// Waits until `expression` is truthy in the page.
+    fn wait_for(&mut self, expression: &str) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            // While the page loads, `document.body` may not exist yet: that is "not yet".
+            let value =
+                self.eval(&format!("(() => {{ try {{ return !!({expression}); }} catch (e) {{ return false; }} }})()"));
+            if value == true {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the page never satisfied {expression}; it shows: {}",
+                self.eval(
+                    "document.getElementById('view').innerText + ' | ' + document.getElementById('modal').innerText"
+                )
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Clicks the dialog's confirm button, checking its label.
+    fn confirm(&mut self, label: &str) {
+        let clicked = self.eval(&format!(
+            "(() => {{ const b = document.getElementById('modal-confirm'); if (b.textContent !== {label:?} || b.hidden) return b.textContent; b.click(); return true; }})()"
+        ));
+        assert_eq!(clicked, true, "the dialog's button is not '{label}'");
+    }
+
+    /// Clicks the first button whose text is `label`.
+    fn click(&mut self, label: &str) {
+        let clicked = self.eval(&format!(
+            "(() => {{ const b = [...document.querySelectorAll('button')].find(b => b.textContent.trim() === {label:?} && !b.hidden); if (b) b.click(); return !!b; }})()"
+        ));
+        assert_eq!(clicked, true, "no button '{label}'");
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The job page's actions, clicked in a real browser: a savepoint into a directory typed into
+/// the dialog lands on disk, and Cancel Job asks first and then cancels.
+#[test]
+fn the_web_ui_actions_take_a_savepoint_and_cancel_after_confirmation() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut run = RunningWeir::start(&[
+        "run",
+        "-p",
+        "2",
+        "-D",
+        "rest.port=0",
+        "counter",
+        "--users",
+        "100",
+        "--rate",
+        "5000",
+        "--output",
+        "none",
+    ]);
+    let rest = run.rest_url();
+    let jid = run.job_id();
+    poll_json(&format!("{rest}/jobs/{jid}"), |d| {
+        d["state"] == "RUNNING"
+            && d["vertices"].as_array().is_some_and(|vs| vs.iter().all(|v| v["status"] == "RUNNING"))
+    });
+    let mut browser = Browser::start();
+    browser.navigate(&format!("{rest}/#/job/{jid}/overview"));
+    browser.wait_for("document.body.dataset.page === 'job' && document.querySelector('.actions')");
+
+    // Trigger Savepoint: a dialog with a target directory; the path written is reported.
+    browser.click("Trigger Savepoint");
+    browser.wait_for("!document.getElementById('modal').hidden");
+    let target = dir.path().join("savepoints");
+    browser.eval(&format!("document.getElementById('target-dir').value = {:?}", target.display().to_string()));
+    browser.confirm("Trigger Savepoint");
+    browser.wait_for("document.getElementById('modal-body').innerText.includes('Savepoint written to')");
+    let text = browser.eval("document.getElementById('modal-body').innerText").as_str().unwrap().to_string();
+    let location = text.split("Savepoint written to ").nth(1).unwrap().trim().to_string();
+    let path = PathBuf::from(location.trim_start_matches("file://"));
+    assert!(path.starts_with(&target) && path.join("_metadata").is_file(), "{location}: {text}");
+    browser.click("Close");
+    browser.wait_for("document.getElementById('modal').hidden");
+
+    // Cancel Job asks first: nothing happens until the dialog is confirmed.
+    browser.click("Cancel Job");
+    browser.wait_for("!document.getElementById('modal').hidden");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(common::get(&format!("{rest}/jobs/{jid}/status")).json()["status"], "RUNNING");
+    browser.confirm("Cancel Job");
+    browser.wait_for("document.getElementById('modal-body').innerText.includes('Cancel requested')");
+    assert_eq!(run.wait(), Some(1), "a cancelled run exits 1");
+    assert!(run.stdout_lines().iter().any(|l| l.contains("ended with state CANCELED")), "{:?}", run.stdout_lines());
+}

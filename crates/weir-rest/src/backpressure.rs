@@ -27,10 +27,13 @@ const SAMPLE_WINDOW: Duration = Duration::from_millis(500);
 const MIN_WINDOW: Duration = Duration::from_millis(200);
 const MAX_WINDOW: Duration = Duration::from_secs(60);
 
-/// The last reading of each (job, vertex): when, and each subtask's blocked milliseconds.
+/// One reading of a vertex: when, and each subtask's blocked milliseconds.
+type Reading = (Instant, Vec<u64>);
+
+/// The last reading of each (job, vertex).
 #[derive(Default)]
 pub(crate) struct BackpressureReadings {
-    readings: Mutex<HashMap<(String, String), (Instant, Vec<u64>)>>,
+    readings: Mutex<HashMap<(String, String), Reading>>,
 }
 
 /// The backpressure of one vertex.
