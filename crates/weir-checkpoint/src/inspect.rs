@@ -188,23 +188,23 @@ pub fn inspect_text(metadata: &SnapshotMetadata, location: &str) -> String {
         for state in keyed_states {
             let _ = writeln!(
                 out,
-                "  keyed state '{}': {} of {}, {} entries in {} key groups, {}",
+                "  keyed state '{}': {} of {}, {} in {}, {}",
                 text(&state["name"]),
                 text(&state["kind"]),
                 text(&state["value_type"]),
-                number(&state["entries"]),
-                number(&state["key_groups"]),
+                counted(number(&state["entries"]), "entry", "entries"),
+                counted(number(&state["key_groups"]), "key group", "key groups"),
                 format_bytes(number(&state["bytes"]))
             );
         }
         for state in operator_states {
             let _ = writeln!(
                 out,
-                "  operator state '{}' ({}): {} elements, {} entries, {}",
+                "  operator state '{}' ({}): {}, {}, {}",
                 text(&state["name"]),
                 text(&state["mode"]),
-                number(&state["elements"]),
-                number(&state["entries"]),
+                counted(number(&state["elements"]), "element", "elements"),
+                counted(number(&state["entries"]), "entry", "entries"),
                 format_bytes(number(&state["bytes"]))
             );
         }
@@ -218,14 +218,19 @@ pub fn inspect_text(metadata: &SnapshotMetadata, location: &str) -> String {
             let file = subtask["file"].as_str().map(|file| format!(", file {file}")).unwrap_or_default();
             let _ = writeln!(
                 out,
-                "  subtask {}: {groups}{}, {} entries{file}",
+                "  subtask {}: {groups}{}, {}{file}",
                 number(&subtask["subtask"]),
                 format_bytes(number(&subtask["bytes"])),
-                number(&subtask["entries"])
+                counted(number(&subtask["entries"]), "entry", "entries")
             );
         }
     }
     out
+}
+
+/// `1 entry`, `2 entries`.
+fn counted(n: u64, one: &str, many: &str) -> String {
+    if n == 1 { format!("1 {one}") } else { format!("{n} {many}") }
 }
 
 #[cfg(test)]

@@ -63,8 +63,13 @@ pub fn main_with(catalog: JobCatalog) -> ExitCode {
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("WEIR_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let _ =
-        tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).try_init();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        // Colours on a terminal only: cluster processes log to files.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .try_init();
 }
 
 /// Panics in subtask threads are user-code failures the job reports (FAILED with the panic
@@ -73,6 +78,17 @@ fn init_logging() {
 fn install_panic_hook() {
     let default_hook = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
+        // `weir list | head -1`: the reader went away. Like any Unix tool, stop quietly
+        // (`println!` panics on a closed stdout instead of dying of SIGPIPE).
+        let message = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or_default();
+        if message.starts_with("failed printing to stdout") && message.contains("Broken pipe") {
+            std::process::exit(0);
+        }
         let in_task = std::thread::current().name().is_some_and(|name| name.starts_with("weir-task-"));
         if !in_task {
             default_hook(info);

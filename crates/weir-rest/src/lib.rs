@@ -20,5 +20,5 @@ pub mod server;
 mod ui;
 
 pub use error::RestError;
-pub use routes::{ClusterInfo, router};
+pub use routes::{ClusterInfo, SubmittedJob, router};
 pub use server::{RestServer, serve};

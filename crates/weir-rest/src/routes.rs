@@ -27,9 +27,18 @@ use weir_types::Lifecycle;
 
 /// The TaskManagers of a standalone cluster, as `GET /taskmanagers` lists them.
 pub type TaskManagerList = Arc<dyn Fn() -> Vec<weir_runtime::cluster::TaskManagerInfo> + Send + Sync>;
-/// Submits a job to a standalone cluster: the job id, or an HTTP status and message.
+/// Submits a job to a standalone cluster: the job, or an HTTP status and message.
 pub type JobSubmitter =
-    Arc<dyn Fn(weir_runtime::cluster::JobSubmission) -> Result<String, (u16, String)> + Send + Sync>;
+    Arc<dyn Fn(weir_runtime::cluster::JobSubmission) -> Result<SubmittedJob, (u16, String)> + Send + Sync>;
+
+/// A job a standalone cluster accepted.
+#[derive(Clone, Debug, Default)]
+pub struct SubmittedJob {
+    /// Its id.
+    pub job_id: String,
+    /// What the submitter should tell the user (the snapshot restored, state left behind).
+    pub notes: Vec<String>,
+}
 
 /// What `/overview` and `/config` report about the cluster itself.
 #[derive(Clone, Default)]
@@ -347,7 +356,7 @@ async fn job_plan(
 
 /// `POST /jobs`: runs a catalog job on a standalone cluster (weir's replacement for Flink's
 /// jar upload: every process has the job catalog built in).
-#[utoipa::path(post, path = "/jobs", tag = "jobs", summary = "Run a catalog job on a standalone cluster", request_body = weir_runtime::cluster::JobSubmission, responses((status = 202, description = "Submitted: `{\"jobid\": \"...\"}`"), (status = 400, description = "Bad submission (unknown job, bad arguments, refused restore)", body = ErrorResponse), (status = 405, description = "An embedded cluster does not accept jobs", body = ErrorResponse)))]
+#[utoipa::path(post, path = "/jobs", tag = "jobs", summary = "Run a catalog job on a standalone cluster", request_body = weir_runtime::cluster::JobSubmission, responses((status = 202, description = "Submitted: `{\"jobid\": \"...\", \"notes\": [\"...\"]}`; `notes` are lines for the user (the snapshot restored, state not restored with -n)"), (status = 400, description = "Bad submission (unknown job, bad arguments, refused restore)", body = ErrorResponse), (status = 405, description = "An embedded cluster does not accept jobs", body = ErrorResponse)))]
 async fn submit_job(
     State(state): State<AppState>,
     body: Result<Json<weir_runtime::cluster::JobSubmission>, axum::extract::rejection::JsonRejection>,
@@ -364,7 +373,7 @@ async fn submit_job(
         .await
         .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
     match result {
-        Ok(job_id) => Ok((StatusCode::ACCEPTED, Json(serde_json::json!({ "jobid": job_id })))),
+        Ok(job) => Ok((StatusCode::ACCEPTED, Json(serde_json::json!({ "jobid": job.job_id, "notes": job.notes })))),
         Err((status, message)) => {
             Err(ApiError::new(StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST), message))
         }

@@ -12,7 +12,7 @@ use weir_config::options::{
     HEARTBEAT_INTERVAL, HEARTBEAT_TIMEOUT, JOBMANAGER_RPC_ADDRESS, JOBMANAGER_RPC_PORT, REST_ADDRESS,
     REST_BIND_ADDRESS, REST_PORT, TASKMANAGER_NUMBER_OF_TASK_SLOTS,
 };
-use weir_rest::{ClusterInfo, RestServer};
+use weir_rest::{ClusterInfo, RestServer, SubmittedJob};
 use weir_runtime::Dispatcher;
 use weir_runtime::cluster::{ClusterResources, GraphBuilder, JobSubmission, RemoteExecutor, run_taskmanager};
 use weir_types::JobStatus;
@@ -54,7 +54,7 @@ pub fn jobmanager(args: ConfigOnly, catalog: Arc<JobCatalog>) -> Result<ExitCode
     let dispatcher = Dispatcher::new("cluster");
     let submit_resources = Arc::clone(&resources);
     let submit_dispatcher = Arc::clone(&dispatcher);
-    let submitter = Arc::new(move |submission: JobSubmission| -> Result<String, (u16, String)> {
+    let submitter = Arc::new(move |submission: JobSubmission| -> Result<SubmittedJob, (u16, String)> {
         let usage = |e: CliError| (400u16, e.to_string());
         let config = job_config(&config, &submission).map_err(usage)?;
         let mut prepared = prepare(
@@ -73,7 +73,10 @@ pub fn jobmanager(args: ConfigOnly, catalog: Arc<JobCatalog>) -> Result<ExitCode
         }));
         let master =
             submit_dispatcher.submit(prepared.graph, prepared.settings).map_err(|e| (400u16, e.to_string()))?;
-        Ok(master.job_id().to_string())
+        for note in &prepared.notes {
+            tracing::info!(job_id = %master.job_id(), "{note}");
+        }
+        Ok(SubmittedJob { job_id: master.job_id().to_string(), notes: prepared.notes })
     });
     let list_resources = Arc::clone(&resources);
     let cluster = ClusterInfo {
@@ -142,6 +145,9 @@ pub fn submit(address: &str, args: &RunArgs) -> Result<ExitCode, CliError> {
     let answer: Value = serde_json::from_str(&response.body).map_err(|e| CliError::runtime(e.to_string()))?;
     let job_id = answer["jobid"].as_str().unwrap_or_default().to_string();
     println!("Job has been submitted with JobID {job_id}");
+    for note in answer["notes"].as_array().into_iter().flatten().filter_map(Value::as_str) {
+        eprintln!("{note}");
+    }
     if args.detached {
         return Ok(ExitCode::SUCCESS);
     }
@@ -240,7 +246,7 @@ fn start(args: ClusterStartArgs) -> Result<ExitCode, CliError> {
         pids.push(spawn(&format!("taskmanager-{index}"), taskmanager_args)?);
     }
     let text: Vec<String> = pids.iter().map(u32::to_string).collect();
-    std::fs::write(&pid_file, text.join("\n"))
+    std::fs::write(&pid_file, text.join("\n") + "\n")
         .map_err(|e| CliError::runtime(format!("cannot write {}: {e}", pid_file.display())))?;
     let client = RestClient::new(&rest);
     loop {
@@ -267,12 +273,24 @@ fn start(args: ClusterStartArgs) -> Result<ExitCode, CliError> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// False when `pid` is known not to be a weir JobManager or TaskManager (it ended, and the
+/// pid may since belong to another process); true where `/proc` cannot tell.
+fn is_cluster_process(pid: &str) -> bool {
+    match std::fs::read(format!("/proc/{pid}/cmdline")) {
+        Ok(cmdline) => cmdline.split(|b| *b == 0).any(|arg| arg == b"jobmanager" || arg == b"taskmanager"),
+        Err(_) => !std::path::Path::new("/proc/self").exists(),
+    }
+}
+
 fn stop() -> Result<ExitCode, CliError> {
     let pid_file = cluster_dir().join("cluster.pids");
     let text = std::fs::read_to_string(&pid_file)
         .map_err(|_| CliError::runtime(format!("no cluster to stop: {} does not exist", pid_file.display())))?;
     let mut stopped = 0;
-    for pid in text.lines().filter(|l| !l.trim().is_empty()) {
+    for pid in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        if !is_cluster_process(pid) {
+            continue;
+        }
         let status = Command::new("kill").arg(pid.trim()).stdout(Stdio::null()).stderr(Stdio::null()).status();
         if status.is_ok_and(|s| s.success()) {
             stopped += 1;

@@ -32,6 +32,8 @@ pub struct PreparedJob {
     pub graph: StreamGraph,
     /// The settings.
     pub settings: JobSettings,
+    /// Lines for the user: the snapshot restored and any state left behind.
+    pub notes: Vec<String>,
 }
 
 /// Builds catalog job `job` with `job_args` under `config` (which already holds `-p`), and
@@ -56,20 +58,23 @@ pub fn prepare(
         executor: None,
         failover_full: config.get(&FAILOVER_STRATEGY).map_err(CliError::usage)? == FailoverStrategy::Full,
     };
+    let mut notes = Vec::new();
     if let Some(path) = savepoint {
         let restore = plan_restore(path, &graph, &settings, allow_non_restored_state)?;
-        eprintln!(
+        notes.push(format!(
             "Restoring from {} ({} {}, max parallelism {})",
             restore.location, restore.metadata.kind, restore.metadata.checkpoint_id, restore.plan.max_parallelism
-        );
+        ));
         for uid in &restore.plan.non_restored {
-            eprintln!("warning: the state of operator '{uid}' is not restored (-n/--allow-non-restored-state)");
+            notes.push(format!(
+                "warning: the state of operator '{uid}' is not restored (-n/--allow-non-restored-state)"
+            ));
         }
         settings.max_parallelism = Some(restore.plan.max_parallelism);
         settings.restore = Some(Arc::new(restore));
     }
     JobGraph::build(&graph, &settings).map_err(CliError::usage)?;
-    Ok(PreparedJob { graph, settings })
+    Ok(PreparedJob { graph, settings, notes })
 }
 
 /// The stream graph of catalog job `job` with `job_args`.
@@ -108,7 +113,7 @@ pub fn run(args: RunArgs, catalog: &JobCatalog) -> Result<ExitCode, CliError> {
             "-d/--detached needs a cluster: pass -m HOST:PORT (start one with `weir cluster start`)",
         ));
     }
-    let PreparedJob { graph, settings } = prepare(
+    let PreparedJob { graph, settings, notes } = prepare(
         catalog,
         &config,
         &args.job,
@@ -116,6 +121,9 @@ pub fn run(args: RunArgs, catalog: &JobCatalog) -> Result<ExitCode, CliError> {
         args.from_savepoint.as_deref(),
         args.allow_non_restored_state,
     )?;
+    for note in &notes {
+        eprintln!("{note}");
+    }
     let job_graph = JobGraph::build(&graph, &settings).map_err(CliError::usage)?;
     let slots = job_graph.vertices.iter().map(|v| v.parallelism).max().unwrap_or(1);
 
