@@ -78,16 +78,17 @@ fn init_logging() {
 fn install_panic_hook() {
     let default_hook = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
-        // `weir list | head -1`: the reader went away. Like any Unix tool, stop quietly
-        // (`println!` panics on a closed stdout instead of dying of SIGPIPE).
+        // `weir list | head -1`: the reader went away, and `println!` panics on a closed
+        // stdout (Rust ignores SIGPIPE). Unwind without a message, as a Unix tool dies of
+        // SIGPIPE silently; destructors still run.
         let message = info
             .payload()
             .downcast_ref::<String>()
             .map(String::as_str)
             .or_else(|| info.payload().downcast_ref::<&str>().copied())
             .unwrap_or_default();
-        if message.starts_with("failed printing to stdout") && message.contains("Broken pipe") {
-            std::process::exit(0);
+        if message.contains("Broken pipe") || message.contains("BrokenPipe") {
+            return;
         }
         let in_task = std::thread::current().name().is_some_and(|name| name.starts_with("weir-task-"));
         if !in_task {

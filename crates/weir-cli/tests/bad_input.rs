@@ -142,3 +142,21 @@ fn completion_scripts_cover_every_verb_and_an_unknown_shell_is_a_usage_error() {
     assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stderr));
     assert_usage_error(&["completions", "nushell"], "nushell");
 }
+
+/// `weir ... | head -1`: a reader that goes away ends weir quietly, without a panic message.
+#[test]
+fn a_closed_stdout_ends_weir_without_a_panic() {
+    let mut child = common::weir()
+        .args(["completions", "bash"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Close the reading end before weir writes (it writes ~10 KB once it started).
+    drop(child.stdout.take());
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!stderr.contains("panicked") && !stderr.contains("backtrace"), "{stderr}");
+    assert!(stderr.is_empty(), "{stderr}");
+}
