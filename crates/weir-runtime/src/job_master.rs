@@ -58,7 +58,22 @@ struct Supervisor {
     /// The number the next deploy takes: every deploy (whole job or one region) has its own,
     /// so TaskManagers and part-file names tell concurrent region attempts apart.
     next_attempt: u32,
+    /// Savepoints asked for while subtasks were still starting: they are taken once every
+    /// subtask runs, or fail at their deadline.
+    waiting_savepoints: Vec<WaitingSavepoint>,
 }
+
+/// A savepoint request waiting for every subtask to be RUNNING.
+struct WaitingSavepoint {
+    request_id: String,
+    target: Option<String>,
+    terminate: bool,
+    deadline: Instant,
+}
+
+/// How long a savepoint asked for while subtasks start waits for them to run (a job is
+/// RUNNING a moment before its subtasks are, so `weir stop` right after `weir run -d` works).
+const SAVEPOINT_WAITS_FOR_RUNNING: Duration = Duration::from_secs(30);
 
 /// What every deploy of the job needs.
 struct Deployment {
@@ -477,6 +492,7 @@ impl JobMaster {
             task_events: None,
             handles: Vec::new(),
             next_attempt: 0,
+            waiting_savepoints: Vec::new(),
         };
         // A job of one region restarts whole anyway.
         let regions = Some(job_graph.regions())
@@ -841,6 +857,14 @@ impl JobMaster {
                 if finished {
                     let failures = supervisor.coordinator.abort_all("the job ended");
                     self.on_checkpoint_failures(record, supervisor, failures);
+                    let state = record.history.current();
+                    for waiting in supervisor.waiting_savepoints.drain(..) {
+                        let cause = format!(
+                            "job {} went {state} before every subtask ran; no savepoint was taken",
+                            self.job_id
+                        );
+                        record.savepoints.insert(waiting.request_id, (SavepointStatus::Failed(cause), false));
+                    }
                 }
             });
             if finished {
@@ -862,12 +886,47 @@ impl JobMaster {
         let now = Instant::now();
         let failures = supervisor.coordinator.expire(now);
         self.on_checkpoint_failures(record, supervisor, failures);
+        self.on_waiting_savepoints(record, supervisor, now);
         if supervisor.any_finished || !Self::all_running(record) || !supervisor.coordinator.periodic_due(now) {
             return;
         }
         match supervisor.coordinator.trigger(SnapshotRequest::Periodic, None) {
             Ok(barrier) => supervisor.send_to_sources(TaskControl::TriggerCheckpoint(barrier)),
             Err(error) => tracing::warn!(job_id = %self.job_id, error = %error, "cannot trigger a checkpoint"),
+        }
+    }
+
+    /// Takes the waiting savepoints once every subtask runs; fails those past their deadline,
+    /// and all of them once the job cannot run every subtask any more.
+    fn on_waiting_savepoints(&self, record: &mut JobRecord, supervisor: &mut Supervisor, now: Instant) {
+        if supervisor.waiting_savepoints.is_empty() {
+            return;
+        }
+        let ready = Self::all_running(record) || supervisor.any_finished;
+        for waiting in std::mem::take(&mut supervisor.waiting_savepoints) {
+            if ready {
+                // Triggers it, or fails it because a subtask finished.
+                self.on_trigger_savepoint(record, supervisor, waiting.request_id, waiting.target, waiting.terminate);
+            } else if now >= waiting.deadline {
+                let states: Vec<String> = record
+                    .subtasks
+                    .iter()
+                    .flatten()
+                    .map(|s| s.history.current())
+                    .filter(|s| *s != ExecutionState::Running)
+                    .map(|s| s.name().to_string())
+                    .collect();
+                let cause = format!(
+                    "job {} did not run every subtask within {} s of the savepoint request ({} subtask(s) {}); retry once `weir list` and the Web UI show them RUNNING",
+                    self.job_id,
+                    SAVEPOINT_WAITS_FOR_RUNNING.as_secs(),
+                    states.len(),
+                    states.first().map(String::as_str).unwrap_or("not RUNNING")
+                );
+                record.savepoints.insert(waiting.request_id, (SavepointStatus::Failed(cause), false));
+            } else {
+                supervisor.waiting_savepoints.push(waiting);
+            }
         }
     }
 
@@ -882,10 +941,23 @@ impl JobMaster {
         let fail = |record: &mut JobRecord, cause: String| {
             record.savepoints.insert(request_id.clone(), (SavepointStatus::Failed(cause), false));
         };
-        if supervisor.any_finished || !Self::all_running(record) {
-            let cause =
-                format!("job {} is not running on every subtask; a savepoint needs all subtasks RUNNING", self.job_id);
+        if supervisor.any_finished {
+            let cause = format!(
+                "job {} has subtasks that already FINISHED (their input ended); a savepoint needs every subtask RUNNING",
+                self.job_id
+            );
             return fail(record, cause);
+        }
+        if !Self::all_running(record) {
+            // Subtasks are still being deployed or restored (or a region restarts): take the
+            // savepoint as soon as they all run.
+            supervisor.waiting_savepoints.push(WaitingSavepoint {
+                request_id,
+                target,
+                terminate,
+                deadline: Instant::now() + SAVEPOINT_WAITS_FOR_RUNNING,
+            });
+            return;
         }
         let root = target.or_else(|| supervisor.savepoints_url.clone());
         let request = SnapshotRequest::Savepoint { request_id: request_id.clone(), terminate };

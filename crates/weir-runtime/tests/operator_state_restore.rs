@@ -10,7 +10,7 @@ use weir_checkpoint::{NewOperator, RestoreRequest, SnapshotStorage, load_metadat
 use weir_runtime::checkpointing::RestoreSource;
 use weir_runtime::job_master::SavepointStatus;
 use weir_runtime::{Dispatcher, JobSettings};
-use weir_types::JobStatus;
+use weir_types::{ExecutionState, JobStatus};
 
 /// What a subtask restored: (subtask, list elements, union elements, broadcast elements).
 type Restored = (u32, Vec<u64>, Vec<u32>, Vec<String>);
@@ -135,4 +135,51 @@ fn list_state_splits_union_state_unions_and_broadcast_state_copies_on_rescale() 
         // Broadcast: every new subtask gets old subtask 0's copy.
         assert_eq!(r.3, vec!["config-v1 from 0".to_string()], "subtask {}", r.0);
     }
+}
+
+/// Starts slowly: its subtasks stay INITIALIZING for a while after the job is RUNNING.
+#[derive(Clone)]
+struct SlowStart;
+
+impl ProcessFunction<u64, u64> for SlowStart {
+    fn initialize_state(&mut self, _state: &mut OperatorStateContext) -> FnResult {
+        std::thread::sleep(Duration::from_millis(400));
+        Ok(())
+    }
+
+    fn process_element(&mut self, record: u64, out: &mut Collector<'_, u64>) -> FnResult {
+        out.collect(record);
+        Ok(())
+    }
+}
+
+/// A stop-with-savepoint asked for while the subtasks still start (the job is RUNNING a moment
+/// before they are) waits for them instead of failing.
+#[test]
+fn a_savepoint_asked_for_while_subtasks_start_is_taken_once_they_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut settings = JobSettings::with_parallelism(2);
+    settings.checkpointing.savepoints_url = Some(format!("file://{}", dir.path().display()));
+    let env = StreamExecutionEnvironment::new();
+    env.from_source(EndlessSource::paced(64, Duration::from_micros(200)))
+        .uid("source")
+        .rebalance()
+        .process(SlowStart)
+        .uid("slow")
+        .sink_to(CollectSink::default())
+        .uid("sink");
+    let dispatcher = Dispatcher::new("localhost");
+    let job = dispatcher.submit(env.build("slow start").unwrap(), settings).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while job.status() != JobStatus::Running {
+        assert!(std::time::Instant::now() < deadline);
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let starting = job.details().vertices.iter().flat_map(|v| &v.subtasks).any(|s| s.status != ExecutionState::Running);
+    assert!(starting, "the slow subtasks already run; the test would prove nothing");
+    let request = job.trigger_savepoint(None, true).unwrap();
+    assert_eq!(job.wait_terminal(Some(Duration::from_secs(20))), JobStatus::Finished);
+    let status = job.savepoint_status(&request);
+    let Some(SavepointStatus::Completed(location)) = status else { panic!("savepoint not taken: {status:?}") };
+    assert!(std::path::Path::new(location.trim_start_matches("file://")).join("_metadata").is_file(), "{location}");
 }
