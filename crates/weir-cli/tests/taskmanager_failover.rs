@@ -197,3 +197,37 @@ fn taskmanager_counters_reach_the_jobmanager_rest_api_and_metrics() {
         .sum();
     assert_eq!(source_out, 30_000, "{metrics}");
 }
+
+/// A job waiting for TaskManager slots is cancelled at once, not after the slot wait.
+#[test]
+fn a_job_waiting_for_slots_is_cancelled_at_once() {
+    let mut jobmanager = RunningWeir::start(&["jobmanager", "-D", "rest.port=0", "-D", "jobmanager.rpc.port=0"]);
+    let line = jobmanager.stderr_line("REST API at http://");
+    let rest = line.split("REST API at ").nth(1).unwrap().split(',').next().unwrap().to_string();
+    let rpc = line.rsplit("connect to ").next().unwrap().trim().to_string();
+    let _taskmanager = start_taskmanager(&rpc);
+    common::poll_json(&format!("{rest}/overview"), |o| o["slots-total"] == 2);
+    let address = rest.trim_start_matches("http://");
+    // Parallelism 3 needs 3 slots; the cluster has 2, so the deploy waits for a TaskManager.
+    let submit = run_weir(&[
+        "run", "-m", address, "-d", "-p", "3", "counter", "--users", "10", "--rate", "100", "--output", "none",
+    ]);
+    let stdout = String::from_utf8_lossy(&submit.stdout).to_string();
+    assert!(submit.status.success(), "{stdout}{}", String::from_utf8_lossy(&submit.stderr));
+    let job_id =
+        stdout.lines().find_map(|l| l.strip_prefix("Job has been submitted with JobID ")).unwrap().trim().to_string();
+    std::thread::sleep(Duration::from_millis(300));
+    // As in Flink: the job is RUNNING and its subtasks SCHEDULED while they wait for slots.
+    let waiting = get(&format!("{rest}/jobs/{job_id}")).json();
+    assert_eq!(waiting["state"], "RUNNING", "{waiting}");
+    assert!(waiting["vertices"].as_array().unwrap().iter().all(|v| v["status"] == "SCHEDULED"), "{waiting}");
+
+    let started = Instant::now();
+    let cancel = run_weir(&["cancel", "-m", address, &job_id]);
+    assert!(cancel.status.success(), "{}", String::from_utf8_lossy(&cancel.stderr));
+    let details = common::poll_json(&format!("{rest}/jobs/{job_id}"), |d| d["state"] == "CANCELED");
+    assert!(started.elapsed() < Duration::from_secs(5), "cancel took {:?}", started.elapsed());
+    assert!(details["failure-cause"].is_null(), "a cancel is not a failure: {details}");
+    // The slots the waiting deploy did not get are all free again.
+    common::poll_json(&format!("{rest}/overview"), |o| o["slots-available"] == 2);
+}

@@ -37,6 +37,8 @@ pub struct AttemptSpec {
     pub wiring: CheckpointWiring,
     /// Set to stop this attempt's subtasks.
     pub cancel: Arc<AtomicBool>,
+    /// Set when the job is cancelled: an executor still waiting for resources gives up.
+    pub job_cancelled: Arc<AtomicBool>,
     /// Where subtask events go.
     pub task_events: Sender<TaskEvent>,
     /// Where snapshot outcomes of remote subtasks go.

@@ -219,6 +219,9 @@ pub struct JobMaster {
     /// The cancel flags of the running subtasks: one per attempt, or one per region in
     /// region mode (a restart gets a fresh one).
     cancel: Mutex<Vec<Arc<AtomicBool>>>,
+    /// Set by [`JobMaster::cancel`] at once, so a deploy waiting for slots stops waiting
+    /// (the master thread cannot read its events meanwhile).
+    cancel_requested: Arc<AtomicBool>,
     location: String,
     checkpoint_stats: Arc<Mutex<CheckpointStats>>,
     checkpoint_settings: CheckpointSettings,
@@ -250,6 +253,7 @@ impl JobMaster {
             changed: Condvar::new(),
             control,
             cancel: Mutex::new(Vec::new()),
+            cancel_requested: Arc::new(AtomicBool::new(false)),
             location: location.to_string(),
             checkpoint_stats: Arc::new(Mutex::new(CheckpointStats::default())),
             checkpoint_settings: settings.checkpointing.clone(),
@@ -291,6 +295,7 @@ impl JobMaster {
         if status.is_terminal() {
             return Err(status);
         }
+        self.cancel_requested.store(true, Ordering::SeqCst);
         let _ = self.control.send(MasterEvent::Cancel);
         Ok(())
     }
@@ -530,7 +535,11 @@ impl JobMaster {
             };
             if let Err(error) = deployed {
                 self.stop_tasks();
-                self.fail_before_start(error.to_string());
+                if matches!(error, TaskError::Cancelled) && self.cancel_requested.load(Ordering::SeqCst) {
+                    self.cancel_before_start();
+                } else {
+                    self.fail_before_start(error.to_string());
+                }
                 supervisor.task_events = None;
                 supervisor.handles.drain(..).for_each(|(_, handle)| handle.join());
                 break;
@@ -608,9 +617,9 @@ impl JobMaster {
                 let records = vertex_metrics
                     .iter()
                     .map(|m| {
+                        // SCHEDULED while the executor finds slots, then DEPLOYING.
                         let mut history = StateHistory::new(ExecutionState::Created, now_ms());
                         let _ = history.transition(ExecutionState::Scheduled, now_ms());
-                        let _ = history.transition(ExecutionState::Deploying, now_ms());
                         SubtaskRecord { history, metrics: Arc::clone(m), host: LOCAL_HOST.to_string() }
                     })
                     .collect();
@@ -645,6 +654,7 @@ impl JobMaster {
                 restore: restore.clone(),
             },
             cancel,
+            job_cancelled: Arc::clone(&self.cancel_requested),
             task_events,
             snapshot_events: deployment.snapshot_events.clone(),
             restore,
@@ -656,6 +666,9 @@ impl JobMaster {
                 if deployment.in_region(vertex, region) {
                     for (index, subtask) in subtasks.iter_mut().enumerate() {
                         subtask.host = handle.host_of(index as u32).unwrap_or_else(|| LOCAL_HOST.to_string());
+                        // Task events are applied only after this deploy returns, so no
+                        // subtask has reported INITIALIZING yet.
+                        let _ = subtask.history.transition(ExecutionState::Deploying, now_ms());
                     }
                 }
             }
@@ -709,6 +722,12 @@ impl JobMaster {
             match deployed {
                 Ok(()) => {
                     tracing::info!(job_id = %self.job_id, region, attempt = supervisor.next_attempt - 1, "restarted a pipelined region")
+                }
+                Err(_) if self.cancel_requested.load(Ordering::SeqCst) => {
+                    // A cancel stopped the wait for slots: the job ends CANCELED, not FAILED.
+                    self.update(|record| self.on_cancel(record));
+                    supervisor.region_restarts.clear();
+                    return;
                 }
                 Err(cause) => {
                     self.update(|record| {
@@ -789,6 +808,20 @@ impl JobMaster {
         let total = source.total_bytes();
         self.update(|record| record.restore = Some((source.location.clone(), checkpoint_id, total)));
         Ok(Some(Arc::new(source)))
+    }
+
+    /// Ends the job CANCELED when a cancel arrived while it was being deployed.
+    fn cancel_before_start(&self) {
+        self.update(|record| {
+            if matches!(record.history.current(), JobStatus::Running | JobStatus::Created | JobStatus::Restarting) {
+                self.transition_job(record, JobStatus::Cancelling);
+                mark_canceling(record, |_| true);
+                self.settle(record, false);
+            }
+            if record.history.current() == JobStatus::Cancelling {
+                self.transition_job(record, JobStatus::Canceled);
+            }
+        });
     }
 
     fn fail_before_start(&self, cause: String) {

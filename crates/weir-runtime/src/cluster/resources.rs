@@ -221,7 +221,7 @@ impl ClusterResources {
 
     /// Takes `count` free slots, waiting up to [`SLOT_WAIT_MAX`]; `(TaskManager id, data
     /// address)` per slot.
-    fn allocate(&self, count: u32, cancel: &AtomicBool) -> Result<Vec<(String, String)>, TaskError> {
+    fn allocate(&self, count: u32, cancelled: impl Fn() -> bool) -> Result<Vec<(String, String)>, TaskError> {
         let deadline = Instant::now() + SLOT_WAIT_MAX;
         loop {
             {
@@ -246,7 +246,7 @@ impl ClusterResources {
                     return Ok(slots);
                 }
             }
-            if cancel.load(Ordering::SeqCst) {
+            if cancelled() {
                 return Err(TaskError::Cancelled);
             }
             if Instant::now() >= deadline {
@@ -341,7 +341,9 @@ impl Executor for RemoteExecutor {
             .map(|(vertex, v)| if in_scope(vertex) { v.parallelism } else { 0 })
             .collect();
         let slot_count = parallelism.iter().copied().max().unwrap_or(1).max(1);
-        let slots = self.resources.allocate(slot_count, &spec.cancel)?;
+        let slots = self
+            .resources
+            .allocate(slot_count, || spec.cancel.load(Ordering::SeqCst) || spec.job_cancelled.load(Ordering::SeqCst))?;
         let job_id = spec.job_id.to_string();
         let owners: Vec<String> = slots.iter().map(|(id, _)| id.clone()).collect();
         lock(&self.resources.routes).insert(
