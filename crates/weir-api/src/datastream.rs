@@ -83,6 +83,7 @@ impl StreamExecutionEnvironment {
             keyed: false,
             key_type: None,
             inputs: Vec::new(),
+            exclusive_target: None,
             source_factory: Some(factory),
             operator_factory: None,
             output_type: TypedStream::<T>::erased(),
@@ -119,6 +120,18 @@ impl StreamExecutionEnvironment {
                 && (p == 0 || p > MAX_PARALLELISM_UPPER_BOUND)
             {
                 return Err(GraphError::BadParallelism { name: node.name.clone(), parallelism: p });
+            }
+        }
+        let mut targets: std::collections::HashMap<&str, &StreamNode> = std::collections::HashMap::new();
+        for node in &builder.nodes {
+            let Some(target) = node.exclusive_target.as_deref() else { continue };
+            if let Some(first) = targets.insert(target, node) {
+                let label = |n: &StreamNode| n.uid.clone().unwrap_or_else(|| n.name.clone());
+                return Err(GraphError::SharedSinkTarget {
+                    first: label(first),
+                    second: label(node),
+                    target: target.to_string(),
+                });
             }
         }
         Ok(StreamGraph {
@@ -192,6 +205,7 @@ impl<T: Data> DataStream<T> {
             keyed,
             key_type: None,
             inputs: vec![edge],
+            exclusive_target: None,
             source_factory: None,
             operator_factory: Some(factory),
             output_type: TypedStream::<O>::erased(),
@@ -298,6 +312,7 @@ impl<T: Data> DataStream<T> {
 
     /// Writes the stream to `sink`.
     pub fn sink_to<S: Sink<T>>(&self, sink: S) -> DataStreamSink {
+        let target = sink.exclusive_target();
         let sink = Arc::new(sink);
         let factory: OperatorFactory = Arc::new(move |ctx: &TaskContext, _downstream: ErasedOperator| {
             let writer = match ctx.restored_operator() {
@@ -313,7 +328,10 @@ impl<T: Data> DataStream<T> {
             Ok(Box::new(op) as ErasedOperator)
         });
         let stream: DataStream<()> = self.add_operator("Unnamed", false, self.plain_edge(), factory);
-        stream.with_node(|node| node.role = NodeRole::Sink);
+        stream.with_node(|node| {
+            node.role = NodeRole::Sink;
+            node.exclusive_target = target;
+        });
         DataStreamSink { stream }
     }
 }

@@ -76,6 +76,8 @@ pub struct StreamNode {
     pub key_type: Option<&'static str>,
     /// Inputs.
     pub inputs: Vec<StreamEdge>,
+    /// For sinks: where only this sink may write ([`crate::sink::Sink::exclusive_target`]).
+    pub exclusive_target: Option<String>,
     pub(crate) source_factory: Option<SourceFactory>,
     pub(crate) operator_factory: Option<OperatorFactory>,
     pub(crate) output_type: Arc<dyn StreamType>,
@@ -157,6 +159,18 @@ pub enum GraphError {
     /// The graph has no source.
     #[error("the job has no source; add one with env.from_source(..)")]
     NoSource,
+    /// Two sinks write to the same place.
+    #[error(
+        "sinks '{first}' and '{second}' both write to {target}; their files would collide: give each sink its own directory"
+    )]
+    SharedSinkTarget {
+        /// The first sink's uid or name.
+        first: String,
+        /// The second sink's uid or name.
+        second: String,
+        /// Where both write.
+        target: String,
+    },
 }
 
 /// Operations on one record type, for the runtime that cannot name the type.

@@ -8,6 +8,13 @@ pub trait Sink<T>: Send + Sync + 'static {
     /// The writer of subtask `ctx.subtask_index`.
     fn create_writer(&self, ctx: &TaskContext) -> Result<Box<dyn SinkWriter<T>>, TaskError>;
 
+    /// Where this sink writes, when no other sink of the job may write there too (a file
+    /// sink's directory: two of them would commit files under the same names). Building a
+    /// job with two sinks of the same target fails.
+    fn exclusive_target(&self) -> Option<String> {
+        None
+    }
+
     /// The writer of a restored job: `committables` are every subtask's pending commits of
     /// the snapshot (their checkpoint completed, so they must end up committed, once).
     /// Sinks without pending commits need not override this.

@@ -337,6 +337,11 @@ impl<T: Send + 'static> Sink<T> for FileSink<T> {
         Ok(Box::new(self.writer(ctx)))
     }
 
+    fn exclusive_target(&self) -> Option<String> {
+        let absolute = std::path::absolute(&self.dir).unwrap_or_else(|_| self.dir.clone());
+        Some(absolute.display().to_string())
+    }
+
     fn restore_writer(
         &self,
         ctx: &TaskContext,
@@ -586,6 +591,22 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
     use weir_api::operator::BATCH_RECORDS_MAX;
+
+    #[test]
+    fn two_file_sinks_into_one_directory_are_refused_when_the_job_is_built() {
+        use weir_api::prelude::*;
+        let dir = tempfile::tempdir().unwrap();
+        let format = |n: &u64, out: &mut String| out.push_str(&n.to_string());
+        let env = StreamExecutionEnvironment::new();
+        let numbers = env.from_source(VecSource::new(vec![1u64, 2, 3]));
+        numbers.sink_to(FileSink::new(dir.path(), format)).uid("first");
+        numbers.sink_to(FileSink::new(dir.path().join("."), format)).uid("second");
+        numbers.sink_to(FileSink::new(dir.path().join("other"), format)).uid("third");
+        let error = env.build("two sinks").err().expect("refused");
+        let message = error.to_string();
+        assert!(message.contains("sinks 'first' and 'second' both write to"), "{message}");
+        assert!(message.contains("give each sink its own directory"), "{message}");
+    }
 
     fn drain(reader: &mut dyn SourceReader<String>, max_records: usize) -> Vec<String> {
         let mut all = Vec::new();
