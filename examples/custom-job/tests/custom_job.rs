@@ -234,11 +234,12 @@ fn region_failover_on_a_taskmanager_cluster_restarts_only_the_crashed_pipeline()
         spawn_until(&["jobmanager", "-D", "rest.port=0", "-D", "jobmanager.rpc.port=0"], "REST API at http://");
     let rest = line.split("REST API at http://").nth(1).unwrap().split(',').next().unwrap().to_string();
     let rpc = line.rsplit("connect to ").next().unwrap().trim().to_string();
-    // Each pipelined region takes its own slots: two regions at p=2 need four.
+    // The pipelined regions share the job's slots, as in Flink: two regions at p=2 run in the
+    // two slots of two 1-slot TaskManagers.
     let _taskmanagers: Vec<Process> = (0..2)
         .map(|_| {
             spawn_until(
-                &["taskmanager", "--jobmanager", &rpc, "-D", "taskmanager.numberOfTaskSlots=2"],
+                &["taskmanager", "--jobmanager", &rpc, "-D", "taskmanager.numberOfTaskSlots=1"],
                 "registered at",
             )
             .0

@@ -65,9 +65,34 @@ struct Route {
     metrics: Vec<Vec<Arc<TaskMetrics>>>,
 }
 
+/// The slots a job's attempts share: subtask `i` of every pipelined region runs in the job's
+/// slot `i`, as in Flink's default slot sharing group, so a job needs as many slots as its
+/// highest parallelism however many regions it has.
+#[derive(Default)]
+struct JobSlots {
+    /// Slot index -> the allocation that serves it now.
+    by_index: Vec<Option<u64>>,
+    /// Allocations by id, with the attempts using each.
+    held: HashMap<u64, SharedSlot>,
+}
+
+/// One TaskManager slot a job holds.
+struct SharedSlot {
+    taskmanager: String,
+    data_address: String,
+    /// Attempts (regions) using it; the slot goes back to its TaskManager at 0.
+    users: u32,
+}
+
+/// A slot an attempt uses: (allocation id, TaskManager id, data address).
+type AttemptSlot = (u64, String, String);
+
 /// The TaskManagers of a cluster and the jobs deployed on them.
 pub struct ClusterResources {
     taskmanagers: Mutex<HashMap<String, TaskManager>>,
+    /// By job id. Locked after `taskmanagers` when both are needed.
+    job_slots: Mutex<HashMap<String, JobSlots>>,
+    next_allocation: std::sync::atomic::AtomicU64,
     /// By (job, attempt): with region failover several attempts of a job run at once.
     routes: Mutex<HashMap<(String, u32), Route>>,
     heartbeat_timeout: Duration,
@@ -90,6 +115,8 @@ impl ClusterResources {
         let address = listener.local_addr()?;
         let resources = Arc::new(ClusterResources {
             taskmanagers: Mutex::new(HashMap::new()),
+            job_slots: Mutex::new(HashMap::new()),
+            next_allocation: std::sync::atomic::AtomicU64::new(0),
             routes: Mutex::new(HashMap::new()),
             heartbeat_timeout,
         });
@@ -219,31 +246,67 @@ impl ClusterResources {
         }
     }
 
-    /// Takes `count` free slots, waiting up to [`SLOT_WAIT_MAX`]; `(TaskManager id, data
-    /// address)` per slot.
-    fn allocate(&self, count: u32, cancelled: impl Fn() -> bool) -> Result<Vec<(String, String)>, TaskError> {
+    /// The job's slots `0..count` for one attempt, waiting up to [`SLOT_WAIT_MAX`] for free
+    /// TaskManager slots where the job has none yet (or its slot's TaskManager is gone).
+    /// Slots other attempts of the job hold are shared, not taken again.
+    fn allocate(&self, job_id: &str, count: u32, cancelled: impl Fn() -> bool) -> Result<Vec<AttemptSlot>, TaskError> {
+        let count = count as usize;
         let deadline = Instant::now() + SLOT_WAIT_MAX;
         loop {
             {
                 let mut taskmanagers = lock(&self.taskmanagers);
+                let mut jobs = lock(&self.job_slots);
+                let job = jobs.entry(job_id.to_string()).or_default();
+                if job.by_index.len() < count {
+                    job.by_index.resize(count, None);
+                }
+                let missing: Vec<usize> = (0..count)
+                    .filter(|&index| {
+                        !job.by_index[index]
+                            .and_then(|id| job.held.get(&id))
+                            .is_some_and(|slot| taskmanagers.contains_key(&slot.taskmanager))
+                    })
+                    .collect();
                 let free: u32 = taskmanagers.values().map(|tm| tm.slots.saturating_sub(tm.used)).sum();
-                if free >= count {
+                if free as usize >= missing.len() {
                     let mut ids: Vec<String> = taskmanagers.keys().cloned().collect();
                     ids.sort();
-                    let mut slots = Vec::with_capacity(count as usize);
-                    // Spread subtasks over TaskManagers round-robin.
-                    while (slots.len() as u32) < count {
+                    // Spread new slots over TaskManagers round-robin; there are enough free
+                    // ones, so every pass places at least one.
+                    let mut pending = missing.into_iter().peekable();
+                    while pending.peek().is_some() {
                         for id in &ids {
-                            if let Some(tm) = taskmanagers.get_mut(id)
-                                && tm.used < tm.slots
-                                && (slots.len() as u32) < count
-                            {
-                                tm.used += 1;
-                                slots.push((id.clone(), tm.data_address.clone()));
+                            let Some(&index) = pending.peek() else { break };
+                            let Some(tm) = taskmanagers.get_mut(id) else { continue };
+                            if tm.used >= tm.slots {
+                                continue;
                             }
+                            tm.used += 1;
+                            let allocation = self.next_allocation.fetch_add(1, Ordering::Relaxed);
+                            let slot =
+                                SharedSlot { taskmanager: id.clone(), data_address: tm.data_address.clone(), users: 0 };
+                            job.held.insert(allocation, slot);
+                            job.by_index[index] = Some(allocation);
+                            pending.next();
+                        }
+                    }
+                    let mut slots = Vec::with_capacity(count);
+                    for index in 0..count {
+                        let Some(id) = job.by_index[index] else { continue };
+                        if let Some(slot) = job.held.get_mut(&id) {
+                            slot.users += 1;
+                            slots.push((id, slot.taskmanager.clone(), slot.data_address.clone()));
                         }
                     }
                     return Ok(slots);
+                }
+            }
+            let given_up = cancelled() || Instant::now() >= deadline;
+            if given_up {
+                // Forget a job that holds nothing (its first attempt never got slots).
+                let mut jobs = lock(&self.job_slots);
+                if jobs.get(job_id).is_some_and(|job| job.held.is_empty()) {
+                    jobs.remove(job_id);
                 }
             }
             if cancelled() {
@@ -259,12 +322,31 @@ impl ClusterResources {
         }
     }
 
-    fn release(&self, slots: &[(String, String)]) {
+    /// An attempt of `job_id` ended: each slot it used has one user less, and a slot nobody
+    /// uses goes back to its TaskManager.
+    fn release(&self, job_id: &str, slots: &[AttemptSlot]) {
         let mut taskmanagers = lock(&self.taskmanagers);
-        for (id, _) in slots {
-            if let Some(tm) = taskmanagers.get_mut(id) {
+        let mut jobs = lock(&self.job_slots);
+        let Some(job) = jobs.get_mut(job_id) else { return };
+        for (id, _, _) in slots {
+            let Some(slot) = job.held.get_mut(id) else { continue };
+            slot.users = slot.users.saturating_sub(1);
+            if slot.users > 0 {
+                continue;
+            }
+            if let Some(slot) = job.held.remove(id)
+                && let Some(tm) = taskmanagers.get_mut(&slot.taskmanager)
+            {
                 tm.used = tm.used.saturating_sub(1);
             }
+            for index in job.by_index.iter_mut() {
+                if *index == Some(*id) {
+                    *index = None;
+                }
+            }
+        }
+        if job.held.is_empty() {
+            jobs.remove(job_id);
         }
     }
 
@@ -311,19 +393,19 @@ struct RemoteAttempt {
     resources: Arc<ClusterResources>,
     job_id: String,
     attempt: u32,
-    slots: Vec<(String, String)>,
+    slots: Vec<AttemptSlot>,
     done: Arc<AtomicBool>,
 }
 
 impl AttemptHandle for RemoteAttempt {
     fn join(self: Box<Self>) {
         self.done.store(true, Ordering::SeqCst);
-        self.resources.release(&self.slots);
+        self.resources.release(&self.job_id, &self.slots);
         lock(&self.resources.routes).remove(&(self.job_id.clone(), self.attempt));
     }
 
     fn host_of(&self, subtask: u32) -> Option<String> {
-        self.slots.get(subtask as usize).map(|(id, _)| id.clone())
+        self.slots.get(subtask as usize).map(|(_, taskmanager, _)| taskmanager.clone())
     }
 }
 
@@ -341,11 +423,11 @@ impl Executor for RemoteExecutor {
             .map(|(vertex, v)| if in_scope(vertex) { v.parallelism } else { 0 })
             .collect();
         let slot_count = parallelism.iter().copied().max().unwrap_or(1).max(1);
-        let slots = self
-            .resources
-            .allocate(slot_count, || spec.cancel.load(Ordering::SeqCst) || spec.job_cancelled.load(Ordering::SeqCst))?;
         let job_id = spec.job_id.to_string();
-        let owners: Vec<String> = slots.iter().map(|(id, _)| id.clone()).collect();
+        let slots = self.resources.allocate(&job_id, slot_count, || {
+            spec.cancel.load(Ordering::SeqCst) || spec.job_cancelled.load(Ordering::SeqCst)
+        })?;
+        let owners: Vec<String> = slots.iter().map(|(_, taskmanager, _)| taskmanager.clone()).collect();
         lock(&self.resources.routes).insert(
             (job_id.clone(), spec.attempt),
             Route {
@@ -363,7 +445,7 @@ impl Executor for RemoteExecutor {
             submission: self.submission.clone(),
             default_parallelism: self.default_parallelism,
             max_parallelism: spec.job_graph.max_parallelism,
-            slot_addresses: slots.iter().map(|(_, address)| address.clone()).collect(),
+            slot_addresses: slots.iter().map(|(_, _, address)| address.clone()).collect(),
             exactly_once: spec.wiring.exactly_once,
             restore: spec.restore.as_ref().map(|r| r.location.clone()),
             region: spec.region.as_ref().map(|(_, region)| *region),
@@ -437,5 +519,86 @@ impl Executor for RemoteExecutor {
             slots,
             done,
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Resources with TaskManagers `ids`, each offering `slots` (their connections are a
+    /// loopback pair nobody reads).
+    fn resources(ids: &[&str], slots: u32) -> (ClusterResources, Vec<TcpStream>) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut peers = Vec::new();
+        let mut taskmanagers = HashMap::new();
+        for id in ids {
+            let ours = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+            peers.push(listener.accept().unwrap().0);
+            taskmanagers.insert(
+                id.to_string(),
+                TaskManager {
+                    slots,
+                    used: 0,
+                    data_address: format!("{id}:1"),
+                    link: Arc::new(Mutex::new(BufWriter::new(ours.try_clone().unwrap()))),
+                    connection: ours,
+                    last_heartbeat: Instant::now(),
+                },
+            );
+        }
+        let resources = ClusterResources {
+            taskmanagers: Mutex::new(taskmanagers),
+            job_slots: Mutex::new(HashMap::new()),
+            next_allocation: std::sync::atomic::AtomicU64::new(0),
+            routes: Mutex::new(HashMap::new()),
+            heartbeat_timeout: Duration::from_secs(60),
+        };
+        (resources, peers)
+    }
+
+    fn free(resources: &ClusterResources) -> u32 {
+        lock(&resources.taskmanagers).values().map(|tm| tm.slots - tm.used).sum()
+    }
+
+    const NEVER: fn() -> bool = || false;
+    const GIVE_UP: fn() -> bool = || true;
+
+    #[test]
+    fn the_regions_of_a_job_share_its_slots_and_free_them_with_the_last_one() {
+        let (resources, _peers) = resources(&["a", "b"], 1);
+        let region_0 = resources.allocate("job", 2, NEVER).unwrap();
+        let owners: Vec<&str> = region_0.iter().map(|(_, tm, _)| tm.as_str()).collect();
+        assert_eq!(owners, ["a", "b"], "spread over the TaskManagers");
+        assert_eq!(free(&resources), 0);
+        // A second region of the same job runs in the same two slots.
+        let region_1 = resources.allocate("job", 2, NEVER).unwrap();
+        assert_eq!(region_0, region_1);
+        // Another job finds no free slot (and gives up when told to).
+        assert!(matches!(resources.allocate("other", 1, GIVE_UP), Err(TaskError::Cancelled)));
+        // A region restart: the slots stay with the job while the other region holds them.
+        resources.release("job", &region_0);
+        assert_eq!(free(&resources), 0);
+        assert_eq!(resources.allocate("job", 2, NEVER).unwrap(), region_1);
+        resources.release("job", &region_1);
+        resources.release("job", &region_1);
+        assert_eq!(free(&resources), 2, "the last release frees the slots");
+        assert!(lock(&resources.job_slots).is_empty());
+    }
+
+    #[test]
+    fn a_slot_on_a_lost_taskmanager_is_replaced_and_its_holders_release_cleanly() {
+        let (resources, _peers) = resources(&["a", "b", "c"], 1);
+        let before = resources.allocate("job", 2, NEVER).unwrap();
+        assert_eq!(before.iter().map(|(_, tm, _)| tm.as_str()).collect::<Vec<_>>(), ["a", "b"]);
+        lock(&resources.taskmanagers).remove("a");
+        // The restarted attempt keeps the slot on b and gets a new one on c for index 0.
+        let after = resources.allocate("job", 2, NEVER).unwrap();
+        assert_eq!(after[1], before[1]);
+        assert_eq!(after[0].1, "c");
+        resources.release("job", &before);
+        resources.release("job", &after);
+        assert_eq!(free(&resources), 2, "b and c are free again");
+        assert!(lock(&resources.job_slots).is_empty());
     }
 }
