@@ -64,6 +64,32 @@ pub struct TaskMetrics {
     pub backpressured_ms: AtomicU64,
     /// Snapshot bytes read while restoring this subtask's state.
     pub restored_bytes: AtomicU64,
+    /// Each chained operator's counters, in the order of the task's chain (head first).
+    pub operators: Vec<OperatorMetrics>,
+}
+
+/// Records into and out of one operator of a chain (counted per batch by [`Metered`] links).
+#[derive(Debug, Default)]
+pub struct OperatorMetrics {
+    /// The operator's uid.
+    pub uid: String,
+    /// Records handed to it.
+    pub records_in: AtomicU64,
+    /// Records it emitted.
+    pub records_out: AtomicU64,
+}
+
+impl TaskMetrics {
+    /// Counters for a task whose chain holds the operators `uids` (head first).
+    pub fn for_chain(uids: &[String]) -> TaskMetrics {
+        TaskMetrics {
+            operators: uids
+                .iter()
+                .map(|uid| OperatorMetrics { uid: uid.clone(), ..OperatorMetrics::default() })
+                .collect(),
+            ..TaskMetrics::default()
+        }
+    }
 }
 
 impl TaskMetrics {
@@ -224,6 +250,59 @@ impl<T: Send> Operator<T> for Discard {
     }
     fn notify_checkpoint_complete(&mut self, _checkpoint_id: u64) -> Result<(), TaskError> {
         Ok(())
+    }
+}
+
+/// Counts the records that pass into a link: those operator `operator` of the chain receives
+/// (`outgoing == false`) or emits (`outgoing == true`). One atomic add per batch.
+pub struct Metered<T> {
+    inner: Box<dyn Operator<T>>,
+    metrics: Arc<TaskMetrics>,
+    operator: usize,
+    outgoing: bool,
+}
+
+impl<T> Metered<T> {
+    /// Wraps `inner`.
+    pub fn new(inner: Box<dyn Operator<T>>, metrics: Arc<TaskMetrics>, operator: usize, outgoing: bool) -> Metered<T> {
+        Metered { inner, metrics, operator, outgoing }
+    }
+
+    #[inline]
+    fn count(&self, n: usize) {
+        if let Some(operator) = self.metrics.operators.get(self.operator) {
+            let counter = if self.outgoing { &operator.records_out } else { &operator.records_in };
+            counter.fetch_add(n as u64, Ordering::Relaxed);
+        }
+    }
+}
+
+impl<T: Send> Operator<T> for Metered<T> {
+    fn process_batch(&mut self, batch: &mut Vec<T>) -> Result<(), TaskError> {
+        self.count(batch.len());
+        self.inner.process_batch(batch)
+    }
+    fn process_hashed_batch(&mut self, batch: &mut Vec<T>, hashes: &mut Vec<u32>) -> Result<(), TaskError> {
+        self.count(batch.len());
+        self.inner.process_hashed_batch(batch, hashes)
+    }
+    fn fire_timers(&mut self, now_ms: u64) -> Result<(), TaskError> {
+        self.inner.fire_timers(now_ms)
+    }
+    fn next_timer(&self) -> Option<u64> {
+        self.inner.next_timer()
+    }
+    fn end_input(&mut self) -> Result<(), TaskError> {
+        self.inner.end_input()
+    }
+    fn flush(&mut self) -> Result<(), TaskError> {
+        self.inner.flush()
+    }
+    fn snapshot_state(&mut self, barrier: &Barrier, snapshot: &mut TaskSnapshot) -> Result<(), TaskError> {
+        self.inner.snapshot_state(barrier, snapshot)
+    }
+    fn notify_checkpoint_complete(&mut self, checkpoint_id: u64) -> Result<(), TaskError> {
+        self.inner.notify_checkpoint_complete(checkpoint_id)
     }
 }
 

@@ -196,6 +196,17 @@ fn taskmanager_counters_reach_the_jobmanager_rest_api_and_metrics() {
         .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
         .sum();
     assert_eq!(source_out, 30_000, "{metrics}");
+    // Operator counters travel too: the keyed counter saw every event.
+    let counter_in: u64 = metrics
+        .lines()
+        .filter(|l| {
+            l.starts_with("weir_operator_records_in_total{")
+                && l.contains(&job_id)
+                && l.contains("operator=\"counter\"")
+        })
+        .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
+        .sum();
+    assert_eq!(counter_in, 30_000, "{metrics}");
 }
 
 /// A job waiting for TaskManager slots is cancelled at once, not after the slot wait.

@@ -29,6 +29,8 @@ struct Families {
     records_in: Counters,
     records_out: Counters,
     backpressured_ms: Counters,
+    operator_records_in: Counters,
+    operator_records_out: Counters,
     restarts: Counters,
     uptime_ms: Gauges,
     job_state: Gauges,
@@ -56,6 +58,17 @@ impl Families {
             "weir_task_backpressured_time_ms",
             format!("milliseconds a subtask waited for downstream capacity {subtask}"),
             self.backpressured_ms.clone(),
+        );
+        let operator = "per chained operator (labels job_id, job_name, task, operator: its uid, subtask)";
+        registry.register(
+            "weir_operator_records_in",
+            format!("records an operator received {operator}"),
+            self.operator_records_in.clone(),
+        );
+        registry.register(
+            "weir_operator_records_out",
+            format!("records an operator emitted {operator}"),
+            self.operator_records_out.clone(),
         );
         registry.register("weir_job_restarts", "restarts after failures (Flink's numRestarts)", self.restarts.clone());
         registry.register("weir_job_uptime_ms", "milliseconds since the job started running", self.uptime_ms.clone());
@@ -110,6 +123,14 @@ pub(crate) fn render(state: &AppState) -> Result<String, std::fmt::Error> {
                 families.records_in.get_or_create(&labels).inc_by(subtask.metrics.read_records);
                 families.records_out.get_or_create(&labels).inc_by(subtask.metrics.write_records);
                 families.backpressured_ms.get_or_create(&labels).inc_by(subtask.metrics.backpressured_ms);
+                for operator in &subtask.operators {
+                    let mut labels = job_labels.clone();
+                    labels.push(("task".into(), vertex.name.clone()));
+                    labels.push(("operator".into(), operator.uid.clone()));
+                    labels.push(("subtask".into(), subtask.subtask.to_string()));
+                    families.operator_records_in.get_or_create(&labels).inc_by(operator.read_records);
+                    families.operator_records_out.get_or_create(&labels).inc_by(operator.write_records);
+                }
             }
         }
         let stats = job.checkpoint_stats();

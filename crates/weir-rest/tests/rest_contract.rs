@@ -420,6 +420,23 @@ fn metrics_are_prometheus_text_with_per_subtask_counts() {
         "{text}"
     );
     assert!(text.contains("# TYPE weir_job_checkpoints_completed counter"), "{text}");
+    // Per chained operator: the keyed counter and the sink chained to it each see every record.
+    for (metric, operator) in [
+        ("weir_operator_records_out_total{", "operator=\"source\""),
+        ("weir_operator_records_in_total{", "operator=\"counter\""),
+        ("weir_operator_records_out_total{", "operator=\"counter\""),
+        ("weir_operator_records_in_total{", "operator=\"sink\""),
+    ] {
+        assert_eq!(sum(metric, operator), 2_000, "{metric}{operator}: {text}");
+    }
+    assert_eq!(sum("weir_operator_records_out_total{", "operator=\"sink\""), 0, "a sink emits nothing: {text}");
+    let details: serde_json::Value = serde_json::from_str(
+        &ureq::get(format!("{}/jobs/{jid}", server.url())).call().unwrap().body_mut().read_to_string().unwrap(),
+    )
+    .unwrap();
+    let chain = &details["vertices"][1]["subtasks"][0]["operators"];
+    assert_eq!(chain[0]["uid"], "counter", "{chain}");
+    assert_eq!(chain[1]["uid"], "sink", "{chain}");
 }
 
 /// Fetches `path` as text: (status, content type, body).

@@ -370,15 +370,28 @@ fn build_body(mut wiring: SubtaskWiring, ctx: &TaskContext) -> Result<Box<dyn Ta
         return factory(&head_ctx, downstream);
     }
     let head_operator = build_chained(&graph, &job, head, &mut wiring.outputs, ctx)?;
-    let input = head_node
-        .inputs
-        .first()
-        .ok_or_else(|| TaskError::Internal(format!("operator '{}' has no input", head_node.name)))?;
-    let input_type = graph.nodes()[input.source].output_type();
+    let input_type = input_type_of(&graph, head)?;
+    let head_operator = input_type.metered(head_operator, Arc::clone(&ctx.metrics), chain_index(&job, head), false)?;
     input_type.input_body(std::mem::take(&mut wiring.inputs), head_operator, ctx)
 }
 
-/// The link that receives `node`'s output: its chained consumers and channel outputs.
+/// The record type entering `node` (the output type of its first input).
+fn input_type_of(graph: &StreamGraph, node: usize) -> Result<&Arc<dyn weir_api::graph::StreamType>, TaskError> {
+    let input = graph.nodes()[node]
+        .inputs
+        .first()
+        .ok_or_else(|| TaskError::Internal(format!("operator '{}' has no input", graph.nodes()[node].name)))?;
+    Ok(graph.nodes()[input.source].output_type())
+}
+
+/// `node`'s position in its task's chain: the index of its counters in `TaskMetrics::operators`.
+fn chain_index(job: &JobGraph, node: usize) -> usize {
+    let vertex = &job.vertices[job.vertex_of_node[node]];
+    vertex.nodes.iter().position(|n| *n == node).unwrap_or(usize::MAX)
+}
+
+/// The link that receives `node`'s output: its chained consumers and channel outputs, counted
+/// as `node`'s records out; each chained consumer's link counts its records in.
 fn build_downstream(
     graph: &StreamGraph,
     job: &JobGraph,
@@ -390,7 +403,8 @@ fn build_downstream(
     let mut links = Vec::new();
     for (consumer, edge) in graph.consumers(node) {
         if job.vertex_of_node[consumer] == job.vertex_of_node[node] {
-            links.push(build_chained(graph, job, consumer, outputs, ctx)?);
+            let link = build_chained(graph, job, consumer, outputs, ctx)?;
+            links.push(output_type.metered(link, Arc::clone(&ctx.metrics), chain_index(job, consumer), false)?);
             continue;
         }
         let edge_index = job
@@ -403,11 +417,12 @@ fn build_downstream(
             .ok_or_else(|| TaskError::Internal(format!("channels of edge {edge_index} were already taken")))?;
         links.push(output_type.channel_output(edge, job.edges[edge_index].forward, senders, ctx)?);
     }
-    match links.len() {
-        0 => Ok(output_type.discard()),
-        1 => Ok(links.remove(0)),
-        _ => output_type.tee(links),
-    }
+    let downstream = match links.len() {
+        0 => output_type.discard(),
+        1 => links.remove(0),
+        _ => output_type.tee(links)?,
+    };
+    output_type.metered(downstream, Arc::clone(&ctx.metrics), chain_index(job, node), true)
 }
 
 fn build_chained(

@@ -247,7 +247,14 @@ impl JobGraph {
 
     /// Zeroed counters for every subtask, by vertex (one set per deploy).
     pub fn new_task_metrics(&self) -> Vec<Vec<std::sync::Arc<weir_api::operator::TaskMetrics>>> {
-        self.vertices.iter().map(|v| (0..v.parallelism).map(|_| std::sync::Arc::default()).collect()).collect()
+        self.vertices
+            .iter()
+            .map(|v| {
+                (0..v.parallelism)
+                    .map(|_| std::sync::Arc::new(weir_api::operator::TaskMetrics::for_chain(&v.uids)))
+                    .collect()
+            })
+            .collect()
     }
 
     /// Total subtasks (slots an embedded cluster provides).

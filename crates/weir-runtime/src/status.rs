@@ -51,6 +51,23 @@ pub struct SubtaskDetails {
     pub timestamps: BTreeMap<String, u64>,
     /// Counters.
     pub metrics: VertexMetrics,
+    /// Each chained operator's records, head first (weir's addition; Flink reports these as
+    /// operator metrics).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub operators: Vec<OperatorRecords>,
+}
+
+/// Records into and out of one chained operator of a subtask.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct OperatorRecords {
+    /// The operator's uid.
+    pub uid: String,
+    /// Records it received.
+    #[serde(rename = "read-records")]
+    pub read_records: u64,
+    /// Records it emitted.
+    #[serde(rename = "write-records")]
+    pub write_records: u64,
 }
 
 /// Record counters (Flink's names).
@@ -341,6 +358,16 @@ impl JobMaster {
                         duration: end_and_duration(created, terminal_at).1,
                         timestamps: subtask_timestamps,
                         metrics: subtask_metrics,
+                        operators: subtask
+                            .metrics
+                            .operators
+                            .iter()
+                            .map(|o| OperatorRecords {
+                                uid: o.uid.clone(),
+                                read_records: o.records_in.load(Ordering::Relaxed),
+                                write_records: o.records_out.load(Ordering::Relaxed),
+                            })
+                            .collect(),
                     });
                 }
                 let status = aggregate_state(&states);

@@ -102,7 +102,7 @@ pub enum ToJobManager {
 }
 
 /// One subtask's counters (totals since the attempt started).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SubtaskCounters {
     /// The vertex index in the job graph.
     pub vertex: usize,
@@ -117,6 +117,9 @@ pub struct SubtaskCounters {
     /// Snapshot bytes read while restoring.
     #[serde(default)]
     pub restored_bytes: u64,
+    /// Each chained operator's (records in, records out), head first.
+    #[serde(default)]
+    pub operators: Vec<(u64, u64)>,
 }
 
 /// Messages to a TaskManager.
