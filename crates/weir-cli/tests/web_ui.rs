@@ -137,6 +137,15 @@ fn the_web_ui_shows_a_running_job_in_a_real_browser() {
     assert!(page.contains("<h1>counter <span class=\"state st-RUNNING\">RUNNING</span></h1>"), "{page}");
     assert!(page.contains("<svg") && page.contains("Source: source -&gt; to-event"), "no operator graph: {page}");
     assert!(page.contains("Subtasks of enrich"), "no subtask table: {page}");
+    // The last task chains the counter and the sink: its operators are listed with their counts.
+    let last = details["vertices"][2]["id"].as_str().unwrap().to_string();
+    let chain_page = format!("{rest}/#/job/{jid}/overview?vertex={last}");
+    let page = rendered(&chain_page);
+    assert!(page.contains("Chained operators of counter -&gt; Sink: sink"), "no chained operators: {page}");
+    assert!(
+        page.contains("<td class=\"mono\">counter</td>") && page.contains("<td class=\"mono\">sink</td>"),
+        "{page}"
+    );
     assert!(page.contains("Stop with Savepoint") && page.contains("Cancel Job"), "no actions: {page}");
 
     // The checkpoints tab: counts, the chart, and completed checkpoints in the history.
@@ -152,7 +161,7 @@ fn the_web_ui_shows_a_running_job_in_a_real_browser() {
 
     if let Some(dir) = std::env::var_os("WEIR_UI_SCREENSHOT_DIR") {
         let dir = PathBuf::from(dir);
-        screenshot(&dir, "web-ui-job.png", &job_page);
+        screenshot(&dir, "web-ui-job.png", &chain_page);
         screenshot(&dir, "web-ui-checkpoints.png", &checkpoints_page);
     }
     run.kill_hard();

@@ -270,7 +270,19 @@ function subtasksPanel(job, vertex, bp) {
       <td class="num">${fmtDuration(s.duration)}</td>
     </tr>`;
   }).join("");
-  return `<div class="panel"><h2>Subtasks of ${esc(vertex.name)}</h2>
+  // The chained operators of the task, summed over its subtasks.
+  const chain = [];
+  for (const s of vertex.subtasks) {
+    (s.operators || []).forEach((o, i) => {
+      chain[i] ||= { uid: o.uid, in: 0, out: 0 };
+      chain[i].in += o["read-records"];
+      chain[i].out += o["write-records"];
+    });
+  }
+  const chainPanel = chain.length > 1 ? `<div class="panel"><h2>Chained operators of ${esc(vertex.name)}</h2>
+    <table><thead><tr><th>Operator uid</th><th class="num">Records Received</th><th class="num">Records Sent</th></tr></thead>
+    <tbody>${chain.map((o) => `<tr><td class="mono">${esc(o.uid)}</td><td class="num">${fmtCount(o.in)}</td><td class="num">${fmtCount(o.out)}</td></tr>`).join("")}</tbody></table></div>` : "";
+  return `${chainPanel}<div class="panel"><h2>Subtasks of ${esc(vertex.name)}</h2>
     <table><thead><tr><th class="num">#</th><th>Status</th><th>Host</th><th class="num">Records Received</th><th class="num">Records Sent</th><th>Backpressure</th><th>Start Time</th><th class="num">Duration</th></tr></thead>
     <tbody>${rows}</tbody></table></div>`;
 }
