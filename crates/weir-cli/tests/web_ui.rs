@@ -17,6 +17,19 @@ use common::{RunningWeir, poll_json};
 /// Longest one browser run may take (it normally takes 1-3 s).
 const BROWSER_MAX: Duration = Duration::from_secs(60);
 
+/// Headless, as root in a container, nothing fetched in the background, a fixed window.
+const CHROMIUM_FLAGS: [&str; 9] = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+    "--window-size=1400,1000",
+];
+
 fn chromium() -> PathBuf {
     if let Ok(path) = std::env::var("WEIR_CHROMIUM") {
         return PathBuf::from(path);
@@ -41,19 +54,8 @@ fn chromium() -> PathBuf {
 fn headless(url: &str, extra: &[&str]) -> String {
     let profile = tempfile::tempdir().unwrap();
     let mut child = Command::new(chromium())
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--no-first-run",
-            "--disable-quic",
-            "--hide-scrollbars",
-            "--virtual-time-budget=4000",
-            "--window-size=1400,1000",
-        ])
+        .args(CHROMIUM_FLAGS)
+        .args(["--hide-scrollbars", "--virtual-time-budget=4000"])
         .arg(format!("--user-data-dir={}", profile.path().display()))
         .args(extra)
         .arg(url)
@@ -179,18 +181,8 @@ impl Browser {
     fn start() -> Browser {
         let profile = tempfile::tempdir().unwrap();
         let child = Command::new(chromium())
-            .args([
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-                "--no-first-run",
-                "--disable-quic",
-                "--remote-debugging-port=0",
-                "--window-size=1400,1000",
-            ])
+            .args(CHROMIUM_FLAGS)
+            .arg("--remote-debugging-port=0")
             .arg(format!("--user-data-dir={}", profile.path().display()))
             .arg("about:blank")
             .stdin(Stdio::null())
