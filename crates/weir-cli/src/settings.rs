@@ -154,3 +154,34 @@ pub fn checkpoint_settings(config: &Configuration) -> Result<CheckpointSettings,
         savepoints_url: config.get(&SAVEPOINTS_DIR).map_err(CliError::usage)?,
     })
 }
+
+/// The explicitly set options as `GET /jobmanager/config` shows them: sorted by key,
+/// secrets masked.
+pub fn shown_configuration(config: &Configuration) -> Vec<(String, String)> {
+    config
+        .entries()
+        .map(|(key, value, _)| {
+            let shown = if weir_config::is_sensitive_key(key) { weir_config::HIDDEN_CONTENT } else { value };
+            (key.to_string(), shown.to_string())
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod shown_configuration_tests {
+    use super::*;
+
+    #[test]
+    fn secrets_are_masked_and_keys_sorted() {
+        let mut config = Configuration::new();
+        config.set("s3.secret-key", "hunter2");
+        config.set("parallelism.default", "4");
+        assert_eq!(
+            shown_configuration(&config),
+            vec![
+                ("parallelism.default".to_string(), "4".to_string()),
+                ("s3.secret-key".to_string(), weir_config::HIDDEN_CONTENT.to_string())
+            ]
+        );
+    }
+}

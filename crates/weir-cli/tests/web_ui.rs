@@ -157,6 +157,12 @@ fn the_web_ui_shows_a_running_job_in_a_real_browser() {
     assert!(page.contains("<span class=\"state st-COMPLETED\">COMPLETED</span>"), "no completed checkpoint: {page}");
     assert!(page.contains(&checkpoints_url), "checkpoint storage not shown: {page}");
 
+    // The job's configuration tab and the JobManager's configuration.
+    let page = rendered(&format!("{rest}/#/job/{jid}/configuration"));
+    assert!(page.contains("Execution Configuration") && page.contains("Restart Strategy"), "{page}");
+    let page = rendered(&format!("{rest}/#/jobmanager"));
+    assert!(page.contains("execution.checkpointing.interval") && page.contains("300ms"), "{page}");
+
     // The TaskManager page lists the job's subtasks.
     let page = rendered(&format!("{rest}/#/taskmanager/embedded"));
     assert!(page.contains("Subtasks on this TaskManager") && page.contains("enrich"), "{page}");

@@ -27,6 +27,8 @@ use crate::responses::*;
         crate::routes::jobs,
         crate::routes::submit_job,
         crate::routes::jobs_overview,
+        crate::routes::jobmanager_config,
+        crate::routes::job_config,
         crate::routes::job_details,
         crate::routes::job_patch,
         crate::routes::job_status,
@@ -45,6 +47,9 @@ use crate::responses::*;
     ),
     components(schemas(
         ErrorResponse,
+        ConfigEntry,
+        weir_runtime::status::JobConfigInfo,
+        weir_runtime::status::ExecutionConfigInfo,
         ClusterOverview,
         DashboardConfiguration,
         DashboardFeatures,

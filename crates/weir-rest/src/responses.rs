@@ -214,3 +214,12 @@ pub struct TaskManagerTask {
     /// Counters.
     pub metrics: VertexMetrics,
 }
+
+/// One entry of `GET /jobmanager/config`.
+#[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ConfigEntry {
+    /// The option's name (Flink's).
+    pub key: String,
+    /// Its value as set (secrets masked).
+    pub value: String,
+}

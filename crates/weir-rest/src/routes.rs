@@ -18,9 +18,9 @@ use weir_types::lifecycle::now_ms;
 use crate::checkpoints;
 use crate::error::ApiError;
 use crate::responses::{
-    ClusterOverview, DashboardConfiguration, DashboardFeatures, ErrorResponse, ExceptionHistory, JobExceptionsInfo,
-    JobIdWithStatus, JobIdsWithStatus, JobPlanInfo, JobStatusInfo, JobVertexDetails, LegacyException,
-    MultipleJobsDetails, TaskManagerDetails, TaskManagerTask, TaskManagersInfo,
+    ClusterOverview, ConfigEntry, DashboardConfiguration, DashboardFeatures, ErrorResponse, ExceptionHistory,
+    JobExceptionsInfo, JobIdWithStatus, JobIdsWithStatus, JobPlanInfo, JobStatusInfo, JobVertexDetails,
+    LegacyException, MultipleJobsDetails, TaskManagerDetails, TaskManagerTask, TaskManagersInfo,
 };
 use weir_runtime::cluster::TaskManagerInfo;
 use weir_types::Lifecycle;
@@ -53,6 +53,9 @@ pub struct ClusterInfo {
     pub taskmanager_list: Option<TaskManagerList>,
     /// A standalone cluster accepts jobs (`POST /jobs`).
     pub submitter: Option<JobSubmitter>,
+    /// The explicitly set configuration options, secrets already masked (`GET
+    /// /jobmanager/config`).
+    pub configuration: Vec<(String, String)>,
 }
 
 /// Failures reported by `/jobs/{jobid}/exceptions` without `maxExceptions`, as Flink.
@@ -73,7 +76,9 @@ type Params = Result<Query<HashMap<String, String>>, QueryRejection>;
 /// The REST API over `dispatcher`: every route at its Flink path and under `/v1`.
 pub fn router(dispatcher: Arc<Dispatcher>, cluster: ClusterInfo) -> Router {
     let state = AppState { dispatcher, cluster: Arc::new(cluster), backpressure: Arc::default() };
-    let routes: [(&str, MethodRouter<AppState>); 18] = [
+    let routes: [(&str, MethodRouter<AppState>); 20] = [
+        ("/jobmanager/config", get(jobmanager_config)),
+        ("/jobs/{jobid}/config", get(job_config)),
         ("/openapi.json", get(crate::openapi::openapi_json)),
         ("/overview", get(overview)),
         ("/config", get(config)),
@@ -341,6 +346,30 @@ async fn taskmanager_details(
         }
     }
     Ok(Json(TaskManagerDetails { info, tasks }))
+}
+
+/// `GET /jobmanager/config`: `[{"key","value"}]`, as Flink.
+#[utoipa::path(get, path = "/jobmanager/config", tag = "cluster", summary = "The configuration options set on this JobManager (secrets masked)", responses((status = 200, body = Vec<ConfigEntry>)))]
+async fn jobmanager_config(State(state): State<AppState>) -> Json<Vec<ConfigEntry>> {
+    Json(
+        state
+            .cluster
+            .configuration
+            .iter()
+            .map(|(key, value)| ConfigEntry { key: key.clone(), value: value.clone() })
+            .collect(),
+    )
+}
+
+/// `GET /jobs/{jobid}/config`.
+#[utoipa::path(get, path = "/jobs/{jobid}/config", tag = "jobs", summary = "The job's execution configuration", params(("jobid" = String, Path, description = "Job id: 32 hex characters")), responses((status = 200, body = weir_runtime::status::JobConfigInfo), (status = 400, description = "Not a job id", body = ErrorResponse), (status = 404, description = "No such job", body = ErrorResponse)))]
+async fn job_config(
+    State(state): State<AppState>,
+    jobid: Result<Path<String>, PathRejection>,
+) -> Result<Json<weir_runtime::status::JobConfigInfo>, ApiError> {
+    let Path(jobid) = jobid?;
+    let job = find_job(&state.dispatcher, &jobid)?;
+    Ok(Json(job.config()))
 }
 
 /// `GET /jobs/{jobid}/plan`.

@@ -25,6 +25,10 @@ fn start(slots: u32) -> (Arc<Dispatcher>, RestServer) {
             taskmanagers: 1,
             slots_total: slots,
             version: "0.1.0-test".to_string(),
+            configuration: vec![
+                ("parallelism.default".into(), "2".into()),
+                ("s3.secret-key".into(), weir_config_hidden().into()),
+            ],
             ..ClusterInfo::default()
         },
     )
@@ -482,7 +486,9 @@ fn openapi_documents_every_route() {
         ("/config", &["get"]),
         ("/jobs", &["get", "post"]),
         ("/jobs/overview", &["get"]),
+        ("/jobmanager/config", &["get"]),
         ("/jobs/{jobid}", &["get", "patch"]),
+        ("/jobs/{jobid}/config", &["get"]),
         ("/jobs/{jobid}/status", &["get"]),
         ("/jobs/{jobid}/plan", &["get"]),
         ("/jobs/{jobid}/vertices/{vertexid}", &["get"]),
@@ -567,4 +573,34 @@ fn plan_backpressure_and_taskmanager_details_describe_a_running_job() {
     assert!(tasks.iter().all(|t| t["jid"] == jid.as_str() && t["status"] == "RUNNING"), "{tm}");
     let (status, body) = client.get("/taskmanagers/nope");
     assert_error(status, &body, 404, "TaskManager nope not found");
+}
+
+/// What the CLI passes for a secret: already masked.
+fn weir_config_hidden() -> &'static str {
+    "******"
+}
+
+/// `GET /jobmanager/config` and `GET /jobs/{id}/config`, as Flink shapes them.
+#[test]
+fn configuration_of_the_jobmanager_and_of_a_job() {
+    let (dispatcher, server) = start(4);
+    let client = Client::new(&server);
+    let entries = client.get_ok("/jobmanager/config");
+    assert_eq!(
+        entries,
+        serde_json::json!([{"key": "parallelism.default", "value": "2"}, {"key": "s3.secret-key", "value": "******"}])
+    );
+    let job = submit_endless(&dispatcher);
+    let jid = job.0.job_id().to_string();
+    client.wait_for_state(&jid, "RUNNING");
+    let config = client.get_ok(&format!("/jobs/{jid}/config"));
+    assert_eq!(config["jid"], jid.as_str());
+    let execution = &config["execution-config"];
+    assert_eq!(execution["execution-mode"], "PIPELINED");
+    assert_eq!(execution["job-parallelism"], 2);
+    assert_eq!(execution["max-parallelism"], 128);
+    assert_eq!(execution["failover-strategy"], "region");
+    assert!(execution["restart-strategy"].as_str().unwrap().starts_with("none"), "{config}");
+    let (status, body) = client.get("/jobs/00000000000000000000000000000000/config");
+    assert_error(status, &body, 404, "not found");
 }

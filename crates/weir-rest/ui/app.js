@@ -114,6 +114,7 @@ async function render() {
       case "job": html = await pageJob(parts[1], parts[2] || "overview", params); break;
       case "taskmanagers": html = await pageTaskManagers(); break;
       case "taskmanager": html = await pageTaskManager(parts[1]); break;
+      case "jobmanager": html = await pageJobManager(); break;
       default: html = await pageOverview();
     }
     document.getElementById("view").innerHTML = html;
@@ -198,10 +199,12 @@ async function pageJob(jid, tab, params) {
     ["overview", "Overview", null],
     ["exceptions", "Exceptions", exceptions.exceptionHistory.entries.length],
     ["checkpoints", "Checkpoints", checkpoints.counts.completed],
+    ["configuration", "Configuration", null],
   ].map(([id, label, count]) => `<a class="tab${tab === id ? " active" : ""}" href="#/job/${esc(jid)}/${id}">${label}${count !== null ? `<span class="count">${count}</span>` : ""}</a>`).join("");
   let body;
   if (tab === "exceptions") body = tabExceptions(job, exceptions);
   else if (tab === "checkpoints") body = await tabCheckpoints(jid, checkpoints);
+  else if (tab === "configuration") body = await tabConfiguration(jid);
   else body = await tabOverview(job, params.get("vertex"));
   return `
     <div class="job-head">
@@ -455,6 +458,31 @@ async function tabCheckpoints(jid, stats) {
       <dt>Savepoint Storage</dt><dd class="mono">${esc(config.savepoint_storage || "–")}</dd>
       <dt>State Backend</dt><dd>${esc(config.state_backend)}</dd>
     </dl></div></div>`;
+}
+
+// ---------------------------------------------------------------- configuration
+
+async function tabConfiguration(jid) {
+  const { "execution-config": c } = await api(`jobs/${jid}/config`);
+  return `<div class="panel"><h2>Execution Configuration</h2><div class="body"><dl class="kv">
+    <dt>Execution Mode</dt><dd>${esc(c["execution-mode"])}</dd>
+    <dt>Job Parallelism</dt><dd>${c["job-parallelism"]}</dd>
+    <dt>Max Parallelism</dt><dd>${c["max-parallelism"]}</dd>
+    <dt>Restart Strategy</dt><dd>${esc(c["restart-strategy"])}</dd>
+    <dt>Failover Strategy</dt><dd>${esc(c["failover-strategy"])}</dd>
+    <dt>Object Reuse Mode</dt><dd>${c["object-reuse-mode"]}</dd>
+  </dl></div></div>
+  <p class="muted">The checkpointing configuration is on the Checkpoints tab; the cluster's options on the <a href="#/jobmanager">Job Manager</a> page.</p>`;
+}
+
+async function pageJobManager() {
+  setCrumbs([["Job Manager"]]);
+  setActiveNav("jobmanager");
+  const entries = await api("jobmanager/config");
+  const rows = entries.map((e) => `<tr><td class="mono">${esc(e.key)}</td><td class="mono path">${esc(e.value)}</td></tr>`).join("");
+  return `<div class="panel"><h2>Configuration</h2>
+    ${rows ? `<table><thead><tr><th>Key</th><th>Value</th></tr></thead><tbody>${rows}</tbody></table>`
+      : `<div class="empty">No option is set: every option has its default (see docs/configuration.md).</div>`}</div>`;
 }
 
 // ---------------------------------------------------------------- task managers

@@ -225,6 +225,7 @@ pub struct JobMaster {
     location: String,
     checkpoint_stats: Arc<Mutex<CheckpointStats>>,
     checkpoint_settings: CheckpointSettings,
+    execution_config: crate::status::ExecutionConfigInfo,
 }
 
 impl JobMaster {
@@ -257,6 +258,14 @@ impl JobMaster {
             location: location.to_string(),
             checkpoint_stats: Arc::new(Mutex::new(CheckpointStats::default())),
             checkpoint_settings: settings.checkpointing.clone(),
+            execution_config: crate::status::ExecutionConfigInfo {
+                execution_mode: "PIPELINED".into(),
+                restart_strategy: settings.restart.describe(),
+                job_parallelism: settings.default_parallelism,
+                max_parallelism: 0,
+                failover_strategy: if settings.failover_full { "full" } else { "region" }.into(),
+                object_reuse_mode: false,
+            },
         });
         let runner = Arc::clone(&master);
         std::thread::Builder::new()
@@ -370,6 +379,12 @@ impl JobMaster {
             Ok(stats) => stats.clone(),
             Err(poisoned) => poisoned.into_inner().clone(),
         }
+    }
+
+    /// The execution settings the job was submitted with (max parallelism filled in by
+    /// [`JobMaster::config`]).
+    pub fn execution_config(&self) -> &crate::status::ExecutionConfigInfo {
+        &self.execution_config
     }
 
     /// The job's checkpoint settings.

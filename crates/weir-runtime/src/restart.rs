@@ -45,6 +45,35 @@ pub enum RestartStrategyConfig {
 }
 
 impl RestartStrategyConfig {
+    /// One line for people (the Web UI's job configuration): the strategy and its settings.
+    pub fn describe(&self) -> String {
+        match self {
+            RestartStrategyConfig::None => "none: the first failure fails the job".to_string(),
+            RestartStrategyConfig::FixedDelay { attempts, delay } => {
+                format!("fixed-delay: up to {attempts} restarts, {delay:?} apart")
+            }
+            RestartStrategyConfig::FailureRate { max_failures, interval, delay } => {
+                format!("failure-rate: at most {max_failures} failures per {interval:?}, {delay:?} before each restart")
+            }
+            RestartStrategyConfig::ExponentialDelay {
+                initial_backoff,
+                max_backoff,
+                multiplier,
+                reset_threshold,
+                jitter,
+                attempts_before_reset,
+            } => {
+                let attempts = match attempts_before_reset {
+                    Some(n) => format!("up to {n} attempts"),
+                    None => "unlimited attempts".to_string(),
+                };
+                format!(
+                    "exponential-delay: {initial_backoff:?} growing x{multiplier} up to {max_backoff:?}, jitter {jitter}, reset after {reset_threshold:?} without failures, {attempts}"
+                )
+            }
+        }
+    }
+
     /// The name users configure (`restart-strategy.type`).
     pub fn name(&self) -> &'static str {
         match self {

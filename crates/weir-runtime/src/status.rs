@@ -210,6 +210,42 @@ pub struct PlanInput {
     pub exchange: String,
 }
 
+/// `GET /jobs/{id}/config`: what the job runs with beyond its code, as Flink's job
+/// configuration.
+#[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct JobConfigInfo {
+    /// Job id.
+    pub jid: String,
+    /// Job name.
+    pub name: String,
+    /// The execution settings.
+    #[serde(rename = "execution-config")]
+    pub execution_config: ExecutionConfigInfo,
+}
+
+/// The `execution-config` of [`JobConfigInfo`].
+#[derive(Clone, Debug, Default, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ExecutionConfigInfo {
+    /// Always `PIPELINED` (streaming).
+    #[serde(rename = "execution-mode")]
+    pub execution_mode: String,
+    /// The restart strategy and its settings, in words.
+    #[serde(rename = "restart-strategy")]
+    pub restart_strategy: String,
+    /// `parallelism.default` or `-p`.
+    #[serde(rename = "job-parallelism")]
+    pub job_parallelism: u32,
+    /// The job's max parallelism (key groups), once its graph is built.
+    #[serde(rename = "max-parallelism")]
+    pub max_parallelism: u32,
+    /// `region` or `full`.
+    #[serde(rename = "failover-strategy")]
+    pub failover_strategy: String,
+    /// Always false: records are moved between operators, never reused.
+    #[serde(rename = "object-reuse-mode")]
+    pub object_reuse_mode: bool,
+}
+
 /// `GET /jobs/{id}/exceptions` entry.
 #[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ExceptionView {
@@ -413,6 +449,13 @@ impl JobMaster {
                 bytes_total: *total,
             }),
         }
+    }
+
+    /// The job's configuration.
+    pub fn config(&self) -> JobConfigInfo {
+        let mut execution_config = self.execution_config().clone();
+        execution_config.max_parallelism = self.record().job_graph.as_ref().map(|g| g.max_parallelism).unwrap_or(0);
+        JobConfigInfo { jid: self.job_id().to_string(), name: self.job_name().to_string(), execution_config }
     }
 
     /// Failures, newest first.

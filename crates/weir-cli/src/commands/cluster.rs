@@ -83,6 +83,7 @@ pub fn jobmanager(args: ConfigOnly, catalog: Arc<JobCatalog>) -> Result<ExitCode
         version: env!("CARGO_PKG_VERSION").to_string(),
         taskmanager_list: Some(Arc::new(move || list_resources.taskmanagers())),
         submitter: Some(submitter),
+        configuration: settings::shown_configuration(&base),
         ..ClusterInfo::default()
     };
     let host = match base.get(&REST_BIND_ADDRESS).map_err(CliError::usage)? {

@@ -211,6 +211,7 @@ fn start_rest(config: &Configuration, dispatcher: &Arc<Dispatcher>, slots: u32) 
         taskmanagers: 1,
         slots_total: slots,
         version: env!("CARGO_PKG_VERSION").to_string(),
+        configuration: settings::shown_configuration(config),
         ..ClusterInfo::default()
     };
     match RestServer::start(&address, port, Arc::clone(dispatcher), cluster()) {
