@@ -109,6 +109,9 @@ pub struct ChannelOutput<T> {
     hash_buffers: Vec<Vec<u32>>,
     next_round_robin: usize,
     max_parallelism: u32,
+    /// End of partition was sent: only barriers follow (while the task waits for the job's
+    /// final checkpoint), and a consumer that already finished is no error.
+    ended: bool,
     ctx: TaskContext,
 }
 
@@ -129,6 +132,7 @@ impl<T: Send> ChannelOutput<T> {
             hash_buffers,
             next_round_robin: ctx.subtask_index as usize,
             max_parallelism: ctx.max_parallelism,
+            ended: false,
             ctx: ctx.clone(),
         }
     }
@@ -237,6 +241,7 @@ impl<T: Send> Operator<T> for ChannelOutput<T> {
         for target in 0..self.senders.len() {
             self.send(target, StreamElement::EndOfPartition)?;
         }
+        self.ended = true;
         Ok(())
     }
 
@@ -253,6 +258,13 @@ impl<T: Send> Operator<T> for ChannelOutput<T> {
         // Records before the barrier go out first, then the barrier on every channel.
         self.flush()?;
         for target in 0..self.senders.len() {
+            if self.ended {
+                match self.senders[target].try_send(StreamElement::Barrier(*barrier)) {
+                    Ok(()) | Err(TrySendError::Disconnected(_)) => continue,
+                    Err(TrySendError::Full(element)) => self.send(target, element)?,
+                }
+                continue;
+            }
             self.send(target, StreamElement::Barrier(*barrier))?;
         }
         Ok(())
@@ -267,7 +279,7 @@ impl<T: Send> Operator<T> for ChannelOutput<T> {
 enum ControlOutcome {
     /// Nothing further.
     Continue,
-    /// The stop-with-savepoint completed: end the task now, without end of input.
+    /// The stop-with-savepoint completed, or the job's final checkpoint did: end the task now.
     Stop,
 }
 
@@ -290,6 +302,7 @@ fn on_completion<T>(
                 *stopping = None;
             }
         }
+        TaskControl::Finish => return Ok(ControlOutcome::Stop),
         TaskControl::TriggerCheckpoint(_) => {}
     }
     Ok(ControlOutcome::Continue)
@@ -346,6 +359,8 @@ pub struct SourceBody<T> {
     flush_timer: FlushTimer,
     /// Set after a stop-with-savepoint barrier: emit nothing more, wait for its completion.
     stopping: Option<u64>,
+    /// The reader ended and the task waits for the job's final checkpoint.
+    data_ended: bool,
     ctx: TaskContext,
 }
 
@@ -358,6 +373,7 @@ impl<T: Send> SourceBody<T> {
             batch: Vec::with_capacity(BATCH_RECORDS_MAX),
             flush_timer: FlushTimer::new(),
             stopping: None,
+            data_ended: false,
             ctx: ctx.clone(),
         }
     }
@@ -395,8 +411,9 @@ impl<T: Send> SourceBody<T> {
 
 impl<T: Send> TaskBody for SourceBody<T> {
     fn step(&mut self) -> Result<Step, TaskError> {
-        let stopping = self.stopping.is_some();
-        if let Some(step) = poll_control(self.ctx.control.clone(), stopping, |message| self.on_control(message))? {
+        // After its end of data a source only takes part in checkpoints until told to finish.
+        let waiting = self.stopping.is_some() || self.data_ended;
+        if let Some(step) = poll_control(self.ctx.control.clone(), waiting, |message| self.on_control(message))? {
             return Ok(step);
         }
         fire_due_timers(self.head.as_mut(), &self.ctx)?;
@@ -416,7 +433,14 @@ impl<T: Send> TaskBody for SourceBody<T> {
             SourcePoll::End => {
                 self.head.end_input()?;
                 self.head.flush()?;
-                Ok(Step::Finished)
+                match &self.ctx.end_of_data {
+                    Some(report) if self.ctx.waits_for_final_checkpoint() => {
+                        self.data_ended = true;
+                        report();
+                        Ok(Step::Idle)
+                    }
+                    _ => Ok(Step::Finished),
+                }
             }
         }
     }
@@ -432,7 +456,14 @@ struct Alignment {
 /// aligning barriers across inputs (exactly-once) or only counting them (at-least-once).
 pub struct InputBody<T> {
     inputs: Vec<Receiver<StreamElement<T>>>,
+    /// Inputs past their end of partition (only barriers may still come).
     ended: Vec<bool>,
+    /// Ended inputs whose producer is gone too: nothing more to read.
+    closed: Vec<bool>,
+    /// Every input ended and the task waits for the job's final checkpoint.
+    data_ended: bool,
+    /// The newest checkpoint snapshotted: a barrier of it or older is not taken again.
+    last_snapshot: u64,
     /// Inputs whose barrier arrived while others' did not yet (exactly-once alignment).
     blocked: Vec<bool>,
     live: usize,
@@ -455,6 +486,9 @@ impl<T: Send> InputBody<T> {
         let live = inputs.len();
         InputBody {
             ended: vec![false; live],
+            closed: vec![false; live],
+            data_ended: false,
+            last_snapshot: 0,
             blocked: vec![false; live],
             live,
             next_input: 0,
@@ -467,8 +501,10 @@ impl<T: Send> InputBody<T> {
         }
     }
 
+    /// Ended inputs stay readable while their producer lives: a producer waiting for the final
+    /// checkpoint still sends barriers, which must not fill the channel.
     fn readable(&self, input: usize) -> bool {
-        !self.ended[input] && !self.blocked[input]
+        !self.closed[input] && !self.blocked[input]
     }
 
     fn handle(&mut self, input: usize, element: StreamElement<T>) -> Result<(), TaskError> {
@@ -494,6 +530,10 @@ impl<T: Send> InputBody<T> {
     }
 
     fn on_barrier(&mut self, input: usize, barrier: Barrier) -> Result<(), TaskError> {
+        if barrier.checkpoint_id <= self.last_snapshot {
+            // Taken already: the copy of an input that ended before it delivered the barrier.
+            return Ok(());
+        }
         let current = self.alignment.as_ref().map(|a| a.barrier.checkpoint_id);
         match current {
             Some(id) if barrier.checkpoint_id < id => return Ok(()),
@@ -533,6 +573,7 @@ impl<T: Send> InputBody<T> {
         }
         let barrier = alignment.barrier;
         self.abort_alignment();
+        self.last_snapshot = barrier.checkpoint_id;
         take_snapshot(self.head.as_mut(), &barrier, None, &self.ctx)?;
         if barrier.terminates() {
             self.stopping = Some(barrier.checkpoint_id);
@@ -547,6 +588,15 @@ impl<T: Send> InputBody<T> {
             self.abort_alignment();
         }
         on_completion(self.head.as_mut(), &mut self.stopping, control)
+    }
+
+    /// The producer of `input` is gone: fine after its end of partition, a failure before.
+    fn on_disconnected(&mut self, input: usize) -> Result<(), TaskError> {
+        if self.ended[input] {
+            self.closed[input] = true;
+            return Ok(());
+        }
+        Err(self.input_closed(input))
     }
 
     fn input_closed(&self, input: usize) -> TaskError {
@@ -580,10 +630,17 @@ impl<T: Send> TaskBody for InputBody<T> {
         if let Some(step) = poll_control(self.ctx.control.clone(), stopping, |message| self.on_control(message))? {
             return Ok(step);
         }
-        if self.live == 0 {
+        if self.live == 0 && !self.data_ended {
             self.head.end_input()?;
             self.head.flush()?;
-            return Ok(Step::Finished);
+            match &self.ctx.end_of_data {
+                Some(report) if self.ctx.waits_for_final_checkpoint() => {
+                    // Keep reading barriers from the ended inputs until the job says finish.
+                    self.data_ended = true;
+                    report();
+                }
+                _ => return Ok(Step::Finished),
+            }
         }
         fire_due_timers(self.head.as_mut(), &self.ctx)?;
 
@@ -605,7 +662,10 @@ impl<T: Send> TaskBody for InputBody<T> {
                     empty_in_a_row = 0;
                 }
                 Err(crossbeam_channel::TryRecvError::Empty) => empty_in_a_row += 1,
-                Err(crossbeam_channel::TryRecvError::Disconnected) => return Err(self.input_closed(input)),
+                Err(crossbeam_channel::TryRecvError::Disconnected) => {
+                    self.on_disconnected(input)?;
+                    empty_in_a_row += 1;
+                }
             }
         }
         if taken > 0 {
@@ -648,7 +708,10 @@ impl<T: Send> TaskBody for InputBody<T> {
                 self.handle(input, element)?;
                 Ok(Step::Worked)
             }
-            Err(_) => Err(self.input_closed(input)),
+            Err(_) => {
+                self.on_disconnected(input)?;
+                Ok(Step::Worked)
+            }
         }
     }
 }

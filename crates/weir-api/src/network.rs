@@ -159,8 +159,9 @@ pub fn bridge_sender<T: Data>(
     let mut writer_stream = stream;
     let writer = std::thread::Builder::new().name("weir-net-send".into()).spawn(move || {
         let mut payload = Vec::new();
+        // Runs until the producer drops its end of the channel: after its end of partition a
+        // producer waiting for the job's final checkpoint still sends barriers.
         for element in local {
-            let end = matches!(element, StreamElement::EndOfPartition);
             if !credits.take() {
                 break;
             }
@@ -173,9 +174,6 @@ pub fn bridge_sender<T: Data>(
             if write_frame(&mut writer_stream, &payload).is_err() {
                 break;
             }
-            if end {
-                break;
-            }
         }
         let _ = writer_stream.flush();
         let _ = writer_stream.shutdown(Shutdown::Write);
@@ -184,8 +182,8 @@ pub fn bridge_sender<T: Data>(
 }
 
 /// Receives elements from `stream` into the local channel `local`, returning one credit per
-/// element handed over. Ends when the producer sent its end of partition, the connection
-/// broke, or the local consumer went away.
+/// element handed over. Ends when the producer closed the connection (after its end of
+/// partition, when it finished), the connection broke, or the local consumer went away.
 pub fn bridge_receiver<T: Data>(local: Sender<StreamElement<T>>, stream: TcpStream) -> std::io::Result<JoinHandle<()>> {
     let _ = stream.set_nodelay(true);
     let mut credit_stream = stream.try_clone()?;
@@ -201,12 +199,8 @@ pub fn bridge_receiver<T: Data>(local: Sender<StreamElement<T>>, stream: TcpStre
                 Err(_) => break,
             };
             let element: StreamElement<T> = wire.into();
-            let end = matches!(element, StreamElement::EndOfPartition);
             if local.send(element).is_err() {
                 break;
-            }
-            if end {
-                return;
             }
             if credits_open {
                 credits_open = write_frame(&mut credit_stream, &1u32.to_le_bytes()).is_ok();

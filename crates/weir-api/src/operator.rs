@@ -157,6 +157,12 @@ pub struct TaskContext {
     pub exactly_once: bool,
     /// Which run of the job this is: 0 first, +1 for every restart after a failure.
     pub attempt: u32,
+    /// Set when the job takes periodic checkpoints: at the end of its input the task reports
+    /// here and keeps taking part in checkpoints instead of ending; it ends when the job
+    /// master sends [`TaskControl::Finish`], after a checkpoint that followed the end of
+    /// every task's input (Flink's final checkpoint), so sinks commit their last records
+    /// through a checkpoint and a failure until then replays nothing twice.
+    pub end_of_data: Option<Arc<dyn Fn() + Send + Sync>>,
 }
 
 impl TaskContext {
@@ -204,7 +210,13 @@ impl TaskContext {
             snapshots: None,
             exactly_once: true,
             attempt: 0,
+            end_of_data: None,
         }
+    }
+
+    /// True when this task waits for the job's final checkpoint at the end of its input.
+    pub fn waits_for_final_checkpoint(&self) -> bool {
+        self.end_of_data.is_some() && self.control.is_some()
     }
 }
 

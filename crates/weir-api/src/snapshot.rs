@@ -108,6 +108,8 @@ pub enum TaskControl {
     CheckpointComplete(u64),
     /// The checkpoint was abandoned: stop aligning it; a stopping task resumes.
     CheckpointAborted(u64),
+    /// Every task's input ended and a checkpoint after that completed: end now.
+    Finish,
 }
 
 /// The name of a source's read-position state.

@@ -319,6 +319,7 @@ impl<T> FileSink<T> {
             part: None,
             staged: Vec::new(),
             finished: false,
+            commit_at_end: !ctx.waits_for_final_checkpoint(),
         }
     }
 }
@@ -485,6 +486,9 @@ struct FileSinkWriter<T> {
     /// Closed parts waiting for their checkpoint: (checkpoint id, committable).
     staged: Vec<(u64, Committable)>,
     finished: bool,
+    /// Without periodic checkpoints the end of input commits; with them the job's final
+    /// checkpoint does, so a failure before it replays nothing twice.
+    commit_at_end: bool,
 }
 
 impl<T> FileSinkWriter<T> {
@@ -564,7 +568,11 @@ impl<T: Send> SinkWriter<T> for FileSinkWriter<T> {
     }
 
     fn finish(&mut self) -> Result<(), TaskError> {
-        // End of input: nothing can fail after this, so everything is committed now.
+        if !self.commit_at_end {
+            // The final checkpoint's barrier stages the open part; its completion commits it.
+            return self.flush();
+        }
+        // End of input without checkpoints: there is no later point to commit at.
         self.stage(u64::MAX)?;
         self.commit_up_to(u64::MAX)?;
         self.finished = true;

@@ -38,6 +38,8 @@ pub enum TaskEventKind {
     Initializing,
     /// Processing records.
     Running,
+    /// Its input ended; it waits for the job's final checkpoint (still RUNNING).
+    EndOfData,
     /// All input ended and all output closed.
     Finished,
     /// Failed with an error.
@@ -57,6 +59,9 @@ pub struct CheckpointWiring {
     pub writer: Sender<WriteJob>,
     /// The snapshot a job restores from.
     pub restore: Option<Arc<RestoreSource>>,
+    /// Periodic checkpoints are on: tasks wait at the end of their input for the job's final
+    /// checkpoint (see `TaskContext::end_of_data`).
+    pub final_checkpoint: bool,
 }
 
 /// Which subtasks run in this process, and how channels reach the others.
@@ -265,6 +270,17 @@ pub fn deploy<E: From<TaskEvent> + Send + 'static>(
                 })),
                 exactly_once: checkpointing.exactly_once,
                 attempt: job_ctx.attempt,
+                end_of_data: if checkpointing.final_checkpoint {
+                    let events = events.clone();
+                    let report: Arc<dyn Fn() + Send + Sync> = Arc::new(move || {
+                        let kind = TaskEventKind::EndOfData;
+                        // A closed channel means the master is gone and nobody listens.
+                        let _ = events.send(E::from(TaskEvent { vertex: vertex_index, subtask: subtask as u32, kind }));
+                    });
+                    Some(report)
+                } else {
+                    None
+                },
             };
             let wiring = SubtaskWiring {
                 graph: Arc::clone(graph),

@@ -61,6 +61,11 @@ struct Supervisor {
     /// Savepoints asked for while subtasks were still starting: they are taken once every
     /// subtask runs, or fail at their deadline.
     waiting_savepoints: Vec<WaitingSavepoint>,
+    /// The final checkpoint: the first one triggered after every subtask's input ended.
+    /// Once it completes the subtasks are told to finish.
+    final_checkpoint: Option<u64>,
+    /// The final checkpoint completed and `Finish` went out: no more checkpoints.
+    finishing: bool,
 }
 
 /// A savepoint request waiting for every subtask to be RUNNING.
@@ -81,6 +86,8 @@ struct Deployment {
     job_graph: Arc<JobGraph>,
     executor: Arc<dyn Executor>,
     exactly_once: bool,
+    /// Periodic checkpoints are on: tasks wait at the end of their input for the final one.
+    final_checkpoint: bool,
     dirs: SnapshotDirs,
     writer: Sender<WriteJob>,
     snapshot_events: Sender<MasterEvent>,
@@ -185,6 +192,8 @@ pub struct SubtaskRecord {
     pub metrics: Arc<TaskMetrics>,
     /// Where it runs: a TaskManager id, or `localhost` on the embedded cluster.
     pub host: String,
+    /// Its input ended and it waits for the job's final checkpoint.
+    pub data_ended: bool,
 }
 
 /// The state a job master owns; readers lock it briefly to build views.
@@ -434,6 +443,7 @@ impl JobMaster {
                             history: StateHistory::new(ExecutionState::Created, now_ms()),
                             metrics: Arc::clone(m),
                             host: LOCAL_HOST.to_string(),
+                            data_ended: false,
                         })
                         .collect()
                 })
@@ -513,6 +523,8 @@ impl JobMaster {
             handles: Vec::new(),
             next_attempt: 0,
             waiting_savepoints: Vec::new(),
+            final_checkpoint: None,
+            finishing: false,
         };
         // A job of one region restarts whole anyway.
         let regions = Some(job_graph.regions())
@@ -527,6 +539,7 @@ impl JobMaster {
                 None => Arc::new(LocalExecutor),
             },
             exactly_once: settings.checkpointing.exactly_once,
+            final_checkpoint: settings.checkpointing.interval.is_some(),
             dirs: supervisor.coordinator.dirs(),
             writer: writer.queue(),
             snapshot_events: snapshot_events.clone(),
@@ -560,6 +573,8 @@ impl JobMaster {
                 break;
             }
             supervisor.any_finished = false;
+            supervisor.final_checkpoint = None;
+            supervisor.finishing = false;
             supervisor.pending_restart = None;
             self.supervise(&deployment, &events, &task_receiver, &snapshot_receiver, &mut supervisor);
             supervisor.task_events = None;
@@ -635,7 +650,12 @@ impl JobMaster {
                         // SCHEDULED while the executor finds slots, then DEPLOYING.
                         let mut history = StateHistory::new(ExecutionState::Created, now_ms());
                         let _ = history.transition(ExecutionState::Scheduled, now_ms());
-                        SubtaskRecord { history, metrics: Arc::clone(m), host: LOCAL_HOST.to_string() }
+                        SubtaskRecord {
+                            history,
+                            metrics: Arc::clone(m),
+                            host: LOCAL_HOST.to_string(),
+                            data_ended: false,
+                        }
                     })
                     .collect();
                 if let Some(slot) = record.subtasks.get_mut(vertex) {
@@ -664,6 +684,7 @@ impl JobMaster {
             controls: control_receivers,
             wiring: CheckpointWiring {
                 exactly_once: deployment.exactly_once,
+                final_checkpoint: deployment.final_checkpoint,
                 dirs: Arc::clone(&deployment.dirs),
                 writer: deployment.writer.clone(),
                 restore: restore.clone(),
@@ -935,7 +956,26 @@ impl JobMaster {
         let failures = supervisor.coordinator.expire(now);
         self.on_checkpoint_failures(record, supervisor, failures);
         self.on_waiting_savepoints(record, supervisor, now);
-        if supervisor.any_finished || !Self::all_running(record) || !supervisor.coordinator.periodic_due(now) {
+        if supervisor.finishing || supervisor.any_finished || !Self::all_running(record) {
+            return;
+        }
+        if supervisor.final_checkpoint.is_none()
+            && supervisor.region_restarts.is_empty()
+            && record.subtasks.iter().flatten().all(|s| s.data_ended)
+        {
+            // Every input ended: the next checkpoint is the final one; take it now.
+            match supervisor.coordinator.trigger(SnapshotRequest::Periodic, None) {
+                Ok(barrier) => {
+                    tracing::info!(job_id = %self.job_id, checkpoint = barrier.checkpoint_id, "every input ended: final checkpoint");
+                    supervisor.final_checkpoint = Some(barrier.checkpoint_id);
+                    supervisor.send_to_sources(TaskControl::TriggerCheckpoint(barrier));
+                }
+                // Another checkpoint is in flight or the pause runs: try again on the next tick.
+                Err(reason) => tracing::debug!(job_id = %self.job_id, %reason, "final checkpoint deferred"),
+            }
+            return;
+        }
+        if !supervisor.coordinator.periodic_due(now) {
             return;
         }
         match supervisor.coordinator.trigger(SnapshotRequest::Periodic, None) {
@@ -1035,6 +1075,11 @@ impl JobMaster {
                         .insert(request_id.clone(), (SavepointStatus::Completed(completion.location.clone()), false));
                 }
                 supervisor.send_to_all(TaskControl::CheckpointComplete(completion.checkpoint_id));
+                if supervisor.final_checkpoint == Some(completion.checkpoint_id) {
+                    // Everything up to the end of every input is committed: finish.
+                    supervisor.finishing = true;
+                    supervisor.send_to_all(TaskControl::Finish);
+                }
             }
             Some(Err(failure)) => self.on_checkpoint_failures(record, supervisor, vec![failure]),
         }
@@ -1043,6 +1088,9 @@ impl JobMaster {
     fn on_checkpoint_failures(&self, record: &mut JobRecord, supervisor: &mut Supervisor, failures: Vec<Failure>) {
         for failure in failures {
             tracing::warn!(job_id = %self.job_id, checkpoint = failure.checkpoint_id, reason = %failure.reason, "checkpoint failed");
+            if supervisor.final_checkpoint == Some(failure.checkpoint_id) {
+                supervisor.final_checkpoint = None;
+            }
             supervisor.send_to_all(TaskControl::CheckpointAborted(failure.checkpoint_id));
             if let SnapshotRequest::Savepoint { request_id, .. } = &failure.request {
                 record.savepoints.insert(request_id.clone(), (SavepointStatus::Failed(failure.reason.clone()), false));
@@ -1099,6 +1147,7 @@ impl JobMaster {
             TaskEventKind::Running => {
                 let _ = subtask.history.transition(ExecutionState::Running, now);
             }
+            TaskEventKind::EndOfData => subtask.data_ended = true,
             TaskEventKind::Finished => {
                 // A subtask that completes after it was asked to cancel counts as canceled,
                 // as in Flink.

@@ -69,6 +69,7 @@ fn a_job_split_over_two_processes_counts_exactly() {
             dirs: Arc::new(Mutex::new(HashMap::new())),
             writer: writer_tx.clone(),
             restore: None,
+            final_checkpoint: false,
         };
         handles.extend(deploy(&graph, &job, &job_ctx, &metrics, controls, &wiring, &events_tx).unwrap());
     }

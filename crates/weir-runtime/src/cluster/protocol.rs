@@ -49,6 +49,10 @@ pub struct DeploySpec {
     pub slot_addresses: Vec<String>,
     /// Exactly-once alignment.
     pub exactly_once: bool,
+    /// Periodic checkpoints are on: tasks wait for the job's final checkpoint at the end of
+    /// their input.
+    #[serde(default)]
+    pub final_checkpoint: bool,
     /// The snapshot to restore (a checkpoint or savepoint location).
     pub restore: Option<String>,
     /// Deploy only this pipelined region (`JobGraph::regions()` numbering); `None`: all.

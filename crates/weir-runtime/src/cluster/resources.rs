@@ -453,6 +453,7 @@ impl Executor for RemoteExecutor {
             max_parallelism: spec.job_graph.max_parallelism,
             slot_addresses: slots.iter().map(|(_, _, address)| address.clone()).collect(),
             exactly_once: spec.wiring.exactly_once,
+            final_checkpoint: spec.wiring.final_checkpoint,
             restore: spec.restore.as_ref().map(|r| r.location.clone()),
             region: spec.region.as_ref().map(|(_, region)| *region),
         };

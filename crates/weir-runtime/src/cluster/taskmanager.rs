@@ -213,8 +213,13 @@ fn start_attempt(
     let dirs: SnapshotDirs = Arc::new(Mutex::new(HashMap::new()));
     let (outcomes, outcome_receiver) = crossbeam_channel::unbounded::<WriteOutcome>();
     let writer = SnapshotWriter::start(outcomes).map_err(|e| e.to_string())?;
-    let wiring =
-        CheckpointWiring { exactly_once: spec.exactly_once, dirs: Arc::clone(&dirs), writer: writer.queue(), restore };
+    let wiring = CheckpointWiring {
+        exactly_once: spec.exactly_once,
+        dirs: Arc::clone(&dirs),
+        writer: writer.queue(),
+        restore,
+        final_checkpoint: spec.final_checkpoint,
+    };
     let (events, event_receiver) = crossbeam_channel::unbounded::<TaskEvent>();
     let threads = deploy(&graph, &job_graph, &job_ctx, &metrics, control_receivers, &wiring, &events)
         .map_err(|e| e.to_string())?;

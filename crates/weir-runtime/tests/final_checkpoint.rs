@@ -1,0 +1,83 @@
+//! The end of a bounded job under periodic checkpoints: a subtask whose input ended waits for
+//! the job's final checkpoint instead of committing at once, so a failure elsewhere before the
+//! job finished replays nothing twice.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use weir_api::prelude::*;
+use weir_connectors::file::FileSink;
+use weir_runtime::restart::RestartStrategyConfig;
+use weir_runtime::{Dispatcher, JobSettings};
+use weir_types::JobStatus;
+
+/// Set once the failure happened: the restarted attempt runs through.
+static FAILED: AtomicBool = AtomicBool::new(false);
+
+/// Passes records on; the subtask that holds key 0 fails once at the end of its input, after
+/// the other subtask had time to reach its own end.
+#[derive(Clone, Default)]
+struct FailAtEndOnce {
+    holds_key_zero: bool,
+}
+
+impl KeyedProcessFunction<u64, u64, u64> for FailAtEndOnce {
+    fn process_element(
+        &mut self,
+        value: u64,
+        _ctx: &mut KeyedContext<'_, u64>,
+        out: &mut Collector<'_, u64>,
+    ) -> FnResult {
+        self.holds_key_zero |= value == 0;
+        out.collect(value);
+        Ok(())
+    }
+
+    fn on_end_of_input(&mut self, _ctx: &mut EndOfInputContext<'_, u64>, _out: &mut Collector<'_, u64>) -> FnResult {
+        if self.holds_key_zero && !FAILED.swap(true, Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(300));
+            return Err("failing at the end of the input, once".into());
+        }
+        Ok(())
+    }
+}
+
+fn committed_lines(dir: &Path) -> Vec<String> {
+    let mut lines = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let entry = entry.unwrap();
+        if entry.file_name().to_string_lossy().starts_with("part-") {
+            lines.extend(std::fs::read_to_string(entry.path()).unwrap().lines().map(str::to_string));
+        }
+    }
+    lines
+}
+
+#[test]
+fn a_failure_after_some_inputs_ended_replays_nothing_twice() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let env = StreamExecutionEnvironment::new();
+    env.from_source(VecSource::new((0..2_000u64).map(|i| i % 10).collect()))
+        .uid("source")
+        .key_by(|v: &u64| *v)
+        .process(FailAtEndOnce::default())
+        .uid("fail-at-end")
+        .sink_to(FileSink::new(&out, |v: &u64, s: &mut String| s.push_str(&v.to_string())))
+        .uid("sink");
+    let mut settings = JobSettings::with_parallelism(2);
+    settings.checkpointing.interval = Some(Duration::from_millis(50));
+    settings.checkpointing.checkpoints_url = format!("file://{}/checkpoints", dir.path().display());
+    settings.restart = RestartStrategyConfig::FixedDelay { attempts: 3, delay: Duration::ZERO };
+    let dispatcher = Dispatcher::new("localhost");
+    let job = dispatcher.submit(env.build("fail at the end").unwrap(), settings).unwrap();
+    assert_eq!(job.wait_terminal(Some(Duration::from_secs(30))), JobStatus::Finished, "{:?}", job.failure_cause());
+    assert!(FAILED.load(Ordering::SeqCst), "the failure never happened: the test proves nothing");
+    assert_eq!(job.details().num_restarts, 1);
+    let lines = committed_lines(&out);
+    assert_eq!(lines.len(), 2_000, "every record exactly once");
+    for key in 0..10u64 {
+        assert_eq!(lines.iter().filter(|l| **l == key.to_string()).count(), 200, "key {key}");
+    }
+}
