@@ -281,6 +281,47 @@ fn kill_9_mid_run_then_restore_from_the_latest_checkpoint_is_exactly_once() {
     assert_exactly_once(&committed_lines(&out), 50, 40_000);
 }
 
+/// `kill -9` at a random point around the end of a bounded job (the last records, the final
+/// checkpoint, its commit, or after the job finished), then a restore from the newest retained
+/// checkpoint into the same output: every count exactly once.
+#[test]
+fn kill_9_around_the_end_then_restore_from_the_latest_checkpoint_is_exactly_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let out_arg = out.to_str().unwrap().to_string();
+    let chk_root = dir.path().join("chk");
+    let checkpoints = format!("state.checkpoints.dir=file://{}", chk_root.display());
+    // 6 000 events at 10 000/s: the input ends about 0.6 s after the start.
+    let job = ["counter", "--users", "30", "--events", "6000", "--rate", "10000", "--output", &out_arg];
+    let mut args = vec!["run", "-D", "rest.port=0", "-D", "execution.checkpointing.interval=100ms", "-D", &checkpoints];
+    args.extend(["-p", "2"]);
+    args.extend(job);
+    let (mut weir, _rest, job_id) = start(&args);
+    std::thread::sleep(random_delay(350, 450));
+    drop(weir.stdout_lines());
+    weir.kill_hard();
+
+    let job_dir = chk_root.join(&job_id);
+    let latest = std::fs::read_dir(&job_dir)
+        .unwrap()
+        .filter_map(|e| {
+            let path = e.ok()?.path();
+            let id: u64 = path.file_name()?.to_str()?.strip_prefix("chk-")?.parse().ok()?;
+            path.join("_metadata").is_file().then_some((id, path))
+        })
+        .max()
+        .map(|(_, path)| path.to_str().unwrap().to_string());
+    let mut args = vec!["run", "-D", "rest.port=0", "-D", "execution.checkpointing.interval=100ms", "-D", &checkpoints];
+    if let Some(latest) = &latest {
+        args.extend(["-s", latest.as_str()]);
+    }
+    args.extend(["-p", "2"]);
+    args.extend(job);
+    let output = run_weir(&args);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert_exactly_once(&committed_lines(&out), 30, 6_000);
+}
+
 fn assert_refused(args: &[&str], needles: &[&str]) {
     let started = Instant::now();
     let output = run_weir(args);
