@@ -101,7 +101,14 @@ pub enum ClusterCommand {
     /// Start a JobManager and N TaskManagers in the background
     #[command(after_help = "Example:\n  weir cluster start --taskmanagers 3")]
     Start(ClusterStartArgs),
-    /// Stop the processes `weir cluster start` started
+    /// Start one more TaskManager in the background for the running cluster (as Flink's
+    /// `taskmanager.sh start`); `weir cluster stop` stops it too
+    #[command(
+        name = "add-taskmanager",
+        after_help = "Example:\n  weir cluster add-taskmanager -D taskmanager.numberOfTaskSlots=4"
+    )]
+    AddTaskmanager(ConfigArgs),
+    /// Stop the processes `weir cluster start` and `weir cluster add-taskmanager` started
     Stop,
 }
 

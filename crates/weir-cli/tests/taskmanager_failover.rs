@@ -148,9 +148,23 @@ fn cluster_start_and_stop_manage_background_processes() {
         run_weir(&["run", "-m", "127.0.0.1:18391", "counter", "--users", "5", "--events", "1000", "--output", "none"]);
     assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
     assert!(String::from_utf8_lossy(&run.stdout).contains("ended with state FINISHED"));
+    // One more TaskManager, as Flink's `taskmanager.sh start`: registered, and stopped with the rest.
+    let add = common::weir()
+        .env("WEIR_DATA_DIR", data)
+        .args(["cluster", "add-taskmanager", "-D", "rest.port=18391", "-D", "jobmanager.rpc.port=18392"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&add.stdout).to_string();
+    assert!(add.status.success(), "{stdout}{}", String::from_utf8_lossy(&add.stderr));
+    assert!(stdout.contains("TaskManager started in") && stdout.contains("taskmanager-2.log"), "{stdout}");
+    assert_eq!(get("http://127.0.0.1:18391/taskmanagers").json()["taskmanagers"].as_array().unwrap().len(), 3);
     let stop = common::weir().env("WEIR_DATA_DIR", data).args(["cluster", "stop"]).output().unwrap();
     assert!(stop.status.success());
-    assert!(String::from_utf8_lossy(&stop.stdout).contains("Stopped 3 cluster process(es)."));
+    assert!(String::from_utf8_lossy(&stop.stdout).contains("Stopped 4 cluster process(es)."));
+    // Without a cluster there is nothing to add to.
+    let add = common::weir().env("WEIR_DATA_DIR", data).args(["cluster", "add-taskmanager"]).output().unwrap();
+    assert_eq!(add.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&add.stderr).contains("start one with `weir cluster start`"));
     std::thread::sleep(Duration::from_millis(300));
     assert!(ureq::get("http://127.0.0.1:18391/overview").call().is_err(), "the JobManager still answers");
 }

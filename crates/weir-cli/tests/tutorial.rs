@@ -334,7 +334,8 @@ fn the_tutorial_runs_as_written() {
     assert!(recovered.contains("\"numRestarts\":1"), "{recovered}");
     assert!(output("/exceptions").contains("the connection was lost"), "{}", output("/exceptions"));
     assert!(output("check\n").contains("10 users, 0 with a lost or duplicated count"), "{}", output("check\n"));
-    assert!(output("weir taskmanager").contains("\"slots-total\":8"), "{}", output("weir taskmanager"));
+    let added = output("weir cluster add-taskmanager");
+    assert!(added.contains("TaskManager started in") && added.contains("\"slots-total\":8"), "{added}");
 
     // 4. Stop with a savepoint: a savepoint directory with its _metadata.
     let stopped = output("weir stop --savepoint-path /tmp/weir-tutorial/savepoints $JOB\n");
@@ -372,7 +373,7 @@ fn the_tutorial_runs_as_written() {
     assert!(last_check.contains("10 users, 0 with a lost or duplicated count"), "{last_check}");
 
     // 8. Stopped.
-    assert!(output("weir cluster stop").contains("Stopped 2 cluster process(es)."), "{}", output("weir cluster stop"));
+    assert!(output("weir cluster stop").contains("Stopped 3 cluster process(es)."), "{}", output("weir cluster stop"));
     assert!(!data_dir.join("cluster/cluster.pids").exists(), "weir cluster stop left its pid file");
 
     // On disk: two savepoints and the retained checkpoints, each with its _metadata.

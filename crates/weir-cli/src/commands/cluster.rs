@@ -187,6 +187,7 @@ fn cluster_dir() -> std::path::PathBuf {
 pub fn cluster(command: ClusterCommand) -> Result<ExitCode, CliError> {
     match command {
         ClusterCommand::Start(args) => start(args),
+        ClusterCommand::AddTaskmanager(args) => add_taskmanager(args),
         ClusterCommand::Stop => stop(),
     }
 }
@@ -223,19 +224,7 @@ fn start(args: ClusterStartArgs) -> Result<ExitCode, CliError> {
         config.get(&JOBMANAGER_RPC_PORT).map_err(CliError::usage)?
     );
     let rest = settings::jobmanager_address(None, &config)?;
-    let spawn = |name: &str, verb: Vec<String>| -> Result<u32, CliError> {
-        let log = std::fs::File::create(dir.join(format!("{name}.log")))
-            .map_err(|e| CliError::runtime(format!("cannot create the log of {name}: {e}")))?;
-        let err = log.try_clone().map_err(|e| CliError::runtime(e.to_string()))?;
-        let child = Command::new(&exe)
-            .args(verb)
-            .stdin(Stdio::null())
-            .stdout(Stdio::from(log))
-            .stderr(Stdio::from(err))
-            .spawn()
-            .map_err(|e| CliError::runtime(format!("cannot start {name}: {e}")))?;
-        Ok(child.id())
-    };
+    let spawn = |name: &str, verb: Vec<String>| spawn_process(&exe, &dir, name, verb);
     let started = Instant::now();
     let mut pids = Vec::new();
     let mut jobmanager_args = vec!["jobmanager".to_string()];
@@ -269,6 +258,81 @@ fn start(args: ClusterStartArgs) -> Result<ExitCode, CliError> {
         "Cluster started in {} ms: JobManager at http://{rest} (TaskManagers connect to {rpc}), {} TaskManager(s) with {slots} slot(s) each; logs in {}",
         started.elapsed().as_millis(),
         args.taskmanagers,
+        dir.display()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Starts `weir <verb...>` in the background with its output in `<dir>/<name>.log`; its pid.
+fn spawn_process(exe: &std::path::Path, dir: &std::path::Path, name: &str, verb: Vec<String>) -> Result<u32, CliError> {
+    let log = std::fs::File::create(dir.join(format!("{name}.log")))
+        .map_err(|e| CliError::runtime(format!("cannot create the log of {name}: {e}")))?;
+    let err = log.try_clone().map_err(|e| CliError::runtime(e.to_string()))?;
+    let child = Command::new(exe)
+        .args(verb)
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(log))
+        .stderr(Stdio::from(err))
+        .spawn()
+        .map_err(|e| CliError::runtime(format!("cannot start {name}: {e}")))?;
+    Ok(child.id())
+}
+
+/// `weir cluster add-taskmanager`: one more TaskManager for the cluster `cluster start`
+/// started, recorded in its pid file so `cluster stop` ends it too.
+fn add_taskmanager(args: ConfigArgs) -> Result<ExitCode, CliError> {
+    let config = settings::load(&args)?;
+    let dir = cluster_dir();
+    let pid_file = dir.join("cluster.pids");
+    if !pid_file.exists() {
+        return Err(CliError::runtime(format!(
+            "no cluster runs from {} ({} does not exist); start one with `weir cluster start`",
+            dir.display(),
+            pid_file.display()
+        )));
+    }
+    let exe = std::env::current_exe().map_err(|e| CliError::runtime(format!("cannot find the weir binary: {e}")))?;
+    let rpc = format!(
+        "{}:{}",
+        config.get(&JOBMANAGER_RPC_ADDRESS).map_err(CliError::usage)?,
+        config.get(&JOBMANAGER_RPC_PORT).map_err(CliError::usage)?
+    );
+    let client = RestClient::new(&settings::jobmanager_address(None, &config)?);
+    let count = |client: &RestClient| {
+        client.get_json::<Value>("/overview").ok().and_then(|overview| overview["taskmanagers"].as_u64())
+    };
+    let Some(before) = count(&client) else {
+        return Err(CliError::runtime(format!(
+            "the cluster's JobManager does not answer at {}; check {}/jobmanager.log",
+            client.base(),
+            dir.display()
+        )));
+    };
+    // The next free log name: taskmanager-<n>.log.
+    let index = (0..).find(|n| !dir.join(format!("taskmanager-{n}.log")).exists()).unwrap_or(0);
+    let name = format!("taskmanager-{index}");
+    let mut verb = vec!["taskmanager".to_string(), "--jobmanager".to_string(), rpc.clone()];
+    verb.extend(config_args(&args));
+    let started = Instant::now();
+    let pid = spawn_process(&exe, &dir, &name, verb)?;
+    let mut pids = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&pid_file)
+        .map_err(|e| CliError::runtime(format!("cannot record the TaskManager in {}: {e}", pid_file.display())))?;
+    std::io::Write::write_all(&mut pids, format!("{pid}\n").as_bytes())
+        .map_err(|e| CliError::runtime(format!("cannot record the TaskManager in {}: {e}", pid_file.display())))?;
+    while count(&client).is_none_or(|now| now <= before) {
+        if started.elapsed() > CLUSTER_START_WAIT_MAX {
+            return Err(CliError::runtime(format!(
+                "the TaskManager (pid {pid}) did not register within {CLUSTER_START_WAIT_MAX:?}; see {}/{name}.log",
+                dir.display()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    println!(
+        "TaskManager started in {} ms (pid {pid}), connected to {rpc}; log in {}/{name}.log",
+        started.elapsed().as_millis(),
         dir.display()
     );
     Ok(ExitCode::SUCCESS)
