@@ -13,6 +13,7 @@ pub mod format;
 pub mod inspect;
 pub mod paths;
 pub mod restore;
+pub mod rewrite;
 pub mod storage;
 
 #[cfg(test)]
@@ -29,6 +30,7 @@ pub use format::{
 pub use inspect::{inspect_json, inspect_text};
 pub use paths::METADATA_FILE;
 pub use restore::{NewOperator, RestoreError, RestorePlan, RestoreRequest, SubtaskRestore, plan_restore};
+pub use rewrite::{RewriteError, rewrite_max_parallelism};
 pub use storage::{BlockingStorage, SnapshotStorage, StorageError, io_runtime};
 
 /// Reading a snapshot failed: the storage could not be read, or what was read is not valid.

@@ -112,7 +112,7 @@ pub enum RestoreError {
     },
     /// An operator's parallelism exceeds the snapshot's max parallelism.
     #[error(
-        "operator '{uid}' has parallelism {parallelism}, which is above the snapshot's max parallelism {max_parallelism} (a key group cannot be split between subtasks); lower -p to {max_parallelism} or less"
+        "operator '{uid}' has parallelism {parallelism}, which is above the snapshot's max parallelism {max_parallelism} (a key group cannot be split between subtasks); lower -p to {max_parallelism} or less, or give the snapshot more key groups first with `weir savepoint rewrite --max-parallelism {parallelism} <snapshot> <dir>`"
     )]
     ParallelismAboveMax {
         /// The operator.

@@ -47,9 +47,10 @@ pub enum Command {
     /// Stop a job with a final savepoint (the job ends FINISHED, its state reusable)
     #[command(after_help = "Example:\n  weir stop --savepoint-path /tmp/savepoints 4f1c2e0d9a8b7c6d5e4f3a2b1c0d9e8f")]
     Stop(StopArgs),
-    /// Take a savepoint of a running job; or --dispose one; or `inspect` one
+    /// Take a savepoint of a running job; or --dispose one; or `inspect` one; or `rewrite` one
+    /// to another max parallelism
     #[command(
-        after_help = "Examples:\n  weir savepoint 4f1c2e0d9a8b7c6d5e4f3a2b1c0d9e8f /tmp/savepoints\n  weir savepoint inspect /tmp/savepoints/savepoint-4f1c2e-0123456789ab\n  weir savepoint inspect --json /tmp/savepoints/savepoint-4f1c2e-0123456789ab\n  weir savepoint --dispose /tmp/savepoints/savepoint-4f1c2e-0123456789ab"
+        after_help = "Examples:\n  weir savepoint 4f1c2e0d9a8b7c6d5e4f3a2b1c0d9e8f /tmp/savepoints\n  weir savepoint inspect /tmp/savepoints/savepoint-4f1c2e-0123456789ab\n  weir savepoint inspect --json /tmp/savepoints/savepoint-4f1c2e-0123456789ab\n  weir savepoint rewrite --max-parallelism 1024 /tmp/savepoints/savepoint-4f1c2e-0123456789ab /tmp/rewritten\n  weir savepoint --dispose /tmp/savepoints/savepoint-4f1c2e-0123456789ab"
     )]
     Savepoint(SavepointArgs),
     /// Show the job catalog with each job's arguments
@@ -152,11 +153,15 @@ pub struct SavepointArgs {
     /// With `inspect`: print JSON
     #[arg(long)]
     pub json: bool,
+    /// With `rewrite`: the new max parallelism (number of key groups)
+    #[arg(long = "max-parallelism", value_name = "N")]
+    pub max_parallelism: Option<u32>,
     /// Configuration
     #[command(flatten)]
     pub config: ConfigArgs,
-    /// JOBID [DIR] to take a savepoint, or `inspect PATH`
-    #[arg(value_name = "JOBID [DIR] | inspect PATH")]
+    /// JOBID [DIR] to take a savepoint, `inspect PATH`, or `rewrite PATH DIR` (with
+    /// --max-parallelism)
+    #[arg(value_name = "JOBID [DIR] | inspect PATH | rewrite PATH DIR")]
     pub args: Vec<String>,
 }
 

@@ -234,6 +234,59 @@ fn stop_then_restore_at_parallelism_1_4_2_is_exactly_once() {
     }
 }
 
+/// Beyond the max parallelism: `-p 129` against a savepoint with 128 key groups is refused and
+/// says how to fix it; `weir savepoint rewrite` gives it 256 key groups, leaving the original
+/// untouched, and the job goes on at parallelism 129 with every count exactly once.
+#[test]
+fn a_savepoint_rewritten_to_more_key_groups_restores_beyond_the_old_max_parallelism() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let out_arg = out.to_str().unwrap().to_string();
+    let job = ["counter", "--users", "300", "--events", "30000", "--rate", "20000", "--output", &out_arg];
+    let mut args = vec!["run", "-D", "rest.port=0", "-p", "2"];
+    args.extend(job);
+    let (mut first, rest, job_id) = start(&args);
+    std::thread::sleep(Duration::from_millis(500));
+    let savepoint = path_of(&stop(&rest, &job_id, &dir.path().join("sp")));
+    assert_eq!(first.wait(), Some(0));
+    let original = snapshot_files(&savepoint);
+    let savepoint_arg = savepoint.to_str().unwrap().to_string();
+
+    let mut refused = vec!["run", "-s", &savepoint_arg, "-p", "129"];
+    refused.extend(job);
+    assert_refused(&refused, &["max parallelism 128", "weir savepoint rewrite --max-parallelism 129"]);
+
+    let rewritten_dir = dir.path().join("rewritten");
+    let output = run_weir(&[
+        "savepoint",
+        "rewrite",
+        "--max-parallelism",
+        "256",
+        &savepoint_arg,
+        rewritten_dir.to_str().unwrap(),
+    ]);
+    let stdout = String::from_utf8_lossy(&output.stdout).to_string();
+    assert!(output.status.success(), "{stdout}{}", String::from_utf8_lossy(&output.stderr));
+    assert!(stdout.contains("from max parallelism 128 to 256"), "{stdout}");
+    let line = stdout.lines().find(|l| l.starts_with("Savepoint rewritten")).unwrap_or_else(|| panic!("{stdout}"));
+    let rewritten = path_of(line.rsplit("Path: ").next().unwrap().trim());
+    assert_eq!(snapshot_files(&savepoint), original, "the original savepoint changed");
+    let inspect = run_weir(&["savepoint", "inspect", rewritten.to_str().unwrap()]);
+    assert!(String::from_utf8_lossy(&inspect.stdout).contains("max parallelism:  256"));
+
+    let rewritten_arg = rewritten.to_str().unwrap().to_string();
+    let mut args = vec!["run", "-D", "rest.port=0", "-s", &rewritten_arg, "-p", "129"];
+    args.extend(job);
+    let output = run_weir(&args);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert_exactly_once(&committed_lines(&out), 300, 30_000);
+
+    // Asking for fewer key groups than an operator's parallelism is a usage error.
+    let output = run_weir(&["savepoint", "rewrite", "--max-parallelism", "1", &savepoint_arg, "/tmp/unused"]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(error_lines(&output)[0].contains("give at least 2"), "{:?}", error_lines(&output));
+}
+
 /// A delay that differs per run (printed so a failure can be replayed).
 fn random_delay(min_ms: u64, spread_ms: u64) -> Duration {
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos() as u64;

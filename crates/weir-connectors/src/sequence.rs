@@ -42,34 +42,106 @@ impl<T> SequenceSource<T> {
     }
 
     /// Decodes position elements of [`SourceReader::snapshot_positions`] (one
-    /// `(split, next_index)` per element; any number of old subtasks' elements together)
-    /// for [`SequenceSource::reader_from_positions`].
-    pub fn decode_positions(elements: &[Vec<u8>]) -> Result<Vec<(u32, u64)>, TaskError> {
+    /// `(split, next_index, splits)` per element, any number of old subtasks' elements
+    /// together; snapshots of weir 0.1 before the split count was recorded hold
+    /// `(split, next_index)`) for [`SequenceSource::reader_from_positions`].
+    pub fn decode_positions(elements: &[Vec<u8>]) -> Result<Vec<Position>, TaskError> {
         let mut positions = Vec::with_capacity(elements.len());
         for bytes in elements {
-            let entry: (u32, u64) = postcard::from_bytes(bytes).map_err(|e| {
-                TaskError::external(
-                    "sequence source: decoding a checkpointed position",
-                    format!("{e}; the snapshot is corrupt or its 'source' state was not written by a sequence source"),
-                )
-            })?;
+            let entry = match postcard::from_bytes::<(u32, u64, u32)>(bytes) {
+                Ok((split, next, splits)) => Position { split, next, splits: Some(splits) },
+                Err(_) => {
+                    let (split, next): (u32, u64) = postcard::from_bytes(bytes).map_err(|e| {
+                        TaskError::external(
+                            "sequence source: decoding a checkpointed position",
+                            format!(
+                                "{e}; the snapshot is corrupt or its 'source' state was not written by a sequence source"
+                            ),
+                        )
+                    })?;
+                    Position { split, next, splits: None }
+                }
+            };
             positions.push(entry);
         }
         Ok(positions)
     }
 }
 
+/// A checkpointed position: the next index of `split`, of `splits` splits (`None`: as many
+/// as the restoring job's max parallelism, for positions written before the count was kept).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Position {
+    /// The split.
+    pub split: u32,
+    /// The next index it produces.
+    pub next: u64,
+    /// How many splits the index space was cut into.
+    pub splits: Option<u32>,
+}
+
+/// Positions taken with `old` splits, as positions of `new` splits (`new` a multiple of
+/// `old`): new split `j` lies inside old split `j mod old`, whose indices below its next one
+/// were all produced, so `j` resumes at its first index at or after that.
+fn regroup_positions(positions: &[(u32, u64)], old: u32, new: u32) -> Vec<(u32, u64)> {
+    let stride = u64::from(new);
+    let mut out = Vec::with_capacity(positions.len() * (new / old) as usize);
+    for &(split, next) in positions {
+        for j in (split..new).step_by(old as usize) {
+            let j64 = u64::from(j);
+            let resume = if next <= j64 { j64 } else { j64 + (next - j64).div_ceil(stride) * stride };
+            out.push((j, resume));
+        }
+    }
+    out
+}
+
 impl<T: Send + 'static> SequenceSource<T> {
     /// The reader of subtask `ctx.subtask_index`, resuming each owned split at its entry in
-    /// `positions` (`(split, next_index)`, typically the decoded positions of any number of
-    /// old subtasks). Entries of splits this subtask does not own are ignored; an owned split
-    /// without an entry starts from its beginning.
+    /// `positions` (typically the decoded positions of any number of old subtasks). Entries of
+    /// splits this subtask does not own are ignored; an owned split without an entry starts
+    /// from its beginning. Positions taken under a max parallelism that divides the current
+    /// one (a snapshot rewritten with `weir savepoint rewrite`) are regrouped.
     pub fn reader_from_positions(
         &self,
         ctx: &TaskContext,
-        positions: Vec<(u32, u64)>,
+        positions: Vec<Position>,
     ) -> Result<Box<dyn SourceReader<T>>, TaskError> {
-        Ok(Box::new(self.build_reader(ctx, positions)?))
+        let splits_total = ctx.max_parallelism;
+        let recorded: std::collections::BTreeSet<u32> =
+            positions.iter().map(|p| p.splits.unwrap_or(splits_total)).collect();
+        let pairs: Vec<(u32, u64)> = positions.iter().map(|p| (p.split, p.next)).collect();
+        let pairs = match recorded.iter().copied().collect::<Vec<_>>().as_slice() {
+            [] => pairs,
+            [old] if *old == splits_total => pairs,
+            [old] if *old > 0 && splits_total.is_multiple_of(*old) => {
+                // Every old split index must exist before it is regrouped.
+                if let Some(bad) = pairs.iter().find(|(split, _)| split >= old) {
+                    return Err(TaskError::external(
+                        "sequence source: restoring a position",
+                        format!("split {} does not exist among {old} splits; the checkpoint is corrupt", bad.0),
+                    ));
+                }
+                regroup_positions(&pairs, *old, splits_total)
+            }
+            [old] => {
+                return Err(TaskError::external(
+                    "sequence source: restoring a position",
+                    format!(
+                        "its positions were taken with {old} splits (max parallelism {old}); it resumes under a \
+                         max parallelism that is a multiple of {old}, not {splits_total} (rewrite the savepoint to \
+                         a multiple of {old})"
+                    ),
+                ));
+            }
+            several => {
+                return Err(TaskError::external(
+                    "sequence source: restoring a position",
+                    format!("positions with different split counts {several:?}; the checkpoint is corrupt"),
+                ));
+            }
+        };
+        Ok(Box::new(self.build_reader(ctx, pairs)?))
     }
 
     fn build_reader(&self, ctx: &TaskContext, positions: Vec<(u32, u64)>) -> Result<SequenceReader<T>, TaskError> {
@@ -254,8 +326,9 @@ impl<T: Send> SourceReader<T> for SequenceReader<T> {
     fn snapshot_positions(&self) -> SourcePositions {
         let mut elements = Vec::with_capacity(self.splits.len());
         for cursor in &self.splits {
-            // Serializing a pair of integers into memory cannot fail.
-            elements.push(postcard::to_allocvec(&(cursor.split, cursor.next)).unwrap_or_default());
+            // Serializing three integers into memory cannot fail.
+            let position = (cursor.split, cursor.next, self.stride as u32);
+            elements.push(postcard::to_allocvec(&position).unwrap_or_default());
         }
         SourcePositions { mode: Redistribution::Union, elements }
     }
@@ -460,15 +533,47 @@ mod tests {
         assert!(drain(resumed.as_mut(), 3).is_empty());
     }
 
+    /// Positions as snapshots before the split count was recorded hold them.
+    fn legacy(pairs: &[(u32, u64)]) -> Vec<Position> {
+        pairs.iter().map(|&(split, next)| Position { split, next, splits: None }).collect()
+    }
+
     #[test]
     fn bad_positions_are_errors() {
         let source = SequenceSource::new(Some(100), None, identity);
         let ctx = TaskContext::for_test(0, 1, 4);
-        assert!(source.reader_from_positions(&ctx, vec![(4, 4)]).is_err());
-        assert!(source.reader_from_positions(&ctx, vec![(1, 6)]).is_err());
-        assert!(source.reader_from_positions(&ctx, vec![(1, 5), (1, 9)]).is_err());
-        assert!(source.reader_from_positions(&ctx, vec![(1, 5), (1, 5), (2, 1000)]).is_ok());
+        assert!(source.reader_from_positions(&ctx, legacy(&[(4, 4)])).is_err());
+        assert!(source.reader_from_positions(&ctx, legacy(&[(1, 6)])).is_err());
+        assert!(source.reader_from_positions(&ctx, legacy(&[(1, 5), (1, 9)])).is_err());
+        assert!(source.reader_from_positions(&ctx, legacy(&[(1, 5), (1, 5), (2, 1000)])).is_ok());
         assert!(SequenceSource::<u64>::decode_positions(&[vec![0xff, 0xff]]).is_err());
+        // Positions written before the split count was recorded still decode.
+        let old = postcard::to_allocvec(&(1u32, 5u64)).unwrap();
+        assert_eq!(SequenceSource::<u64>::decode_positions(&[old]).unwrap(), legacy(&[(1, 5)]));
+    }
+
+    /// A snapshot rewritten to a multiple of its max parallelism resumes exactly: every index
+    /// once, over the old reader and the new subtasks together; any other number is refused.
+    #[test]
+    fn positions_regroup_under_a_multiple_of_the_max_parallelism() {
+        let source = SequenceSource::new(Some(1000), None, identity);
+        let mut reader = source.create_reader(&TaskContext::for_test(0, 1, 4)).unwrap();
+        let mut first = Vec::new();
+        for _ in 0..3 {
+            reader.poll_next(&mut first, 97).unwrap();
+        }
+        let positions = SequenceSource::<u64>::decode_positions(&reader.snapshot_positions().elements).unwrap();
+        assert!(positions.iter().all(|p| p.splits == Some(4)));
+        let mut all = first.clone();
+        for index in 0..3 {
+            let ctx = TaskContext::for_test(index, 3, 12);
+            let mut resumed = source.reader_from_positions(&ctx, positions.clone()).unwrap();
+            all.extend(drain(resumed.as_mut(), 50));
+        }
+        all.sort_unstable();
+        assert_eq!(all, (0..1000).collect::<Vec<_>>());
+        let error = source.reader_from_positions(&TaskContext::for_test(0, 1, 6), positions).err().unwrap();
+        assert!(error.to_string().contains("multiple of 4"), "{error}");
     }
 
     #[test]
@@ -476,7 +581,7 @@ mod tests {
         let source = SequenceSource::new(None, None, identity);
         let ctx = TaskContext::for_test(0, 1, 2);
         let start = u64::MAX - 11; // split 0 (u64::MAX is odd, so this is even)
-        let mut reader = source.reader_from_positions(&ctx, vec![(0, start), (1, u64::MAX)]).unwrap();
+        let mut reader = source.reader_from_positions(&ctx, legacy(&[(0, start), (1, u64::MAX)])).unwrap();
         let got = drain(reader.as_mut(), 4);
         assert_eq!(got, (0..6).map(|k| start + 2 * k).collect::<Vec<_>>());
     }

@@ -30,8 +30,19 @@ pub fn savepoint(args: SavepointArgs) -> Result<ExitCode, CliError> {
             _ => Err(CliError::usage("usage: weir savepoint inspect PATH [--json]")),
         };
     }
+    if args.args.first().map(String::as_str) == Some("rewrite") {
+        return match (args.args.as_slice(), args.max_parallelism) {
+            ([_, path, dir], Some(max)) => rewrite(path, dir, max),
+            _ => Err(CliError::usage("usage: weir savepoint rewrite --max-parallelism N PATH DIR")),
+        };
+    }
     if args.json {
         return Err(CliError::usage("--json goes with `weir savepoint inspect PATH`"));
+    }
+    if args.max_parallelism.is_some() {
+        return Err(CliError::usage(
+            "--max-parallelism goes with `weir savepoint rewrite --max-parallelism N PATH DIR`",
+        ));
     }
     let (job_id, target) = match args.args.as_slice() {
         [job_id] => (job_id, None),
@@ -125,6 +136,33 @@ fn dispose(path: &str) -> Result<ExitCode, CliError> {
     let blocking = storage.blocking();
     let bytes = blocking.block_on(weir_checkpoint::dispose(&storage)).map_err(|e| CliError::runtime(e.to_string()))?;
     println!("Disposed savepoint {path} ({bytes} bytes).");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `weir savepoint rewrite --max-parallelism N PATH DIR`: a copy of the snapshot at PATH with
+/// N key groups, in a new `savepoint-…` directory under DIR; PATH is only read.
+fn rewrite(path: &str, dir: &str, max_parallelism: u32) -> Result<ExitCode, CliError> {
+    let source = snapshot_storage(path)?;
+    let blocking = source.blocking();
+    let metadata = blocking.block_on(load_metadata(&source)).map_err(CliError::usage)?;
+    let root = snapshot_storage(&absolute(dir))?;
+    let target = root.child(&weir_checkpoint::paths::new_savepoint_dir_name(&metadata.job_id));
+    println!("Rewriting {} from max parallelism {} to {max_parallelism}.", source.url(), metadata.max_parallelism);
+    let started = Instant::now();
+    let rewritten = blocking
+        .block_on(weir_checkpoint::rewrite_max_parallelism(&source, &target, max_parallelism))
+        .map_err(|e| match e {
+            weir_checkpoint::RewriteError::Storage(_) => CliError::runtime(e.to_string()),
+            _ => CliError::usage(e.to_string()),
+        })?;
+    println!(
+        "Savepoint rewritten in {} ms ({} operators, max parallelism {}). Path: {}",
+        started.elapsed().as_millis(),
+        rewritten.operators.len(),
+        rewritten.max_parallelism,
+        target.url()
+    );
+    println!("You can resume your program from it with: weir run -s {} -p <up to {max_parallelism}> ...", target.url());
     Ok(ExitCode::SUCCESS)
 }
 
