@@ -81,3 +81,51 @@ fn a_failure_after_some_inputs_ended_replays_nothing_twice() {
         assert_eq!(lines.iter().filter(|l| **l == key.to_string()).count(), 200, "key {key}");
     }
 }
+
+/// Two unconnected pipelines: a bounded one whose input ends early and an endless one. The
+/// bounded pipeline's subtasks keep taking part in checkpoints (its last records are
+/// committed by them) and a stop-with-savepoint ends both, every record exactly once.
+#[test]
+fn checkpoints_go_on_after_one_pipeline_ended_and_commit_its_last_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let bounded_out = dir.path().join("bounded");
+    let env = StreamExecutionEnvironment::new();
+    env.from_source(VecSource::new((0..1_000u64).collect()))
+        .uid("bounded-source")
+        .key_by(|v: &u64| *v % 7)
+        .process(FailOn(u64::MAX))
+        .uid("bounded-pass")
+        .sink_to(FileSink::new(&bounded_out, |v: &u64, s: &mut String| s.push_str(&v.to_string())))
+        .uid("bounded-sink");
+    env.from_source(EndlessSource::paced(16, Duration::from_millis(2)))
+        .uid("endless-source")
+        .key_by(|v: &u64| *v % 10)
+        .process(RunningCount::default())
+        .uid("endless-count")
+        .sink_to(CollectSink::default())
+        .uid("endless-sink");
+    let mut settings = JobSettings::with_parallelism(2);
+    settings.checkpointing.interval = Some(Duration::from_millis(50));
+    settings.checkpointing.checkpoints_url = format!("file://{}/checkpoints", dir.path().display());
+    settings.checkpointing.savepoints_url = Some(format!("file://{}/savepoints", dir.path().display()));
+    let dispatcher = Dispatcher::new("localhost");
+    let job = dispatcher.submit(env.build("one ends early").unwrap(), settings).unwrap();
+
+    // The bounded pipeline's records get committed by checkpoints taken after its input ended.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !bounded_out.exists() || committed_lines(&bounded_out).len() < 1_000 {
+        assert!(std::time::Instant::now() < deadline, "the bounded pipeline's output was never committed");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(job.status(), JobStatus::Running, "the endless pipeline still runs");
+    let completed_before = job.checkpoint_stats().completed;
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(job.checkpoint_stats().completed > completed_before, "checkpoints stopped after one input ended");
+
+    let request = job.trigger_savepoint(None, true).unwrap();
+    assert_eq!(job.wait_terminal(Some(Duration::from_secs(20))), JobStatus::Finished, "{:?}", job.failure_cause());
+    assert!(matches!(job.savepoint_status(&request), Some(weir_runtime::job_master::SavepointStatus::Completed(_))));
+    let mut lines: Vec<u64> = committed_lines(&bounded_out).iter().map(|l| l.parse().unwrap()).collect();
+    lines.sort_unstable();
+    assert_eq!(lines, (0..1_000).collect::<Vec<_>>(), "every bounded record exactly once");
+}
