@@ -102,7 +102,7 @@ pub enum RestoreError {
     InvalidSnapshot(#[from] FormatError),
     /// The job sets a max parallelism other than the snapshot's.
     #[error(
-        "the snapshot was taken with max parallelism {snapshot} and the job now sets {configured}; max parallelism is fixed when a job first starts — remove pipeline.max-parallelism or set it to {snapshot} (to change it, rewrite the snapshot)"
+        "the snapshot was taken with max parallelism {snapshot} and the job now sets {configured}; max parallelism is fixed when a job first starts — remove pipeline.max-parallelism or set it to {snapshot}, or rewrite the snapshot first with `weir savepoint rewrite --max-parallelism {configured} <snapshot> <dir>`"
     )]
     MaxParallelismChanged {
         /// The snapshot's max parallelism.

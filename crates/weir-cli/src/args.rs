@@ -35,7 +35,7 @@ pub struct ConfigArgs {
 pub enum Command {
     /// Run a job from the catalog (embedded cluster inside this process)
     #[command(
-        after_help = "Examples:\n  weir run counter --users 1000 --events 1000000 --output none\n  weir run -p 4 wordcount --input book.txt --output out/\n  weir run -D rest.port=0 counter --users 10 --rate 100"
+        after_help = "Examples:\n  weir run counter --users 1000 --events 1000000 --output none\n  weir run -p 4 wordcount --input book.txt --output out/\n  weir run -D rest.port=0 counter --users 10 --rate 100\n  weir run --dry-run -s /tmp/savepoints/savepoint-4f1c2e-0123456789ab -p 8 counter --users 1000 --output out/"
     )]
     Run(RunArgs),
     /// List the jobs of a cluster
@@ -184,6 +184,10 @@ pub struct RunArgs {
     /// Allow state in the snapshot that no operator of the job claims (it is dropped)
     #[arg(short = 'n', long = "allow-non-restored-state")]
     pub allow_non_restored_state: bool,
+    /// Check everything (job, arguments, configuration, and with -s whether the job can read
+    /// the snapshot) and print what would run and what would be restored; start nothing
+    #[arg(long = "dry-run")]
+    pub dry_run: bool,
     /// Configuration
     #[command(flatten)]
     pub config: ConfigArgs,

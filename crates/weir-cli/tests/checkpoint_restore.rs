@@ -255,6 +255,25 @@ fn a_savepoint_rewritten_to_more_key_groups_restores_beyond_the_old_max_parallel
     let mut refused = vec!["run", "-s", &savepoint_arg, "-p", "129"];
     refused.extend(job);
     assert_refused(&refused, &["max parallelism 128", "weir savepoint rewrite --max-parallelism 129"]);
+    // A dry run reports what a restore would do, refuses what `run` refuses, and starts nothing.
+    let lines_before = committed_lines(&out).len();
+    let mut dry = vec!["run", "--dry-run", "-s", &savepoint_arg, "-p", "4"];
+    dry.extend(job);
+    dry.push("--enrich");
+    let output = run_weir(&dry);
+    let stdout = String::from_utf8_lossy(&output.stdout).to_string();
+    assert!(output.status.success(), "{stdout}{}", String::from_utf8_lossy(&output.stderr));
+    for needle in [
+        "operator 'counter' restores its state (parallelism 2 -> 4)",
+        "operator 'enrich' is new: starts with empty state",
+        "nothing was started or written",
+    ] {
+        assert!(stdout.contains(needle), "'{needle}' missing:\n{stdout}");
+    }
+    let mut dry_refused = vec!["run", "--dry-run", "-s", &savepoint_arg, "-p", "129"];
+    dry_refused.extend(job);
+    assert_refused(&dry_refused, &["max parallelism 128"]);
+    assert_eq!(committed_lines(&out).len(), lines_before, "a dry run wrote output");
 
     let rewritten_dir = dir.path().join("rewritten");
     let output = run_weir(&[

@@ -105,6 +105,10 @@ pub fn run(args: RunArgs, catalog: &JobCatalog) -> Result<ExitCode, CliError> {
         config.set_from("parallelism.default", parallelism.to_string(), "-p");
         config.validate().map_err(CliError::usage)?;
     }
+    if args.dry_run {
+        // The pre-flight a cluster would run, done here: it starts nothing, anywhere.
+        return dry_run(&args, catalog, &config);
+    }
     if let Some(address) = settings::cluster_address(args.jobmanager.as_deref(), &config)? {
         return crate::commands::cluster::submit(&address, &args);
     }
@@ -154,6 +158,55 @@ pub fn run(args: RunArgs, catalog: &JobCatalog) -> Result<ExitCode, CliError> {
         }
         _ => Ok(ExitCode::from(1)),
     }
+}
+
+/// `weir run --dry-run`: every check `run` does before it starts a job (catalog job and its
+/// arguments, configuration, job graph, and with `-s` the restore pre-flight: uids, max
+/// parallelism, parallelism, key types), then a report of what would run and what each
+/// operator would restore. Nothing is started or written.
+fn dry_run(args: &RunArgs, catalog: &JobCatalog, config: &Configuration) -> Result<ExitCode, CliError> {
+    let PreparedJob { graph, settings, notes } = prepare(
+        catalog,
+        config,
+        &args.job,
+        &args.job_args,
+        args.from_savepoint.as_deref(),
+        args.allow_non_restored_state,
+    )?;
+    let job_graph = JobGraph::build(&graph, &settings).map_err(CliError::usage)?;
+    for note in &notes {
+        println!("{note}");
+    }
+    println!(
+        "Job '{}': {} task(s), {} subtask(s), max parallelism {}",
+        graph.job_name,
+        job_graph.vertices.len(),
+        job_graph.subtask_count(),
+        job_graph.max_parallelism
+    );
+    for vertex in &job_graph.vertices {
+        println!("  task '{}' at parallelism {}", vertex.name, vertex.parallelism);
+    }
+    if let Some(restore) = &settings.restore {
+        for node in graph.nodes() {
+            let uid = node.uid_or_generated();
+            let parallelism = job_graph.vertices[job_graph.vertex_of_node[node.id]].parallelism;
+            let recorded = restore.metadata.operators.iter().find(|o| o.uid == uid);
+            let what = match recorded {
+                Some(operator) if operator.has_state() => {
+                    format!("restores its state (parallelism {} -> {parallelism})", operator.parallelism)
+                }
+                Some(_) => "was in the snapshot without state".to_string(),
+                None => "is new: starts with empty state".to_string(),
+            };
+            println!("  operator '{uid}' {what}");
+        }
+        for uid in &restore.plan.non_restored {
+            println!("  operator '{uid}' is only in the snapshot: its state is dropped (-n)");
+        }
+    }
+    println!("Dry run: the job can start as given; nothing was started or written.");
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Reads the snapshot at `path` and checks that this job can start from it: uids, max
