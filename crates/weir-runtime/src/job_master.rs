@@ -1029,9 +1029,9 @@ impl JobMaster {
         let fail = |record: &mut JobRecord, cause: String| {
             record.savepoints.insert(request_id.clone(), (SavepointStatus::Failed(cause), false));
         };
-        if supervisor.any_finished {
+        if supervisor.any_finished || supervisor.finishing {
             let cause = format!(
-                "job {} has subtasks that already FINISHED (their input ended); a savepoint needs every subtask RUNNING",
+                "job {} is finishing: its input ended and its subtasks are ending; a savepoint needs every subtask RUNNING",
                 self.job_id
             );
             return fail(record, cause);
