@@ -179,14 +179,13 @@ pub trait StreamType: Send + Sync {
     fn discard(&self) -> ErasedOperator;
     /// A link that copies batches to each of `outputs`.
     fn tee(&self, outputs: Vec<ErasedOperator>) -> Result<ErasedOperator, TaskError>;
-    /// `link`, counting the records that pass into it as operator `operator`'s input
-    /// (`outgoing == false`) or output (`outgoing == true`) in `metrics`.
+    /// `link`, counting the records that pass into it as operator `operator`'s output in
+    /// `metrics`.
     fn metered(
         &self,
         link: ErasedOperator,
         metrics: Arc<crate::operator::TaskMetrics>,
         operator: usize,
-        outgoing: bool,
     ) -> Result<ErasedOperator, TaskError>;
     /// A new bounded channel: (sender, receiver).
     fn channel(&self) -> (ErasedChannelEnd, ErasedChannelEnd);
@@ -262,10 +261,9 @@ impl<T: Data> StreamType for TypedStream<T> {
         link: ErasedOperator,
         metrics: Arc<crate::operator::TaskMetrics>,
         operator: usize,
-        outgoing: bool,
     ) -> Result<ErasedOperator, TaskError> {
         let inner = downcast::<Box<dyn Operator<T>>>(link, "metered link")?;
-        let op: Box<dyn Operator<T>> = Box::new(crate::operator::Metered::new(inner, metrics, operator, outgoing));
+        let op: Box<dyn Operator<T>> = Box::new(crate::operator::Metered::new(inner, metrics, operator));
         Ok(Box::new(op))
     }
 

@@ -68,13 +68,13 @@ pub struct TaskMetrics {
     pub operators: Vec<OperatorMetrics>,
 }
 
-/// Records into and out of one operator of a chain (counted per batch by [`Metered`] links).
+/// Records out of one operator of a chain (counted per batch by a [`Metered`] link). Its
+/// records in need no counter: a chain is linear, so they are the previous operator's records
+/// out, or the task's records in for the head.
 #[derive(Debug, Default)]
 pub struct OperatorMetrics {
     /// The operator's uid.
     pub uid: String,
-    /// Records handed to it.
-    pub records_in: AtomicU64,
     /// Records it emitted.
     pub records_out: AtomicU64,
 }
@@ -265,26 +265,24 @@ impl<T: Send> Operator<T> for Discard {
     }
 }
 
-/// Counts the records that pass into a link: those operator `operator` of the chain receives
-/// (`outgoing == false`) or emits (`outgoing == true`). One atomic add per batch.
+/// Counts the records operator `operator` of the chain emits into `inner` (the link after it).
+/// One atomic add per batch.
 pub struct Metered<T> {
     inner: Box<dyn Operator<T>>,
     metrics: Arc<TaskMetrics>,
     operator: usize,
-    outgoing: bool,
 }
 
 impl<T> Metered<T> {
     /// Wraps `inner`.
-    pub fn new(inner: Box<dyn Operator<T>>, metrics: Arc<TaskMetrics>, operator: usize, outgoing: bool) -> Metered<T> {
-        Metered { inner, metrics, operator, outgoing }
+    pub fn new(inner: Box<dyn Operator<T>>, metrics: Arc<TaskMetrics>, operator: usize) -> Metered<T> {
+        Metered { inner, metrics, operator }
     }
 
     #[inline]
     fn count(&self, n: usize) {
         if let Some(operator) = self.metrics.operators.get(self.operator) {
-            let counter = if self.outgoing { &operator.records_out } else { &operator.records_in };
-            counter.fetch_add(n as u64, Ordering::Relaxed);
+            operator.records_out.fetch_add(n as u64, Ordering::Relaxed);
         }
     }
 }

@@ -387,7 +387,6 @@ fn build_body(mut wiring: SubtaskWiring, ctx: &TaskContext) -> Result<Box<dyn Ta
     }
     let head_operator = build_chained(&graph, &job, head, &mut wiring.outputs, ctx)?;
     let input_type = input_type_of(&graph, head)?;
-    let head_operator = input_type.metered(head_operator, Arc::clone(&ctx.metrics), chain_index(&job, head), false)?;
     input_type.input_body(std::mem::take(&mut wiring.inputs), head_operator, ctx)
 }
 
@@ -407,7 +406,7 @@ fn chain_index(job: &JobGraph, node: usize) -> usize {
 }
 
 /// The link that receives `node`'s output: its chained consumers and channel outputs, counted
-/// as `node`'s records out; each chained consumer's link counts its records in.
+/// as `node`'s records out.
 fn build_downstream(
     graph: &StreamGraph,
     job: &JobGraph,
@@ -419,8 +418,7 @@ fn build_downstream(
     let mut links = Vec::new();
     for (consumer, edge) in graph.consumers(node) {
         if job.vertex_of_node[consumer] == job.vertex_of_node[node] {
-            let link = build_chained(graph, job, consumer, outputs, ctx)?;
-            links.push(output_type.metered(link, Arc::clone(&ctx.metrics), chain_index(job, consumer), false)?);
+            links.push(build_chained(graph, job, consumer, outputs, ctx)?);
             continue;
         }
         let edge_index = job
@@ -438,7 +436,7 @@ fn build_downstream(
         1 => links.remove(0),
         _ => output_type.tee(links)?,
     };
-    output_type.metered(downstream, Arc::clone(&ctx.metrics), chain_index(job, node), true)
+    output_type.metered(downstream, Arc::clone(&ctx.metrics), chain_index(job, node))
 }
 
 fn build_chained(

@@ -263,6 +263,22 @@ pub struct ExceptionView {
     pub location: String,
 }
 
+/// Each chained operator's records: out as counted, in derived (a chain is linear: an
+/// operator receives what the one before it emitted, the head what the task received).
+fn chain_records(metrics: &weir_api::operator::TaskMetrics, is_source: bool) -> Vec<OperatorRecords> {
+    let mut received = if is_source { 0 } else { metrics.records_in.load(Ordering::Relaxed) };
+    metrics
+        .operators
+        .iter()
+        .map(|operator| {
+            let emitted = operator.records_out.load(Ordering::Relaxed);
+            let records = OperatorRecords { uid: operator.uid.clone(), read_records: received, write_records: emitted };
+            received = emitted;
+            records
+        })
+        .collect()
+}
+
 fn empty_counts() -> BTreeMap<String, u32> {
     let mut counts = BTreeMap::new();
     for state in ExecutionState::all() {
@@ -361,7 +377,10 @@ impl JobMaster {
                     inputs,
                 });
             }
-            for (vertex, subtasks) in job_graph.vertices.iter().zip(&record.subtasks) {
+            for (vertex_index, (vertex, subtasks)) in job_graph.vertices.iter().zip(&record.subtasks).enumerate() {
+                // A source task's head operator receives nothing; any other head receives what
+                // the task does.
+                let is_source = job_graph.inputs_of(vertex_index).next().is_none();
                 let mut tasks = empty_counts();
                 let mut metrics = VertexMetrics::default();
                 let mut views = Vec::new();
@@ -394,16 +413,7 @@ impl JobMaster {
                         duration: end_and_duration(created, terminal_at).1,
                         timestamps: subtask_timestamps,
                         metrics: subtask_metrics,
-                        operators: subtask
-                            .metrics
-                            .operators
-                            .iter()
-                            .map(|o| OperatorRecords {
-                                uid: o.uid.clone(),
-                                read_records: o.records_in.load(Ordering::Relaxed),
-                                write_records: o.records_out.load(Ordering::Relaxed),
-                            })
-                            .collect(),
+                        operators: chain_records(&subtask.metrics, is_source),
                     });
                 }
                 let status = aggregate_state(&states);

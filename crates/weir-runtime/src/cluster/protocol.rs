@@ -121,9 +121,9 @@ pub struct SubtaskCounters {
     /// Snapshot bytes read while restoring.
     #[serde(default)]
     pub restored_bytes: u64,
-    /// Each chained operator's (records in, records out), head first.
+    /// Each chained operator's records out, head first.
     #[serde(default)]
-    pub operators: Vec<(u64, u64)>,
+    pub operators: Vec<u64>,
 }
 
 /// Messages to a TaskManager.

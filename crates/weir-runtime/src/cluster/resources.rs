@@ -205,10 +205,7 @@ impl ClusterResources {
                                 metrics.records_out.store(counters.records_out, Ordering::Relaxed);
                                 metrics.backpressured_ms.store(counters.backpressured_ms, Ordering::Relaxed);
                                 metrics.restored_bytes.store(counters.restored_bytes, Ordering::Relaxed);
-                                for (operator, (records_in, records_out)) in
-                                    metrics.operators.iter().zip(&counters.operators)
-                                {
-                                    operator.records_in.store(*records_in, Ordering::Relaxed);
+                                for (operator, records_out) in metrics.operators.iter().zip(&counters.operators) {
                                     operator.records_out.store(*records_out, Ordering::Relaxed);
                                 }
                             }

@@ -289,11 +289,7 @@ fn counters(vertex: usize, subtask: u32, metrics: &TaskMetrics) -> SubtaskCounte
         records_out: metrics.records_out.load(Ordering::Relaxed),
         backpressured_ms: metrics.backpressured_ms.load(Ordering::Relaxed),
         restored_bytes: metrics.restored_bytes.load(Ordering::Relaxed),
-        operators: metrics
-            .operators
-            .iter()
-            .map(|o| (o.records_in.load(Ordering::Relaxed), o.records_out.load(Ordering::Relaxed)))
-            .collect(),
+        operators: metrics.operators.iter().map(|o| o.records_out.load(Ordering::Relaxed)).collect(),
     }
 }
 
