@@ -19,7 +19,7 @@ use weir_types::lifecycle::now_ms;
 
 use crate::error::ApiError;
 use crate::responses::ErrorResponse;
-use crate::routes::{AppState, find_job};
+use crate::routes::{AppState, find_vertex};
 
 /// How long the handler measures when it has no recent reading.
 const SAMPLE_WINDOW: Duration = Duration::from_millis(500);
@@ -75,13 +75,7 @@ fn level(ratio: f64) -> &'static str {
 }
 
 fn read(state: &AppState, jobid: &str, vertexid: &str) -> Result<Vec<u64>, ApiError> {
-    let job = find_job(&state.dispatcher, jobid)?;
-    let details = job.details();
-    let vertex = details
-        .vertices
-        .iter()
-        .find(|v| v.id == vertexid)
-        .ok_or_else(|| ApiError::not_found(format!("Vertex {vertexid} not found in job {}", job.job_id())))?;
+    let vertex = find_vertex(&state.dispatcher, jobid, vertexid)?;
     Ok(vertex.subtasks.iter().map(|s| s.metrics.backpressured_ms).collect())
 }
 

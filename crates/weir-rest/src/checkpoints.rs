@@ -13,7 +13,7 @@ use weir_runtime::job_master::SavepointStatus;
 
 use crate::error::ApiError;
 use crate::responses::ErrorResponse;
-use crate::routes::{AppState, find_job};
+use crate::routes::{AppState, PathJob, find_job};
 
 /// `POST /jobs/{id}/savepoints` body.
 #[derive(Debug, Default, Deserialize, Serialize, utoipa::ToSchema)]
@@ -287,12 +287,7 @@ impl From<&CheckpointEntry> for CheckpointStatisticsEntry {
 
 /// `GET /jobs/{jobid}/checkpoints`.
 #[utoipa::path(get, path = "/jobs/{jobid}/checkpoints", tag = "checkpoints", summary = "Checkpoint counts, latest and history", params(("jobid" = String, Path, description = "Job id: 32 hex characters")), responses((status = 200, body = CheckpointingStatistics), (status = 400, description = "Not a job id", body = ErrorResponse), (status = 404, description = "No such job", body = ErrorResponse)))]
-pub(crate) async fn checkpoints(
-    State(state): State<AppState>,
-    jobid: Result<Path<String>, PathRejection>,
-) -> Result<Json<CheckpointingStatistics>, ApiError> {
-    let Path(jobid) = jobid?;
-    let job = find_job(&state.dispatcher, &jobid)?;
+pub(crate) async fn checkpoints(PathJob(job): PathJob) -> Result<Json<CheckpointingStatistics>, ApiError> {
     let stats = job.checkpoint_stats();
     let latest = |savepoint: bool| {
         stats
@@ -361,12 +356,7 @@ pub struct Externalization {
 
 /// `GET /jobs/{jobid}/checkpoints/config`.
 #[utoipa::path(get, path = "/jobs/{jobid}/checkpoints/config", tag = "checkpoints", summary = "Checkpointing configuration", params(("jobid" = String, Path, description = "Job id: 32 hex characters")), responses((status = 200, body = CheckpointConfigInfo), (status = 400, description = "Not a job id", body = ErrorResponse), (status = 404, description = "No such job", body = ErrorResponse)))]
-pub(crate) async fn checkpoint_config(
-    State(state): State<AppState>,
-    jobid: Result<Path<String>, PathRejection>,
-) -> Result<Json<CheckpointConfigInfo>, ApiError> {
-    let Path(jobid) = jobid?;
-    let job = find_job(&state.dispatcher, &jobid)?;
+pub(crate) async fn checkpoint_config(PathJob(job): PathJob) -> Result<Json<CheckpointConfigInfo>, ApiError> {
     let settings = job.checkpoint_settings();
     let interval = settings.interval.map(|d| d.as_millis() as u64);
     Ok(Json(CheckpointConfigInfo {

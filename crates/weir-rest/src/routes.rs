@@ -117,6 +117,34 @@ pub(crate) fn find_job(dispatcher: &Dispatcher, raw: &str) -> Result<Arc<JobMast
     dispatcher.job(job_id).ok_or_else(|| ApiError::not_found(format!("Job {job_id} not found")))
 }
 
+/// Vertex `vertexid` of job `jobid`: as [`find_job`] answers, then 404 if the job has no
+/// such vertex.
+pub(crate) fn find_vertex(
+    dispatcher: &Dispatcher,
+    jobid: &str,
+    vertexid: &str,
+) -> Result<weir_runtime::status::VertexDetails, ApiError> {
+    let job = find_job(dispatcher, jobid)?;
+    job.details()
+        .vertices
+        .into_iter()
+        .find(|v| v.id == vertexid)
+        .ok_or_else(|| ApiError::not_found(format!("Vertex {vertexid} not found in job {}", job.job_id())))
+}
+
+/// The job of a `/jobs/{jobid}` route whose only input is that path segment, as
+/// [`find_job`] answers for it.
+pub(crate) struct PathJob(pub(crate) Arc<JobMaster>);
+
+impl axum::extract::FromRequestParts<AppState> for PathJob {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut axum::http::request::Parts, state: &AppState) -> Result<PathJob, ApiError> {
+        let Path(jobid) = Path::<String>::from_request_parts(parts, state).await?;
+        Ok(PathJob(find_job(&state.dispatcher, &jobid)?))
+    }
+}
+
 #[utoipa::path(get, path = "/overview", tag = "cluster", summary = "The cluster at a glance", responses((status = 200, body = ClusterOverview)))]
 async fn overview(State(state): State<AppState>) -> Json<ClusterOverview> {
     let counts = state.dispatcher.job_counts();
@@ -178,22 +206,12 @@ async fn jobs_overview(State(state): State<AppState>) -> Json<MultipleJobsDetail
 }
 
 #[utoipa::path(get, path = "/jobs/{jobid}", tag = "jobs", summary = "A job: vertices, subtasks, counters, plan", params(("jobid" = String, Path, description = "Job id: 32 hex characters")), responses((status = 200, body = JobDetails), (status = 400, description = "Not a job id", body = ErrorResponse), (status = 404, description = "No such job", body = ErrorResponse)))]
-async fn job_details(
-    State(state): State<AppState>,
-    jobid: Result<Path<String>, PathRejection>,
-) -> Result<Json<JobDetails>, ApiError> {
-    let Path(jobid) = jobid?;
-    let job = find_job(&state.dispatcher, &jobid)?;
+async fn job_details(PathJob(job): PathJob) -> Result<Json<JobDetails>, ApiError> {
     Ok(Json(job.details()))
 }
 
 #[utoipa::path(get, path = "/jobs/{jobid}/status", tag = "jobs", summary = "A job's state", params(("jobid" = String, Path, description = "Job id: 32 hex characters")), responses((status = 200, body = JobStatusInfo), (status = 400, description = "Not a job id", body = ErrorResponse), (status = 404, description = "No such job", body = ErrorResponse)))]
-async fn job_status(
-    State(state): State<AppState>,
-    jobid: Result<Path<String>, PathRejection>,
-) -> Result<Json<JobStatusInfo>, ApiError> {
-    let Path(jobid) = jobid?;
-    let job = find_job(&state.dispatcher, &jobid)?;
+async fn job_status(PathJob(job): PathJob) -> Result<Json<JobStatusInfo>, ApiError> {
     Ok(Json(JobStatusInfo { status: job.status() }))
 }
 
@@ -203,13 +221,7 @@ async fn job_vertex(
     ids: Result<Path<(String, String)>, PathRejection>,
 ) -> Result<Json<JobVertexDetails>, ApiError> {
     let Path((jobid, vertexid)) = ids?;
-    let job = find_job(&state.dispatcher, &jobid)?;
-    let details = job.details();
-    let vertex = details
-        .vertices
-        .into_iter()
-        .find(|v| v.id == vertexid)
-        .ok_or_else(|| ApiError::not_found(format!("Vertex {vertexid} not found in job {}", job.job_id())))?;
+    let vertex = find_vertex(&state.dispatcher, &jobid, &vertexid)?;
     Ok(Json(JobVertexDetails {
         id: vertex.id,
         name: vertex.name,
@@ -363,23 +375,13 @@ async fn jobmanager_config(State(state): State<AppState>) -> Json<Vec<ConfigEntr
 
 /// `GET /jobs/{jobid}/config`.
 #[utoipa::path(get, path = "/jobs/{jobid}/config", tag = "jobs", summary = "The job's execution configuration", params(("jobid" = String, Path, description = "Job id: 32 hex characters")), responses((status = 200, body = weir_runtime::status::JobConfigInfo), (status = 400, description = "Not a job id", body = ErrorResponse), (status = 404, description = "No such job", body = ErrorResponse)))]
-async fn job_config(
-    State(state): State<AppState>,
-    jobid: Result<Path<String>, PathRejection>,
-) -> Result<Json<weir_runtime::status::JobConfigInfo>, ApiError> {
-    let Path(jobid) = jobid?;
-    let job = find_job(&state.dispatcher, &jobid)?;
+async fn job_config(PathJob(job): PathJob) -> Result<Json<weir_runtime::status::JobConfigInfo>, ApiError> {
     Ok(Json(job.config()))
 }
 
 /// `GET /jobs/{jobid}/plan`.
 #[utoipa::path(get, path = "/jobs/{jobid}/plan", tag = "jobs", summary = "The operator graph", params(("jobid" = String, Path, description = "Job id: 32 hex characters")), responses((status = 200, body = JobPlanInfo), (status = 400, description = "Not a job id", body = ErrorResponse), (status = 404, description = "No such job", body = ErrorResponse)))]
-async fn job_plan(
-    State(state): State<AppState>,
-    jobid: Result<Path<String>, PathRejection>,
-) -> Result<Json<JobPlanInfo>, ApiError> {
-    let Path(jobid) = jobid?;
-    let job = find_job(&state.dispatcher, &jobid)?;
+async fn job_plan(PathJob(job): PathJob) -> Result<Json<JobPlanInfo>, ApiError> {
     Ok(Json(JobPlanInfo { plan: job.details().plan }))
 }
 
