@@ -45,7 +45,9 @@ pub trait SinkWriter<T>: Send {
         Ok(())
     }
 
-    /// The input ended: write everything and commit.
+    /// The input ended: write everything. Without periodic checkpoints commit it too; with
+    /// them ([`TaskContext::waits_for_final_checkpoint`]) the job's final checkpoint stages it
+    /// ([`SinkWriter::prepare_commit`]) and its completion commits it.
     fn finish(&mut self) -> Result<(), TaskError> {
         Ok(())
     }
