@@ -35,6 +35,13 @@ impl ArgSpec {
         ArgSpec { name, value_name: None, required: false, help }
     }
 
+    /// True for a file or directory argument: its value name starts with `PATH`, `DIR` or
+    /// `FILE` (`DIR|-` too). A client makes such a relative value absolute before a cluster
+    /// runs the job, whose processes have their own working directories.
+    pub fn is_path(&self) -> bool {
+        self.value_name.is_some_and(|name| ["PATH", "DIR", "FILE"].iter().any(|prefix| name.starts_with(prefix)))
+    }
+
     /// `--name VALUE` or `--name`, as usage shows it.
     pub fn usage(&self) -> String {
         let text = match self.value_name {
@@ -192,6 +199,41 @@ impl JobArgs {
     }
 }
 
+/// `argv` with the value of every path argument of `specs` ([`ArgSpec::is_path`]) made absolute
+/// against `cwd`: the values `-` and `none` and absolute paths stay as they are, and so does
+/// anything that is not a well-formed `--name VALUE` (parsing reports it later).
+pub fn absolute_path_args(specs: &[ArgSpec], argv: &[String], cwd: &std::path::Path) -> Vec<String> {
+    let absolute = |value: &str| {
+        if value == "-" || value == "none" || value.contains("://") || std::path::Path::new(value).is_absolute() {
+            value.to_string()
+        } else {
+            cwd.join(value).display().to_string()
+        }
+    };
+    let is_path = |name: &str| specs.iter().any(|spec| spec.name == name && spec.is_path());
+    let mut out = Vec::with_capacity(argv.len());
+    let mut index = 0;
+    while index < argv.len() {
+        let word = &argv[index];
+        index += 1;
+        let Some(stripped) = word.strip_prefix("--") else {
+            out.push(word.clone());
+            continue;
+        };
+        match stripped.split_once('=') {
+            Some((name, value)) if is_path(name) => out.push(format!("--{name}={}", absolute(value))),
+            Some(_) => out.push(word.clone()),
+            None if is_path(stripped) && index < argv.len() => {
+                out.push(word.clone());
+                out.push(absolute(&argv[index]));
+                index += 1;
+            }
+            None => out.push(word.clone()),
+        }
+    }
+    out
+}
+
 fn usage_line(job: &str, specs: &[ArgSpec]) -> String {
     let mut line = job.to_string();
     for spec in specs {
@@ -253,6 +295,23 @@ impl JobCatalog {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn path_arguments_are_made_absolute_against_the_client_s_directory() {
+        let specs = vec![
+            ArgSpec::required("input", "PATH", "in"),
+            ArgSpec::required("output", "DIR|-|none", "out"),
+            ArgSpec::required("users", "U", "n"),
+        ];
+        let argv: Vec<String> =
+            ["--input", "data/in.txt", "--output=out", "--users", "5"].iter().map(|s| s.to_string()).collect();
+        let made = absolute_path_args(&specs, &argv, std::path::Path::new("/home/me"));
+        assert_eq!(made, ["--input", "/home/me/data/in.txt", "--output=/home/me/out", "--users", "5"]);
+        for kept in ["-", "none", "/abs/dir", "s3://bucket/x"] {
+            let argv = vec!["--output".to_string(), kept.to_string()];
+            assert_eq!(absolute_path_args(&specs, &argv, std::path::Path::new("/home/me"))[1], kept);
+        }
+    }
 
     fn specs() -> Vec<ArgSpec> {
         vec![

@@ -12,8 +12,8 @@ use crate::error::TaskError;
 use crate::exchange::SourceBody;
 use crate::functions::{Collector, KeyedProcessFunction, ProcessFunction};
 use crate::graph::{
-    EdgeKind, ErasedOperator, GraphError, NodeRole, OperatorFactory, SourceFactory, StreamEdge, StreamGraph,
-    StreamNode, TypedStream, downcast,
+    EdgeKind, ErasedOperator, GraphError, NodeRole, OperatorFactory, RestoreCheck, SourceFactory, StreamEdge,
+    StreamGraph, StreamNode, TypedStream, downcast,
 };
 use crate::operator::{Operator, TaskContext};
 use crate::operators::{
@@ -63,8 +63,14 @@ impl StreamExecutionEnvironment {
     /// Adds a source.
     pub fn from_source<T: Data, S: Source<T>>(&self, source: S) -> DataStream<T> {
         let source = Arc::new(source);
+        let checked = Arc::clone(&source);
+        let restore_check = RestoreCheck {
+            state: SOURCE_POSITIONS_STATE,
+            check: Arc::new(move |positions: &[Vec<u8>]| checked.check_restore(positions)),
+        };
         let factory: SourceFactory = Arc::new(move |ctx: &TaskContext, downstream: ErasedOperator| {
             let head = downcast::<Box<dyn Operator<T>>>(downstream, "source output")?;
+            // Absent from the snapshot (a new source, or a changed uid): read from the start.
             let reader = match ctx.restored_operator() {
                 Some(restored) => {
                     let positions = restored.operator_states.get(SOURCE_POSITIONS_STATE).cloned().unwrap_or_default();
@@ -72,7 +78,11 @@ impl StreamExecutionEnvironment {
                 }
                 None => source.create_reader(ctx)?,
             };
-            Ok(Box::new(SourceBody::new(reader, head, ctx)) as Box<dyn crate::operator::TaskBody>)
+            let mut body = SourceBody::new(reader, head, ctx);
+            if crate::snapshot::RestoredOperator::is_finished(ctx.restored_operator()) {
+                body.finished_on_restore();
+            }
+            Ok(Box::new(body) as Box<dyn crate::operator::TaskBody>)
         });
         let id = self.add_node(StreamNode {
             id: 0,
@@ -84,6 +94,7 @@ impl StreamExecutionEnvironment {
             key_type: None,
             inputs: Vec::new(),
             exclusive_target: None,
+            restore_check: Some(restore_check),
             source_factory: Some(factory),
             operator_factory: None,
             output_type: TypedStream::<T>::erased(),
@@ -206,6 +217,7 @@ impl<T: Data> DataStream<T> {
             key_type: None,
             inputs: vec![edge],
             exclusive_target: None,
+            restore_check: None,
             source_factory: None,
             operator_factory: Some(factory),
             output_type: TypedStream::<O>::erased(),
@@ -314,6 +326,11 @@ impl<T: Data> DataStream<T> {
     pub fn sink_to<S: Sink<T>>(&self, sink: S) -> DataStreamSink {
         let target = sink.exclusive_target();
         let sink = Arc::new(sink);
+        let checked = Arc::clone(&sink);
+        let restore_check = RestoreCheck {
+            state: SINK_COMMITTABLES_STATE,
+            check: Arc::new(move |committables: &[Vec<u8>]| checked.check_restore(committables)),
+        };
         let factory: OperatorFactory = Arc::new(move |ctx: &TaskContext, _downstream: ErasedOperator| {
             let writer = match ctx.restored_operator() {
                 Some(restored) => {
@@ -331,6 +348,7 @@ impl<T: Data> DataStream<T> {
         stream.with_node(|node| {
             node.role = NodeRole::Sink;
             node.exclusive_target = target;
+            node.restore_check = Some(restore_check);
         });
         DataStreamSink { stream }
     }

@@ -144,8 +144,11 @@ impl<T: Send> ChannelOutput<T> {
             Err(TrySendError::Full(element)) => element,
             Err(TrySendError::Disconnected(_)) => return Err(self.consumer_gone(target)),
         };
-        // Backpressure: wait for room, checking for cancellation between waits.
+        // Backpressure: wait for room, checking for cancellation between waits. The start of
+        // the wait is published so the metric grows while the sender is still blocked.
         let blocked_at = Instant::now();
+        let since = weir_types::lifecycle::now_ms().max(1);
+        self.ctx.metrics.backpressured_since_ms.store(since, std::sync::atomic::Ordering::Relaxed);
         let result = loop {
             if self.ctx.is_cancelled() {
                 break Err(TaskError::Cancelled);
@@ -158,6 +161,7 @@ impl<T: Send> ChannelOutput<T> {
         };
         let blocked_ms = blocked_at.elapsed().as_millis() as u64;
         self.ctx.metrics.backpressured_ms.fetch_add(blocked_ms, std::sync::atomic::Ordering::Relaxed);
+        self.ctx.metrics.backpressured_since_ms.store(0, std::sync::atomic::Ordering::Relaxed);
         result
     }
 
@@ -311,6 +315,10 @@ fn on_completion<T>(
 /// Handles the pending control messages of a task body. After a stop-with-savepoint barrier
 /// (`stopping`) nothing more is read: the body only waits, a bounded time, for the
 /// savepoint's completion. `Some` is the step the body returns without doing more work.
+///
+/// Everything queued is taken at once, and a trigger whose abort is queued behind it is
+/// skipped: a source that fell behind (expired checkpoints) does not take snapshots nobody
+/// will use before it reads again.
 fn poll_control(
     control: Option<Receiver<TaskControl>>,
     stopping: bool,
@@ -319,8 +327,17 @@ fn poll_control(
     let Some(control) = control else {
         return Ok(None);
     };
-    while let Ok(message) = control.try_recv() {
-        if let ControlOutcome::Stop = on_control(message)? {
+    let queued: Vec<TaskControl> = control.try_iter().take(CONTROL_BATCH_MAX).collect();
+    for (index, message) in queued.iter().enumerate() {
+        if let TaskControl::TriggerCheckpoint(barrier) = message {
+            let aborted_later = queued[index + 1..]
+                .iter()
+                .any(|later| matches!(later, TaskControl::CheckpointAborted(id) if *id == barrier.checkpoint_id));
+            if aborted_later {
+                continue;
+            }
+        }
+        if let ControlOutcome::Stop = on_control(*message)? {
             return Ok(Some(Step::Finished));
         }
     }
@@ -335,14 +352,20 @@ fn poll_control(
     Ok(Some(Step::Idle))
 }
 
-/// Snapshots the chain at `barrier` and hands the snapshot to the runtime.
+/// Control messages handled in one step, at most (the rest wait for the next step).
+const CONTROL_BATCH_MAX: usize = 256;
+
+/// Snapshots the chain at `barrier` and hands the snapshot to the runtime; `finished` when
+/// the chain's end of input already ran.
 fn take_snapshot<T>(
     head: &mut dyn Operator<T>,
     barrier: &Barrier,
     first: Option<OperatorSnapshotData>,
+    finished: bool,
     ctx: &TaskContext,
 ) -> Result<(), TaskError> {
     let mut snapshot = TaskSnapshot::new(*barrier);
+    snapshot.finished = finished;
     if let Some(first) = first {
         snapshot.operators.push(first);
     }
@@ -361,6 +384,8 @@ pub struct SourceBody<T> {
     stopping: Option<u64>,
     /// The reader ended and the task waits for the job's final checkpoint.
     data_ended: bool,
+    /// Restored as finished: the reader is not polled, the source ends at once.
+    skip_reading: bool,
     ctx: TaskContext,
 }
 
@@ -374,8 +399,15 @@ impl<T: Send> SourceBody<T> {
             flush_timer: FlushTimer::new(),
             stopping: None,
             data_ended: false,
+            skip_reading: false,
             ctx: ctx.clone(),
         }
+    }
+
+    /// The source had finished when the snapshot it restores was taken: it reads nothing and
+    /// goes straight to its end of input (whose chained operators, finished too, emit nothing).
+    pub fn finished_on_restore(&mut self) {
+        self.skip_reading = true;
     }
 
     fn checkpoint(&mut self, barrier: &Barrier) -> Result<(), TaskError> {
@@ -389,7 +421,7 @@ impl<T: Send> SourceBody<T> {
                 elements: positions.elements,
             }],
         };
-        take_snapshot(self.head.as_mut(), barrier, Some(source_state), &self.ctx)?;
+        take_snapshot(self.head.as_mut(), barrier, Some(source_state), self.data_ended, &self.ctx)?;
         if barrier.terminates() {
             self.stopping = Some(barrier.checkpoint_id);
         }
@@ -417,7 +449,12 @@ impl<T: Send> TaskBody for SourceBody<T> {
             return Ok(step);
         }
         fire_due_timers(self.head.as_mut(), &self.ctx)?;
-        match self.reader.poll_next(&mut self.batch, BATCH_RECORDS_MAX)? {
+        let poll = if self.skip_reading {
+            SourcePoll::End
+        } else {
+            self.reader.poll_next(&mut self.batch, BATCH_RECORDS_MAX)?
+        };
+        match poll {
             SourcePoll::Data => {
                 self.ctx.metrics.add_in(self.batch.len());
                 self.head.process_batch(&mut self.batch)?;
@@ -460,10 +497,16 @@ pub struct InputBody<T> {
     ended: Vec<bool>,
     /// Ended inputs whose producer is gone too: nothing more to read.
     closed: Vec<bool>,
+    /// Every input ended and the chain's end of input ran (at once, before anything after the
+    /// last end of partition, so a snapshot is either wholly before it or wholly after).
+    input_ended: bool,
     /// Every input ended and the task waits for the job's final checkpoint.
     data_ended: bool,
     /// The newest checkpoint snapshotted: a barrier of it or older is not taken again.
     last_snapshot: u64,
+    /// Checkpoints the job master aborted that are newer than `last_snapshot`: a late barrier
+    /// of one of them starts no alignment (which would block an input until the next one).
+    aborted: std::collections::BTreeSet<u64>,
     /// Inputs whose barrier arrived while others' did not yet (exactly-once alignment).
     blocked: Vec<bool>,
     live: usize,
@@ -475,6 +518,8 @@ pub struct InputBody<T> {
     ctx: TaskContext,
 }
 
+/// Aborted checkpoints an input body remembers, at most.
+const ABORTED_REMEMBERED_MAX: usize = 1024;
 /// Batches taken from the inputs in one step before timers and cancellation are checked.
 const BATCHES_PER_STEP_MAX: usize = 64;
 /// How long a subtask whose peer vanished without end of input waits for the job to cancel it.
@@ -487,8 +532,10 @@ impl<T: Send> InputBody<T> {
         InputBody {
             ended: vec![false; live],
             closed: vec![false; live],
+            input_ended: false,
             data_ended: false,
             last_snapshot: 0,
+            aborted: std::collections::BTreeSet::new(),
             blocked: vec![false; live],
             live,
             next_input: 0,
@@ -523,6 +570,13 @@ impl<T: Send> InputBody<T> {
                     self.ended[input] = true;
                     self.live -= 1;
                 }
+                if self.live == 0 && !self.input_ended {
+                    // The end of input runs before any later barrier is taken: a snapshot
+                    // whose barrier came after every end of partition holds its results.
+                    self.input_ended = true;
+                    self.head.end_input()?;
+                    self.head.flush()?;
+                }
                 // An ended input has nothing more before any barrier.
                 self.complete_alignment_if_ready()
             }
@@ -530,8 +584,9 @@ impl<T: Send> InputBody<T> {
     }
 
     fn on_barrier(&mut self, input: usize, barrier: Barrier) -> Result<(), TaskError> {
-        if barrier.checkpoint_id <= self.last_snapshot {
-            // Taken already: the copy of an input that ended before it delivered the barrier.
+        if barrier.checkpoint_id <= self.last_snapshot || self.aborted.contains(&barrier.checkpoint_id) {
+            // Taken already (the copy of an input that ended before it delivered the barrier),
+            // or aborted: nothing to align.
             return Ok(());
         }
         let current = self.alignment.as_ref().map(|a| a.barrier.checkpoint_id);
@@ -574,7 +629,8 @@ impl<T: Send> InputBody<T> {
         let barrier = alignment.barrier;
         self.abort_alignment();
         self.last_snapshot = barrier.checkpoint_id;
-        take_snapshot(self.head.as_mut(), &barrier, None, &self.ctx)?;
+        self.aborted = self.aborted.split_off(&(barrier.checkpoint_id + 1));
+        take_snapshot(self.head.as_mut(), &barrier, None, self.input_ended, &self.ctx)?;
         if barrier.terminates() {
             self.stopping = Some(barrier.checkpoint_id);
         }
@@ -582,10 +638,16 @@ impl<T: Send> InputBody<T> {
     }
 
     fn on_control(&mut self, control: TaskControl) -> Result<ControlOutcome, TaskError> {
-        if let TaskControl::CheckpointAborted(id) = control
-            && self.alignment.as_ref().is_some_and(|a| a.barrier.checkpoint_id == id)
-        {
-            self.abort_alignment();
+        if let TaskControl::CheckpointAborted(id) = control {
+            if self.alignment.as_ref().is_some_and(|a| a.barrier.checkpoint_id == id) {
+                self.abort_alignment();
+            }
+            if id > self.last_snapshot {
+                self.aborted.insert(id);
+                while self.aborted.len() > ABORTED_REMEMBERED_MAX {
+                    self.aborted.pop_first();
+                }
+            }
         }
         on_completion(self.head.as_mut(), &mut self.stopping, control)
     }
@@ -630,9 +692,7 @@ impl<T: Send> TaskBody for InputBody<T> {
         if let Some(step) = poll_control(self.ctx.control.clone(), stopping, |message| self.on_control(message))? {
             return Ok(step);
         }
-        if self.live == 0 && !self.data_ended {
-            self.head.end_input()?;
-            self.head.flush()?;
+        if self.input_ended && !self.data_ended {
             match &self.ctx.end_of_data {
                 Some(report) if self.ctx.waits_for_final_checkpoint() => {
                     // Keep reading barriers from the ended inputs until the job says finish.

@@ -24,6 +24,20 @@ pub type SourceFactory =
 /// Builds an operator link given the link after it.
 pub type OperatorFactory = Arc<dyn Fn(&TaskContext, ErasedOperator) -> Result<ErasedOperator, TaskError> + Send + Sync>;
 
+/// Checks a restored state's elements: refuses with a reason, or returns lines for the user.
+pub type RestoreCheckFn = Arc<dyn Fn(&[Vec<u8>]) -> Result<Vec<String>, String> + Send + Sync>;
+
+/// A pre-flight check of one of a node's operator states in a snapshot, run before a
+/// restored job starts (every old subtask's elements of state `state`): an error refuses the
+/// restore; the lines tell the user what the restore will do.
+#[derive(Clone)]
+pub struct RestoreCheck {
+    /// The operator state checked (`source-positions`, `sink-committables`).
+    pub state: &'static str,
+    /// The check.
+    pub check: RestoreCheckFn,
+}
+
 /// What a node does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -78,6 +92,8 @@ pub struct StreamNode {
     pub inputs: Vec<StreamEdge>,
     /// For sinks: where only this sink may write ([`crate::sink::Sink::exclusive_target`]).
     pub exclusive_target: Option<String>,
+    /// For sources and sinks: the check of their restored state before a restore starts.
+    pub restore_check: Option<RestoreCheck>,
     pub(crate) source_factory: Option<SourceFactory>,
     pub(crate) operator_factory: Option<OperatorFactory>,
     pub(crate) output_type: Arc<dyn StreamType>,

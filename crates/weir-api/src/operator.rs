@@ -60,8 +60,12 @@ pub struct TaskMetrics {
     pub records_in: AtomicU64,
     /// Records sent to downstream tasks or written by a sink.
     pub records_out: AtomicU64,
-    /// Milliseconds spent blocked on full output channels (backpressure).
+    /// Milliseconds spent blocked on full output channels (backpressure), up to the end of
+    /// the last wait.
     pub backpressured_ms: AtomicU64,
+    /// When the wait on a full output channel going on now began (epoch ms; 0: none), so a
+    /// reader counts a sender blocked right now ([`TaskMetrics::backpressured_ms_now`]).
+    pub backpressured_since_ms: AtomicU64,
     /// Snapshot bytes read while restoring this subtask's state.
     pub restored_bytes: AtomicU64,
     /// Each chained operator's counters, in the order of the task's chain (head first).
@@ -103,6 +107,15 @@ impl TaskMetrics {
     #[inline]
     pub fn add_out(&self, n: usize) {
         self.records_out.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    /// Milliseconds blocked on full output channels so far, the wait going on now included.
+    pub fn backpressured_ms_now(&self) -> u64 {
+        let done = self.backpressured_ms.load(Ordering::Relaxed);
+        match self.backpressured_since_ms.load(Ordering::Relaxed) {
+            0 => done,
+            since => done + weir_types::lifecycle::now_ms().saturating_sub(since),
+        }
     }
 }
 

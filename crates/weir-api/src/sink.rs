@@ -32,6 +32,17 @@ pub trait Sink<T>: Send + Sync + 'static {
         }
         self.create_writer(ctx)
     }
+
+    /// Checks, before a restored job starts, every subtask's pending commits in the snapshot
+    /// (the elements [`Sink::restore_writer`] would get): an error refuses the restore and
+    /// names what is wrong; the lines say what the restore will do (`weir run --dry-run`
+    /// prints them). Nothing may change.
+    fn check_restore(&self, committables: &[Vec<u8>]) -> Result<Vec<String>, String> {
+        if committables.is_empty() {
+            return Ok(Vec::new());
+        }
+        Err(format!("the snapshot holds {} pending commits but this sink cannot restore them", committables.len()))
+    }
 }
 
 /// Writes records for one subtask. The defaults suit a sink without buffering or

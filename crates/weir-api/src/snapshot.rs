@@ -73,12 +73,15 @@ pub struct TaskSnapshot {
     pub barrier: Barrier,
     /// One entry per stateful operator of the chain.
     pub operators: Vec<OperatorSnapshotData>,
+    /// The subtask's input had ended and its chain's end-of-input output went out before the
+    /// barrier: a restore must not run it again (Flink's finished tasks, FLIP-147).
+    pub finished: bool,
 }
 
 impl TaskSnapshot {
     /// An empty snapshot for `barrier`.
     pub fn new(barrier: Barrier) -> TaskSnapshot {
-        TaskSnapshot { barrier, operators: Vec::new() }
+        TaskSnapshot { barrier, operators: Vec::new(), finished: false }
     }
 }
 
@@ -97,6 +100,20 @@ pub struct RestoredOperator {
     pub keyed: Vec<RestoredTable>,
     /// Non-keyed states: name -> elements assigned to this subtask.
     pub operator_states: HashMap<String, Vec<Vec<u8>>>,
+    /// The operator had finished for this subtask when the snapshot was taken: it restores
+    /// its state but reads no input (a source) and does not emit its end-of-input results
+    /// again.
+    pub finished: bool,
+    /// The job that took the snapshot (32 hex): a sink may take over that job's leftovers.
+    pub snapshot_job_id: String,
+}
+
+impl RestoredOperator {
+    /// True when `restored` (a [`TaskContext::restored_operator`](crate::operator::TaskContext::restored_operator))
+    /// says the operator finished before the snapshot.
+    pub fn is_finished(restored: Option<&RestoredOperator>) -> bool {
+        restored.is_some_and(|restored| restored.finished)
+    }
 }
 
 /// Messages from the job master to a running subtask.

@@ -38,6 +38,13 @@ pub trait Source<T>: Send + Sync + 'static {
     /// [`SourcePositions::mode`] says).
     fn restore_reader(&self, ctx: &TaskContext, positions: Vec<Vec<u8>>)
     -> Result<Box<dyn SourceReader<T>>, TaskError>;
+
+    /// Checks, before a restored job starts, every old subtask's position elements in the
+    /// snapshot: an error refuses the restore and says what is wrong; the lines say what the
+    /// restore will do. The default accepts anything (the reader checks when it restores).
+    fn check_restore(&self, _positions: &[Vec<u8>]) -> Result<Vec<String>, String> {
+        Ok(Vec::new())
+    }
 }
 
 /// A reader's read position, as list-state elements.

@@ -1,6 +1,6 @@
 //! The canonical snapshot format, shared by checkpoints and savepoints: a `_metadata` file plus data files.
 //!
-//! # Snapshot format, version 1
+//! # Snapshot format, version 2
 //!
 //! A snapshot (a checkpoint `chk-<n>` or a savepoint `savepoint-<job6>-<hex12>`) is one
 //! directory holding:
@@ -24,12 +24,12 @@
 //! One JSON object (UTF-8):
 //!
 //! ```json
-//! {"magic":"weir-snapshot","format_version":1,"crc32":3735928559,"metadata":{...}}
+//! {"magic":"weir-snapshot","format_version":2,"crc32":3735928559,"metadata":{...}}
 //! ```
 //!
 //! - `magic`: always `"weir-snapshot"`.
-//! - `format_version`: `1`. A reader refuses versions it does not know ("written by a newer
-//!   weir").
+//! - `format_version`: `2` (this weir also reads `1`, which is `2` without `finished`). A
+//!   reader refuses versions it does not know ("written by a newer weir").
 //! - `crc32`: CRC-32 (IEEE, as `crc32fast`) of the compact JSON serialization of `metadata`
 //!   with its fields in the order listed below (serde_json's `to_vec` of
 //!   [`SnapshotMetadata`]). A reader re-serializes the parsed `metadata` and compares.
@@ -57,7 +57,12 @@
 //!       - `operator_states`: per non-keyed state `{"name","mode","elements":[block...]}`
 //!         with `mode` one of `"split"` (list state, split evenly on rescale), `"union"`
 //!         (every subtask gets every element) or `"broadcast"` (every subtask holds the same
-//!         copy); each block is one redistributable element.
+//!         copy); each block is one redistributable element;
+//!       - `finished` (version 2, written only when `true`): the subtask's input had ended
+//!         and it had emitted its end-of-input results before the barrier (Flink's finished
+//!         tasks, FLIP-147). An operator whose subtasks are all finished is *fully
+//!         finished*: a restore runs it without input and without end-of-input output, so
+//!         nothing it emitted before is emitted again.
 //!
 //! A block (`BlockRef`) is `{"key_group":g|null,"offset":o,"length":l,"crc32":c,"entries":n}`:
 //! bytes `[o, o + l)` of the subtask's data file, CRC-32 `c` over exactly those bytes, holding
@@ -71,7 +76,7 @@
 //!
 //! ```text
 //! offset 0   8 bytes  magic "WEIRDATA"
-//! offset 8   4 bytes  format version, u32 little-endian (1)
+//! offset 8   4 bytes  format version, u32 little-endian (2; 1 is read too)
 //! offset 12  blocks, concatenated, no padding
 //! ```
 //!
@@ -92,8 +97,11 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use weir_types::{KeyGroupRange, MAX_PARALLELISM_UPPER_BOUND, compute_key_group_range_for_operator_index};
 
-/// The version of the snapshot format this weir writes and reads.
-pub const FORMAT_VERSION: u32 = 1;
+/// The version of the snapshot format this weir writes.
+pub const FORMAT_VERSION: u32 = 2;
+
+/// The oldest version this weir reads (every version up to [`FORMAT_VERSION`] is read).
+pub const FORMAT_VERSION_OLDEST: u32 = 1;
 
 /// The `magic` field of every `_metadata` file.
 pub const METADATA_MAGIC: &str = "weir-snapshot";
@@ -187,6 +195,23 @@ pub struct SubtaskSnapshot {
     pub keyed_states: Vec<KeyedStateHandle>,
     /// The non-keyed (operator) states.
     pub operator_states: Vec<OperatorStateHandle>,
+    /// The subtask's input had ended and its end-of-input results were out before the
+    /// barrier (version 2; absent means `false`, and `false` is not written, so a version 1
+    /// file re-serializes to the same bytes for its checksum).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub finished: bool,
+}
+
+fn is_false(value: &bool) -> bool {
+    !*value
+}
+
+impl OperatorSnapshot {
+    /// True when every subtask's input had ended before the barrier (Flink's fully finished
+    /// operator): a restore must not feed it records or run its end of input again.
+    pub fn is_fully_finished(&self) -> bool {
+        !self.subtasks.is_empty() && self.subtasks.iter().all(|subtask| subtask.finished)
+    }
 }
 
 /// One keyed state of one subtask.
@@ -377,8 +402,12 @@ fn metadata_crc(metadata: &SnapshotMetadata) -> u32 {
 
 /// Encodes `metadata` as the bytes of a `_metadata` file (envelope with magic, version and checksum).
 pub fn encode_metadata(metadata: &SnapshotMetadata) -> Bytes {
-    let envelope =
-        EnvelopeOut { magic: METADATA_MAGIC, format_version: FORMAT_VERSION, crc32: metadata_crc(metadata), metadata };
+    let envelope = EnvelopeOut {
+        magic: METADATA_MAGIC,
+        format_version: metadata.format_version,
+        crc32: metadata_crc(metadata),
+        metadata,
+    };
     // As above: plain structs always serialize.
     Bytes::from(serde_json::to_vec(&envelope).expect("snapshot metadata always serializes"))
 }
@@ -406,7 +435,7 @@ pub fn decode_metadata(bytes: &[u8], location: &str) -> Result<SnapshotMetadata,
         _ => None,
     };
     match version {
-        Some(version) if version == u64::from(FORMAT_VERSION) => {}
+        Some(version) if (u64::from(FORMAT_VERSION_OLDEST)..=u64::from(FORMAT_VERSION)).contains(&version) => {}
         Some(version) if version > u64::from(FORMAT_VERSION) => {
             return Err(FormatError::NewerVersion { location: location.to_string(), version });
         }
@@ -427,6 +456,16 @@ pub fn decode_metadata(bytes: &[u8], location: &str) -> Result<SnapshotMetadata,
     if actual != recorded {
         return Err(FormatError::ChecksumMismatch { location: location.to_string(), expected: recorded, actual });
     }
+    if Some(u64::from(metadata.format_version)) != version {
+        return Err(FormatError::Inconsistent {
+            location: location.to_string(),
+            reason: format!(
+                "the metadata says format version {} but the envelope says {}",
+                metadata.format_version,
+                version.unwrap_or_default()
+            ),
+        });
+    }
     validate_metadata(&metadata, location)?;
     Ok(metadata)
 }
@@ -442,11 +481,14 @@ fn is_relative_name(name: &str) -> bool {
 /// names the metadata file in errors.
 pub fn validate_metadata(metadata: &SnapshotMetadata, location: &str) -> Result<(), FormatError> {
     let fail = |reason: String| Err(FormatError::Inconsistent { location: location.to_string(), reason });
-    if metadata.format_version != FORMAT_VERSION {
+    if !(FORMAT_VERSION_OLDEST..=FORMAT_VERSION).contains(&metadata.format_version) {
         return fail(format!(
-            "the metadata says format version {} but the envelope says {FORMAT_VERSION}",
+            "the metadata says format version {}, not one of {FORMAT_VERSION_OLDEST}..={FORMAT_VERSION}",
             metadata.format_version
         ));
+    }
+    if metadata.format_version < 2 && metadata.operators.iter().flat_map(|o| &o.subtasks).any(|s| s.finished) {
+        return fail(format!("format version {} has no finished subtasks", metadata.format_version));
     }
     let max_p = metadata.max_parallelism;
     if max_p == 0 || max_p > MAX_PARALLELISM_UPPER_BOUND {
@@ -663,6 +705,17 @@ pub(crate) fn block_past_end(block: &BlockRef, file_len: u64, location: &str) ->
     }
 }
 
+/// The error for a block that starts inside a data file's header.
+pub(crate) fn block_in_header(block: &BlockRef, location: &str) -> FormatError {
+    FormatError::BadBlock {
+        location: location.to_string(),
+        what: block.describe(),
+        offset: block.offset,
+        length: block.length,
+        problem: format!("starts inside the {DATA_HEADER_LEN}-byte header"),
+    }
+}
+
 /// The verified bytes of `block` from a whole data file's bytes.
 pub fn read_block<'a>(file: &'a [u8], block: &BlockRef, location: &str) -> Result<&'a [u8], FormatError> {
     let end = block.offset.checked_add(block.length).filter(|end| *end <= file.len() as u64);
@@ -692,7 +745,7 @@ mod tests {
         let bytes = encode_metadata(&metadata);
         let value: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
         assert_eq!(value["magic"], "weir-snapshot");
-        assert_eq!(value["format_version"], 1);
+        assert_eq!(value["format_version"], 2);
         assert_eq!(value["metadata"]["kind"], "savepoint");
         assert_eq!(value["metadata"]["operators"][0]["subtasks"][0]["operator_states"][0]["mode"], "split");
         assert_eq!(decode_metadata(&bytes, LOCATION).unwrap(), metadata);
@@ -740,7 +793,7 @@ mod tests {
         let mut value = original.clone();
         value["format_version"] = 7.into();
         let error = decode_metadata(&serde_json::to_vec(&value).unwrap(), LOCATION).unwrap_err();
-        assert!(error.to_string().contains("written by a newer weir (format 7); this weir reads format 1"), "{error}");
+        assert!(error.to_string().contains("written by a newer weir (format 7); this weir reads format 2"), "{error}");
 
         let mut value = original.clone();
         value["metadata"]["job_name"] = "renamed".into();
@@ -825,8 +878,35 @@ mod tests {
         wrong[0] = b'X';
         assert!(matches!(check_data_header(&wrong, location), Err(FormatError::BadDataFile { .. })));
         wrong[0] = b'W';
-        wrong[8] = 2;
-        assert!(matches!(check_data_header(&wrong, location), Err(FormatError::NewerVersion { version: 2, .. })));
+        wrong[8] = 3;
+        assert!(matches!(check_data_header(&wrong, location), Err(FormatError::NewerVersion { version: 3, .. })));
+        wrong[8] = 1;
+        check_data_header(&wrong, location).unwrap();
+    }
+
+    #[test]
+    fn version_1_files_are_read_and_finished_subtasks_need_version_2() {
+        let mut metadata = sample();
+        metadata.format_version = 1;
+        let bytes = encode_metadata(&metadata);
+        let value: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(value["format_version"], 1);
+        assert!(!String::from_utf8_lossy(&bytes).contains("finished"), "false is not written");
+        assert_eq!(decode_metadata(&bytes, LOCATION).unwrap(), metadata);
+
+        metadata.operators[0].subtasks[0].finished = true;
+        let error = decode_metadata(&encode_metadata(&metadata), LOCATION).unwrap_err();
+        assert!(error.to_string().contains("has no finished subtasks"), "{error}");
+        metadata.format_version = 2;
+        let decoded = decode_metadata(&encode_metadata(&metadata), LOCATION).unwrap();
+        assert!(decoded.operators[0].subtasks[0].finished);
+        assert!(!decoded.operators[0].is_fully_finished() || decoded.operators[0].subtasks.len() == 1);
+
+        // The envelope and the body must agree on the version.
+        let mut value: serde_json::Value = serde_json::from_slice(&encode_metadata(&metadata)).unwrap();
+        value["format_version"] = 1.into();
+        let error = decode_metadata(&serde_json::to_vec(&value).unwrap(), LOCATION).unwrap_err();
+        assert!(error.to_string().contains("but the envelope says 1"), "{error}");
     }
 
     proptest! {

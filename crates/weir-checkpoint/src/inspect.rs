@@ -107,6 +107,7 @@ fn operator_summary(operator: &OperatorSnapshot) -> Value {
                 "file": subtask.file,
                 "bytes": bytes,
                 "entries": entries,
+                "finished": subtask.finished,
             })
         })
         .collect();
@@ -116,6 +117,7 @@ fn operator_summary(operator: &OperatorSnapshot) -> Value {
         "name": operator.name,
         "parallelism": operator.parallelism,
         "key_type": operator.key_type,
+        "finished_subtasks": operator.subtasks.iter().filter(|subtask| subtask.finished).count(),
         "bytes": total,
         "keyed_states": keyed_json,
         "operator_states": states_json,
@@ -170,10 +172,15 @@ pub fn inspect_text(metadata: &SnapshotMetadata, location: &str) -> String {
             Some(key_type) => format!("key type {key_type}"),
             None => "not keyed".to_string(),
         };
+        let finished = match (number(&operator["finished_subtasks"]), number(&operator["parallelism"])) {
+            (0, _) => String::new(),
+            (done, all) if done == all => ", finished (its input had ended)".to_string(),
+            (done, all) => format!(", {done} of {all} subtasks finished"),
+        };
         let _ = writeln!(out);
         let _ = writeln!(
             out,
-            "Operator '{}' ({}): parallelism {}, {keyed}, {}",
+            "Operator '{}' ({}): parallelism {}, {keyed}, {}{finished}",
             text(&operator["uid"]),
             text(&operator["name"]),
             number(&operator["parallelism"]),

@@ -20,7 +20,16 @@
 //!   - `broadcast`: every new subtask gets old subtask 0's copy (all copies are identical).
 //!
 //! Every new subtask of a restored operator is told about every state name of the old
-//! operator, even when it receives no block for it, so it can declare the state.
+//! operator, even when it receives no block for it, so it can declare the state. An operator
+//! that is not in the snapshot is not in the plan at all: it starts exactly as in a fresh job
+//! (a new source reads from its beginning).
+//!
+//! **Finished operators** (Flink's FLIP-147): a snapshot records which subtasks' input had
+//! ended before the barrier. A new subtask restores as *finished* (no input, no end-of-input
+//! output: it emitted that before) when its operator was fully finished, or when the
+//! parallelism is unchanged and its own old subtask was. A fully finished operator whose
+//! input is new or was still running is refused: records would reach an operator that
+//! already ended.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -46,6 +55,8 @@ pub struct NewOperator {
     pub parallelism: u32,
     /// True when it is a keyed operator.
     pub keyed: bool,
+    /// The uids of the operators whose output it reads.
+    pub inputs: Vec<String>,
 }
 
 /// What the new job looks like.
@@ -68,6 +79,9 @@ pub struct SubtaskRestore {
     pub operator_states: Vec<OperatorStateRestore>,
     /// The snapshot's key type for a keyed operator (compare with the job's).
     pub key_type: Option<String>,
+    /// The subtask restores as finished: its input had ended before the snapshot and its
+    /// end-of-input output is already downstream, so it reads nothing and emits nothing.
+    pub finished: bool,
 }
 
 impl SubtaskRestore {
@@ -82,8 +96,8 @@ impl SubtaskRestore {
 pub struct RestorePlan {
     /// The max parallelism the job runs with (the snapshot's).
     pub max_parallelism: u32,
-    /// Per uid of the new job, indexed by new subtask. Operators absent from the snapshot get
-    /// empty entries.
+    /// Per uid of the new job that the snapshot holds, indexed by new subtask. Operators absent
+    /// from the snapshot are absent here: they start as in a fresh job.
     pub operators: BTreeMap<String, Vec<SubtaskRestore>>,
     /// Uids of snapshot operators whose state is dropped (allowed by `allow_non_restored_state`).
     pub non_restored: Vec<String>,
@@ -153,6 +167,18 @@ pub enum RestoreError {
         /// The operator.
         uid: String,
     },
+    /// A fully finished operator would read records from an input that is new or unfinished.
+    #[error(
+        "operator '{uid}' had finished (its input ended) when the snapshot was taken, but its input '{input}' {why}; a finished operator cannot take records again — restore a snapshot taken before '{uid}' finished, or give '{uid}' a new uid and pass -n/--allow-non-restored-state to start it empty"
+    )]
+    FinishedAfterUnfinished {
+        /// The finished operator.
+        uid: String,
+        /// Its input that is not finished.
+        input: String,
+        /// "is new in the job" or "had not finished".
+        why: &'static str,
+    },
     /// The snapshot has non-keyed state for an operator that is keyed in the job.
     #[error(
         "operator '{uid}' was not keyed when the snapshot was taken but is keyed in the job, so its state cannot be restored; remove the key_by, or give it a new uid and pass -n/--allow-non-restored-state to drop the old state"
@@ -199,11 +225,11 @@ pub fn plan_restore(metadata: &SnapshotMetadata, request: &RestoreRequest) -> Re
     }
     let old_by_uid: BTreeMap<&str, &OperatorSnapshot> =
         metadata.operators.iter().map(|old| (old.uid.as_str(), old)).collect();
+    check_finished_inputs(request, &old_by_uid)?;
     let mut operators = BTreeMap::new();
     for new in &request.operators {
         let p = new.parallelism;
         let Some(old) = old_by_uid.get(new.uid.as_str()) else {
-            operators.insert(new.uid.clone(), vec![SubtaskRestore::default(); p as usize]);
             continue;
         };
         if old.has_keyed_state() && !new.keyed {
@@ -212,11 +238,15 @@ pub fn plan_restore(metadata: &SnapshotMetadata, request: &RestoreRequest) -> Re
         if new.keyed && old.key_type.is_none() && old.has_state() {
             return Err(RestoreError::NonKeyedStateToKeyed { uid: new.uid.clone() });
         }
+        let fully_finished = old.is_fully_finished();
+        let same_parallelism = old.parallelism == p;
         let mut subtasks: Vec<SubtaskRestore> = (0..p)
-            .map(|_| SubtaskRestore {
+            .map(|index| SubtaskRestore {
                 keyed: Vec::new(),
                 operator_states: Vec::new(),
                 key_type: if new.keyed { old.key_type.clone() } else { None },
+                finished: fully_finished
+                    || (same_parallelism && old.subtasks.get(index as usize).is_some_and(|s| s.finished)),
             })
             .collect();
         assign_keyed(old, max_p, &mut subtasks);
@@ -224,6 +254,27 @@ pub fn plan_restore(metadata: &SnapshotMetadata, request: &RestoreRequest) -> Re
         operators.insert(new.uid.clone(), subtasks);
     }
     Ok(RestorePlan { max_parallelism: max_p, operators, non_restored })
+}
+
+/// Refuses a fully finished operator fed by an operator that is new or not fully finished.
+fn check_finished_inputs(
+    request: &RestoreRequest,
+    old_by_uid: &BTreeMap<&str, &OperatorSnapshot>,
+) -> Result<(), RestoreError> {
+    let finished = |uid: &str| old_by_uid.get(uid).is_some_and(|old| old.is_fully_finished());
+    for new in &request.operators {
+        if !finished(&new.uid) {
+            continue;
+        }
+        for input in &new.inputs {
+            if finished(input) {
+                continue;
+            }
+            let why = if old_by_uid.contains_key(input.as_str()) { "had not finished" } else { "is new in the job" };
+            return Err(RestoreError::FinishedAfterUnfinished { uid: new.uid.clone(), input: input.clone(), why });
+        }
+    }
+    Ok(())
 }
 
 /// Gives each new subtask the key-group blocks of its new range, for every keyed state.
@@ -344,7 +395,12 @@ mod tests {
                 .operators
                 .iter()
                 .zip(parallelisms)
-                .map(|(old, p)| NewOperator { uid: old.uid.clone(), parallelism: *p, keyed: old.key_type.is_some() })
+                .map(|(old, p)| NewOperator {
+                    uid: old.uid.clone(),
+                    parallelism: *p,
+                    keyed: old.key_type.is_some(),
+                    inputs: Vec::new(),
+                })
                 .collect(),
             max_parallelism: None,
             allow_non_restored_state: false,
@@ -540,7 +596,7 @@ mod tests {
     fn several_orphans_are_listed_in_one_error() {
         let metadata = sample();
         let request = RestoreRequest {
-            operators: vec![NewOperator { uid: "sink".into(), parallelism: 1, keyed: false }],
+            operators: vec![NewOperator { uid: "sink".into(), parallelism: 1, keyed: false, inputs: Vec::new() }],
             max_parallelism: None,
             allow_non_restored_state: false,
         };
@@ -573,12 +629,17 @@ mod tests {
     fn new_operators_and_bad_requests() {
         let metadata = sample();
         let mut request = request_for(&metadata, &[2, 2, 1]);
-        request.operators.push(NewOperator { uid: "brand-new".into(), parallelism: 3, keyed: true });
+        request.operators.push(NewOperator {
+            uid: "brand-new".into(),
+            parallelism: 3,
+            keyed: true,
+            inputs: vec!["source".into()],
+        });
         let plan = plan_restore(&metadata, &request).unwrap();
-        assert_eq!(plan.operators["brand-new"], vec![SubtaskRestore::default(); 3]);
+        assert!(!plan.operators.contains_key("brand-new"), "a new operator starts as in a fresh job");
 
         let mut duplicate = request.clone();
-        duplicate.operators.push(NewOperator { uid: "sink".into(), parallelism: 1, keyed: false });
+        duplicate.operators.push(NewOperator { uid: "sink".into(), parallelism: 1, keyed: false, inputs: Vec::new() });
         assert_eq!(plan_restore(&metadata, &duplicate).unwrap_err(), RestoreError::DuplicateUid { uid: "sink".into() });
 
         let mut zero = request.clone();
@@ -603,6 +664,53 @@ mod tests {
         assert_eq!(groups[0], from(0, &[0, 1, 2]));
         assert_eq!(groups[1], [from(0, &[3]), from(1, &[4, 5])].concat());
         assert_eq!(groups[2], from(1, &[6, 7]));
+    }
+
+    #[test]
+    fn finished_operators_restore_finished_and_refuse_unfinished_inputs() {
+        let mut metadata = sample();
+        // source finished on both subtasks, counter on one of its two.
+        for subtask in &mut metadata.operators[0].subtasks {
+            subtask.finished = true;
+        }
+        metadata.operators[1].subtasks[0].finished = true;
+        let mut request = request_for(&metadata, &[2, 2, 1]);
+        request.operators[1].inputs = vec!["source".into()];
+        request.operators[2].inputs = vec!["counter".into()];
+        let plan = plan_restore(&metadata, &request).unwrap();
+        assert!(plan.operators["source"].iter().all(|s| s.finished), "fully finished");
+        let counter: Vec<bool> = plan.operators["counter"].iter().map(|s| s.finished).collect();
+        assert_eq!(counter, vec![true, false], "same parallelism: each subtask as it was");
+        assert!(!plan.operators["sink"][0].finished);
+        // Rescaled, a partly finished operator restores unfinished; a fully finished one stays.
+        let plan = plan_restore(&metadata, &request_for(&metadata, &[3, 3, 1])).unwrap();
+        assert!(plan.operators["source"].iter().all(|s| s.finished));
+        assert!(plan.operators["counter"].iter().all(|s| !s.finished));
+
+        // A fully finished counter behind a new source is refused, naming both.
+        metadata.operators[1].subtasks[1].finished = true;
+        let mut request = request_for(&metadata, &[2, 2, 1]);
+        request.operators[0].uid = "new-source".into();
+        request.operators[1].inputs = vec!["new-source".into()];
+        request.allow_non_restored_state = true;
+        let error = plan_restore(&metadata, &request).unwrap_err();
+        assert_eq!(
+            error,
+            RestoreError::FinishedAfterUnfinished {
+                uid: "counter".into(),
+                input: "new-source".into(),
+                why: "is new in the job"
+            }
+        );
+        assert!(error.to_string().contains("give 'counter' a new uid"), "{error}");
+        // ... and so is one behind a source that had not finished.
+        for subtask in &mut metadata.operators[0].subtasks {
+            subtask.finished = false;
+        }
+        let mut request = request_for(&metadata, &[2, 2, 1]);
+        request.operators[1].inputs = vec!["source".into()];
+        let error = plan_restore(&metadata, &request).unwrap_err();
+        assert!(matches!(error, RestoreError::FinishedAfterUnfinished { why: "had not finished", .. }), "{error}");
     }
 
     #[test]

@@ -143,7 +143,12 @@ pub async fn rewrite_max_parallelism(
     for (operator_index, operator) in metadata.operators.iter().enumerate() {
         operators.push(rewrite_operator(source, target, operator_index, operator, new_max).await?);
     }
-    let rewritten = SnapshotMetadata { max_parallelism: new_max, operators, ..metadata };
+    let rewritten = SnapshotMetadata {
+        format_version: crate::format::FORMAT_VERSION,
+        max_parallelism: new_max,
+        operators,
+        ..metadata
+    };
     crate::validate_metadata(&rewritten, target.display()).map_err(LoadError::from)?;
     write_metadata(target, &rewritten).await?;
     Ok(rewritten)
@@ -249,6 +254,7 @@ async fn rewrite_operator(
             file,
             keyed_states,
             operator_states,
+            finished: operator.subtasks.get(index as usize).is_some_and(|old| old.finished),
         });
     }
     Ok(OperatorSnapshot { subtasks, ..operator.clone() })
@@ -302,6 +308,7 @@ mod tests {
                     key_groups: blocks,
                 }],
                 operator_states: Vec::new(),
+                finished: false,
             });
             let mut writer = DataFileWriter::new();
             let element = writer.add_block(format!("position of {subtask}").as_bytes(), None, 1);
@@ -317,6 +324,7 @@ mod tests {
                     mode: RedistributionMode::Split,
                     elements: vec![element],
                 }],
+                finished: false,
             });
         }
         let metadata = SnapshotMetadata {

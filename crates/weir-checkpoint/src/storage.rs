@@ -462,7 +462,7 @@ impl SnapshotStorage {
     }
 
     /// Removes the (now empty) local directory tree of the prefix, bottom-up.
-    fn remove_empty_local_dirs(&self) -> Result<(), StorageError> {
+    pub(crate) fn remove_empty_local_dirs(&self) -> Result<(), StorageError> {
         let Some((store, root)) = &self.local else {
             return Ok(());
         };

@@ -156,6 +156,7 @@ pub(crate) fn build_snapshot(spec: &SnapshotSpec) -> (SnapshotMetadata, BTreeMap
                 file,
                 keyed_states,
                 operator_states,
+                finished: false,
             });
         }
         operators.push(OperatorSnapshot {

@@ -265,7 +265,7 @@ fn a_savepoint_rewritten_to_more_key_groups_restores_beyond_the_old_max_parallel
     assert!(output.status.success(), "{stdout}{}", String::from_utf8_lossy(&output.stderr));
     for needle in [
         "operator 'counter' restores its state (parallelism 2 -> 4)",
-        "operator 'enrich' is new: starts with empty state",
+        "operator 'enrich' is new: starts as in a fresh job (empty state; a source reads from its beginning)",
         "nothing was started or written",
     ] {
         assert!(stdout.contains(needle), "'{needle}' missing:\n{stdout}");

@@ -8,6 +8,7 @@
 
 pub mod discard;
 pub mod file;
+pub mod file_sink;
 pub mod print;
 pub mod sequence;
 

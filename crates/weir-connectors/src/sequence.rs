@@ -228,6 +228,11 @@ impl<T: Send + 'static> Source<T> for SequenceSource<T> {
         // Union state: every subtask sees every split's position and keeps its own splits.
         self.reader_from_positions(ctx, Self::decode_positions(&positions)?)
     }
+
+    fn check_restore(&self, positions: &[Vec<u8>]) -> Result<Vec<String>, String> {
+        Self::decode_positions(positions).map_err(|e| e.to_string())?;
+        Ok(Vec::new())
+    }
 }
 
 /// One owned split and the next index it will produce.

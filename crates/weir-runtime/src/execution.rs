@@ -118,6 +118,9 @@ fn bridge(
         .map_err(|e| TaskError::external("starting a network channel thread", e))
 }
 
+/// Longest a snapshot waits for its checkpoint's directory to be known.
+const SNAPSHOT_DIR_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Hands a subtask's snapshots to the writer pool with the checkpoint's directory.
 struct SubtaskSnapshotSink {
     vertex: usize,
@@ -130,21 +133,12 @@ impl SnapshotSink for SubtaskSnapshotSink {
     fn submit(&self, snapshot: TaskSnapshot) {
         let id = snapshot.barrier.checkpoint_id;
         // On a TaskManager the directory arrives from the JobManager just before the barrier
-        // does; give it a moment rather than dropping the snapshot.
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
-        let dir = loop {
-            let dir = match self.dirs.lock() {
-                Ok(dirs) => dirs.get(&id).cloned(),
-                Err(poisoned) => poisoned.into_inner().get(&id).cloned(),
-            };
-            if dir.is_some() || std::time::Instant::now() >= deadline {
-                break dir;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(2));
-        };
+        // does; give it a moment rather than dropping the snapshot (none: it was retired).
+        let dir = self.dirs.wait_for(id, SNAPSHOT_DIR_WAIT_MAX);
         // No directory: the checkpoint was aborted meanwhile; its snapshot is not needed.
         if let Some(dir) = dir {
-            let _ = self.writer.send(WriteJob { dir, vertex: self.vertex, subtask: self.subtask, snapshot });
+            let registry = Arc::clone(&self.dirs);
+            let _ = self.writer.send(WriteJob { dir, registry, vertex: self.vertex, subtask: self.subtask, snapshot });
         }
     }
 }

@@ -467,6 +467,7 @@ impl JobMaster {
                 uid: node.uid_or_generated(),
                 name: node.name.clone(),
                 parallelism: vertex.parallelism,
+                vertex: job_graph.vertex_of_node[node.id],
             });
         }
         let first_id = settings.restore.as_ref().map(|r| r.metadata.checkpoint_id + 1).unwrap_or(1);
@@ -822,19 +823,7 @@ impl JobMaster {
         let metadata = blocking
             .block_on(weir_checkpoint::load_metadata(&storage))
             .map_err(|e| format!("cannot read checkpoint {checkpoint_id} to restart from: {e}"))?;
-        let mut operators = Vec::with_capacity(graph.nodes().len());
-        for node in graph.nodes() {
-            operators.push(weir_checkpoint::NewOperator {
-                uid: node.uid_or_generated(),
-                parallelism: job_graph.vertices[job_graph.vertex_of_node[node.id]].parallelism,
-                keyed: node.keyed,
-            });
-        }
-        let request = weir_checkpoint::RestoreRequest {
-            operators,
-            max_parallelism: Some(job_graph.max_parallelism),
-            allow_non_restored_state: false,
-        };
+        let request = crate::cluster::resources::restore_request(graph, job_graph, false);
         let plan = weir_checkpoint::plan_restore(&metadata, &request)
             .map_err(|e| format!("cannot restart from checkpoint {checkpoint_id}: {e}"))?;
         if let Ok(mut stats) = self.checkpoint_stats.lock() {
@@ -963,6 +952,10 @@ impl JobMaster {
             && supervisor.region_restarts.is_empty()
             && record.subtasks.iter().flatten().all(|s| s.data_ended)
         {
+            if !supervisor.coordinator.periodic_slot_free() {
+                // execution.checkpointing.max-concurrent-checkpoints binds the final one too.
+                return;
+            }
             // Every input ended: the next checkpoint is the final one; take it now.
             match supervisor.coordinator.trigger(SnapshotRequest::Periodic, None) {
                 Ok(barrier) => {
@@ -1074,12 +1067,24 @@ impl JobMaster {
                         .savepoints
                         .insert(request_id.clone(), (SavepointStatus::Completed(completion.location.clone()), false));
                 }
-                supervisor.send_to_all(TaskControl::CheckpointComplete(completion.checkpoint_id));
+                // An intermediate savepoint is no restore point for failover (a restart restores
+                // the newest checkpoint), so it commits nothing: what its sinks staged is
+                // committed by the next checkpoint (Flink since 1.15, FLINK-25191). A
+                // stop-with-savepoint ends the job, so it commits.
+                let commits = match completion.request {
+                    SnapshotRequest::Periodic => true,
+                    SnapshotRequest::Savepoint { terminate, .. } => terminate,
+                };
+                if commits {
+                    supervisor.send_to_all(TaskControl::CheckpointComplete(completion.checkpoint_id));
+                }
                 if supervisor.final_checkpoint == Some(completion.checkpoint_id) {
                     // Everything up to the end of every input is committed: finish.
                     supervisor.finishing = true;
                     supervisor.send_to_all(TaskControl::Finish);
                 }
+                let subsumed = supervisor.coordinator.take_subsumed();
+                self.on_checkpoint_failures(record, supervisor, subsumed);
             }
             Some(Err(failure)) => self.on_checkpoint_failures(record, supervisor, vec![failure]),
         }

@@ -392,7 +392,7 @@ impl JobMaster {
                     let subtask_metrics = VertexMetrics {
                         read_records: subtask.metrics.records_in.load(Ordering::Relaxed),
                         write_records: subtask.metrics.records_out.load(Ordering::Relaxed),
-                        backpressured_ms: subtask.metrics.backpressured_ms.load(Ordering::Relaxed),
+                        backpressured_ms: subtask.metrics.backpressured_ms_now(),
                     };
                     metrics.read_records += subtask_metrics.read_records;
                     metrics.write_records += subtask_metrics.write_records;

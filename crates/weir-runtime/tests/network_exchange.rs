@@ -1,8 +1,8 @@
 //! One job split over two "TaskManagers" in one process: every channel between them goes
 //! over TCP through each side's data server, and the keyed counts are still exact.
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use weir_api::operator::{SystemClock, TaskMetrics};
@@ -66,7 +66,7 @@ fn a_job_split_over_two_processes_counts_exactly() {
         };
         let wiring = CheckpointWiring {
             exactly_once: true,
-            dirs: Arc::new(Mutex::new(HashMap::new())),
+            dirs: weir_runtime::checkpointing::dirs::SnapshotDirectories::new(),
             writer: writer_tx.clone(),
             restore: None,
             final_checkpoint: false,

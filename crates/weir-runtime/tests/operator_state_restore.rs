@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use weir_api::prelude::*;
-use weir_checkpoint::{NewOperator, RestoreRequest, SnapshotStorage, load_metadata, plan_restore};
+use weir_checkpoint::{SnapshotStorage, load_metadata, plan_restore};
 use weir_runtime::checkpointing::RestoreSource;
 use weir_runtime::job_master::SavepointStatus;
 use weir_runtime::{Dispatcher, JobSettings};
@@ -99,14 +99,8 @@ fn list_state_splits_union_state_unions_and_broadcast_state_copies_on_rescale() 
     let restored = Arc::new(Mutex::new(Vec::new()));
     let second = CountingFunction { subtask: 0, count: 0, restored: Arc::clone(&restored), snapshots: Arc::default() };
     let graph = job(second).build("operator-state").unwrap();
-    let operators = graph
-        .nodes()
-        .iter()
-        .map(|node| NewOperator { uid: node.uid_or_generated(), parallelism: 5, keyed: node.keyed })
-        .collect();
-    let plan =
-        plan_restore(&metadata, &RestoreRequest { operators, max_parallelism: None, allow_non_restored_state: false })
-            .unwrap();
+    let request = weir_runtime::checkpointing::restore::restore_request(&graph, |_| 5, None, false);
+    let plan = plan_restore(&metadata, &request).unwrap();
     let mut settings = JobSettings::with_parallelism(5);
     settings.max_parallelism = Some(plan.max_parallelism);
     settings.restore = Some(Arc::new(RestoreSource { storage: blocking, location: location.clone(), metadata, plan }));

@@ -96,7 +96,7 @@ impl<K: Key> KeyedStateBackend<K> {
                 continue;
             }
             if let Some(restored) = table.as_restored() {
-                let typed = Self::claim_restored::<C>(restored, name, kind, self.range)?;
+                let typed = Self::claim_restored::<C>(restored, name, kind, self.range, self.max_parallelism)?;
                 *table = Box::new(typed);
                 found = Some(index);
                 break;
@@ -130,6 +130,7 @@ impl<K: Key> KeyedStateBackend<K> {
         name: &str,
         kind: StateKind,
         range: KeyGroupRange,
+        max_parallelism: u32,
     ) -> Result<Table<K, C>, StateError> {
         let declared_type = std::any::type_name::<C>();
         if restored.kind != kind || restored.cell_type != declared_type {
@@ -140,8 +141,8 @@ impl<K: Key> KeyedStateBackend<K> {
             });
         }
         let mut table = Table::<K, C>::new(name, kind, range);
-        for (key_group, (bytes, _)) in &restored.key_groups {
-            table.read_key_group(*key_group, bytes)?;
+        for (key_group, (bytes, entries)) in &restored.key_groups {
+            table.read_key_group_verified(*key_group, bytes, max_parallelism, *entries)?;
         }
         Ok(table)
     }

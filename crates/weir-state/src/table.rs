@@ -6,6 +6,7 @@ use std::hash::Hash;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use weir_types::key::with_canonical_bytes;
+use weir_types::keygroups::{key_group_for_hash, murmur3_32};
 use weir_types::{Key, KeyGroupRange};
 
 use crate::FastMap;
@@ -225,6 +226,43 @@ impl<K: Key, C> Table<K, C> {
     /// Every key group's map, in key-group order.
     pub fn groups(&self) -> &[KeyMap<K, C>] {
         &self.groups
+    }
+
+    /// Decodes a restored key group as [`StateTable::read_key_group`] does, and checks what
+    /// the snapshot claims (paired with what was written): every key hashes to `key_group`
+    /// under `max_parallelism`, and there are `expected_entries` of them (when recorded).
+    pub fn read_key_group_verified(
+        &mut self,
+        key_group: u32,
+        bytes: &[u8],
+        max_parallelism: u32,
+        expected_entries: u64,
+    ) -> Result<(), StateError>
+    where
+        C: Cell,
+    {
+        let index = self.index_of(key_group)?;
+        let corrupt = |reason: String| StateError::Corrupt { name: self.name.clone(), key_group, reason };
+        let entries: Vec<(&[u8], &[u8])> =
+            postcard::from_bytes(bytes).map_err(|e| corrupt(format!("cannot decode entries: {e}")))?;
+        if expected_entries > 0 && entries.len() as u64 != expected_entries {
+            return Err(corrupt(format!(
+                "the snapshot records {expected_entries} entries but the block holds {}",
+                entries.len()
+            )));
+        }
+        let mut map = KeyMap::with_capacity(entries.len());
+        for (key_bytes, cell_bytes) in entries {
+            let owner = key_group_for_hash(murmur3_32(key_bytes), max_parallelism);
+            if owner != key_group {
+                return Err(corrupt(format!("a key of key group {owner} is stored in key group {key_group}")));
+            }
+            let key: K = postcard::from_bytes(key_bytes).map_err(|e| corrupt(format!("cannot decode a key: {e}")))?;
+            let cell = C::decode(cell_bytes).map_err(|e| corrupt(format!("cannot decode a value: {e}")))?;
+            map.insert_owned(key, cell);
+        }
+        self.groups[index] = map;
+        Ok(())
     }
 
     fn index_of(&self, key_group: u32) -> Result<usize, StateError> {

@@ -25,6 +25,8 @@ pub struct KeyedProcessOperator<K, I, O, F> {
     clock: Arc<dyn Clock>,
     out: Vec<O>,
     next: Box<dyn Operator<O>>,
+    /// Restored as finished: its end-of-input results were emitted before the snapshot.
+    finished_on_restore: bool,
     _input: PhantomData<fn(I)>,
 }
 
@@ -42,6 +44,7 @@ impl<K: Key, I, O, F> KeyedProcessOperator<K, I, O, F> {
             clock: Arc::clone(&ctx.clock),
             out: Vec::new(),
             next,
+            finished_on_restore: false,
             _input: PhantomData,
         }
     }
@@ -53,6 +56,7 @@ impl<K: Key, I, O, F> KeyedProcessOperator<K, I, O, F> {
 
     /// Loads restored keyed state (before the first record).
     pub fn restore(&mut self, restored: &RestoredOperator) -> Result<(), TaskError> {
+        self.finished_on_restore = restored.finished;
         if restored.keyed.is_empty() && restored.key_type.is_none() {
             return Ok(());
         }
@@ -171,6 +175,10 @@ where
     }
 
     fn end_input(&mut self) -> Result<(), TaskError> {
+        if self.finished_on_restore {
+            // Its end-of-input results went downstream before the snapshot it restored.
+            return self.next.end_input();
+        }
         let mut ctx = EndOfInputContext { backend: &mut self.backend };
         let mut out = Collector { buffer: &mut self.out };
         if let Err(e) = self.func.on_end_of_input(&mut ctx, &mut out) {

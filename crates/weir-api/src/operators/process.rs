@@ -15,6 +15,8 @@ pub struct ProcessOperator<I, O, F> {
     func: F,
     out: Vec<O>,
     next: Box<dyn Operator<O>>,
+    /// Restored as finished: its end-of-input results were emitted before the snapshot.
+    finished_on_restore: bool,
     _input: PhantomData<fn(I)>,
 }
 
@@ -35,6 +37,7 @@ impl<I, O, F: ProcessFunction<I, O>> ProcessOperator<I, O, F> {
             func,
             out: Vec::new(),
             next,
+            finished_on_restore: crate::snapshot::RestoredOperator::is_finished(ctx.restored_operator()),
             _input: PhantomData,
         })
     }
@@ -67,6 +70,9 @@ impl<I: Send, O: Send, F: ProcessFunction<I, O>> Operator<I> for ProcessOperator
     }
 
     fn end_input(&mut self) -> Result<(), TaskError> {
+        if self.finished_on_restore {
+            return self.next.end_input();
+        }
         let mut out = Collector { buffer: &mut self.out };
         if let Err(e) = self.func.on_end_of_input(&mut out) {
             return Err(TaskError::user(&self.name, e));

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use weir_api::catalog::{JobArgs, JobCatalog};
 use weir_api::datastream::StreamExecutionEnvironment;
 use weir_api::graph::StreamGraph;
-use weir_checkpoint::{NewOperator, RestoreRequest, load_metadata};
+use weir_checkpoint::load_metadata;
 use weir_config::Configuration;
 use weir_config::FailoverStrategy;
 use weir_config::options::{
@@ -70,6 +70,7 @@ pub fn prepare(
                 "warning: the state of operator '{uid}' is not restored (-n/--allow-non-restored-state)"
             ));
         }
+        notes.extend(check_restored_states(path, &graph, &restore)?);
         settings.max_parallelism = Some(restore.plan.max_parallelism);
         settings.restore = Some(Arc::new(restore));
     }
@@ -110,6 +111,11 @@ pub fn run(args: RunArgs, catalog: &JobCatalog) -> Result<ExitCode, CliError> {
         return dry_run(&args, catalog, &config);
     }
     if let Some(address) = settings::cluster_address(args.jobmanager.as_deref(), &config)? {
+        // The cluster's processes have their own working directories: paths are ours.
+        let mut args = args;
+        if let (Some(definition), Ok(cwd)) = (catalog.get(&args.job), std::env::current_dir()) {
+            args.job_args = weir_api::catalog::absolute_path_args(&definition.args(), &args.job_args, &cwd);
+        }
         return crate::commands::cluster::submit(&address, &args);
     }
     if args.detached {
@@ -192,13 +198,19 @@ fn dry_run(args: &RunArgs, catalog: &JobCatalog, config: &Configuration) -> Resu
             let uid = node.uid_or_generated();
             let parallelism = job_graph.vertices[job_graph.vertex_of_node[node.id]].parallelism;
             let recorded = restore.metadata.operators.iter().find(|o| o.uid == uid);
-            let what = match recorded {
+            let finished = restore.plan.operators.get(&uid).map_or(0, |s| s.iter().filter(|s| s.finished).count());
+            let mut what = match recorded {
                 Some(operator) if operator.has_state() => {
                     format!("restores its state (parallelism {} -> {parallelism})", operator.parallelism)
                 }
                 Some(_) => "was in the snapshot without state".to_string(),
-                None => "is new: starts with empty state".to_string(),
+                None => "is new: starts as in a fresh job (empty state; a source reads from its beginning)".to_string(),
             };
+            if finished > 0 {
+                what.push_str(&format!(
+                    "; {finished} of {parallelism} subtask(s) had finished: they read no input and do not emit their end-of-input results again"
+                ));
+            }
             println!("  operator '{uid}' {what}");
         }
         for uid in &restore.plan.non_restored {
@@ -207,6 +219,30 @@ fn dry_run(args: &RunArgs, catalog: &JobCatalog, config: &Configuration) -> Resu
     }
     println!("Dry run: the job can start as given; nothing was started or written.");
     Ok(ExitCode::SUCCESS)
+}
+
+/// Runs every source's and sink's check of its restored state (read positions, pending
+/// commits) before anything starts: a refusal names the snapshot and the operator; the lines
+/// are what the restore will do.
+fn check_restored_states(path: &str, graph: &StreamGraph, restore: &RestoreSource) -> Result<Vec<String>, CliError> {
+    let mut lines = Vec::new();
+    for node in graph.nodes() {
+        let Some(check) = &node.restore_check else { continue };
+        let uid = node.uid_or_generated();
+        if !restore.plan.operators.contains_key(&uid) {
+            continue;
+        }
+        let refused =
+            |reason: String| CliError::usage(format!("cannot restore from {path}: operator '{uid}': {reason}"));
+        let elements = restore.operator_state_elements(&uid, check.state).map_err(refused)?;
+        for line in (check.check)(&elements).map_err(refused)? {
+            lines.push(match line.strip_prefix("warning: ") {
+                Some(warning) => format!("warning: operator '{uid}': {warning}"),
+                None => format!("operator '{uid}': {line}"),
+            });
+        }
+    }
+    Ok(lines)
 }
 
 /// Reads the snapshot at `path` and checks that this job can start from it: uids, max
@@ -220,19 +256,12 @@ fn plan_restore(
     let storage = snapshot_storage(path)?;
     let blocking = storage.blocking();
     let metadata = blocking.block_on(load_metadata(&storage)).map_err(CliError::usage)?;
-    let mut operators = Vec::with_capacity(graph.nodes().len());
-    for node in graph.nodes() {
-        operators.push(NewOperator {
-            uid: node.uid_or_generated(),
-            parallelism: node.parallelism.or(graph.parallelism).unwrap_or(settings.default_parallelism),
-            keyed: node.keyed,
-        });
-    }
-    let request = RestoreRequest {
-        operators,
-        max_parallelism: graph.max_parallelism.or(settings.max_parallelism),
+    let request = weir_runtime::checkpointing::restore::restore_request(
+        graph,
+        |node| node.parallelism.or(graph.parallelism).unwrap_or(settings.default_parallelism),
+        graph.max_parallelism.or(settings.max_parallelism),
         allow_non_restored_state,
-    };
+    );
     let plan = weir_checkpoint::plan_restore(&metadata, &request)
         .map_err(|e| CliError::usage(format!("cannot restore from {path}: {e}")))?;
     // Pre-flight: a keyed operator must keep its key type (state types are checked when each

@@ -134,8 +134,18 @@ pub fn snapshot_storage(path: &str) -> Result<SnapshotStorage, CliError> {
 fn dispose(path: &str) -> Result<ExitCode, CliError> {
     let storage = snapshot_storage(path)?;
     let blocking = storage.blocking();
-    let bytes = blocking.block_on(weir_checkpoint::dispose(&storage)).map_err(|e| CliError::runtime(e.to_string()))?;
-    println!("Disposed savepoint {path} ({bytes} bytes).");
+    let disposed = blocking.block_on(weir_checkpoint::dispose(&storage)).map_err(|e| match e {
+        weir_checkpoint::LoadError::Format(_) => CliError::usage(format!("{e}; nothing was deleted")),
+        _ => CliError::runtime(e.to_string()),
+    })?;
+    println!("Disposed savepoint {path} ({} bytes).", disposed.bytes);
+    if !disposed.left.is_empty() {
+        eprintln!(
+            "warning: {} file(s) in {path} are not part of the snapshot and were left: {}",
+            disposed.left.len(),
+            disposed.left.iter().take(5).cloned().collect::<Vec<_>>().join(", ")
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }
 

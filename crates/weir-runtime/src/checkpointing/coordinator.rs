@@ -27,6 +27,8 @@ pub struct OperatorInfo {
     pub name: String,
     /// Parallelism.
     pub parallelism: u32,
+    /// The job vertex (task) it is chained into.
+    pub vertex: usize,
 }
 
 /// Why a snapshot is taken.
@@ -43,8 +45,7 @@ pub enum SnapshotRequest {
     },
 }
 
-/// Checkpoint directories by id, shared with the subtasks' snapshot sinks.
-pub type SnapshotDirs = Arc<Mutex<HashMap<u64, Arc<BlockingStorage>>>>;
+pub use super::dirs::{SnapshotDirectories, SnapshotDirs};
 
 struct PendingCheckpoint {
     barrier: Barrier,
@@ -95,6 +96,8 @@ pub struct CheckpointCoordinator {
     consecutive_failures: u32,
     dirs: SnapshotDirs,
     stats: Arc<Mutex<CheckpointStats>>,
+    /// Checkpoints subsumed by the last completion, for the job master to abort.
+    subsumed: Vec<Failure>,
 }
 
 impl CheckpointCoordinator {
@@ -127,8 +130,9 @@ impl CheckpointCoordinator {
             retained: VecDeque::new(),
             next_periodic_at: first_trigger,
             consecutive_failures: 0,
-            dirs: Arc::new(Mutex::new(HashMap::new())),
+            dirs: SnapshotDirectories::new(),
             stats,
+            subsumed: Vec::new(),
         })
     }
 
@@ -154,6 +158,12 @@ impl CheckpointCoordinator {
         if self.settings.interval.is_none() || now < self.next_periodic_at {
             return false;
         }
+        self.periodic_slot_free()
+    }
+
+    /// True when fewer periodic checkpoints are in flight than `max-concurrent-checkpoints`
+    /// allows (the final checkpoint is bound by it too; savepoints are not, as in Flink).
+    pub fn periodic_slot_free(&self) -> bool {
         let periodic_in_flight =
             self.pending.values().filter(|p| matches!(p.request, SnapshotRequest::Periodic)).count() as u32;
         periodic_in_flight < self.settings.max_concurrent
@@ -191,9 +201,7 @@ impl CheckpointCoordinator {
         let barrier = Barrier { checkpoint_id: id, timestamp_ms: now_ms(), kind };
         let location = dir.url().to_string();
         let dir = Arc::new(dir.blocking());
-        if let Ok(mut dirs) = self.dirs.lock() {
-            dirs.insert(id, Arc::clone(&dir));
-        }
+        self.dirs.open(id, Arc::clone(&dir));
         if matches!(request, SnapshotRequest::Periodic) {
             // The next interval counts from this trigger (Flink), min-pause from a completion.
             self.next_periodic_at = Instant::now() + self.settings.interval.unwrap_or(Duration::MAX / 4);
@@ -235,6 +243,10 @@ impl CheckpointCoordinator {
     }
 
     /// Records a subtask's acknowledgement; completes the checkpoint when it was the last.
+    ///
+    /// A periodic checkpoint that completes subsumes the periodic checkpoints older than it
+    /// still in flight (Flink's `CHECKPOINT_SUBSUMED`): they are aborted, not counted as
+    /// failures, and returned by [`CheckpointCoordinator::take_subsumed`].
     pub fn acknowledge(&mut self, ack: SubtaskAck) -> Option<Result<Completion, Failure>> {
         let id = ack.checkpoint_id;
         let pending = self.pending.get_mut(&id)?;
@@ -280,19 +292,40 @@ impl CheckpointCoordinator {
             stats.completed += 1;
         }
         self.consecutive_failures = 0;
-        if let Ok(mut dirs) = self.dirs.lock() {
-            dirs.remove(&id);
-        }
+        self.dirs.retire(id);
         if matches!(pending.request, SnapshotRequest::Periodic) {
             self.next_periodic_at = self.next_periodic_at.max(Instant::now() + self.settings.min_pause);
             self.retain(id, Arc::clone(&pending.dir));
+            let older: Vec<u64> = self
+                .pending
+                .iter()
+                .filter(|(older, p)| **older < id && matches!(p.request, SnapshotRequest::Periodic))
+                .map(|(older, _)| *older)
+                .collect();
+            for older in older {
+                if let Some(subsumed) = self.pending.remove(&older) {
+                    let mut failure =
+                        self.fail(subsumed, format!("subsumed by checkpoint {id}, which completed first"));
+                    // Not a failure of the job's checkpointing: a newer one completed.
+                    failure.fail_job = false;
+                    self.consecutive_failures = 0;
+                    self.subsumed.push(failure);
+                }
+            }
         }
         Ok(Completion { checkpoint_id: id, request: pending.request, location })
     }
 
-    /// Keeps the newest `num_retained` completed checkpoints and deletes older ones.
+    /// The checkpoints the last completion subsumed (see [`CheckpointCoordinator::acknowledge`]).
+    pub fn take_subsumed(&mut self) -> Vec<Failure> {
+        std::mem::take(&mut self.subsumed)
+    }
+
+    /// Keeps the newest `num_retained` completed checkpoints (by id, whatever order they
+    /// completed in) and deletes older ones.
     fn retain(&mut self, id: u64, dir: Arc<BlockingStorage>) {
-        self.retained.push_back((id, dir));
+        let at = self.retained.partition_point(|(retained, _)| *retained < id);
+        self.retained.insert(at, (id, dir));
         while self.retained.len() > self.settings.num_retained.max(1) as usize {
             if let Some((old_id, old_dir)) = self.retained.pop_front()
                 && let Err(e) = old_dir.delete_all()
@@ -319,13 +352,18 @@ impl CheckpointCoordinator {
             let mut subtasks = Vec::with_capacity(info.parallelism as usize);
             let key_type = acked.as_ref().and_then(|a| a.0.clone());
             for index in 0..info.parallelism {
-                let snapshot = acked.as_ref().and_then(|a| a.1.get(&index).cloned()).unwrap_or(SubtaskSnapshot {
+                // Stateless operators send nothing of their own: their task's ack says whether
+                // the subtask had finished.
+                let finished = pending.acks.get(&(info.vertex, index)).is_some_and(|ack| ack.finished);
+                let mut snapshot = acked.as_ref().and_then(|a| a.1.get(&index).cloned()).unwrap_or(SubtaskSnapshot {
                     subtask: index,
                     key_group_range: None,
                     file: None,
                     keyed_states: Vec::new(),
                     operator_states: Vec::new(),
+                    finished: false,
                 });
+                snapshot.finished = finished;
                 subtasks.push(snapshot);
             }
             operators.push(OperatorSnapshot {
@@ -353,12 +391,12 @@ impl CheckpointCoordinator {
 
     fn fail(&mut self, pending: PendingCheckpoint, reason: String) -> Failure {
         let id = pending.barrier.checkpoint_id;
+        // Retired first: a write that lands after the deletion below sees it and removes its
+        // own file (`writer::write_subtask`).
+        self.dirs.retire(id);
         // A failed checkpoint's files are useless; completed ones are never touched here.
         if let Err(e) = pending.dir.delete_all() {
             tracing::warn!(checkpoint = id, error = %e, "cannot delete the files of a failed checkpoint");
-        }
-        if let Ok(mut dirs) = self.dirs.lock() {
-            dirs.remove(&id);
         }
         let duration = pending.started.elapsed().as_millis() as u64;
         let message = reason.clone();
@@ -418,7 +456,7 @@ impl CheckpointCoordinator {
         failures
     }
 
-    /// The location of the newest retained checkpoint.
+    /// The location of the newest retained checkpoint (retained ones are kept in id order).
     pub fn latest_retained(&self) -> Option<(u64, String)> {
         self.retained.back().map(|(id, dir)| (*id, dir.storage.url().to_string()))
     }
@@ -438,7 +476,7 @@ mod tests {
     }
 
     fn coordinator(settings: CheckpointSettings) -> CheckpointCoordinator {
-        let operators = vec![OperatorInfo { uid: "source".into(), name: "source".into(), parallelism: 2 }];
+        let operators = vec![OperatorInfo { uid: "source".into(), name: "source".into(), parallelism: 2, vertex: 0 }];
         let stats = Arc::new(Mutex::new(CheckpointStats::default()));
         CheckpointCoordinator::new(settings, "0123456789abcdef0123456789abcdef", "test", 128, operators, 2, 1, stats)
             .unwrap()
@@ -458,9 +496,11 @@ mod tests {
                     file: None,
                     keyed_states: Vec::new(),
                     operator_states: Vec::new(),
+                    finished: false,
                 },
                 bytes: 10,
             }],
+            finished: false,
         }
     }
 

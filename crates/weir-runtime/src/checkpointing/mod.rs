@@ -2,6 +2,7 @@
 //! bookkeeping, the asynchronous writer of subtask snapshots, and reading restored state.
 
 pub mod coordinator;
+pub mod dirs;
 pub mod restore;
 pub mod settings;
 pub mod stats;

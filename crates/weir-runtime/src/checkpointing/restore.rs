@@ -3,11 +3,35 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use weir_api::graph::{StreamGraph, StreamNode};
 use weir_api::snapshot::RestoredOperator;
 use weir_checkpoint::format::{BlockRef, SnapshotMetadata};
 use weir_checkpoint::restore::RestorePlan;
 use weir_checkpoint::storage::BlockingStorage;
+use weir_checkpoint::{NewOperator, RestoreRequest};
 use weir_state::{RestoredTable, StateKind};
+
+/// What `graph` looks like to restore planning: every operator's uid, parallelism
+/// (`parallelism_of`), keyedness and inputs.
+pub fn restore_request(
+    graph: &StreamGraph,
+    parallelism_of: impl Fn(&StreamNode) -> u32,
+    max_parallelism: Option<u32>,
+    allow_non_restored_state: bool,
+) -> RestoreRequest {
+    let nodes = graph.nodes();
+    let mut operators = Vec::with_capacity(nodes.len());
+    for node in nodes {
+        let inputs = node.inputs.iter().filter_map(|edge| nodes.get(edge.source)).map(StreamNode::uid_or_generated);
+        operators.push(NewOperator {
+            uid: node.uid_or_generated(),
+            parallelism: parallelism_of(node),
+            keyed: node.keyed,
+            inputs: inputs.collect(),
+        });
+    }
+    RestoreRequest { operators, max_parallelism, allow_non_restored_state }
+}
 
 /// A snapshot a job starts from, with the plan of who reads what.
 pub struct RestoreSource {
@@ -52,7 +76,12 @@ impl RestoreSource {
             let Some(share) = subtasks.get(subtask as usize) else {
                 continue;
             };
-            let mut operator = RestoredOperator { key_type: share.key_type.clone(), ..RestoredOperator::default() };
+            let mut operator = RestoredOperator {
+                key_type: share.key_type.clone(),
+                finished: share.finished,
+                snapshot_job_id: self.metadata.job_id.clone(),
+                ..RestoredOperator::default()
+            };
             for (name, kind, value_type, blocks) in &share.keyed {
                 let kind: StateKind = kind.parse().map_err(|e| format!("operator '{uid}' state '{name}': {e}"))?;
                 let mut key_groups = BTreeMap::new();
@@ -73,6 +102,22 @@ impl RestoreSource {
             restored.insert(uid.clone(), operator);
         }
         Ok(restored)
+    }
+
+    /// Every element of operator state `name` of snapshot operator `uid`, from every old
+    /// subtask in subtask order (for pre-flight checks); empty when there is none.
+    pub fn operator_state_elements(&self, uid: &str, name: &str) -> Result<Vec<Vec<u8>>, String> {
+        let Some(operator) = self.metadata.operators.iter().find(|o| o.uid == uid) else {
+            return Ok(Vec::new());
+        };
+        let mut blocks = Vec::new();
+        for subtask in &operator.subtasks {
+            let Some(file) = &subtask.file else { continue };
+            for state in subtask.operator_states.iter().filter(|state| state.name == name) {
+                blocks.extend(state.elements.iter().map(|block| (file.clone(), *block)));
+            }
+        }
+        self.read_blocks(&blocks, &AtomicU64::new(0))
     }
 
     /// Reads blocks (grouped into one ranged read per file) and checks each checksum.

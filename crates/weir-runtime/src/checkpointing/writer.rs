@@ -40,6 +40,9 @@ pub struct SubtaskAck {
     pub subtask: u32,
     /// One entry per stateful operator of the chain.
     pub operators: Vec<AckedOperator>,
+    /// The subtask's end of input had run before the barrier.
+    #[serde(default)]
+    pub finished: bool,
 }
 
 /// What the writer reports.
@@ -60,6 +63,9 @@ pub enum WriteOutcome {
 pub struct WriteJob {
     /// Where the checkpoint's files go.
     pub dir: Arc<BlockingStorage>,
+    /// The registry `dir` came from: a write that lands after its checkpoint was aborted
+    /// removes what it wrote.
+    pub registry: super::dirs::SnapshotDirs,
     /// The subtask's vertex.
     pub vertex: usize,
     /// The subtask.
@@ -130,7 +136,7 @@ fn mode_of(mode: Redistribution) -> RedistributionMode {
 
 /// Serializes every operator's state of one subtask into one data file and writes it.
 fn write_subtask(job: WriteJob) -> Result<SubtaskAck, String> {
-    let WriteJob { dir, vertex, subtask, snapshot } = job;
+    let WriteJob { dir, registry, vertex, subtask, snapshot } = job;
     let file = data_file_name(vertex, subtask);
     let mut data = DataFileWriter::new();
     let mut operators = Vec::with_capacity(snapshot.operators.len());
@@ -181,11 +187,28 @@ fn write_subtask(job: WriteJob) -> Result<SubtaskAck, String> {
                 file: Some(file.clone()),
                 keyed_states,
                 operator_states,
+                finished: snapshot.finished,
             },
             bytes: data.len() - before,
         });
     }
     let bytes: Bytes = data.finish();
+    let checkpoint_id = snapshot.barrier.checkpoint_id;
+    if registry.is_retired(checkpoint_id) {
+        return Err(format!("checkpoint {checkpoint_id} was aborted before subtask {subtask} wrote its state"));
+    }
     dir.put(&file, bytes).map_err(|e| e.to_string())?;
-    Ok(SubtaskAck { checkpoint_id: snapshot.barrier.checkpoint_id, vertex, subtask, operators })
+    if registry.is_retired(checkpoint_id) {
+        // Aborted while this file was written (the coordinator retires before it deletes):
+        // no file of an aborted checkpoint stays behind.
+        let _ = dir.delete_all();
+        return Err(format!("checkpoint {checkpoint_id} was aborted while subtask {subtask} wrote its state"));
+    }
+    Ok(SubtaskAck {
+        checkpoint_id: snapshot.barrier.checkpoint_id,
+        vertex,
+        subtask,
+        operators,
+        finished: snapshot.finished,
+    })
 }

@@ -367,19 +367,12 @@ pub fn restore_request(
     job_graph: &JobGraph,
     allow_non_restored_state: bool,
 ) -> weir_checkpoint::RestoreRequest {
-    let mut operators = Vec::with_capacity(graph.nodes().len());
-    for node in graph.nodes() {
-        operators.push(weir_checkpoint::NewOperator {
-            uid: node.uid_or_generated(),
-            parallelism: job_graph.vertices[job_graph.vertex_of_node[node.id]].parallelism,
-            keyed: node.keyed,
-        });
-    }
-    weir_checkpoint::RestoreRequest {
-        operators,
-        max_parallelism: Some(job_graph.max_parallelism),
+    crate::checkpointing::restore::restore_request(
+        graph,
+        |node| job_graph.vertices[job_graph.vertex_of_node[node.id]].parallelism,
+        Some(job_graph.max_parallelism),
         allow_non_restored_state,
-    }
+    )
 }
 
 /// Deploys a job's attempts onto the cluster's TaskManagers.
@@ -475,7 +468,7 @@ impl Executor for RemoteExecutor {
                 std::thread::spawn(move || {
                     for control in receiver {
                         if let TaskControl::TriggerCheckpoint(barrier) = control {
-                            let url = lock(&dirs).get(&barrier.checkpoint_id).map(|dir| dir.storage.url().to_string());
+                            let url = dirs.get(barrier.checkpoint_id).map(|dir| dir.storage.url().to_string());
                             if let Some(url) = url {
                                 for taskmanager in &involved {
                                     let message = ToTaskManager::CheckpointDir {

@@ -128,6 +128,12 @@ fn serve_jobmanager(stream: TcpStream, link: &Link, server: &Arc<DataServer>, bu
                 }
             }
             ToTaskManager::Control { job_id, attempt, vertex, subtask, control } => {
+                if let TaskControl::CheckpointComplete(id) | TaskControl::CheckpointAborted(id) = control {
+                    // Late snapshots of an ended checkpoint are dropped, not waited for.
+                    for (_, current) in attempts.iter().filter(|((job, _), _)| *job == job_id) {
+                        current.dirs.retire(id);
+                    }
+                }
                 if let Some(current) = attempts.get(&(job_id, attempt))
                     && let Some(sender) = current.controls.get(&(vertex, subtask))
                 {
@@ -138,9 +144,7 @@ fn serve_jobmanager(stream: TcpStream, link: &Link, server: &Arc<DataServer>, bu
                 let Ok(storage) = SnapshotStorage::from_url(&url) else { continue };
                 let storage = Arc::new(storage.blocking());
                 for (_, current) in attempts.iter().filter(|((job, _), _)| *job == job_id) {
-                    if let Ok(mut dirs) = current.dirs.lock() {
-                        dirs.insert(checkpoint_id, Arc::clone(&storage));
-                    }
+                    current.dirs.open(checkpoint_id, Arc::clone(&storage));
                 }
             }
             ToTaskManager::Cancel { job_id, attempt } => {
@@ -210,7 +214,7 @@ fn start_attempt(
         }
         control_receivers.push(receivers);
     }
-    let dirs: SnapshotDirs = Arc::new(Mutex::new(HashMap::new()));
+    let dirs: SnapshotDirs = crate::checkpointing::dirs::SnapshotDirectories::new();
     let (outcomes, outcome_receiver) = crossbeam_channel::unbounded::<WriteOutcome>();
     let writer = SnapshotWriter::start(outcomes).map_err(|e| e.to_string())?;
     let wiring = CheckpointWiring {
@@ -287,7 +291,7 @@ fn counters(vertex: usize, subtask: u32, metrics: &TaskMetrics) -> SubtaskCounte
         subtask,
         records_in: metrics.records_in.load(Ordering::Relaxed),
         records_out: metrics.records_out.load(Ordering::Relaxed),
-        backpressured_ms: metrics.backpressured_ms.load(Ordering::Relaxed),
+        backpressured_ms: metrics.backpressured_ms_now(),
         restored_bytes: metrics.restored_bytes.load(Ordering::Relaxed),
         operators: metrics.operators.iter().map(|o| o.records_out.load(Ordering::Relaxed)).collect(),
     }

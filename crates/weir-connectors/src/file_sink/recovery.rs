@@ -1,0 +1,379 @@
+//! What the file sink keeps in snapshots, and what a restored job does with it: commit the
+//! pending parts of the restored checkpoint where they were written, and remove hidden files
+//! that no run will ever need, without touching a file another live job is writing.
+//!
+//! A snapshot is untrusted input (its checksums catch corruption, not intent): every name it
+//! holds must be a part name this sink writes, and every directory an absolute, normalized
+//! path; anything else refuses the restore.
+
+use std::collections::BTreeSet;
+use std::fs::{self, File};
+use std::path::{Component, Path, PathBuf};
+
+use weir_api::error::TaskError;
+
+use super::names::PartName;
+
+/// A pending commit as the snapshot stores it (postcard): the output directory, the pending
+/// name and the committed name. Written by weir 0.2; snapshots of 0.1 hold only the two names
+/// ([`CommittableV1`]) and commit into the restored job's output directory.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct CommittableV2 {
+    dir: String,
+    pending: String,
+    committed: String,
+}
+
+#[derive(serde::Deserialize)]
+struct CommittableV1 {
+    pending: String,
+    committed: String,
+}
+
+/// One pending part of a completed checkpoint: it must end up committed, once.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Committable {
+    /// The directory it was written in (`None` for snapshots that did not record it).
+    pub dir: Option<PathBuf>,
+    /// Its name.
+    pub name: PartName,
+}
+
+impl Committable {
+    /// The snapshot's bytes for this commit.
+    pub fn encode(&self) -> Vec<u8> {
+        let record = CommittableV2 {
+            dir: self.dir.as_deref().map(|dir| dir.display().to_string()).unwrap_or_default(),
+            pending: self.name.pending(),
+            committed: self.name.committed(),
+        };
+        // Serializing three strings into memory cannot fail.
+        postcard::to_allocvec(&record).unwrap_or_default()
+    }
+
+    /// Decodes and checks one element of the snapshot's `sink-committables` state.
+    pub fn decode(bytes: &[u8]) -> Result<Committable, String> {
+        let (dir, pending, committed) = match postcard::take_from_bytes::<CommittableV2>(bytes) {
+            Ok((record, [])) => (Some(record.dir), record.pending, record.committed),
+            _ => match postcard::take_from_bytes::<CommittableV1>(bytes) {
+                Ok((record, [])) => (None, record.pending, record.committed),
+                _ => return Err("it is not a pending commit of the file sink".to_string()),
+            },
+        };
+        let Some(name) = PartName::parse_committed(&committed) else {
+            return Err(format!("{committed:?} is not a part-file name this sink writes"));
+        };
+        if pending != name.pending() {
+            return Err(format!("{pending:?} is not the pending name of {committed:?}"));
+        }
+        let dir = match dir {
+            Some(dir) => Some(checked_dir(&dir)?),
+            None => None,
+        };
+        Ok(Committable { dir, name })
+    }
+}
+
+/// An absolute directory without `.`/`..` segments, as the sink records it.
+fn checked_dir(dir: &str) -> Result<PathBuf, String> {
+    let path = PathBuf::from(dir);
+    let plain = path.components().all(|c| matches!(c, Component::RootDir | Component::Normal(_)));
+    if !path.is_absolute() || !plain || dir.contains('\0') {
+        return Err(format!("{dir:?} is not an absolute, normalized output directory"));
+    }
+    Ok(path)
+}
+
+/// Decodes every pending commit of a snapshot; the error names the element.
+pub fn decode_all(elements: &[Vec<u8>]) -> Result<Vec<Committable>, String> {
+    let mut all = Vec::with_capacity(elements.len());
+    for (index, bytes) in elements.iter().enumerate() {
+        let committable = Committable::decode(bytes).map_err(|reason| {
+            format!(
+                "pending commit {} of {} is refused: {reason}; the snapshot was not written by weir's file sink or was altered",
+                index + 1,
+                elements.len()
+            )
+        })?;
+        all.push(committable);
+    }
+    Ok(all)
+}
+
+/// What committing one part found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CommitOutcome {
+    /// The pending file was renamed to its committed name.
+    Committed,
+    /// Only the committed file exists: an earlier commit did it.
+    AlreadyCommitted,
+    /// Neither exists: a consumer moved or deleted the committed file (treated as committed,
+    /// as Flink's committer does).
+    Missing,
+}
+
+/// Renames `name`'s pending file in `dir` to its committed name, unless that already happened.
+pub fn commit_part(dir: &Path, name: &PartName) -> Result<CommitOutcome, TaskError> {
+    let pending = dir.join(name.pending());
+    let committed = dir.join(name.committed());
+    match fs::rename(&pending, &committed) {
+        Ok(()) => {
+            sync_dir(dir);
+            Ok(CommitOutcome::Committed)
+        }
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            if committed.exists() {
+                Ok(CommitOutcome::AlreadyCommitted)
+            } else {
+                Ok(CommitOutcome::Missing)
+            }
+        }
+        Err(error) => Err(TaskError::external(
+            format!("file sink: committing {} as {}", pending.display(), committed.display()),
+            format!("{error}; check the permissions of the output directory"),
+        )),
+    }
+}
+
+/// Where a restored commit lands: the directory it was written in, or (when its output
+/// directory was moved and the job now writes to the new place) `current`.
+fn commit_restored_part(current: &Path, committable: &Committable) -> Result<(CommitOutcome, PathBuf), TaskError> {
+    let recorded = committable.dir.clone().unwrap_or_else(|| current.to_path_buf());
+    let outcome = commit_part(&recorded, &committable.name)?;
+    if outcome == CommitOutcome::Missing && recorded != current {
+        let moved = commit_part(current, &committable.name)?;
+        if moved != CommitOutcome::Missing {
+            return Ok((moved, current.to_path_buf()));
+        }
+    }
+    Ok((outcome, recorded))
+}
+
+/// Commits the pending parts of a restored checkpoint (idempotent), then removes the orphans
+/// of `current`: hidden part files of the restored job (`snapshot_job`) and of this job's
+/// earlier attempts that the restored checkpoint does not list and that no live writer holds.
+/// Their records come again from the restored sources. Files of any other job are left alone.
+pub fn commit_restored(
+    current: &Path,
+    committables: &[Committable],
+    snapshot_job: Option<&str>,
+    job: &str,
+    attempt: u32,
+) -> Result<(), TaskError> {
+    let mut listed = BTreeSet::new();
+    for committable in committables {
+        let (outcome, dir) = commit_restored_part(current, committable)?;
+        if outcome == CommitOutcome::Missing {
+            tracing::warn!(
+                file = %dir.join(committable.name.committed()).display(),
+                "file sink: a part of the restored checkpoint is neither pending nor committed; taking it as committed (a consumer moved or deleted it)"
+            );
+        }
+        listed.insert(committable.name.clone());
+    }
+    remove_orphans(current, &listed, snapshot_job, job, attempt);
+    Ok(())
+}
+
+/// Removes the hidden part files of `dir` written by `snapshot_job` (any attempt) or by `job`
+/// before `attempt`, except `listed` ones and those a live writer holds (each writer keeps an
+/// exclusive lock on its in-progress and pending files until they are committed).
+pub fn remove_orphans(dir: &Path, listed: &BTreeSet<PartName>, snapshot_job: Option<&str>, job: &str, attempt: u32) {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let file_name = entry.file_name();
+        let Some((name, _)) = file_name.to_str().and_then(PartName::parse_hidden) else {
+            continue;
+        };
+        let ours_before = name.written_by(job) && name.attempt < attempt;
+        let restored_job =
+            snapshot_job.is_some_and(|snapshot_job| snapshot_job != job && name.written_by(snapshot_job));
+        if !(ours_before || restored_job) || listed.contains(&name) {
+            continue;
+        }
+        let path = entry.path();
+        if held_by_live_writer(&path) {
+            continue;
+        }
+        if let Err(error) = fs::remove_file(&path) {
+            tracing::warn!(file = %path.display(), %error, "file sink: cannot remove a leftover part file");
+        }
+    }
+    sync_dir(dir);
+}
+
+/// True unless `path` can be locked now: a live writer holds its lock (or locking is not
+/// supported, when nothing can be told and the file is kept).
+fn held_by_live_writer(path: &Path) -> bool {
+    let Ok(file) = File::open(path) else {
+        return true;
+    };
+    file.try_lock().is_err()
+}
+
+/// Makes renames durable; not every file system can fsync a directory, and the data itself is
+/// synced before any rename, so a failure here is not an error.
+pub fn sync_dir(dir: &Path) {
+    if let Ok(handle) = File::open(dir) {
+        let _ = handle.sync_all();
+    }
+}
+
+/// The pre-flight report of a restore: what committing `committables` into `current` would
+/// find, without changing anything (the lines `weir run --dry-run` prints).
+pub fn describe_restore(current: &Path, committables: &[Committable]) -> Vec<String> {
+    let (mut to_commit, mut committed, mut missing) = (0, 0, Vec::new());
+    for committable in committables {
+        let mut found = false;
+        let mut places = vec![committable.dir.clone().unwrap_or_else(|| current.to_path_buf())];
+        if places[0] != current {
+            places.push(current.to_path_buf());
+        }
+        for dir in &places {
+            if dir.join(committable.name.pending()).exists() {
+                to_commit += 1;
+                found = true;
+                break;
+            }
+            if dir.join(committable.name.committed()).exists() {
+                committed += 1;
+                found = true;
+                break;
+            }
+        }
+        if !found {
+            missing.push(places[0].join(committable.name.committed()));
+        }
+    }
+    let mut lines = Vec::new();
+    if committables.is_empty() {
+        return lines;
+    }
+    lines.push(format!(
+        "{} pending part file(s) of the snapshot: {to_commit} to commit, {committed} already committed, {} missing",
+        committables.len(),
+        missing.len()
+    ));
+    for path in missing.iter().take(5) {
+        lines.push(format!(
+            "warning: {} is neither pending nor committed; it is taken as committed (a consumer moved or deleted it)",
+            path.display()
+        ));
+    }
+    if missing.len() > 5 {
+        lines.push(format!("warning: ... and {} more such part file(s)", missing.len() - 5));
+    }
+    lines
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn name(job: &str, attempt: u32, counter: u64) -> PartName {
+        PartName { job: job.into(), attempt, subtask: 0, counter }
+    }
+
+    const JOB_A: &str = "aaaaaaaa000000000000000000000000";
+    const JOB_B: &str = "bbbbbbbb000000000000000000000000";
+
+    #[test]
+    fn committables_round_trip_and_old_ones_decode() {
+        let committable = Committable { dir: Some("/data/out".into()), name: name(JOB_A, 1, 4) };
+        assert_eq!(Committable::decode(&committable.encode()).unwrap(), committable);
+        let old = postcard::to_allocvec(&(".part-4f1c2e0d-0-0-1.pending", "part-4f1c2e0d-0-0-1")).unwrap();
+        let decoded = Committable::decode(&old).unwrap();
+        assert_eq!(decoded.dir, None);
+        assert_eq!(decoded.name.committed(), "part-4f1c2e0d-0-0-1");
+    }
+
+    #[test]
+    fn crafted_names_and_directories_are_refused() {
+        let crafted = |dir: &str, pending: &str, committed: &str| {
+            postcard::to_allocvec(&CommittableV2 {
+                dir: dir.into(),
+                pending: pending.into(),
+                committed: committed.into(),
+            })
+            .unwrap()
+        };
+        let good = name(JOB_A, 0, 0);
+        for (bytes, expected) in [
+            (crafted("/out", "../../etc/passwd", &good.committed()), "is not the pending name"),
+            (crafted("/out", &good.pending(), "/etc/passwd"), "is not a part-file name"),
+            (crafted("/out", ".part-x.pending", "part-x"), "is not a part-file name"),
+            (crafted("out", &good.pending(), &good.committed()), "absolute"),
+            (crafted("/out/../etc", &good.pending(), &good.committed()), "absolute, normalized"),
+            (b"\x05hello".to_vec(), "not a pending commit"),
+        ] {
+            let error = decode_all(&[bytes]).unwrap_err();
+            assert!(error.contains(expected) && error.contains("pending commit 1 of 1"), "{error}");
+        }
+    }
+
+    #[test]
+    fn restored_commits_land_where_they_were_written_and_missing_ones_count_as_committed() {
+        let root = tempfile::tempdir().unwrap();
+        let written = root.path().join("written");
+        let current = root.path().join("current");
+        fs::create_dir_all(&written).unwrap();
+        fs::create_dir_all(&current).unwrap();
+        let here = name(JOB_A, 0, 0);
+        let gone = name(JOB_A, 0, 1);
+        let moved = name(JOB_A, 0, 2);
+        fs::write(written.join(here.pending()), "a\n").unwrap();
+        fs::write(current.join(moved.pending()), "c\n").unwrap();
+        let committables: Vec<Committable> = [&here, &gone, &moved]
+            .iter()
+            .map(|n| Committable { dir: Some(written.clone()), name: (*n).clone() })
+            .collect();
+        let report = describe_restore(&current, &committables);
+        assert_eq!(report[0], "3 pending part file(s) of the snapshot: 2 to commit, 0 already committed, 1 missing");
+        assert!(report[1].contains(&gone.committed()) && report[1].starts_with("warning:"), "{report:?}");
+        commit_restored(&current, &committables, Some(JOB_A), JOB_B, 0).unwrap();
+        assert_eq!(fs::read_to_string(written.join(here.committed())).unwrap(), "a\n");
+        assert_eq!(fs::read_to_string(current.join(moved.committed())).unwrap(), "c\n");
+        // Idempotent.
+        commit_restored(&current, &committables, Some(JOB_A), JOB_B, 0).unwrap();
+        assert_eq!(
+            describe_restore(&current, &committables)[0].split(": ").nth(1).unwrap(),
+            "0 to commit, 2 already committed, 1 missing"
+        );
+    }
+
+    #[test]
+    fn orphans_are_removed_but_live_writers_and_other_jobs_are_left_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let dir = dir.path();
+        let dead_a = name(JOB_A, 0, 0).in_progress();
+        let dead_a_pending = name(JOB_A, 0, 1).pending();
+        let live_a = name(JOB_A, 0, 2).in_progress();
+        let other_job = name("cccccccc000000000000000000000000", 0, 0).in_progress();
+        let ours_earlier = name(JOB_B, 0, 0).pending();
+        let ours_now = name(JOB_B, 1, 0).in_progress();
+        for file in [&dead_a, &dead_a_pending, &live_a, &other_job, &ours_earlier, &ours_now] {
+            fs::write(dir.join(file), "x").unwrap();
+        }
+        fs::write(dir.join("unrelated.txt"), "keep").unwrap();
+        let held = File::open(dir.join(&live_a)).unwrap();
+        held.try_lock().unwrap();
+        remove_orphans(dir, &BTreeSet::new(), Some(JOB_A), JOB_B, 1);
+        let mut left: Vec<String> =
+            fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        left.sort();
+        let mut expected = vec![live_a.clone(), other_job.clone(), ours_now.clone(), "unrelated.txt".to_string()];
+        expected.sort();
+        assert_eq!(left, expected);
+        drop(held);
+    }
+
+    proptest! {
+        #[test]
+        fn decoding_arbitrary_bytes_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
+            let _ = Committable::decode(&bytes);
+        }
+    }
+}
