@@ -792,3 +792,149 @@ fn time_to_next_timer<T>(head: &dyn Operator<T>, ctx: &TaskContext) -> Duration 
         None => IDLE_WAIT_MAX,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::snapshot::{BarrierKind, SnapshotSink};
+    use std::sync::Mutex;
+
+    /// Collects the records reaching the end of a chain.
+    struct Collect(Arc<Mutex<Vec<u64>>>);
+
+    impl Operator<u64> for Collect {
+        fn process_batch(&mut self, batch: &mut Vec<u64>) -> Result<(), TaskError> {
+            self.0.lock().unwrap().append(batch);
+            Ok(())
+        }
+        fn fire_timers(&mut self, _now_ms: u64) -> Result<(), TaskError> {
+            Ok(())
+        }
+        fn next_timer(&self) -> Option<u64> {
+            None
+        }
+        fn end_input(&mut self) -> Result<(), TaskError> {
+            Ok(())
+        }
+        fn flush(&mut self) -> Result<(), TaskError> {
+            Ok(())
+        }
+        fn snapshot_state(&mut self, _barrier: &Barrier, _snapshot: &mut TaskSnapshot) -> Result<(), TaskError> {
+            Ok(())
+        }
+        fn notify_checkpoint_complete(&mut self, _checkpoint_id: u64) -> Result<(), TaskError> {
+            Ok(())
+        }
+    }
+
+    /// Records the checkpoint ids snapshots were submitted for.
+    #[derive(Default)]
+    struct Snapshots(Mutex<Vec<u64>>);
+
+    impl SnapshotSink for Snapshots {
+        fn submit(&self, snapshot: TaskSnapshot) {
+            self.0.lock().unwrap().push(snapshot.barrier.checkpoint_id);
+        }
+    }
+
+    fn barrier(checkpoint_id: u64) -> Barrier {
+        Barrier { checkpoint_id, timestamp_ms: 0, kind: BarrierKind::Checkpoint }
+    }
+
+    fn context(control: Receiver<TaskControl>, snapshots: &Arc<Snapshots>) -> TaskContext {
+        let mut ctx = TaskContext::for_test(0, 1, 8);
+        ctx.control = Some(control);
+        ctx.snapshots = Some(Arc::clone(snapshots) as Arc<dyn SnapshotSink>);
+        ctx
+    }
+
+    #[test]
+    fn a_barrier_arriving_after_its_checkpoint_was_aborted_blocks_no_input() {
+        let (control_tx, control) = crossbeam_channel::unbounded();
+        let snapshots = Arc::new(Snapshots::default());
+        let ctx = context(control, &snapshots);
+        let (in0_tx, in0) = channel::<u64>();
+        let (in1_tx, in1) = channel::<u64>();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let mut body = InputBody::new(vec![in0, in1], Box::new(Collect(Arc::clone(&seen))), &ctx);
+        let run = |body: &mut InputBody<u64>| {
+            for _ in 0..8 {
+                body.step().unwrap();
+            }
+        };
+        in0_tx.send(StreamElement::Barrier(barrier(1))).unwrap();
+        run(&mut body);
+        control_tx.send(TaskControl::CheckpointAborted(1)).unwrap();
+        run(&mut body);
+        // Input 1's copy of the aborted barrier comes late, then records on both inputs.
+        in1_tx.send(StreamElement::Barrier(barrier(1))).unwrap();
+        in1_tx.send(StreamElement::Records(vec![10, 11])).unwrap();
+        in0_tx.send(StreamElement::Records(vec![1])).unwrap();
+        run(&mut body);
+        let mut got = seen.lock().unwrap().clone();
+        got.sort_unstable();
+        assert_eq!(got, vec![1, 10, 11], "an input stayed blocked by the aborted checkpoint's barrier");
+        assert!(snapshots.0.lock().unwrap().is_empty());
+        // The next checkpoint aligns as usual.
+        in0_tx.send(StreamElement::Barrier(barrier(2))).unwrap();
+        in1_tx.send(StreamElement::Barrier(barrier(2))).unwrap();
+        run(&mut body);
+        assert_eq!(*snapshots.0.lock().unwrap(), vec![2]);
+    }
+
+    /// A reader of `1, 2, 3 ...` forever.
+    struct Counting(u64);
+
+    impl SourceReader<u64> for Counting {
+        fn poll_next(&mut self, out: &mut Vec<u64>, max_records: usize) -> Result<SourcePoll, TaskError> {
+            for _ in 0..max_records.min(4) {
+                self.0 += 1;
+                out.push(self.0);
+            }
+            Ok(SourcePoll::Data)
+        }
+        fn snapshot_positions(&self) -> crate::source::SourcePositions {
+            crate::source::SourcePositions { mode: crate::snapshot::Redistribution::Split, elements: Vec::new() }
+        }
+    }
+
+    #[test]
+    fn a_source_skips_queued_triggers_whose_abort_is_queued_too() {
+        let (control_tx, control) = crossbeam_channel::unbounded();
+        let snapshots = Arc::new(Snapshots::default());
+        let ctx = context(control, &snapshots);
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let mut body = SourceBody::new(Box::new(Counting(0)), Box::new(Collect(Arc::clone(&seen))), &ctx);
+        for id in 1..=3 {
+            control_tx.send(TaskControl::TriggerCheckpoint(barrier(id))).unwrap();
+            if id < 3 {
+                control_tx.send(TaskControl::CheckpointAborted(id)).unwrap();
+            }
+        }
+        body.step().unwrap();
+        assert_eq!(*snapshots.0.lock().unwrap(), vec![3]);
+        assert!(!seen.lock().unwrap().is_empty(), "the source read on");
+    }
+
+    #[test]
+    fn a_sender_blocked_on_a_full_channel_shows_in_backpressure_while_it_waits() {
+        let ctx = TaskContext::for_test(0, 1, 8);
+        let metrics = Arc::clone(&ctx.metrics);
+        let (sender, receiver) = channel::<u64>();
+        let mut output = ChannelOutput::new(Partitioner::Forward, vec![sender], &ctx);
+        let producer = std::thread::spawn(move || {
+            for _ in 0..CHANNEL_BATCHES_MAX + 1 {
+                output.process_batch(&mut vec![0; BATCH_RECORDS_MAX]).unwrap();
+            }
+        });
+        std::thread::sleep(Duration::from_millis(300));
+        let blocked = metrics.backpressured_ms_now();
+        assert!(blocked >= 100, "a sender blocked for 300 ms shows {blocked} ms");
+        while !producer.is_finished() {
+            let _ = receiver.try_recv();
+        }
+        producer.join().unwrap();
+        assert_eq!(metrics.backpressured_since_ms.load(std::sync::atomic::Ordering::Relaxed), 0);
+        assert!(metrics.backpressured_ms_now() >= blocked);
+    }
+}

@@ -574,6 +574,40 @@ mod tests {
     }
 
     #[test]
+    fn a_newer_checkpoint_completing_first_subsumes_older_ones_and_is_the_one_retained() {
+        let url = "memory://coordinator-out-of-order";
+        let mut settings = settings(url);
+        settings.max_concurrent = 2;
+        let mut coordinator = coordinator(settings);
+        let first = coordinator.trigger(SnapshotRequest::Periodic, None).unwrap().checkpoint_id;
+        let second = coordinator.trigger(SnapshotRequest::Periodic, None).unwrap().checkpoint_id;
+        coordinator.acknowledge(ack(first, 0));
+        coordinator.acknowledge(ack(second, 0));
+        coordinator.acknowledge(ack(second, 1)).unwrap().unwrap();
+        let subsumed = coordinator.take_subsumed();
+        assert_eq!(subsumed.len(), 1);
+        assert_eq!(subsumed[0].checkpoint_id, first);
+        assert!(!subsumed[0].fail_job && subsumed[0].reason.contains("subsumed"));
+        // The older one's late acknowledgement changes nothing; the newer one stays retained.
+        assert!(coordinator.acknowledge(ack(first, 1)).is_none());
+        assert!(metadata_exists(url, second));
+        assert!(!metadata_exists(url, first));
+        assert_eq!(coordinator.latest_retained().unwrap().0, second);
+        // Retention keeps the newest by id whatever order completions come in.
+        let mut coordinator = coordinator_for_retention("memory://coordinator-retention");
+        let dir = |id: u64| Arc::new(SnapshotStorage::from_url(&format!("memory://r/{id}")).unwrap().blocking());
+        coordinator.retain(5, dir(5));
+        coordinator.retain(3, dir(3));
+        assert_eq!(coordinator.latest_retained().unwrap().0, 5);
+    }
+
+    fn coordinator_for_retention(url: &str) -> CheckpointCoordinator {
+        let mut settings = settings(url);
+        settings.num_retained = 1;
+        coordinator(settings)
+    }
+
+    #[test]
     fn savepoints_need_a_directory_and_are_not_retained() {
         let mut coordinator = coordinator(settings("memory://coordinator-savepoint"));
         let request = SnapshotRequest::Savepoint { request_id: "r".into(), terminate: false };

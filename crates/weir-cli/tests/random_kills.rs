@@ -1,0 +1,200 @@
+//! `kill -9` at random points, over and over, and restores into new jobs: exactly once.
+//!
+//! Each round runs a chain of jobs over one bounded input and one output directory. Every job
+//! but the last is killed at a random moment (while it reads, after a savepoint it took while
+//! running, while it checkpoints, in its end-of-input phase, or after it finished); the next
+//! job (a new job id, at a random parallelism) restores from the newest restore point the
+//! killed job left: its newest retained checkpoint, or its savepoint when that is newer, or
+//! else the restore point the killed job started from. The last job runs to the end. Every
+//! count must then be in the output exactly once.
+//!
+//! The seed of each round is printed; `WEIR_RANDOM_KILL_SEED` replays one, and
+//! `WEIR_RANDOM_KILL_ROUNDS` runs more rounds (CI runs the default).
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use common::{RunningWeir, committed_lines, run_weir};
+
+const USERS: u64 = 30;
+const EVENTS: u64 = 15_000;
+/// Events per second: the input ends about 1.5 s after a fresh start.
+const RATE: u64 = 10_000;
+const ROUNDS_DEFAULT: u64 = 6;
+
+/// splitmix64: a small, good, reproducible generator.
+struct Random(u64);
+
+impl Random {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, bound: u64) -> u64 {
+        self.next() % bound
+    }
+}
+
+fn assert_exactly_once(lines: &[String], seed: u64) {
+    let mut per_user: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
+    for line in lines {
+        let (user, count) =
+            line.split_once('\t').unwrap_or_else(|| panic!("seed {seed}: not user<TAB>count: {line:?}"));
+        per_user.entry(user.parse().unwrap()).or_default().push(count.parse().unwrap());
+    }
+    assert_eq!(per_user.len() as u64, USERS, "seed {seed}: users seen");
+    for (user, mut counts) in per_user {
+        counts.sort_unstable();
+        let expected: Vec<u64> = (1..=EVENTS / USERS).collect();
+        if counts != expected {
+            let mut deduplicated = counts.clone();
+            deduplicated.dedup();
+            let lost = expected.iter().filter(|c| deduplicated.binary_search(c).is_err()).count();
+            panic!(
+                "seed {seed}: user {user}: {} duplicated, {lost} lost (replay with WEIR_RANDOM_KILL_SEED={seed})",
+                counts.len() - deduplicated.len()
+            );
+        }
+    }
+}
+
+/// A snapshot directory and its checkpoint id.
+#[derive(Clone, Debug)]
+struct RestorePoint {
+    path: PathBuf,
+    checkpoint_id: u64,
+}
+
+fn checkpoint_id_of(snapshot: &Path) -> u64 {
+    let bytes = std::fs::read(snapshot.join("_metadata")).unwrap();
+    weir_checkpoint::decode_metadata(&bytes, "test").unwrap().checkpoint_id
+}
+
+/// The newest retained checkpoint of `job_id`.
+fn newest_checkpoint(root: &Path, job_id: &str) -> Option<RestorePoint> {
+    std::fs::read_dir(root.join(job_id))
+        .ok()?
+        .filter_map(|e| {
+            let path = e.ok()?.path();
+            let id: u64 = path.file_name()?.to_str()?.strip_prefix("chk-")?.parse().ok()?;
+            path.join("_metadata").is_file().then_some((id, path))
+        })
+        .max()
+        .map(|(checkpoint_id, path)| RestorePoint { path, checkpoint_id })
+}
+
+fn one_round(seed: u64) {
+    let mut random = Random(seed);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let out_arg = out.to_str().unwrap().to_string();
+    let chk_root = dir.path().join("chk");
+    let checkpoints = format!("state.checkpoints.dir=file://{}", chk_root.display());
+    let (events, rate, users) = (EVENTS.to_string(), RATE.to_string(), USERS.to_string());
+    let job = ["counter", "--users", &users, "--events", &events, "--rate", &rate, "--output", &out_arg];
+    let killed_jobs = 1 + random.below(2);
+    let mut restore: Option<RestorePoint> = None;
+    for index in 0..=killed_jobs {
+        let parallelism = (1 + random.below(3)).to_string();
+        // Checkpoints far apart make the savepoint the newest restore point more often.
+        let interval = ["execution.checkpointing.interval=100ms", "execution.checkpointing.interval=700ms"]
+            [random.below(2) as usize];
+        let mut args = vec!["run", "-D", "rest.port=0", "-D", interval];
+        args.extend(["-D", &checkpoints, "-D", "state.checkpoints.num-retained=2", "-p", &parallelism]);
+        let restore_path = restore.as_ref().map(|point| point.path.to_str().unwrap().to_string());
+        if let Some(path) = &restore_path {
+            args.extend(["-s", path.as_str()]);
+        }
+        args.extend(job);
+        if index == killed_jobs {
+            eprintln!("seed {seed}: job {index} at -p {parallelism} from {restore_path:?} runs to the end");
+            let output = run_weir(&args);
+            assert!(output.status.success(), "seed {seed}: {}", String::from_utf8_lossy(&output.stderr));
+            break;
+        }
+        let mut weir = RunningWeir::start(&args);
+        let rest = weir.rest_url();
+        let job_id = weir.job_id();
+        let ran = poll_running(&rest, &job_id);
+        let before_savepoint = random.below(900);
+        let take_savepoint = random.below(2) == 0;
+        // A third of the kills come right after the savepoint, before the next checkpoint.
+        let after = if random.below(3) == 0 { random.below(40) } else { random.below(1200) };
+        eprintln!(
+            "seed {seed}: job {index} {job_id} at -p {parallelism} from {restore_path:?}: savepoint {take_savepoint} after {before_savepoint} ms, kill {after} ms later"
+        );
+        std::thread::sleep(Duration::from_millis(before_savepoint));
+        let mut savepoint = None;
+        if take_savepoint && ran {
+            let target = dir.path().join("savepoints");
+            let output =
+                run_weir(&["savepoint", "-m", rest.trim_start_matches("http://"), &job_id, target.to_str().unwrap()]);
+            let stdout = String::from_utf8_lossy(&output.stdout).to_string();
+            // A job already finishing takes no savepoint: that is fine here.
+            if let Some(path) = stdout.lines().find_map(|l| l.strip_prefix("Savepoint completed. Path: ")) {
+                let path = PathBuf::from(path.trim().trim_start_matches("file://"));
+                savepoint = Some(RestorePoint { checkpoint_id: checkpoint_id_of(&path), path });
+            }
+        }
+        std::thread::sleep(Duration::from_millis(after));
+        drop(weir.stdout_lines());
+        weir.kill_hard();
+        let newest =
+            [newest_checkpoint(&chk_root, &job_id), savepoint].into_iter().flatten().max_by_key(|p| p.checkpoint_id);
+        if let Some(newest) = newest {
+            eprintln!("seed {seed}: restore point {} (checkpoint {})", newest.path.display(), newest.checkpoint_id);
+            restore = Some(newest);
+        }
+    }
+    assert_exactly_once(&committed_lines(&out), seed);
+}
+
+/// Waits until every subtask runs; false when the job ended first (restored from a final
+/// checkpoint, a job ends at once and its embedded REST API goes away with it).
+fn poll_running(rest: &str, job_id: &str) -> bool {
+    let agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(5)))
+        .build()
+        .new_agent();
+    let deadline = std::time::Instant::now() + common::WAIT_MAX;
+    while std::time::Instant::now() < deadline {
+        let Ok(mut response) = agent.get(&format!("{rest}/jobs/{job_id}")).call() else {
+            return false;
+        };
+        let job: serde_json::Value =
+            response.body_mut().read_to_string().ok().and_then(|b| serde_json::from_str(&b).ok()).unwrap_or_default();
+        let running = job["vertices"].as_array().is_some_and(|vs| {
+            vs.iter().all(|v| v["subtasks"].as_array().is_some_and(|ss| ss.iter().all(|s| s["status"] == "RUNNING")))
+        });
+        if running {
+            return true;
+        }
+        if job["state"] == "FINISHED" {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    panic!("job {job_id} never ran");
+}
+
+#[test]
+fn random_kills_and_restores_into_new_jobs_with_savepoints_taken_while_running_stay_exactly_once() {
+    let rounds = std::env::var("WEIR_RANDOM_KILL_ROUNDS").ok().and_then(|r| r.parse().ok()).unwrap_or(ROUNDS_DEFAULT);
+    let replay: Option<u64> = std::env::var("WEIR_RANDOM_KILL_SEED").ok().and_then(|s| s.parse().ok());
+    let base = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64;
+    for round in 0..rounds {
+        let seed = replay.unwrap_or(base.wrapping_add(round.wrapping_mul(0x9e37_79b9)));
+        one_round(seed);
+        if replay.is_some() {
+            break;
+        }
+    }
+}

@@ -1,0 +1,213 @@
+//! A savepoint taken while a job runs commits nothing (Flink since 1.15, FLINK-25191): the
+//! failover after it restores the newest checkpoint, or nothing, and the output stays exactly
+//! once. Before, the sink committed on the savepoint's completion and the replay after the
+//! crash wrote those records a second time. And a source that is new in a restored job reads
+//! its input, as in a fresh run.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::Receiver;
+use std::time::{Duration, Instant};
+
+const WAIT_MAX: Duration = Duration::from_secs(60);
+
+fn my_weir() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_my-weir"));
+    command.env("WEIR_LOG", "off");
+    command
+}
+
+/// A `my-weir run` in the background, killed when dropped.
+struct Run {
+    child: Child,
+    stdout: Receiver<String>,
+    stderr: Receiver<String>,
+}
+
+impl Drop for Run {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn lines(stream: impl std::io::Read + Send + 'static) -> Receiver<String> {
+    let (sender, receiver) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stream).lines().map_while(Result::ok) {
+            let _ = sender.send(line);
+        }
+    });
+    receiver
+}
+
+fn wait_line(receiver: &Receiver<String>, marker: &str) -> String {
+    let deadline = Instant::now() + WAIT_MAX;
+    loop {
+        match receiver.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(line) if line.contains(marker) => return line,
+            Ok(_) => {}
+            Err(_) => panic!("no line with {marker:?}"),
+        }
+    }
+}
+
+fn get_json(url: &str) -> serde_json::Value {
+    let agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(10)))
+        .build()
+        .new_agent();
+    let body = agent.get(url).call().expect("REST answers").body_mut().read_to_string().unwrap();
+    serde_json::from_str(&body).unwrap_or(serde_json::Value::Null)
+}
+
+/// Every count 1..=events/users of every user exactly once in the committed part files.
+fn assert_exactly_once(dir: &std::path::Path, users: u64, events: u64) {
+    let mut per_user: std::collections::BTreeMap<u64, Vec<u64>> = std::collections::BTreeMap::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let entry = entry.unwrap();
+        if !entry.file_name().to_string_lossy().starts_with("part-") {
+            continue;
+        }
+        for line in std::fs::read_to_string(entry.path()).unwrap().lines() {
+            let (user, count) = line.split_once('\t').unwrap();
+            per_user.entry(user.parse().unwrap()).or_default().push(count.parse().unwrap());
+        }
+    }
+    assert_eq!(per_user.len() as u64, users);
+    let mut duplicated = 0;
+    let mut lost = 0;
+    for counts in per_user.values_mut() {
+        counts.sort_unstable();
+        let expected: Vec<u64> = (1..=events / users).collect();
+        let mut deduplicated = counts.clone();
+        deduplicated.dedup();
+        duplicated += counts.len() - deduplicated.len();
+        lost += expected.iter().filter(|c| deduplicated.binary_search(c).is_err()).count();
+    }
+    assert_eq!((duplicated, lost), (0, 0), "records duplicated and lost in {}", dir.display());
+}
+
+/// Runs `flaky-counter` (50 users, `events` at 10 000/s, one crash at `fail_at`) with
+/// periodic checkpoints every `interval`; takes a savepoint once `checkpoints_before` periodic
+/// checkpoints completed, then lets the job crash, restart and finish.
+fn savepoint_then_crash(interval: &str, checkpoints_before: u64, events: u64, fail_at: u64) {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let marker = dir.path().join("crashed");
+    let checkpoints = format!("state.checkpoints.dir=file://{}/chk", dir.path().display());
+    let interval = format!("execution.checkpointing.interval={interval}");
+    let mut child = my_weir()
+        .args(["run", "-p", "2", "-D", "rest.port=0", "-D", &interval, "-D", &checkpoints])
+        .args(["-D", "restart-strategy.type=fixed-delay", "-D", "restart-strategy.fixed-delay.delay=100ms"])
+        .args(["flaky-counter", "--users", "50", "--events", &events.to_string(), "--rate", "10000"])
+        .args(["--fail-at", &fail_at.to_string(), "--marker"])
+        .arg(&marker)
+        .arg("--output")
+        .arg(&out)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = lines(child.stdout.take().unwrap());
+    let stderr = lines(child.stderr.take().unwrap());
+    let mut run = Run { child, stdout, stderr };
+    let rest_line = wait_line(&run.stderr, "REST API at http://");
+    let rest = rest_line.split("REST API at ").nth(1).unwrap().trim().to_string();
+    let job_id = wait_line(&run.stdout, "Job has been submitted with JobID ").rsplit(' ').next().unwrap().to_string();
+    let deadline = Instant::now() + WAIT_MAX;
+    loop {
+        let stats = get_json(&format!("{rest}/jobs/{job_id}/checkpoints"));
+        let periodic = stats["history"]
+            .as_array()
+            .map(|h| h.iter().filter(|c| c["status"] == "COMPLETED" && c["is_savepoint"] == false).count() as u64)
+            .unwrap_or(0);
+        let running = get_json(&format!("{rest}/jobs/{job_id}"))["vertices"].as_array().is_some_and(|vs| {
+            vs.iter().all(|v| v["subtasks"].as_array().is_some_and(|ss| ss.iter().all(|s| s["status"] == "RUNNING")))
+        });
+        if periodic >= checkpoints_before && running {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no checkpoint completed: {stats}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let address = rest.trim_start_matches("http://");
+    let savepoint =
+        my_weir().args(["savepoint", "-m", address, &job_id]).arg(dir.path().join("savepoints")).output().unwrap();
+    assert!(savepoint.status.success(), "{}", String::from_utf8_lossy(&savepoint.stderr));
+    assert!(!marker.exists(), "the crash came before the savepoint completed; the test proves nothing");
+    let deadline = Instant::now() + WAIT_MAX;
+    let status = loop {
+        if let Some(status) = run.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "the job did not end");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "the job did not finish");
+    assert!(marker.exists(), "the injected crash did not happen");
+    assert_exactly_once(&out, 50, events);
+}
+
+/// A periodic checkpoint, then the savepoint, then the crash before the next checkpoint: the
+/// restart restores the checkpoint, older than the savepoint.
+#[test]
+fn a_savepoint_between_a_checkpoint_and_a_crash_commits_nothing_the_restart_replays() {
+    savepoint_then_crash("2s", 1, 36_000, 29_000);
+}
+
+/// No periodic checkpoint before the crash at all: the restart starts from nothing.
+#[test]
+fn a_savepoint_before_any_checkpoint_and_a_crash_commits_nothing_the_restart_replays() {
+    savepoint_then_crash("30s", 0, 20_000, 12_000);
+}
+
+/// A savepoint of another job restored with `-n` into `sensor-stats`: its source is new and
+/// reads the whole file (it read nothing before).
+#[test]
+fn a_source_new_in_the_restored_job_reads_its_whole_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("readings.csv");
+    let readings: String = (0..20).map(|i| format!("sensor-{i},{}.5\n", i % 7)).collect();
+    std::fs::write(&input, readings).unwrap();
+    let mut child = my_weir()
+        .args(["run", "-p", "2", "-D", "rest.port=0", "counter", "--users", "10", "--rate", "1000", "--output", "none"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = lines(child.stdout.take().unwrap());
+    let stderr = lines(child.stderr.take().unwrap());
+    let run = Run { child, stdout, stderr };
+    let rest_line = wait_line(&run.stderr, "REST API at http://");
+    let rest = rest_line.split("REST API at ").nth(1).unwrap().trim().to_string();
+    let job_id = wait_line(&run.stdout, "Job has been submitted with JobID ").rsplit(' ').next().unwrap().to_string();
+    let stop = loop {
+        let output = my_weir()
+            .args(["stop", "-m", rest.trim_start_matches("http://"), "--savepoint-path"])
+            .arg(dir.path().join("sp"))
+            .arg(&job_id)
+            .output()
+            .unwrap();
+        if output.status.success() {
+            break String::from_utf8_lossy(&output.stdout).to_string();
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let savepoint =
+        stop.lines().find_map(|l| l.strip_prefix("Savepoint completed. Path: ")).unwrap().trim().to_string();
+    drop(run);
+    let restored = my_weir()
+        .args(["run", "-D", "rest.port=0", "-s", &savepoint, "-n", "sensor-stats", "--input"])
+        .arg(&input)
+        .args(["--output", "-"])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&restored.stdout);
+    assert!(restored.status.success(), "{out}{}", String::from_utf8_lossy(&restored.stderr));
+    let summaries = out.lines().filter(|l| l.starts_with("sensor-")).count();
+    assert_eq!(summaries, 20, "{out}");
+}
