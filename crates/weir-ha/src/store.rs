@@ -1,0 +1,269 @@
+//! What survives a JobManager: submitted jobs, checkpoint id and attempt counters, the
+//! completed-checkpoint store, savepoint requests in flight and the results of ended jobs
+//! (Flink's JobGraphStore, CheckpointIDCounter, CompletedCheckpointStore and
+//! JobResultStore). etcd holds pointers only; the submission blobs live in
+//! `high-availability.storageDir`, the checkpoints where the job writes them.
+//!
+//! Every write is one etcd transaction conditioned on the writer's leadership (the leader
+//! key's create revision is its epoch): a JobManager that lost its leadership writes nothing,
+//! whatever it still believes.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use weir_checkpoint::storage::BlockingStorage;
+
+use crate::HaError;
+use crate::election::LeadershipGuard;
+use crate::etcd::{Compare, EtcdClient, Op};
+use crate::layout::Layout;
+
+#[derive(Serialize, Deserialize)]
+struct SubmissionPointer {
+    submission: String,
+    submitted_ms: u64,
+}
+
+#[derive(Serialize, Deserialize)]
+struct CheckpointPointer {
+    location: String,
+    timestamp_ms: u64,
+}
+
+#[derive(Serialize, Deserialize)]
+struct SavepointRequest {
+    terminate: bool,
+    requested_ms: u64,
+}
+
+/// An ended job, as the job result store keeps it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobResult {
+    /// The job.
+    pub job_id: String,
+    /// FINISHED, CANCELED or FAILED.
+    pub state: String,
+    /// When it ended, epoch ms.
+    pub end_time_ms: u64,
+    /// Why it failed, for FAILED.
+    #[serde(default)]
+    pub failure: Option<String>,
+}
+
+/// A job a new leader recovers.
+#[derive(Clone, Debug, Default)]
+pub struct RecoverableJob {
+    /// The job id.
+    pub job_id: String,
+    /// The submission as recorded (the blob's bytes).
+    pub submission: Vec<u8>,
+    /// The next checkpoint id (1 when none was taken).
+    pub next_checkpoint_id: u64,
+    /// The next attempt number.
+    pub next_attempt: u32,
+    /// Completed checkpoints, oldest first: (id, location).
+    pub checkpoints: Vec<(u64, String)>,
+    /// Savepoint requests the old leader had in flight.
+    pub savepoints: Vec<String>,
+}
+
+struct Inner {
+    client: Arc<EtcdClient>,
+    layout: Layout,
+    blobs: BlockingStorage,
+    guard: LeadershipGuard,
+}
+
+/// The HA store of one leadership term.
+#[derive(Clone)]
+pub struct HaStore {
+    inner: Arc<Inner>,
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+impl HaStore {
+    pub(crate) fn new(
+        client: Arc<EtcdClient>,
+        layout: Layout,
+        blobs: BlockingStorage,
+        guard: LeadershipGuard,
+    ) -> HaStore {
+        HaStore { inner: Arc::new(Inner { client, layout, blobs, guard }) }
+    }
+
+    /// The leadership this store writes under.
+    pub fn guard(&self) -> &LeadershipGuard {
+        &self.inner.guard
+    }
+
+    /// Runs `ops` if this process still holds its leadership (checked locally, then by etcd).
+    fn write(&self, ops: Vec<Op>) -> Result<(), HaError> {
+        let inner = &self.inner;
+        if !inner.guard.is_held() {
+            return Err(HaError::LostLeadership);
+        }
+        let condition = Compare::CreateRevision(inner.layout.leader(), inner.guard.epoch());
+        let result = inner.client.txn(&[condition], &ops, &[])?;
+        if !result.succeeded {
+            inner.guard.mark_lost();
+            return Err(HaError::LostLeadership);
+        }
+        Ok(())
+    }
+
+    /// Records a submitted job (its blob first, then the pointer): call before the submit is
+    /// acknowledged.
+    pub fn record_submission(&self, job_id: &str, submission: &[u8]) -> Result<(), HaError> {
+        let blob = Layout::submission_blob(job_id);
+        self.inner.blobs.put(&blob, Bytes::copy_from_slice(submission)).map_err(|e| HaError::Storage(e.to_string()))?;
+        let pointer = SubmissionPointer { submission: blob, submitted_ms: now_ms() };
+        let value = serde_json::to_vec(&pointer).unwrap_or_default();
+        self.write(vec![Op::Put { key: self.inner.layout.job(job_id), value, lease: 0 }])
+    }
+
+    /// Every job recorded and not ended, with what its recovery needs.
+    pub fn recoverable_jobs(&self) -> Result<Vec<RecoverableJob>, HaError> {
+        let inner = &self.inner;
+        let jobs_prefix = inner.layout.jobs();
+        let mut jobs: BTreeMap<String, RecoverableJob> = BTreeMap::new();
+        for kv in inner.client.get_prefix(&jobs_prefix)? {
+            let rest = kv.key.strip_prefix(&jobs_prefix).unwrap_or_default();
+            let (job_id, sub) = match rest.split_once('/') {
+                Some((job_id, sub)) => (job_id.to_string(), Some(sub.to_string())),
+                None => (rest.to_string(), None),
+            };
+            let job = jobs.entry(job_id.clone()).or_insert_with(|| RecoverableJob {
+                job_id: job_id.clone(),
+                next_checkpoint_id: 1,
+                ..RecoverableJob::default()
+            });
+            let text = String::from_utf8_lossy(&kv.value).to_string();
+            match sub.as_deref() {
+                None => {
+                    let pointer: SubmissionPointer = serde_json::from_slice(&kv.value)
+                        .map_err(|e| HaError::Corrupt { key: kv.key.clone(), reason: e.to_string() })?;
+                    job.submission =
+                        inner.blobs.get(&pointer.submission).map_err(|e| HaError::Storage(e.to_string()))?.to_vec();
+                }
+                Some("checkpoint-counter") => job.next_checkpoint_id = text.trim().parse().unwrap_or(1),
+                Some("attempt-counter") => job.next_attempt = text.trim().parse().unwrap_or(0),
+                Some(other) if other.starts_with("checkpoints/") => {
+                    let id: u64 = other.trim_start_matches("checkpoints/").parse().unwrap_or(0);
+                    let pointer: CheckpointPointer = serde_json::from_slice(&kv.value)
+                        .map_err(|e| HaError::Corrupt { key: kv.key.clone(), reason: e.to_string() })?;
+                    job.checkpoints.push((id, pointer.location));
+                }
+                Some(other) if other.starts_with("savepoints/") => {
+                    job.savepoints.push(other.trim_start_matches("savepoints/").to_string());
+                }
+                Some(_) => {}
+            }
+        }
+        let mut out: Vec<RecoverableJob> = jobs.into_values().filter(|job| !job.submission.is_empty()).collect();
+        for job in &mut out {
+            job.checkpoints.sort();
+            // The counters never go below what the pointers show.
+            if let Some((newest, _)) = job.checkpoints.last() {
+                job.next_checkpoint_id = job.next_checkpoint_id.max(newest + 1);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Every ended job's result.
+    pub fn results(&self) -> Result<Vec<JobResult>, HaError> {
+        let mut results = Vec::new();
+        for kv in self.inner.client.get_prefix(&self.inner.layout.results())? {
+            let result: JobResult = serde_json::from_slice(&kv.value)
+                .map_err(|e| HaError::Corrupt { key: kv.key.clone(), reason: e.to_string() })?;
+            results.push(result);
+        }
+        Ok(results)
+    }
+
+    /// The store of one job.
+    pub fn job(&self, job_id: &str) -> JobStore {
+        JobStore { store: self.clone(), job_id: job_id.to_string() }
+    }
+}
+
+/// The HA state of one job, written by its job master.
+#[derive(Clone)]
+pub struct JobStore {
+    store: HaStore,
+    job_id: String,
+}
+
+impl JobStore {
+    fn layout(&self) -> &Layout {
+        &self.store.inner.layout
+    }
+
+    /// The leadership the job master acts under.
+    pub fn guard(&self) -> &LeadershipGuard {
+        self.store.guard()
+    }
+
+    /// Checkpoint ids from `next` on are free: call before triggering checkpoint `next - 1`.
+    pub fn set_next_checkpoint_id(&self, next: u64) -> Result<(), HaError> {
+        let key = self.layout().checkpoint_counter(&self.job_id);
+        self.store.write(vec![Op::Put { key, value: next.to_string().into_bytes(), lease: 0 }])
+    }
+
+    /// Attempt numbers from `next` on are free: call before deploying attempt `next - 1`.
+    pub fn set_next_attempt(&self, next: u32) -> Result<(), HaError> {
+        let key = self.layout().attempt_counter(&self.job_id);
+        self.store.write(vec![Op::Put { key, value: next.to_string().into_bytes(), lease: 0 }])
+    }
+
+    /// Records completed checkpoint `checkpoint_id` at `location`, dropping the pointers of
+    /// `subsumed` (retention): after this returns, the checkpoint is complete.
+    pub fn add_checkpoint(&self, checkpoint_id: u64, location: &str, subsumed: &[u64]) -> Result<(), HaError> {
+        let pointer = CheckpointPointer { location: location.to_string(), timestamp_ms: now_ms() };
+        let mut ops = vec![Op::Put {
+            key: self.layout().checkpoint(&self.job_id, checkpoint_id),
+            value: serde_json::to_vec(&pointer).unwrap_or_default(),
+            lease: 0,
+        }];
+        for old in subsumed {
+            ops.push(Op::Delete { key: self.layout().checkpoint(&self.job_id, *old), prefix: false });
+        }
+        self.store.write(ops)
+    }
+
+    /// Records a savepoint or stop request in flight.
+    pub fn add_savepoint_request(&self, request_id: &str, terminate: bool) -> Result<(), HaError> {
+        let request = SavepointRequest { terminate, requested_ms: now_ms() };
+        let key = self.layout().savepoint(&self.job_id, request_id);
+        self.store.write(vec![Op::Put { key, value: serde_json::to_vec(&request).unwrap_or_default(), lease: 0 }])
+    }
+
+    /// A savepoint request completed or failed.
+    pub fn remove_savepoint_request(&self, request_id: &str) -> Result<(), HaError> {
+        let key = self.layout().savepoint(&self.job_id, request_id);
+        self.store.write(vec![Op::Delete { key, prefix: false }])
+    }
+
+    /// The job ended for good: records its result and deletes its HA data (as Flink does for
+    /// globally terminal jobs), in one transaction.
+    pub fn finish(&self, result: &JobResult) -> Result<(), HaError> {
+        let ops = vec![
+            Op::Put {
+                key: self.layout().result(&self.job_id),
+                value: serde_json::to_vec(result).unwrap_or_default(),
+                lease: 0,
+            },
+            Op::Delete { key: self.layout().job(&self.job_id), prefix: true },
+        ];
+        self.store.write(ops)?;
+        if let Err(error) = self.store.inner.blobs.delete(&Layout::submission_blob(&self.job_id)) {
+            tracing::warn!(job_id = %self.job_id, %error, "cannot delete the job's submission blob");
+        }
+        Ok(())
+    }
+}
