@@ -61,10 +61,59 @@ pub trait AttemptHandle: Send {
     }
 }
 
+/// One subtask of an attempt that kept running while no JobManager led, as its TaskManager
+/// reports it to the new leader.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ReportedSubtask {
+    /// The vertex.
+    pub vertex: usize,
+    /// The subtask index.
+    pub subtask: u32,
+    /// Its state on the TaskManager.
+    pub state: weir_types::ExecutionState,
+    /// Its input ended and it waits for the job's final checkpoint.
+    pub data_ended: bool,
+    /// The TaskManager running it.
+    #[serde(default)]
+    pub taskmanager: String,
+}
+
+/// An attempt of a job found running on the TaskManagers (a new leader JobManager takes it
+/// over instead of restarting it).
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ReportedAttempt {
+    /// The attempt number.
+    pub attempt: u32,
+    /// Its pipelined region, when it runs one region.
+    pub region: Option<usize>,
+    /// The data address of each slot (subtask `i` of every vertex runs in slot `i`).
+    pub slot_addresses: Vec<String>,
+    /// Every subtask reported so far (from all the TaskManagers running the attempt).
+    pub subtasks: Vec<ReportedSubtask>,
+}
+
 /// Starts attempts.
 pub trait Executor: Send + Sync {
     /// Deploys every subtask of the attempt.
     fn start(&self, spec: AttemptSpec) -> Result<Box<dyn AttemptHandle>, TaskError>;
+
+    /// The attempts of `job_id` running already, as reported by the TaskManagers that
+    /// registered with this (new leader) JobManager.
+    fn running_attempts(&self, _job_id: &str) -> Vec<ReportedAttempt> {
+        Vec::new()
+    }
+
+    /// Takes over `reported` as the running attempt `spec` describes (same number, same
+    /// region): its subtasks keep running and report to `spec`'s channels from now on.
+    fn adopt(&self, _spec: AttemptSpec, reported: &ReportedAttempt) -> Result<Box<dyn AttemptHandle>, TaskError> {
+        Err(TaskError::Internal(format!(
+            "attempt {} cannot be taken over: this executor runs no remote tasks",
+            reported.attempt
+        )))
+    }
+
+    /// Stops a reported attempt nobody takes over (an older one of the same region).
+    fn cancel_attempt(&self, _job_id: &str, _attempt: u32) {}
 }
 
 /// Runs every subtask as a thread of this process.

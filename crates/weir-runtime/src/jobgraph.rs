@@ -23,6 +23,20 @@ pub struct JobSettings {
     /// `jobmanager.execution.failover-strategy: full`: every failure restarts the whole job
     /// instead of only the failed pipelined region (Flink's default `region`).
     pub failover_full: bool,
+    /// High availability: the job's HA store, and what a new leader recovered.
+    pub ha: Option<JobHa>,
+}
+
+/// A job's high-availability wiring.
+#[derive(Clone)]
+pub struct JobHa {
+    /// Where the job master records counters, checkpoint pointers, savepoint requests and
+    /// the job's result, under its JobManager's leadership.
+    pub store: weir_ha::JobStore,
+    /// Set when a new leader recovers the job from the HA store.
+    pub recovered: Option<weir_ha::RecoverableJob>,
+    /// How long a recovered job waits for the TaskManagers to report its running attempt.
+    pub reconcile_timeout: std::time::Duration,
 }
 
 impl JobSettings {

@@ -57,6 +57,7 @@ pub fn prepare(
         restart,
         executor: None,
         failover_full: config.get(&FAILOVER_STRATEGY).map_err(CliError::usage)? == FailoverStrategy::Full,
+        ha: None,
     };
     let mut notes = Vec::new();
     if let Some(path) = savepoint {

@@ -98,6 +98,8 @@ pub struct CheckpointCoordinator {
     stats: Arc<Mutex<CheckpointStats>>,
     /// Checkpoints subsumed by the last completion, for the job master to abort.
     subsumed: Vec<Failure>,
+    /// With high availability: where checkpoint ids and completed-checkpoint pointers go.
+    ha: Option<weir_ha::JobStore>,
 }
 
 impl CheckpointCoordinator {
@@ -133,7 +135,27 @@ impl CheckpointCoordinator {
             dirs: SnapshotDirectories::new(),
             stats,
             subsumed: Vec::new(),
+            ha: None,
         })
+    }
+
+    /// Records checkpoint ids and completed checkpoints in `store` (high availability): an id
+    /// is taken only once the HA counter is past it, and a checkpoint is complete only once
+    /// its pointer is in the store.
+    pub fn with_ha(mut self, store: weir_ha::JobStore) -> CheckpointCoordinator {
+        self.ha = Some(store);
+        self
+    }
+
+    /// Takes over completed checkpoints a previous leader recorded, oldest first.
+    pub fn adopt_retained(&mut self, checkpoints: &[(u64, String)]) -> Result<(), String> {
+        for (id, location) in checkpoints {
+            let storage = SnapshotStorage::from_url(location)
+                .map_err(|e| format!("checkpoint {id} at '{location}' cannot be used: {e}"))?;
+            let at = self.retained.partition_point(|(retained, _)| retained < id);
+            self.retained.insert(at, (*id, Arc::new(storage.blocking())));
+        }
+        Ok(())
     }
 
     /// The directories subtasks write into, by checkpoint id.
@@ -197,6 +219,10 @@ impl CheckpointCoordinator {
                 (root.child(&new_savepoint_dir_name(&self.job_id)), BarrierKind::Savepoint { terminate: *terminate })
             }
         };
+        if let Some(ha) = &self.ha {
+            // The id is used only once no later leader can hand it out again.
+            ha.set_next_checkpoint_id(id + 1).map_err(|e| format!("cannot take checkpoint id {id}: {e}"))?;
+        }
         self.next_id += 1;
         let barrier = Barrier { checkpoint_id: id, timestamp_ms: now_ms(), kind };
         let location = dir.url().to_string();
@@ -272,6 +298,18 @@ impl CheckpointCoordinator {
             let reason = format!("writing {}/_metadata: {e}", pending.location);
             return Err(self.fail(pending, reason));
         }
+        if let (Some(ha), SnapshotRequest::Periodic) = (&self.ha, &pending.request) {
+            // Complete once its pointer is in the HA store, and only then committed.
+            let subsumed = self.retention_drops(id);
+            if let Err(e) = ha.add_checkpoint(id, &pending.location, &subsumed) {
+                let reason =
+                    format!("cannot record checkpoint {id} as complete in the HA store: {e}; it is not committed");
+                let keep_files = !matches!(e, weir_ha::HaError::LostLeadership);
+                let mut failure = self.fail_keeping(pending, reason, keep_files);
+                failure.fail_job = false;
+                return Err(failure);
+            }
+        }
         let mut operator_sizes = BTreeMap::new();
         for ack in pending.acks.values() {
             for operator in &ack.operators {
@@ -319,6 +357,16 @@ impl CheckpointCoordinator {
     /// The checkpoints the last completion subsumed (see [`CheckpointCoordinator::acknowledge`]).
     pub fn take_subsumed(&mut self) -> Vec<Failure> {
         std::mem::take(&mut self.subsumed)
+    }
+
+    /// The retained checkpoints that completing `id` would push out of retention.
+    fn retention_drops(&self, id: u64) -> Vec<u64> {
+        let mut ids: Vec<u64> = self.retained.iter().map(|(retained, _)| *retained).collect();
+        ids.push(id);
+        ids.sort_unstable();
+        let keep = self.settings.num_retained.max(1) as usize;
+        let drop = ids.len().saturating_sub(keep);
+        ids.into_iter().take(drop).collect()
     }
 
     /// Keeps the newest `num_retained` completed checkpoints (by id, whatever order they
@@ -390,12 +438,18 @@ impl CheckpointCoordinator {
     }
 
     fn fail(&mut self, pending: PendingCheckpoint, reason: String) -> Failure {
+        self.fail_keeping(pending, reason, false)
+    }
+
+    /// Fails a checkpoint; its files are kept when `keep_files` (its HA pointer may have
+    /// been written after all: an etcd answer that never came).
+    fn fail_keeping(&mut self, pending: PendingCheckpoint, reason: String, keep_files: bool) -> Failure {
         let id = pending.barrier.checkpoint_id;
         // Retired first: a write that lands after the deletion below sees it and removes its
         // own file (`writer::write_subtask`).
         self.dirs.retire(id);
         // A failed checkpoint's files are useless; completed ones are never touched here.
-        if let Err(e) = pending.dir.delete_all() {
+        if !keep_files && let Err(e) = pending.dir.delete_all() {
             tracing::warn!(checkpoint = id, error = %e, "cannot delete the files of a failed checkpoint");
         }
         let duration = pending.started.elapsed().as_millis() as u64;
@@ -454,6 +508,11 @@ impl CheckpointCoordinator {
             }
         }
         failures
+    }
+
+    /// The id the next checkpoint or savepoint takes.
+    pub fn next_checkpoint_id(&self) -> u64 {
+        self.next_id
     }
 
     /// The location of the newest retained checkpoint (retained ones are kept in id order).

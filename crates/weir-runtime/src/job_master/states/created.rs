@@ -1,0 +1,229 @@
+//! CREATED: the job graph, the subtask records, the checkpoint coordinator and the snapshot
+//! writers are built; then the job is deployed (RUNNING), or, when a new leader recovered it,
+//! reconciled with the attempt still running on the TaskManagers (RECONCILING). A cancel
+//! that arrived meanwhile ends it CANCELED before anything runs.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use crossbeam_channel::Receiver;
+use weir_api::error::TaskError;
+use weir_api::graph::StreamGraph;
+use weir_types::lifecycle::now_ms;
+use weir_types::{ExecutionState, JobStatus, StateHistory};
+
+use super::State;
+use crate::checkpointing::CheckpointCoordinator;
+use crate::checkpointing::coordinator::OperatorInfo;
+use crate::checkpointing::writer::SnapshotWriter;
+use crate::executor::LocalExecutor;
+use crate::job_master::run::{Deployment, JobRun, Supervisor};
+use crate::job_master::{JobMaster, LOCAL_HOST, MasterEvent, SavepointStatus, SubtaskRecord};
+use crate::jobgraph::{JobGraph, JobSettings};
+use crate::restart::RestartStrategy;
+
+pub(super) fn run(
+    master: Arc<JobMaster>,
+    graph: StreamGraph,
+    settings: JobSettings,
+    events: Receiver<MasterEvent>,
+) -> Option<(JobRun, State)> {
+    let job_graph = match JobGraph::build(&graph, &settings) {
+        Ok(job_graph) => Arc::new(job_graph),
+        Err(error) => {
+            master.update(|record| {
+                record.failure_cause = Some(error.to_string());
+                master.transition_job(record, JobStatus::Failed);
+            });
+            return None;
+        }
+    };
+    let metrics = job_graph.new_task_metrics();
+    master.update(|record| {
+        record.job_graph = Some(Arc::clone(&job_graph));
+        record.subtasks = metrics
+            .iter()
+            .map(|vertex| {
+                vertex
+                    .iter()
+                    .map(|m| SubtaskRecord {
+                        history: StateHistory::new(ExecutionState::Created, now_ms()),
+                        metrics: Arc::clone(m),
+                        host: LOCAL_HOST.to_string(),
+                        data_ended: false,
+                    })
+                    .collect()
+            })
+            .collect();
+        master.transition_job(record, JobStatus::Created);
+    });
+
+    // A cancel that arrived while the job was being created ends it before it runs.
+    if let Ok(MasterEvent::Cancel) = events.try_recv() {
+        master.update(|record| {
+            master.transition_job(record, JobStatus::Cancelling);
+            master.transition_job(record, JobStatus::Canceled);
+        });
+        return None;
+    }
+
+    let fail = |cause: String| {
+        master.update(|record| {
+            record.failure_cause = Some(cause);
+            master.transition_job(record, JobStatus::Failed);
+        });
+    };
+    let mut operators = Vec::new();
+    for node in graph.nodes() {
+        let vertex = &job_graph.vertices[job_graph.vertex_of_node[node.id]];
+        operators.push(OperatorInfo {
+            uid: node.uid_or_generated(),
+            name: node.name.clone(),
+            parallelism: vertex.parallelism,
+            vertex: job_graph.vertex_of_node[node.id],
+        });
+    }
+    let recovered = settings.ha.as_ref().and_then(|ha| ha.recovered.clone());
+    let mut first_id = settings.restore.as_ref().map(|r| r.metadata.checkpoint_id + 1).unwrap_or(1);
+    if let Some(recovered) = &recovered {
+        first_id = first_id.max(recovered.next_checkpoint_id);
+    }
+    if let Some(restore) = &settings.restore
+        && let Ok(mut stats) = master.checkpoint_stats.lock()
+    {
+        stats.restored = Some((restore.metadata.checkpoint_id, restore.location.clone(), now_ms()));
+    }
+    if let Some(restore) = &settings.restore {
+        let total = restore.total_bytes();
+        master.update(|record| {
+            record.restore = Some((restore.location.clone(), restore.metadata.checkpoint_id, total));
+        });
+    }
+    let mut coordinator = match CheckpointCoordinator::new(
+        settings.checkpointing.clone(),
+        &master.job_id.to_string(),
+        &master.job_name,
+        job_graph.max_parallelism,
+        operators,
+        job_graph.subtask_count() as usize,
+        first_id,
+        Arc::clone(&master.checkpoint_stats),
+    ) {
+        Ok(coordinator) => coordinator,
+        Err(error) => {
+            fail(error);
+            return None;
+        }
+    };
+    if let Some(ha) = &settings.ha {
+        coordinator = coordinator.with_ha(ha.store.clone());
+    }
+    if let Some(recovered) = &recovered
+        && let Err(error) = coordinator.adopt_retained(&recovered.checkpoints)
+    {
+        fail(error);
+        return None;
+    }
+    let (snapshot_events, snapshot_receiver) = crossbeam_channel::unbounded::<MasterEvent>();
+    let writer = match SnapshotWriter::start(snapshot_events.clone()) {
+        Ok(writer) => writer,
+        Err(error) => {
+            fail(format!("cannot start the snapshot writer threads: {error}"));
+            return None;
+        }
+    };
+    let graph = Arc::new(graph);
+    let source_vertices: Vec<usize> = job_graph
+        .vertices
+        .iter()
+        .enumerate()
+        .filter(|(_, v)| graph.nodes()[v.nodes[0]].role == weir_api::graph::NodeRole::Source)
+        .map(|(index, _)| index)
+        .collect();
+    let seed = (master.job_id.to_string().bytes().fold(0u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)))) | 1;
+    let dirs = coordinator.dirs();
+    let sup = Supervisor {
+        coordinator,
+        controls: Vec::new(),
+        source_vertices,
+        savepoints_url: settings.checkpointing.savepoints_url.clone(),
+        any_finished: false,
+        restart: RestartStrategy::new(settings.restart.clone(), seed),
+        pending_restart: None,
+        started: Instant::now(),
+        region_restarts: Vec::new(),
+        task_events: None,
+        handles: Vec::new(),
+        next_attempt: recovered.as_ref().map_or(0, |r| r.next_attempt),
+        waiting_savepoints: Vec::new(),
+        final_checkpoint: None,
+        finishing: false,
+    };
+    // A job of one region restarts whole anyway.
+    let regions = Some(job_graph.regions())
+        .filter(|regions| !settings.failover_full && regions.iter().any(|r| *r > 0))
+        .map(Arc::new);
+    let region_count = regions.as_ref().map(|r| r.iter().max().map_or(0, |m| m + 1));
+    let dep = Deployment {
+        graph,
+        job_graph: Arc::clone(&job_graph),
+        executor: match &settings.executor {
+            Some(executor) => Arc::clone(executor),
+            None => Arc::new(LocalExecutor),
+        },
+        exactly_once: settings.checkpointing.exactly_once,
+        final_checkpoint: settings.checkpointing.interval.is_some(),
+        dirs,
+        writer: writer.queue(),
+        snapshot_events: snapshot_events.clone(),
+        initial_restore: settings.restore.clone(),
+        regions,
+    };
+    let mut run = JobRun {
+        master: Arc::clone(&master),
+        events,
+        snapshots: snapshot_receiver,
+        tasks: None,
+        sup,
+        dep,
+        restore: settings.restore.clone(),
+        region_count,
+        writer: Some(writer),
+        ha: settings.ha.as_ref().map(|ha| ha.store.clone()),
+        reconcile_timeout: settings.ha.as_ref().map(|ha| ha.reconcile_timeout).unwrap_or_default(),
+        orphaned_savepoints: recovered.as_ref().map(|r| r.savepoints.clone()).unwrap_or_default(),
+    };
+    if recovered.is_some() {
+        master.update(|record| {
+            for request_id in &run.orphaned_savepoints {
+                // Known to the client that asked: answered once it polls this leader.
+                record.savepoints.insert(request_id.clone(), (SavepointStatus::InProgress, false));
+            }
+            master.transition_job(record, JobStatus::Reconciling);
+        });
+        return Some((run, State::Reconciling));
+    }
+    master.update(|record| master.transition_job(record, JobStatus::Running));
+    match first_deploy(&mut run) {
+        Ok(()) => Some((run, State::Running)),
+        Err(()) => Some((run, State::Ended)),
+    }
+}
+
+/// Deploys the first round; a failure ends the job before it ran (CANCELED when a cancel
+/// stopped the wait for slots, else FAILED).
+pub(super) fn first_deploy(run: &mut JobRun) -> Result<(), ()> {
+    if let Err(error) = run.deploy_round() {
+        run.stop_tasks();
+        if matches!(error, TaskError::Cancelled)
+            && run.master.cancel_requested.load(std::sync::atomic::Ordering::SeqCst)
+        {
+            run.cancel_before_start();
+        } else {
+            run.fail_before_start(error.to_string());
+        }
+        run.join_handles();
+        return Err(());
+    }
+    Ok(())
+}

@@ -1,0 +1,193 @@
+//! RECONCILING: a new leader JobManager recovered the job from the HA store and waits for
+//! the TaskManagers to report the attempt that kept running while no leader existed. When
+//! every subtask of the job graph is reported (the newest attempt of each pipelined region),
+//! the master takes the attempt over without restarting a task: RUNNING, then it sends the
+//! completion of the newest completed checkpoint again (a sink whose commit the old leader
+//! never sent commits now; commits are idempotent) and aborts every checkpoint the old
+//! leader may have left in flight (a stop-with-savepoint that never completed resumes the
+//! job). A subtask that failed meanwhile, a TaskManager that never comes back, or
+//! `high-availability.reconcile-timeout` without a full report restarts the job from the
+//! newest completed checkpoint under its restart strategy, as any failure does.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use weir_api::snapshot::TaskControl;
+use weir_types::{ExecutionState, JobStatus};
+
+use super::{State, state_of};
+use crate::executor::ReportedAttempt;
+use crate::job_master::MasterEvent;
+use crate::job_master::run::{Incoming, JobRun, mark_canceling};
+
+/// Old checkpoint ids aborted after a takeover, at most (the newest ones).
+const ABORTED_AFTER_TAKEOVER_MAX: u64 = 1000;
+/// How often the reports are looked at.
+const RECONCILE_POLL: Duration = Duration::from_millis(50);
+
+pub(super) fn run(run: &mut JobRun) -> State {
+    let master = Arc::clone(&run.master);
+    let started = Instant::now();
+    let deadline = started + run.reconcile_timeout;
+    let job_id = master.job_id.to_string();
+    loop {
+        if !run.leading() {
+            return State::Suspended;
+        }
+        let mut cancel = false;
+        match run.next_event(RECONCILE_POLL) {
+            Incoming::Event(MasterEvent::Cancel) => cancel = true,
+            Incoming::Event(MasterEvent::TriggerSavepoint { request_id, .. }) => master.update(|record| {
+                let cause = format!(
+                    "job {job_id} is RECONCILING (a new leader JobManager takes it over); take the savepoint once it is RUNNING"
+                );
+                run.savepoint_failed(record, &request_id, cause);
+            }),
+            // Snapshot outcomes of the old leader's checkpoints: nobody waits for them.
+            Incoming::Event(_) | Incoming::Nothing | Incoming::TasksClosed => {}
+        }
+        let reported = newest_per_region(run, run.dep.executor.running_attempts(&job_id));
+        let coverage = coverage(run, &reported);
+        let timed_out = Instant::now() >= deadline;
+        if coverage.complete && !coverage.failed && !cancel {
+            return take_over(run, &reported, started);
+        }
+        if cancel || coverage.failed || timed_out {
+            // Take over what is there, so that it can be stopped, then treat it as a failure.
+            let (task_events, task_receiver) = crossbeam_channel::unbounded();
+            run.tasks = Some(task_receiver);
+            run.sup.controls = vec![Vec::new(); run.dep.job_graph.vertices.len()];
+            for attempt in &reported {
+                if let Err(error) = run.adopt(attempt, task_events.clone()) {
+                    tracing::warn!(job_id = %job_id, attempt = attempt.attempt, %error, "cannot take over a reported attempt");
+                }
+            }
+            run.sup.task_events = Some(task_events);
+            let reason = if coverage.failed {
+                "a subtask failed while no JobManager led".to_string()
+            } else {
+                format!(
+                    "the TaskManagers reported {} of {} subtasks within {:?} (high-availability.reconcile-timeout)",
+                    coverage.reported, coverage.expected, run.reconcile_timeout
+                )
+            };
+            master.update(|record| {
+                if cancel {
+                    run.on_cancel(record);
+                    return;
+                }
+                tracing::warn!(job_id = %job_id, %reason, "reconciling failed; restarting from the newest completed checkpoint");
+                record.exceptions.push(crate::job_master::ExceptionEntry {
+                    name: "ReconcileFailure".into(),
+                    message: format!("cannot take over the running job: {reason}"),
+                    timestamp_ms: weir_types::lifecycle::now_ms(),
+                    task_name: "job master".into(),
+                    location: master.location.clone(),
+                });
+                run.on_failure(record, None, "reconciling", &reason);
+                // Subtasks nobody reported will never say they stopped.
+                mark_canceling(record, |_| true);
+            });
+            return state_of(master.status(), run);
+        }
+    }
+}
+
+/// What the reports cover of the job graph.
+struct Coverage {
+    complete: bool,
+    failed: bool,
+    reported: usize,
+    expected: usize,
+}
+
+fn coverage(run: &JobRun, reported: &[ReportedAttempt]) -> Coverage {
+    let mut covered: BTreeSet<(usize, u32)> = BTreeSet::new();
+    let mut failed = false;
+    for attempt in reported {
+        for subtask in &attempt.subtasks {
+            if !run.dep.in_region(subtask.vertex, attempt.region) {
+                continue;
+            }
+            match subtask.state {
+                ExecutionState::Failed | ExecutionState::Canceled | ExecutionState::Canceling => failed = true,
+                _ => {
+                    covered.insert((subtask.vertex, subtask.subtask));
+                }
+            }
+        }
+    }
+    let expected: usize = run.dep.job_graph.vertices.iter().map(|v| v.parallelism as usize).sum();
+    Coverage { complete: covered.len() == expected, failed, reported: covered.len(), expected }
+}
+
+/// The newest reported attempt of each region (of the job, without regions); older ones are
+/// stopped.
+fn newest_per_region(run: &JobRun, reported: Vec<ReportedAttempt>) -> Vec<ReportedAttempt> {
+    let mut newest: BTreeMap<Option<usize>, ReportedAttempt> = BTreeMap::new();
+    let job_id = run.master.job_id.to_string();
+    for attempt in reported {
+        let region = if run.region_count.is_some() { attempt.region } else { None };
+        match newest.get(&region) {
+            Some(existing) if existing.attempt >= attempt.attempt => {
+                run.dep.executor.cancel_attempt(&job_id, attempt.attempt)
+            }
+            Some(existing) => {
+                run.dep.executor.cancel_attempt(&job_id, existing.attempt);
+                newest.insert(region, attempt);
+            }
+            None => {
+                newest.insert(region, attempt);
+            }
+        }
+    }
+    newest.into_values().collect()
+}
+
+/// Adopts the reported attempts and goes RUNNING without restarting a task.
+fn take_over(run: &mut JobRun, reported: &[ReportedAttempt], started: Instant) -> State {
+    let master = Arc::clone(&run.master);
+    let (task_events, task_receiver) = crossbeam_channel::unbounded();
+    run.tasks = Some(task_receiver);
+    run.sup.controls = vec![Vec::new(); run.dep.job_graph.vertices.len()];
+    for attempt in reported {
+        if let Err(error) = run.adopt(attempt, task_events.clone()) {
+            master.update(|record| run.on_failure(record, None, "reconciling", &error.to_string()));
+            return state_of(master.status(), run);
+        }
+    }
+    if run.region_count.is_some() {
+        run.sup.task_events = Some(task_events);
+    }
+    let latest = run.sup.coordinator.latest_retained().map(|(id, _)| id);
+    let next_id = run.sup.coordinator.next_checkpoint_id();
+    master.update(|record| {
+        master.transition_job(record, JobStatus::Running);
+        // A checkpoint whose pointer the old leader wrote may never have been committed.
+        if let Some(latest) = latest {
+            run.sup.send_to_all(TaskControl::CheckpointComplete(latest));
+        }
+        // Whatever the old leader triggered after it is abandoned (a stop-with-savepoint
+        // included: its subtasks resume, as when a stop fails).
+        let first_abandoned = latest.map_or(1, |id| id + 1).max(next_id.saturating_sub(ABORTED_AFTER_TAKEOVER_MAX));
+        for id in first_abandoned..next_id {
+            run.sup.send_to_all(TaskControl::CheckpointAborted(id));
+        }
+        let orphans = std::mem::take(&mut run.orphaned_savepoints);
+        for request_id in orphans {
+            let cause = format!(
+                "the JobManager that was taking this savepoint lost its leadership before it completed; a new leader took over job {} without restarting it — trigger the savepoint again",
+                master.job_id
+            );
+            run.savepoint_failed(record, &request_id, cause);
+        }
+    });
+    tracing::info!(
+        job_id = %master.job_id,
+        attempts = reported.len(),
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "took over the running job without restarting it"
+    );
+    State::Running
+}
