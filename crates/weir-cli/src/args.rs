@@ -119,6 +119,9 @@ pub struct ClusterStartArgs {
     /// Number of TaskManagers
     #[arg(long = "taskmanagers", default_value_t = 1, value_name = "N")]
     pub taskmanagers: u32,
+    /// Number of JobManagers: one leader and N-1 standbys (needs high-availability.type: etcd)
+    #[arg(long = "jobmanagers", default_value_t = 1, value_name = "N")]
+    pub jobmanagers: u32,
     /// Configuration
     #[command(flatten)]
     pub config: ConfigArgs,

@@ -33,26 +33,35 @@ pub fn load(args: &ConfigArgs) -> Result<Configuration, CliError> {
     for warning in config.warnings() {
         eprintln!("warning: {warning}");
     }
-    for (key, _, _) in config.entries() {
-        if let Some(feature) = not_in_effect_yet(key) {
-            eprintln!(
-                "warning: configuration key '{key}' is valid but has no effect yet: {feature} is not implemented in this version of weir"
-            );
-        }
-    }
     Ok(config)
 }
 
-/// Known Flink keys that are validated already but drive features still to come; a user who
-/// sets one is told instead of being left to believe it works.
-fn not_in_effect_yet(key: &str) -> Option<&'static str> {
-    const PENDING: &[(&str, &str)] = &[("high-availability", "high availability")];
-    for (prefix, feature) in PENDING {
-        if key.starts_with(prefix) {
-            return Some(feature);
-        }
+/// The HA services settings when `high-availability.type: etcd`, else `None`.
+pub fn ha_settings(config: &Configuration) -> Result<Option<weir_ha::HaSettings>, CliError> {
+    use weir_config::options::{
+        HIGH_AVAILABILITY_CLUSTER_ID, HIGH_AVAILABILITY_ETCD_ENDPOINTS, HIGH_AVAILABILITY_ETCD_LEASE_TTL,
+        HIGH_AVAILABILITY_STORAGE_DIR, HIGH_AVAILABILITY_TYPE,
+    };
+    if config.get(&HIGH_AVAILABILITY_TYPE).map_err(CliError::usage)? != weir_config::HighAvailabilityType::Etcd {
+        return Ok(None);
     }
-    None
+    let storage_dir = config.get(&HIGH_AVAILABILITY_STORAGE_DIR).map_err(CliError::usage)?.ok_or_else(|| {
+        CliError::usage("high-availability.type: etcd needs high-availability.storageDir (a directory or object-store URL every JobManager can reach)")
+    })?;
+    weir_checkpoint::SnapshotStorage::from_url(&storage_dir).map_err(|e| {
+        CliError::usage(format!("bad value '{storage_dir}' for configuration key 'high-availability.storageDir': {e}"))
+    })?;
+    Ok(Some(weir_ha::HaSettings {
+        endpoints: config.get(&HIGH_AVAILABILITY_ETCD_ENDPOINTS).map_err(CliError::usage)?,
+        cluster_id: config.get(&HIGH_AVAILABILITY_CLUSTER_ID).map_err(CliError::usage)?,
+        storage_dir,
+        lease_ttl: config.get(&HIGH_AVAILABILITY_ETCD_LEASE_TTL).map_err(CliError::usage)?,
+    }))
+}
+
+/// Connects to the HA services of `settings`; an unreachable etcd is one line naming it.
+pub fn connect_ha(settings: weir_ha::HaSettings) -> Result<weir_ha::HaServices, CliError> {
+    weir_ha::HaServices::connect(settings).map_err(|e| CliError::runtime(e.to_string()))
 }
 
 fn default_config_file() -> Option<PathBuf> {
@@ -62,12 +71,14 @@ fn default_config_file() -> Option<PathBuf> {
 }
 
 /// The cluster `weir run` submits to: `-m`, else `$WEIR_JOBMANAGER`, else `rest.address`
-/// when the configuration file sets it; `None` runs the job on an embedded cluster.
+/// when the configuration file sets it, else the leader of the HA cluster the configuration
+/// names; `None` runs the job on an embedded cluster.
 pub fn cluster_address(explicit: Option<&str>, config: &Configuration) -> Result<Option<String>, CliError> {
     if explicit.is_some() {
         return jobmanager_address(explicit, config).map(Some);
     }
-    if std::env::var("WEIR_JOBMANAGER").is_ok_and(|a| !a.is_empty()) || config.contains(&REST_ADDRESS) {
+    let ha = ha_settings(config)?.is_some();
+    if std::env::var("WEIR_JOBMANAGER").is_ok_and(|a| !a.is_empty()) || config.contains(&REST_ADDRESS) || ha {
         return jobmanager_address(None, config).map(Some);
     }
     Ok(None)
@@ -85,7 +96,8 @@ pub fn data_dir() -> PathBuf {
     std::path::absolute(&dir).unwrap_or(dir)
 }
 
-/// The REST address to talk to: `-m`, else `$WEIR_JOBMANAGER`, else `rest.address:rest.port`.
+/// The REST address to talk to: `-m`, else `$WEIR_JOBMANAGER`, else (high availability, no
+/// `rest.address` set) the leader's as etcd publishes it, else `rest.address:rest.port`.
 pub fn jobmanager_address(explicit: Option<&str>, config: &Configuration) -> Result<String, CliError> {
     if let Some(address) = explicit {
         return Ok(address.to_string());
@@ -94,6 +106,18 @@ pub fn jobmanager_address(explicit: Option<&str>, config: &Configuration) -> Res
         && !address.is_empty()
     {
         return Ok(address);
+    }
+    if !config.contains(&REST_ADDRESS)
+        && let Some(settings) = ha_settings(config)?
+    {
+        let (endpoints, cluster_id) = (settings.endpoints.join(","), settings.cluster_id.clone());
+        let ha = connect_ha(settings)?;
+        return match ha.leader().map_err(|e| CliError::runtime(e.to_string()))? {
+            Some((leader, _)) => Ok(leader.rest_address),
+            None => Err(CliError::runtime(format!(
+                "no JobManager leads cluster '{cluster_id}' in etcd at {endpoints}; start one (`weir cluster start`, `weir jobmanager`) or pass -m HOST:PORT"
+            ))),
+        };
     }
     let host = config.get(&REST_ADDRESS).map_err(CliError::usage)?;
     let port = config.get(&REST_PORT).map_err(CliError::usage)?;

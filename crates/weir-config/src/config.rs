@@ -285,9 +285,22 @@ impl Configuration {
         self.get(&FAILOVER_STRATEGY)?;
         let heartbeat_interval = self.get(&HEARTBEAT_INTERVAL)?;
         let heartbeat_timeout = self.get(&HEARTBEAT_TIMEOUT)?;
-        self.get(&HIGH_AVAILABILITY_TYPE)?;
-        self.get(&HIGH_AVAILABILITY_STORAGE_DIR)?;
+        let ha = self.get(&HIGH_AVAILABILITY_TYPE)?;
+        let ha_storage = self.get(&HIGH_AVAILABILITY_STORAGE_DIR)?;
+        self.get(&HIGH_AVAILABILITY_CLUSTER_ID)?;
+        self.get(&HIGH_AVAILABILITY_ETCD_ENDPOINTS)?;
+        self.get(&HIGH_AVAILABILITY_ETCD_LEASE_TTL)?;
+        self.get(&HIGH_AVAILABILITY_RECONCILE_TIMEOUT)?;
         self.get(&PIPELINE_NAME)?;
+
+        if ha == crate::values::HighAvailabilityType::Etcd && ha_storage.is_none() {
+            let (key, source) = self.origin_of(HIGH_AVAILABILITY_TYPE.key, HIGH_AVAILABILITY_TYPE.fallback_keys);
+            return Err(ConfigError::Inconsistent {
+                message: format!(
+                    "configuration key '{key}' (etcd, from {source}) needs 'high-availability.storageDir': set it to a directory or object-store URL every JobManager can reach (the submitted jobs are kept there)"
+                ),
+            });
+        }
 
         if let Some(max_parallelism) = max_parallelism
             && max_parallelism < parallelism

@@ -428,12 +428,12 @@ pub const HEARTBEAT_TIMEOUT: ConfigOption<Duration> = ConfigOption {
     default: || Duration::from_secs(50),
 };
 
-/// `high-availability.type`: the high-availability service; only `none` for now.
+/// `high-availability.type`: the high-availability service: `none` or `etcd`.
 pub const HIGH_AVAILABILITY_TYPE: ConfigOption<HighAvailabilityType> = ConfigOption {
     key: "high-availability.type",
     fallback_keys: &["high-availability"],
     default_description: "none",
-    description: "high-availability mode (only 'none' is supported)",
+    description: "high-availability mode: 'none', or 'etcd' (standby JobManagers, leader election and recoverable jobs on etcd)",
     parse: |text| text.parse(),
     default: || HighAvailabilityType::None,
 };
@@ -447,6 +447,83 @@ pub const HIGH_AVAILABILITY_STORAGE_DIR: ConfigOption<Option<String>> = ConfigOp
     parse: optional_string,
     default: || None,
 };
+
+/// `high-availability.cluster-id`: the prefix of everything the cluster keeps in etcd and in
+/// the HA storage directory (clusters sharing an etcd need their own).
+pub const HIGH_AVAILABILITY_CLUSTER_ID: ConfigOption<String> = ConfigOption {
+    key: "high-availability.cluster-id",
+    fallback_keys: &["kubernetes.cluster-id"],
+    default_description: "default",
+    description: "id of the cluster in etcd and in high-availability.storageDir",
+    parse: parse_cluster_id,
+    default: || "default".to_string(),
+};
+
+/// `high-availability.etcd.endpoints`: the etcd cluster, comma-separated.
+pub const HIGH_AVAILABILITY_ETCD_ENDPOINTS: ConfigOption<Vec<String>> = ConfigOption {
+    key: "high-availability.etcd.endpoints",
+    fallback_keys: &[],
+    default_description: "http://127.0.0.1:2379",
+    description: "etcd endpoints (http://host:port), comma-separated",
+    parse: parse_endpoints,
+    default: || vec!["http://127.0.0.1:2379".to_string()],
+};
+
+/// `high-availability.etcd.lease-ttl`: the leader's lease; a dead leader is replaced about
+/// this long after its death.
+pub const HIGH_AVAILABILITY_ETCD_LEASE_TTL: ConfigOption<Duration> = ConfigOption {
+    key: "high-availability.etcd.lease-ttl",
+    fallback_keys: &[],
+    default_description: "2s",
+    description: "TTL of the leader's etcd lease (whole seconds, at least 2s): how soon a standby takes over from a dead leader",
+    parse: parse_lease_ttl,
+    default: || Duration::from_secs(2),
+};
+
+/// `high-availability.reconcile-timeout`: how long a new leader waits for the TaskManagers
+/// to report a running job before it restarts it from its newest checkpoint.
+pub const HIGH_AVAILABILITY_RECONCILE_TIMEOUT: ConfigOption<Duration> = ConfigOption {
+    key: "high-availability.reconcile-timeout",
+    fallback_keys: &[],
+    default_description: "10s",
+    description: "how long a new leader waits for the TaskManagers to report a running job (RECONCILING) before it restarts the job from its newest checkpoint",
+    parse: parse_positive_duration,
+    default: || Duration::from_secs(10),
+};
+
+fn parse_cluster_id(text: &str) -> Result<String, String> {
+    let text = text.trim();
+    let valid = !text.is_empty()
+        && text.len() <= 64
+        && text.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+    if !valid {
+        return Err("expected 1 to 64 letters, digits, '-', '_' or '.'".to_string());
+    }
+    Ok(text.to_string())
+}
+
+fn parse_endpoints(text: &str) -> Result<Vec<String>, String> {
+    let mut endpoints = Vec::new();
+    for endpoint in text.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        let with_scheme = if endpoint.contains("://") { endpoint.to_string() } else { format!("http://{endpoint}") };
+        if !with_scheme.starts_with("http://") {
+            return Err(format!("endpoint '{endpoint}': expected http://host:port (TLS to etcd is not supported)"));
+        }
+        endpoints.push(with_scheme);
+    }
+    if endpoints.is_empty() {
+        return Err("expected at least one endpoint such as http://127.0.0.1:2379".to_string());
+    }
+    Ok(endpoints)
+}
+
+fn parse_lease_ttl(text: &str) -> Result<Duration, String> {
+    let ttl = parse_duration(text)?;
+    if ttl < Duration::from_secs(2) || ttl.subsec_nanos() != 0 {
+        return Err("expected whole seconds, at least 2s (etcd's shortest lease), such as '2s'".to_string());
+    }
+    Ok(ttl)
+}
 
 /// `pipeline.name`: the job name; `None` means the program chooses one.
 pub const PIPELINE_NAME: ConfigOption<Option<String>> = ConfigOption {
@@ -495,6 +572,10 @@ pub const ALL: &[OptionInfo] = &[
     HEARTBEAT_TIMEOUT.info(),
     HIGH_AVAILABILITY_TYPE.info(),
     HIGH_AVAILABILITY_STORAGE_DIR.info(),
+    HIGH_AVAILABILITY_CLUSTER_ID.info(),
+    HIGH_AVAILABILITY_ETCD_ENDPOINTS.info(),
+    HIGH_AVAILABILITY_ETCD_LEASE_TTL.info(),
+    HIGH_AVAILABILITY_RECONCILE_TIMEOUT.info(),
     PIPELINE_NAME.info(),
 ];
 
@@ -535,6 +616,10 @@ pub const ALL_KEYS: &[&str] = &[
     HEARTBEAT_TIMEOUT.key,
     HIGH_AVAILABILITY_TYPE.key,
     HIGH_AVAILABILITY_STORAGE_DIR.key,
+    HIGH_AVAILABILITY_CLUSTER_ID.key,
+    HIGH_AVAILABILITY_ETCD_ENDPOINTS.key,
+    HIGH_AVAILABILITY_ETCD_LEASE_TTL.key,
+    HIGH_AVAILABILITY_RECONCILE_TIMEOUT.key,
     PIPELINE_NAME.key,
 ];
 

@@ -166,6 +166,9 @@ pub enum HighAvailabilityType {
     #[default]
     #[serde(rename = "NONE")]
     None,
+    /// Leader election and recoverable job state on etcd (`high-availability.etcd.*`).
+    #[serde(rename = "ETCD")]
+    Etcd,
 }
 
 impl FromStr for HighAvailabilityType {
@@ -173,10 +176,18 @@ impl FromStr for HighAvailabilityType {
 
     fn from_str(text: &str) -> Result<Self, String> {
         let text = text.trim();
-        if text.eq_ignore_ascii_case("none") {
+        if text.eq_ignore_ascii_case("none") || text.eq_ignore_ascii_case("NO_HA") {
             return Ok(HighAvailabilityType::None);
         }
-        Err(format!("high-availability.type '{text}' is not supported yet; use 'none'"))
+        if text.eq_ignore_ascii_case("etcd") {
+            return Ok(HighAvailabilityType::Etcd);
+        }
+        if text.eq_ignore_ascii_case("zookeeper") || text.eq_ignore_ascii_case("kubernetes") {
+            return Err(format!(
+                "high-availability.type '{text}' is Flink's, not weir's: weir's high availability runs on etcd; use 'etcd' (with high-availability.etcd.endpoints) or 'none'"
+            ));
+        }
+        Err(format!("high-availability.type '{text}' is not one of none, etcd"))
     }
 }
 
@@ -184,6 +195,7 @@ impl fmt::Display for HighAvailabilityType {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             HighAvailabilityType::None => "NONE",
+            HighAvailabilityType::Etcd => "ETCD",
         })
     }
 }
@@ -229,12 +241,12 @@ mod tests {
     }
 
     #[test]
-    fn high_availability_only_none() {
+    fn high_availability_is_none_or_etcd() {
         assert_eq!("NONE".parse(), Ok(HighAvailabilityType::None));
-        assert_eq!(
-            "zookeeper".parse::<HighAvailabilityType>(),
-            Err("high-availability.type 'zookeeper' is not supported yet; use 'none'".into())
-        );
+        assert_eq!("etcd".parse(), Ok(HighAvailabilityType::Etcd));
+        assert_eq!(HighAvailabilityType::Etcd.to_string().parse(), Ok(HighAvailabilityType::Etcd));
+        let zookeeper = "zookeeper".parse::<HighAvailabilityType>().unwrap_err();
+        assert!(zookeeper.contains("runs on etcd; use 'etcd'"), "{zookeeper}");
     }
 
     #[test]

@@ -7,11 +7,13 @@
 //! - [`serve`] runs a router on a listener until a shutdown future completes.
 //! - [`RestServer`] does both on its own small runtime for synchronous callers (the CLI).
 //! - [`responses`] holds the response bodies, so clients can deserialize them.
+//! - [`leader`]: a standby JobManager forwards every request to the leader.
 #![warn(missing_docs)]
 
 pub mod backpressure;
 pub mod checkpoints;
 pub mod error;
+pub mod leader;
 mod metrics;
 pub mod openapi;
 pub mod responses;
@@ -20,5 +22,6 @@ pub mod server;
 mod ui;
 
 pub use error::RestError;
-pub use routes::{ClusterInfo, SubmittedJob, router};
+pub use leader::LeaderRoute;
+pub use routes::{ClusterInfo, LeaderLookup, SubmittedJob, router};
 pub use server::{RestServer, serve};

@@ -56,7 +56,13 @@ pub struct ClusterInfo {
     /// The explicitly set configuration options, secrets already masked (`GET
     /// /jobmanager/config`).
     pub configuration: Vec<(String, String)>,
+    /// With high availability: where the leader is; requests go there unless this process
+    /// leads.
+    pub leader: Option<LeaderLookup>,
 }
+
+/// Where the cluster's leader JobManager is right now.
+pub type LeaderLookup = Arc<dyn Fn() -> crate::leader::LeaderRoute + Send + Sync>;
 
 /// Failures reported by `/jobs/{jobid}/exceptions` without `maxExceptions`, as Flink.
 const DEFAULT_MAX_EXCEPTIONS: usize = 20;
@@ -104,7 +110,12 @@ pub fn router(dispatcher: Arc<Dispatcher>, cluster: ClusterInfo) -> Router {
     for (path, method_router) in routes {
         app = app.route(&format!("/v1{path}"), method_router.clone()).route(path, method_router);
     }
-    app.fallback(not_found).method_not_allowed_fallback(method_not_allowed).with_state(state)
+    let app = app.fallback(not_found).method_not_allowed_fallback(method_not_allowed);
+    if state.cluster.leader.is_some() {
+        let layer = axum::middleware::from_fn_with_state(state.clone(), crate::leader::route_to_leader);
+        return app.layer(layer).with_state(state);
+    }
+    app.with_state(state)
 }
 
 fn flink_version(cluster: &ClusterInfo) -> String {

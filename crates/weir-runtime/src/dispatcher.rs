@@ -50,12 +50,25 @@ impl Dispatcher {
 
     /// Validates `graph` and starts it as a new job.
     pub fn submit(&self, graph: StreamGraph, settings: JobSettings) -> Result<Arc<JobMaster>, SubmitError> {
+        self.submit_as(JobId::generate(), graph, settings)
+    }
+
+    /// Validates `graph` and starts it as job `job_id` (an id recorded before the submit
+    /// was acknowledged, or a job a new leader recovers); an earlier entry of the same id
+    /// (the job as a former leadership of this process left it, SUSPENDED) is replaced.
+    pub fn submit_as(
+        &self,
+        job_id: JobId,
+        graph: StreamGraph,
+        settings: JobSettings,
+    ) -> Result<Arc<JobMaster>, SubmitError> {
         // Validate before accepting so configuration mistakes are reported to the submitter
         // rather than as a failed job.
         JobGraph::build(&graph, &settings)?;
-        let master = JobMaster::start(JobId::generate(), graph, settings, &self.location)
-            .map_err(|e| SubmitError::Start(e.to_string()))?;
+        let master =
+            JobMaster::start(job_id, graph, settings, &self.location).map_err(|e| SubmitError::Start(e.to_string()))?;
         let mut jobs = self.jobs_guard();
+        jobs.retain(|job| job.job_id() != job_id);
         jobs.push(Arc::clone(&master));
         if jobs.len() > ENDED_JOBS_RETAINED_MAX
             && let Some(oldest_ended) = jobs.iter().position(|j| j.status().is_globally_terminal())

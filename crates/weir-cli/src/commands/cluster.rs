@@ -14,7 +14,9 @@ use weir_config::options::{
 };
 use weir_rest::{ClusterInfo, RestServer, SubmittedJob};
 use weir_runtime::Dispatcher;
-use weir_runtime::cluster::{ClusterResources, GraphBuilder, JobSubmission, RemoteExecutor, run_taskmanager};
+use weir_runtime::cluster::{
+    ClusterResources, GraphBuilder, JobManagerSource, JobSubmission, RemoteExecutor, run_taskmanager,
+};
 use weir_types::JobStatus;
 
 use crate::args::{ClusterCommand, ClusterStartArgs, ConfigArgs, ConfigOnly, RunArgs, TaskmanagerArgs};
@@ -27,7 +29,7 @@ use crate::settings;
 const CLUSTER_START_WAIT_MAX: Duration = Duration::from_secs(20);
 
 /// The cluster's configuration plus a submission's own overrides and `-p`.
-fn job_config(base: &Configuration, submission: &JobSubmission) -> Result<Configuration, CliError> {
+pub(crate) fn job_config(base: &Configuration, submission: &JobSubmission) -> Result<Configuration, CliError> {
     let mut config = base.clone();
     for entry in &submission.config {
         config.apply_override(entry).map_err(CliError::usage)?;
@@ -41,6 +43,9 @@ fn job_config(base: &Configuration, submission: &JobSubmission) -> Result<Config
 
 pub fn jobmanager(args: ConfigOnly, catalog: Arc<JobCatalog>) -> Result<ExitCode, CliError> {
     let config = settings::load(&args.config)?;
+    if let Some(ha) = settings::ha_settings(&config)? {
+        return crate::commands::ha::jobmanager(config, catalog, ha);
+    }
     let base = config.clone();
     let rpc_host = config.get(&JOBMANAGER_RPC_ADDRESS).map_err(CliError::usage)?;
     let rpc_port = config.get(&JOBMANAGER_RPC_PORT).map_err(CliError::usage)?;
@@ -110,12 +115,16 @@ pub fn taskmanager(args: TaskmanagerArgs, catalog: Arc<JobCatalog>) -> Result<Ex
     };
     let slots = config.get(&TASKMANAGER_NUMBER_OF_TASK_SLOTS).map_err(CliError::usage)?;
     let heartbeat = config.get(&HEARTBEAT_INTERVAL).map_err(CliError::usage)?;
+    let source = match settings::ha_settings(&config)? {
+        // With high availability the leader is found (and followed) through etcd.
+        Some(ha) => JobManagerSource::Leader(Arc::new(settings::connect_ha(ha)?)),
+        None => JobManagerSource::Fixed(jobmanager),
+    };
     let builder: GraphBuilder = Arc::new(move |submission: &JobSubmission| {
         let config = job_config(&config, submission).map_err(|e| e.to_string())?;
         build_graph(&catalog, &config, &submission.job, &submission.args).map_err(|e| e.to_string())
     });
-    run_taskmanager(&jobmanager, slots, heartbeat, builder)
-        .map_err(|e| CliError::runtime(format!("TaskManager: {e}")))?;
+    run_taskmanager(source, slots, heartbeat, builder).map_err(|e| CliError::runtime(format!("TaskManager: {e}")))?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -218,26 +227,52 @@ fn start(args: ClusterStartArgs) -> Result<ExitCode, CliError> {
     }
     std::fs::create_dir_all(&dir).map_err(|e| CliError::runtime(format!("cannot create {}: {e}", dir.display())))?;
     let exe = std::env::current_exe().map_err(|e| CliError::runtime(format!("cannot find the weir binary: {e}")))?;
-    let rpc = format!(
-        "{}:{}",
-        config.get(&JOBMANAGER_RPC_ADDRESS).map_err(CliError::usage)?,
-        config.get(&JOBMANAGER_RPC_PORT).map_err(CliError::usage)?
-    );
-    let rest = settings::jobmanager_address(None, &config)?;
+    let rpc_port = config.get(&JOBMANAGER_RPC_PORT).map_err(CliError::usage)?;
+    let rpc = format!("{}:{rpc_port}", config.get(&JOBMANAGER_RPC_ADDRESS).map_err(CliError::usage)?);
+    let rest_port = config.get(&REST_PORT).map_err(CliError::usage)?;
+    let rest = format!("{}:{rest_port}", config.get(&REST_ADDRESS).map_err(CliError::usage)?);
+    let ha = settings::ha_settings(&config)?.is_some();
+    let jobmanagers = args.jobmanagers.max(1);
+    if jobmanagers > 1 && !ha {
+        let _ = std::fs::remove_dir(&dir);
+        return Err(CliError::usage(format!(
+            "--jobmanagers {jobmanagers} needs high-availability.type: etcd (standby JobManagers take over through etcd; see docs/high-availability.md)"
+        )));
+    }
     let spawn = |name: &str, verb: Vec<String>| spawn_process(&exe, &dir, name, verb);
     let started = Instant::now();
     let mut pids = Vec::new();
-    let mut jobmanager_args = vec!["jobmanager".to_string()];
-    jobmanager_args.extend(config_args(&args.config));
-    pids.push(spawn("jobmanager", jobmanager_args)?);
+    let offset = |port: u16, index: u32| if port == 0 { 0 } else { port.saturating_add(index as u16) };
+    let mut rest_addresses = Vec::new();
+    for index in 0..jobmanagers {
+        let mut jobmanager_args = vec!["jobmanager".to_string()];
+        jobmanager_args.extend(config_args(&args.config));
+        if index > 0 {
+            // Standbys listen next to the first JobManager.
+            jobmanager_args.extend(["-D".to_string(), format!("rest.port={}", offset(rest_port, index))]);
+            jobmanager_args.extend(["-D".to_string(), format!("jobmanager.rpc.port={}", offset(rpc_port, index))]);
+        }
+        rest_addresses.push(format!(
+            "http://{}:{}",
+            config.get(&REST_ADDRESS).map_err(CliError::usage)?,
+            offset(rest_port, index)
+        ));
+        let name = if index == 0 { "jobmanager".to_string() } else { format!("jobmanager-{index}") };
+        pids.push(spawn(&name, jobmanager_args)?);
+    }
     for index in 0..args.taskmanagers {
-        let mut taskmanager_args = vec!["taskmanager".to_string(), "--jobmanager".to_string(), rpc.clone()];
+        // With HA a TaskManager finds the leader through etcd.
+        let mut taskmanager_args = vec!["taskmanager".to_string()];
+        if !ha {
+            taskmanager_args.extend(["--jobmanager".to_string(), rpc.clone()]);
+        }
         taskmanager_args.extend(config_args(&args.config));
         pids.push(spawn(&format!("taskmanager-{index}"), taskmanager_args)?);
     }
     let text: Vec<String> = pids.iter().map(u32::to_string).collect();
     std::fs::write(&pid_file, text.join("\n") + "\n")
         .map_err(|e| CliError::runtime(format!("cannot write {}: {e}", pid_file.display())))?;
+    // Through the first JobManager (a standby forwards to the leader).
     let client = RestClient::new(&rest);
     loop {
         if let Ok(overview) = client.get_json::<Value>("/overview")
@@ -252,6 +287,12 @@ fn start(args: ClusterStartArgs) -> Result<ExitCode, CliError> {
             )));
         }
         std::thread::sleep(Duration::from_millis(20));
+    }
+    if ha {
+        println!(
+            "High availability on etcd: JobManagers at {} (one leads, the others stand by)",
+            rest_addresses.join(", ")
+        );
     }
     let slots = config.get(&TASKMANAGER_NUMBER_OF_TASK_SLOTS).map_err(CliError::usage)?;
     println!(

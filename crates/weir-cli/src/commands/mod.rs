@@ -2,6 +2,7 @@
 
 mod cancel;
 pub(crate) mod cluster;
+mod ha;
 mod jobs;
 mod list;
 pub(crate) mod run;

@@ -170,7 +170,11 @@ const BAD_VALUES: &[(&str, &str, &str)] = &[
     ("jobmanager.execution.failover-strategy", "partial", "expected 'region' or 'full'"),
     ("heartbeat.interval", "0", "expected a positive duration"),
     ("heartbeat.timeout", "later", "expected a duration such as"),
-    ("high-availability.type", "zookeeper", "high-availability.type 'zookeeper' is not supported yet; use 'none'"),
+    ("high-availability.type", "zookeeper", "high-availability.type 'zookeeper' is Flink's, not weir's"),
+    ("high-availability.type", "consul", "high-availability.type 'consul' is not one of none, etcd"),
+    ("high-availability.cluster-id", "a/b", "expected 1 to 64 letters"),
+    ("high-availability.etcd.endpoints", "https://x:2379", "TLS to etcd is not supported"),
+    ("high-availability.etcd.lease-ttl", "500ms", "at least 2s"),
 ];
 
 #[test]
@@ -210,6 +214,7 @@ fn validate_checks_every_non_string_key() {
         "state.checkpoints.dir",
         "state.savepoints.dir",
         "high-availability.storageDir",
+        "high-availability.etcd.endpoints",
         "pipeline.name",
     ];
     for key in ALL_KEYS {

@@ -72,6 +72,10 @@ pub enum ToJobManager {
         slots: u32,
         /// Where its data server listens.
         data_address: String,
+        /// The attempts it kept running while it had no JobManager (a new leader takes them
+        /// over instead of restarting them).
+        #[serde(default)]
+        running: Vec<RunningAttempt>,
     },
     /// Still alive.
     Heartbeat,
@@ -105,6 +109,15 @@ pub enum ToJobManager {
     },
 }
 
+/// An attempt a TaskManager runs, with its local subtasks.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunningAttempt {
+    /// The job.
+    pub job_id: String,
+    /// The attempt and its subtasks on this TaskManager.
+    pub attempt: crate::executor::ReportedAttempt,
+}
+
 /// One subtask's counters (totals since the attempt started).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SubtaskCounters {
@@ -129,6 +142,13 @@ pub struct SubtaskCounters {
 /// Messages to a TaskManager.
 #[derive(Debug, Serialize, Deserialize)]
 pub enum ToTaskManager {
+    /// The first answer to a registration: the JobManager's leadership epoch (0 without high
+    /// availability). A TaskManager refuses a JobManager whose epoch is lower than one it
+    /// already followed, and with it every message of that connection.
+    Welcome {
+        /// The leadership epoch.
+        epoch: i64,
+    },
     /// Run the subtasks of these slots.
     Deploy(Box<DeploySpec>),
     /// A control message for one subtask.

@@ -16,9 +16,9 @@ use weir_api::graph::StreamGraph;
 use weir_api::operator::TaskMetrics;
 use weir_api::snapshot::TaskControl;
 
-use super::protocol::{DeploySpec, JobSubmission, ToJobManager, ToTaskManager, receive, send};
+use super::protocol::{DeploySpec, JobSubmission, RunningAttempt, ToJobManager, ToTaskManager, receive, send};
 use crate::execution::{TaskEvent, TaskEventKind};
-use crate::executor::{AttemptHandle, AttemptSpec, Executor};
+use crate::executor::{AttemptHandle, AttemptSpec, Executor, ReportedAttempt};
 use crate::job_master::MasterEvent;
 use crate::jobgraph::JobGraph;
 
@@ -45,7 +45,11 @@ pub struct TaskManagerInfo {
 
 struct TaskManager {
     slots: u32,
+    /// Slots in use, those reserved for reported attempts included.
     used: u32,
+    /// Per job, slots of attempts this TaskManager kept running without a JobManager, held
+    /// for the job until its master takes them over (or stops them).
+    reserved: HashMap<String, u32>,
     data_address: String,
     link: Arc<Mutex<BufWriter<TcpStream>>>,
     connection: TcpStream,
@@ -63,6 +67,36 @@ struct Route {
     parallelism: Vec<u32>,
     /// The job master's counters of each subtask, updated from TaskManager reports.
     metrics: Vec<Vec<Arc<TaskMetrics>>>,
+}
+
+/// An attempt the TaskManagers reported running when they registered, until its job master
+/// takes it over.
+struct Reported {
+    attempt: ReportedAttempt,
+    /// The TaskManagers running part of it.
+    taskmanagers: std::collections::BTreeSet<String>,
+    /// Its subtasks' events that came before the takeover, replayed to the master then.
+    pending: Vec<TaskEvent>,
+}
+
+impl Reported {
+    /// Applies a subtask's event that came before the takeover to its reported state.
+    fn note(&mut self, event: &TaskEvent) {
+        let Some(subtask) =
+            self.attempt.subtasks.iter_mut().find(|s| s.vertex == event.vertex && s.subtask == event.subtask)
+        else {
+            return;
+        };
+        use weir_types::ExecutionState as State;
+        match &event.kind {
+            TaskEventKind::Initializing => subtask.state = State::Initializing,
+            TaskEventKind::Running => subtask.state = State::Running,
+            TaskEventKind::EndOfData => subtask.data_ended = true,
+            TaskEventKind::Finished => subtask.state = State::Finished,
+            TaskEventKind::Failed(_) => subtask.state = State::Failed,
+            TaskEventKind::Canceled => subtask.state = State::Canceled,
+        }
+    }
 }
 
 /// The slots a job's attempts share: subtask `i` of every pipelined region runs in the job's
@@ -95,7 +129,16 @@ pub struct ClusterResources {
     next_allocation: std::sync::atomic::AtomicU64,
     /// By (job, attempt): with region failover several attempts of a job run at once.
     routes: Mutex<HashMap<(String, u32), Route>>,
+    /// Attempts reported at registration and not taken over yet, by (job, attempt).
+    reported: Mutex<HashMap<(String, u32), Reported>>,
     heartbeat_timeout: Duration,
+    /// This JobManager's leadership epoch (0 without high availability), sent to every
+    /// TaskManager that registers.
+    epoch: i64,
+    /// Set when this JobManager stops leading: the TaskManagers' connections close.
+    stopped: AtomicBool,
+    /// Where the RPC listener listens (to wake its accept loop on stop).
+    rpc_address: std::net::SocketAddr,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -113,28 +156,62 @@ impl ClusterResources {
     ) -> std::io::Result<(Arc<ClusterResources>, std::net::SocketAddr)> {
         let listener = TcpListener::bind(rpc_bind)?;
         let address = listener.local_addr()?;
+        Ok((ClusterResources::start_term(listener, heartbeat_timeout, 0)?, address))
+    }
+
+    /// Accepts TaskManagers on `listener` for one leadership term with `epoch`, until
+    /// [`ClusterResources::stop`].
+    pub fn start_term(
+        listener: TcpListener,
+        heartbeat_timeout: Duration,
+        epoch: i64,
+    ) -> std::io::Result<Arc<ClusterResources>> {
+        let rpc_address = listener.local_addr()?;
         let resources = Arc::new(ClusterResources {
             taskmanagers: Mutex::new(HashMap::new()),
             job_slots: Mutex::new(HashMap::new()),
             next_allocation: std::sync::atomic::AtomicU64::new(0),
             routes: Mutex::new(HashMap::new()),
+            reported: Mutex::new(HashMap::new()),
             heartbeat_timeout,
+            epoch,
+            stopped: AtomicBool::new(false),
+            rpc_address,
         });
         let accepting = Arc::clone(&resources);
         std::thread::Builder::new().name("weir-rpc".into()).spawn(move || {
             for stream in listener.incoming().flatten() {
+                if accepting.stopped.load(Ordering::SeqCst) {
+                    return;
+                }
                 let serving = Arc::clone(&accepting);
                 std::thread::spawn(move || serving.serve(stream));
             }
         })?;
         let watching = Arc::clone(&resources);
         std::thread::Builder::new().name("weir-heartbeats".into()).spawn(move || {
-            loop {
+            while !watching.stopped.load(Ordering::SeqCst) {
                 std::thread::sleep(Duration::from_millis(100));
                 watching.expire_silent();
             }
         })?;
-        Ok((resources, address))
+        Ok(resources)
+    }
+
+    /// Ends this term: no more TaskManagers are accepted and the connections close (the
+    /// TaskManagers keep their tasks and look for the next leader).
+    pub fn stop(&self) {
+        self.stopped.store(true, Ordering::SeqCst);
+        // Wake the accept loop so it drops the listener.
+        let _ = TcpStream::connect_timeout(&self.rpc_address, Duration::from_millis(200));
+        for tm in lock(&self.taskmanagers).values() {
+            let _ = tm.connection.shutdown(Shutdown::Both);
+        }
+    }
+
+    /// The leadership epoch of this term.
+    pub fn epoch(&self) -> i64 {
+        self.epoch
     }
 
     /// The registered TaskManagers.
@@ -168,20 +245,23 @@ impl ClusterResources {
         let Ok(writer) = stream.try_clone() else { return };
         let Ok(connection) = stream.try_clone() else { return };
         let mut reader = BufReader::new(stream);
-        let Ok(Some(ToJobManager::Register { taskmanager_id, slots, data_address })) = receive(&mut reader) else {
+        let Ok(Some(ToJobManager::Register { taskmanager_id, slots, data_address, running })) = receive(&mut reader)
+        else {
             return;
         };
-        tracing::info!(taskmanager = %taskmanager_id, slots, %data_address, "TaskManager registered");
+        if self.stopped.load(Ordering::SeqCst) {
+            return;
+        }
+        let link = Arc::new(Mutex::new(BufWriter::new(writer)));
+        if send(&mut *lock(&link), &ToTaskManager::Welcome { epoch: self.epoch }).is_err() {
+            return;
+        }
+        tracing::info!(taskmanager = %taskmanager_id, slots, %data_address, running = running.len(), "TaskManager registered");
+        let reserved = self.take_reports(&taskmanager_id, running);
+        let used = reserved.values().sum();
         lock(&self.taskmanagers).insert(
             taskmanager_id.clone(),
-            TaskManager {
-                slots,
-                used: 0,
-                data_address,
-                link: Arc::new(Mutex::new(BufWriter::new(writer))),
-                connection,
-                last_heartbeat: Instant::now(),
-            },
+            TaskManager { slots, used, reserved, data_address, link, connection, last_heartbeat: Instant::now() },
         );
         while let Ok(Some(message)) = receive::<ToJobManager>(&mut reader) {
             match message {
@@ -191,8 +271,15 @@ impl ClusterResources {
                     }
                 }
                 ToJobManager::TaskEvent { job_id, attempt, event } => {
-                    if let Some(route) = lock(&self.routes).get(&(job_id, attempt)) {
+                    let key = (job_id, attempt);
+                    if let Some(route) = lock(&self.routes).get(&key) {
                         let _ = route.task_events.send(event);
+                        continue;
+                    }
+                    // Not taken over yet: kept for the job master that will.
+                    if let Some(reported) = lock(&self.reported).get_mut(&key) {
+                        reported.note(&event);
+                        reported.pending.push(event);
                     }
                 }
                 ToJobManager::Metrics { job_id, attempt, subtasks } => {
@@ -222,10 +309,39 @@ impl ClusterResources {
         self.lost(&taskmanager_id);
     }
 
+    /// Records the attempts a registering TaskManager kept running; returns the slots it
+    /// holds for them, per job.
+    fn take_reports(&self, taskmanager_id: &str, running: Vec<RunningAttempt>) -> HashMap<String, u32> {
+        let mut slots_per_job: HashMap<String, std::collections::BTreeSet<u32>> = HashMap::new();
+        let mut reported = lock(&self.reported);
+        for RunningAttempt { job_id, mut attempt } in running {
+            for subtask in &mut attempt.subtasks {
+                subtask.taskmanager = taskmanager_id.to_string();
+                slots_per_job.entry(job_id.clone()).or_default().insert(subtask.subtask);
+            }
+            let key = (job_id, attempt.attempt);
+            let entry = reported.entry(key).or_insert_with(|| Reported {
+                attempt: ReportedAttempt { subtasks: Vec::new(), ..attempt.clone() },
+                taskmanagers: Default::default(),
+                pending: Vec::new(),
+            });
+            entry.taskmanagers.insert(taskmanager_id.to_string());
+            entry.attempt.subtasks.retain(|s| s.taskmanager != taskmanager_id);
+            entry.attempt.subtasks.extend(attempt.subtasks);
+        }
+        slots_per_job.into_iter().map(|(job, slots)| (job, slots.len() as u32)).collect()
+    }
+
     /// A TaskManager is gone: every subtask it ran fails at once.
     fn lost(&self, taskmanager_id: &str) {
         let removed = lock(&self.taskmanagers).remove(taskmanager_id);
         let Some(removed) = removed else { return };
+        // Its part of attempts not taken over yet is gone with it.
+        for reported in lock(&self.reported).values_mut() {
+            if reported.taskmanagers.remove(taskmanager_id) {
+                reported.attempt.subtasks.retain(|s| s.taskmanager != taskmanager_id);
+            }
+        }
         tracing::warn!(taskmanager = %taskmanager_id, address = %removed.data_address, "TaskManager lost");
         for route in lock(&self.routes).values() {
             for (slot, owner) in route.slots.iter().enumerate() {
@@ -353,6 +469,64 @@ impl ClusterResources {
         }
     }
 
+    /// The job's slots for a reported attempt taken over: slot `i` on the TaskManager whose
+    /// data address is `slot_addresses[i]` (it holds the slot for the job since it
+    /// registered, or the job holds it already for another region's attempt).
+    fn adopt_slots(&self, job_id: &str, slot_addresses: &[String]) -> Result<Vec<AttemptSlot>, TaskError> {
+        let mut taskmanagers = lock(&self.taskmanagers);
+        let mut jobs = lock(&self.job_slots);
+        let job = jobs.entry(job_id.to_string()).or_default();
+        if job.by_index.len() < slot_addresses.len() {
+            job.by_index.resize(slot_addresses.len(), None);
+        }
+        let mut slots = Vec::with_capacity(slot_addresses.len());
+        for (index, address) in slot_addresses.iter().enumerate() {
+            let owner = taskmanagers.iter().find(|(_, tm)| tm.data_address == *address).map(|(id, _)| id.clone());
+            let Some(owner) = owner else {
+                return Err(TaskError::external(
+                    format!("taking over slot {index} of job {job_id}"),
+                    format!("the TaskManager at {address} has not registered with this JobManager"),
+                ));
+            };
+            let held = job.by_index[index].filter(|id| job.held.get(id).is_some_and(|slot| slot.taskmanager == owner));
+            let allocation = match held {
+                Some(allocation) => allocation,
+                None => {
+                    let allocation = self.next_allocation.fetch_add(1, Ordering::Relaxed);
+                    if let Some(tm) = taskmanagers.get_mut(&owner) {
+                        match tm.reserved.get_mut(job_id) {
+                            Some(reserved) if *reserved > 0 => *reserved -= 1,
+                            _ => tm.used += 1,
+                        }
+                    }
+                    let slot = SharedSlot { taskmanager: owner.clone(), data_address: address.clone(), users: 0 };
+                    job.held.insert(allocation, slot);
+                    job.by_index[index] = Some(allocation);
+                    allocation
+                }
+            };
+            if let Some(slot) = job.held.get_mut(&allocation) {
+                slot.users += 1;
+            }
+            slots.push((allocation, owner, address.clone()));
+        }
+        Ok(slots)
+    }
+
+    /// Frees what TaskManagers still reserve for `job_id` once no reported attempt of it is
+    /// left to take over.
+    fn release_reservations(&self, job_id: &str) {
+        let any_left = lock(&self.reported).keys().any(|(job, _)| job == job_id);
+        if any_left {
+            return;
+        }
+        for tm in lock(&self.taskmanagers).values_mut() {
+            if let Some(reserved) = tm.reserved.remove(job_id) {
+                tm.used = tm.used.saturating_sub(reserved);
+            }
+        }
+    }
+
     fn send_to(&self, taskmanager_id: &str, message: &ToTaskManager) {
         let link = lock(&self.taskmanagers).get(taskmanager_id).map(|tm| Arc::clone(&tm.link));
         if let Some(link) = link {
@@ -407,17 +581,7 @@ impl AttemptHandle for RemoteAttempt {
 
 impl Executor for RemoteExecutor {
     fn start(&self, spec: AttemptSpec) -> Result<Box<dyn AttemptHandle>, TaskError> {
-        let in_scope = |vertex: usize| match &spec.region {
-            Some((regions, region)) => regions.get(vertex) == Some(region),
-            None => true,
-        };
-        let parallelism: Vec<u32> = spec
-            .job_graph
-            .vertices
-            .iter()
-            .enumerate()
-            .map(|(vertex, v)| if in_scope(vertex) { v.parallelism } else { 0 })
-            .collect();
+        let parallelism = self.parallelism_in_scope(&spec);
         let slot_count = parallelism.iter().copied().max().unwrap_or(1).max(1);
         let job_id = spec.job_id.to_string();
         let slots = self.resources.allocate(&job_id, slot_count, || {
@@ -453,8 +617,88 @@ impl Executor for RemoteExecutor {
         for taskmanager in &involved {
             self.resources.send_to(taskmanager, &ToTaskManager::Deploy(Box::new(deploy.clone())));
         }
-        // Control messages go to the TaskManager of their subtask; a checkpoint's directory
-        // goes to every TaskManager before its trigger.
+        Ok(self.wire(spec, &parallelism, owners, involved, slots))
+    }
+
+    fn running_attempts(&self, job_id: &str) -> Vec<ReportedAttempt> {
+        let mut attempts: Vec<ReportedAttempt> = lock(&self.resources.reported)
+            .iter()
+            .filter(|((job, _), _)| job == job_id)
+            .map(|(_, reported)| reported.attempt.clone())
+            .collect();
+        attempts.sort_by_key(|a| a.attempt);
+        attempts
+    }
+
+    fn adopt(&self, spec: AttemptSpec, reported: &ReportedAttempt) -> Result<Box<dyn AttemptHandle>, TaskError> {
+        let job_id = spec.job_id.to_string();
+        let parallelism = self.parallelism_in_scope(&spec);
+        let slots = self.resources.adopt_slots(&job_id, &reported.slot_addresses)?;
+        let owners: Vec<String> = slots.iter().map(|(_, taskmanager, _)| taskmanager.clone()).collect();
+        let key = (job_id.clone(), spec.attempt);
+        let pending = lock(&self.resources.reported).remove(&key).map(|r| r.pending).unwrap_or_default();
+        {
+            let mut routes = lock(&self.resources.routes);
+            for event in pending {
+                let _ = spec.task_events.send(event);
+            }
+            routes.insert(
+                key,
+                Route {
+                    task_events: spec.task_events.clone(),
+                    snapshot_events: spec.snapshot_events.clone(),
+                    slots: owners.clone(),
+                    parallelism: parallelism.clone(),
+                    metrics: spec.metrics.clone(),
+                },
+            );
+        }
+        self.resources.release_reservations(&job_id);
+        let mut involved: Vec<String> = owners.clone();
+        involved.sort();
+        involved.dedup();
+        tracing::info!(job_id = %job_id, attempt = spec.attempt, taskmanagers = involved.len(), "took over a running attempt");
+        Ok(self.wire(spec, &parallelism, owners, involved, slots))
+    }
+
+    fn cancel_attempt(&self, job_id: &str, attempt: u32) {
+        let Some(reported) = lock(&self.resources.reported).remove(&(job_id.to_string(), attempt)) else {
+            return;
+        };
+        for taskmanager in &reported.taskmanagers {
+            self.resources.send_to(taskmanager, &ToTaskManager::Cancel { job_id: job_id.to_string(), attempt });
+        }
+        self.resources.release_reservations(job_id);
+    }
+}
+
+impl RemoteExecutor {
+    /// Vertex parallelisms, 0 for vertices outside the attempt's region.
+    fn parallelism_in_scope(&self, spec: &AttemptSpec) -> Vec<u32> {
+        let in_scope = |vertex: usize| match &spec.region {
+            Some((regions, region)) => regions.get(vertex) == Some(region),
+            None => true,
+        };
+        spec.job_graph
+            .vertices
+            .iter()
+            .enumerate()
+            .map(|(vertex, v)| if in_scope(vertex) { v.parallelism } else { 0 })
+            .collect()
+    }
+
+    /// Forwards the attempt's control messages to the TaskManagers of their subtasks (a
+    /// checkpoint's directory to every involved TaskManager before its trigger), and sends
+    /// the attempt's cancellation when its cancel flag is set.
+    fn wire(
+        &self,
+        spec: AttemptSpec,
+        parallelism: &[u32],
+        owners: Vec<String>,
+        involved: Vec<String>,
+        slots: Vec<AttemptSlot>,
+    ) -> Box<dyn AttemptHandle> {
+        let job_id = spec.job_id.to_string();
         for (vertex, receivers) in spec.controls.into_iter().enumerate() {
             if parallelism[vertex] == 0 {
                 continue;
@@ -509,13 +753,7 @@ impl Executor for RemoteExecutor {
                 std::thread::sleep(Duration::from_millis(5));
             }
         });
-        Ok(Box::new(RemoteAttempt {
-            resources: Arc::clone(&self.resources),
-            job_id,
-            attempt: spec.attempt,
-            slots,
-            done,
-        }))
+        Box::new(RemoteAttempt { resources: Arc::clone(&self.resources), job_id, attempt: spec.attempt, slots, done })
     }
 }
 
@@ -537,6 +775,7 @@ mod tests {
                 TaskManager {
                     slots,
                     used: 0,
+                    reserved: HashMap::new(),
                     data_address: format!("{id}:1"),
                     link: Arc::new(Mutex::new(BufWriter::new(ours.try_clone().unwrap()))),
                     connection: ours,
@@ -549,7 +788,11 @@ mod tests {
             job_slots: Mutex::new(HashMap::new()),
             next_allocation: std::sync::atomic::AtomicU64::new(0),
             routes: Mutex::new(HashMap::new()),
+            reported: Mutex::new(HashMap::new()),
             heartbeat_timeout: Duration::from_secs(60),
+            epoch: 0,
+            stopped: AtomicBool::new(false),
+            rpc_address: listener.local_addr().unwrap(),
         };
         (resources, peers)
     }

@@ -1,101 +1,315 @@
 //! A TaskManager process: registers its slots with the JobManager, heartbeats, and runs the
 //! subtasks the JobManager deploys to it.
+//!
+//! With high availability the TaskManager finds the leader JobManager in etcd, follows it
+//! when it changes, and refuses a JobManager whose leadership epoch is lower than one it
+//! followed before. Its subtasks keep running while no leader exists (data keeps flowing
+//! between TaskManagers); their reports wait in an outbox, and the registration with the next
+//! leader lists every attempt it runs, so the leader takes them over instead of restarting
+//! them. Without high availability a lost JobManager ends its jobs here.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::io::{BufReader, BufWriter};
 use std::net::TcpStream;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
 use weir_api::operator::{SystemClock, TaskMetrics};
 use weir_api::snapshot::TaskControl;
 use weir_checkpoint::SnapshotStorage;
-use weir_types::JobId;
+use weir_types::{ExecutionState, JobId};
 
 use super::GraphBuilder;
-use super::protocol::{DeploySpec, SubtaskCounters, ToJobManager, ToTaskManager, receive, send};
+use super::protocol::{DeploySpec, RunningAttempt, SubtaskCounters, ToJobManager, ToTaskManager, receive, send};
 use crate::checkpointing::RestoreSource;
 use crate::checkpointing::coordinator::SnapshotDirs;
 use crate::checkpointing::writer::{SnapshotWriter, WriteOutcome};
 use crate::execution::{CheckpointWiring, JobContext, Placement, TaskEvent, TaskEventKind, deploy};
+use crate::executor::{ReportedAttempt, ReportedSubtask};
 use crate::jobgraph::{JobGraph, JobSettings};
 use crate::network::{DataServer, TcpNetwork};
 
-/// The connection to the JobManager, shared by the threads that report to it.
-type Link = Arc<Mutex<BufWriter<TcpStream>>>;
+/// Reports kept while no JobManager is connected, at most (the oldest go first).
+const OUTBOX_MAX: usize = 100_000;
+/// How often the leader record in etcd is looked at.
+const LEADER_POLL: Duration = Duration::from_millis(200);
+/// How long a TaskManager waits for the JobManager's welcome after registering.
+const WELCOME_WAIT_MAX: Duration = Duration::from_secs(10);
+/// How long an attempt whose subtasks all ended is still reported to a new leader.
+const ENDED_ATTEMPT_KEPT: Duration = Duration::from_secs(600);
+
+/// Where a TaskManager finds its JobManager.
+pub enum JobManagerSource {
+    /// A fixed RPC address (no high availability).
+    Fixed(String),
+    /// The leader the cluster's HA services publish.
+    Leader(Arc<weir_ha::HaServices>),
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    match mutex.lock() {
+        Ok(guard) => guard,
+        Err(poisoned) => poisoned.into_inner(),
+    }
+}
+
+/// The local subtasks of an attempt with their last known state.
+type SubtaskStates = Arc<Mutex<BTreeMap<(usize, u32), (ExecutionState, bool)>>>;
 
 struct Attempt {
     region: Option<usize>,
     controls: HashMap<(usize, u32), Sender<TaskControl>>,
     dirs: SnapshotDirs,
     cancel: Arc<AtomicBool>,
+    slot_addresses: Vec<String>,
+    states: SubtaskStates,
+    /// When every local subtask ended (`None` while some run).
+    ended_at: Arc<Mutex<Option<Instant>>>,
 }
 
-fn report(link: &Link, message: &ToJobManager) -> bool {
-    match link.lock() {
-        Ok(mut writer) => send(&mut *writer, message).is_ok(),
-        Err(_) => false,
+/// The connection to the current JobManager, or the reports waiting for the next one.
+#[derive(Default)]
+struct Uplink {
+    inner: Mutex<UplinkInner>,
+}
+
+#[derive(Default)]
+struct UplinkInner {
+    link: Option<BufWriter<TcpStream>>,
+    outbox: VecDeque<ToJobManager>,
+}
+
+impl Uplink {
+    /// Sends `message`, or keeps it for the next JobManager (task events and snapshot
+    /// outcomes; counters and heartbeats are only worth sending now).
+    fn send(&self, message: ToJobManager) -> bool {
+        let mut inner = lock(&self.inner);
+        if let Some(link) = &mut inner.link {
+            if send(link, &message).is_ok() {
+                return true;
+            }
+            inner.link = None;
+        }
+        if matches!(message, ToJobManager::TaskEvent { .. } | ToJobManager::Snapshot { .. }) {
+            inner.outbox.push_back(message);
+            while inner.outbox.len() > OUTBOX_MAX {
+                inner.outbox.pop_front();
+            }
+        }
+        false
+    }
+
+    /// Uses `link` from now on, after sending what waited for it.
+    fn attach(&self, mut link: BufWriter<TcpStream>) {
+        let mut inner = lock(&self.inner);
+        while let Some(message) = inner.outbox.pop_front() {
+            if send(&mut link, &message).is_err() {
+                inner.outbox.push_front(message);
+                return;
+            }
+        }
+        inner.link = Some(link);
+    }
+
+    fn detach(&self) {
+        lock(&self.inner).link = None;
+    }
+
+    fn connected(&self) -> bool {
+        lock(&self.inner).link.is_some()
     }
 }
 
-/// Runs a TaskManager with `slots` slots against the JobManager at `jobmanager` (RPC
-/// address) until the process is stopped; reconnects when the JobManager goes away.
+/// Everything one TaskManager process shares between its connections.
+struct TaskManagerState {
+    id: String,
+    slots: u32,
+    server: Arc<DataServer>,
+    builder: GraphBuilder,
+    /// By (job, attempt): with region failover several attempts of a job run at once.
+    attempts: Mutex<HashMap<(String, u32), Attempt>>,
+    uplink: Arc<Uplink>,
+    /// The highest leadership epoch followed: a JobManager with a lower one is refused.
+    max_epoch: AtomicI64,
+    /// High availability: attempts outlive a lost JobManager.
+    keep_running: bool,
+}
+
+/// Runs a TaskManager with `slots` slots against the JobManager `source` names until the
+/// process is stopped; reconnects (to the new leader, with HA) when the JobManager goes away.
 pub fn run_taskmanager(
-    jobmanager: &str,
+    source: JobManagerSource,
     slots: u32,
     heartbeat: Duration,
     builder: GraphBuilder,
 ) -> std::io::Result<()> {
     let server = DataServer::start("127.0.0.1:0")?;
-    let taskmanager_id = JobId::generate().to_string();
-    eprintln!("TaskManager {taskmanager_id} data port {}", server.address());
+    let state = Arc::new(TaskManagerState {
+        id: JobId::generate().to_string(),
+        slots,
+        server,
+        builder,
+        attempts: Mutex::new(HashMap::new()),
+        uplink: Arc::new(Uplink::default()),
+        max_epoch: AtomicI64::new(0),
+        keep_running: matches!(source, JobManagerSource::Leader(_)),
+    });
+    eprintln!("TaskManager {} data port {}", state.id, state.server.address());
     loop {
-        let stream = match TcpStream::connect(jobmanager) {
+        let Some((jobmanager, leader_epoch)) = find_jobmanager(&source, &state) else {
+            std::thread::sleep(LEADER_POLL);
+            continue;
+        };
+        let stream = match TcpStream::connect(&jobmanager) {
             Ok(stream) => stream,
             Err(error) => {
                 tracing::warn!(%jobmanager, %error, "JobManager not reachable; retrying");
-                std::thread::sleep(Duration::from_millis(500));
+                std::thread::sleep(Duration::from_millis(200));
                 continue;
             }
         };
-        let _ = stream.set_nodelay(true);
-        let link: Link = Arc::new(Mutex::new(BufWriter::new(stream.try_clone()?)));
-        let register = ToJobManager::Register {
-            taskmanager_id: taskmanager_id.clone(),
-            slots,
-            data_address: server.address().to_string(),
-        };
-        if !report(&link, &register) {
-            continue;
+        if let Err(error) = follow(&state, &source, stream, &jobmanager, leader_epoch, heartbeat) {
+            tracing::warn!(%jobmanager, %error, "connection to the JobManager failed");
         }
-        eprintln!("TaskManager {taskmanager_id} registered at {jobmanager} with {slots} slots");
-        let alive = Arc::new(AtomicBool::new(true));
-        let heartbeat_link = Arc::clone(&link);
-        let heartbeat_alive = Arc::clone(&alive);
-        std::thread::spawn(move || {
-            while heartbeat_alive.load(Ordering::SeqCst) && report(&heartbeat_link, &ToJobManager::Heartbeat) {
-                std::thread::sleep(heartbeat);
+        state.uplink.detach();
+        if !state.keep_running {
+            // Without HA no JobManager will ever take these subtasks over.
+            for attempt in lock(&state.attempts).values() {
+                attempt.cancel.store(true, Ordering::SeqCst);
             }
-        });
-        serve_jobmanager(stream, &link, &server, &builder);
-        alive.store(false, Ordering::SeqCst);
+        }
         tracing::warn!(%jobmanager, "lost the JobManager; reconnecting");
-        std::thread::sleep(Duration::from_millis(200));
+        std::thread::sleep(Duration::from_millis(100));
     }
 }
 
-fn serve_jobmanager(stream: TcpStream, link: &Link, server: &Arc<DataServer>, builder: &GraphBuilder) {
-    let mut reader = BufReader::new(stream);
-    // By (job, attempt): with region failover several attempts of a job run at once.
-    let mut attempts: HashMap<(String, u32), Attempt> = HashMap::new();
+/// The JobManager to connect to: the fixed address, or the leader in etcd (with its epoch).
+fn find_jobmanager(source: &JobManagerSource, state: &TaskManagerState) -> Option<(String, Option<i64>)> {
+    match source {
+        JobManagerSource::Fixed(address) => Some((address.clone(), None)),
+        JobManagerSource::Leader(ha) => match ha.leader() {
+            Ok(Some((info, epoch))) if epoch >= state.max_epoch.load(Ordering::SeqCst) => {
+                Some((info.rpc_address, Some(epoch)))
+            }
+            Ok(_) => None,
+            Err(error) => {
+                tracing::warn!(%error, "cannot look up the leader JobManager in etcd; retrying");
+                None
+            }
+        },
+    }
+}
+
+/// Registers with the JobManager on `stream` and serves it until the connection ends (or,
+/// with HA, until etcd names another leader).
+fn follow(
+    state: &Arc<TaskManagerState>,
+    source: &JobManagerSource,
+    stream: TcpStream,
+    jobmanager: &str,
+    leader_epoch: Option<i64>,
+    heartbeat: Duration,
+) -> std::io::Result<()> {
+    let _ = stream.set_nodelay(true);
+    let mut writer = BufWriter::new(stream.try_clone()?);
+    let register = ToJobManager::Register {
+        taskmanager_id: state.id.clone(),
+        slots: state.slots,
+        data_address: state.server.address().to_string(),
+        running: running_attempts(state),
+    };
+    send(&mut writer, &register)?;
+    stream.set_read_timeout(Some(WELCOME_WAIT_MAX))?;
+    let mut reader = BufReader::new(stream.try_clone()?);
+    let epoch = match receive::<ToTaskManager>(&mut reader)? {
+        Some(ToTaskManager::Welcome { epoch }) => epoch,
+        _ => return Err(std::io::Error::other("the JobManager did not answer the registration")),
+    };
+    stream.set_read_timeout(None)?;
+    let followed = state.max_epoch.load(Ordering::SeqCst);
+    if epoch < followed || leader_epoch.is_some_and(|leader| leader != epoch) {
+        return Err(std::io::Error::other(format!(
+            "the JobManager at {jobmanager} leads epoch {epoch}, older than epoch {followed} this TaskManager follows; refused"
+        )));
+    }
+    state.max_epoch.store(epoch, Ordering::SeqCst);
+    state.uplink.attach(writer);
+    eprintln!("TaskManager {} registered at {jobmanager} with {} slots", state.id, state.slots);
+    let alive = Arc::new(AtomicBool::new(true));
+    {
+        let uplink = Arc::clone(&state.uplink);
+        let alive = Arc::clone(&alive);
+        std::thread::spawn(move || {
+            while alive.load(Ordering::SeqCst) && uplink.send(ToJobManager::Heartbeat) {
+                std::thread::sleep(heartbeat);
+            }
+        });
+    }
+    if let JobManagerSource::Leader(ha) = source {
+        // Follow the leader in etcd: another epoch (or none at all) ends this connection,
+        // even when the old leader's socket stays open (a frozen process).
+        let ha = Arc::clone(ha);
+        let alive = Arc::clone(&alive);
+        let watched = stream.try_clone()?;
+        std::thread::spawn(move || {
+            while alive.load(Ordering::SeqCst) {
+                std::thread::sleep(LEADER_POLL);
+                match ha.leader() {
+                    Ok(Some((_, leader))) if leader == epoch => {}
+                    Ok(_) => {
+                        tracing::warn!(epoch, "the JobManager this TaskManager follows is no longer the leader");
+                        let _ = watched.shutdown(std::net::Shutdown::Both);
+                        return;
+                    }
+                    Err(_) => {}
+                }
+            }
+        });
+    }
+    serve_jobmanager(state, reader);
+    alive.store(false, Ordering::SeqCst);
+    Ok(())
+}
+
+/// Every attempt this TaskManager runs (or ran recently), with its local subtasks' states.
+fn running_attempts(state: &TaskManagerState) -> Vec<RunningAttempt> {
+    let mut attempts = lock(&state.attempts);
+    attempts.retain(|_, attempt| lock(&attempt.ended_at).is_none_or(|at| at.elapsed() < ENDED_ATTEMPT_KEPT));
+    let mut running = Vec::new();
+    for ((job_id, number), attempt) in attempts.iter() {
+        let subtasks = lock(&attempt.states)
+            .iter()
+            .map(|((vertex, subtask), (state, data_ended))| ReportedSubtask {
+                vertex: *vertex,
+                subtask: *subtask,
+                state: *state,
+                data_ended: *data_ended,
+                taskmanager: String::new(),
+            })
+            .collect();
+        running.push(RunningAttempt {
+            job_id: job_id.clone(),
+            attempt: ReportedAttempt {
+                attempt: *number,
+                region: attempt.region,
+                slot_addresses: attempt.slot_addresses.clone(),
+                subtasks,
+            },
+        });
+    }
+    running
+}
+
+fn serve_jobmanager(state: &Arc<TaskManagerState>, mut reader: BufReader<TcpStream>) {
     while let Ok(Some(message)) = receive::<ToTaskManager>(&mut reader) {
         match message {
+            ToTaskManager::Welcome { .. } => {}
             ToTaskManager::Deploy(spec) => {
                 // A new attempt replaces the job's attempts it overlaps: all of them for a whole
                 // job deploy, the same region's for a region deploy.
-                attempts.retain(|(job_id, _), old| {
+                lock(&state.attempts).retain(|(job_id, _), old| {
                     let replaced = *job_id == spec.job_id
                         && (spec.region.is_none() || old.region.is_none() || old.region == spec.region);
                     if replaced {
@@ -103,31 +317,33 @@ fn serve_jobmanager(stream: TcpStream, link: &Link, server: &Arc<DataServer>, bu
                     }
                     !replaced
                 });
-                match start_attempt(&spec, link, server, builder) {
+                match start_attempt(&spec, state) {
                     Ok(attempt) => {
-                        attempts.insert((spec.job_id.clone(), spec.attempt), attempt);
+                        lock(&state.attempts).insert((spec.job_id.clone(), spec.attempt), attempt);
                     }
                     Err(error) => {
                         // Tell the job master, so the job fails or restarts instead of waiting.
                         tracing::error!(job_id = %spec.job_id, %error, "cannot deploy");
-                        let mine = server.address().to_string();
+                        let mine = state.server.address().to_string();
                         let slot = spec.slot_addresses.iter().position(|a| *a == mine).unwrap_or(0);
                         let event = TaskEvent {
                             vertex: 0,
                             subtask: slot as u32,
-                            kind: crate::execution::TaskEventKind::Failed(weir_api::error::TaskError::external(
+                            kind: TaskEventKind::Failed(weir_api::error::TaskError::external(
                                 format!("deploying on the TaskManager at {mine}"),
                                 error,
                             )),
                         };
-                        report(
-                            link,
-                            &ToJobManager::TaskEvent { job_id: spec.job_id.clone(), attempt: spec.attempt, event },
-                        );
+                        state.uplink.send(ToJobManager::TaskEvent {
+                            job_id: spec.job_id.clone(),
+                            attempt: spec.attempt,
+                            event,
+                        });
                     }
                 }
             }
             ToTaskManager::Control { job_id, attempt, vertex, subtask, control } => {
+                let attempts = lock(&state.attempts);
                 if let TaskControl::CheckpointComplete(id) | TaskControl::CheckpointAborted(id) = control {
                     // Late snapshots of an ended checkpoint are dropped, not waited for.
                     for (_, current) in attempts.iter().filter(|((job, _), _)| *job == job_id) {
@@ -143,37 +359,28 @@ fn serve_jobmanager(stream: TcpStream, link: &Link, server: &Arc<DataServer>, bu
             ToTaskManager::CheckpointDir { job_id, checkpoint_id, url } => {
                 let Ok(storage) = SnapshotStorage::from_url(&url) else { continue };
                 let storage = Arc::new(storage.blocking());
-                for (_, current) in attempts.iter().filter(|((job, _), _)| *job == job_id) {
+                for (_, current) in lock(&state.attempts).iter().filter(|((job, _), _)| *job == job_id) {
                     current.dirs.open(checkpoint_id, Arc::clone(&storage));
                 }
             }
             ToTaskManager::Cancel { job_id, attempt } => {
-                if let Some(current) = attempts.get(&(job_id, attempt)) {
+                if let Some(current) = lock(&state.attempts).get(&(job_id, attempt)) {
                     current.cancel.store(true, Ordering::SeqCst);
                 }
             }
         }
     }
-    // The JobManager is gone: its jobs' subtasks here cannot report any more.
-    for attempt in attempts.values() {
-        attempt.cancel.store(true, Ordering::SeqCst);
-    }
 }
 
-fn start_attempt(
-    spec: &DeploySpec,
-    link: &Link,
-    server: &Arc<DataServer>,
-    builder: &GraphBuilder,
-) -> Result<Attempt, String> {
-    let graph = Arc::new(builder(&spec.submission)?);
+fn start_attempt(spec: &DeploySpec, state: &Arc<TaskManagerState>) -> Result<Attempt, String> {
+    let graph = Arc::new((state.builder)(&spec.submission)?);
     let settings = JobSettings {
         max_parallelism: Some(spec.max_parallelism),
         ..JobSettings::with_parallelism(spec.default_parallelism)
     };
     let job_graph = Arc::new(JobGraph::build(&graph, &settings).map_err(|e| e.to_string())?);
     let job_id: JobId = spec.job_id.parse().map_err(|e: weir_types::ids::BadJobId| e.to_string())?;
-    let my_address = server.address().to_string();
+    let my_address = state.server.address().to_string();
     let slots = spec.slot_addresses.clone();
     let local_slots = slots.clone();
     let regions = job_graph.regions();
@@ -186,7 +393,7 @@ fn start_attempt(
     let network = TcpNetwork {
         job_id: spec.job_id.clone(),
         attempt: spec.attempt,
-        server: Arc::clone(server),
+        server: Arc::clone(&state.server),
         address_of: Arc::new(move |_vertex, subtask| address_slots.get(subtask as usize).and_then(|a| a.parse().ok())),
     };
     let restore = match &spec.restore {
@@ -205,12 +412,16 @@ fn start_attempt(
     let metrics = job_graph.new_task_metrics();
     let mut controls = HashMap::new();
     let mut control_receivers = Vec::new();
+    let states: SubtaskStates = Arc::new(Mutex::new(BTreeMap::new()));
     for (vertex_index, vertex) in job_graph.vertices.iter().enumerate() {
         let mut receivers = Vec::new();
         for subtask in 0..vertex.parallelism {
             let (sender, receiver) = crossbeam_channel::unbounded();
             controls.insert((vertex_index, subtask), sender);
             receivers.push(receiver);
+            if (job_ctx.placement.is_local)(vertex_index, subtask) {
+                lock(&states).insert((vertex_index, subtask), (ExecutionState::Deploying, false));
+            }
         }
         control_receivers.push(receivers);
     }
@@ -229,13 +440,17 @@ fn start_attempt(
         .map_err(|e| e.to_string())?;
     drop(events);
     let ended = Arc::new(AtomicBool::new(false));
+    let ended_at = Arc::new(Mutex::new(None));
     let local = local_counters(&job_ctx.placement, metrics);
-    report_metrics(spec, link, Arc::clone(&local), Arc::clone(&ended));
+    report_metrics(spec, &state.uplink, Arc::clone(&local), Arc::clone(&ended));
     // Report events and snapshot outcomes to the JobManager until the attempt ends.
-    let event_link = Arc::clone(link);
+    let uplink = Arc::clone(&state.uplink);
     let (event_job, attempt) = (spec.job_id.clone(), spec.attempt);
+    let event_states = Arc::clone(&states);
+    let event_ended_at = Arc::clone(&ended_at);
     std::thread::spawn(move || {
         for event in event_receiver {
+            note_state(&event_states, &event);
             // A subtask's final counters go ahead of its terminal event, while the JobManager
             // still routes this attempt's reports.
             if !matches!(event.kind, TaskEventKind::Initializing | TaskEventKind::Running) {
@@ -244,29 +459,51 @@ fn start_attempt(
                     .filter(|(vertex, subtask, _)| *vertex == event.vertex && *subtask == event.subtask)
                     .map(|(vertex, subtask, m)| counters(*vertex, *subtask, m))
                     .collect();
-                let metrics = ToJobManager::Metrics { job_id: event_job.clone(), attempt, subtasks };
-                report(&event_link, &metrics);
+                uplink.send(ToJobManager::Metrics { job_id: event_job.clone(), attempt, subtasks });
             }
-            report(&event_link, &ToJobManager::TaskEvent { job_id: event_job.clone(), attempt, event });
+            uplink.send(ToJobManager::TaskEvent { job_id: event_job.clone(), attempt, event });
         }
         for thread in threads {
             let _ = thread.join();
         }
         ended.store(true, Ordering::SeqCst);
+        *lock(&event_ended_at) = Some(Instant::now());
         writer.shutdown();
     });
-    let snapshot_link = Arc::clone(link);
+    let uplink = Arc::clone(&state.uplink);
     let snapshot_job = spec.job_id.clone();
     std::thread::spawn(move || {
         for outcome in outcome_receiver {
-            report(&snapshot_link, &ToJobManager::Snapshot { job_id: snapshot_job.clone(), attempt, outcome });
+            uplink.send(ToJobManager::Snapshot { job_id: snapshot_job.clone(), attempt, outcome });
         }
     });
-    Ok(Attempt { region: spec.region, controls, dirs, cancel })
+    Ok(Attempt {
+        region: spec.region,
+        controls,
+        dirs,
+        cancel,
+        slot_addresses: spec.slot_addresses.clone(),
+        states,
+        ended_at,
+    })
 }
 
-/// The same restore plan the JobManager made (it is a pure function of the snapshot and the
-/// job graph).
+/// Keeps a local subtask's last state for the registration with a new leader.
+fn note_state(states: &SubtaskStates, event: &TaskEvent) {
+    let mut states = lock(states);
+    let Some((state, data_ended)) = states.get_mut(&(event.vertex, event.subtask)) else {
+        return;
+    };
+    match &event.kind {
+        TaskEventKind::Initializing => *state = ExecutionState::Initializing,
+        TaskEventKind::Running => *state = ExecutionState::Running,
+        TaskEventKind::EndOfData => *data_ended = true,
+        TaskEventKind::Finished => *state = ExecutionState::Finished,
+        TaskEventKind::Failed(_) => *state = ExecutionState::Failed,
+        TaskEventKind::Canceled => *state = ExecutionState::Canceled,
+    }
+}
+
 /// How often a TaskManager reports its subtasks' counters to the JobManager.
 const METRICS_INTERVAL: Duration = Duration::from_millis(200);
 
@@ -298,21 +535,24 @@ fn counters(vertex: usize, subtask: u32, metrics: &TaskMetrics) -> SubtaskCounte
 }
 
 /// Reports the local subtasks' counters every [`METRICS_INTERVAL`] until the attempt ended
-/// (each subtask's final counters go with its terminal event).
-fn report_metrics(spec: &DeploySpec, link: &Link, local: LocalCounters, ended: Arc<AtomicBool>) {
-    let link = Arc::clone(link);
+/// (each subtask's final counters go with its terminal event); none while no JobManager is
+/// connected.
+fn report_metrics(spec: &DeploySpec, uplink: &Arc<Uplink>, local: LocalCounters, ended: Arc<AtomicBool>) {
+    let uplink = Arc::clone(uplink);
     let (job_id, attempt) = (spec.job_id.clone(), spec.attempt);
     std::thread::spawn(move || {
         while !ended.load(Ordering::SeqCst) {
-            let subtasks = local.iter().map(|(vertex, subtask, m)| counters(*vertex, *subtask, m)).collect();
-            if !report(&link, &ToJobManager::Metrics { job_id: job_id.clone(), attempt, subtasks }) {
-                return;
+            if uplink.connected() {
+                let subtasks = local.iter().map(|(vertex, subtask, m)| counters(*vertex, *subtask, m)).collect();
+                uplink.send(ToJobManager::Metrics { job_id: job_id.clone(), attempt, subtasks });
             }
             std::thread::sleep(METRICS_INTERVAL);
         }
     });
 }
 
+/// The same restore plan the JobManager made (it is a pure function of the snapshot and the
+/// job graph).
 fn restore_source(
     location: &str,
     graph: &weir_api::graph::StreamGraph,
@@ -325,4 +565,19 @@ fn restore_source(
         weir_checkpoint::plan_restore(&metadata, &crate::cluster::resources::restore_request(graph, job_graph, true))
             .map_err(|e| e.to_string())?;
     Ok(RestoreSource { storage: blocking, location: location.to_string(), metadata, plan })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_outbox_keeps_events_and_outcomes_but_not_counters() {
+        let uplink = Uplink::default();
+        let event = TaskEvent { vertex: 0, subtask: 1, kind: TaskEventKind::Running };
+        assert!(!uplink.send(ToJobManager::TaskEvent { job_id: "j".into(), attempt: 0, event }));
+        assert!(!uplink.send(ToJobManager::Heartbeat));
+        assert!(!uplink.send(ToJobManager::Metrics { job_id: "j".into(), attempt: 0, subtasks: Vec::new() }));
+        assert_eq!(lock(&uplink.inner).outbox.len(), 1);
+    }
 }

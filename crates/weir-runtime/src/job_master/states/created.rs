@@ -88,12 +88,14 @@ pub(super) fn run(
     if let Some(recovered) = &recovered {
         first_id = first_id.max(recovered.next_checkpoint_id);
     }
-    if let Some(restore) = &settings.restore
+    // A recovered job takes its running tasks over: it restores nothing unless it restarts.
+    let restored_now = settings.restore.as_ref().filter(|_| recovered.is_none());
+    if let Some(restore) = restored_now
         && let Ok(mut stats) = master.checkpoint_stats.lock()
     {
         stats.restored = Some((restore.metadata.checkpoint_id, restore.location.clone(), now_ms()));
     }
-    if let Some(restore) = &settings.restore {
+    if let Some(restore) = restored_now {
         let total = restore.total_bytes();
         master.update(|record| {
             record.restore = Some((restore.location.clone(), restore.metadata.checkpoint_id, total));

@@ -1,0 +1,271 @@
+//! `weir jobmanager` with `high-availability.type: etcd`: a JobManager that campaigns for
+//! leadership, stands by (its REST API forwarding to the leader) until it wins, then leads
+//! one term: it accepts TaskManagers with its epoch, records every submitted job in the HA
+//! store before acknowledging it, and recovers the jobs a former leader left (RECONCILING,
+//! then RUNNING without restarting their tasks). When it loses its leadership it stops
+//! acting at once, and stands by again.
+
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use weir_api::catalog::JobCatalog;
+use weir_config::Configuration;
+use weir_config::options::{
+    HEARTBEAT_TIMEOUT, HIGH_AVAILABILITY_RECONCILE_TIMEOUT, JOBMANAGER_RPC_ADDRESS, JOBMANAGER_RPC_PORT, REST_ADDRESS,
+    REST_BIND_ADDRESS, REST_PORT,
+};
+use weir_ha::{HaServices, HaSettings, HaStore, LeaderInfo};
+use weir_rest::{ClusterInfo, LeaderRoute, RestServer, SubmittedJob};
+use weir_runtime::cluster::{ClusterResources, JobSubmission, RemoteExecutor};
+use weir_runtime::jobgraph::JobHa;
+use weir_runtime::{Dispatcher, JobSettings};
+use weir_types::JobId;
+
+use crate::commands::run::prepare;
+use crate::error::CliError;
+use crate::settings;
+
+/// How often a standby looks up where the leader is (for its REST forwarding).
+const LEADER_LOOKUP_INTERVAL: Duration = Duration::from_millis(200);
+/// How long a JobManager that lost its leadership waits for its jobs to suspend.
+const SUSPEND_WAIT_MAX: Duration = Duration::from_secs(10);
+
+/// What one leadership term holds.
+#[derive(Clone)]
+struct Term {
+    resources: Arc<ClusterResources>,
+    store: HaStore,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Builds a submission's job with this cluster's configuration, HA-wired.
+fn prepare_job(
+    catalog: &JobCatalog,
+    config: &Configuration,
+    term: &Term,
+    submission: &JobSubmission,
+    job_id: &str,
+    recovered: Option<weir_ha::RecoverableJob>,
+) -> Result<(weir_api::graph::StreamGraph, JobSettings, Vec<String>), CliError> {
+    let config = crate::commands::cluster::job_config(config, submission)?;
+    let mut prepared = prepare(
+        catalog,
+        &config,
+        &submission.job,
+        &submission.args,
+        submission.savepoint.as_deref(),
+        submission.allow_non_restored_state,
+    )?;
+    prepared.settings.executor = Some(Arc::new(RemoteExecutor {
+        resources: Arc::clone(&term.resources),
+        submission: submission.clone(),
+        default_parallelism: prepared.settings.default_parallelism,
+    }));
+    prepared.settings.ha = Some(JobHa {
+        store: term.store.job(job_id),
+        recovered,
+        reconcile_timeout: config.get(&HIGH_AVAILABILITY_RECONCILE_TIMEOUT).map_err(CliError::usage)?,
+    });
+    Ok((prepared.graph, prepared.settings, prepared.notes))
+}
+
+pub fn jobmanager(
+    config: Configuration,
+    catalog: Arc<JobCatalog>,
+    ha_settings: HaSettings,
+) -> Result<ExitCode, CliError> {
+    let (endpoints, cluster_id) = (ha_settings.endpoints.join(","), ha_settings.cluster_id.clone());
+    let ha = Arc::new(settings::connect_ha(ha_settings)?);
+    let id = JobId::generate().to_string();
+    let rpc_host = config.get(&JOBMANAGER_RPC_ADDRESS).map_err(CliError::usage)?;
+    let rpc_port = config.get(&JOBMANAGER_RPC_PORT).map_err(CliError::usage)?;
+    let listener = std::net::TcpListener::bind((rpc_host.as_str(), rpc_port)).map_err(|e| {
+        CliError::runtime(format!(
+            "cannot listen for TaskManagers on {rpc_host}:{rpc_port}: {e}; choose another jobmanager.rpc.port"
+        ))
+    })?;
+    let rpc_address = listener.local_addr().map_err(|e| CliError::runtime(e.to_string()))?;
+    let heartbeat_timeout = config.get(&HEARTBEAT_TIMEOUT).map_err(CliError::usage)?;
+    let dispatcher = Dispatcher::new("cluster");
+    let term: Arc<Mutex<Option<Term>>> = Arc::new(Mutex::new(None));
+    let route: Arc<Mutex<LeaderRoute>> = Arc::new(Mutex::new(LeaderRoute::Unknown));
+
+    let submit_term = Arc::clone(&term);
+    let submit_dispatcher = Arc::clone(&dispatcher);
+    let submit_catalog = Arc::clone(&catalog);
+    let submit_config = config.clone();
+    let submitter = Arc::new(move |submission: JobSubmission| -> Result<SubmittedJob, (u16, String)> {
+        let Some(term) = lock(&submit_term).clone() else {
+            return Err((503, "this JobManager does not lead the cluster right now; retry in a few seconds".into()));
+        };
+        let job_id = JobId::generate();
+        let (graph, settings, notes) =
+            prepare_job(&submit_catalog, &submit_config, &term, &submission, &job_id.to_string(), None)
+                .map_err(|e| (400u16, e.to_string()))?;
+        // Recorded before it is acknowledged: a new leader recovers every job a client was
+        // told about.
+        let bytes = serde_json::to_vec(&submission).map_err(|e| (500u16, e.to_string()))?;
+        term.store
+            .record_submission(&job_id.to_string(), &bytes)
+            .map_err(|e| (503u16, format!("cannot record the job in the HA store, so it was not submitted: {e}")))?;
+        let master = submit_dispatcher.submit_as(job_id, graph, settings).map_err(|e| (400u16, e.to_string()))?;
+        for note in &notes {
+            tracing::info!(job_id = %master.job_id(), "{note}");
+        }
+        Ok(SubmittedJob { job_id: master.job_id().to_string(), notes })
+    });
+    let list_term = Arc::clone(&term);
+    let lookup_route = Arc::clone(&route);
+    let cluster = ClusterInfo {
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        taskmanager_list: Some(Arc::new(move || {
+            lock(&list_term).as_ref().map(|term| term.resources.taskmanagers()).unwrap_or_default()
+        })),
+        submitter: Some(submitter),
+        configuration: settings::shown_configuration(&config),
+        leader: Some(Arc::new(move || lock(&lookup_route).clone())),
+        ..ClusterInfo::default()
+    };
+    let host = match config.get(&REST_BIND_ADDRESS).map_err(CliError::usage)? {
+        Some(bind) => bind,
+        None => config.get(&REST_ADDRESS).map_err(CliError::usage)?,
+    };
+    let port = config.get(&REST_PORT).map_err(CliError::usage)?;
+    let rest = RestServer::start(&host, port, Arc::clone(&dispatcher), cluster).map_err(CliError::runtime)?;
+    let info = LeaderInfo {
+        id: id.clone(),
+        rest_address: rest.local_addr().to_string(),
+        rpc_address: rpc_address.to_string(),
+    };
+    eprintln!(
+        "JobManager {id}: REST API at http://{}, TaskManagers connect to {rpc_address}; high availability on etcd at {endpoints} (cluster-id '{cluster_id}'): standing by until elected",
+        rest.local_addr()
+    );
+    follow_leader(Arc::clone(&ha), id.clone(), Arc::clone(&term), Arc::clone(&route));
+
+    let never = std::sync::atomic::AtomicBool::new(false);
+    loop {
+        let leadership = match ha.election().campaign(&info, &never) {
+            Ok(Some(leadership)) => leadership,
+            Ok(None) => continue,
+            Err(error) => return Err(CliError::runtime(error.to_string())),
+        };
+        let epoch = leadership.epoch();
+        let listener = listener.try_clone().map_err(|e| CliError::runtime(e.to_string()))?;
+        let resources = ClusterResources::start_term(listener, heartbeat_timeout, epoch)
+            .map_err(|e| CliError::runtime(format!("cannot accept TaskManagers on {rpc_address}: {e}")))?;
+        let store = ha.store(leadership.guard());
+        let current = Term { resources: Arc::clone(&resources), store: store.clone() };
+        *lock(&term) = Some(current.clone());
+        *lock(&route) = LeaderRoute::Here;
+        eprintln!("JobManager {id} leads cluster '{cluster_id}' (epoch {epoch})");
+        recover_jobs(&catalog, &config, &current, &dispatcher);
+        while !leadership.wait_lost(Duration::from_secs(3600)) {}
+        eprintln!("JobManager {id} lost its leadership (epoch {epoch}); it stops acting and stands by");
+        *lock(&term) = None;
+        *lock(&route) = LeaderRoute::Unknown;
+        resources.stop();
+        // Its job masters saw the leadership go and suspend themselves; the tasks keep
+        // running for the next leader.
+        let deadline = std::time::Instant::now() + SUSPEND_WAIT_MAX;
+        while std::time::Instant::now() < deadline
+            && dispatcher
+                .jobs()
+                .iter()
+                .any(|job| !<weir_types::JobStatus as weir_types::Lifecycle>::is_terminal(job.status()))
+        {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// Keeps the REST forwarding pointed at the leader while this process does not lead.
+fn follow_leader(ha: Arc<HaServices>, id: String, term: Arc<Mutex<Option<Term>>>, route: Arc<Mutex<LeaderRoute>>) {
+    std::thread::spawn(move || {
+        loop {
+            std::thread::sleep(LEADER_LOOKUP_INTERVAL);
+            let leading = lock(&term).as_ref().is_some_and(|term| term.store.guard().is_held());
+            let next = if leading {
+                LeaderRoute::Here
+            } else {
+                match ha.leader() {
+                    Ok(Some((leader, _))) if leader.id != id => LeaderRoute::Elsewhere(leader.rest_address),
+                    Ok(_) => LeaderRoute::Unknown,
+                    Err(_) => lock(&route).clone(),
+                }
+            };
+            *lock(&route) = next;
+        }
+    });
+}
+
+/// Starts every job the HA store holds and no result ends: each waits RECONCILING for the
+/// TaskManagers to report it, and is restarted from its newest checkpoint if they do not.
+fn recover_jobs(catalog: &JobCatalog, config: &Configuration, term: &Term, dispatcher: &Arc<Dispatcher>) {
+    let ended: Vec<String> = match term.store.results() {
+        Ok(results) => results.into_iter().map(|r| r.job_id).collect(),
+        Err(error) => {
+            tracing::error!(%error, "cannot read the job result store; recovering no job now");
+            return;
+        }
+    };
+    let jobs = match term.store.recoverable_jobs() {
+        Ok(jobs) => jobs,
+        Err(error) => {
+            tracing::error!(%error, "cannot read the submitted jobs from the HA store");
+            return;
+        }
+    };
+    for job in jobs {
+        if ended.contains(&job.job_id) {
+            continue;
+        }
+        let job_id = job.job_id.clone();
+        let fail = |reason: String| {
+            eprintln!("error: cannot recover job {job_id}: {reason}");
+            let result = weir_ha::JobResult {
+                job_id: job_id.clone(),
+                state: "FAILED".into(),
+                end_time_ms: weir_types::lifecycle::now_ms(),
+                failure: Some(format!("cannot recover the job after a JobManager failover: {reason}")),
+            };
+            if let Err(error) = term.store.job(&job_id).finish(&result) {
+                tracing::error!(job_id = %job_id, %error, "cannot record the job's failure");
+            }
+        };
+        let Ok(parsed_id) = job_id.parse::<JobId>() else {
+            fail("its id is not a job id".into());
+            continue;
+        };
+        let mut submission: JobSubmission = match serde_json::from_slice(&job.submission) {
+            Ok(submission) => submission,
+            Err(error) => {
+                fail(format!("its recorded submission is unreadable ({error})"));
+                continue;
+            }
+        };
+        // A restart after a failed takeover restores the newest checkpoint; the snapshot the
+        // job was first started from may be gone by now.
+        if let Some((_, latest)) = job.checkpoints.last() {
+            submission.savepoint = Some(latest.clone());
+            submission.allow_non_restored_state = false;
+        }
+        let (graph, settings, _) = match prepare_job(catalog, config, term, &submission, &job_id, Some(job.clone())) {
+            Ok(prepared) => prepared,
+            Err(error) => {
+                fail(error.to_string());
+                continue;
+            }
+        };
+        match dispatcher.submit_as(parsed_id, graph, settings) {
+            Ok(_) => {
+                eprintln!("JobManager recovered job {job_id} ('{}'): RECONCILING with the TaskManagers", submission.job)
+            }
+            Err(error) => fail(error.to_string()),
+        }
+    }
+}
