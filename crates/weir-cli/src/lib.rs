@@ -51,6 +51,10 @@ pub fn main_with(catalog: JobCatalog) -> ExitCode {
             return code;
         }
     };
+    if let Err(error) = weir_runtime::crash::arm_from_env() {
+        eprintln!("error: {error}");
+        return ExitCode::from(2);
+    }
     match commands::dispatch(cli, std::sync::Arc::new(catalog)) {
         Ok(code) => code,
         Err(error) => {

@@ -12,6 +12,7 @@
 
 pub mod checkpointing;
 pub mod cluster;
+pub mod crash;
 pub mod dispatcher;
 pub mod execution;
 pub mod executor;

@@ -112,6 +112,7 @@ pub fn jobmanager(
         term.store
             .record_submission(&job_id.to_string(), &bytes)
             .map_err(|e| (503u16, format!("cannot record the job in the HA store, so it was not submitted: {e}")))?;
+        weir_runtime::crash::point("submit-after-record");
         let master = submit_dispatcher.submit_as(job_id, graph, settings).map_err(|e| (400u16, e.to_string()))?;
         for note in &notes {
             tracing::info!(job_id = %master.job_id(), "{note}");

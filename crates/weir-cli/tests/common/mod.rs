@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod ha;
+
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::{Arc, Mutex};
@@ -112,6 +114,16 @@ impl RunningWeir {
             assert!(Instant::now() < deadline, "weir did not exit within {WAIT_MAX:?}");
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// True once the process exited.
+    pub fn exited(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(Some(_)))
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// Ends the process with SIGKILL (`kill -9`): no shutdown code runs.

@@ -294,10 +294,12 @@ impl CheckpointCoordinator {
     fn complete(&mut self, pending: PendingCheckpoint) -> Result<Completion, Failure> {
         let id = pending.barrier.checkpoint_id;
         let metadata = self.metadata(&pending);
+        crate::crash::point("checkpoint-before-metadata");
         if let Err(e) = pending.dir.put(METADATA_FILE, encode_metadata(&metadata)) {
             let reason = format!("writing {}/_metadata: {e}", pending.location);
             return Err(self.fail(pending, reason));
         }
+        crate::crash::point("checkpoint-after-metadata");
         if let (Some(ha), SnapshotRequest::Periodic) = (&self.ha, &pending.request) {
             // Complete once its pointer is in the HA store, and only then committed.
             let subsumed = self.retention_drops(id);
@@ -309,6 +311,7 @@ impl CheckpointCoordinator {
                 failure.fail_job = false;
                 return Err(failure);
             }
+            crate::crash::point("checkpoint-after-pointer");
         }
         let mut operator_sizes = BTreeMap::new();
         for ack in pending.acks.values() {

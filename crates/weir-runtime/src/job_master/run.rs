@@ -474,6 +474,11 @@ impl JobRun {
 
     pub(super) fn fail_before_start(&self, cause: String) {
         let master = &self.master;
+        if !self.leading() {
+            // Not this JobManager's job any more: the new leader decides.
+            master.update(|record| master.transition_job(record, JobStatus::Suspended));
+            return;
+        }
         master.update(|record| {
             record.failure_cause = Some(cause);
             if matches!(record.history.current(), JobStatus::Running | JobStatus::Reconciling) {
@@ -616,6 +621,9 @@ impl JobRun {
             Ok(barrier) => {
                 record.savepoint_checkpoints.insert(request_id.clone(), barrier.checkpoint_id);
                 self.sup.send_to_sources(TaskControl::TriggerCheckpoint(barrier));
+                if terminate {
+                    crate::crash::point("stop-savepoint-triggered");
+                }
             }
             Err(cause) => self.savepoint_failed(record, &request_id, cause),
         }
@@ -751,6 +759,11 @@ impl JobRun {
     }
 
     fn on_task_failure(&mut self, record: &mut JobRecord, vertex_index: usize, index: u32, error: TaskError, now: u64) {
+        if !self.leading() {
+            // A JobManager that lost its leadership decides nothing (its TaskManager
+            // connections dropped because another leads): the job is suspended here.
+            return;
+        }
         let job_graph = &self.dep.job_graph;
         let vertex = &job_graph.vertices[vertex_index];
         let task_name = format!("{} ({}/{})", vertex.name, index + 1, vertex.parallelism);

@@ -28,6 +28,14 @@ const RECONCILE_POLL: Duration = Duration::from_millis(50);
 
 pub(super) fn run(run: &mut JobRun) -> State {
     let master = Arc::clone(&run.master);
+    if run.sup.next_attempt == 0 {
+        // Recorded, but its leader died before deploying anything: deploy it now.
+        master.update(|record| master.transition_job(record, JobStatus::Running));
+        return match super::created::first_deploy(run) {
+            Ok(()) => State::Running,
+            Err(()) => State::Ended,
+        };
+    }
     let started = Instant::now();
     let deadline = started + run.reconcile_timeout;
     let job_id = master.job_id.to_string();

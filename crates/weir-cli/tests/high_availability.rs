@@ -1,0 +1,293 @@
+//! JobManager high availability against a real etcd, with real processes: the leader is
+//! killed (`kill -9`, or an abort at a named crash point) again and again, at random points,
+//! mid-checkpoint, after a checkpoint's pointer is written but before its commits are sent,
+//! during a stop-with-savepoint, during a submit and during a TaskManager failover; a leader
+//! is frozen past its lease; etcd restarts under the cluster; the only JobManager dies and a
+//! later one takes over. Each time the output is exactly once, and where no task failed the
+//! tasks were never restarted (one attempt wrote every part file).
+//!
+//! The tests share the two cores of a CI machine, so they run one at a time.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use common::committed_lines;
+use common::ha::{HaCluster, attempts};
+
+/// One cluster at a time (each is etcd + JobManagers + TaskManagers + a job).
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// A job takes this long at most, failovers included.
+const JOB_WAIT_MAX: Duration = Duration::from_secs(120);
+
+/// A delay that differs per run (printed so a failure can be replayed).
+fn random_ms(min: u64, spread: u64) -> u64 {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos() as u64;
+    min + (nanos / 1000) % spread
+}
+
+/// Every user's counts are 1..=n exactly once (`events` per user when given, else any n).
+fn assert_exactly_once(lines: &[String], users: u64, per_user: Option<u64>) {
+    let mut counts: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
+    for line in lines {
+        let (user, count) = line.split_once('\t').unwrap_or_else(|| panic!("not user<TAB>count: {line:?}"));
+        counts.entry(user.parse().unwrap()).or_default().push(count.parse().unwrap());
+    }
+    assert_eq!(counts.len() as u64, users, "users seen");
+    for (user, mut seen) in counts {
+        seen.sort_unstable();
+        let n = per_user.unwrap_or(seen.len() as u64);
+        let expected: Vec<u64> = (1..=n).collect();
+        if seen != expected {
+            let mut deduplicated = seen.clone();
+            deduplicated.dedup();
+            let lost = expected.iter().filter(|c| deduplicated.binary_search(c).is_err()).count();
+            panic!("user {user}: {} duplicated, {lost} lost of {n}", seen.len() - deduplicated.len());
+        }
+    }
+}
+
+fn bounded_counter<'a>(out: &'a str, events: &'a str, rate: &'a str) -> Vec<&'a str> {
+    vec!["-p", "2", "counter", "--users", "20", "--events", events, "--rate", rate, "--output", out]
+}
+
+#[test]
+fn leaders_killed_at_random_points_are_replaced_without_restarting_a_task() {
+    let _serial = serial();
+    let mut cluster = HaCluster::start(2, 2, &[]);
+    let out = cluster.output("out");
+    let job = cluster.submit(&bounded_counter(out.to_str().unwrap(), "75000", "3000"));
+    cluster.wait_job(&job, "RUNNING", JOB_WAIT_MAX);
+    let mut takeovers = Vec::new();
+    for kill in 0..10 {
+        std::thread::sleep(Duration::from_millis(random_ms(300, 1200)));
+        if cluster.job_state(&job).as_deref() == Some("FINISHED") {
+            break;
+        }
+        let epoch = cluster.kill_leader();
+        let killed_at = Instant::now();
+        eprintln!("kill {kill}: leader of epoch {epoch}");
+        cluster.start_jobmanager(&[]);
+        cluster.wait_for_leader(Some(epoch));
+        let state = loop {
+            match cluster.job_state(&job).as_deref() {
+                Some("RUNNING") | Some("FINISHED") => break cluster.job_state(&job),
+                _ => std::thread::sleep(Duration::from_millis(20)),
+            }
+            assert!(killed_at.elapsed() < Duration::from_secs(30), "no takeover");
+        };
+        takeovers.push(killed_at.elapsed());
+        eprintln!("kill {kill}: {state:?} again after {:?}", killed_at.elapsed());
+    }
+    cluster.wait_job(&job, "FINISHED", JOB_WAIT_MAX);
+    assert_exactly_once(&committed_lines(&out), 20, Some(3750));
+    assert_eq!(attempts(&out), [0].into(), "a takeover restarted tasks");
+    assert!(takeovers.len() >= 6, "only {} kills happened", takeovers.len());
+    let details = cluster.get(&format!("/jobs/{job}")).unwrap();
+    assert_eq!(details["numRestarts"].as_u64().unwrap_or(0), 0, "{details}");
+    eprintln!("takeovers: {takeovers:?}");
+}
+
+/// Leaders abort at `point` (on its `after`+1-th hit) `crashes` times; the job still ends
+/// exactly once. Returns the number of leaders that crashed.
+fn crash_leaders_at(point: &str, crashes: usize) -> usize {
+    let mut cluster = HaCluster::start(0, 0, &["execution.checkpointing.interval: 150ms"]);
+    let arm = || format!("{point}={}*off->return", random_ms(1, 4));
+    // The first `crashes` JobManagers are armed: each crashes once it leads long enough.
+    let mut armed = 0;
+    let mut start = |cluster: &mut HaCluster| {
+        if armed < crashes {
+            armed += 1;
+            let failpoints = arm();
+            cluster.start_jobmanager(&[("FAILPOINTS", failpoints.as_str())]);
+        } else {
+            cluster.start_jobmanager(&[]);
+        }
+    };
+    start(&mut cluster);
+    cluster.wait_for_leader(None);
+    start(&mut cluster);
+    cluster.start_taskmanager();
+    cluster.start_taskmanager();
+    let out = cluster.output("out");
+    let job = cluster.submit(&bounded_counter(out.to_str().unwrap(), "52000", "4000"));
+    let mut crashed = 0;
+    let deadline = Instant::now() + JOB_WAIT_MAX;
+    while cluster.job_state(&job).as_deref() != Some("FINISHED") {
+        assert!(Instant::now() < deadline, "job did not finish; {crashed} crashes");
+        let gone = cluster.forget_exited();
+        for _ in 0..gone {
+            crashed += 1;
+            eprintln!("{point}: leader crash {crashed}");
+            start(&mut cluster);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_exactly_once(&committed_lines(&out), 20, Some(2600));
+    assert!(crashed >= 1, "{point} was never reached");
+    crashed
+}
+
+#[test]
+fn leaders_crashing_mid_checkpoint_and_between_the_pointer_and_the_commit_lose_nothing() {
+    let _serial = serial();
+    let mut kills = 0;
+    for point in ["checkpoint-before-metadata", "checkpoint-after-metadata", "checkpoint-after-pointer"] {
+        kills += crash_leaders_at(point, 3);
+    }
+    eprintln!("{kills} leader crashes");
+    assert!(kills >= 6, "only {kills} crashes");
+}
+
+#[test]
+fn a_leader_dying_during_a_stop_a_submit_or_a_taskmanager_failover_loses_nothing() {
+    let _serial = serial();
+    // During a stop-with-savepoint: the stop fails, the job keeps running, a second stop ends it.
+    let mut cluster = HaCluster::start(0, 0, &[]);
+    cluster.start_jobmanager(&[("FAILPOINTS", "stop-savepoint-triggered=return")]);
+    cluster.wait_for_leader(None);
+    cluster.start_jobmanager(&[]);
+    cluster.start_taskmanager();
+    cluster.start_taskmanager();
+    let out = cluster.output("stopped");
+    let out_arg = out.to_str().unwrap().to_string();
+    let job = cluster.submit(&["-p", "2", "counter", "--users", "20", "--rate", "2000", "--output", &out_arg]);
+    cluster.wait_job(&job, "RUNNING", JOB_WAIT_MAX);
+    std::thread::sleep(Duration::from_millis(random_ms(300, 600)));
+    let savepoints = cluster.output("savepoints");
+    let first_stop =
+        common::run_weir(&["stop", "-m", &cluster.rest(), "--savepoint-path", savepoints.to_str().unwrap(), &job]);
+    assert!(!first_stop.status.success(), "the stop survived its leader's crash?");
+    cluster.forget_exited();
+    cluster.start_jobmanager(&[]);
+    cluster.wait_job(&job, "RUNNING", JOB_WAIT_MAX);
+    let second_stop = loop {
+        let output =
+            common::run_weir(&["stop", "-m", &cluster.rest(), "--savepoint-path", savepoints.to_str().unwrap(), &job]);
+        if output.status.success() {
+            break output;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(String::from_utf8_lossy(&second_stop.stdout).contains("Savepoint completed"));
+    cluster.wait_job(&job, "FINISHED", JOB_WAIT_MAX);
+    assert_exactly_once(&committed_lines(&out), 20, None);
+    assert_eq!(attempts(&out), [0].into(), "the aborted stop restarted tasks");
+    drop(cluster);
+
+    // During a submit: recorded, then the leader died; the next leader runs the job.
+    let mut cluster = HaCluster::start(0, 0, &[]);
+    cluster.start_jobmanager(&[("FAILPOINTS", "submit-after-record=return")]);
+    cluster.wait_for_leader(None);
+    cluster.start_jobmanager(&[]);
+    cluster.start_taskmanager();
+    cluster.start_taskmanager();
+    let out = cluster.output("submitted");
+    let rest = cluster.rest();
+    let mut args = vec!["run", "-m", &rest, "-d"];
+    let out_arg = out.to_str().unwrap().to_string();
+    args.extend(bounded_counter(&out_arg, "6000", "3000"));
+    let refused = common::run_weir(&args);
+    assert!(!refused.status.success(), "the submit was acknowledged by a leader that crashed");
+    cluster.forget_exited();
+    cluster.wait_for_leader(None);
+    let job = loop {
+        if let Some(jobs) = cluster.get("/jobs/overview")
+            && let Some(job) = jobs["jobs"].as_array().and_then(|j| j.first()).and_then(|j| j["jid"].as_str())
+        {
+            break job.to_string();
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    cluster.wait_job(&job, "FINISHED", JOB_WAIT_MAX);
+    assert_exactly_once(&committed_lines(&out), 20, Some(300));
+    drop(cluster);
+
+    // During a TaskManager failover: a TaskManager dies, then the leader.
+    let mut cluster = HaCluster::start(2, 3, &[]);
+    let out = cluster.output("failover");
+    let job = cluster.submit(&bounded_counter(out.to_str().unwrap(), "30000", "3000"));
+    cluster.wait_job(&job, "RUNNING", JOB_WAIT_MAX);
+    std::thread::sleep(Duration::from_millis(random_ms(500, 1500)));
+    let mut taskmanager = cluster.taskmanagers.remove(0);
+    taskmanager.kill_hard();
+    std::thread::sleep(Duration::from_millis(random_ms(10, 300)));
+    let epoch = cluster.kill_leader();
+    cluster.start_jobmanager(&[]);
+    cluster.wait_for_leader(Some(epoch));
+    cluster.wait_job(&job, "FINISHED", JOB_WAIT_MAX);
+    assert_exactly_once(&committed_lines(&out), 20, Some(1500));
+}
+
+#[test]
+fn a_leader_frozen_past_its_lease_writes_and_commits_nothing_when_it_wakes() {
+    let _serial = serial();
+    let mut cluster = HaCluster::start(2, 2, &[]);
+    let out = cluster.output("out");
+    let job = cluster.submit(&bounded_counter(out.to_str().unwrap(), "45000", "3000"));
+    cluster.wait_job(&job, "RUNNING", JOB_WAIT_MAX);
+    std::thread::sleep(Duration::from_millis(random_ms(300, 700)));
+    let (_, frozen_epoch) = cluster.wait_for_leader(None);
+    let frozen = cluster.leader_index();
+    let pid = cluster.jobmanagers[frozen].process.pid().to_string();
+    assert!(std::process::Command::new("kill").args(["-STOP", &pid]).status().unwrap().success());
+    let (_, epoch) = cluster.wait_for_leader(Some(frozen_epoch));
+    cluster.wait_job(&job, "RUNNING", JOB_WAIT_MAX);
+    assert!(std::process::Command::new("kill").args(["-CONT", &pid]).status().unwrap().success());
+    // Awake, it sees its leadership gone and stands by; the new leader stays the leader.
+    cluster.jobmanagers[frozen].process.stderr_line("lost its leadership");
+    assert_eq!(cluster.wait_for_leader(None).1, epoch);
+    assert!(!cluster.jobmanagers[frozen].process.exited(), "the woken JobManager should stand by");
+    cluster.wait_job(&job, "FINISHED", JOB_WAIT_MAX);
+    // Had it committed anything after waking, records would be lost or twice in the output.
+    assert_exactly_once(&committed_lines(&out), 20, Some(2250));
+    assert_eq!(attempts(&out), [0].into());
+}
+
+#[test]
+fn etcd_restarted_under_a_running_cluster_and_a_late_jobmanager_taking_over() {
+    let _serial = serial();
+    // etcd goes away for 3 s (past the lease) and comes back with its data.
+    let mut cluster = HaCluster::start(2, 2, &[]);
+    let out = cluster.output("etcd-restart");
+    let job = cluster.submit(&bounded_counter(out.to_str().unwrap(), "30000", "3000"));
+    cluster.wait_job(&job, "RUNNING", JOB_WAIT_MAX);
+    std::thread::sleep(Duration::from_millis(random_ms(300, 700)));
+    cluster.etcd.restart(Duration::from_secs(3));
+    cluster.wait_for_leader(None);
+    cluster.wait_job(&job, "FINISHED", JOB_WAIT_MAX);
+    assert_exactly_once(&committed_lines(&out), 20, Some(1500));
+    drop(cluster);
+
+    // The only JobManager dies; the tasks run on; a JobManager started later takes over.
+    let mut cluster = HaCluster::start(1, 2, &[]);
+    let out = cluster.output("late");
+    let job = cluster.submit(&bounded_counter(out.to_str().unwrap(), "30000", "3000"));
+    cluster.wait_job(&job, "RUNNING", JOB_WAIT_MAX);
+    std::thread::sleep(Duration::from_millis(random_ms(300, 700)));
+    let epoch = cluster.kill_leader();
+    // Nothing leads for a while; the subtasks keep writing.
+    let written = |dir: &std::path::Path| -> u64 {
+        std::fs::read_dir(dir)
+            .map(|e| e.flatten().filter_map(|f| f.metadata().ok()).map(|m| m.len()).sum())
+            .unwrap_or(0)
+    };
+    let before = written(&out);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while written(&out) <= before {
+        assert!(Instant::now() < deadline, "the tasks stopped without a leader");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    cluster.start_jobmanager(&[]);
+    cluster.wait_for_leader(Some(epoch));
+    cluster.wait_job(&job, "FINISHED", JOB_WAIT_MAX);
+    assert_exactly_once(&committed_lines(&out), 20, Some(1500));
+    assert_eq!(attempts(&out), [0].into(), "the late leader restarted tasks");
+}
