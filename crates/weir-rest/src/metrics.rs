@@ -39,6 +39,8 @@ struct Families {
     checkpoints_in_progress: Gauges,
     last_checkpoint_duration_ms: Gauges,
     last_checkpoint_size_bytes: Gauges,
+    leader_epoch: Gauges,
+    leader_since_ms: Gauges,
 }
 
 impl Families {
@@ -94,6 +96,16 @@ impl Families {
             "state size of the latest completed checkpoint",
             self.last_checkpoint_size_bytes.clone(),
         );
+        registry.register(
+            "weir_jobmanager_leader_epoch",
+            "high availability: the leadership epoch of the leader JobManager (label leader: its id); it grows with every change of leader",
+            self.leader_epoch.clone(),
+        );
+        registry.register(
+            "weir_jobmanager_leader_since_ms",
+            "high availability: when the leader JobManager was elected, epoch milliseconds",
+            self.leader_since_ms.clone(),
+        );
     }
 }
 
@@ -145,6 +157,11 @@ pub(crate) fn render(state: &AppState) -> Result<String, std::fmt::Error> {
                 .set(gauge_value(latest.end_to_end_duration));
             families.last_checkpoint_size_bytes.get_or_create(&job_labels).set(gauge_value(latest.state_size));
         }
+    }
+    if let Some(ha) = state.cluster.ha_overview.as_ref().and_then(|ha| ha()) {
+        let labels: Labels = vec![("leader".into(), ha.leader_id.clone())];
+        families.leader_epoch.get_or_create(&labels).set(ha.epoch);
+        families.leader_since_ms.get_or_create(&labels).set(gauge_value(ha.leader_since));
     }
     let mut registry = Registry::default();
     families.register(&mut registry);

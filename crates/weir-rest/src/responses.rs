@@ -47,6 +47,25 @@ pub struct ClusterOverview {
     /// weir's version.
     #[serde(rename = "weir-version")]
     pub weir_version: String,
+    /// High availability: the leader JobManager answering, its epoch and since when.
+    #[serde(rename = "high-availability", default, skip_serializing_if = "Option::is_none")]
+    pub high_availability: Option<HaOverview>,
+}
+
+/// The leadership of an HA cluster, as `/overview` reports it (weir's own field).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct HaOverview {
+    /// `etcd`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The leader JobManager's id.
+    #[serde(rename = "leader-id")]
+    pub leader_id: String,
+    /// Its leadership epoch: it grows with every change of leader.
+    pub epoch: i64,
+    /// When it became the leader, epoch ms.
+    #[serde(rename = "leader-since")]
+    pub leader_since: u64,
 }
 
 /// `GET /jobs`: every job's id and state.

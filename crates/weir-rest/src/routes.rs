@@ -59,6 +59,8 @@ pub struct ClusterInfo {
     /// With high availability: where the leader is; requests go there unless this process
     /// leads.
     pub leader: Option<LeaderLookup>,
+    /// With high availability: this leader's leadership, for `/overview` and `/metrics`.
+    pub ha_overview: Option<Arc<dyn Fn() -> Option<crate::responses::HaOverview> + Send + Sync>>,
 }
 
 /// Where the cluster's leader JobManager is right now.
@@ -172,6 +174,7 @@ async fn overview(State(state): State<AppState>) -> Json<ClusterOverview> {
             jobs_failed: counts.failed,
             flink_version: flink_version(&state.cluster),
             weir_version: state.cluster.version.clone(),
+            high_availability: state.cluster.ha_overview.as_ref().and_then(|ha| ha()),
         });
     }
     Json(ClusterOverview {
@@ -184,6 +187,7 @@ async fn overview(State(state): State<AppState>) -> Json<ClusterOverview> {
         jobs_failed: counts.failed,
         flink_version: flink_version(&state.cluster),
         weir_version: state.cluster.version.clone(),
+        high_availability: None,
     })
 }
 

@@ -167,8 +167,19 @@ async function pageOverview() {
       <div class="card"><div class="label">Canceled</div><div class="value" style="color:var(--canceled)">${overview["jobs-cancelled"]}</div></div>
       <div class="card"><div class="label">Failed</div><div class="value" style="color:var(--failed)">${overview["jobs-failed"]}</div></div>
     </div>
+    ${haPanel(overview["high-availability"])}
     <div class="panel"><h2>Running Jobs</h2>${jobsTable(running, "No job is running.")}</div>
     <div class="panel"><h2>Completed Jobs</h2>${jobsTable(completed, "No job has ended yet.")}</div>`;
+}
+
+// High availability: which JobManager leads, since when, and its epoch (it grows with
+// every change of leader).
+function haPanel(ha) {
+  if (!ha) return "";
+  return `<div class="panel"><h2>High Availability (${esc(ha.type)})</h2>
+    <table><tr><th>Leader JobManager</th><td><code>${esc(ha["leader-id"])}</code></td></tr>
+    <tr><th>Epoch</th><td>${esc(String(ha.epoch))}</td></tr>
+    <tr><th>Leader since</th><td>${new Date(ha["leader-since"]).toLocaleString()}</td></tr></table></div>`;
 }
 
 async function pageJobs() {

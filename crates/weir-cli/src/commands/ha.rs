@@ -36,6 +36,8 @@ const SUSPEND_WAIT_MAX: Duration = Duration::from_secs(10);
 struct Term {
     resources: Arc<ClusterResources>,
     store: HaStore,
+    /// When this term began, epoch ms.
+    since_ms: u64,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -121,6 +123,8 @@ pub fn jobmanager(
     });
     let list_term = Arc::clone(&term);
     let lookup_route = Arc::clone(&route);
+    let overview_term = Arc::clone(&term);
+    let leader_id = id.clone();
     let cluster = ClusterInfo {
         version: env!("CARGO_PKG_VERSION").to_string(),
         taskmanager_list: Some(Arc::new(move || {
@@ -129,6 +133,14 @@ pub fn jobmanager(
         submitter: Some(submitter),
         configuration: settings::shown_configuration(&config),
         leader: Some(Arc::new(move || lock(&lookup_route).clone())),
+        ha_overview: Some(Arc::new(move || {
+            lock(&overview_term).as_ref().map(|term| weir_rest::responses::HaOverview {
+                kind: "etcd".into(),
+                leader_id: leader_id.clone(),
+                epoch: term.store.guard().epoch(),
+                leader_since: term.since_ms,
+            })
+        })),
         ..ClusterInfo::default()
     };
     let host = match config.get(&REST_BIND_ADDRESS).map_err(CliError::usage)? {
@@ -160,7 +172,8 @@ pub fn jobmanager(
         let resources = ClusterResources::start_term(listener, heartbeat_timeout, epoch)
             .map_err(|e| CliError::runtime(format!("cannot accept TaskManagers on {rpc_address}: {e}")))?;
         let store = ha.store(leadership.guard());
-        let current = Term { resources: Arc::clone(&resources), store: store.clone() };
+        let current =
+            Term { resources: Arc::clone(&resources), store: store.clone(), since_ms: weir_types::lifecycle::now_ms() };
         *lock(&term) = Some(current.clone());
         *lock(&route) = LeaderRoute::Here;
         eprintln!("JobManager {id} leads cluster '{cluster_id}' (epoch {epoch})");
