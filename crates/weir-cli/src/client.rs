@@ -13,6 +13,8 @@ const REST_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct RestClient {
     base: String,
     agent: ureq::Agent,
+    /// What to do when the address does not answer, when the default advice is wrong.
+    unreachable_hint: Option<String>,
 }
 
 /// A response: status code and body.
@@ -36,7 +38,13 @@ impl RestClient {
             .timeout_global(Some(REST_REQUEST_TIMEOUT))
             .build()
             .new_agent();
-        RestClient { base, agent }
+        RestClient { base, agent, unreachable_hint: None }
+    }
+
+    /// The same client, advising `hint` when its address does not answer.
+    pub fn with_unreachable_hint(mut self, hint: String) -> RestClient {
+        self.unreachable_hint = Some(hint);
+        self
     }
 
     /// The base URL.
@@ -45,10 +53,11 @@ impl RestClient {
     }
 
     fn unreachable(&self, error: ureq::Error) -> CliError {
-        CliError::runtime(format!(
-            "cannot reach the JobManager REST API at {} ({error}); is a job or cluster running there? pass -m HOST:PORT or set rest.address/rest.port",
-            self.base
-        ))
+        let hint = self
+            .unreachable_hint
+            .as_deref()
+            .unwrap_or("is a job or cluster running there? pass -m HOST:PORT or set rest.address/rest.port");
+        CliError::runtime(format!("cannot reach the JobManager REST API at {} ({error}); {hint}", self.base))
     }
 
     fn read(&self, response: Result<ureq::http::Response<ureq::Body>, ureq::Error>) -> Result<Response, CliError> {

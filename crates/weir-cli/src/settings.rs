@@ -20,6 +20,7 @@ use weir_runtime::checkpointing::settings::default_checkpoints_url;
 use weir_runtime::restart::RestartStrategyConfig;
 
 use crate::args::ConfigArgs;
+use crate::client::RestClient;
 use crate::error::CliError;
 
 /// Loads, validates and warns; configuration mistakes are usage errors (exit 2).
@@ -96,24 +97,42 @@ pub fn data_dir() -> PathBuf {
     std::path::absolute(&dir).unwrap_or(dir)
 }
 
-/// The REST address to talk to: `-m`, else `$WEIR_JOBMANAGER`, else (high availability, no
-/// `rest.address` set) the leader's as etcd publishes it, else `rest.address:rest.port`.
+/// The REST address to talk to: `-m`, else `$WEIR_JOBMANAGER`, else (high availability) the
+/// leader's as etcd publishes it, as Flink's CLI asks its HA services, else
+/// `rest.address:rest.port`. With HA, `rest.address` is where each JobManager listens, and
+/// the one it names may be a standby or dead.
 pub fn jobmanager_address(explicit: Option<&str>, config: &Configuration) -> Result<String, CliError> {
+    Ok(resolve_jobmanager(explicit, config)?.0)
+}
+
+/// A client of the REST API at [`jobmanager_address`]; when etcd named the address, a
+/// failure to reach it says that a failover may be under way.
+pub fn jobmanager_client(explicit: Option<&str>, config: &Configuration) -> Result<RestClient, CliError> {
+    let (address, cluster_id) = resolve_jobmanager(explicit, config)?;
+    let client = RestClient::new(&address);
+    Ok(match cluster_id {
+        Some(cluster_id) => client.with_unreachable_hint(format!(
+            "etcd names it the leader of cluster '{cluster_id}'; if it just died, a standby takes over within the lease TTL (high-availability.etcd.lease-ttl): retry in a few seconds"
+        )),
+        None => client,
+    })
+}
+
+/// The address, and the HA cluster id when etcd named it.
+fn resolve_jobmanager(explicit: Option<&str>, config: &Configuration) -> Result<(String, Option<String>), CliError> {
     if let Some(address) = explicit {
-        return Ok(address.to_string());
+        return Ok((address.to_string(), None));
     }
     if let Ok(address) = std::env::var("WEIR_JOBMANAGER")
         && !address.is_empty()
     {
-        return Ok(address);
+        return Ok((address, None));
     }
-    if !config.contains(&REST_ADDRESS)
-        && let Some(settings) = ha_settings(config)?
-    {
+    if let Some(settings) = ha_settings(config)? {
         let (endpoints, cluster_id) = (settings.endpoints.join(","), settings.cluster_id.clone());
         let ha = connect_ha(settings)?;
         return match ha.leader().map_err(|e| CliError::runtime(e.to_string()))? {
-            Some((leader, _)) => Ok(leader.rest_address),
+            Some((leader, _)) => Ok((leader.rest_address, Some(cluster_id))),
             None => Err(CliError::runtime(format!(
                 "no JobManager leads cluster '{cluster_id}' in etcd at {endpoints}; start one (`weir cluster start`, `weir jobmanager`) or pass -m HOST:PORT"
             ))),
@@ -121,7 +140,7 @@ pub fn jobmanager_address(explicit: Option<&str>, config: &Configuration) -> Res
     }
     let host = config.get(&REST_ADDRESS).map_err(CliError::usage)?;
     let port = config.get(&REST_PORT).map_err(CliError::usage)?;
-    Ok(format!("{host}:{port}"))
+    Ok((format!("{host}:{port}"), None))
 }
 
 /// The restart strategy from Flink's keys; without `restart-strategy.type`, exponential-delay

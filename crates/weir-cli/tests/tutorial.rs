@@ -26,8 +26,10 @@ const DONE: &str = "@@@tutorial-done";
 
 /// What the tutorial names and the test replaces.
 const TUTORIAL_DIR: &str = "/tmp/weir-tutorial";
-const TUTORIAL_REST_PORT: &str = "8081";
-const TUTORIAL_RPC_PORT: &str = "6123";
+/// The ports the tutorial names, each replaced by a free one: the JobManager's REST and RPC
+/// ports, the second JobManager's (`cluster start --jobmanagers 2` gives it the next ones) and
+/// etcd's client and peer ports.
+const TUTORIAL_PORTS: [&str; 6] = ["8081", "8082", "6123", "6124", "2379", "2380"];
 
 /// One ```bash block and the ```text block showing its output, if any.
 struct Step {
@@ -126,23 +128,53 @@ fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
+/// Free ports for [`TUTORIAL_PORTS`], all different: pairs of consecutive free ports for each
+/// JobManager's port and its standby's, then two for etcd.
+fn free_ports() -> Vec<String> {
+    let mut taken: Vec<u16> = Vec::new();
+    let pair = |taken: &mut Vec<u16>| loop {
+        let port = free_port();
+        let next = port.checked_add(1);
+        if let Some(next) = next
+            && !taken.contains(&port)
+            && !taken.contains(&next)
+            && TcpListener::bind(("127.0.0.1", next)).is_ok()
+        {
+            taken.extend([port, next]);
+            return;
+        }
+    };
+    pair(&mut taken);
+    pair(&mut taken);
+    while taken.len() < TUTORIAL_PORTS.len() {
+        let port = free_port();
+        if !taken.contains(&port) {
+            taken.push(port);
+        }
+    }
+    taken.iter().map(u16::to_string).collect()
+}
+
 /// The tutorial's text with its directory and ports replaced.
 struct Localize {
     dir: String,
-    rest_port: String,
-    rpc_port: String,
+    /// In the order of [`TUTORIAL_PORTS`].
+    ports: Vec<String>,
 }
 
 impl Localize {
     /// One substitution pass: a value put in never gets replaced again (a temporary
     /// directory's name or a free port may well contain "6123").
     fn apply(&self, text: &str) -> String {
-        text.replace(TUTORIAL_DIR, "\u{0}dir\u{0}")
-            .replace(TUTORIAL_REST_PORT, "\u{0}rest\u{0}")
-            .replace(TUTORIAL_RPC_PORT, "\u{0}rpc\u{0}")
-            .replace("\u{0}dir\u{0}", &self.dir)
-            .replace("\u{0}rest\u{0}", &self.rest_port)
-            .replace("\u{0}rpc\u{0}", &self.rpc_port)
+        let mut text = text.replace(TUTORIAL_DIR, "\u{0}dir\u{0}");
+        for (index, port) in TUTORIAL_PORTS.iter().enumerate() {
+            text = text.replace(port, &format!("\u{0}{index}\u{0}"));
+        }
+        text = text.replace("\u{0}dir\u{0}", &self.dir);
+        for (index, port) in self.ports.iter().enumerate() {
+            text = text.replace(&format!("\u{0}{index}\u{0}"), port);
+        }
+        text
     }
 }
 
@@ -199,15 +231,10 @@ fn split_outputs(transcript: &[String], count: usize) -> (Vec<String>, bool) {
 fn the_tutorial_runs_as_written() {
     let started = Instant::now();
     let dir = tempfile::tempdir().unwrap();
-    let localize = Localize {
-        dir: dir.path().join("weir-tutorial").display().to_string(),
-        rest_port: free_port().to_string(),
-        rpc_port: free_port().to_string(),
-    };
-    assert_ne!(localize.rest_port, localize.rpc_port);
-    for tool in ["bash", "curl", "awk"] {
+    let localize = Localize { dir: dir.path().join("weir-tutorial").display().to_string(), ports: free_ports() };
+    for (tool, install) in [("bash", "bash"), ("curl", "curl"), ("awk", "gawk"), ("etcd", "etcd-server")] {
         let found = Command::new("sh").args(["-c", &format!("command -v {tool}")]).output().unwrap();
-        assert!(found.status.success(), "the tutorial needs `{tool}` on PATH");
+        assert!(found.status.success(), "the tutorial needs `{tool}` on PATH: apt-get install -y {install}");
     }
     let steps = steps(TUTORIAL);
     assert!(steps.len() >= 10, "docs/tutorial.md has only {} ```bash blocks", steps.len());
@@ -372,13 +399,30 @@ fn the_tutorial_runs_as_written() {
     let last_check = &outputs[steps.iter().rposition(|s| s.script.contains("check\n")).unwrap()];
     assert!(last_check.contains("10 users, 0 with a lost or duplicated count"), "{last_check}");
 
-    // 8. Stopped.
-    assert!(output("weir cluster stop").contains("Stopped 3 cluster process(es)."), "{}", output("weir cluster stop"));
+    // 8. On an HA cluster, the leader killed: the job RUNNING under the other JobManager,
+    // RECONCILING on its way, never restarted, exactly-once.
+    let moved = output("weir cluster start --jobmanagers 2");
+    assert!(moved.contains("Stopped 3 cluster process(es).") && moved.contains("High availability on etcd"), "{moved}");
+    let before = output("OLD=$(leader)");
+    assert!(
+        before.contains("\"high-availability\":{\"type\":\"etcd\"") && before.contains("\"leader-pid\":"),
+        "{before}"
+    );
+    let taken_over = output("kill -9 $(curl");
+    assert!(taken_over.contains(": counter (RUNNING)"), "{taken_over}");
+    assert!(taken_over.contains("\"numRestarts\":0"), "{taken_over}");
+    assert!(taken_over.contains("\"RECONCILING\":"), "{taken_over}");
+    let ha_check = output("$NEW/jobs/$JOB4/checkpoints");
+    assert!(ha_check.contains("10 users, 0 with a lost or duplicated count"), "{ha_check}");
+
+    // 9. Stopped.
+    let stopped = &outputs[steps.len() - 1];
+    assert!(stopped.contains("Stopped 3 cluster process(es)."), "{stopped}");
     assert!(!data_dir.join("cluster/cluster.pids").exists(), "weir cluster stop left its pid file");
 
-    // On disk: two savepoints and the retained checkpoints, each with its _metadata.
+    // On disk: three savepoints and the retained checkpoints, each with its _metadata.
     let savepoints = metadata_dirs(&data_dir.join("savepoints"));
-    assert_eq!(savepoints.len(), 2, "{savepoints:?}");
+    assert_eq!(savepoints.len(), 3, "{savepoints:?}");
     let retained = metadata_dirs(&data_dir.join("checkpoints").join(&job));
     assert!(!retained.is_empty(), "no retained checkpoint of {job}");
     eprintln!("the tutorial ran in {:?}", started.elapsed());
@@ -392,10 +436,11 @@ fn metadata_dirs(dir: &Path) -> Vec<PathBuf> {
 
 #[test]
 fn localizing_is_one_pass() {
-    let localize = Localize { dir: "/tmp/x8081".into(), rest_port: "16123".into(), rpc_port: "8081".into() };
+    let ports = ["16123", "8081", "2380", "6124", "1", "2"].map(String::from).to_vec();
+    let localize = Localize { dir: "/tmp/x8081".into(), ports };
     assert_eq!(
-        localize.apply("/tmp/weir-tutorial/a rest.port: 8081 rpc 6123"),
-        "/tmp/x8081/a rest.port: 16123 rpc 8081"
+        localize.apply("/tmp/weir-tutorial/a rest.port: 8081 rpc 6123 standby 8082 6124 etcd 2379 2380"),
+        "/tmp/x8081/a rest.port: 16123 rpc 2380 standby 8081 6124 etcd 1 2"
     );
 }
 

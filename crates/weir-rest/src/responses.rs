@@ -66,6 +66,12 @@ pub struct HaOverview {
     /// When it became the leader, epoch ms.
     #[serde(rename = "leader-since")]
     pub leader_since: u64,
+    /// The leader's REST API, `http://host:port`.
+    #[serde(rename = "leader-address")]
+    pub leader_address: String,
+    /// The leader's process id on its host.
+    #[serde(rename = "leader-pid")]
+    pub leader_pid: u32,
 }
 
 /// `GET /jobs`: every job's id and state.

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use weir_types::{JobId, JobStatus};
 
 use crate::args::CancelArgs;
-use crate::client::{RestClient, check_job_response};
+use crate::client::check_job_response;
 use crate::error::CliError;
 use crate::settings;
 
@@ -21,8 +21,7 @@ struct Status {
 pub fn cancel(args: CancelArgs) -> Result<ExitCode, CliError> {
     let job_id: JobId = args.job_id.parse().map_err(CliError::usage)?;
     let config = settings::load(&args.config)?;
-    let address = settings::jobmanager_address(args.jobmanager.as_deref(), &config)?;
-    let client = RestClient::new(&address);
+    let client = settings::jobmanager_client(args.jobmanager.as_deref(), &config)?;
     let response = client.patch(&format!("/jobs/{job_id}?mode=cancel"))?;
     check_job_response(&response, &client, job_id, "cancel job")?;
     println!("Cancelling job {job_id}.");

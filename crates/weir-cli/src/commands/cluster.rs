@@ -295,8 +295,13 @@ fn start(args: ClusterStartArgs) -> Result<ExitCode, CliError> {
         );
     }
     let slots = config.get(&TASKMANAGER_NUMBER_OF_TASK_SLOTS).map_err(CliError::usage)?;
+    let jobmanager = if ha {
+        "TaskManagers registered with the leader".to_string()
+    } else {
+        format!("JobManager at http://{rest} (TaskManagers connect to {rpc})")
+    };
     println!(
-        "Cluster started in {} ms: JobManager at http://{rest} (TaskManagers connect to {rpc}), {} TaskManager(s) with {slots} slot(s) each; logs in {}",
+        "Cluster started in {} ms: {jobmanager}, {} TaskManager(s) with {slots} slot(s) each; logs in {}",
         started.elapsed().as_millis(),
         args.taskmanagers,
         dir.display()
@@ -338,7 +343,7 @@ fn add_taskmanager(args: ConfigArgs) -> Result<ExitCode, CliError> {
         config.get(&JOBMANAGER_RPC_ADDRESS).map_err(CliError::usage)?,
         config.get(&JOBMANAGER_RPC_PORT).map_err(CliError::usage)?
     );
-    let client = RestClient::new(&settings::jobmanager_address(None, &config)?);
+    let client = settings::jobmanager_client(None, &config)?;
     let count = |client: &RestClient| {
         client.get_json::<Value>("/overview").ok().and_then(|overview| overview["taskmanagers"].as_u64())
     };
@@ -352,7 +357,12 @@ fn add_taskmanager(args: ConfigArgs) -> Result<ExitCode, CliError> {
     // The next free log name: taskmanager-<n>.log.
     let index = (0..).find(|n| !dir.join(format!("taskmanager-{n}.log")).exists()).unwrap_or(0);
     let name = format!("taskmanager-{index}");
-    let mut verb = vec!["taskmanager".to_string(), "--jobmanager".to_string(), rpc.clone()];
+    let mut verb = vec!["taskmanager".to_string()];
+    // With HA a TaskManager finds the leader through etcd (and follows it when it changes).
+    let ha = settings::ha_settings(&config)?.is_some();
+    if !ha {
+        verb.extend(["--jobmanager".to_string(), rpc.clone()]);
+    }
     verb.extend(config_args(&args));
     let started = Instant::now();
     let pid = spawn_process(&exe, &dir, &name, verb)?;
@@ -371,8 +381,10 @@ fn add_taskmanager(args: ConfigArgs) -> Result<ExitCode, CliError> {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+    let connected =
+        if ha { "registered with the leader JobManager".to_string() } else { format!("connected to {rpc}") };
     println!(
-        "TaskManager started in {} ms (pid {pid}), connected to {rpc}; log in {}/{name}.log",
+        "TaskManager started in {} ms (pid {pid}), {connected}; log in {}/{name}.log",
         started.elapsed().as_millis(),
         dir.display()
     );

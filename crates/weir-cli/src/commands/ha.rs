@@ -125,6 +125,9 @@ pub fn jobmanager(
     let lookup_route = Arc::clone(&route);
     let overview_term = Arc::clone(&term);
     let leader_id = id.clone();
+    // Known once the REST server listens, before any term begins.
+    let own_rest: Arc<std::sync::OnceLock<String>> = Arc::new(std::sync::OnceLock::new());
+    let overview_rest = Arc::clone(&own_rest);
     let cluster = ClusterInfo {
         version: env!("CARGO_PKG_VERSION").to_string(),
         taskmanager_list: Some(Arc::new(move || {
@@ -139,6 +142,8 @@ pub fn jobmanager(
                 leader_id: leader_id.clone(),
                 epoch: term.store.guard().epoch(),
                 leader_since: term.since_ms,
+                leader_address: overview_rest.get().map(|a| format!("http://{a}")).unwrap_or_default(),
+                leader_pid: std::process::id(),
             })
         })),
         ..ClusterInfo::default()
@@ -149,6 +154,7 @@ pub fn jobmanager(
     };
     let port = config.get(&REST_PORT).map_err(CliError::usage)?;
     let rest = RestServer::start(&host, port, Arc::clone(&dispatcher), cluster).map_err(CliError::runtime)?;
+    let _ = own_rest.set(rest.local_addr().to_string());
     let info = LeaderInfo {
         id: id.clone(),
         rest_address: rest.local_addr().to_string(),

@@ -6,7 +6,6 @@ use weir_runtime::JobOverview;
 use weir_types::JobStatus;
 
 use crate::args::ListArgs;
-use crate::client::RestClient;
 use crate::error::CliError;
 use crate::settings;
 
@@ -17,8 +16,7 @@ struct Jobs {
 
 pub fn list(args: ListArgs) -> Result<ExitCode, CliError> {
     let config = settings::load(&args.config)?;
-    let address = settings::jobmanager_address(args.jobmanager.as_deref(), &config)?;
-    let client = RestClient::new(&address);
+    let client = settings::jobmanager_client(args.jobmanager.as_deref(), &config)?;
     if args.json {
         let response = client.get("/jobs/overview")?;
         if response.status != 200 {

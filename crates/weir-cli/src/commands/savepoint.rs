@@ -51,7 +51,7 @@ pub fn savepoint(args: SavepointArgs) -> Result<ExitCode, CliError> {
     };
     let job_id: JobId = job_id.parse().map_err(CliError::usage)?;
     let config = settings::load(&args.config)?;
-    let client = RestClient::new(&settings::jobmanager_address(args.jobmanager.as_deref(), &config)?);
+    let client = settings::jobmanager_client(args.jobmanager.as_deref(), &config)?;
     println!("Triggering savepoint for job {job_id}.");
     let body = json!({"target-directory": target, "cancel-job": false});
     let location = trigger_and_wait(&client, job_id, &format!("/jobs/{job_id}/savepoints"), &body)?;
@@ -63,7 +63,7 @@ pub fn savepoint(args: SavepointArgs) -> Result<ExitCode, CliError> {
 pub fn stop(args: StopArgs) -> Result<ExitCode, CliError> {
     let job_id: JobId = args.job_id.parse().map_err(CliError::usage)?;
     let config = settings::load(&args.config)?;
-    let client = RestClient::new(&settings::jobmanager_address(args.jobmanager.as_deref(), &config)?);
+    let client = settings::jobmanager_client(args.jobmanager.as_deref(), &config)?;
     println!("Suspending job {job_id} with a savepoint.");
     let body = json!({"targetDirectory": args.savepoint_path.as_deref().map(absolute), "drain": false});
     let location = trigger_and_wait(&client, job_id, &format!("/jobs/{job_id}/stop"), &body)?;
