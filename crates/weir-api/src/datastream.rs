@@ -92,6 +92,7 @@ impl StreamExecutionEnvironment {
             role: NodeRole::Source,
             keyed: false,
             key_type: None,
+            declared_states: Vec::new(),
             inputs: Vec::new(),
             exclusive_target: None,
             restore_check: Some(restore_check),
@@ -215,6 +216,7 @@ impl<T: Data> DataStream<T> {
             role: NodeRole::Operator,
             keyed,
             key_type: None,
+            declared_states: Vec::new(),
             inputs: vec![edge],
             exclusive_target: None,
             restore_check: None,
@@ -392,6 +394,7 @@ impl<K: Key, T: Data> KeyedStream<K, T> {
     {
         let selector = Arc::clone(&self.selector);
         // Functions may hold !Sync state handles; the prototype is only ever cloned.
+        let declared_states = func.states();
         let prototype = std::sync::Mutex::new(func);
         let key_hash = Arc::clone(&self.key_hash);
         let edge = StreamEdge { source: self.stream.node, kind: EdgeKind::Hash, key_hash: Some(Arc::new(key_hash)) };
@@ -411,11 +414,15 @@ impl<K: Key, T: Data> KeyedStream<K, T> {
             if let Some(restored) = ctx.restored_operator() {
                 operator.restore(restored)?;
             }
+            operator.declare_states()?;
             let op: Box<dyn Operator<T>> = Box::new(operator);
             Ok(Box::new(op) as ErasedOperator)
         });
         let stream = self.stream.add_operator("KeyedProcess", true, edge, factory);
-        stream.with_node(|node| node.key_type = Some(std::any::type_name::<K>()));
+        stream.with_node(|node| {
+            node.key_type = Some(std::any::type_name::<K>());
+            node.declared_states = declared_states;
+        });
         stream
     }
 }

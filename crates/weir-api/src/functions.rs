@@ -1,7 +1,10 @@
 //! User functions and the contexts they see.
 
 use weir_state::handles::{ListAccess, MapAccess, ReducingAccess, StateData, ValueAccess};
-use weir_state::{KeyRef, KeyedStateBackend, ListState, MapState, ReducingState, StateError, TimerService, ValueState};
+use weir_state::{
+    KeyRef, KeyedStateBackend, ListState, MapState, ReducingState, StateDeclaration, StateError, TimerService,
+    ValueState,
+};
 use weir_types::Key;
 
 /// What a user function returns: any error type converts with `?`, and a string works too
@@ -96,6 +99,15 @@ impl<K: Key> EndOfInputContext<'_, K> {
 /// One instance runs per subtask (cloned from the one given to `process`); the runtime sets
 /// the current key before each call, so state handles read and write that key's state.
 pub trait KeyedProcessFunction<K, I, O>: Clone + Send + 'static {
+    /// The keyed states this function uses, as their handles declare them
+    /// (`vec![self.count.declaration()]`): known before the job starts, so a restore is
+    /// checked against the snapshot (kind and type of every state) before anything runs,
+    /// and `weir run --dry-run` checks it without running anything. Using a state not
+    /// listed here is an error. A function without keyed state keeps the default.
+    fn states(&self) -> Vec<StateDeclaration> {
+        Vec::new()
+    }
+
     /// Handles one record of the current key.
     fn process_element(&mut self, record: I, ctx: &mut KeyedContext<'_, K>, out: &mut Collector<'_, O>) -> FnResult;
 

@@ -88,6 +88,9 @@ pub struct StreamNode {
     pub keyed: bool,
     /// The Rust type name of the key, for keyed nodes (checked against snapshots).
     pub key_type: Option<&'static str>,
+    /// For keyed nodes: the states the function declares (checked against snapshots before
+    /// a restore starts).
+    pub declared_states: Vec<weir_state::StateDeclaration>,
     /// Inputs.
     pub inputs: Vec<StreamEdge>,
     /// For sinks: where only this sink may write ([`crate::sink::Sink::exclusive_target`]).

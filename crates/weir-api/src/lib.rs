@@ -47,7 +47,7 @@ pub mod prelude {
     pub use crate::sink::{Sink, SinkWriter};
     pub use crate::source::{Boundedness, Source, SourcePoll, SourceReader};
     pub use crate::testing::{CollectSink, EndlessSource, FailOn, RunningCount, VecSource};
-    pub use weir_state::{ListState, MapState, ReducingState, ValueState};
+    pub use weir_state::{ListState, MapState, ReducingState, StateDeclaration, ValueState};
     pub use weir_types::Key;
 }
 

@@ -206,6 +206,10 @@ impl Default for RunningCount {
 }
 
 impl crate::functions::KeyedProcessFunction<u64, u64, (u64, u64)> for RunningCount {
+    fn states(&self) -> Vec<weir_state::StateDeclaration> {
+        vec![self.count.declaration()]
+    }
+
     fn process_element(
         &mut self,
         key: u64,

@@ -34,6 +34,10 @@ impl Default for CountPerUser {
 }
 
 impl KeyedProcessFunction<u64, Event, (u64, u64)> for CountPerUser {
+    fn states(&self) -> Vec<StateDeclaration> {
+        vec![self.count.declaration()]
+    }
+
     fn process_element(
         &mut self,
         event: Event,
@@ -61,6 +65,10 @@ impl Default for FirstSeen {
 }
 
 impl KeyedProcessFunction<u64, Event, Event> for FirstSeen {
+    fn states(&self) -> Vec<StateDeclaration> {
+        vec![self.first_index.declaration()]
+    }
+
     fn process_element(
         &mut self,
         event: Event,

@@ -31,6 +31,10 @@ impl Default for CountWords {
 }
 
 impl KeyedProcessFunction<String, String, (String, u64)> for CountWords {
+    fn states(&self) -> Vec<StateDeclaration> {
+        vec![self.count.declaration()]
+    }
+
     fn process_element(
         &mut self,
         _word: String,

@@ -304,6 +304,10 @@ mod tests {
         #[derive(Clone)]
         struct Count(ValueState<u64>);
         impl KeyedProcessFunction<u64, u64, (u64, u64)> for Count {
+            fn states(&self) -> Vec<weir_state::StateDeclaration> {
+                vec![self.0.declaration()]
+            }
+
             fn process_element(
                 &mut self,
                 r: u64,

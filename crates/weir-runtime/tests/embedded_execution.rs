@@ -112,6 +112,10 @@ struct TimerEcho {
 }
 
 impl KeyedProcessFunction<u64, u64, String> for TimerEcho {
+    fn states(&self) -> Vec<StateDeclaration> {
+        vec![self.seen.declaration()]
+    }
+
     fn process_element(
         &mut self,
         value: u64,

@@ -9,8 +9,8 @@ use crate::keymap::{KeyRef, memory_hash};
 
 use crate::error::StateError;
 use crate::handles::{
-    ListAccess, ListState, MapAccess, MapState, ReducingAccess, ReducingState, StateData, StateKind, ValueAccess,
-    ValueState,
+    ListAccess, ListState, MapAccess, MapState, ReducingAccess, ReducingState, StateData, StateDeclaration, StateKind,
+    ValueAccess, ValueState,
 };
 use crate::table::{Cell, ListCell, MapCell, RestoredTable, StateTable, Table, TableSnapshot, ValueCell};
 
@@ -29,12 +29,37 @@ pub struct KeyedStateBackend<K> {
     range: KeyGroupRange,
     max_parallelism: u32,
     tables: Vec<Box<dyn StateTable<K>>>,
+    /// The states the function declares; `None` accepts any (tests of the backend alone).
+    declared: Option<Vec<StateDeclaration>>,
 }
 
 impl<K: Key> KeyedStateBackend<K> {
     /// An empty backend owning `range` of `max_parallelism` key groups.
     pub fn new(range: KeyGroupRange, max_parallelism: u32) -> KeyedStateBackend<K> {
-        KeyedStateBackend { range, max_parallelism, tables: Vec::new() }
+        KeyedStateBackend { range, max_parallelism, tables: Vec::new(), declared: None }
+    }
+
+    /// Only `declarations` may be used from now on, each as declared. Restored tables are
+    /// checked against them at once (call after [`Self::restore`]), so a changed type stops
+    /// the job before it processes anything rather than at the state's first use.
+    pub fn declare(&mut self, declarations: Vec<StateDeclaration>) -> Result<(), StateError> {
+        for declaration in &declarations {
+            for table in &self.tables {
+                let Some(restored) = table.as_restored() else { continue };
+                if restored.name != declaration.name {
+                    continue;
+                }
+                if restored.kind != declaration.kind || restored.cell_type != declaration.cell_type {
+                    return Err(StateError::RestoredTypeMismatch {
+                        name: declaration.name.to_string(),
+                        recorded: format!("{} state of {}", restored.kind, restored.cell_type),
+                        declared: declaration.describe(),
+                    });
+                }
+            }
+        }
+        self.declared = Some(declarations);
+        Ok(())
     }
 
     /// The key groups this backend owns.
@@ -89,6 +114,20 @@ impl<K: Key> KeyedStateBackend<K> {
     ) -> Result<usize, StateError> {
         if let Some(index) = slot.get() {
             return Ok(*index);
+        }
+        if let Some(declared) = &self.declared {
+            let requested = || format!("{kind} state of {}", std::any::type_name::<C>());
+            match declared.iter().find(|d| d.name == name) {
+                None => return Err(StateError::Undeclared { name: name.to_string(), requested: requested() }),
+                Some(d) if d.kind != kind || d.cell_type != std::any::type_name::<C>() => {
+                    return Err(StateError::DeclaredOtherwise {
+                        name: name.to_string(),
+                        declared: d.describe(),
+                        requested: requested(),
+                    });
+                }
+                Some(_) => {}
+            }
         }
         let mut found = None;
         for (index, table) in self.tables.iter_mut().enumerate() {
@@ -325,6 +364,52 @@ mod tests {
             });
         }
         tables
+    }
+
+    #[test]
+    fn declared_states_are_checked_against_restored_ones_before_any_use() {
+        let count = ValueState::<u64>::new("count");
+        let mut backend = KeyedStateBackend::<u64>::new(KeyGroupRange::new(0, 127), 128);
+        backend.declare(vec![count.declaration()]).unwrap();
+        let located = backend.locate(&7).unwrap();
+        backend.value(&count, located).unwrap().set(3);
+        let snapshot = backend.snapshot();
+
+        // The same declaration restores.
+        let mut same = KeyedStateBackend::<u64>::new(KeyGroupRange::new(0, 127), 128);
+        same.restore(&snapshot.key_type, restored_from(&snapshot)).unwrap();
+        // (A handle remembers its table in one backend: a fresh one for another backend.)
+        let count_again = ValueState::<u64>::new("count");
+        same.declare(vec![count_again.declaration()]).unwrap();
+        let located = same.locate(&7).unwrap();
+        assert_eq!(same.value(&count_again, located).unwrap().get(), Some(&3));
+
+        // Another value type is refused at declaration, before any record.
+        let mut changed = KeyedStateBackend::<u64>::new(KeyGroupRange::new(0, 127), 128);
+        changed.restore(&snapshot.key_type, restored_from(&snapshot)).unwrap();
+        let err = changed.declare(vec![ValueState::<i64>::new("count").declaration()]).unwrap_err().to_string();
+        assert!(err.contains("state 'count' in the snapshot") && err.contains("i64"), "{err}");
+        // So is another kind of the same name.
+        let mut other_kind = KeyedStateBackend::<u64>::new(KeyGroupRange::new(0, 127), 128);
+        other_kind.restore(&snapshot.key_type, restored_from(&snapshot)).unwrap();
+        let err = other_kind.declare(vec![ListState::<u64>::new("count").declaration()]).unwrap_err().to_string();
+        assert!(err.contains("list state"), "{err}");
+    }
+
+    #[test]
+    fn a_declared_backend_refuses_undeclared_and_misdeclared_states() {
+        let mut backend = full_backend();
+        let count = ValueState::<u64>::new("count");
+        backend.declare(vec![count.declaration()]).unwrap();
+        let key = "k".to_string();
+        let located = backend.locate(&key).unwrap();
+        let err = backend.list(&ListState::<u64>::new("seen"), located).err().unwrap().to_string();
+        assert!(err.contains("state 'seen'") && err.contains("not declared") && err.contains("fn states"), "{err}");
+        let located = backend.locate(&key).unwrap();
+        let err = backend.value(&ValueState::<String>::new("count"), located).err().unwrap().to_string();
+        assert!(err.contains("declared as a value state of") && err.contains("String"), "{err}");
+        let located = backend.locate(&key).unwrap();
+        assert!(backend.value(&count, located).is_ok());
     }
 
     #[test]

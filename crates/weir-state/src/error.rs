@@ -13,6 +13,28 @@ pub enum StateError {
         /// What the new declaration asked for.
         requested: String,
     },
+    /// A function used a state it does not declare.
+    #[error(
+        "state '{name}' ({requested}) is used but not declared; return its declaration from the function's `states` (`fn states(&self) -> Vec<StateDeclaration> {{ vec![self.{name}.declaration(), ...] }}`), so a restore can be checked before the job starts"
+    )]
+    Undeclared {
+        /// The state's name.
+        name: String,
+        /// What the use asked for.
+        requested: String,
+    },
+    /// A function declares a state as another kind or type than it uses it.
+    #[error(
+        "state '{name}' is declared as a {declared} but used as a {requested}; declare it with the handle it is used through"
+    )]
+    DeclaredOtherwise {
+        /// The state's name.
+        name: String,
+        /// The declaration.
+        declared: String,
+        /// What the use asked for.
+        requested: String,
+    },
     /// State was accessed outside a keyed context (no current key).
     #[error(
         "state '{0}' was used outside a keyed context; keyed state needs a current key (use it in process_element or on_timer)"

@@ -67,6 +67,26 @@ impl std::fmt::Display for StateKind {
 pub trait StateData: Serialize + DeserializeOwned + Clone + Send + 'static {}
 impl<T: Serialize + DeserializeOwned + Clone + Send + 'static> StateData for T {}
 
+/// One keyed state as a function declares it before it runs (Flink's state descriptor):
+/// its name, kind and the Rust type of its stored cells, exactly as snapshots record them,
+/// so a restore can be checked before the job starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StateDeclaration {
+    /// The state's name, unique within its operator.
+    pub name: &'static str,
+    /// Value, list, map or reducing.
+    pub kind: StateKind,
+    /// The Rust type of its cells (what `_metadata` records as the state's `value_type`).
+    pub cell_type: &'static str,
+}
+
+impl StateDeclaration {
+    /// `value state of weir_state::table::ValueCell<u64>`: how errors name it.
+    pub fn describe(&self) -> String {
+        format!("{} state of {}", self.kind, self.cell_type)
+    }
+}
+
 /// Declares a value state: one `V` per key (Flink's `ValueState`).
 pub struct ValueState<V> {
     pub(crate) name: &'static str,
@@ -78,6 +98,15 @@ impl<V: StateData> ValueState<V> {
     /// A value state named `name`, unique within its operator.
     pub fn new(name: &'static str) -> ValueState<V> {
         ValueState { name, slot: OnceCell::new(), _value: PhantomData }
+    }
+
+    /// What this handle declares (return it from the function's `states`).
+    pub fn declaration(&self) -> StateDeclaration {
+        StateDeclaration {
+            name: self.name,
+            kind: StateKind::Value,
+            cell_type: std::any::type_name::<crate::table::ValueCell<V>>(),
+        }
     }
 }
 
@@ -93,6 +122,15 @@ impl<V: StateData> ListState<V> {
     pub fn new(name: &'static str) -> ListState<V> {
         ListState { name, slot: OnceCell::new(), _value: PhantomData }
     }
+
+    /// What this handle declares (return it from the function's `states`).
+    pub fn declaration(&self) -> StateDeclaration {
+        StateDeclaration {
+            name: self.name,
+            kind: StateKind::List,
+            cell_type: std::any::type_name::<crate::table::ListCell<V>>(),
+        }
+    }
 }
 
 /// Declares a map state: a map from `UK` to `UV` per key (Flink's `MapState`).
@@ -106,6 +144,15 @@ impl<UK: StateData + Eq + Hash, UV: StateData> MapState<UK, UV> {
     /// A map state named `name`, unique within its operator.
     pub fn new(name: &'static str) -> MapState<UK, UV> {
         MapState { name, slot: OnceCell::new(), _value: PhantomData }
+    }
+
+    /// What this handle declares (return it from the function's `states`).
+    pub fn declaration(&self) -> StateDeclaration {
+        StateDeclaration {
+            name: self.name,
+            kind: StateKind::Map,
+            cell_type: std::any::type_name::<crate::table::MapCell<UK, UV>>(),
+        }
     }
 }
 
@@ -121,6 +168,15 @@ impl<V: StateData> ReducingState<V> {
     /// A reducing state named `name` folding with `reduce(accumulated, new)`.
     pub fn new(name: &'static str, reduce: fn(V, V) -> V) -> ReducingState<V> {
         ReducingState { name, slot: OnceCell::new(), reduce }
+    }
+
+    /// What this handle declares (return it from the function's `states`).
+    pub fn declaration(&self) -> StateDeclaration {
+        StateDeclaration {
+            name: self.name,
+            kind: StateKind::Reducing,
+            cell_type: std::any::type_name::<crate::table::ValueCell<V>>(),
+        }
     }
 }
 

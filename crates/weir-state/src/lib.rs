@@ -19,7 +19,7 @@ pub mod timers;
 
 pub use backend::{KeyedBackendSnapshot, KeyedStateBackend};
 pub use error::StateError;
-pub use handles::{ListState, MapState, ReducingState, StateKind, ValueState};
+pub use handles::{ListState, MapState, ReducingState, StateDeclaration, StateKind, ValueState};
 pub use keymap::{KeyRef, memory_hash};
 pub use table::{RestoredTable, TableSnapshot};
 pub use timers::{TIMERS_STATE, TimerService, TimersSnapshot};

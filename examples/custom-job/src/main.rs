@@ -48,6 +48,10 @@ impl Default for SensorStats {
 }
 
 impl KeyedProcessFunction<String, String, String> for SensorStats {
+    fn states(&self) -> Vec<StateDeclaration> {
+        vec![self.count.declaration(), self.max.declaration(), self.distinct.declaration(), self.recent.declaration()]
+    }
+
     fn process_element(
         &mut self,
         line: String,

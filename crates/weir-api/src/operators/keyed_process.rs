@@ -88,6 +88,15 @@ where
     O: Send,
     F: KeyedProcessFunction<K, I, O>,
 {
+    /// Binds the backend to the states the function declares, checking restored state
+    /// against them now (call after [`Self::restore`], before the first record).
+    pub fn declare_states(&mut self) -> Result<(), TaskError> {
+        let declarations = self.func.states();
+        self.backend
+            .declare(declarations)
+            .map_err(|e| TaskError::user(&self.name, format!("cannot restore operator '{}': {e}", self.uid)))
+    }
+
     #[inline]
     fn process_one(&mut self, record: I, key: &K, stable_hash: u32, now_ms: u64) -> Result<(), TaskError> {
         let located = match self.backend.locate_hashed(key, stable_hash) {

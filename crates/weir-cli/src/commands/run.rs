@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use weir_api::catalog::{JobArgs, JobCatalog};
 use weir_api::datastream::StreamExecutionEnvironment;
-use weir_api::graph::StreamGraph;
-use weir_checkpoint::load_metadata;
+use weir_api::graph::{StreamGraph, StreamNode};
+use weir_checkpoint::{SnapshotMetadata, load_metadata};
 use weir_config::Configuration;
 use weir_config::FailoverStrategy;
 use weir_config::options::{
@@ -169,7 +169,7 @@ pub fn run(args: RunArgs, catalog: &JobCatalog) -> Result<ExitCode, CliError> {
 
 /// `weir run --dry-run`: every check `run` does before it starts a job (catalog job and its
 /// arguments, configuration, job graph, and with `-s` the restore pre-flight: uids, max
-/// parallelism, parallelism, key types), then a report of what would run and what each
+/// parallelism, parallelism, key types, the kind and type of every declared state), then a report of what would run and what each
 /// operator would restore. Nothing is started or written.
 fn dry_run(args: &RunArgs, catalog: &JobCatalog, config: &Configuration) -> Result<ExitCode, CliError> {
     let PreparedJob { graph, settings, notes } = prepare(
@@ -265,8 +265,12 @@ fn plan_restore(
     );
     let plan = weir_checkpoint::plan_restore(&metadata, &request)
         .map_err(|e| CliError::usage(format!("cannot restore from {path}: {e}")))?;
-    // Pre-flight: a keyed operator must keep its key type (state types are checked when each
-    // state is first declared; both leave the snapshot untouched).
+    // Pre-flight: a keyed operator must keep its key type, and every state it declares the
+    // kind and type the snapshot recorded (the tasks check the same again when they restore;
+    // neither touches the snapshot).
+    for node in graph.nodes() {
+        check_declared_states(path, node, &metadata)?;
+    }
     for node in graph.nodes() {
         let uid = node.uid_or_generated();
         let recorded =
@@ -280,6 +284,28 @@ fn plan_restore(
         }
     }
     Ok(RestoreSource { storage: blocking, location: storage.url().to_string(), metadata, plan })
+}
+
+/// Every state `node` declares must be of the kind and type the snapshot recorded for a state
+/// of that name, if it recorded one.
+fn check_declared_states(path: &str, node: &StreamNode, metadata: &SnapshotMetadata) -> Result<(), CliError> {
+    let uid = node.uid_or_generated();
+    let Some(recorded) = metadata.operators.iter().find(|o| o.uid == uid) else { return Ok(()) };
+    for declared in &node.declared_states {
+        let handle = recorded.subtasks.iter().flat_map(|s| &s.keyed_states).find(|h| h.name == declared.name);
+        if let Some(handle) = handle
+            && (handle.kind != declared.kind.to_string() || handle.value_type != declared.cell_type)
+        {
+            return Err(CliError::usage(format!(
+                "cannot restore from {path}: state '{}' of operator '{uid}' is a {} state of {} in the snapshot, and the job now declares it as a {}; keep the old type, give the new state another name, or give the operator a new uid and pass -n to start it empty",
+                declared.name,
+                handle.kind,
+                handle.value_type,
+                declared.describe()
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Binds the REST API. An explicitly configured port must be free; the default port falls
