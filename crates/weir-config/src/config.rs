@@ -290,6 +290,14 @@ impl Configuration {
         self.get(&HIGH_AVAILABILITY_CLUSTER_ID)?;
         self.get(&HIGH_AVAILABILITY_ETCD_ENDPOINTS)?;
         self.get(&HIGH_AVAILABILITY_ETCD_LEASE_TTL)?;
+        self.get(&OPERATOR_ROLLBACK_ENABLED)?;
+        self.get(&OPERATOR_READINESS_TIMEOUT)?;
+        self.get(&OPERATOR_SAVEPOINT_HISTORY_MAX_COUNT)?;
+        self.get(&OPERATOR_SAVEPOINT_HISTORY_MAX_AGE)?;
+        self.get(&OPERATOR_LAST_STATE_FALLBACK)?;
+        self.get(&OPERATOR_PERIODIC_SAVEPOINT_INTERVAL)?;
+        self.get(&OPERATOR_JM_DEPLOYMENT_RECOVERY)?;
+        self.get(&OPERATOR_REST_PORT)?;
         self.get(&HIGH_AVAILABILITY_RECONCILE_TIMEOUT)?;
         self.get(&PIPELINE_NAME)?;
 

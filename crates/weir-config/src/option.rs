@@ -144,6 +144,15 @@ pub(crate) mod parse {
         Ok(Some(text.to_string()))
     }
 
+    /// `true` or `false` (any case), as Flink's boolean options.
+    pub(crate) fn boolean(text: &str) -> Result<bool, String> {
+        match text.to_ascii_lowercase().as_str() {
+            "true" => Ok(true),
+            "false" => Ok(false),
+            _ => Err("expected true or false".to_string()),
+        }
+    }
+
     /// Whether `text` spells "no value" for an optional option: empty or `none`.
     pub(crate) fn is_none_word(text: &str) -> bool {
         text.is_empty() || text.eq_ignore_ascii_case("none")

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use crate::duration::parse_duration;
 use crate::option::parse::{
-    duration_at_least, f64_in, host, int_in, is_none_word, non_negative_u32, optional_string, port, positive_u32,
-    u32_in,
+    boolean, duration_at_least, f64_in, host, int_in, is_none_word, non_negative_u32, optional_string, port,
+    positive_u32, u32_in,
 };
 use crate::option::{ConfigOption, OptionInfo};
 use crate::values::{CheckpointingMode, FailoverStrategy, HighAvailabilityType, RestartStrategyType, StateBackendType};
@@ -535,6 +535,96 @@ pub const PIPELINE_NAME: ConfigOption<Option<String>> = ConfigOption {
     default: || None,
 };
 
+fn parse_optional_duration(text: &str) -> Result<Option<Duration>, String> {
+    if is_none_word(text) {
+        return Ok(None);
+    }
+    duration_at_least(text, Duration::from_millis(1)).map(Some)
+}
+
+// The deployment controller (`weir operator`) takes the Flink Kubernetes Operator's keys, in
+// its own configuration or a deployment's `spec.configuration` (which wins).
+
+/// Roll a deployment back to its last stable spec when an upgrade does not get ready.
+pub const OPERATOR_ROLLBACK_ENABLED: ConfigOption<bool> = ConfigOption {
+    key: "kubernetes.operator.deployment.rollback.enabled",
+    fallback_keys: &[],
+    default_description: "false",
+    description: "roll a deployment back to its last stable spec when the new spec is not running within the readiness timeout",
+    parse: boolean,
+    default: || false,
+};
+
+/// How long a new spec has to get its job running before it counts as failed.
+pub const OPERATOR_READINESS_TIMEOUT: ConfigOption<Duration> = ConfigOption {
+    key: "kubernetes.operator.deployment.readiness.timeout",
+    fallback_keys: &[],
+    default_description: "5min",
+    description: "how long a deployed spec may take to get its job running (every subtask RUNNING, a checkpoint completed when checkpointing is on) before a rollback",
+    parse: parse_positive_duration,
+    default: || Duration::from_secs(300),
+};
+
+/// Savepoint history entries kept per deployment.
+pub const OPERATOR_SAVEPOINT_HISTORY_MAX_COUNT: ConfigOption<u32> = ConfigOption {
+    key: "kubernetes.operator.savepoint.history.max.count",
+    fallback_keys: &[],
+    default_description: "10",
+    description: "savepoints kept in a deployment's history; older ones are disposed (the newest is always kept)",
+    parse: positive_u32,
+    default: || 10,
+};
+
+/// Age beyond which savepoint history entries are disposed.
+pub const OPERATOR_SAVEPOINT_HISTORY_MAX_AGE: ConfigOption<Duration> = ConfigOption {
+    key: "kubernetes.operator.savepoint.history.max.age",
+    fallback_keys: &[],
+    default_description: "1d",
+    description: "savepoints older than this are disposed from a deployment's history (the newest is always kept)",
+    parse: parse_positive_duration,
+    default: || Duration::from_secs(24 * 3600),
+};
+
+/// Upgrade a job that is not running from its newest checkpoint.
+pub const OPERATOR_LAST_STATE_FALLBACK: ConfigOption<bool> = ConfigOption {
+    key: "kubernetes.operator.job.upgrade.last-state-fallback.enabled",
+    fallback_keys: &[],
+    default_description: "true",
+    description: "in savepoint mode, upgrade a job that is not running from its newest completed checkpoint instead of waiting",
+    parse: boolean,
+    default: || true,
+};
+
+/// Interval of periodic savepoints; none by default.
+pub const OPERATOR_PERIODIC_SAVEPOINT_INTERVAL: ConfigOption<Option<Duration>> = ConfigOption {
+    key: "kubernetes.operator.periodic.savepoint.interval",
+    fallback_keys: &[],
+    default_description: "none",
+    description: "take a savepoint of each running deployment this often (history trigger type PERIODIC)",
+    parse: parse_optional_duration,
+    default: || None,
+};
+
+/// Redeploy a deployment whose JobManager is gone.
+pub const OPERATOR_JM_DEPLOYMENT_RECOVERY: ConfigOption<bool> = ConfigOption {
+    key: "kubernetes.operator.jm-deployment-recovery.enabled",
+    fallback_keys: &[],
+    default_description: "true",
+    description: "when a deployment's JobManager processes are gone, start its cluster again and its job from the newest completed checkpoint",
+    parse: boolean,
+    default: || true,
+};
+
+/// Where `weir operator` serves `/deployments` and its Web UI page.
+pub const OPERATOR_REST_PORT: ConfigOption<u16> = ConfigOption {
+    key: "operator.rest.port",
+    fallback_keys: &[],
+    default_description: "8085",
+    description: "port of the deployment controller's REST API (/deployments) and Web UI, on rest.address; 0 takes any free port",
+    parse: port,
+    default: || 8085,
+};
+
 /// Every known option, in the order of [`ALL_KEYS`].
 pub const ALL: &[OptionInfo] = &[
     PARALLELISM_DEFAULT.info(),
@@ -577,6 +667,14 @@ pub const ALL: &[OptionInfo] = &[
     HIGH_AVAILABILITY_ETCD_LEASE_TTL.info(),
     HIGH_AVAILABILITY_RECONCILE_TIMEOUT.info(),
     PIPELINE_NAME.info(),
+    OPERATOR_ROLLBACK_ENABLED.info(),
+    OPERATOR_READINESS_TIMEOUT.info(),
+    OPERATOR_SAVEPOINT_HISTORY_MAX_COUNT.info(),
+    OPERATOR_SAVEPOINT_HISTORY_MAX_AGE.info(),
+    OPERATOR_LAST_STATE_FALLBACK.info(),
+    OPERATOR_PERIODIC_SAVEPOINT_INTERVAL.info(),
+    OPERATOR_JM_DEPLOYMENT_RECOVERY.info(),
+    OPERATOR_REST_PORT.info(),
 ];
 
 /// The key of every known option (fallback names not included; see [`is_known_key`]).
@@ -621,6 +719,14 @@ pub const ALL_KEYS: &[&str] = &[
     HIGH_AVAILABILITY_ETCD_LEASE_TTL.key,
     HIGH_AVAILABILITY_RECONCILE_TIMEOUT.key,
     PIPELINE_NAME.key,
+    OPERATOR_ROLLBACK_ENABLED.key,
+    OPERATOR_READINESS_TIMEOUT.key,
+    OPERATOR_SAVEPOINT_HISTORY_MAX_COUNT.key,
+    OPERATOR_SAVEPOINT_HISTORY_MAX_AGE.key,
+    OPERATOR_LAST_STATE_FALLBACK.key,
+    OPERATOR_PERIODIC_SAVEPOINT_INTERVAL.key,
+    OPERATOR_JM_DEPLOYMENT_RECOVERY.key,
+    OPERATOR_REST_PORT.key,
 ];
 
 /// Whether `key` names a known option, under its main or a fallback name.

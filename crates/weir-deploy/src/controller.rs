@@ -1,0 +1,1032 @@
+//! The deployment controller: every tick, for every deployment, compare the applied spec with
+//! what runs and move it there, as the Flink Kubernetes Operator's reconciler does.
+//!
+//! A change that takes several steps (an upgrade: pre-flight, stop the old job as the mode
+//! says, stop the old cluster, start the new cluster, submit the new job) is an
+//! [`Operation`]. Each step is written to the status *before* it acts, and every step can be
+//! taken again from what it finds: a controller killed at any point resumes the operation
+//! where it was. The old cluster's processes are all gone before a new cluster starts, so
+//! two jobs of one deployment never run at once, and a savepoint is in the status (and its
+//! history) as soon as it completed.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use weir_config::Configuration;
+use weir_config::options::{
+    CHECKPOINTING_INTERVAL, CHECKPOINTING_TIMEOUT, OPERATOR_JM_DEPLOYMENT_RECOVERY, OPERATOR_LAST_STATE_FALLBACK,
+    OPERATOR_PERIODIC_SAVEPOINT_INTERVAL, OPERATOR_READINESS_TIMEOUT, OPERATOR_ROLLBACK_ENABLED,
+    OPERATOR_SAVEPOINT_HISTORY_MAX_AGE, OPERATOR_SAVEPOINT_HISTORY_MAX_COUNT,
+};
+
+use crate::cluster_api::{ClusterApi, JobView, SavepointState};
+use crate::history::{HistoryLimits, trim};
+use crate::processes::{self, DeploymentDirs};
+use crate::spec::{DeploymentSpec, DesiredState, UpgradeMode, upgrade_diff};
+use crate::status::{
+    ClusterInfo, DeploymentStatus, MANUAL_RESTORE_REQUIRED, Operation, OperationKind, PendingSavepoint,
+    ReconciliationState, SavepointRecord, Step, TriggerType, lifecycle_state,
+};
+use crate::store::{DeploymentStore, StoredDeployment};
+
+/// How often the controller looks at every deployment.
+pub const TICK: Duration = Duration::from_millis(100);
+/// How often it polls a savepoint or a job's state while it waits for one.
+const POLL: Duration = Duration::from_millis(10);
+/// Longest wait for a cancelled or stopped job to reach a terminal state.
+const TERMINAL_WAIT_MAX: Duration = Duration::from_secs(120);
+/// Attempts at starting a cluster and submitting its job before the spec counts as
+/// deployed-and-failing (then readiness and rollback take over).
+const START_ATTEMPTS: u32 = 3;
+/// Savepoints and stops are retried this long while the job cannot take one yet (its
+/// subtasks still starting, a restart under way).
+const TRIGGER_RETRY_MAX: Duration = Duration::from_secs(30);
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+/// The controller of one store's deployments.
+pub struct Controller {
+    store: Arc<dyn DeploymentStore>,
+    /// The operator's own configuration (defaults of the `kubernetes.operator.*` keys).
+    config: Configuration,
+    /// `<data dir>/deployments`: each deployment's processes and default state directories.
+    root: PathBuf,
+    /// Failed start attempts of the operation under way, per deployment.
+    start_failures: std::sync::Mutex<std::collections::HashMap<String, u32>>,
+}
+
+/// What a reconcile pass did, for the loop's logging.
+type Outcome = Result<(), String>;
+
+impl Controller {
+    /// A controller of `store`'s deployments, with their processes under `root`.
+    pub fn new(store: Arc<dyn DeploymentStore>, config: Configuration, root: PathBuf) -> Controller {
+        Controller { store, config, root, start_failures: Default::default() }
+    }
+
+    /// Reconciles every deployment each [`TICK`] until `stop` is set.
+    pub fn run(&self, stop: &AtomicBool) {
+        while !stop.load(Ordering::Relaxed) {
+            self.reconcile_all();
+            std::thread::sleep(TICK);
+        }
+    }
+
+    /// One pass over every deployment.
+    pub fn reconcile_all(&self) {
+        let deployments = match self.store.list() {
+            Ok(deployments) => deployments,
+            Err(error) => {
+                tracing::warn!("cannot read the deployments from {}: {error}", self.store.describe());
+                return;
+            }
+        };
+        for stored in deployments {
+            let name = stored.deployment.metadata.name.clone();
+            if let Err(error) = self.reconcile(stored) {
+                tracing::warn!(deployment = %name, "{error}");
+            }
+        }
+    }
+
+    fn dirs(&self, name: &str) -> DeploymentDirs {
+        DeploymentDirs::new(self.root.join(name))
+    }
+
+    /// The operator's settings for a deployment: its own configuration, overridden by the
+    /// `kubernetes.operator.*` keys of the deployment's spec.
+    fn settings(&self, spec: &DeploymentSpec) -> Configuration {
+        let mut config = self.config.clone();
+        for (key, value) in &spec.configuration {
+            if key.starts_with("kubernetes.operator.") {
+                config.set_from(key.clone(), value.clone(), "spec.configuration");
+            }
+        }
+        config
+    }
+
+    fn save(&self, name: &str, status: &mut DeploymentStatus) -> Outcome {
+        status.lifecycle_state = lifecycle_state(status);
+        self.store.put_status(name, status).map_err(|e| e.to_string())
+    }
+
+    /// Looks at one deployment and takes its next step, if any.
+    pub fn reconcile(&self, stored: StoredDeployment) -> Outcome {
+        let name = stored.deployment.metadata.name.clone();
+        let generation = stored.deployment.metadata.generation;
+        let spec = stored.deployment.spec.clone();
+        let mut status = stored.status.clone();
+        let before = status.clone();
+
+        if stored.delete_requested && status.operation.as_ref().is_none_or(|op| op.kind != OperationKind::Delete) {
+            status.deleting = true;
+            let mode = UpgradeMode::Stateless;
+            status.operation =
+                Some(self.operation(OperationKind::Delete, generation, None, mode, Step::StopJob { request_id: None }));
+            self.save(&name, &mut status)?;
+        }
+        if let Some(operation) = status.operation.clone() {
+            return self.advance(&name, &mut status, operation);
+        }
+
+        self.observe(&name, &spec, &mut status);
+        let decided = self.decide(&name, generation, &spec, &mut status);
+        if let Some(operation) = decided {
+            tracing::info!(deployment = %name, "{:?} to generation {generation}: {}", operation.kind, operation.step.describe());
+            match operation.kind {
+                OperationKind::Rollback => status.reconciliation_status.state = ReconciliationState::RollingBack,
+                OperationKind::Deploy | OperationKind::Recover => {}
+                _ => status.reconciliation_status.state = ReconciliationState::Upgrading,
+            }
+            status.reconciliation_status.reconciliation_timestamp = now_ms();
+            status.operation = Some(operation.clone());
+            self.save(&name, &mut status)?;
+            return self.advance(&name, &mut status, operation);
+        }
+        self.savepoints(&name, &spec, &mut status);
+        if status != before {
+            self.save(&name, &mut status)?;
+        }
+        Ok(())
+    }
+
+    fn operation(
+        &self,
+        kind: OperationKind,
+        generation: u64,
+        target: Option<DeploymentSpec>,
+        mode: UpgradeMode,
+        step: Step,
+    ) -> Operation {
+        Operation { kind, generation, target, mode, step, restore_from: None, started_ms: now_ms() }
+    }
+
+    /// The spec whose job runs now: the last stable one after a rollback, else the last
+    /// reconciled one.
+    fn running_spec(status: &DeploymentStatus) -> Option<&DeploymentSpec> {
+        let reconciliation = &status.reconciliation_status;
+        match reconciliation.state {
+            ReconciliationState::RolledBack => reconciliation.last_stable_spec.as_ref(),
+            _ => reconciliation.last_reconciled_spec.as_ref(),
+        }
+    }
+
+    /// What change the spec asks for, if any.
+    fn decide(
+        &self,
+        name: &str,
+        generation: u64,
+        spec: &DeploymentSpec,
+        status: &mut DeploymentStatus,
+    ) -> Option<Operation> {
+        let Some(last) = status.reconciliation_status.last_reconciled_spec.clone() else {
+            status.observed_generation = generation;
+            if spec.job.state == DesiredState::Suspended {
+                // Applied suspended: nothing runs until it is resumed.
+                status.reconciliation_status.last_reconciled_spec = Some(spec.clone());
+                return None;
+            }
+            let mut operation = self.operation(
+                OperationKind::Deploy,
+                generation,
+                Some(spec.clone()),
+                spec.job.upgrade_mode,
+                Step::PreFlight,
+            );
+            operation.restore_from = spec.job.initial_savepoint_path.clone();
+            return Some(operation);
+        };
+        let refused = status.refused_generation == Some(generation);
+        match (last.job.state, spec.job.state) {
+            (DesiredState::Running, DesiredState::Running) => {
+                let diff = upgrade_diff(&last, spec);
+                if !diff.is_empty() && !refused {
+                    status.observed_generation = generation;
+                    tracing::info!(deployment = %name, "spec changed ({}): upgrade in {} mode", diff.join(", "), spec.job.upgrade_mode.as_str());
+                    let mut operation = self.operation(
+                        OperationKind::Upgrade,
+                        generation,
+                        Some(spec.clone()),
+                        spec.job.upgrade_mode,
+                        Step::PreFlight,
+                    );
+                    if diff.contains(&"spec.job.initialSavepointPath") {
+                        operation.restore_from = spec.job.initial_savepoint_path.clone();
+                    }
+                    return Some(operation);
+                }
+                if diff.is_empty() && status.reconciliation_status.state != ReconciliationState::RolledBack {
+                    // Fields only decisions read changed (the mode, the nonce, -n).
+                    status.reconciliation_status.last_reconciled_spec = Some(spec.clone());
+                    if status.reconciliation_status.last_stable_spec.as_ref() == Some(&last) && status.job_status.ready
+                    {
+                        status.reconciliation_status.last_stable_spec = Some(spec.clone());
+                    }
+                }
+                if !refused {
+                    status.observed_generation = generation;
+                }
+                self.health(name, status)
+            }
+            (DesiredState::Running, DesiredState::Suspended) => {
+                status.observed_generation = generation;
+                Some(self.operation(
+                    OperationKind::Suspend,
+                    generation,
+                    None,
+                    spec.job.upgrade_mode,
+                    Step::StopJob { request_id: None },
+                ))
+            }
+            (DesiredState::Suspended, DesiredState::Running) => {
+                status.observed_generation = generation;
+                let mut operation = self.operation(
+                    OperationKind::Resume,
+                    generation,
+                    Some(spec.clone()),
+                    spec.job.upgrade_mode,
+                    Step::PreFlight,
+                );
+                // From what the suspend left, as the mode it used says, unless the new spec
+                // is stateless or names its own start point (the operator's rule).
+                operation.restore_from = if upgrade_diff(&last, spec).contains(&"spec.job.initialSavepointPath") {
+                    spec.job.initial_savepoint_path.clone()
+                } else if spec.job.upgrade_mode == UpgradeMode::Stateless {
+                    None
+                } else {
+                    match last.job.upgrade_mode {
+                        UpgradeMode::Savepoint => status.job_status.upgrade_savepoint_path.clone(),
+                        UpgradeMode::LastState => status.job_status.last_checkpoint_path.clone(),
+                        UpgradeMode::Stateless => None,
+                    }
+                };
+                Some(operation)
+            }
+            (DesiredState::Suspended, DesiredState::Suspended) => {
+                status.observed_generation = generation;
+                status.reconciliation_status.last_reconciled_spec = Some(spec.clone());
+                None
+            }
+        }
+    }
+
+    /// Readiness, rollback and recovery of a deployment whose spec is deployed.
+    fn health(&self, name: &str, status: &mut DeploymentStatus) -> Option<Operation> {
+        let running = Self::running_spec(status)?.clone();
+        let settings = self.settings(&running);
+        let reconciliation = &status.reconciliation_status;
+        if status.job_status.ready
+            && reconciliation.state == ReconciliationState::Deployed
+            && reconciliation.last_stable_spec != reconciliation.last_reconciled_spec
+        {
+            status.reconciliation_status.last_stable_spec = status.reconciliation_status.last_reconciled_spec.clone();
+            tracing::info!(deployment = %name, "the deployed spec is running: STABLE");
+            return None;
+        }
+        let cluster_gone = match &status.cluster_info {
+            Some(cluster) => processes::jobmanagers_of(std::path::Path::new(&cluster.dir)).is_empty(),
+            None => true,
+        };
+        let job_failed = status.job_status.state.as_deref() == Some("FAILED");
+        // Rollback: the Flink operator's conditions.
+        let reconciliation = &status.reconciliation_status;
+        let rollback_enabled = settings.get(&OPERATOR_ROLLBACK_ENABLED).unwrap_or(false);
+        let readiness = settings.get(&OPERATOR_READINESS_TIMEOUT).unwrap_or(Duration::from_secs(300));
+        let waited = Duration::from_millis(now_ms().saturating_sub(reconciliation.reconciliation_timestamp));
+        if rollback_enabled
+            && !status.job_status.ready
+            && reconciliation.state == ReconciliationState::Deployed
+            && reconciliation.last_stable_spec.is_some()
+            && reconciliation.last_stable_spec != reconciliation.last_reconciled_spec
+            && reconciliation.last_stable_spec.as_ref().is_some_and(|s| s.job.state == DesiredState::Running)
+            && (waited > readiness || job_failed || (cluster_gone && waited > Duration::from_secs(2)))
+        {
+            let target = reconciliation.last_stable_spec.clone();
+            tracing::info!(deployment = %name, "the new spec did not get ready within {readiness:?}: rolling back");
+            let mut operation = self.operation(
+                OperationKind::Rollback,
+                status.observed_generation,
+                target,
+                UpgradeMode::LastState,
+                Step::StopJob { request_id: None },
+            );
+            // The new job's own newest checkpoint wins (found when it is stopped);
+            // otherwise back to where the upgrade started.
+            operation.restore_from = status.job_status.restored_from.clone();
+            return Some(operation);
+        }
+        if cluster_gone
+            && status.cluster_info.is_some()
+            && reconciliation.state != ReconciliationState::Upgrading
+            && settings.get(&OPERATOR_JM_DEPLOYMENT_RECOVERY).unwrap_or(true)
+        {
+            let restore = match running.job.upgrade_mode {
+                UpgradeMode::Stateless => None,
+                _ => status.job_status.last_checkpoint_path.clone().or_else(|| status.job_status.restored_from.clone()),
+            };
+            if restore.is_none() && running.job.upgrade_mode != UpgradeMode::Stateless {
+                let error = format!(
+                    "the JobManager of the deployment is gone and no checkpoint of its job is known. {MANUAL_RESTORE_REQUIRED} Set spec.job.initialSavepointPath to a savepoint or retained checkpoint and apply again"
+                );
+                if status.error.as_deref() != Some(&error) {
+                    tracing::warn!(deployment = %name, "{error}");
+                }
+                status.error = Some(error);
+                return None;
+            }
+            tracing::info!(deployment = %name, "its JobManager is gone: starting its cluster again");
+            let mut operation = self.operation(
+                OperationKind::Recover,
+                status.observed_generation,
+                Some(running),
+                UpgradeMode::LastState,
+                Step::StopCluster,
+            );
+            operation.restore_from = restore;
+            return Some(operation);
+        }
+        None
+    }
+
+    /// Updates the job's state from its cluster.
+    fn observe(&self, name: &str, spec: &DeploymentSpec, status: &mut DeploymentStatus) {
+        let (Some(cluster), Some(job_id)) = (status.cluster_info.clone(), status.job_status.job_id.clone()) else {
+            return;
+        };
+        let api = ClusterApi::new(&cluster.rest_address);
+        let Ok(Some(job)) = api.job(&job_id) else { return };
+        if status.job_status.state.as_deref() != Some(&job.state) {
+            tracing::info!(deployment = %name, job_id = %job_id, "job {}", job.state);
+            status.job_status.state = Some(job.state.clone());
+            status.job_status.update_time = Some(now_ms());
+        }
+        if let Some(path) = &job.latest_checkpoint {
+            status.job_status.last_checkpoint_path = Some(path.clone());
+        }
+        if job.state == "FAILED" {
+            let cause = api.root_exception(&job_id).unwrap_or_else(|| "no cause recorded".into());
+            status.error = Some(format!("job {job_id} FAILED: {cause}"));
+        }
+        let running = Self::running_spec(status).unwrap_or(spec);
+        let checkpointing = processes_config_checkpointing(running);
+        let ready = job.state == "RUNNING" && job.all_running && (!checkpointing || job.completed_checkpoints > 0);
+        if ready && !status.job_status.ready {
+            status.job_status.ready = true;
+            status.error = None;
+        }
+    }
+
+    /// Manual (nonce) and periodic savepoints, the one in flight, and the history's limits.
+    fn savepoints(&self, name: &str, spec: &DeploymentSpec, status: &mut DeploymentStatus) {
+        let (Some(cluster), Some(job_id)) = (status.cluster_info.clone(), status.job_status.job_id.clone()) else {
+            return;
+        };
+        let api = ClusterApi::new(&cluster.rest_address);
+        let settings = self.settings(spec);
+        if let Some(pending) = status.pending_savepoint.clone() {
+            match api.savepoint(&pending.job_id, &pending.request_id) {
+                Ok(SavepointState::InProgress) => return,
+                Ok(SavepointState::Completed(location)) => {
+                    tracing::info!(deployment = %name, "{} savepoint {location}", pending.trigger_type.as_str());
+                    status.savepoint_history.push(SavepointRecord {
+                        time_stamp: now_ms(),
+                        location,
+                        trigger_type: pending.trigger_type,
+                        format_type: "CANONICAL".into(),
+                        trigger_nonce: pending.nonce,
+                    });
+                }
+                Ok(SavepointState::Failed(cause)) => {
+                    status.error = Some(format!(
+                        "the {} savepoint failed: {cause}; change spec.job.savepointTriggerNonce to try again",
+                        pending.trigger_type.as_str()
+                    ));
+                }
+                Err(error) => {
+                    status.error = Some(format!("cannot follow the savepoint request {}: {error}", pending.request_id))
+                }
+            }
+            status.pending_savepoint = None;
+        }
+        let ready = status.job_status.ready && status.job_status.state.as_deref() == Some("RUNNING");
+        if ready {
+            let target = savepoint_dir(spec, &self.dirs(name));
+            let manual = spec.job.savepoint_trigger_nonce.filter(|n| status.last_savepoint_nonce != Some(*n));
+            let periodic = settings.get(&OPERATOR_PERIODIC_SAVEPOINT_INTERVAL).ok().flatten().filter(|interval| {
+                now_ms().saturating_sub(status.last_periodic_savepoint_ms) >= interval.as_millis() as u64
+            });
+            let trigger = match (manual, periodic) {
+                (Some(nonce), _) => Some((TriggerType::Manual, Some(nonce))),
+                (None, Some(_)) => Some((TriggerType::Periodic, None)),
+                _ => None,
+            };
+            if let Some((trigger_type, nonce)) = trigger {
+                match api.trigger_savepoint(&job_id, &target) {
+                    Ok(request_id) => {
+                        status.pending_savepoint =
+                            Some(PendingSavepoint { job_id: job_id.clone(), request_id, trigger_type, nonce });
+                    }
+                    Err(error) => {
+                        status.error = Some(format!("cannot trigger a {} savepoint: {error}", trigger_type.as_str()))
+                    }
+                }
+                match trigger_type {
+                    TriggerType::Manual => status.last_savepoint_nonce = nonce,
+                    _ => status.last_periodic_savepoint_ms = now_ms(),
+                }
+            }
+        }
+        self.trim_history(name, spec, status);
+    }
+
+    fn trim_history(&self, name: &str, spec: &DeploymentSpec, status: &mut DeploymentStatus) {
+        let settings = self.settings(spec);
+        let limits = HistoryLimits {
+            max_count: settings.get(&OPERATOR_SAVEPOINT_HISTORY_MAX_COUNT).unwrap_or(10),
+            max_age: settings.get(&OPERATOR_SAVEPOINT_HISTORY_MAX_AGE).unwrap_or(Duration::from_secs(86_400)),
+        };
+        let mut protected: Vec<&str> = Vec::new();
+        if let Some(path) = &status.job_status.upgrade_savepoint_path {
+            protected.push(path);
+        }
+        if let Some(path) = &status.job_status.restored_from {
+            protected.push(path);
+        }
+        let (kept, disposed) = trim(&status.savepoint_history, limits, now_ms(), &protected);
+        if disposed.is_empty() {
+            return;
+        }
+        for record in &disposed {
+            match dispose(&record.location) {
+                Ok(()) => tracing::info!(deployment = %name, "savepoint {} disposed (history limits)", record.location),
+                Err(error) => {
+                    tracing::warn!(deployment = %name, "savepoint {} left in place: {error}", record.location)
+                }
+            }
+        }
+        status.savepoint_history = kept;
+    }
+
+    /// Takes the operation's next step, recording each before it acts.
+    fn advance(&self, name: &str, status: &mut DeploymentStatus, mut operation: Operation) -> Outcome {
+        let dirs = self.dirs(name);
+        loop {
+            let next = match operation.step.clone() {
+                Step::PreFlight => self.pre_flight(name, &dirs, status, &mut operation)?,
+                Step::StopJob { request_id } => self.stop_job(name, &dirs, status, &mut operation, request_id)?,
+                Step::StopCluster => {
+                    for (_, dir) in dirs.clusters() {
+                        processes::stop_cluster(&dir)?;
+                    }
+                    status.cluster_info = None;
+                    match operation.kind {
+                        OperationKind::Suspend => return self.finish(name, status, operation),
+                        OperationKind::Delete => {
+                            self.store.remove(name).map_err(|e| e.to_string())?;
+                            tracing::info!(deployment = %name, "deleted");
+                            return Ok(());
+                        }
+                        _ => Some(Step::StartCluster { seq: dirs.clusters().last().map_or(1, |(seq, _)| seq + 1) }),
+                    }
+                }
+                Step::StartCluster { seq } => match self.start_cluster(name, &dirs, status, &operation, seq) {
+                    Ok(()) => Some(Step::SubmitJob { seq }),
+                    Err(error) => return self.start_failed(name, status, operation, error),
+                },
+                Step::SubmitJob { seq } => match self.submit(&dirs, status, &operation, seq) {
+                    Ok(()) => return self.finish(name, status, operation),
+                    Err(error) => return self.start_failed(name, status, operation, error),
+                },
+            };
+            match next {
+                Some(step) => {
+                    operation.step = step;
+                    status.operation = Some(operation.clone());
+                    self.save(name, status)?;
+                }
+                // The operation was given up (a refusal): the status says why.
+                None => return Ok(()),
+            }
+        }
+    }
+
+    /// Gives an operation up before anything stopped: the job runs on as it was.
+    fn refuse(
+        &self,
+        name: &str,
+        status: &mut DeploymentStatus,
+        operation: &Operation,
+        error: String,
+    ) -> Result<Option<Step>, String> {
+        tracing::warn!(deployment = %name, "{error}");
+        status.error = Some(error);
+        status.refused_generation = Some(operation.generation);
+        status.operation = None;
+        status.reconciliation_status.state = match status.reconciliation_status.state {
+            ReconciliationState::RollingBack => ReconciliationState::Deployed,
+            ReconciliationState::Upgrading => ReconciliationState::Deployed,
+            other => other,
+        };
+        self.save(name, status)?;
+        Ok(None)
+    }
+
+    fn pre_flight(
+        &self,
+        name: &str,
+        dirs: &DeploymentDirs,
+        status: &mut DeploymentStatus,
+        operation: &mut Operation,
+    ) -> Result<Option<Step>, String> {
+        let Some(target) = operation.target.clone() else { return Ok(Some(Step::StopJob { request_id: None })) };
+        // What the new job would start from: the start point the operation names, or (an
+        // upgrade that keeps state) the old job's newest checkpoint.
+        let snapshot = match (&operation.restore_from, operation.kind, operation.mode) {
+            (Some(path), _, _) => Some(path.clone()),
+            (None, OperationKind::Upgrade, UpgradeMode::Savepoint | UpgradeMode::LastState) => {
+                self.newest_checkpoint(status)
+            }
+            _ => None,
+        };
+        let config_dir = dirs.root().join("pre-flight");
+        let config = processes::cluster_configuration(&target, name, dirs, processes::Ports { rest: 0, rpc: 0 });
+        let config_path = processes::write_configuration(&config_dir, &config)?;
+        match processes::dry_run(&target.binary, &target, &config_path, snapshot.as_deref()) {
+            Ok(_) => {
+                tracing::info!(deployment = %name, "pre-flight passed against {}", snapshot.as_deref().unwrap_or("no snapshot"));
+                if status.refused_generation.is_some() {
+                    status.refused_generation = None;
+                }
+                Ok(Some(match operation.kind {
+                    OperationKind::Upgrade => Step::StopJob { request_id: None },
+                    _ => Step::StartCluster { seq: dirs.clusters().last().map_or(1, |(seq, _)| seq + 1) },
+                }))
+            }
+            Err(reason) => {
+                let against = snapshot.map(|s| format!(" against {s}")).unwrap_or_default();
+                let error = match operation.kind {
+                    OperationKind::Upgrade => format!(
+                        "the upgrade to generation {} was refused before anything stopped: the pre-flight of the new spec{against} failed: {reason}. The running job is untouched; fix the spec and apply it again",
+                        operation.generation
+                    ),
+                    _ => format!(
+                        "the {:?} of generation {} was refused: the pre-flight{against} failed: {reason}; fix the spec and apply it again",
+                        operation.kind, operation.generation
+                    ),
+                };
+                self.refuse(name, status, operation, error)
+            }
+        }
+    }
+
+    /// The newest completed checkpoint of the current job: from its cluster, else the last
+    /// one observed.
+    fn newest_checkpoint(&self, status: &DeploymentStatus) -> Option<String> {
+        if let (Some(cluster), Some(job_id)) = (&status.cluster_info, &status.job_status.job_id)
+            && let Ok(Some(job)) = ClusterApi::new(&cluster.rest_address).job(job_id)
+            && let Some(path) = job.latest_checkpoint
+        {
+            return Some(path);
+        }
+        status.job_status.last_checkpoint_path.clone()
+    }
+
+    fn stop_job(
+        &self,
+        name: &str,
+        dirs: &DeploymentDirs,
+        status: &mut DeploymentStatus,
+        operation: &mut Operation,
+        request_id: Option<String>,
+    ) -> Result<Option<Step>, String> {
+        let running = Self::running_spec(status).cloned();
+        let fallback = running
+            .as_ref()
+            .map(|s| self.settings(s))
+            .and_then(|s| s.get(&OPERATOR_LAST_STATE_FALLBACK).ok())
+            .unwrap_or(true);
+        let job = match (&status.cluster_info, &status.job_status.job_id) {
+            (Some(cluster), Some(job_id)) => {
+                let api = ClusterApi::new(&cluster.rest_address);
+                api.job(job_id).ok().flatten().map(|view| (api, job_id.clone(), view))
+            }
+            _ => None,
+        };
+        let mode = operation.mode;
+        let Some((api, job_id, view)) = job else {
+            // No job to stop (the cluster is gone): start from what is known.
+            return self.after_stop(name, status, operation, None);
+        };
+        let terminal = matches!(view.state.as_str(), "FINISHED" | "CANCELED" | "FAILED");
+        if terminal {
+            return self.after_stop(name, status, operation, Some(view));
+        }
+        match (operation.kind, mode) {
+            (OperationKind::Delete | OperationKind::Rollback | OperationKind::Recover, _)
+            | (_, UpgradeMode::Stateless | UpgradeMode::LastState) => {
+                if matches!(mode, UpgradeMode::LastState)
+                    && operation.kind != OperationKind::Rollback
+                    && operation.kind != OperationKind::Delete
+                    && operation.kind != OperationKind::Recover
+                    && self.newest_checkpoint(status).is_none()
+                {
+                    let error = format!(
+                        "a last-state {} needs a completed checkpoint of job {job_id} and there is none yet (is execution.checkpointing.interval set?). {MANUAL_RESTORE_REQUIRED} The job was not touched",
+                        if operation.kind == OperationKind::Suspend { "suspend" } else { "upgrade" }
+                    );
+                    return self.refuse(name, status, operation, error);
+                }
+                api.cancel(&job_id).map_err(|e| format!("cannot cancel job {job_id}: {e}"))?;
+                let view = wait_terminal(&api, &job_id)?;
+                self.after_stop(name, status, operation, Some(view))
+            }
+            (_, UpgradeMode::Savepoint) => {
+                let target = match running.as_ref().or(operation.target.as_ref()) {
+                    Some(spec) => savepoint_dir(spec, dirs),
+                    None => format!("file://{}", dirs.savepoints().display()),
+                };
+                let request_id = match request_id {
+                    Some(id) => id,
+                    None => {
+                        let started = Instant::now();
+                        let id = loop {
+                            match api.stop_with_savepoint(&job_id, &target) {
+                                Ok(id) => break id,
+                                Err(error) if started.elapsed() < TRIGGER_RETRY_MAX => {
+                                    tracing::debug!(deployment = %name, "stop-with-savepoint not taken yet: {error}");
+                                    std::thread::sleep(Duration::from_millis(100));
+                                }
+                                Err(error) => {
+                                    return self
+                                        .savepoint_failed(name, status, operation, &api, &job_id, fallback, error);
+                                }
+                            }
+                        };
+                        // Recorded before waiting: a controller that dies now follows this request.
+                        operation.step = Step::StopJob { request_id: Some(id.clone()) };
+                        status.operation = Some(operation.clone());
+                        self.save(name, status)?;
+                        id
+                    }
+                };
+                let timeout = running
+                    .as_ref()
+                    .and_then(|s| crate::spec::configuration(s).get(&CHECKPOINTING_TIMEOUT).ok())
+                    .unwrap_or(Duration::from_secs(600));
+                let started = Instant::now();
+                loop {
+                    match api.savepoint(&job_id, &request_id) {
+                        Ok(SavepointState::InProgress) if started.elapsed() < timeout => std::thread::sleep(POLL),
+                        Ok(SavepointState::InProgress) => {
+                            return self.savepoint_failed(
+                                name,
+                                status,
+                                operation,
+                                &api,
+                                &job_id,
+                                fallback,
+                                "it did not complete within execution.checkpointing.timeout".into(),
+                            );
+                        }
+                        Ok(SavepointState::Completed(location)) => {
+                            self.record_upgrade_savepoint(name, status, operation, &location)?;
+                            let view = wait_terminal(&api, &job_id)?;
+                            return self.after_stop(name, status, operation, Some(view));
+                        }
+                        Ok(SavepointState::Failed(cause)) => {
+                            return self.savepoint_failed(name, status, operation, &api, &job_id, fallback, cause);
+                        }
+                        Err(error) => {
+                            // The JobManager lost the request (it restarted): look at the job.
+                            tracing::warn!(deployment = %name, "the stop request {request_id} is gone ({error}); looking at the job");
+                            operation.step = Step::StopJob { request_id: None };
+                            status.operation = Some(operation.clone());
+                            self.save(name, status)?;
+                            return Ok(Some(Step::StopJob { request_id: None }));
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn record_upgrade_savepoint(
+        &self,
+        name: &str,
+        status: &mut DeploymentStatus,
+        operation: &mut Operation,
+        location: &str,
+    ) -> Outcome {
+        if operation.restore_from.as_deref() == Some(location) {
+            return Ok(());
+        }
+        tracing::info!(deployment = %name, "upgrade savepoint {location}");
+        operation.restore_from = Some(location.to_string());
+        status.job_status.upgrade_savepoint_path = Some(location.to_string());
+        if !status.savepoint_history.iter().any(|r| r.location == location) {
+            status.savepoint_history.push(SavepointRecord {
+                time_stamp: now_ms(),
+                location: location.to_string(),
+                trigger_type: TriggerType::Upgrade,
+                format_type: "CANONICAL".into(),
+                trigger_nonce: None,
+            });
+        }
+        status.operation = Some(operation.clone());
+        self.save(name, status)
+    }
+
+    /// A stop-with-savepoint did not happen. A job still running keeps running (the
+    /// operation is given up); one that is not running is upgraded from its newest
+    /// checkpoint when `last-state-fallback` allows.
+    #[allow(clippy::too_many_arguments)]
+    fn savepoint_failed(
+        &self,
+        name: &str,
+        status: &mut DeploymentStatus,
+        operation: &mut Operation,
+        api: &ClusterApi,
+        job_id: &str,
+        fallback: bool,
+        cause: String,
+    ) -> Result<Option<Step>, String> {
+        let view = api.job(job_id).ok().flatten();
+        if view.as_ref().is_some_and(|v| v.state == "RUNNING") {
+            let error = format!(
+                "the stop-with-savepoint of job {job_id} failed: {cause}. The job keeps running; apply the spec again to retry"
+            );
+            return self.refuse(name, status, operation, error);
+        }
+        if fallback {
+            operation.mode = UpgradeMode::LastState;
+            return self.after_stop(name, status, operation, view);
+        }
+        let error = format!(
+            "the stop-with-savepoint of job {job_id} failed ({cause}) and the job is not running; kubernetes.operator.job.upgrade.last-state-fallback.enabled is false. {MANUAL_RESTORE_REQUIRED}"
+        );
+        self.refuse(name, status, operation, error)
+    }
+
+    /// The old job has ended: decide what the new one starts from, then stop the cluster.
+    fn after_stop(
+        &self,
+        name: &str,
+        status: &mut DeploymentStatus,
+        operation: &mut Operation,
+        view: Option<JobView>,
+    ) -> Result<Option<Step>, String> {
+        if let Some(view) = &view {
+            status.job_status.state = Some(view.state.clone());
+            if let Some(path) = &view.latest_checkpoint {
+                status.job_status.last_checkpoint_path = Some(path.clone());
+            }
+        }
+        let newest_checkpoint = view
+            .as_ref()
+            .and_then(|v| v.latest_checkpoint.clone())
+            .or_else(|| status.job_status.last_checkpoint_path.clone());
+        match operation.kind {
+            OperationKind::Delete => {}
+            OperationKind::Rollback | OperationKind::Recover => {
+                // The failing job's own newest checkpoint if it completed one, else where
+                // the upgrade (or the job) started.
+                if let Some(view) = &view
+                    && view.completed_checkpoints > 0
+                    && let Some(path) = &view.latest_checkpoint
+                {
+                    operation.restore_from = Some(path.clone());
+                } else if operation.kind == OperationKind::Recover {
+                    operation.restore_from = operation.restore_from.clone().or(newest_checkpoint);
+                }
+            }
+            _ => match operation.mode {
+                // Empty, unless the spec names a start point (set when the operation began).
+                UpgradeMode::Stateless => {}
+                UpgradeMode::Savepoint => {
+                    if let Some(view) = &view
+                        && view.state == "FINISHED"
+                        && let Some(location) = &view.latest_savepoint
+                        && operation.restore_from.is_none()
+                    {
+                        // The stop completed while no controller watched it.
+                        let location = location.clone();
+                        self.record_upgrade_savepoint(name, status, operation, &location)?;
+                    }
+                    if operation.restore_from.is_none() {
+                        let fallback = Self::running_spec(status)
+                            .map(|s| self.settings(s))
+                            .and_then(|s| s.get(&OPERATOR_LAST_STATE_FALLBACK).ok())
+                            .unwrap_or(true);
+                        match newest_checkpoint {
+                            Some(path) if fallback => operation.restore_from = Some(path),
+                            _ => {
+                                let error = format!(
+                                    "the job is not running and no savepoint or checkpoint of it is known. {MANUAL_RESTORE_REQUIRED} Set spec.job.initialSavepointPath and apply again"
+                                );
+                                return self.stalled(name, status, operation, error);
+                            }
+                        }
+                    }
+                }
+                UpgradeMode::LastState => {
+                    if operation.restore_from.is_none() {
+                        match newest_checkpoint {
+                            Some(path) => operation.restore_from = Some(path),
+                            None => {
+                                let error = format!(
+                                    "no completed checkpoint of the job is known. {MANUAL_RESTORE_REQUIRED} Set spec.job.initialSavepointPath and apply again"
+                                );
+                                return self.stalled(name, status, operation, error);
+                            }
+                        }
+                    }
+                }
+            },
+        }
+        if operation.kind == OperationKind::Suspend {
+            match operation.mode {
+                UpgradeMode::LastState => status.job_status.last_checkpoint_path = operation.restore_from.clone(),
+                UpgradeMode::Savepoint => status.job_status.upgrade_savepoint_path = operation.restore_from.clone(),
+                UpgradeMode::Stateless => {}
+            }
+        }
+        Ok(Some(Step::StopCluster))
+    }
+
+    /// The job stopped but nothing is known to start it from: the operation ends with the
+    /// error, and a person decides (the status says how).
+    fn stalled(
+        &self,
+        name: &str,
+        status: &mut DeploymentStatus,
+        operation: &Operation,
+        error: String,
+    ) -> Result<Option<Step>, String> {
+        tracing::warn!(deployment = %name, "{error}");
+        status.error = Some(error);
+        status.operation = None;
+        if let Some(target) = &operation.target {
+            status.reconciliation_status.last_reconciled_spec = Some(target.clone());
+        }
+        status.reconciliation_status.state = ReconciliationState::Deployed;
+        self.save(name, status)?;
+        Ok(None)
+    }
+
+    fn start_cluster(
+        &self,
+        name: &str,
+        dirs: &DeploymentDirs,
+        status: &mut DeploymentStatus,
+        operation: &Operation,
+        seq: u64,
+    ) -> Outcome {
+        let Some(target) = &operation.target else {
+            return Err("an operation without a target spec starts no cluster".into());
+        };
+        // Whatever an interrupted earlier attempt of this step left.
+        let dir = dirs.cluster(seq);
+        processes::stop_cluster(&dir)?;
+        let _ = std::fs::remove_dir_all(dir.join("cluster"));
+        let ports = processes::free_ports(target.job_manager.replicas.min(u32::from(u16::MAX)) as u16)?;
+        let config = processes::cluster_configuration(target, name, dirs, ports);
+        processes::write_configuration(&dir, &config)?;
+        let started = Instant::now();
+        processes::start_cluster(&target.binary, target, &dir)?;
+        tracing::info!(deployment = %name, "cluster {seq} started in {} ms", started.elapsed().as_millis());
+        status.cluster_info = Some(ClusterInfo {
+            rest_address: processes::rest_address(&config),
+            dir: dir.display().to_string(),
+            binary: target.binary.clone(),
+            seq,
+        });
+        status.job_status = crate::status::JobStatusInfo {
+            job_name: Some(target.job.name.clone()),
+            upgrade_savepoint_path: status.job_status.upgrade_savepoint_path.clone(),
+            last_checkpoint_path: status.job_status.last_checkpoint_path.clone(),
+            ..Default::default()
+        };
+        Ok(())
+    }
+
+    fn submit(&self, dirs: &DeploymentDirs, status: &mut DeploymentStatus, operation: &Operation, seq: u64) -> Outcome {
+        let Some(target) = &operation.target else {
+            return Err("an operation without a target spec submits no job".into());
+        };
+        let Some(cluster) = status.cluster_info.clone() else {
+            return Err("no cluster was recorded for the job".into());
+        };
+        let api = ClusterApi::new(&cluster.rest_address);
+        // A job already there was submitted by a controller that died before recording it.
+        let existing = api.jobs()?;
+        let job_id = match existing.first() {
+            Some((id, _)) => id.clone(),
+            None => {
+                let config = dirs.cluster(seq).join("config.yaml");
+                processes::submit(
+                    &target.binary,
+                    target,
+                    &config,
+                    &cluster.rest_address,
+                    operation.restore_from.as_deref(),
+                )?
+            }
+        };
+        status.job_status.job_id = Some(job_id);
+        status.job_status.job_name = Some(target.job.name.clone());
+        status.job_status.state = Some("CREATED".into());
+        status.job_status.start_time = Some(now_ms());
+        status.job_status.restored_from = operation.restore_from.clone();
+        status.job_status.ready = false;
+        Ok(())
+    }
+
+    /// Starting the cluster or its job failed: tried again up to [`START_ATTEMPTS`] times,
+    /// then the spec counts as deployed and failing, for readiness and rollback to handle.
+    fn start_failed(&self, name: &str, status: &mut DeploymentStatus, operation: Operation, error: String) -> Outcome {
+        let attempts = {
+            let mut failures = self.start_failures.lock().unwrap_or_else(|p| p.into_inner());
+            let count = failures.entry(name.to_string()).or_insert(0);
+            *count += 1;
+            *count
+        };
+        tracing::warn!(deployment = %name, "{} failed (attempt {attempts} of {START_ATTEMPTS}): {error}", operation.step.describe());
+        status.error = Some(format!("{} failed: {error}", operation.step.describe()));
+        if attempts < START_ATTEMPTS {
+            self.save(name, status)?;
+            std::thread::sleep(Duration::from_millis(500));
+            return Ok(());
+        }
+        self.start_failures.lock().unwrap_or_else(|p| p.into_inner()).remove(name);
+        status.job_status.state = Some("FAILED".into());
+        status.job_status.ready = false;
+        self.finish(name, status, operation)
+    }
+
+    /// The operation is done: the status says what runs now.
+    fn finish(&self, name: &str, status: &mut DeploymentStatus, operation: Operation) -> Outcome {
+        self.start_failures.lock().unwrap_or_else(|p| p.into_inner()).remove(name);
+        let reconciliation = &mut status.reconciliation_status;
+        match operation.kind {
+            OperationKind::Deploy | OperationKind::Upgrade | OperationKind::Resume => {
+                reconciliation.last_reconciled_spec = operation.target.clone();
+                reconciliation.state = ReconciliationState::Deployed;
+            }
+            OperationKind::Suspend => {
+                if let Some(last) = &mut reconciliation.last_reconciled_spec {
+                    last.job.state = DesiredState::Suspended;
+                    last.job.upgrade_mode = operation.mode;
+                }
+                reconciliation.state = ReconciliationState::Deployed;
+                status.job_status.ready = false;
+            }
+            OperationKind::Rollback => reconciliation.state = ReconciliationState::RolledBack,
+            OperationKind::Recover | OperationKind::Delete => {}
+        }
+        reconciliation.reconciliation_timestamp = now_ms();
+        if !matches!(status.job_status.state.as_deref(), Some("FAILED")) {
+            status.error = None;
+        }
+        status.operation = None;
+        tracing::info!(deployment = %name, "{:?} of generation {} done", operation.kind, operation.generation);
+        self.save(name, status)
+    }
+}
+
+/// `state.savepoints.dir` of `spec`, else the deployment's default.
+fn savepoint_dir(spec: &DeploymentSpec, dirs: &DeploymentDirs) -> String {
+    spec.configuration
+        .get("state.savepoints.dir")
+        .or_else(|| spec.configuration.get("execution.checkpointing.savepoint-dir"))
+        .cloned()
+        .unwrap_or_else(|| format!("file://{}", dirs.savepoints().display()))
+}
+
+fn processes_config_checkpointing(spec: &DeploymentSpec) -> bool {
+    crate::spec::configuration(spec).get(&CHECKPOINTING_INTERVAL).ok().flatten().is_some()
+}
+
+/// Waits for the job to end after a cancel or a stop.
+fn wait_terminal(api: &ClusterApi, job_id: &str) -> Result<JobView, String> {
+    let started = Instant::now();
+    loop {
+        match api.job(job_id) {
+            Ok(Some(view)) if matches!(view.state.as_str(), "FINISHED" | "CANCELED" | "FAILED") => return Ok(view),
+            Ok(None) => return Err(format!("job {job_id} disappeared from its cluster while stopping")),
+            _ if started.elapsed() > TERMINAL_WAIT_MAX => {
+                return Err(format!("job {job_id} did not end within {TERMINAL_WAIT_MAX:?} of being stopped"));
+            }
+            _ => std::thread::sleep(POLL),
+        }
+    }
+}
+
+fn dispose(location: &str) -> Result<(), String> {
+    let storage = weir_checkpoint::SnapshotStorage::from_url(location).map_err(|e| e.to_string())?;
+    let blocking = storage.blocking();
+    blocking.block_on(weir_checkpoint::dispose(&storage)).map(|_| ()).map_err(|e| e.to_string())
+}

@@ -1,0 +1,28 @@
+//! weir's declarative deployments, as the Flink Kubernetes Operator's `FlinkDeployment`: a
+//! user applies a [`spec::WeirDeployment`] (the program, its configuration, the cluster, the
+//! job and its `upgradeMode`), and the [`controller::Controller`] moves what runs to it
+//! without losing or duplicating a record, reporting a [`status::DeploymentStatus`] in the
+//! operator's shape.
+//!
+//! - [`spec`]: the spec and its parsing, with field paths in every error.
+//! - [`status`]: the status, the lifecycle rules, the operation in progress.
+//! - [`store`]: where specs and statuses live (the data directory, or etcd).
+//! - [`controller`]: the reconcile loop and its operations (deploy, upgrade, suspend,
+//!   resume, rollback, recover, delete).
+//! - [`processes`]: a deployment's clusters as processes of its binary.
+//! - [`cluster_api`]: the controller's client of a cluster's REST API.
+//! - [`history`]: trimming the savepoint history.
+#![warn(missing_docs)]
+
+pub mod cluster_api;
+pub mod controller;
+pub mod history;
+pub mod processes;
+pub mod spec;
+pub mod status;
+pub mod store;
+
+pub use controller::Controller;
+pub use spec::{DeploymentSpec, SpecError, UpgradeMode, WeirDeployment};
+pub use status::{DeploymentStatus, LifecycleState};
+pub use store::{ApplyOutcome, DeploymentStore, EtcdStore, FileStore, StoredDeployment};

@@ -1,0 +1,602 @@
+//! The `WeirDeployment` spec: what a user declares should run, shaped like the Flink
+//! Kubernetes Operator's `FlinkDeployment` (`spec.job.upgradeMode`, `state`,
+//! `initialSavepointPath`, ...), and its parsing, which names the field path of every
+//! mistake (`spec.job.upgradeMode: 'snapshot' is not one of savepoint, last-state, stateless`).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_norway::Value;
+
+/// The only `apiVersion`.
+pub const API_VERSION: &str = "weir.dev/v1";
+/// The only `kind`.
+pub const KIND: &str = "WeirDeployment";
+
+/// A declared deployment.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WeirDeployment {
+    /// `weir.dev/v1`.
+    pub api_version: String,
+    /// `WeirDeployment`.
+    pub kind: String,
+    /// Its name, and the generation the store gave the spec.
+    pub metadata: Metadata,
+    /// What should run.
+    pub spec: DeploymentSpec,
+}
+
+/// A deployment's identity.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Metadata {
+    /// Unique per store; lowercase letters, digits and `-` (it names directories and keys).
+    pub name: String,
+    /// Grows by one with every applied change of the spec (set by the store).
+    #[serde(default)]
+    pub generation: u64,
+}
+
+/// What should run: the program, its configuration, the cluster and the job.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeploymentSpec {
+    /// The program holding the job: the `weir` binary or a user's own (the lesson's image).
+    /// An absolute path once applied.
+    pub binary: String,
+    /// Flink keys for the deployment's cluster and job.
+    #[serde(default)]
+    pub configuration: BTreeMap<String, String>,
+    /// The JobManagers.
+    #[serde(default)]
+    pub job_manager: JobManagerSpec,
+    /// The TaskManagers.
+    #[serde(default)]
+    pub task_manager: TaskManagerSpec,
+    /// The job.
+    pub job: JobSpec,
+}
+
+/// The JobManagers of a deployment's cluster.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct JobManagerSpec {
+    /// How many; more than one needs `high-availability.type: etcd`.
+    pub replicas: u32,
+}
+
+impl Default for JobManagerSpec {
+    fn default() -> Self {
+        JobManagerSpec { replicas: 1 }
+    }
+}
+
+/// The TaskManagers of a deployment's cluster.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskManagerSpec {
+    /// How many.
+    pub replicas: u32,
+    /// Slots of each (`taskmanager.numberOfTaskSlots`).
+    pub slots: u32,
+}
+
+impl Default for TaskManagerSpec {
+    fn default() -> Self {
+        TaskManagerSpec { replicas: 1, slots: 1 }
+    }
+}
+
+/// The job of a deployment.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct JobSpec {
+    /// The catalog job of `binary` (`weir jobs` lists them).
+    pub name: String,
+    /// Its arguments.
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// Its parallelism; `parallelism.default` when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parallelism: Option<u32>,
+    /// How a change of spec moves the job's state.
+    #[serde(default)]
+    pub upgrade_mode: UpgradeMode,
+    /// Running or suspended.
+    #[serde(default)]
+    pub state: DesiredState,
+    /// The snapshot the first deploy starts from, and an upgrade whose spec sets a new one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub initial_savepoint_path: Option<String>,
+    /// `-n`: start even when the snapshot has state of operators the job lacks.
+    #[serde(default)]
+    pub allow_non_restored_state: bool,
+    /// Changing it takes a savepoint (history trigger type MANUAL).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub savepoint_trigger_nonce: Option<i64>,
+}
+
+/// How an upgrade (or a suspend) carries the job's state.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum UpgradeMode {
+    /// Stop with a savepoint, start the new spec from it.
+    Savepoint,
+    /// Cancel, start the new spec from the newest completed checkpoint.
+    LastState,
+    /// Cancel, start the new spec empty (the Flink operator's default).
+    #[default]
+    Stateless,
+}
+
+impl UpgradeMode {
+    /// The spelling in specs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UpgradeMode::Savepoint => "savepoint",
+            UpgradeMode::LastState => "last-state",
+            UpgradeMode::Stateless => "stateless",
+        }
+    }
+}
+
+/// The state a deployment's job should be in.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DesiredState {
+    /// Running.
+    #[default]
+    Running,
+    /// Stopped as the upgrade mode says, its cluster gone; `running` resumes it.
+    Suspended,
+}
+
+/// A mistake in a spec: where and what.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{path}: {message}")]
+pub struct SpecError {
+    /// The field path (`spec.job.upgradeMode`).
+    pub path: String,
+    /// What is wrong and what is allowed.
+    pub message: String,
+}
+
+fn error(path: &str, message: impl Into<String>) -> SpecError {
+    SpecError { path: path.to_string(), message: message.into() }
+}
+
+/// Parses and checks a spec. `warnings` receives what is allowed but probably not meant.
+pub fn parse(text: &str, warnings: &mut Vec<String>) -> Result<WeirDeployment, SpecError> {
+    let value: Value = serde_norway::from_str(text).map_err(|e| error("(file)", format!("not YAML: {e}")))?;
+    let root = mapping(&value, "(file)")?;
+    allowed_keys(root, "", &["apiVersion", "kind", "metadata", "spec"])?;
+    let api_version = required_string(root, "", "apiVersion")?;
+    if api_version != API_VERSION {
+        return Err(error("apiVersion", format!("'{api_version}' is not {API_VERSION}")));
+    }
+    let kind = required_string(root, "", "kind")?;
+    if kind != KIND {
+        return Err(error("kind", format!("'{kind}' is not {KIND}")));
+    }
+    let metadata = mapping(required(root, "", "metadata")?, "metadata")?;
+    allowed_keys(metadata, "metadata", &["name", "generation"])?;
+    let name = required_string(metadata, "metadata", "name")?;
+    check_name(&name)?;
+    let spec_value = mapping(required(root, "", "spec")?, "spec")?;
+    let spec = parse_spec(spec_value)?;
+    let deployment = WeirDeployment { api_version, kind, metadata: Metadata { name, generation: 0 }, spec };
+    check(&deployment.spec, warnings)?;
+    Ok(deployment)
+}
+
+fn parse_spec(spec: &serde_norway::Mapping) -> Result<DeploymentSpec, SpecError> {
+    allowed_keys(spec, "spec", &["binary", "configuration", "jobManager", "taskManager", "job"])?;
+    let binary = required_string(spec, "spec", "binary")?;
+    if binary.trim().is_empty() {
+        return Err(error(
+            "spec.binary",
+            "is empty; name the program that holds the job (the weir binary or your own)",
+        ));
+    }
+    let mut configuration = BTreeMap::new();
+    if let Some(value) = spec.get("configuration") {
+        for (key, value) in mapping(value, "spec.configuration")? {
+            let Some(key) = key.as_str() else {
+                return Err(error("spec.configuration", "keys must be strings (Flink option names)"));
+            };
+            let path = format!("spec.configuration.{key}");
+            configuration.insert(key.to_string(), scalar(value, &path)?);
+        }
+    }
+    let job_manager = match spec.get("jobManager") {
+        None => JobManagerSpec::default(),
+        Some(value) => {
+            let map = mapping(value, "spec.jobManager")?;
+            allowed_keys(map, "spec.jobManager", &["replicas"])?;
+            JobManagerSpec { replicas: optional_u32(map, "spec.jobManager", "replicas", 1)?.unwrap_or(1) }
+        }
+    };
+    let task_manager = match spec.get("taskManager") {
+        None => TaskManagerSpec::default(),
+        Some(value) => {
+            let map = mapping(value, "spec.taskManager")?;
+            allowed_keys(map, "spec.taskManager", &["replicas", "slots"])?;
+            TaskManagerSpec {
+                replicas: optional_u32(map, "spec.taskManager", "replicas", 1)?.unwrap_or(1),
+                slots: optional_u32(map, "spec.taskManager", "slots", 1)?.unwrap_or(1),
+            }
+        }
+    };
+    let job = mapping(required(spec, "spec", "job")?, "spec.job")?;
+    allowed_keys(
+        job,
+        "spec.job",
+        &[
+            "name",
+            "args",
+            "parallelism",
+            "upgradeMode",
+            "state",
+            "initialSavepointPath",
+            "allowNonRestoredState",
+            "savepointTriggerNonce",
+        ],
+    )?;
+    let mut args = Vec::new();
+    if let Some(value) = job.get("args") {
+        let Some(items) = value.as_sequence() else {
+            return Err(error("spec.job.args", "must be a list of arguments (`args: [--users, \"1000\"]`)"));
+        };
+        for (index, item) in items.iter().enumerate() {
+            args.push(scalar(item, &format!("spec.job.args[{index}]"))?);
+        }
+    }
+    let upgrade_mode = match optional_string(job, "spec.job", "upgradeMode")?.as_deref() {
+        None => UpgradeMode::default(),
+        Some("savepoint") => UpgradeMode::Savepoint,
+        Some("last-state") => UpgradeMode::LastState,
+        Some("stateless") => UpgradeMode::Stateless,
+        Some(other) => {
+            return Err(error(
+                "spec.job.upgradeMode",
+                format!("'{other}' is not one of savepoint, last-state, stateless"),
+            ));
+        }
+    };
+    let state = match optional_string(job, "spec.job", "state")?.as_deref() {
+        None => DesiredState::default(),
+        Some("running") => DesiredState::Running,
+        Some("suspended") => DesiredState::Suspended,
+        Some(other) => return Err(error("spec.job.state", format!("'{other}' is not one of running, suspended"))),
+    };
+    let allow_non_restored_state = match job.get("allowNonRestoredState") {
+        None => false,
+        Some(Value::Bool(value)) => *value,
+        Some(_) => return Err(error("spec.job.allowNonRestoredState", "must be true or false")),
+    };
+    let savepoint_trigger_nonce = match job.get("savepointTriggerNonce") {
+        None | Some(Value::Null) => None,
+        Some(value) => match value.as_i64() {
+            Some(nonce) => Some(nonce),
+            None => return Err(error("spec.job.savepointTriggerNonce", "must be an integer")),
+        },
+    };
+    let initial_savepoint_path = optional_string(job, "spec.job", "initialSavepointPath")?;
+    if initial_savepoint_path.as_deref().is_some_and(|p| p.trim().is_empty()) {
+        return Err(error("spec.job.initialSavepointPath", "is empty; remove it or name a savepoint or checkpoint"));
+    }
+    Ok(DeploymentSpec {
+        binary,
+        configuration,
+        job_manager,
+        task_manager,
+        job: JobSpec {
+            name: required_string(job, "spec.job", "name")?,
+            args,
+            parallelism: optional_u32(job, "spec.job", "parallelism", 1)?,
+            upgrade_mode,
+            state,
+            initial_savepoint_path,
+            allow_non_restored_state,
+            savepoint_trigger_nonce,
+        },
+    })
+}
+
+/// The keys the controller sets from other fields of the spec.
+const MANAGED_KEYS: &[(&str, &str)] =
+    &[("taskmanager.numberOfTaskSlots", "spec.taskManager.slots"), ("parallelism.default", "spec.job.parallelism")];
+
+/// What no field can show alone: the configuration's values, HA for several JobManagers,
+/// enough slots for the parallelism.
+pub fn check(spec: &DeploymentSpec, warnings: &mut Vec<String>) -> Result<(), SpecError> {
+    for (key, field) in MANAGED_KEYS {
+        if spec.configuration.contains_key(*key) {
+            return Err(error(
+                &format!("spec.configuration.{key}"),
+                format!("is set by the controller; set {field} instead"),
+            ));
+        }
+    }
+    let mut config = configuration(spec);
+    // Validated as the controller runs it: it gives an HA cluster a storage directory of the
+    // deployment's own when the spec names none.
+    let ha_etcd = spec.configuration.get("high-availability.type").is_some_and(|t| t.eq_ignore_ascii_case("etcd"));
+    if ha_etcd && !spec.configuration.contains_key("high-availability.storageDir") {
+        config.set_from("high-availability.storageDir", "file:///deployment/ha", "the controller's default");
+    }
+    config.validate().map_err(|e| error("spec.configuration", e.to_string()))?;
+    for warning in config.warnings() {
+        warnings.push(format!("spec.configuration: {warning}"));
+    }
+    let ha = config
+        .get(&weir_config::options::HIGH_AVAILABILITY_TYPE)
+        .map_err(|e| error("spec.configuration", e.to_string()))?;
+    if spec.job_manager.replicas > 1 && ha != weir_config::HighAvailabilityType::Etcd {
+        return Err(error(
+            "spec.jobManager.replicas",
+            format!(
+                "{} JobManagers need high-availability.type: etcd in spec.configuration (standbys take over through etcd)",
+                spec.job_manager.replicas
+            ),
+        ));
+    }
+    let parallelism = spec.job.parallelism.unwrap_or(1);
+    let slots = u64::from(spec.task_manager.replicas) * u64::from(spec.task_manager.slots);
+    if u64::from(parallelism) > slots {
+        return Err(error(
+            "spec.job.parallelism",
+            format!(
+                "{parallelism} needs {parallelism} slots, and spec.taskManager gives {slots} ({} TaskManager(s) with {} slot(s)); raise spec.taskManager.replicas or .slots",
+                spec.task_manager.replicas, spec.task_manager.slots
+            ),
+        ));
+    }
+    let checkpointing = config.get(&weir_config::options::CHECKPOINTING_INTERVAL).ok().flatten().is_some();
+    if spec.job.upgrade_mode == UpgradeMode::LastState && !checkpointing {
+        warnings.push(
+            "spec.job.upgradeMode: last-state without execution.checkpointing.interval in spec.configuration: an upgrade will find no checkpoint to start from".to_string(),
+        );
+    }
+    Ok(())
+}
+
+/// The spec's configuration as a [`weir_config::Configuration`], each value from
+/// `spec.configuration`.
+pub fn configuration(spec: &DeploymentSpec) -> weir_config::Configuration {
+    let mut config = weir_config::Configuration::new();
+    for (key, value) in &spec.configuration {
+        config.set_from(key.clone(), value.clone(), "spec.configuration");
+    }
+    config
+}
+
+/// The differences between two specs that an upgrade must carry out: everything but the
+/// fields only the controller's decisions read (`upgradeMode`, `allowNonRestoredState`,
+/// `savepointTriggerNonce`, `state`) and the operator's own `kubernetes.operator.*` keys, as
+/// the Flink operator diffs. A new `initialSavepointPath` counts: the new spec starts there
+/// (the lesson's manual rollback).
+pub fn upgrade_diff(old: &DeploymentSpec, new: &DeploymentSpec) -> Vec<&'static str> {
+    let mut changed = Vec::new();
+    if old.binary != new.binary {
+        changed.push("spec.binary");
+    }
+    let relevant = |spec: &DeploymentSpec| -> BTreeMap<String, String> {
+        spec.configuration
+            .iter()
+            .filter(|(key, _)| !key.starts_with("kubernetes.operator."))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    };
+    if relevant(old) != relevant(new) {
+        changed.push("spec.configuration");
+    }
+    if old.job_manager != new.job_manager {
+        changed.push("spec.jobManager");
+    }
+    if old.task_manager != new.task_manager {
+        changed.push("spec.taskManager");
+    }
+    if old.job.name != new.job.name {
+        changed.push("spec.job.name");
+    }
+    if old.job.args != new.job.args {
+        changed.push("spec.job.args");
+    }
+    if old.job.parallelism != new.job.parallelism {
+        changed.push("spec.job.parallelism");
+    }
+    if new.job.initial_savepoint_path.is_some() && old.job.initial_savepoint_path != new.job.initial_savepoint_path {
+        changed.push("spec.job.initialSavepointPath");
+    }
+    changed
+}
+
+fn check_name(name: &str) -> Result<(), SpecError> {
+    let valid = !name.is_empty()
+        && name.len() <= 63
+        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !name.starts_with('-')
+        && !name.ends_with('-');
+    if valid {
+        Ok(())
+    } else {
+        Err(error(
+            "metadata.name",
+            format!(
+                "'{name}' is not a valid name: 1 to 63 lowercase letters, digits or '-', starting and ending with a letter or digit"
+            ),
+        ))
+    }
+}
+
+fn mapping<'a>(value: &'a Value, path: &str) -> Result<&'a serde_norway::Mapping, SpecError> {
+    value.as_mapping().ok_or_else(|| error(path, "must be a mapping of fields"))
+}
+
+fn allowed_keys(map: &serde_norway::Mapping, path: &str, allowed: &[&str]) -> Result<(), SpecError> {
+    for key in map.keys() {
+        let name = key.as_str().unwrap_or("?");
+        if !allowed.contains(&name) {
+            let at = if path.is_empty() { name.to_string() } else { format!("{path}.{name}") };
+            return Err(error(&at, format!("unknown field; expected one of {}", allowed.join(", "))));
+        }
+    }
+    Ok(())
+}
+
+fn join(path: &str, key: &str) -> String {
+    if path.is_empty() { key.to_string() } else { format!("{path}.{key}") }
+}
+
+fn required<'a>(map: &'a serde_norway::Mapping, path: &str, key: &str) -> Result<&'a Value, SpecError> {
+    map.get(key).ok_or_else(|| error(&join(path, key), "is required"))
+}
+
+fn required_string(map: &serde_norway::Mapping, path: &str, key: &str) -> Result<String, SpecError> {
+    let value = required(map, path, key)?;
+    value.as_str().map(str::to_string).ok_or_else(|| error(&join(path, key), "must be a string"))
+}
+
+fn optional_string(map: &serde_norway::Mapping, path: &str, key: &str) -> Result<Option<String>, SpecError> {
+    match map.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(text)) => Ok(Some(text.clone())),
+        Some(_) => Err(error(&join(path, key), "must be a string")),
+    }
+}
+
+fn optional_u32(map: &serde_norway::Mapping, path: &str, key: &str, min: u32) -> Result<Option<u32>, SpecError> {
+    match map.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(value) => match value.as_u64().and_then(|n| u32::try_from(n).ok()) {
+            Some(n) if n >= min => Ok(Some(n)),
+            _ => Err(error(&join(path, key), format!("must be an integer of at least {min}"))),
+        },
+    }
+}
+
+/// A string, number or boolean as text (configuration values and arguments).
+fn scalar(value: &Value, path: &str) -> Result<String, SpecError> {
+    match value {
+        Value::String(text) => Ok(text.clone()),
+        Value::Number(number) => Ok(number.to_string()),
+        Value::Bool(flag) => Ok(flag.to_string()),
+        _ => Err(error(path, "must be a string, number or boolean")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+apiVersion: weir.dev/v1
+kind: WeirDeployment
+metadata:
+  name: orders
+spec:
+  binary: /usr/bin/weir
+  configuration:
+    execution.checkpointing.interval: 1s
+    state.checkpoints.num-retained: 2
+  taskManager:
+    replicas: 2
+    slots: 2
+  job:
+    name: counter
+    args: [--users, 1000, --output, /tmp/out]
+    parallelism: 4
+    upgradeMode: savepoint
+"#;
+
+    fn parse_ok(text: &str) -> WeirDeployment {
+        parse(text, &mut Vec::new()).unwrap()
+    }
+
+    fn parse_err(text: &str) -> String {
+        parse(text, &mut Vec::new()).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn a_full_spec_parses_with_defaults_filled_in() {
+        let deployment = parse_ok(GOOD);
+        assert_eq!(deployment.metadata.name, "orders");
+        assert_eq!(deployment.spec.job.args, ["--users", "1000", "--output", "/tmp/out"]);
+        assert_eq!(deployment.spec.configuration["state.checkpoints.num-retained"], "2");
+        assert_eq!(deployment.spec.job.upgrade_mode, UpgradeMode::Savepoint);
+        assert_eq!(deployment.spec.job.state, DesiredState::Running);
+        assert_eq!(deployment.spec.job_manager.replicas, 1);
+        assert_eq!(deployment.spec.task_manager, TaskManagerSpec { replicas: 2, slots: 2 });
+        // It round-trips through the store's JSON.
+        let json = serde_json::to_string(&deployment).unwrap();
+        assert_eq!(serde_json::from_str::<WeirDeployment>(&json).unwrap(), deployment);
+    }
+
+    #[test]
+    fn mistakes_name_the_field_path_and_the_allowed_values() {
+        let bad_mode = GOOD.replace("upgradeMode: savepoint", "upgradeMode: snapshot");
+        assert_eq!(
+            parse_err(&bad_mode),
+            "spec.job.upgradeMode: 'snapshot' is not one of savepoint, last-state, stateless"
+        );
+        let bad_state = GOOD.replace("upgradeMode: savepoint", "state: paused");
+        assert_eq!(parse_err(&bad_state), "spec.job.state: 'paused' is not one of running, suspended");
+        let unknown = GOOD.replace("parallelism: 4", "paralellism: 4");
+        assert!(parse_err(&unknown).starts_with("spec.job.paralellism: unknown field; expected one of name, args"));
+        let missing = GOOD.replace("    name: counter\n", "");
+        assert_eq!(parse_err(&missing), "spec.job.name: is required");
+        let zero = GOOD.replace("parallelism: 4", "parallelism: 0");
+        assert_eq!(parse_err(&zero), "spec.job.parallelism: must be an integer of at least 1");
+        let too_wide = GOOD.replace("parallelism: 4", "parallelism: 5");
+        assert!(parse_err(&too_wide).starts_with("spec.job.parallelism: 5 needs 5 slots"), "{}", parse_err(&too_wide));
+        let bad_value = GOOD.replace("interval: 1s", "interval: soon");
+        let text = parse_err(&bad_value);
+        assert!(text.starts_with("spec.configuration:") && text.contains("execution.checkpointing.interval"), "{text}");
+        let managed = GOOD.replace("interval: 1s", "interval: 1s\n    taskmanager.numberOfTaskSlots: 4");
+        assert_eq!(
+            parse_err(&managed),
+            "spec.configuration.taskmanager.numberOfTaskSlots: is set by the controller; set spec.taskManager.slots instead"
+        );
+        let ha = GOOD.replace("  taskManager:", "  jobManager:\n    replicas: 2\n  taskManager:");
+        assert!(
+            parse_err(&ha).starts_with("spec.jobManager.replicas: 2 JobManagers need high-availability.type: etcd")
+        );
+        let name = GOOD.replace("name: orders", "name: Orders_1");
+        assert!(parse_err(&name).starts_with("metadata.name: 'Orders_1' is not a valid name"));
+        let version = GOOD.replace("weir.dev/v1", "flink.apache.org/v1beta1");
+        assert_eq!(parse_err(&version), "apiVersion: 'flink.apache.org/v1beta1' is not weir.dev/v1");
+        assert!(parse_err("just text").starts_with("(file): must be a mapping"));
+        assert!(parse_err("a: [").starts_with("(file): not YAML"));
+    }
+
+    #[test]
+    fn last_state_without_checkpoints_is_a_warning() {
+        let text = GOOD
+            .replace("upgradeMode: savepoint", "upgradeMode: last-state")
+            .replace("    execution.checkpointing.interval: 1s\n", "");
+        let mut warnings = Vec::new();
+        parse(&text, &mut warnings).unwrap();
+        assert!(
+            warnings.iter().any(|w| w.contains("last-state without execution.checkpointing.interval")),
+            "{warnings:?}"
+        );
+    }
+
+    #[test]
+    fn the_upgrade_diff_ignores_what_only_decisions_read() {
+        let old = parse_ok(GOOD).spec;
+        let mut new = old.clone();
+        new.job.upgrade_mode = UpgradeMode::LastState;
+        new.job.allow_non_restored_state = true;
+        new.job.savepoint_trigger_nonce = Some(3);
+        new.job.state = DesiredState::Suspended;
+        new.configuration.insert("kubernetes.operator.deployment.rollback.enabled".into(), "true".into());
+        assert!(upgrade_diff(&old, &new).is_empty());
+        new.job.parallelism = Some(3);
+        new.binary = "/usr/local/bin/my-weir".into();
+        new.job.initial_savepoint_path = Some("/sp/savepoint-1".into());
+        assert_eq!(upgrade_diff(&old, &new), ["spec.binary", "spec.job.parallelism", "spec.job.initialSavepointPath"]);
+    }
+}
