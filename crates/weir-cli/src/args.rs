@@ -67,6 +67,15 @@ pub enum Command {
     /// Start or stop a local standalone cluster (background processes, logs in the data dir)
     #[command(subcommand)]
     Cluster(ClusterCommand),
+    /// Declare, show and delete deployments (specs the operator keeps running, as the Flink
+    /// Kubernetes Operator's FlinkDeployment)
+    #[command(subcommand)]
+    Deployment(DeploymentCommand),
+    /// Run the deployment controller: it moves each deployment's job to its applied spec
+    #[command(
+        after_help = "Examples:\n  weir operator                  # in the foreground\n  weir operator -d               # in the background, log in the data directory\n  weir operator stop"
+    )]
+    Operator(OperatorArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell)
     #[command(
         after_help = "Examples:\n  weir completions bash > ~/.local/share/bash-completion/completions/weir\n  weir completions zsh > ~/.zfunc/_weir"
@@ -75,6 +84,89 @@ pub enum Command {
         /// The shell
         shell: clap_complete::Shell,
     },
+}
+
+/// `weir deployment`.
+#[derive(Subcommand, Debug)]
+pub enum DeploymentCommand {
+    /// Record a deployment's desired spec (a WeirDeployment YAML file); the operator acts on it
+    #[command(after_help = "Example:\n  weir deployment apply -f orders.yaml")]
+    Apply(DeploymentApplyArgs),
+    /// Show deployments, or one with its status
+    #[command(
+        after_help = "Examples:\n  weir deployment get\n  weir deployment get orders\n  weir deployment get orders -o yaml"
+    )]
+    Get(DeploymentGetArgs),
+    /// Show a deployment's savepoint history
+    #[command(after_help = "Example:\n  weir deployment history orders")]
+    History(DeploymentNameArgs),
+    /// Delete a deployment: the operator cancels its job, stops its cluster and removes it
+    #[command(after_help = "Example:\n  weir deployment delete orders")]
+    Delete(DeploymentNameArgs),
+}
+
+/// `weir deployment apply`.
+#[derive(Args, Debug)]
+pub struct DeploymentApplyArgs {
+    /// The WeirDeployment YAML file
+    #[arg(short = 'f', long = "filename", value_name = "FILE")]
+    pub file: PathBuf,
+    /// Configuration (where deployments are kept: the data directory, or etcd with HA)
+    #[command(flatten)]
+    pub config: ConfigArgs,
+}
+
+/// `weir deployment get`.
+#[derive(Args, Debug)]
+pub struct DeploymentGetArgs {
+    /// One deployment (all when absent)
+    pub name: Option<String>,
+    /// Output format: the full object as yaml or json
+    #[arg(short = 'o', long = "output", value_name = "yaml|json")]
+    pub output: Option<OutputFormat>,
+    /// Configuration
+    #[command(flatten)]
+    pub config: ConfigArgs,
+}
+
+/// Output formats of `get`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OutputFormat {
+    /// YAML
+    Yaml,
+    /// JSON
+    Json,
+}
+
+/// A deployment's name.
+#[derive(Args, Debug)]
+pub struct DeploymentNameArgs {
+    /// The deployment's metadata.name
+    pub name: String,
+    /// Configuration
+    #[command(flatten)]
+    pub config: ConfigArgs,
+}
+
+/// `weir operator`.
+#[derive(Args, Debug)]
+pub struct OperatorArgs {
+    /// `stop`: end the operator `weir operator -d` started
+    #[command(subcommand)]
+    pub action: Option<OperatorAction>,
+    /// Run in the background (pid file and log under the data directory)
+    #[arg(short = 'd', long = "detach")]
+    pub detach: bool,
+    /// Configuration (kubernetes.operator.* defaults, operator.rest.port, HA for the store)
+    #[command(flatten)]
+    pub config: ConfigArgs,
+}
+
+/// `weir operator stop`.
+#[derive(Subcommand, Debug)]
+pub enum OperatorAction {
+    /// Stop the operator started with `weir operator -d` (deployments keep running)
+    Stop,
 }
 
 /// Verbs that only take configuration.

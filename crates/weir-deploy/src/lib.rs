@@ -17,6 +17,7 @@
 pub mod cluster_api;
 pub mod controller;
 pub mod history;
+pub mod lock;
 pub mod processes;
 pub mod spec;
 pub mod status;

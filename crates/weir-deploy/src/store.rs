@@ -22,6 +22,15 @@ pub struct StoredDeployment {
     pub delete_requested: bool,
 }
 
+impl StoredDeployment {
+    /// `{"apiVersion", "kind", "metadata", "spec", "status"}`, as REST and `-o json` show it.
+    pub fn to_json(&self) -> serde_json::Value {
+        let mut value = serde_json::to_value(&self.deployment).unwrap_or(serde_json::Value::Null);
+        value["status"] = serde_json::to_value(&self.status).unwrap_or(serde_json::Value::Null);
+        value
+    }
+}
+
 /// What an apply did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ApplyOutcome {
@@ -65,8 +74,9 @@ pub enum StoreError {
 
 /// The deployments of one controller.
 pub trait DeploymentStore: Send + Sync {
-    /// Records `deployment` as the desired spec; a changed spec gets the next generation.
-    fn apply(&self, deployment: WeirDeployment) -> Result<(ApplyOutcome, u64), StoreError>;
+    /// Records `deployment` as the desired spec; a changed spec gets the next generation, and
+    /// so does an unchanged one with `retry` (a refused upgrade tried again).
+    fn apply(&self, deployment: WeirDeployment, retry: bool) -> Result<(ApplyOutcome, u64), StoreError>;
     /// One deployment.
     fn get(&self, name: &str) -> Result<Option<StoredDeployment>, StoreError>;
     /// Every deployment, by name.
@@ -82,13 +92,13 @@ pub trait DeploymentStore: Send + Sync {
     fn describe(&self) -> String;
 }
 
-fn next_generation(existing: Option<&StoredDeployment>, deployment: &mut WeirDeployment) -> ApplyOutcome {
+fn next_generation(existing: Option<&StoredDeployment>, deployment: &mut WeirDeployment, retry: bool) -> ApplyOutcome {
     match existing {
         None => {
             deployment.metadata.generation = 1;
             ApplyOutcome::Created
         }
-        Some(stored) if stored.deployment.spec == deployment.spec => {
+        Some(stored) if stored.deployment.spec == deployment.spec && !retry => {
             deployment.metadata.generation = stored.deployment.metadata.generation;
             ApplyOutcome::Unchanged
         }
@@ -157,13 +167,13 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
 }
 
 impl DeploymentStore for FileStore {
-    fn apply(&self, mut deployment: WeirDeployment) -> Result<(ApplyOutcome, u64), StoreError> {
+    fn apply(&self, mut deployment: WeirDeployment, retry: bool) -> Result<(ApplyOutcome, u64), StoreError> {
         let name = deployment.metadata.name.clone();
         let existing = self.read(&name)?;
         if existing.as_ref().is_some_and(|e| e.delete_requested) {
             return Err(StoreError::Deleting(name));
         }
-        let outcome = next_generation(existing.as_ref(), &mut deployment);
+        let outcome = next_generation(existing.as_ref(), &mut deployment, retry);
         if outcome != ApplyOutcome::Unchanged {
             let bytes = serde_json::to_vec_pretty(&deployment).map_err(|e| StoreError::Io(e.to_string()))?;
             write_atomically(&self.dir(&name).join("deployment.json"), &bytes)?;
@@ -269,13 +279,13 @@ impl EtcdStore {
 }
 
 impl DeploymentStore for EtcdStore {
-    fn apply(&self, mut deployment: WeirDeployment) -> Result<(ApplyOutcome, u64), StoreError> {
+    fn apply(&self, mut deployment: WeirDeployment, retry: bool) -> Result<(ApplyOutcome, u64), StoreError> {
         let name = deployment.metadata.name.clone();
         let existing = self.read(&name)?;
         if existing.as_ref().is_some_and(|e| e.delete_requested) {
             return Err(StoreError::Deleting(name));
         }
-        let outcome = next_generation(existing.as_ref(), &mut deployment);
+        let outcome = next_generation(existing.as_ref(), &mut deployment, retry);
         if outcome != ApplyOutcome::Unchanged {
             let bytes = serde_json::to_vec(&deployment).map_err(|e| StoreError::Io(e.to_string()))?;
             self.client.put(&self.key(&name, "spec"), &bytes, 0).map_err(Self::etcd)?;
@@ -345,9 +355,9 @@ mod tests {
     fn apply_gives_generations_and_delete_marks_then_removes() {
         let dir = tempfile::tempdir().unwrap();
         let store = FileStore::new(dir.path());
-        assert_eq!(store.apply(deployment(2)).unwrap(), (ApplyOutcome::Created, 1));
-        assert_eq!(store.apply(deployment(2)).unwrap(), (ApplyOutcome::Unchanged, 1));
-        assert_eq!(store.apply(deployment(3)).unwrap(), (ApplyOutcome::Configured, 2));
+        assert_eq!(store.apply(deployment(2), false).unwrap(), (ApplyOutcome::Created, 1));
+        assert_eq!(store.apply(deployment(2), false).unwrap(), (ApplyOutcome::Unchanged, 1));
+        assert_eq!(store.apply(deployment(3), false).unwrap(), (ApplyOutcome::Configured, 2));
         let stored = store.get("orders").unwrap().unwrap();
         assert_eq!(stored.deployment.metadata.generation, 2);
         assert_eq!(stored.status, DeploymentStatus::default());
@@ -357,7 +367,7 @@ mod tests {
         assert_eq!(store.list().unwrap()[0].status.observed_generation, 2);
 
         assert!(store.request_delete("orders").unwrap());
-        assert!(matches!(store.apply(deployment(4)), Err(StoreError::Deleting(_))));
+        assert!(matches!(store.apply(deployment(4), false), Err(StoreError::Deleting(_))));
         assert!(store.get("orders").unwrap().unwrap().delete_requested);
         store.remove("orders").unwrap();
         assert!(store.get("orders").unwrap().is_none());
@@ -369,7 +379,7 @@ mod tests {
     fn a_damaged_record_is_an_error_naming_the_file() {
         let dir = tempfile::tempdir().unwrap();
         let store = FileStore::new(dir.path());
-        store.apply(deployment(2)).unwrap();
+        store.apply(deployment(2), false).unwrap();
         std::fs::write(dir.path().join("orders/status.json"), b"{not json").unwrap();
         let text = store.get("orders").unwrap_err().to_string();
         assert!(text.contains("orders/status.json") && text.contains("not a deployment record"), "{text}");

@@ -12,6 +12,7 @@
 
 pub mod backpressure;
 pub mod checkpoints;
+pub mod deployments;
 pub mod error;
 pub mod leader;
 mod metrics;

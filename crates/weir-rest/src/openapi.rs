@@ -44,6 +44,8 @@ use crate::responses::*;
         crate::routes::taskmanagers,
         crate::routes::taskmanager_details,
         crate::metrics::metrics,
+        crate::deployments::deployments,
+        crate::deployments::deployment,
     ),
     components(schemas(
         ErrorResponse,

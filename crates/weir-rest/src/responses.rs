@@ -192,6 +192,9 @@ pub struct DashboardFeatures {
     /// Cancelling jobs from the Web UI.
     #[serde(rename = "web-cancel")]
     pub web_cancel: bool,
+    /// weir's own: this server is the deployment controller (`/deployments`).
+    #[serde(default)]
+    pub deployments: bool,
 }
 
 /// `GET /jobs/{jobid}/plan`.

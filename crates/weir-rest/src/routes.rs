@@ -61,6 +61,8 @@ pub struct ClusterInfo {
     pub leader: Option<LeaderLookup>,
     /// With high availability: this leader's leadership, for `/overview` and `/metrics`.
     pub ha_overview: Option<Arc<dyn Fn() -> Option<crate::responses::HaOverview> + Send + Sync>>,
+    /// The deployment controller's deployments (`GET /deployments`).
+    pub deployments: Option<crate::deployments::DeploymentSource>,
 }
 
 /// Where the cluster's leader JobManager is right now.
@@ -84,7 +86,9 @@ type Params = Result<Query<HashMap<String, String>>, QueryRejection>;
 /// The REST API over `dispatcher`: every route at its Flink path and under `/v1`.
 pub fn router(dispatcher: Arc<Dispatcher>, cluster: ClusterInfo) -> Router {
     let state = AppState { dispatcher, cluster: Arc::new(cluster), backpressure: Arc::default() };
-    let routes: [(&str, MethodRouter<AppState>); 20] = [
+    let routes: [(&str, MethodRouter<AppState>); 22] = [
+        ("/deployments", get(crate::deployments::deployments)),
+        ("/deployments/{name}", get(crate::deployments::deployment)),
         ("/jobmanager/config", get(jobmanager_config)),
         ("/jobs/{jobid}/config", get(job_config)),
         ("/openapi.json", get(crate::openapi::openapi_json)),
@@ -198,7 +202,11 @@ async fn config(State(state): State<AppState>) -> Json<DashboardConfiguration> {
         timezone_name: "UTC".to_string(),
         timezone_offset: 0,
         flink_version: flink_version(&state.cluster),
-        features: DashboardFeatures { web_submit: false, web_cancel: true },
+        features: DashboardFeatures {
+            web_submit: false,
+            web_cancel: true,
+            deployments: state.cluster.deployments.is_some(),
+        },
     })
 }
 

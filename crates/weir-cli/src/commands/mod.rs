@@ -2,9 +2,11 @@
 
 mod cancel;
 pub(crate) mod cluster;
+pub(crate) mod deployment;
 mod ha;
 mod jobs;
 mod list;
+mod operator;
 pub(crate) mod run;
 pub(crate) mod savepoint;
 
@@ -28,6 +30,8 @@ pub fn dispatch(cli: Cli, catalog: std::sync::Arc<JobCatalog>) -> Result<ExitCod
         Command::Jobs => jobs::jobs(catalog_ref),
         Command::Stop(args) => savepoint::stop(args),
         Command::Savepoint(args) => savepoint::savepoint(args),
+        Command::Deployment(command) => deployment::deployment(command),
+        Command::Operator(args) => operator::operator(args),
         Command::Completions { shell } => completions(shell),
     }
 }

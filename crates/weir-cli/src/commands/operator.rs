@@ -1,0 +1,194 @@
+//! `weir operator`: the deployment controller, in the foreground or (`-d`) in the
+//! background, and `weir operator stop`. It serves `/deployments` and a Web UI page on
+//! `operator.rest.port`.
+
+use std::os::unix::process::CommandExt as _;
+use std::process::{Command, ExitCode, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use weir_config::options::{OPERATOR_REST_PORT, REST_ADDRESS};
+use weir_rest::{ClusterInfo, RestServer};
+
+use crate::args::{OperatorAction, OperatorArgs};
+use crate::commands::deployment;
+use crate::error::CliError;
+use crate::settings;
+
+/// How long `-d` waits for the background operator to take control.
+const DETACH_WAIT_MAX: Duration = Duration::from_secs(15);
+
+pub fn operator(args: OperatorArgs) -> Result<ExitCode, CliError> {
+    match args.action {
+        Some(OperatorAction::Stop) => stop(),
+        None if args.detach => detach(&args),
+        None => run(&args),
+    }
+}
+
+fn operator_dir() -> std::path::PathBuf {
+    settings::data_dir().join("operator")
+}
+
+fn run(args: &OperatorArgs) -> Result<ExitCode, CliError> {
+    let config = settings::load(&args.config)?;
+    let deployments = deployment::open(&config)?;
+    // A second operator on the same data directory is refused before it serves anything.
+    let file_lock = match &deployments.etcd {
+        None => Some(weir_deploy::lock::lock_file(&deployments.root).map_err(CliError::runtime)?),
+        Some(_) => None,
+    };
+    let rest = start_rest(&config, &deployments)?;
+    let lock = match (&deployments.etcd, file_lock) {
+        (None, Some(lock)) => lock,
+        (Some((client, cluster_id)), _) => {
+            eprintln!(
+                "Deployment controller: standing by until it leads the operators of cluster-id '{cluster_id}' in etcd"
+            );
+            weir_deploy::lock::lead(Arc::clone(client), cluster_id, &rest.url()).map_err(CliError::runtime)?
+        }
+        (None, None) => return Err(CliError::runtime("no operator lock was taken")),
+    };
+    eprintln!(
+        "Deployment controller: deployments in {}, their processes under {}; REST API and Web UI at {}",
+        deployments.store.describe(),
+        deployments.root.display(),
+        rest.url()
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let controller = weir_deploy::Controller::new(Arc::clone(&deployments.store), config, deployments.root.clone());
+    let loop_stop = Arc::clone(&stop);
+    let worker = std::thread::Builder::new()
+        .name("weir-operator".into())
+        .spawn(move || controller.run(&loop_stop))
+        .map_err(|e| CliError::runtime(format!("cannot start the controller: {e}")))?;
+    // Lost leadership (etcd) stops the controller: the next leader resumes what it was doing.
+    while !lock.wait_lost(Duration::from_secs(3600)) {}
+    stop.store(true, Ordering::Relaxed);
+    let _ = worker.join();
+    drop(rest);
+    Err(CliError::runtime(
+        "this operator lost its leadership in etcd (another took over, or etcd was unreachable past the lease); start it again to stand by",
+    ))
+}
+
+fn start_rest(
+    config: &weir_config::Configuration,
+    deployments: &deployment::Deployments,
+) -> Result<RestServer, CliError> {
+    let host = config.get(&REST_ADDRESS).map_err(CliError::usage)?;
+    let port = config.get(&OPERATOR_REST_PORT).map_err(CliError::usage)?;
+    let store = Arc::clone(&deployments.store);
+    let info = move || ClusterInfo {
+        taskmanagers: 0,
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        deployments: Some({
+            let store = Arc::clone(&store);
+            Arc::new(move || {
+                store
+                    .list()
+                    .map(|all| all.iter().map(weir_deploy::StoredDeployment::to_json).collect())
+                    .map_err(|e| e.to_string())
+            })
+        }),
+        ..ClusterInfo::default()
+    };
+    let dispatcher = weir_runtime::Dispatcher::new("operator");
+    match RestServer::start(&host, port, Arc::clone(&dispatcher), info()) {
+        Ok(server) => Ok(server),
+        Err(error) if config.contains(&OPERATOR_REST_PORT) => Err(CliError::runtime(error)),
+        Err(error) => {
+            eprintln!("warning: {error}; using a free port instead (set operator.rest.port)");
+            RestServer::start(&host, 0, dispatcher, info()).map_err(CliError::runtime)
+        }
+    }
+}
+
+fn detach(args: &OperatorArgs) -> Result<ExitCode, CliError> {
+    let config = settings::load(&args.config)?;
+    let deployments = deployment::open(&config)?;
+    if deployments.operator_running() {
+        return Err(CliError::runtime(format!(
+            "an operator already controls the deployments in {}; `weir operator stop` ends one started with -d",
+            deployments.store.describe()
+        )));
+    }
+    let dir = operator_dir();
+    std::fs::create_dir_all(&dir).map_err(|e| CliError::runtime(format!("cannot create {}: {e}", dir.display())))?;
+    let log_path = dir.join("operator.log");
+    let log = std::fs::File::create(&log_path)
+        .map_err(|e| CliError::runtime(format!("cannot create {}: {e}", log_path.display())))?;
+    let err = log.try_clone().map_err(CliError::runtime)?;
+    let exe = std::env::current_exe().map_err(|e| CliError::runtime(format!("cannot find the weir binary: {e}")))?;
+    let mut command = Command::new(exe);
+    command.arg("operator");
+    if let Some(file) = &args.config.config {
+        command.arg("-c").arg(file);
+    }
+    for entry in &args.config.dynamic {
+        command.arg("-D").arg(entry);
+    }
+    let mut child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(log))
+        .stderr(Stdio::from(err))
+        .process_group(0)
+        .spawn()
+        .map_err(|e| CliError::runtime(format!("cannot start the operator: {e}")))?;
+    let pid_file = dir.join("operator.pid");
+    std::fs::write(&pid_file, format!("{}\n", child.id()))
+        .map_err(|e| CliError::runtime(format!("cannot write {}: {e}", pid_file.display())))?;
+    let started = Instant::now();
+    while !deployments.operator_running() {
+        if let Ok(Some(status)) = child.try_wait() {
+            let _ = std::fs::remove_file(&pid_file);
+            let text = std::fs::read_to_string(&log_path).unwrap_or_default();
+            let last = text.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("no message");
+            return Err(CliError::runtime(format!("the operator exited at once ({status}): {last}")));
+        }
+        if started.elapsed() > DETACH_WAIT_MAX {
+            return Err(CliError::runtime(format!(
+                "the operator (pid {}) did not take control within {DETACH_WAIT_MAX:?}; see {}",
+                child.id(),
+                log_path.display()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    println!("Operator started (pid {}); log in {}", child.id(), log_path.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+fn stop() -> Result<ExitCode, CliError> {
+    let pid_file = operator_dir().join("operator.pid");
+    let text = std::fs::read_to_string(&pid_file).map_err(|_| {
+        CliError::runtime(format!(
+            "no operator started with `weir operator -d` from this data directory ({} does not exist)",
+            pid_file.display()
+        ))
+    })?;
+    let pid: u32 =
+        text.trim().parse().map_err(|_| CliError::runtime(format!("{} does not hold a pid", pid_file.display())))?;
+    let alive = |pid: u32| std::path::Path::new(&format!("/proc/{pid}")).exists() && !is_zombie(pid);
+    if alive(pid) {
+        let _ = Command::new("kill").arg(pid.to_string()).status();
+        let started = Instant::now();
+        while alive(pid) && started.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if alive(pid) {
+            let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+        }
+    }
+    let _ = std::fs::remove_file(&pid_file);
+    println!("Stopped the operator (pid {pid}); the deployments keep running.");
+    Ok(ExitCode::SUCCESS)
+}
+
+fn is_zombie(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| stat.rsplit_once(')').map(|(_, rest)| rest.trim_start().starts_with('Z')))
+        .unwrap_or(false)
+}
