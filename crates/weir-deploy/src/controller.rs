@@ -21,6 +21,8 @@ use weir_config::options::{
     OPERATOR_SAVEPOINT_HISTORY_MAX_AGE, OPERATOR_SAVEPOINT_HISTORY_MAX_COUNT,
 };
 
+use weir_runtime::crash;
+
 use crate::cluster_api::{ClusterApi, JobView, SavepointState};
 use crate::history::{HistoryLimits, trim};
 use crate::processes::{self, DeploymentDirs};
@@ -482,6 +484,7 @@ impl Controller {
                     for (_, dir) in dirs.clusters() {
                         processes::stop_cluster(&dir)?;
                     }
+                    crash::point("operator-after-cluster-stopped");
                     status.cluster_info = None;
                     match operation.kind {
                         OperationKind::Suspend => return self.finish(name, status, operation),
@@ -494,11 +497,17 @@ impl Controller {
                     }
                 }
                 Step::StartCluster { seq } => match self.start_cluster(name, &dirs, status, &operation, seq) {
-                    Ok(()) => Some(Step::SubmitJob { seq }),
+                    Ok(()) => {
+                        crash::point("operator-after-cluster-started");
+                        Some(Step::SubmitJob { seq })
+                    }
                     Err(error) => return self.start_failed(name, status, operation, error),
                 },
                 Step::SubmitJob { seq } => match self.submit(&dirs, status, &operation, seq) {
-                    Ok(()) => return self.finish(name, status, operation),
+                    Ok(()) => {
+                        crash::point("operator-after-submit");
+                        return self.finish(name, status, operation);
+                    }
                     Err(error) => return self.start_failed(name, status, operation, error),
                 },
             };
@@ -555,7 +564,21 @@ impl Controller {
         let config_dir = dirs.root().join("pre-flight");
         let config = processes::cluster_configuration(&target, name, dirs, processes::Ports { rest: 0, rpc: 0 });
         let config_path = processes::write_configuration(&config_dir, &config)?;
-        match processes::dry_run(&target.binary, &target, &config_path, snapshot.as_deref()) {
+        let mut snapshot = snapshot;
+        let mut verdict = processes::dry_run(&target.binary, &target, &config_path, snapshot.as_deref());
+        // The running job's newest checkpoint can be subsumed and removed while it is read:
+        // that is no verdict on the new spec, so check the next newest.
+        let mut attempts = 0;
+        while verdict.is_err()
+            && operation.restore_from.is_none()
+            && snapshot.as_deref().is_some_and(|s| !snapshot_exists(s))
+            && attempts < 5
+        {
+            attempts += 1;
+            snapshot = self.newest_checkpoint(status);
+            verdict = processes::dry_run(&target.binary, &target, &config_path, snapshot.as_deref());
+        }
+        match verdict {
             Ok(_) => {
                 tracing::info!(deployment = %name, "pre-flight passed against {}", snapshot.as_deref().unwrap_or("no snapshot"));
                 if status.refused_generation.is_some() {
@@ -642,6 +665,7 @@ impl Controller {
                 }
                 api.cancel(&job_id).map_err(|e| format!("cannot cancel job {job_id}: {e}"))?;
                 let view = wait_terminal(&api, &job_id)?;
+                crash::point("operator-after-job-cancelled");
                 self.after_stop(name, status, operation, Some(view))
             }
             (_, UpgradeMode::Savepoint) => {
@@ -670,6 +694,7 @@ impl Controller {
                         operation.step = Step::StopJob { request_id: Some(id.clone()) };
                         status.operation = Some(operation.clone());
                         self.save(name, status)?;
+                        crash::point("operator-after-stop-triggered");
                         id
                     }
                 };
@@ -694,6 +719,7 @@ impl Controller {
                         }
                         Ok(SavepointState::Completed(location)) => {
                             self.record_upgrade_savepoint(name, status, operation, &location)?;
+                            crash::point("operator-after-savepoint-recorded");
                             let view = wait_terminal(&api, &job_id)?;
                             return self.after_stop(name, status, operation, Some(view));
                         }
@@ -1023,6 +1049,13 @@ fn wait_terminal(api: &ClusterApi, job_id: &str) -> Result<JobView, String> {
             _ => std::thread::sleep(POLL),
         }
     }
+}
+
+/// Whether the snapshot at `location` is still there (its `_metadata` reads).
+fn snapshot_exists(location: &str) -> bool {
+    let Ok(storage) = weir_checkpoint::SnapshotStorage::from_url(location) else { return false };
+    let blocking = storage.blocking();
+    blocking.block_on(weir_checkpoint::load_metadata(&storage)).is_ok()
 }
 
 fn dispose(location: &str) -> Result<(), String> {

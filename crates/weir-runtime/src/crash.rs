@@ -7,7 +7,10 @@
 //! written), `checkpoint-after-metadata` (written, its HA pointer not), `checkpoint-after-pointer`
 //! (complete, the sinks not told to commit), `stop-savepoint-triggered` (a stop-with-savepoint's
 //! barriers are out), `submit-after-record` (a submitted job is recorded in the HA store,
-//! not started).
+//! not started). The deployment controller's, between the steps of an upgrade:
+//! `operator-after-stop-triggered`, `operator-after-savepoint-recorded`,
+//! `operator-after-job-cancelled`, `operator-after-cluster-stopped`,
+//! `operator-after-cluster-started`, `operator-after-submit`.
 
 /// Aborts the process here when the crash point `name` is armed.
 pub fn point(name: &str) {

@@ -1,0 +1,508 @@
+//! Declarative deployments with real processes: `weir operator` (here `my-weir operator`)
+//! moves `versioned-counter` between the four versions of the binary (v2 adds an operator,
+//! v3 changes a state's type, v4 fails at once), in each upgrade mode, with parallelism
+//! changes, suspends and resumes, a pre-flight refusal, a rollback, and the controller
+//! killed at random points of upgrades. Every time: the counts carry on exactly once (no
+//! user's count lost or repeated in the committed output), and no two clusters of one
+//! deployment ever run at once.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+const WAIT_MAX: Duration = Duration::from_secs(30);
+const USERS: u64 = 10;
+
+fn binary(version: u32) -> &'static str {
+    match version {
+        1 => env!("CARGO_BIN_EXE_my-weir"),
+        2 => env!("CARGO_BIN_EXE_my-weir-v2"),
+        3 => env!("CARGO_BIN_EXE_my-weir-v3"),
+        _ => env!("CARGO_BIN_EXE_my-weir-v4"),
+    }
+}
+
+/// A spec for the test deployment.
+struct Spec {
+    version: u32,
+    parallelism: u32,
+    mode: &'static str,
+    state: &'static str,
+    output: PathBuf,
+    extra_configuration: Vec<(&'static str, &'static str)>,
+    nonce: Option<i64>,
+}
+
+impl Spec {
+    fn new(output: &Path) -> Spec {
+        Spec {
+            version: 1,
+            parallelism: 2,
+            mode: "savepoint",
+            state: "running",
+            output: output.to_path_buf(),
+            extra_configuration: Vec::new(),
+            nonce: None,
+        }
+    }
+
+    fn yaml(&self) -> String {
+        let mut configuration =
+            String::from("    execution.checkpointing.interval: 300ms\n    restart-strategy.type: none\n");
+        for (key, value) in &self.extra_configuration {
+            configuration.push_str(&format!("    {key}: \"{value}\"\n"));
+        }
+        let nonce = self.nonce.map(|n| format!("    savepointTriggerNonce: {n}\n")).unwrap_or_default();
+        format!(
+            "apiVersion: weir.dev/v1\nkind: WeirDeployment\nmetadata:\n  name: counts\nspec:\n  binary: {}\n  configuration:\n{configuration}  taskManager:\n    replicas: 2\n    slots: 2\n  job:\n    name: versioned-counter\n    args: [--users, \"{USERS}\", --rate, \"400\", --output, {}]\n    parallelism: {}\n    upgradeMode: {}\n    state: {}\n{nonce}",
+            binary(self.version),
+            self.output.display(),
+            self.parallelism,
+            self.mode,
+            self.state
+        )
+    }
+}
+
+/// A data directory with an operator; everything it started ends on drop.
+struct Harness {
+    dir: tempfile::TempDir,
+    operator: Option<Child>,
+    watcher_stop: Arc<AtomicBool>,
+    watcher: Option<std::thread::JoinHandle<()>>,
+    /// The most clusters of the deployment seen alive at once.
+    most_alive: Arc<AtomicUsize>,
+}
+
+impl Harness {
+    fn new() -> Harness {
+        let dir = tempfile::tempdir().unwrap();
+        let mut harness = Harness {
+            dir,
+            operator: None,
+            watcher_stop: Arc::new(AtomicBool::new(false)),
+            watcher: None,
+            most_alive: Arc::new(AtomicUsize::new(0)),
+        };
+        harness.start_operator();
+        // Two clusters of one deployment alive at the same moment would be two jobs.
+        let (stop, most, root) =
+            (Arc::clone(&harness.watcher_stop), Arc::clone(&harness.most_alive), harness.deployment_dir());
+        harness.watcher = Some(std::thread::spawn(move || {
+            let dirs = weir_deploy::processes::DeploymentDirs::new(root);
+            while !stop.load(Ordering::Relaxed) {
+                let alive = dirs
+                    .clusters()
+                    .iter()
+                    .filter(|(_, dir)| !weir_deploy::processes::jobmanagers_of(dir).is_empty())
+                    .count();
+                most.fetch_max(alive, Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }));
+        harness
+    }
+
+    fn data(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    fn deployment_dir(&self) -> PathBuf {
+        self.data().join("deployments/counts")
+    }
+
+    fn out(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn weir(&self) -> Command {
+        let mut command = Command::new(binary(1));
+        command.env("WEIR_DATA_DIR", self.data()).env("WEIR_LOG", "off").env_remove("WEIR_CONF_DIR");
+        command
+    }
+
+    fn start_operator(&mut self) {
+        self.start_operator_with(&[]);
+    }
+
+    fn start_operator_with(&mut self, env: &[(&str, &str)]) {
+        let log =
+            std::fs::OpenOptions::new().create(true).append(true).open(self.dir.path().join("operator.log")).unwrap();
+        let mut command = self.weir();
+        for (key, value) in env {
+            command.env(key, value);
+        }
+        let child = command
+            .args(["operator", "-D", "operator.rest.port=0"])
+            .env("WEIR_LOG", "info")
+            .stdout(Stdio::from(log.try_clone().unwrap()))
+            .stderr(Stdio::from(log))
+            .spawn()
+            .unwrap();
+        self.operator = Some(child);
+    }
+
+    /// Waits for the operator to end by itself (a crash point aborted it).
+    fn wait_operator_exit(&mut self) {
+        let deadline = Instant::now() + WAIT_MAX;
+        if let Some(child) = &mut self.operator {
+            while child.try_wait().unwrap().is_none() {
+                if Instant::now() > deadline {
+                    let log = std::fs::read_to_string(self.dir.path().join("operator.log")).unwrap_or_default();
+                    let tail: Vec<&str> = log.lines().rev().take(30).collect();
+                    panic!("the operator did not reach its crash point; its log (newest first):\n{}", tail.join("\n"));
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+        self.operator = None;
+    }
+
+    fn kill_operator(&mut self) {
+        if let Some(mut child) = self.operator.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    fn apply(&self, spec: &Spec) -> String {
+        let file = self.dir.path().join("counts.yaml");
+        std::fs::write(&file, spec.yaml()).unwrap();
+        let output = self.weir().args(["deployment", "apply", "-f"]).arg(&file).output().unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout).to_string();
+        let stderr = String::from_utf8_lossy(&output.stderr).to_string();
+        assert!(output.status.success(), "apply failed: {stdout}{stderr}");
+        stdout
+    }
+
+    fn status(&self) -> Value {
+        let output = self.weir().args(["deployment", "get", "counts", "-o", "json"]).output().unwrap();
+        serde_json::from_slice(&output.stdout).unwrap_or(Value::Null)
+    }
+
+    /// Waits until the deployment's status satisfies `done`; the status.
+    fn wait(&self, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+        let deadline = Instant::now() + WAIT_MAX;
+        loop {
+            let status = self.status();
+            if done(&status) {
+                return status;
+            }
+            if Instant::now() > deadline {
+                let log = std::fs::read_to_string(self.dir.path().join("operator.log")).unwrap_or_default();
+                let tail: Vec<&str> = log.lines().rev().take(40).collect();
+                panic!(
+                    "waited {WAIT_MAX:?} for {what}; status: {status:#}\noperator log (newest first):\n{}",
+                    tail.join("\n")
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Waits for generation `generation` to be STABLE with a running job; the status.
+    fn wait_stable(&self, generation: u64) -> Value {
+        self.wait(&format!("generation {generation} STABLE"), |s| {
+            s["status"]["observedGeneration"] == generation
+                && s["status"]["lifecycleState"] == "STABLE"
+                && s["status"]["jobStatus"]["state"] == "RUNNING"
+                && s["status"].get("operation").is_none()
+        })
+    }
+
+    fn most_clusters_alive_at_once(&self) -> usize {
+        self.most_alive.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        self.kill_operator();
+        self.watcher_stop.store(true, Ordering::Relaxed);
+        if let Some(watcher) = self.watcher.take() {
+            let _ = watcher.join();
+        }
+        let dirs = weir_deploy::processes::DeploymentDirs::new(self.deployment_dir());
+        for (_, dir) in dirs.clusters() {
+            let _ = weir_deploy::processes::stop_cluster(&dir);
+        }
+    }
+}
+
+fn generation(status: &Value) -> u64 {
+    status["metadata"]["generation"].as_u64().unwrap()
+}
+
+fn job_id(status: &Value) -> String {
+    status["status"]["jobStatus"]["jobId"].as_str().unwrap_or_default().to_string()
+}
+
+/// Every user's committed counts in `dir`, each count once: user -> (how many, highest).
+/// Panics naming the user on a lost or repeated count.
+fn committed_counts(dir: &Path) -> BTreeMap<u64, (u64, u64)> {
+    let mut counts: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
+    let Ok(entries) = std::fs::read_dir(dir) else { return BTreeMap::new() };
+    for entry in entries.map(Result::unwrap) {
+        if !entry.file_name().to_string_lossy().starts_with("part-") {
+            continue;
+        }
+        for line in std::fs::read_to_string(entry.path()).unwrap().lines() {
+            let (user, count) = line.split_once('\t').unwrap();
+            counts.entry(user.parse().unwrap()).or_default().push(count.parse().unwrap());
+        }
+    }
+    counts
+        .into_iter()
+        .map(|(user, mut seen)| {
+            seen.sort_unstable();
+            let expected: Vec<u64> = (1..=seen.len() as u64).collect();
+            assert_eq!(
+                seen,
+                expected,
+                "user {user}: the committed counts are not exactly 1..={} once each",
+                seen.len()
+            );
+            (user, (seen.len() as u64, *seen.last().unwrap_or(&0)))
+        })
+        .collect()
+}
+
+/// Waits until every user's committed count passed `above` (the job really runs on).
+fn wait_counts_beyond(dir: &Path, above: &BTreeMap<u64, (u64, u64)>) -> BTreeMap<u64, (u64, u64)> {
+    let deadline = Instant::now() + WAIT_MAX;
+    loop {
+        let now = committed_counts(dir);
+        let beyond = now.len() as u64 == USERS
+            && now.iter().all(|(user, (_, max))| above.get(user).is_none_or(|(_, before)| max > before));
+        if beyond {
+            return now;
+        }
+        assert!(Instant::now() < deadline, "the counts did not go on past {above:?}: {now:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn upgrades_in_every_mode_suspend_and_resume_carry_the_counts_on_exactly_once() {
+    let harness = Harness::new();
+    let out = harness.out("out");
+    let mut spec = Spec::new(&out);
+    assert!(harness.apply(&spec).contains("deployment.weir.dev/counts created"));
+    let first = harness.wait_stable(1);
+    let counts = wait_counts_beyond(&out, &BTreeMap::new());
+
+    // savepoint mode, a new binary with one more operator, parallelism 2 -> 4.
+    spec.version = 2;
+    spec.parallelism = 4;
+    harness.apply(&spec);
+    let second = harness.wait_stable(2);
+    assert_ne!(job_id(&first), job_id(&second));
+    let history = second["status"]["savepointHistory"].as_array().unwrap();
+    assert_eq!(history.len(), 1, "{second:#}");
+    assert_eq!(history[0]["triggerType"], "UPGRADE");
+    let savepoint = history[0]["location"].as_str().unwrap().trim_start_matches("file://").to_string();
+    assert!(Path::new(&savepoint).join("_metadata").is_file(), "the upgrade savepoint {savepoint} is not on disk");
+    assert_eq!(second["status"]["jobStatus"]["upgradeSavepointPath"], history[0]["location"]);
+    assert_eq!(second["status"]["clusterInfo"]["binary"], binary(2));
+    let counts = wait_counts_beyond(&out, &counts);
+
+    // last-state mode, parallelism 4 -> 3.
+    spec.mode = "last-state";
+    spec.parallelism = 3;
+    harness.apply(&spec);
+    let third = harness.wait_stable(3);
+    assert!(third["status"]["jobStatus"]["restoredFrom"].as_str().unwrap().contains("/chk-"), "{third:#}");
+    wait_counts_beyond(&out, &counts);
+
+    // Suspended in savepoint mode: the job stops with a savepoint, the cluster goes.
+    spec.mode = "savepoint";
+    spec.state = "suspended";
+    harness.apply(&spec);
+    let suspended = harness.wait("SUSPENDED", |s| s["status"]["lifecycleState"] == "SUSPENDED");
+    assert_eq!(generation(&suspended), 4);
+    let dirs = weir_deploy::processes::DeploymentDirs::new(harness.deployment_dir());
+    assert!(dirs.clusters().iter().all(|(_, dir)| weir_deploy::processes::processes_of(dir).is_empty()));
+    let at_suspend = committed_counts(&out);
+    // Resumed from what the suspend left.
+    spec.state = "running";
+    harness.apply(&spec);
+    let resumed = harness.wait_stable(5);
+    assert_eq!(
+        resumed["status"]["jobStatus"]["restoredFrom"],
+        suspended["status"]["jobStatus"]["upgradeSavepointPath"]
+    );
+    wait_counts_beyond(&out, &at_suspend);
+
+    // stateless: the counts start again (into another directory, as the lesson warns).
+    let fresh = harness.out("fresh");
+    spec.mode = "stateless";
+    spec.output = fresh.clone();
+    harness.apply(&spec);
+    let stateless = harness.wait_stable(6);
+    assert!(stateless["status"]["jobStatus"].get("restoredFrom").is_none(), "{stateless:#}");
+    // Counts in the new directory are 1, 2, 3, ... again (committed_counts checks each
+    // user's run starts at 1): no state was carried over.
+    wait_counts_beyond(&fresh, &BTreeMap::new());
+    committed_counts(&out);
+    assert_eq!(harness.most_clusters_alive_at_once(), 1, "two clusters of the deployment ran at once");
+
+    // A manual savepoint through the nonce.
+    spec.nonce = Some(1);
+    harness.apply(&spec);
+    let manual = harness.wait("a MANUAL savepoint", |s| {
+        s["status"]["savepointHistory"].as_array().is_some_and(|h| h.iter().any(|r| r["triggerType"] == "MANUAL"))
+    });
+    assert_eq!(job_id(&manual), job_id(&stateless), "a savepoint does not restart the job");
+    let output = harness.weir().args(["deployment", "history", "counts"]).output().unwrap();
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(text.contains("MANUAL") && text.contains("UPGRADE"), "{text}");
+
+    // Deleted: the job and cluster go, the record too.
+    let output = harness.weir().args(["deployment", "delete", "counts"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&output.stdout).contains("deployment.weir.dev/counts deleted"), "{output:?}");
+    assert!(dirs.clusters().iter().all(|(_, dir)| weir_deploy::processes::processes_of(dir).is_empty()));
+}
+
+#[test]
+fn a_pre_flight_refusal_leaves_the_old_job_running_and_a_broken_release_rolls_back() {
+    let harness = Harness::new();
+    let out = harness.out("out");
+    let mut spec = Spec::new(&out);
+    spec.extra_configuration = vec![
+        ("kubernetes.operator.deployment.rollback.enabled", "true"),
+        ("kubernetes.operator.deployment.readiness.timeout", "20s"),
+    ];
+    harness.apply(&spec);
+    let first = harness.wait_stable(1);
+    let counts = wait_counts_beyond(&out, &BTreeMap::new());
+
+    // v3 changes the counter's state type: refused before anything stops.
+    spec.version = 3;
+    spec.parallelism = 3;
+    harness.apply(&spec);
+    let refused = harness.wait("the refusal", |s| s["status"]["error"].as_str().is_some_and(|e| e.contains("refused")));
+    let error = refused["status"]["error"].as_str().unwrap();
+    assert!(error.contains("state 'count' of operator 'counter'") && error.contains("i64"), "{error}");
+    assert!(error.contains("before anything stopped"), "{error}");
+    assert_eq!(job_id(&refused), job_id(&first), "the old job was replaced");
+    assert_eq!(refused["status"]["jobStatus"]["state"], "RUNNING");
+    assert_eq!(refused["status"]["lifecycleState"], "STABLE");
+    let counts = wait_counts_beyond(&out, &counts);
+
+    // v4 fails on its first record: ROLLING_BACK, then ROLLED_BACK to v1 from the upgrade
+    // savepoint, exactly once.
+    spec.version = 4;
+    spec.parallelism = 2;
+    harness.apply(&spec);
+    harness.wait("the upgrade to v4", |s| s["status"]["clusterInfo"]["binary"] == binary(4));
+    let rolled_back = harness.wait("ROLLED_BACK", |s| {
+        s["status"]["lifecycleState"] == "ROLLED_BACK" && s["status"]["jobStatus"]["state"] == "RUNNING"
+    });
+    assert_eq!(rolled_back["status"]["clusterInfo"]["binary"], binary(1));
+    assert_eq!(rolled_back["status"]["reconciliationStatus"]["state"], "ROLLED_BACK");
+    wait_counts_beyond(&out, &counts);
+    assert_eq!(harness.most_clusters_alive_at_once(), 1, "two clusters of the deployment ran at once");
+}
+
+#[test]
+fn a_controller_killed_at_random_points_of_upgrades_resumes_them() {
+    let rounds: u64 = std::env::var("WEIR_OPERATOR_KILL_ROUNDS").ok().and_then(|r| r.parse().ok()).unwrap_or(10);
+    let seed: u64 = std::env::var("WEIR_OPERATOR_KILL_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64
+    });
+    eprintln!("WEIR_OPERATOR_KILL_SEED={seed}");
+    let mut random = seed | 1;
+    let mut next = move |below: u64| {
+        random ^= random << 13;
+        random ^= random >> 7;
+        random ^= random << 17;
+        random % below
+    };
+    let mut harness = Harness::new();
+    let out = harness.out("out");
+    let mut spec = Spec::new(&out);
+    harness.apply(&spec);
+    harness.wait_stable(1);
+    let mut counts = wait_counts_beyond(&out, &BTreeMap::new());
+    let kills = Arc::new(Mutex::new(Vec::new()));
+    // The first rounds abort the controller at each named point between the steps of an
+    // upgrade (with the mode that reaches it); the others kill it after a random delay.
+    let points = [
+        ("operator-after-stop-triggered", "savepoint"),
+        ("operator-after-savepoint-recorded", "savepoint"),
+        ("operator-after-job-cancelled", "last-state"),
+        ("operator-after-cluster-stopped", "savepoint"),
+        ("operator-after-cluster-started", "last-state"),
+        ("operator-after-submit", "savepoint"),
+    ];
+    for round in 0..rounds {
+        spec.parallelism = 2 + ((round + 1) % 3) as u32;
+        // v1 until round 3, v2 (one more operator) from then on: going back would need -n.
+        spec.version = if round >= 3 { 2 } else { 1 };
+        let point = points.get(round as usize);
+        spec.mode = match point {
+            Some((_, mode)) => mode,
+            None if next(2) == 0 => "savepoint",
+            None => "last-state",
+        };
+        let how = match point {
+            Some((name, _)) => {
+                harness.kill_operator();
+                harness.start_operator_with(&[("FAILPOINTS", &format!("{name}=return"))]);
+                harness.apply(&spec);
+                harness.wait_operator_exit();
+                format!("aborted at {name}")
+            }
+            None => {
+                harness.apply(&spec);
+                let delay = Duration::from_millis(next(450));
+                std::thread::sleep(delay);
+                harness.kill_operator();
+                format!("killed after {delay:?}")
+            }
+        };
+        let status = harness.status();
+        let step = status["status"]["operation"]["step"]["name"].as_str().unwrap_or("none").to_string();
+        kills.lock().unwrap().push(format!("round {round}: {} mode, {how}, at step {step}", spec.mode));
+        harness.start_operator();
+        let stable = harness.wait_stable(round + 2);
+        assert_eq!(stable["status"]["jobStatus"]["state"], "RUNNING");
+        counts = wait_counts_beyond(&out, &counts);
+    }
+    eprintln!("{}", kills.lock().unwrap().join("\n"));
+    // Every savepoint the history names is on disk: none was lost.
+    let status = harness.status();
+    for record in status["status"]["savepointHistory"].as_array().unwrap() {
+        let location = record["location"].as_str().unwrap().trim_start_matches("file://");
+        assert!(Path::new(location).join("_metadata").is_file(), "savepoint {location} of the history is gone");
+    }
+    assert_eq!(harness.most_clusters_alive_at_once(), 1, "two clusters of the deployment ran at once");
+}
+
+#[test]
+fn a_bad_spec_is_refused_with_its_field_path_and_changes_nothing() {
+    let harness = Harness::new();
+    let mut spec = Spec::new(&harness.out("out"));
+    spec.mode = "snapshot";
+    let file = harness.dir.path().join("bad.yaml");
+    std::fs::write(&file, spec.yaml()).unwrap();
+    let output = harness.weir().args(["deployment", "apply", "-f"]).arg(&file).output().unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains(
+            "spec.job.upgradeMode: 'snapshot' is not one of savepoint, last-state, stateless; nothing was applied"
+        ),
+        "{stderr}"
+    );
+    let output = harness.weir().args(["deployment", "get"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&output.stdout).contains("No deployments"), "{output:?}");
+    let output = harness.weir().args(["deployment", "get", "counts"]).output().unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("no deployment 'counts'"));
+}
