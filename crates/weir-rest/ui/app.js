@@ -1,5 +1,6 @@
 // weir Web UI: renders the REST API (the same JSON `curl` shows) into pages chosen by the
-// URL fragment: #/overview, #/jobs, #/job/<id>/<tab>, #/taskmanagers, #/taskmanager/<id>.
+// URL fragment: #/overview, #/jobs, #/job/<id>/<tab>, #/taskmanagers, #/taskmanager/<id>,
+// and on the deployment controller (`weir operator`) #/deployments, #/deployment/<name>.
 // No framework and no build step: this file is compiled into the weir binary.
 "use strict";
 
@@ -8,6 +9,7 @@ const TASK_STATES = ["created", "scheduled", "deploying", "initializing", "runni
 
 let refreshMs = 3000;
 let paused = false;
+let operatorMode = false; // served by `weir operator`: the Deployments pages
 let rendering = false;
 let timer = null;
 
@@ -115,7 +117,9 @@ async function render() {
       case "taskmanagers": html = await pageTaskManagers(); break;
       case "taskmanager": html = await pageTaskManager(parts[1]); break;
       case "jobmanager": html = await pageJobManager(); break;
-      default: html = await pageOverview();
+      case "deployments": html = await pageDeployments(); break;
+      case "deployment": html = await pageDeployment(decodeURIComponent(parts[1] || "")); break;
+      default: html = operatorMode ? await pageDeployments() : await pageOverview();
     }
     document.getElementById("view").innerHTML = html;
     document.body.dataset.page = parts[0];
@@ -618,6 +622,74 @@ function actionCancel(jid) {
   });
 }
 
+// ---------------------------------------------------------------- deployments (weir operator)
+
+function lifecycleBadge(state) {
+  const colour = { STABLE: "RUNNING", DEPLOYED: "CREATED", CREATED: "CREATED", UPGRADING: "RESTARTING",
+    ROLLING_BACK: "RESTARTING", SUSPENDED: "SUSPENDED", ROLLED_BACK: "CANCELED", FAILED: "FAILED", DELETING: "CANCELLING" }[state] || "CREATED";
+  return `<span class="state st-${esc(colour)}">${esc(state)}</span>`;
+}
+
+async function pageDeployments() {
+  setCrumbs([["Deployments"]]);
+  setActiveNav("deployments");
+  const { deployments } = await api("deployments");
+  if (!deployments.length) {
+    return `<div class="panel"><h2>Deployments</h2><p class="muted">No deployment is declared. <code>weir deployment apply -f FILE</code> declares one.</p></div>`;
+  }
+  const rows = deployments.map((d) => {
+    const st = d.status || {};
+    const job = st.jobStatus || {};
+    const op = st.operation;
+    return `<tr class="link" onclick="location.hash='#/deployment/${encodeURIComponent(d.metadata.name)}'">
+      <td><a href="#/deployment/${encodeURIComponent(d.metadata.name)}">${esc(d.metadata.name)}</a></td>
+      <td>${lifecycleBadge(st.lifecycleState || "CREATED")}${op ? `<div class="muted">${esc(op.kind)}: ${esc(op.step.name)}</div>` : ""}</td>
+      <td>${job.state ? badge(job.state) : "-"}</td>
+      <td>${esc(d.spec.job.name)} <span class="muted">p=${esc(String(d.spec.job.parallelism || "default"))}</span></td>
+      <td>${esc(d.spec.job.upgradeMode)}</td>
+      <td>${esc(String(st.observedGeneration || 0))} / ${esc(String(d.metadata.generation))}</td>
+      <td>${st.error ? `<span class="error-text">${esc(st.error)}</span>` : ""}</td></tr>`;
+  }).join("");
+  return `<div class="panel"><h2>Deployments</h2><table>
+    <tr><th>Name</th><th>Lifecycle</th><th>Job</th><th>Catalog job</th><th>Upgrade mode</th><th>Generation (observed / applied)</th><th>Error</th></tr>${rows}</table></div>`;
+}
+
+async function pageDeployment(name) {
+  setCrumbs([["Deployments", "#/deployments"], [name]]);
+  setActiveNav("deployments");
+  const d = await api(`deployments/${encodeURIComponent(name)}`);
+  const st = d.status || {};
+  const job = st.jobStatus || {};
+  const rec = st.reconciliationStatus || {};
+  const cluster = st.clusterInfo;
+  const op = st.operation;
+  const history = (st.savepointHistory || []).slice().reverse().map((h) => `<tr>
+    <td>${fmtTime(h.timeStamp)}</td><td>${badge(h.triggerType)}</td><td>${esc(h.formatType)}</td><td class="mono">${esc(h.location)}</td></tr>`).join("");
+  const specRow = (label, spec) => spec ? `<tr><th>${label}</th><td>${esc(spec.binary)} · ${esc(spec.job.name)} ${esc((spec.job.args || []).join(" "))} · p=${esc(String(spec.job.parallelism || "default"))} · ${esc(spec.job.upgradeMode)} · ${esc(spec.job.state)}</td></tr>` : "";
+  return `
+    <div class="cards">
+      <div class="card"><div class="label">Lifecycle</div><div class="value">${lifecycleBadge(st.lifecycleState || "CREATED")}</div></div>
+      <div class="card"><div class="label">Job</div><div class="value">${job.state ? badge(job.state) : "-"}</div></div>
+      <div class="card"><div class="label">Generation</div><div class="value">${esc(String(st.observedGeneration || 0))} <small>of ${esc(String(d.metadata.generation))}</small></div></div>
+      <div class="card"><div class="label">Savepoints</div><div class="value">${(st.savepointHistory || []).length}</div></div>
+    </div>
+    ${st.error ? `<div class="panel"><h2>Error</h2><p class="error-text">${esc(st.error)}</p></div>` : ""}
+    ${op ? `<div class="panel"><h2>In progress</h2><p>${esc(op.kind)} to generation ${esc(String(op.generation))} (${esc(op.mode)} mode): <b>${esc(op.step.name)}</b>${op.restoreFrom ? ` · from <span class="mono">${esc(op.restoreFrom)}</span>` : ""}</p></div>` : ""}
+    <div class="panel"><h2>Job status</h2><table>
+      <tr><th>Job</th><td>${job.jobId ? (cluster ? `<a href="${esc(cluster.restAddress)}/#/job/${esc(job.jobId)}" target="_blank" class="mono">${esc(job.jobId)}</a>` : `<span class="mono">${esc(job.jobId)}</span>`) : "-"}</td></tr>
+      <tr><th>Cluster</th><td>${cluster ? `<a href="${esc(cluster.restAddress)}/" target="_blank">${esc(cluster.restAddress)}</a> <span class="muted">(${esc(cluster.binary)})</span>` : "none running"}</td></tr>
+      <tr><th>Started</th><td>${job.startTime ? fmtTime(job.startTime) : "-"}</td></tr>
+      <tr><th>Restored from</th><td class="mono">${esc(job.restoredFrom || "-")}</td></tr>
+      <tr><th>Upgrade savepoint</th><td class="mono">${esc(job.upgradeSavepointPath || "-")}</td></tr>
+      <tr><th>Last checkpoint</th><td class="mono">${esc(job.lastCheckpointPath || "-")}</td></tr></table></div>
+    <div class="panel"><h2>Reconciliation</h2><table>
+      <tr><th>State</th><td>${esc(rec.state || "-")}</td></tr>
+      <tr><th>Since</th><td>${rec.reconciliationTimestamp ? fmtTime(rec.reconciliationTimestamp) : "-"}</td></tr>
+      ${specRow("Last reconciled spec", rec.lastReconciledSpec)}
+      ${specRow("Last stable spec", rec.lastStableSpec)}</table></div>
+    <div class="panel"><h2>Savepoint history</h2>${history ? `<table><tr><th>Time</th><th>Trigger</th><th>Format</th><th>Location</th></tr>${history}</table>` : `<p class="muted">No savepoint yet.</p>`}</div>`;
+}
+
 // ---------------------------------------------------------------- start
 
 async function start() {
@@ -626,6 +698,8 @@ async function start() {
   try {
     const config = await api("config");
     refreshMs = Math.max(500, config["refresh-interval"] || refreshMs);
+    operatorMode = !!(config.features && config.features.deployments);
+    document.body.classList.toggle("operator", operatorMode);
     document.getElementById("version").textContent = config["flink-version"];
   } catch (_) { /* keep the defaults; render() reports the error */ }
   window.addEventListener("hashchange", render);

@@ -351,6 +351,17 @@ fn upgrades_in_every_mode_suspend_and_resume_carry_the_counts_on_exactly_once() 
     committed_counts(&out);
     assert_eq!(harness.most_clusters_alive_at_once(), 1, "two clusters of the deployment ran at once");
 
+    // The operator's REST API serves the same, in the Flink operator's status shape.
+    let log = std::fs::read_to_string(harness.dir.path().join("operator.log")).unwrap();
+    let rest = log.lines().rev().find_map(|l| l.split("REST API and Web UI at ").nth(1)).unwrap().trim().to_string();
+    let agent = ureq::Agent::config_builder().http_status_as_error(false).build().new_agent();
+    let body = agent.get(format!("{rest}/deployments/counts")).call().unwrap().body_mut().read_to_string().unwrap();
+    let served: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(served["status"]["lifecycleState"], "STABLE", "{served:#}");
+    assert_eq!(served["status"]["jobStatus"]["jobId"], stateless["status"]["jobStatus"]["jobId"]);
+    let body = agent.get(format!("{rest}/deployments")).call().unwrap().body_mut().read_to_string().unwrap();
+    assert!(body.starts_with("{\"deployments\":[{\"apiVersion\":\"weir.dev/v1\""), "{body}");
+
     // A manual savepoint through the nonce.
     spec.nonce = Some(1);
     harness.apply(&spec);
