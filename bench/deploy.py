@@ -134,8 +134,12 @@ if __name__ == "__main__":
             took = time.time() - t0
             results[mode].append(took)
             marks = steps(open(b.log.name).read(), before)
-            detail = "; ".join(text for _, text in marks if "cluster" in text or "savepoint" in text)
-            print(f"{mode:10} -> p={parallelism}: apply to RUNNING {took*1000:.0f} ms  ({detail})")
+            print(f"{mode:10} -> p={parallelism}: apply to RUNNING {took*1000:.0f} ms")
+            if marks:
+                from datetime import datetime
+                at = lambda stamp: datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+                for stamp, text in marks:
+                    print(f"    +{(at(stamp) - t0) * 1000:5.0f} ms  {text[:110]}")
         for mode, times in results.items():
             if times:
                 times.sort()

@@ -27,9 +27,9 @@ const DONE: &str = "@@@tutorial-done";
 /// What the tutorial names and the test replaces.
 const TUTORIAL_DIR: &str = "/tmp/weir-tutorial";
 /// The ports the tutorial names, each replaced by a free one: the JobManager's REST and RPC
-/// ports, the second JobManager's (`cluster start --jobmanagers 2` gives it the next ones) and
-/// etcd's client and peer ports.
-const TUTORIAL_PORTS: [&str; 6] = ["8081", "8082", "6123", "6124", "2379", "2380"];
+/// ports, the second JobManager's (`cluster start --jobmanagers 2` gives it the next ones),
+/// etcd's client and peer ports, and the deployment controller's.
+const TUTORIAL_PORTS: [&str; 7] = ["8081", "8082", "6123", "6124", "2379", "2380", "8085"];
 
 /// One ```bash block and the ```text block showing its output, if any.
 struct Step {
@@ -199,11 +199,33 @@ impl Drop for Guard {
                 .stderr(Stdio::null())
                 .status();
         }
+        // The operator and the deployments' clusters run in process groups of their own:
+        // end every process whose command line names the tutorial's directory.
+        let _ = Command::new(&self.weir)
+            .args(["operator", "stop"])
+            .env("WEIR_DATA_DIR", &self.data_dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        kill_processes_naming(&self.data_dir);
         // The group's id is the script's pid (process_group(0)).
         let group = format!("-{}", self.child.id());
         let _ = Command::new("kill").args(["-KILL", "--", &group]).stderr(Stdio::null()).status();
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// SIGKILLs every process whose command line mentions `dir`.
+fn kill_processes_naming(dir: &Path) {
+    let needle = dir.display().to_string();
+    let Ok(entries) = std::fs::read_dir("/proc") else { return };
+    for entry in entries.filter_map(Result::ok) {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else { continue };
+        if String::from_utf8_lossy(&cmdline).contains(&needle) && pid != std::process::id() {
+            let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+        }
     }
 }
 
@@ -415,7 +437,17 @@ fn the_tutorial_runs_as_written() {
     let ha_check = output("$NEW/jobs/$JOB4/checkpoints");
     assert!(ha_check.contains("10 users, 0 with a lost or duplicated count"), "{ha_check}");
 
-    // 9. Stopped.
+    // 9. Deployments: 4 -> 8 in each mode; counts go on in savepoint and last-state mode and
+    // start again in stateless mode.
+    let upgraded = output("deploy $mode 8; done");
+    assert!(upgraded.contains("orders-savepoint   STABLE     RUNNING    savepoint     2/2"), "{upgraded}");
+    assert!(upgraded.contains("UPGRADE   CANONICAL  file://"), "{upgraded}");
+    let counted = output("counts /tmp/weir-tutorial/orders-savepoint");
+    assert_eq!(counted.matches("10 users, 0 whose counts").count(), 2, "{counted}");
+    assert!(counted.contains("10 users, 10 whose counts"), "{counted}");
+    assert!(output("weir operator stop").contains("Stopped the operator"), "{}", output("weir operator stop"));
+
+    // 10. Stopped.
     let stopped = &outputs[steps.len() - 1];
     assert!(stopped.contains("Stopped 3 cluster process(es)."), "{stopped}");
     assert!(!data_dir.join("cluster/cluster.pids").exists(), "weir cluster stop left its pid file");
@@ -436,7 +468,7 @@ fn metadata_dirs(dir: &Path) -> Vec<PathBuf> {
 
 #[test]
 fn localizing_is_one_pass() {
-    let ports = ["16123", "8081", "2380", "6124", "1", "2"].map(String::from).to_vec();
+    let ports = ["16123", "8081", "2380", "6124", "1", "2", "3"].map(String::from).to_vec();
     let localize = Localize { dir: "/tmp/x8081".into(), ports };
     assert_eq!(
         localize.apply("/tmp/weir-tutorial/a rest.port: 8081 rpc 6123 standby 8082 6124 etcd 2379 2380"),

@@ -517,3 +517,35 @@ fn a_bad_spec_is_refused_with_its_field_path_and_changes_nothing() {
     assert_eq!(output.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&output.stderr).contains("no deployment 'counts'"));
 }
+
+#[test]
+fn a_deployment_whose_cluster_died_starts_again_from_its_newest_checkpoint() {
+    let harness = Harness::new();
+    let out = harness.out("out");
+    let mut spec = Spec::new(&out);
+    spec.mode = "last-state";
+    harness.apply(&spec);
+    let first = harness.wait_stable(1);
+    let counts = wait_counts_beyond(&out, &BTreeMap::new());
+    // Every process of the cluster dies at once, as with a machine restart.
+    let dir = PathBuf::from(first["status"]["clusterInfo"]["dir"].as_str().unwrap());
+    for pid in weir_deploy::processes::processes_of(&dir) {
+        let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+    }
+    let recovered = harness.wait("a new cluster", |s| {
+        s["status"]["clusterInfo"]["seq"]
+            .as_u64()
+            .is_some_and(|seq| seq > first["status"]["clusterInfo"]["seq"].as_u64().unwrap())
+            && s["status"]["jobStatus"]["state"] == "RUNNING"
+            && s["status"]["jobStatus"]["ready"] == true
+    });
+    assert_ne!(job_id(&recovered), job_id(&first));
+    assert!(
+        recovered["status"]["jobStatus"]["restoredFrom"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("{}/chk-", job_id(&first))),
+        "{recovered:#}"
+    );
+    wait_counts_beyond(&out, &counts);
+}
