@@ -740,6 +740,8 @@ impl Controller {
         }
     }
 
+    /// Records the savepoint of an upgrade's (or suspend's) stop: in the history and
+    /// `upgradeSavepointPath`, and as the new job's start point unless the spec named one.
     fn record_upgrade_savepoint(
         &self,
         name: &str,
@@ -747,11 +749,13 @@ impl Controller {
         operation: &mut Operation,
         location: &str,
     ) -> Outcome {
-        if operation.restore_from.as_deref() == Some(location) {
+        if status.savepoint_history.iter().any(|r| r.location == location) && operation.restore_from.is_some() {
             return Ok(());
         }
         tracing::info!(deployment = %name, "upgrade savepoint {location}");
-        operation.restore_from = Some(location.to_string());
+        if operation.restore_from.is_none() {
+            operation.restore_from = Some(location.to_string());
+        }
         status.job_status.upgrade_savepoint_path = Some(location.to_string());
         if !status.savepoint_history.iter().any(|r| r.location == location) {
             status.savepoint_history.push(SavepointRecord {
@@ -836,7 +840,7 @@ impl Controller {
                     if let Some(view) = &view
                         && view.state == "FINISHED"
                         && let Some(location) = &view.latest_savepoint
-                        && operation.restore_from.is_none()
+                        && !status.savepoint_history.iter().any(|r| &r.location == location)
                     {
                         // The stop completed while no controller watched it.
                         let location = location.clone();

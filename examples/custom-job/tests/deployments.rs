@@ -549,3 +549,81 @@ fn a_deployment_whose_cluster_died_starts_again_from_its_newest_checkpoint() {
     );
     wait_counts_beyond(&out, &counts);
 }
+
+#[test]
+fn periodic_savepoints_are_trimmed_and_a_new_initial_savepoint_path_is_a_manual_rollback() {
+    let harness = Harness::new();
+    let out = harness.out("out");
+    let mut spec = Spec::new(&out);
+    spec.extra_configuration = vec![
+        ("kubernetes.operator.periodic.savepoint.interval", "300ms"),
+        ("kubernetes.operator.savepoint.history.max.count", "2"),
+    ];
+    harness.apply(&spec);
+    harness.wait_stable(1);
+    // Periodic savepoints, the history kept at two, the older ones disposed.
+    let status = harness.wait("five periodic savepoints", |s| {
+        s["status"]["lastPeriodicSavepointMs"].as_u64().is_some_and(|t| t > 0)
+            && std::fs::read_dir(harness.deployment_dir().join("savepoints")).is_ok_and(|d| d.count() >= 2)
+            && s["status"]["savepointHistory"].as_array().is_some_and(|h| h.len() == 2)
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    let status = harness.wait("the history trimmed again", |s| {
+        s["status"]["savepointHistory"].as_array().is_some_and(|h| h.len() == 2) && s != &status
+    });
+    let kept: Vec<String> = status["status"]["savepointHistory"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["location"].as_str().unwrap().trim_start_matches("file://").to_string())
+        .collect();
+    assert!(status["status"]["savepointHistory"].as_array().unwrap().iter().all(|r| r["triggerType"] == "PERIODIC"));
+    let on_disk: Vec<PathBuf> = std::fs::read_dir(harness.deployment_dir().join("savepoints"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("_metadata").is_file())
+        .collect();
+    // About ten were taken; the two of the history are there, and at most one more (the
+    // newest, completed after this status was read).
+    assert!(kept.iter().all(|k| Path::new(k).join("_metadata").is_file()), "{kept:?}");
+    assert!(on_disk.len() <= 3, "the disposed savepoints are still there: {on_disk:?}");
+    wait_counts_beyond(&out, &BTreeMap::new());
+
+    // The lesson's manual rollback: the spec names a savepoint to start from.
+    let savepoint = format!("file://{}", kept[0]);
+    spec.extra_configuration.clear();
+    spec.parallelism = 3;
+    let text = spec
+        .yaml()
+        .replace("    state: running\n", &format!("    state: running\n    initialSavepointPath: {savepoint}\n"));
+    std::fs::write(harness.dir.path().join("counts.yaml"), &text).unwrap();
+    let file = harness.dir.path().join("counts.yaml");
+    let output = harness.weir().args(["deployment", "apply", "-f"]).arg(&file).output().unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let restored = harness.wait_stable(2);
+    assert_eq!(restored["status"]["jobStatus"]["restoredFrom"], savepoint.as_str());
+    // (Restoring an older savepoint writes again what came after it, as the lesson says: no
+    // exactly-once check of the output here.)
+}
+
+#[test]
+fn last_state_without_any_checkpoint_needs_a_manual_restore_and_touches_nothing() {
+    let harness = Harness::new();
+    let out = harness.out("out");
+    let mut spec = Spec::new(&out);
+    spec.mode = "last-state";
+    let text = spec.yaml().replace("    execution.checkpointing.interval: 300ms\n", "");
+    std::fs::write(harness.dir.path().join("counts.yaml"), &text).unwrap();
+    let file = harness.dir.path().join("counts.yaml");
+    let output = harness.weir().args(["deployment", "apply", "-f"]).arg(&file).output().unwrap();
+    assert!(String::from_utf8_lossy(&output.stderr).contains("last-state without execution.checkpointing.interval"));
+    let first = harness.wait("RUNNING", |s| s["status"]["lifecycleState"] == "STABLE");
+    let text = text.replace("parallelism: 2", "parallelism: 3");
+    std::fs::write(&file, &text).unwrap();
+    harness.weir().args(["deployment", "apply", "-f"]).arg(&file).output().unwrap();
+    let refused = harness
+        .wait("the refusal", |s| s["status"]["error"].as_str().is_some_and(|e| e.contains("Manual restore required")));
+    assert_eq!(job_id(&refused), job_id(&first));
+    assert_eq!(refused["status"]["jobStatus"]["state"], "RUNNING", "the job was touched: {refused:#}");
+    assert_eq!(refused["status"]["lifecycleState"], "FAILED");
+}
