@@ -318,6 +318,9 @@ fn client_mistakes_get_flink_error_bodies() {
         let (status, body) = client.get(&path);
         assert_error(status, &body, 404, &format!("Job {unknown} not found"));
     }
+    // A JobManager keeps no deployments: the answer says who does.
+    let (status, body) = client.get("/deployments");
+    assert_error(status, &body, 404, "ask the deployment controller (`weir operator`");
     let (status, body) = client.patch(&format!("/jobs/{unknown}?mode=cancel"));
     assert_error(status, &body, 404, &format!("Job {unknown} not found"));
 
@@ -502,6 +505,8 @@ fn openapi_documents_every_route() {
         ("/taskmanagers", &["get"]),
         ("/taskmanagers/{taskmanagerid}", &["get"]),
         ("/metrics", &["get"]),
+        ("/deployments", &["get"]),
+        ("/deployments/{name}", &["get"]),
     ];
     let mut documented: Vec<&String> = paths.keys().collect();
     documented.sort();
