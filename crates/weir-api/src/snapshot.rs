@@ -5,16 +5,30 @@ use std::collections::HashMap;
 
 use weir_state::{KeyedBackendSnapshot, RestoredTable};
 
+pub use weir_types::SnapshotFormat;
+
 /// What a barrier asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum BarrierKind {
-    /// A periodic checkpoint.
+    /// A periodic checkpoint (native format).
     Checkpoint,
     /// A savepoint; with `terminate`, the job stops once it completes (stop-with-savepoint).
     Savepoint {
         /// Stop after this savepoint.
         terminate: bool,
+        /// Its format.
+        format: SnapshotFormat,
     },
+}
+
+impl BarrierKind {
+    /// The format this snapshot is written in.
+    pub fn format(&self) -> SnapshotFormat {
+        match self {
+            BarrierKind::Checkpoint => SnapshotFormat::Native,
+            BarrierKind::Savepoint { format, .. } => *format,
+        }
+    }
 }
 
 /// A checkpoint barrier: flows in-band with the records, from the sources to the sinks.
@@ -31,7 +45,7 @@ pub struct Barrier {
 impl Barrier {
     /// True for stop-with-savepoint: tasks end once this snapshot completes.
     pub fn terminates(&self) -> bool {
-        matches!(self.kind, BarrierKind::Savepoint { terminate: true })
+        matches!(self.kind, BarrierKind::Savepoint { terminate: true, .. })
     }
 }
 

@@ -95,10 +95,11 @@
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
+pub use weir_types::SnapshotFormat;
 use weir_types::{KeyGroupRange, MAX_PARALLELISM_UPPER_BOUND, compute_key_group_range_for_operator_index};
 
 /// The version of the snapshot format this weir writes.
-pub const FORMAT_VERSION: u32 = 2;
+pub const FORMAT_VERSION: u32 = 3;
 
 /// The oldest version this weir reads (every version up to [`FORMAT_VERSION`] is read).
 pub const FORMAT_VERSION_OLDEST: u32 = 1;
@@ -151,6 +152,22 @@ pub struct SnapshotMetadata {
     pub max_parallelism: u32,
     /// Every operator of the job, with or without state.
     pub operators: Vec<OperatorSnapshot>,
+    /// `CANONICAL` (every key group's entries sorted by key bytes: any state backend reads
+    /// it) or `NATIVE` (the writing backend's own layout: only it reads it). Version 3;
+    /// absent means canonical, and canonical is not written.
+    #[serde(default, skip_serializing_if = "SnapshotFormat::is_canonical")]
+    pub format: SnapshotFormat,
+    /// The state backend that wrote it (`state.backend.type`). Version 3; absent means
+    /// `hashmap`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state_backend: Option<String>,
+}
+
+impl SnapshotMetadata {
+    /// The state backend that wrote the snapshot.
+    pub fn backend(&self) -> &str {
+        self.state_backend.as_deref().unwrap_or("hashmap")
+    }
 }
 
 /// One operator's state in a snapshot.
@@ -490,6 +507,12 @@ pub fn validate_metadata(metadata: &SnapshotMetadata, location: &str) -> Result<
     if metadata.format_version < 2 && metadata.operators.iter().flat_map(|o| &o.subtasks).any(|s| s.finished) {
         return fail(format!("format version {} has no finished subtasks", metadata.format_version));
     }
+    if metadata.format_version < 3 && (!metadata.format.is_canonical() || metadata.state_backend.is_some()) {
+        return fail(format!(
+            "format version {} has no native snapshots and no state backend name",
+            metadata.format_version
+        ));
+    }
     let max_p = metadata.max_parallelism;
     if max_p == 0 || max_p > MAX_PARALLELISM_UPPER_BOUND {
         return fail(format!("max parallelism {max_p} is outside 1..={MAX_PARALLELISM_UPPER_BOUND}"));
@@ -612,6 +635,8 @@ pub fn validate_metadata(metadata: &SnapshotMetadata, location: &str) -> Result<
 #[derive(Debug)]
 pub struct DataFileWriter {
     buffer: Vec<u8>,
+    /// Bytes already handed out by [`DataFileWriter::take_chunk`].
+    flushed: u64,
     blocks: usize,
 }
 
@@ -627,20 +652,50 @@ impl DataFileWriter {
         let mut buffer = Vec::with_capacity(4096);
         buffer.extend_from_slice(DATA_MAGIC);
         buffer.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
-        DataFileWriter { buffer, blocks: 0 }
+        DataFileWriter { buffer, flushed: 0, blocks: 0 }
     }
 
     /// Appends a block and returns its reference (offset, length, CRC-32).
     pub fn add_block(&mut self, bytes: &[u8], key_group: Option<u32>, entries: u64) -> BlockRef {
-        let offset = self.buffer.len() as u64;
+        let offset = self.len();
         self.buffer.extend_from_slice(bytes);
         self.blocks += 1;
         BlockRef { key_group, offset, length: bytes.len() as u64, crc32: crc32fast::hash(bytes), entries }
     }
 
+    /// Appends a block that `write` encodes straight into the file's buffer (no copy), and
+    /// returns its reference; on an error nothing is appended.
+    pub fn add_block_with<E>(
+        &mut self,
+        key_group: Option<u32>,
+        entries: u64,
+        write: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
+    ) -> Result<BlockRef, E> {
+        let offset = self.len();
+        let start = self.buffer.len();
+        if let Err(error) = write(&mut self.buffer) {
+            self.buffer.truncate(start);
+            return Err(error);
+        }
+        let bytes = &self.buffer[start..];
+        self.blocks += 1;
+        Ok(BlockRef { key_group, offset, length: bytes.len() as u64, crc32: crc32fast::hash(bytes), entries })
+    }
+
     /// Current length of the file in bytes, header included.
     pub fn len(&self) -> u64 {
-        self.buffer.len() as u64
+        self.flushed + self.buffer.len() as u64
+    }
+
+    /// The bytes buffered so far, once there are at least `min` of them, to be written out
+    /// while the file grows (they are the file's next bytes).
+    pub fn take_chunk(&mut self, min: usize) -> Option<Vec<u8>> {
+        if self.buffer.len() < min {
+            return None;
+        }
+        let chunk = std::mem::replace(&mut self.buffer, Vec::with_capacity(min + min / 4));
+        self.flushed += chunk.len() as u64;
+        Some(chunk)
     }
 
     /// True when no block has been added.
@@ -648,7 +703,7 @@ impl DataFileWriter {
         self.blocks == 0
     }
 
-    /// The file's bytes.
+    /// The file's (remaining) bytes.
     pub fn finish(self) -> Bytes {
         Bytes::from(self.buffer)
     }
@@ -745,10 +800,22 @@ mod tests {
         let bytes = encode_metadata(&metadata);
         let value: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
         assert_eq!(value["magic"], "weir-snapshot");
-        assert_eq!(value["format_version"], 2);
+        assert_eq!(value["format_version"], 3);
         assert_eq!(value["metadata"]["kind"], "savepoint");
         assert_eq!(value["metadata"]["operators"][0]["subtasks"][0]["operator_states"][0]["mode"], "split");
+        assert_eq!(value["metadata"]["state_backend"], "hashmap");
+        assert!(value["metadata"].get("format").is_none(), "canonical is not written");
         assert_eq!(decode_metadata(&bytes, LOCATION).unwrap(), metadata);
+        // Version 3's native snapshots.
+        let native = SnapshotMetadata { format: SnapshotFormat::Native, ..metadata };
+        let bytes = encode_metadata(&native);
+        let value: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(value["metadata"]["format"], "NATIVE");
+        assert_eq!(decode_metadata(&bytes, LOCATION).unwrap(), native);
+        // An older version cannot say it.
+        let old = SnapshotMetadata { format_version: 2, ..native };
+        let error = decode_metadata(&encode_metadata(&old), LOCATION).unwrap_err();
+        assert!(error.to_string().contains("format version 2 has no native snapshots"), "{error}");
     }
 
     #[test]
@@ -793,7 +860,7 @@ mod tests {
         let mut value = original.clone();
         value["format_version"] = 7.into();
         let error = decode_metadata(&serde_json::to_vec(&value).unwrap(), LOCATION).unwrap_err();
-        assert!(error.to_string().contains("written by a newer weir (format 7); this weir reads format 2"), "{error}");
+        assert!(error.to_string().contains("written by a newer weir (format 7); this weir reads format 3"), "{error}");
 
         let mut value = original.clone();
         value["metadata"]["job_name"] = "renamed".into();
@@ -878,8 +945,8 @@ mod tests {
         wrong[0] = b'X';
         assert!(matches!(check_data_header(&wrong, location), Err(FormatError::BadDataFile { .. })));
         wrong[0] = b'W';
-        wrong[8] = 3;
-        assert!(matches!(check_data_header(&wrong, location), Err(FormatError::NewerVersion { version: 3, .. })));
+        wrong[8] = 4;
+        assert!(matches!(check_data_header(&wrong, location), Err(FormatError::NewerVersion { version: 4, .. })));
         wrong[8] = 1;
         check_data_header(&wrong, location).unwrap();
     }
@@ -888,6 +955,7 @@ mod tests {
     fn version_1_files_are_read_and_finished_subtasks_need_version_2() {
         let mut metadata = sample();
         metadata.format_version = 1;
+        metadata.state_backend = None;
         let bytes = encode_metadata(&metadata);
         let value: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
         assert_eq!(value["format_version"], 1);
@@ -913,8 +981,11 @@ mod tests {
         #![proptest_config(ProptestConfig::with_cases(64))]
 
         #[test]
-        fn metadata_round_trips(spec in arb_spec()) {
-            let (metadata, _files) = build_snapshot(&spec);
+        fn metadata_round_trips(spec in arb_spec(), native in any::<bool>()) {
+            let (mut metadata, _files) = build_snapshot(&spec);
+            if native {
+                metadata.format = SnapshotFormat::Native;
+            }
             validate_metadata(&metadata, LOCATION).unwrap();
             let decoded = decode_metadata(&encode_metadata(&metadata), LOCATION).unwrap();
             prop_assert_eq!(decoded, metadata);

@@ -134,6 +134,8 @@ pub fn inspect_json(metadata: &SnapshotMetadata, location: &str) -> Value {
         "location": location,
         "kind": metadata.kind,
         "format_version": metadata.format_version,
+        "format": metadata.format.as_str(),
+        "state_backend": metadata.backend(),
         "job_id": metadata.job_id,
         "job_name": metadata.job_name,
         "checkpoint_id": metadata.checkpoint_id,
@@ -165,6 +167,14 @@ pub fn inspect_text(metadata: &SnapshotMetadata, location: &str) -> String {
     let _ = writeln!(out, "  taken:            {}", format_utc(metadata.timestamp_ms));
     let _ = writeln!(out, "  max parallelism:  {}", metadata.max_parallelism);
     let _ = writeln!(out, "  format version:   {}", metadata.format_version);
+    let portable =
+        if metadata.format.is_canonical() { "any state backend restores it" } else { "only that backend restores it" };
+    let _ = writeln!(
+        out,
+        "  format:           {} (written by the {} state backend; {portable})",
+        metadata.format.as_str().to_lowercase(),
+        metadata.backend()
+    );
     let _ = writeln!(out, "  state size:       {}", format_bytes(number(&report["bytes"])));
     let _ = writeln!(out, "  operators:        {}", metadata.operators.len());
     for operator in report["operators"].as_array().into_iter().flatten() {
@@ -293,6 +303,7 @@ mod tests {
             "kind:             savepoint",
             "taken:            2023-11-14 22:13:20 UTC",
             "max parallelism:  8",
+            "format:           canonical (written by the hashmap state backend; any state backend restores it)",
             "Operator 'counter' (Operator counter): parallelism 2, key type u64",
             "keyed state 'state-0': value of i64",
             "in 8 key groups",

@@ -22,6 +22,7 @@ mod testutil;
 use bytes::Bytes;
 
 pub use dispose::{Disposed, dispose};
+pub use format::SnapshotFormat;
 pub use format::{
     BlockRef, DataFileWriter, FORMAT_VERSION, FormatError, KeyedStateHandle, OperatorSnapshot, OperatorStateHandle,
     RedistributionMode, SnapshotKind, SnapshotMetadata, SubtaskSnapshot, check_data_header, decode_metadata,
@@ -31,7 +32,7 @@ pub use inspect::{inspect_json, inspect_text};
 pub use paths::METADATA_FILE;
 pub use restore::{NewOperator, RestoreError, RestorePlan, RestoreRequest, SubtaskRestore, plan_restore};
 pub use rewrite::{RewriteError, rewrite_max_parallelism};
-pub use storage::{BlockingStorage, SnapshotStorage, StorageError, io_runtime};
+pub use storage::{BlockingStorage, SnapshotStorage, StorageError, StreamingWrite, io_runtime};
 
 /// Reading a snapshot failed: the storage could not be read, or what was read is not valid.
 #[derive(Debug, thiserror::Error)]

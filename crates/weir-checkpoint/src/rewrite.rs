@@ -56,6 +56,16 @@ pub enum RewriteError {
         /// The decoding error.
         reason: String,
     },
+    /// The source is a native snapshot: its layout belongs to its backend.
+    #[error(
+        "{location} is a native snapshot (of the {backend} backend); only canonical snapshots can be rewritten: take one with `weir savepoint --type canonical JOBID DIR` (or `weir stop --type canonical`) and rewrite that"
+    )]
+    Native {
+        /// The snapshot.
+        location: String,
+        /// The backend that wrote it.
+        backend: String,
+    },
     /// The target already holds a snapshot.
     #[error("{location} already holds a snapshot; give a new directory")]
     TargetExists {
@@ -135,6 +145,12 @@ pub async fn rewrite_max_parallelism(
     new_max: u32,
 ) -> Result<SnapshotMetadata, RewriteError> {
     let metadata = load_metadata(source).await?;
+    if !metadata.format.is_canonical() {
+        return Err(RewriteError::Native {
+            location: source.display().to_string(),
+            backend: metadata.backend().to_string(),
+        });
+    }
     check_max_parallelism(&metadata, source.display(), new_max)?;
     if target.exists(crate::METADATA_FILE).await? {
         return Err(RewriteError::TargetExists { location: target.display().to_string() });
@@ -351,6 +367,8 @@ mod tests {
                     subtasks: counter_subtasks,
                 },
             ],
+            format: crate::format::SnapshotFormat::Canonical,
+            state_backend: None,
         };
         storage.blocking().block_on(write_metadata(storage, &metadata)).unwrap();
         metadata

@@ -559,6 +559,21 @@ impl BlockingStorage {
         self.block_on(self.storage.put(relative, bytes))
     }
 
+    /// Starts writing the object `relative` as a stream of parts (a multipart upload), for
+    /// objects too large to build in memory first. The object appears only when
+    /// [`StreamingWrite::finish`] succeeds; dropped before, nothing stays.
+    pub fn stream(&self, relative: &str) -> Result<StreamingWrite, StorageError> {
+        let upload = self
+            .block_on(self.storage.store.put_multipart(&self.storage.path(relative)))
+            .map_err(|error| self.storage.error("write", relative, error))?;
+        Ok(StreamingWrite {
+            write: Some(object_store::WriteMultipart::new_with_chunk_size(upload, STREAM_PART_BYTES)),
+            runtime: self.runtime.clone(),
+            storage: self.storage.clone(),
+            relative: relative.to_string(),
+        })
+    }
+
     /// Blocking [`SnapshotStorage::get`].
     pub fn get(&self, relative: &str) -> Result<Bytes, StorageError> {
         self.block_on(self.storage.get(relative))
@@ -600,9 +615,95 @@ impl BlockingStorage {
     }
 }
 
+/// Part size of a [`StreamingWrite`] (S3's minimum part is 5 MiB).
+pub const STREAM_PART_BYTES: usize = 8 * 1024 * 1024;
+
+/// Parts of a [`StreamingWrite`] in flight at once: the memory a stream holds is about
+/// this many parts.
+const STREAM_PARTS_IN_FLIGHT: usize = 2;
+
+/// An object being written part by part ([`BlockingStorage::stream`]).
+pub struct StreamingWrite {
+    write: Option<object_store::WriteMultipart>,
+    runtime: tokio::runtime::Handle,
+    storage: SnapshotStorage,
+    relative: String,
+}
+
+impl StreamingWrite {
+    /// Appends `bytes`, waiting while too many parts are in flight.
+    pub fn write(&mut self, bytes: &[u8]) -> Result<(), StorageError> {
+        let Some(write) = self.write.as_mut() else { return Ok(()) };
+        self.runtime
+            .block_on(write.wait_for_capacity(STREAM_PARTS_IN_FLIGHT))
+            .map_err(|error| self.storage.error("write", &self.relative, error))?;
+        // Uploads of full parts start on the runtime.
+        let _context = self.runtime.enter();
+        write.write(bytes);
+        Ok(())
+    }
+
+    /// Appends `bytes` without copying them.
+    pub fn put(&mut self, bytes: Bytes) -> Result<(), StorageError> {
+        let Some(write) = self.write.as_mut() else { return Ok(()) };
+        self.runtime
+            .block_on(write.wait_for_capacity(STREAM_PARTS_IN_FLIGHT))
+            .map_err(|error| self.storage.error("write", &self.relative, error))?;
+        let _context = self.runtime.enter();
+        write.put(bytes);
+        Ok(())
+    }
+
+    /// Writes what is left and completes the object.
+    pub fn finish(mut self) -> Result<(), StorageError> {
+        let Some(write) = self.write.take() else { return Ok(()) };
+        let _context = self.runtime.enter();
+        self.runtime
+            .block_on(write.finish())
+            .map(|_| ())
+            .map_err(|error| self.storage.error("write", &self.relative, error))
+    }
+}
+
+impl Drop for StreamingWrite {
+    fn drop(&mut self) {
+        if let Some(write) = self.write.take() {
+            let _ = self.runtime.block_on(write.abort());
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_streamed_object_appears_whole_on_finish_and_not_at_all_when_dropped() {
+        {
+            let dir = tempfile::tempdir().unwrap();
+            let storage = SnapshotStorage::from_url(&format!("file://{}", dir.path().display())).unwrap().blocking();
+            let part = vec![7u8; STREAM_PART_BYTES + 123];
+            let mut stream = storage.stream("chk-1/task-0-0.state").unwrap();
+            stream.write(b"head").unwrap();
+            stream.put(Bytes::from(part.clone())).unwrap();
+            stream.put(Bytes::from_static(b"tail")).unwrap();
+            assert!(!storage.exists("chk-1/task-0-0.state").unwrap(), "visible before finish");
+            stream.finish().unwrap();
+            let bytes = storage.get("chk-1/task-0-0.state").unwrap();
+            assert_eq!(bytes.len(), 4 + part.len() + 4);
+            assert_eq!(&bytes[..4], b"head");
+            assert_eq!(&bytes[bytes.len() - 4..], b"tail");
+
+            let mut dropped = storage.stream("chk-2/task-0-0.state").unwrap();
+            dropped.put(Bytes::from(part)).unwrap();
+            drop(dropped);
+            assert!(!storage.exists("chk-2/task-0-0.state").unwrap(), "a dropped stream left its object");
+            let left: Vec<_> = std::fs::read_dir(dir.path().join("chk-2"))
+                .map(|d| d.flatten().map(|e| e.path()).collect())
+                .unwrap_or_default();
+            assert!(left.is_empty(), "a dropped stream left {left:?}");
+        }
+    }
 
     async fn exercise(storage: &SnapshotStorage) {
         let job = storage.child("job-a");

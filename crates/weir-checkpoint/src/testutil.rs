@@ -176,6 +176,8 @@ pub(crate) fn build_snapshot(spec: &SnapshotSpec) -> (SnapshotMetadata, BTreeMap
         timestamp_ms: 1_700_000_000_123,
         max_parallelism: max_p,
         operators,
+        format: crate::format::SnapshotFormat::Canonical,
+        state_backend: Some("hashmap".into()),
     };
     (metadata, files)
 }

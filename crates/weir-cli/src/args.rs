@@ -228,12 +228,35 @@ pub struct StopArgs {
     /// Where the savepoint goes (default: state.savepoints.dir)
     #[arg(short = 'p', long = "savepoint-path", value_name = "DIR")]
     pub savepoint_path: Option<String>,
+    /// The savepoint's format: canonical (portable, the default) or native (the state
+    /// backend's own layout: faster, restores only into the same backend)
+    #[arg(long = "type", value_name = "canonical|native", default_value = "canonical")]
+    pub format: FormatArg,
     /// Configuration
     #[command(flatten)]
     pub config: ConfigArgs,
     /// The job to stop
     #[arg(value_name = "JOBID")]
     pub job_id: String,
+}
+
+/// `--type` of `savepoint` and `stop` (Flink's `formatType`).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FormatArg {
+    /// Portable: any state backend restores it; `savepoint rewrite` works on it
+    Canonical,
+    /// The state backend's own layout: faster; only the same backend restores it
+    Native,
+}
+
+impl FormatArg {
+    /// Flink's `formatType` value.
+    pub fn rest_name(self) -> &'static str {
+        match self {
+            FormatArg::Canonical => "CANONICAL",
+            FormatArg::Native => "NATIVE",
+        }
+    }
 }
 
 /// `weir savepoint`.
@@ -251,6 +274,10 @@ pub struct SavepointArgs {
     /// With `rewrite`: the new max parallelism (number of key groups)
     #[arg(long = "max-parallelism", value_name = "N")]
     pub max_parallelism: Option<u32>,
+    /// The savepoint's format: canonical (portable, the default) or native (the state
+    /// backend's own layout: faster, restores only into the same backend)
+    #[arg(long = "type", value_name = "canonical|native")]
+    pub format: Option<FormatArg>,
     /// Configuration
     #[command(flatten)]
     pub config: ConfigArgs,

@@ -24,6 +24,10 @@ pub struct SavepointTriggerRequest {
     /// Cancel the job after the savepoint (deprecated in Flink; weir stops it as `stop` does).
     #[serde(rename = "cancel-job", default)]
     pub cancel_job: bool,
+    /// `CANONICAL` (default: any state backend restores it) or `NATIVE` (the backend's own
+    /// layout, faster; only the same backend restores it).
+    #[serde(rename = "formatType", default)]
+    pub format_type: Option<String>,
 }
 
 /// `POST /jobs/{id}/stop` body.
@@ -35,6 +39,9 @@ pub struct StopRequest {
     /// Flink's drain (emit end-of-time watermarks first); weir has no event time yet.
     #[serde(default)]
     pub drain: bool,
+    /// `CANONICAL` (default) or `NATIVE`, as for a savepoint.
+    #[serde(rename = "formatType", default)]
+    pub format_type: Option<String>,
 }
 
 /// `{"request-id": "..."}`.
@@ -50,9 +57,16 @@ fn trigger(
     jobid: &str,
     target: Option<String>,
     terminate: bool,
+    format_type: Option<String>,
 ) -> Result<(StatusCode, Json<TriggerResponse>), ApiError> {
+    let format = match format_type.as_deref() {
+        None => weir_runtime::SnapshotFormat::Canonical,
+        Some(text) => text
+            .parse()
+            .map_err(|_| ApiError::bad_request(format!("formatType '{text}' is not CANONICAL or NATIVE")))?,
+    };
     let job = find_job(&state.dispatcher, jobid)?;
-    match job.trigger_savepoint(target, terminate) {
+    match job.trigger_savepoint_as(target, terminate, format) {
         Ok(request_id) => Ok((StatusCode::ACCEPTED, Json(TriggerResponse { request_id }))),
         Err(message) => Err(ApiError::new(StatusCode::CONFLICT, message)),
     }
@@ -67,7 +81,7 @@ pub(crate) async fn trigger_savepoint(
 ) -> Result<(StatusCode, Json<TriggerResponse>), ApiError> {
     let Path(jobid) = jobid?;
     let Json(body) = body.map_err(|e| ApiError::bad_request(format!("bad savepoint request body: {e}")))?;
-    trigger(&state, &jobid, body.target_directory, body.cancel_job)
+    trigger(&state, &jobid, body.target_directory, body.cancel_job, body.format_type)
 }
 
 /// `POST /jobs/{jobid}/stop`.
@@ -79,7 +93,7 @@ pub(crate) async fn stop_with_savepoint(
 ) -> Result<(StatusCode, Json<TriggerResponse>), ApiError> {
     let Path(jobid) = jobid?;
     let Json(body) = body.map_err(|e| ApiError::bad_request(format!("bad stop request body: {e}")))?;
-    trigger(&state, &jobid, body.target_directory, true)
+    trigger(&state, &jobid, body.target_directory, true, body.format_type)
 }
 
 /// `GET /jobs/{jobid}/savepoints/{requestid}` (and the stop trigger's status): Flink's

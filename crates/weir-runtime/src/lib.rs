@@ -27,3 +27,4 @@ pub use status::{JobDetails, JobOverview};
 pub use dispatcher::{Dispatcher, SubmitError};
 pub use job_master::JobMaster;
 pub use jobgraph::{JobGraph, JobGraphError, JobSettings};
+pub use weir_api::snapshot::SnapshotFormat;

@@ -465,6 +465,37 @@ mod tests {
     }
 
     proptest! {
+        /// The native layout holds exactly the canonical entries, in the table's own order.
+        #[test]
+        fn native_key_groups_hold_the_canonical_entries(
+            entries in proptest::collection::btree_map(any::<u64>(), any::<u64>(), 0..300),
+        ) {
+            let count = ValueState::<u64>::new("count");
+            let mut backend = KeyedStateBackend::<u64>::new(KeyGroupRange::new(0, 7), 8);
+            prop_assume!(!entries.is_empty());
+            for (key, value) in &entries {
+                let located = backend.locate(key).unwrap();
+                backend.value(&count, located).unwrap().set(*value);
+            }
+            let snapshot = backend.snapshot();
+            let mut total = 0;
+            for key_group in 0..8 {
+                let (mut canonical, mut native) = (Vec::new(), Vec::new());
+                snapshot.tables[0].write_key_group(key_group, &mut canonical).unwrap();
+                snapshot.tables[0].write_key_group_native(key_group, &mut native).unwrap();
+                prop_assert_eq!(canonical.len(), native.len());
+                let sorted: Vec<(&[u8], &[u8])> = postcard::from_bytes(&canonical).unwrap();
+                let mut unsorted: Vec<(&[u8], &[u8])> = postcard::from_bytes(&native).unwrap();
+                prop_assert!(sorted.windows(2).all(|w| w[0].0 < w[1].0));
+                unsorted.sort();
+                prop_assert_eq!(&sorted, &unsorted);
+                total += sorted.len();
+            }
+            prop_assert_eq!(total, entries.len());
+        }
+    }
+
+    proptest! {
         #[test]
         fn key_groups_round_trip_through_canonical_bytes(
             entries in proptest::collection::hash_map(any::<u64>(), any::<u64>(), 0..200)

@@ -64,8 +64,8 @@ impl std::fmt::Display for StateKind {
 ///
 /// `Clone` because a checkpoint copies state synchronously and serializes the copy while
 /// processing goes on.
-pub trait StateData: Serialize + DeserializeOwned + Clone + Send + 'static {}
-impl<T: Serialize + DeserializeOwned + Clone + Send + 'static> StateData for T {}
+pub trait StateData: Serialize + DeserializeOwned + Clone + Send + Sync + 'static {}
+impl<T: Serialize + DeserializeOwned + Clone + Send + Sync + 'static> StateData for T {}
 
 /// One keyed state as a function declares it before it runs (Flink's state descriptor):
 /// its name, kind and the Rust type of its stored cells, exactly as snapshots record them,

@@ -1,7 +1,9 @@
 //! A state table: one declared state's entries, one hash map per key group.
 
 use std::any::Any;
+use std::cell::Cell as Flag;
 use std::hash::Hash;
+use std::sync::Arc;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -50,6 +52,14 @@ pub trait TableSnapshot: Send {
     fn key_group_entries(&self, key_group: u32) -> u64;
     /// Serializes one key group's entries in canonical order.
     fn write_key_group(&self, key_group: u32, out: &mut Vec<u8>) -> Result<(), StateError>;
+    /// Serializes one key group's entries in the table's own order (the native format:
+    /// the same encoding, unsorted); by default the canonical order.
+    fn write_key_group_native(&self, key_group: u32, out: &mut Vec<u8>) -> Result<(), StateError> {
+        self.write_key_group(key_group, out)
+    }
+    /// Lets go of one key group once it is written, so the task's next write to it needs no
+    /// copy.
+    fn release_key_group(&mut self, _key_group: u32) {}
 }
 
 /// A state read back from a snapshot, kept as canonical bytes per key group until the
@@ -121,6 +131,90 @@ impl TableSnapshot for RestoredTable {
 }
 
 /// Appends `value` as an unsigned LEB128 varint, postcard's integer and length encoding.
+/// Writes one key group's entries in canonical form: postcard's encoding of
+/// `Vec<(Vec<u8>, Vec<u8>)>`, sorted by key bytes.
+fn write_group<K: Key, C: Cell>(
+    group: &KeyMap<K, C>,
+    key_group: u32,
+    name: &str,
+    out: &mut Vec<u8>,
+) -> Result<(), StateError> {
+    let corrupt = |e: postcard::Error| StateError::Corrupt {
+        name: name.to_string(),
+        key_group,
+        reason: format!("cannot encode: {e}"),
+    };
+    // Encode every entry into one buffer (no allocation per entry), sort by key bytes,
+    // then emit the canonical form.
+    let mut buffer = Vec::with_capacity(group.len() * 16);
+    let mut spans: Vec<(usize, usize, usize)> = Vec::with_capacity(group.len());
+    for (key, cell) in group.iter() {
+        let start = buffer.len();
+        buffer = postcard::to_extend(key, buffer).map_err(corrupt)?;
+        let key_end = buffer.len();
+        cell.encode(&mut buffer).map_err(corrupt)?;
+        spans.push((start, key_end, buffer.len()));
+    }
+    sort_by_key_bytes(&buffer, &mut spans);
+    out.reserve(buffer.len() + spans.len() * 4 + 10);
+    write_varint(out, spans.len() as u64);
+    for (start, key_end, end) in spans {
+        write_varint(out, (key_end - start) as u64);
+        out.extend_from_slice(&buffer[start..key_end]);
+        write_varint(out, (end - key_end) as u64);
+        out.extend_from_slice(&buffer[key_end..end]);
+    }
+    Ok(())
+}
+
+/// Writes one key group's entries as [`write_group`] does, in the map's own order: no sort,
+/// and straight into `out` (each entry's key and value go through one small scratch buffer
+/// for their length prefixes).
+fn write_group_native<K: Key, C: Cell>(
+    group: &KeyMap<K, C>,
+    key_group: u32,
+    name: &str,
+    out: &mut Vec<u8>,
+) -> Result<(), StateError> {
+    let corrupt = |e: postcard::Error| StateError::Corrupt {
+        name: name.to_string(),
+        key_group,
+        reason: format!("cannot encode: {e}"),
+    };
+    out.reserve(group.len() * 8 + 10);
+    write_varint(out, group.len() as u64);
+    let mut scratch = Vec::with_capacity(64);
+    for (key, cell) in group.iter() {
+        scratch.clear();
+        scratch = postcard::to_extend(key, scratch).map_err(corrupt)?;
+        write_varint(out, scratch.len() as u64);
+        out.extend_from_slice(&scratch);
+        scratch.clear();
+        cell.encode(&mut scratch).map_err(corrupt)?;
+        write_varint(out, scratch.len() as u64);
+        out.extend_from_slice(&scratch);
+    }
+    Ok(())
+}
+
+/// Sorts entry spans `(start, key_end, end)` of `buffer` by their key bytes. Most keys differ
+/// in their first 8 bytes: sorting by those as a big-endian integer (with the length to break
+/// ties of a shorter key that is a prefix) is a plain integer sort; only equal prefixes compare
+/// the whole keys.
+fn sort_by_key_bytes(buffer: &[u8], spans: &mut Vec<(usize, usize, usize)>) {
+    let prefix = |&(start, key_end, _): &(usize, usize, usize)| -> u64 {
+        let key = &buffer[start..key_end];
+        let mut bytes = [0u8; 8];
+        let n = key.len().min(8);
+        bytes[..n].copy_from_slice(&key[..n]);
+        u64::from_be_bytes(bytes)
+    };
+    let mut keyed: Vec<(u64, (usize, usize, usize))> = spans.iter().map(|s| (prefix(s), *s)).collect();
+    keyed.sort_unstable_by(|a, b| a.0.cmp(&b.0).then_with(|| buffer[a.1.0..a.1.1].cmp(&buffer[b.1.0..b.1.1])));
+    spans.clear();
+    spans.extend(keyed.into_iter().map(|(_, span)| span));
+}
+
 fn write_varint(out: &mut Vec<u8>, mut value: u64) {
     while value >= 0x80 {
         out.push((value as u8) | 0x80);
@@ -130,7 +224,7 @@ fn write_varint(out: &mut Vec<u8>, mut value: u64) {
 }
 
 /// How a table's cells become canonical bytes and back.
-pub trait Cell: Clone + Send + 'static {
+pub trait Cell: Clone + Send + Sync + 'static {
     /// Appends the canonical encoding.
     fn encode(&self, out: &mut Vec<u8>) -> Result<(), postcard::Error>;
     /// Decodes from the canonical encoding.
@@ -149,7 +243,7 @@ pub struct ListCell<V>(pub Vec<V>);
 #[derive(Clone)]
 pub struct MapCell<UK, UV>(pub FastMap<UK, UV>);
 
-impl<V: Serialize + DeserializeOwned + Clone + Send + 'static> Cell for ValueCell<V> {
+impl<V: Serialize + DeserializeOwned + Clone + Send + Sync + 'static> Cell for ValueCell<V> {
     fn encode(&self, out: &mut Vec<u8>) -> Result<(), postcard::Error> {
         postcard::to_io(&self.0, out).map(|_| ())
     }
@@ -158,7 +252,7 @@ impl<V: Serialize + DeserializeOwned + Clone + Send + 'static> Cell for ValueCel
     }
 }
 
-impl<V: Serialize + DeserializeOwned + Clone + Send + 'static> Cell for ListCell<V> {
+impl<V: Serialize + DeserializeOwned + Clone + Send + Sync + 'static> Cell for ListCell<V> {
     fn encode(&self, out: &mut Vec<u8>) -> Result<(), postcard::Error> {
         postcard::to_io(&self.0, out).map(|_| ())
     }
@@ -169,8 +263,8 @@ impl<V: Serialize + DeserializeOwned + Clone + Send + 'static> Cell for ListCell
 
 impl<UK, UV> Cell for MapCell<UK, UV>
 where
-    UK: Serialize + DeserializeOwned + Eq + Hash + Clone + Send + 'static,
-    UV: Serialize + DeserializeOwned + Clone + Send + 'static,
+    UK: Serialize + DeserializeOwned + Eq + Hash + Clone + Send + Sync + 'static,
+    UV: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
 {
     fn encode(&self, out: &mut Vec<u8>) -> Result<(), postcard::Error> {
         // Canonical: entries sorted by the user key's canonical bytes.
@@ -193,20 +287,71 @@ where
 }
 
 /// One state's entries: a map per key group in the owning subtask's range.
-#[derive(Clone)]
+///
+/// Each key group's map is behind an `Arc` so a checkpoint's copy is a clone of the `Arc`s,
+/// not of the entries (copy-on-write, as Flink's `CopyOnWriteStateMap` at key-group
+/// granularity): the first write to a key group a snapshot still holds clones that group
+/// alone, and a group the writer already serialized and released is written in place.
 pub struct Table<K, C> {
     name: String,
     kind: StateKind,
     range: KeyGroupRange,
-    groups: Vec<KeyMap<K, C>>,
+    groups: Vec<CowGroup<K, C>>,
 }
 
-impl<K: Key, C> Table<K, C> {
+/// One key group's map and whether a snapshot may share it.
+struct CowGroup<K, C> {
+    map: Arc<KeyMap<K, C>>,
+    /// True from a snapshot's `Arc` clone until the next write made the map unique again.
+    /// A `Cell` because [`StateTable::snapshot`] takes `&self`; the table stays on its
+    /// subtask's thread.
+    shared: Flag<bool>,
+}
+
+impl<K: Clone, C: Clone> CowGroup<K, C> {
+    fn new(map: KeyMap<K, C>) -> Self {
+        CowGroup { map: Arc::new(map), shared: Flag::new(false) }
+    }
+
+    #[inline]
+    fn get_mut(&mut self) -> &mut KeyMap<K, C> {
+        if self.shared.get() {
+            // Clones the map only if a snapshot still holds it.
+            Arc::make_mut(&mut self.map);
+            self.shared.set(false);
+        }
+        // SAFETY: `shared` is false only while this table holds the only reference to the
+        // map: `make_mut` just made it unique (or it was created unique), and the only place
+        // that clones the `Arc` is `share`, which sets `shared` first. Other threads can only
+        // drop their clones, which never makes a unique `Arc` shared. So no other reference
+        // to the map exists, and the atomic check `Arc::get_mut` would do (a compare-and-swap
+        // on every state access) is not needed.
+        unsafe { &mut *(Arc::as_ptr(&self.map) as *mut KeyMap<K, C>) }
+    }
+
+    fn share(&self) -> Arc<KeyMap<K, C>> {
+        self.shared.set(true);
+        Arc::clone(&self.map)
+    }
+}
+
+impl<K: Clone, C: Clone> Clone for Table<K, C> {
+    fn clone(&self) -> Self {
+        Table {
+            name: self.name.clone(),
+            kind: self.kind,
+            range: self.range,
+            groups: self.groups.iter().map(|g| CowGroup::new(KeyMap::clone(&g.map))).collect(),
+        }
+    }
+}
+
+impl<K: Key, C: Clone> Table<K, C> {
     /// An empty table for `range`.
     pub fn new(name: &str, kind: StateKind, range: KeyGroupRange) -> Table<K, C> {
         let mut groups = Vec::with_capacity(range.len() as usize);
         for _ in 0..range.len() {
-            groups.push(KeyMap::default());
+            groups.push(CowGroup::new(KeyMap::default()));
         }
         Table { name: name.to_string(), kind, range, groups }
     }
@@ -214,18 +359,18 @@ impl<K: Key, C> Table<K, C> {
     /// The map of one key group, by its index within the range.
     #[inline]
     pub fn group_mut(&mut self, group_index: usize) -> &mut KeyMap<K, C> {
-        &mut self.groups[group_index]
+        self.groups[group_index].get_mut()
     }
 
     /// The map of one key group, by its index within the range.
     #[inline]
     pub fn group(&self, group_index: usize) -> &KeyMap<K, C> {
-        &self.groups[group_index]
+        &self.groups[group_index].map
     }
 
     /// Every key group's map, in key-group order.
-    pub fn groups(&self) -> &[KeyMap<K, C>] {
-        &self.groups
+    pub fn groups(&self) -> impl Iterator<Item = &KeyMap<K, C>> {
+        self.groups.iter().map(|g| &*g.map)
     }
 
     /// Decodes a restored key group as [`StateTable::read_key_group`] does, and checks what
@@ -261,7 +406,7 @@ impl<K: Key, C> Table<K, C> {
             let cell = C::decode(cell_bytes).map_err(|e| corrupt(format!("cannot decode a value: {e}")))?;
             map.insert_owned(key, cell);
         }
-        self.groups[index] = map;
+        self.groups[index] = CowGroup::new(map);
         Ok(())
     }
 
@@ -287,38 +432,12 @@ impl<K: Key, C: Cell> StateTable<K> for Table<K, C> {
     }
 
     fn entry_count(&self) -> usize {
-        self.groups.iter().map(KeyMap::len).sum()
+        self.groups.iter().map(|g| g.map.len()).sum()
     }
 
     fn write_key_group(&self, key_group: u32, out: &mut Vec<u8>) -> Result<(), StateError> {
         let index = self.index_of(key_group)?;
-        let corrupt = |e: postcard::Error| StateError::Corrupt {
-            name: self.name.clone(),
-            key_group,
-            reason: format!("cannot encode: {e}"),
-        };
-        // Encode every entry into one buffer (no allocation per entry), sort by key bytes,
-        // then emit postcard's encoding of Vec<(Vec<u8>, Vec<u8>)>: the canonical form.
-        let group = &self.groups[index];
-        let mut buffer = Vec::with_capacity(group.len() * 16);
-        let mut spans: Vec<(usize, usize, usize)> = Vec::with_capacity(group.len());
-        for (key, cell) in group.iter() {
-            let start = buffer.len();
-            buffer = postcard::to_extend(key, buffer).map_err(corrupt)?;
-            let key_end = buffer.len();
-            cell.encode(&mut buffer).map_err(corrupt)?;
-            spans.push((start, key_end, buffer.len()));
-        }
-        spans.sort_unstable_by(|a, b| buffer[a.0..a.1].cmp(&buffer[b.0..b.1]));
-        out.reserve(buffer.len() + spans.len() * 4 + 10);
-        write_varint(out, spans.len() as u64);
-        for (start, key_end, end) in spans {
-            write_varint(out, (key_end - start) as u64);
-            out.extend_from_slice(&buffer[start..key_end]);
-            write_varint(out, (end - key_end) as u64);
-            out.extend_from_slice(&buffer[key_end..end]);
-        }
-        Ok(())
+        write_group(&self.groups[index].map, key_group, &self.name, out)
     }
 
     fn read_key_group(&mut self, key_group: u32, bytes: &[u8]) -> Result<(), StateError> {
@@ -336,7 +455,7 @@ impl<K: Key, C: Cell> StateTable<K> for Table<K, C> {
             let cell = C::decode(cell_bytes).map_err(|e| corrupt("a value", e))?;
             map.insert_owned(key, cell);
         }
-        self.groups[index] = map;
+        self.groups[index] = CowGroup::new(map);
         Ok(())
     }
 
@@ -345,11 +464,34 @@ impl<K: Key, C: Cell> StateTable<K> for Table<K, C> {
     }
 
     fn snapshot(&self) -> Box<dyn TableSnapshot> {
-        Box::new(self.clone())
+        Box::new(FrozenTable {
+            name: self.name.clone(),
+            kind: self.kind,
+            range: self.range,
+            groups: self.groups.iter().map(|g| Some(g.share())).collect(),
+        })
     }
 }
 
-impl<K: Key, C: Cell> TableSnapshot for Table<K, C> {
+/// A table as it was at a barrier: the key groups' maps shared with the live table until the
+/// writer released them.
+pub struct FrozenTable<K, C> {
+    name: String,
+    kind: StateKind,
+    range: KeyGroupRange,
+    groups: Vec<Option<Arc<KeyMap<K, C>>>>,
+}
+
+impl<K: Key, C: Cell> FrozenTable<K, C> {
+    fn group(&self, key_group: u32) -> Option<&KeyMap<K, C>> {
+        if !self.range.contains(key_group) {
+            return None;
+        }
+        self.groups[(key_group - self.range.start) as usize].as_deref()
+    }
+}
+
+impl<K: Key, C: Cell> TableSnapshot for FrozenTable<K, C> {
     fn name(&self) -> &str {
         &self.name
     }
@@ -360,12 +502,28 @@ impl<K: Key, C: Cell> TableSnapshot for Table<K, C> {
         std::any::type_name::<C>()
     }
     fn key_group_entries(&self, key_group: u32) -> u64 {
-        match self.index_of(key_group) {
-            Ok(index) => self.groups[index].len() as u64,
-            Err(_) => 0,
-        }
+        self.group(key_group).map_or(0, |g| g.len() as u64)
     }
     fn write_key_group(&self, key_group: u32, out: &mut Vec<u8>) -> Result<(), StateError> {
-        StateTable::write_key_group(self, key_group, out)
+        match self.group(key_group) {
+            Some(group) => write_group(group, key_group, &self.name, out),
+            None if self.range.contains(key_group) => Err(StateError::Corrupt {
+                name: self.name.clone(),
+                key_group,
+                reason: "written after it was released".into(),
+            }),
+            None => Err(StateError::KeyGroupOutOfRange { key_group, range: self.range.to_string() }),
+        }
+    }
+    fn write_key_group_native(&self, key_group: u32, out: &mut Vec<u8>) -> Result<(), StateError> {
+        match self.group(key_group) {
+            Some(group) => write_group_native(group, key_group, &self.name, out),
+            None => self.write_key_group(key_group, out),
+        }
+    }
+    fn release_key_group(&mut self, key_group: u32) {
+        if self.range.contains(key_group) {
+            self.groups[(key_group - self.range.start) as usize] = None;
+        }
     }
 }

@@ -4,11 +4,13 @@
 //! REST, CLI) can speak the same types.
 #![warn(missing_docs)]
 
+pub mod format;
 pub mod ids;
 pub mod key;
 pub mod keygroups;
 pub mod lifecycle;
 
+pub use format::SnapshotFormat;
 pub use ids::JobId;
 pub use key::Key;
 pub use keygroups::{

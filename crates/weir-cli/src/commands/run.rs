@@ -263,6 +263,14 @@ fn plan_restore(
         graph.max_parallelism.or(settings.max_parallelism),
         allow_non_restored_state,
     );
+    // A native snapshot is the writing backend's own layout: only that backend reads it.
+    let backend = weir_runtime::checkpointing::coordinator::STATE_BACKEND;
+    if !metadata.format.is_canonical() && metadata.backend() != backend {
+        return Err(CliError::usage(format!(
+            "cannot restore from {path}: it is a native snapshot of the {} state backend, and this job's backend is {backend} (state.backend.type); only the backend that wrote a native snapshot reads it: take a canonical savepoint of the old job (`weir savepoint --type canonical JOBID DIR` or `weir stop --type canonical`) and restore that",
+            metadata.backend()
+        )));
+    }
     let plan = weir_checkpoint::plan_restore(&metadata, &request)
         .map_err(|e| CliError::usage(format!("cannot restore from {path}: {e}")))?;
     // Pre-flight: a keyed operator must keep its key type, and every state it declares the

@@ -53,7 +53,8 @@ pub fn savepoint(args: SavepointArgs) -> Result<ExitCode, CliError> {
     let config = settings::load(&args.config)?;
     let client = settings::jobmanager_client(args.jobmanager.as_deref(), &config)?;
     println!("Triggering savepoint for job {job_id}.");
-    let body = json!({"target-directory": target, "cancel-job": false});
+    let format = args.format.unwrap_or(crate::args::FormatArg::Canonical).rest_name();
+    let body = json!({"target-directory": target, "cancel-job": false, "formatType": format});
     let location = trigger_and_wait(&client, job_id, &format!("/jobs/{job_id}/savepoints"), &body)?;
     println!("Savepoint completed. Path: {location}");
     println!("You can resume your program from this savepoint with: weir run -s {location} ...");
@@ -65,7 +66,11 @@ pub fn stop(args: StopArgs) -> Result<ExitCode, CliError> {
     let config = settings::load(&args.config)?;
     let client = settings::jobmanager_client(args.jobmanager.as_deref(), &config)?;
     println!("Suspending job {job_id} with a savepoint.");
-    let body = json!({"targetDirectory": args.savepoint_path.as_deref().map(absolute), "drain": false});
+    let body = json!({
+        "targetDirectory": args.savepoint_path.as_deref().map(absolute),
+        "drain": false,
+        "formatType": args.format.rest_name()
+    });
     let location = trigger_and_wait(&client, job_id, &format!("/jobs/{job_id}/stop"), &body)?;
     println!("Savepoint completed. Path: {location}");
     Ok(ExitCode::SUCCESS)

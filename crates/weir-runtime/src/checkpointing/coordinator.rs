@@ -42,10 +42,16 @@ pub enum SnapshotRequest {
         request_id: String,
         /// Stop the job once it completes.
         terminate: bool,
+        /// Canonical or native.
+        format: weir_api::snapshot::SnapshotFormat,
     },
 }
 
 pub use super::dirs::{SnapshotDirectories, SnapshotDirs};
+
+/// The state backend every subtask keeps its keyed state in (`state.backend.type`), recorded
+/// in each snapshot: a native snapshot restores only into it.
+pub const STATE_BACKEND: &str = "hashmap";
 
 struct PendingCheckpoint {
     barrier: Barrier,
@@ -210,13 +216,16 @@ impl CheckpointCoordinator {
             SnapshotRequest::Periodic => {
                 (self.checkpoints_root.child(&checkpoint_dir(&self.job_id, id)), BarrierKind::Checkpoint)
             }
-            SnapshotRequest::Savepoint { terminate, .. } => {
+            SnapshotRequest::Savepoint { terminate, format, .. } => {
                 let root = savepoint_root.ok_or_else(|| {
                     "no savepoint directory: give one (weir savepoint JOBID DIR, --savepoint-path) or set state.savepoints.dir"
                         .to_string()
                 })?;
                 let root = SnapshotStorage::from_url(root).map_err(|e| format!("savepoint directory '{root}': {e}"))?;
-                (root.child(&new_savepoint_dir_name(&self.job_id)), BarrierKind::Savepoint { terminate: *terminate })
+                (
+                    root.child(&new_savepoint_dir_name(&self.job_id)),
+                    BarrierKind::Savepoint { terminate: *terminate, format: *format },
+                )
             }
         };
         if let Some(ha) = &self.ha {
@@ -437,6 +446,8 @@ impl CheckpointCoordinator {
             timestamp_ms: pending.barrier.timestamp_ms,
             max_parallelism: self.max_parallelism,
             operators,
+            format: pending.barrier.kind.format(),
+            state_backend: Some(STATE_BACKEND.to_string()),
         }
     }
 
@@ -672,11 +683,18 @@ mod tests {
     #[test]
     fn savepoints_need_a_directory_and_are_not_retained() {
         let mut coordinator = coordinator(settings("memory://coordinator-savepoint"));
-        let request = SnapshotRequest::Savepoint { request_id: "r".into(), terminate: false };
+        let request = SnapshotRequest::Savepoint {
+            request_id: "r".into(),
+            terminate: false,
+            format: weir_api::snapshot::SnapshotFormat::Canonical,
+        };
         let error = coordinator.trigger(request.clone(), None).unwrap_err();
         assert!(error.contains("state.savepoints.dir"), "{error}");
         let barrier = coordinator.trigger(request, Some("memory://coordinator-savepoint-target")).unwrap();
-        assert_eq!(barrier.kind, BarrierKind::Savepoint { terminate: false });
+        assert_eq!(
+            barrier.kind,
+            BarrierKind::Savepoint { terminate: false, format: weir_api::snapshot::SnapshotFormat::Canonical }
+        );
         coordinator.acknowledge(ack(barrier.checkpoint_id, 0));
         let completion = coordinator.acknowledge(ack(barrier.checkpoint_id, 1)).unwrap().unwrap();
         assert!(completion.location.contains("savepoint-012345-"), "{}", completion.location);

@@ -134,33 +134,52 @@ fn mode_of(mode: Redistribution) -> RedistributionMode {
     }
 }
 
+/// Bytes of a data file collected before they are handed to the stream.
+const STREAM_CHUNK_BYTES: usize = 4 * 1024 * 1024;
+
 /// Serializes every operator's state of one subtask into one data file and writes it.
 fn write_subtask(job: WriteJob) -> Result<SubtaskAck, String> {
-    let WriteJob { dir, registry, vertex, subtask, snapshot } = job;
+    let WriteJob { dir, registry, vertex, subtask, mut snapshot } = job;
     let file = data_file_name(vertex, subtask);
     let mut data = DataFileWriter::new();
+    // The file goes out in parts while it is built: memory holds a part or two of it, not
+    // the whole serialized state.
+    let mut out = dir.stream(&file).map_err(|e| e.to_string())?;
     let mut operators = Vec::with_capacity(snapshot.operators.len());
-    let mut scratch = Vec::new();
-    for operator in &snapshot.operators {
+    let finished = snapshot.finished;
+    // Checkpoints (and native savepoints) in the backend's own order; canonical savepoints
+    // sorted by key bytes.
+    let native = snapshot.barrier.kind.format() == weir_api::snapshot::SnapshotFormat::Native;
+    for operator in &mut snapshot.operators {
         let before = data.len();
         let mut keyed_states = Vec::new();
         let mut key_group_range = None;
         let mut key_type = None;
-        if let Some(keyed) = &operator.keyed {
+        if let Some(keyed) = &mut operator.keyed {
             key_group_range = Some(keyed.range);
             key_type = Some(keyed.key_type.clone());
-            for table in &keyed.tables {
+            for table in &mut keyed.tables {
                 let mut blocks = Vec::new();
                 for key_group in keyed.range.iter() {
                     let entries = table.key_group_entries(key_group);
                     if entries == 0 {
+                        table.release_key_group(key_group);
                         continue;
                     }
-                    scratch.clear();
-                    table
-                        .write_key_group(key_group, &mut scratch)
-                        .map_err(|e| format!("operator '{}': {e}", operator.uid))?;
-                    blocks.push(data.add_block(&scratch, Some(key_group), entries));
+                    let block = data.add_block_with(Some(key_group), entries, |out| {
+                        if native {
+                            table.write_key_group_native(key_group, out)
+                        } else {
+                            table.write_key_group(key_group, out)
+                        }
+                    });
+                    let block = block.map_err(|e| format!("operator '{}': {e}", operator.uid))?;
+                    // The task's next write to this key group needs no copy.
+                    table.release_key_group(key_group);
+                    blocks.push(block);
+                    if let Some(chunk) = data.take_chunk(STREAM_CHUNK_BYTES) {
+                        out.put(Bytes::from(chunk)).map_err(|e| e.to_string())?;
+                    }
                 }
                 keyed_states.push(KeyedStateHandle {
                     name: table.name().to_string(),
@@ -187,17 +206,19 @@ fn write_subtask(job: WriteJob) -> Result<SubtaskAck, String> {
                 file: Some(file.clone()),
                 keyed_states,
                 operator_states,
-                finished: snapshot.finished,
+                finished,
             },
             bytes: data.len() - before,
         });
     }
-    let bytes: Bytes = data.finish();
+    let rest: Bytes = data.finish();
     let checkpoint_id = snapshot.barrier.checkpoint_id;
     if registry.is_retired(checkpoint_id) {
+        // Dropping the stream aborts it: nothing of the file stays.
         return Err(format!("checkpoint {checkpoint_id} was aborted before subtask {subtask} wrote its state"));
     }
-    dir.put(&file, bytes).map_err(|e| e.to_string())?;
+    out.put(rest).map_err(|e| e.to_string())?;
+    out.finish().map_err(|e| e.to_string())?;
     if registry.is_retired(checkpoint_id) {
         // Aborted while this file was written (the coordinator retires before it deletes):
         // no file of an aborted checkpoint stays behind.

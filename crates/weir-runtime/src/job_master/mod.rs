@@ -49,6 +49,8 @@ pub enum MasterEvent {
         target: Option<String>,
         /// Stop the job once the savepoint completes.
         terminate: bool,
+        /// Canonical (default) or native.
+        format: weir_api::snapshot::SnapshotFormat,
     },
     /// The snapshot writer finished a subtask's snapshot (or could not).
     Snapshot(WriteOutcome),
@@ -258,6 +260,16 @@ impl JobMaster {
     /// Asks for a savepoint into `target` (else `state.savepoints.dir`); with `terminate`
     /// the job stops once it completes. Returns the request id to poll.
     pub fn trigger_savepoint(&self, target: Option<String>, terminate: bool) -> Result<String, String> {
+        self.trigger_savepoint_as(target, terminate, weir_api::snapshot::SnapshotFormat::Canonical)
+    }
+
+    /// [`Self::trigger_savepoint`] in `format` (Flink's `formatType`).
+    pub fn trigger_savepoint_as(
+        &self,
+        target: Option<String>,
+        terminate: bool,
+        format: weir_api::snapshot::SnapshotFormat,
+    ) -> Result<String, String> {
         let status = self.status();
         if status != JobStatus::Running {
             return Err(format!("job {} is {status}; savepoints are taken of RUNNING jobs only", self.job_id));
@@ -273,7 +285,12 @@ impl JobMaster {
         self.update(|record| {
             record.savepoints.insert(request_id.clone(), (SavepointStatus::InProgress, false));
         });
-        let _ = self.control.send(MasterEvent::TriggerSavepoint { request_id: request_id.clone(), target, terminate });
+        let _ = self.control.send(MasterEvent::TriggerSavepoint {
+            request_id: request_id.clone(),
+            target,
+            terminate,
+            format,
+        });
         Ok(request_id)
     }
 

@@ -34,6 +34,7 @@ pub(super) struct WaitingSavepoint {
     request_id: String,
     target: Option<String>,
     terminate: bool,
+    format: weir_api::snapshot::SnapshotFormat,
     deadline: Instant,
 }
 
@@ -542,7 +543,13 @@ impl JobRun {
         for waiting in std::mem::take(&mut self.sup.waiting_savepoints) {
             if ready {
                 // Triggers it, or fails it because a subtask finished.
-                self.on_trigger_savepoint(record, waiting.request_id, waiting.target, waiting.terminate);
+                self.on_trigger_savepoint(
+                    record,
+                    waiting.request_id,
+                    waiting.target,
+                    waiting.terminate,
+                    waiting.format,
+                );
             } else if now >= waiting.deadline {
                 let states: Vec<String> = record
                     .subtasks
@@ -591,6 +598,7 @@ impl JobRun {
         request_id: String,
         target: Option<String>,
         terminate: bool,
+        format: weir_api::snapshot::SnapshotFormat,
     ) {
         if self.sup.any_finished || self.sup.finishing {
             let cause = format!(
@@ -606,6 +614,7 @@ impl JobRun {
                 request_id,
                 target,
                 terminate,
+                format,
                 deadline: Instant::now() + SAVEPOINT_WAITS_FOR_RUNNING,
             });
             return;
@@ -616,7 +625,7 @@ impl JobRun {
             return self.savepoint_failed(record, &request_id, error.to_string());
         }
         let root = target.or_else(|| self.sup.savepoints_url.clone());
-        let request = SnapshotRequest::Savepoint { request_id: request_id.clone(), terminate };
+        let request = SnapshotRequest::Savepoint { request_id: request_id.clone(), terminate, format };
         match self.sup.coordinator.trigger(request, root.as_deref()) {
             Ok(barrier) => {
                 record.savepoint_checkpoints.insert(request_id.clone(), barrier.checkpoint_id);

@@ -46,8 +46,8 @@ pub(super) fn run(run: &mut JobRun) -> State {
                     }
                     run.on_task_event(&mut record, task);
                 }
-                Incoming::Event(MasterEvent::TriggerSavepoint { request_id, target, terminate }) => {
-                    run.on_trigger_savepoint(&mut record, request_id, target, terminate)
+                Incoming::Event(MasterEvent::TriggerSavepoint { request_id, target, terminate, format }) => {
+                    run.on_trigger_savepoint(&mut record, request_id, target, terminate, format)
                 }
                 Incoming::Event(MasterEvent::Snapshot(outcome)) => run.on_snapshot(&mut record, outcome),
                 Incoming::Nothing | Incoming::TasksClosed => {}
