@@ -186,12 +186,21 @@ impl<K: Key> KeyedStateBackend<K> {
         Ok(table)
     }
 
-    /// A copy of every table for a checkpoint (the synchronous part: a memory copy).
+    /// Every table as it is now, for a canonical snapshot (see [`Self::snapshot_in`]).
     pub fn snapshot(&self) -> KeyedBackendSnapshot {
+        self.snapshot_in(false)
+    }
+
+    /// Every table as it is now, for a snapshot in the native format (the tables' own order)
+    /// or the canonical one (sorted by key bytes). The synchronous part of a checkpoint: no
+    /// entry is copied here; the tables share their key groups with the snapshot until it is
+    /// written (copy-on-write, and a group is serialized before its first write instead of
+    /// copied).
+    pub fn snapshot_in(&self, native: bool) -> KeyedBackendSnapshot {
         KeyedBackendSnapshot {
             key_type: std::any::type_name::<K>().to_string(),
             range: self.range,
-            tables: self.tables.iter().map(|t| t.snapshot()).collect(),
+            tables: self.tables.iter().map(|t| t.snapshot(native)).collect(),
         }
     }
 
@@ -367,6 +376,57 @@ mod tests {
     }
 
     #[test]
+    fn a_snapshot_keeps_the_barrier_s_state_while_every_key_changes() {
+        for native in [true, false] {
+            let count = ValueState::<u64>::new("count");
+            let mut backend = KeyedStateBackend::<u64>::new(KeyGroupRange::new(0, 15), 16);
+            for key in 0..2000u64 {
+                let located = backend.locate(&key).unwrap();
+                backend.value(&count, located).unwrap().set(key);
+            }
+            let mut snapshot = backend.snapshot_in(native);
+            // Half the groups written before the task touches them, half after.
+            let mut written = std::collections::BTreeMap::new();
+            for key_group in 0..8 {
+                let mut bytes = Vec::new();
+                snapshot.tables[0].write_key_group(key_group, &mut bytes).unwrap();
+                snapshot.tables[0].release_key_group(key_group);
+                written.insert(key_group, bytes);
+            }
+            for key in 0..3000u64 {
+                let located = backend.locate(&key).unwrap();
+                backend.value(&count, located).unwrap().set(key + 1_000_000);
+            }
+            for key_group in 8..16 {
+                let mut bytes = Vec::new();
+                snapshot.tables[0].write_key_group(key_group, &mut bytes).unwrap();
+                snapshot.tables[0].release_key_group(key_group);
+                written.insert(key_group, bytes);
+            }
+            let mut seen = 0;
+            for (key_group, bytes) in &written {
+                let entries: Vec<(&[u8], &[u8])> = postcard::from_bytes(bytes).unwrap();
+                for (key, value) in entries {
+                    let key: u64 = postcard::from_bytes(key).unwrap();
+                    let value: u64 = postcard::from_bytes(value).unwrap();
+                    assert_eq!(weir_types::assign_to_key_group(&key, 16), *key_group);
+                    assert_eq!(value, key, "native {native}: key {key} has its value after the barrier");
+                    seen += 1;
+                }
+                let mut again = Vec::new();
+                assert!(
+                    snapshot.tables[0].write_key_group(*key_group, &mut again).is_err(),
+                    "released groups are gone"
+                );
+            }
+            assert_eq!(seen, 2000);
+            // The live state has every change.
+            let located = backend.locate(&2999).unwrap();
+            assert_eq!(backend.value(&count, located).unwrap().get(), Some(&1_002_999));
+        }
+    }
+
+    #[test]
     fn declared_states_are_checked_against_restored_ones_before_any_use() {
         let count = ValueState::<u64>::new("count");
         let mut backend = KeyedStateBackend::<u64>::new(KeyGroupRange::new(0, 127), 128);
@@ -478,11 +538,12 @@ mod tests {
                 backend.value(&count, located).unwrap().set(*value);
             }
             let snapshot = backend.snapshot();
+            let native_snapshot = backend.snapshot_in(true);
             let mut total = 0;
             for key_group in 0..8 {
                 let (mut canonical, mut native) = (Vec::new(), Vec::new());
                 snapshot.tables[0].write_key_group(key_group, &mut canonical).unwrap();
-                snapshot.tables[0].write_key_group_native(key_group, &mut native).unwrap();
+                native_snapshot.tables[0].write_key_group(key_group, &mut native).unwrap();
                 prop_assert_eq!(canonical.len(), native.len());
                 let sorted: Vec<(&[u8], &[u8])> = postcard::from_bytes(&canonical).unwrap();
                 let mut unsorted: Vec<(&[u8], &[u8])> = postcard::from_bytes(&native).unwrap();

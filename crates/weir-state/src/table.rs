@@ -32,8 +32,9 @@ pub trait StateTable<K>: Send {
     fn read_key_group(&mut self, key_group: u32, bytes: &[u8]) -> Result<(), StateError>;
     /// For typed access through a handle.
     fn as_any_mut(&mut self) -> &mut dyn Any;
-    /// A copy for a checkpoint, serialized later on another thread.
-    fn snapshot(&self) -> Box<dyn TableSnapshot>;
+    /// A copy for a checkpoint, serialized later on another thread, in the native format
+    /// (the table's own order) or the canonical one (sorted by key bytes).
+    fn snapshot(&self, native: bool) -> Box<dyn TableSnapshot>;
     /// Restored bytes not yet claimed by a handle, if this is such a table.
     fn as_restored(&self) -> Option<&RestoredTable> {
         None
@@ -50,13 +51,8 @@ pub trait TableSnapshot: Send {
     fn cell_type(&self) -> &str;
     /// Entries of one key group.
     fn key_group_entries(&self, key_group: u32) -> u64;
-    /// Serializes one key group's entries in canonical order.
+    /// Serializes one key group's entries in the snapshot's format.
     fn write_key_group(&self, key_group: u32, out: &mut Vec<u8>) -> Result<(), StateError>;
-    /// Serializes one key group's entries in the table's own order (the native format:
-    /// the same encoding, unsorted); by default the canonical order.
-    fn write_key_group_native(&self, key_group: u32, out: &mut Vec<u8>) -> Result<(), StateError> {
-        self.write_key_group(key_group, out)
-    }
     /// Lets go of one key group once it is written, so the task's next write to it needs no
     /// copy.
     fn release_key_group(&mut self, _key_group: u32) {}
@@ -99,11 +95,57 @@ impl<K> StateTable<K> for RestoredTable {
     fn as_any_mut(&mut self) -> &mut dyn Any {
         self
     }
-    fn snapshot(&self) -> Box<dyn TableSnapshot> {
-        Box::new(self.clone())
+    fn snapshot(&self, native: bool) -> Box<dyn TableSnapshot> {
+        Box::new(RestoredSnapshot { table: self.clone(), canonical: !native })
     }
     fn as_restored(&self) -> Option<&RestoredTable> {
         Some(self)
+    }
+}
+
+/// A restored table no handle claimed yet, in a new snapshot: its bytes as they were read,
+/// sorted again for a canonical snapshot (they may come from a native one).
+struct RestoredSnapshot {
+    table: RestoredTable,
+    canonical: bool,
+}
+
+impl TableSnapshot for RestoredSnapshot {
+    fn name(&self) -> &str {
+        &self.table.name
+    }
+    fn kind(&self) -> StateKind {
+        self.table.kind
+    }
+    fn cell_type(&self) -> &str {
+        &self.table.cell_type
+    }
+    fn key_group_entries(&self, key_group: u32) -> u64 {
+        TableSnapshot::key_group_entries(&self.table, key_group)
+    }
+    fn write_key_group(&self, key_group: u32, out: &mut Vec<u8>) -> Result<(), StateError> {
+        let Some((bytes, _)) = self.table.key_groups.get(&key_group) else {
+            return TableSnapshot::write_key_group(&self.table, key_group, out);
+        };
+        if !self.canonical {
+            out.extend_from_slice(bytes);
+            return Ok(());
+        }
+        let corrupt = |e: postcard::Error| StateError::Corrupt {
+            name: self.table.name.clone(),
+            key_group,
+            reason: format!("cannot decode entries: {e}"),
+        };
+        let mut entries: Vec<(&[u8], &[u8])> = postcard::from_bytes(bytes).map_err(corrupt)?;
+        entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        write_varint(out, entries.len() as u64);
+        for (key, value) in entries {
+            write_varint(out, key.len() as u64);
+            out.extend_from_slice(key);
+            write_varint(out, value.len() as u64);
+            out.extend_from_slice(value);
+        }
+        Ok(())
     }
 }
 
@@ -297,6 +339,10 @@ pub struct Table<K, C> {
     kind: StateKind,
     range: KeyGroupRange,
     groups: Vec<CowGroup<K, C>>,
+    /// The newest snapshot still being written: before its first write to a key group the
+    /// snapshot still shares, the task serializes that group into it, so the group needs no
+    /// copy (the serialized bytes are a fraction of the map's memory).
+    frozen: std::cell::RefCell<Option<Arc<FrozenGroups<K, C>>>>,
 }
 
 /// One key group's map and whether a snapshot may share it.
@@ -320,6 +366,11 @@ impl<K: Clone, C: Clone> CowGroup<K, C> {
             Arc::make_mut(&mut self.map);
             self.shared.set(false);
         }
+        self.unique_mut()
+    }
+
+    #[inline]
+    fn unique_mut(&mut self) -> &mut KeyMap<K, C> {
         // SAFETY: `shared` is false only while this table holds the only reference to the
         // map: `make_mut` just made it unique (or it was created unique), and the only place
         // that clones the `Arc` is `share`, which sets `shared` first. Other threads can only
@@ -342,6 +393,7 @@ impl<K: Clone, C: Clone> Clone for Table<K, C> {
             kind: self.kind,
             range: self.range,
             groups: self.groups.iter().map(|g| CowGroup::new(KeyMap::clone(&g.map))).collect(),
+            frozen: std::cell::RefCell::new(None),
         }
     }
 }
@@ -353,13 +405,37 @@ impl<K: Key, C: Clone> Table<K, C> {
         for _ in 0..range.len() {
             groups.push(CowGroup::new(KeyMap::default()));
         }
-        Table { name: name.to_string(), kind, range, groups }
+        Table { name: name.to_string(), kind, range, groups, frozen: std::cell::RefCell::new(None) }
     }
 
     /// The map of one key group, by its index within the range.
     #[inline]
-    pub fn group_mut(&mut self, group_index: usize) -> &mut KeyMap<K, C> {
+    pub fn group_mut(&mut self, group_index: usize) -> &mut KeyMap<K, C>
+    where
+        C: Cell,
+    {
+        if self.groups[group_index].shared.get() {
+            self.before_first_write(group_index);
+        }
         self.groups[group_index].get_mut()
+    }
+
+    /// The first write to a key group a snapshot may still share: if the newest snapshot has
+    /// not written the group yet, serialize it into the snapshot now and let the snapshot's
+    /// reference go, so the map stays unique and is written in place.
+    #[cold]
+    fn before_first_write(&mut self, group_index: usize)
+    where
+        C: Cell,
+    {
+        let frozen = self.frozen.borrow().clone();
+        let Some(frozen) = frozen else { return };
+        if frozen.is_done() {
+            *self.frozen.borrow_mut() = None;
+            return;
+        }
+        let key_group = self.range.start + group_index as u32;
+        frozen.serialize_before_write(group_index, &self.groups[group_index].map, key_group, &self.name);
     }
 
     /// The map of one key group, by its index within the range.
@@ -463,31 +539,86 @@ impl<K: Key, C: Cell> StateTable<K> for Table<K, C> {
         self
     }
 
-    fn snapshot(&self) -> Box<dyn TableSnapshot> {
-        Box::new(FrozenTable {
-            name: self.name.clone(),
-            kind: self.kind,
-            range: self.range,
-            groups: self.groups.iter().map(|g| Some(g.share())).collect(),
-        })
+    fn snapshot(&self, native: bool) -> Box<dyn TableSnapshot> {
+        let groups = Arc::new(FrozenGroups {
+            native,
+            slots: self.groups.iter().map(|g| std::sync::Mutex::new(FrozenGroup::Shared(g.share()))).collect(),
+            released: std::sync::atomic::AtomicUsize::new(0),
+        });
+        *self.frozen.borrow_mut() = Some(Arc::clone(&groups));
+        Box::new(FrozenTable { name: self.name.clone(), kind: self.kind, range: self.range, groups })
     }
 }
 
-/// A table as it was at a barrier: the key groups' maps shared with the live table until the
-/// writer released them.
+/// One key group of a snapshot in progress.
+enum FrozenGroup<K, C> {
+    /// Not written yet: the map as it was at the barrier, shared with the live table.
+    Shared(Arc<KeyMap<K, C>>),
+    /// Serialized by the task just before its first write to the group after the barrier.
+    Serialized {
+        /// Entries in `bytes`.
+        entries: u64,
+        /// The group in the snapshot's format.
+        bytes: Vec<u8>,
+    },
+    /// Written out by the writer.
+    Released,
+}
+
+/// The key groups of a snapshot in progress, shared by the live table (which may serialize a
+/// group into it before writing to that group) and the snapshot's writer. A group's mutex is
+/// taken only by the writer and by the task's first write to the group after the barrier.
+pub(crate) struct FrozenGroups<K, C> {
+    native: bool,
+    slots: Vec<std::sync::Mutex<FrozenGroup<K, C>>>,
+    /// Groups the writer is done with.
+    released: std::sync::atomic::AtomicUsize,
+}
+
+fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl<K: Key, C: Cell> FrozenGroups<K, C> {
+    fn is_done(&self) -> bool {
+        self.released.load(std::sync::atomic::Ordering::Relaxed) == self.slots.len()
+    }
+
+    fn encode(&self, map: &KeyMap<K, C>, key_group: u32, name: &str, out: &mut Vec<u8>) -> Result<(), StateError> {
+        if self.native { write_group_native(map, key_group, name, out) } else { write_group(map, key_group, name, out) }
+    }
+
+    /// The task's side: serializes group `index` (whose live map is `map`) unless the writer
+    /// has it already, and drops the snapshot's reference to the map.
+    fn serialize_before_write(&self, index: usize, map: &Arc<KeyMap<K, C>>, key_group: u32, name: &str) {
+        let mut slot = lock(&self.slots[index]);
+        let FrozenGroup::Shared(frozen) = &*slot else { return };
+        if !Arc::ptr_eq(frozen, map) {
+            // An older snapshot's map: copy-on-write handles it.
+            return;
+        }
+        let mut bytes = Vec::new();
+        // On an encoding error the writer meets (and reports) it; the group is copied.
+        if self.encode(map, key_group, name, &mut bytes).is_ok() {
+            *slot = FrozenGroup::Serialized { entries: map.len() as u64, bytes };
+        }
+    }
+}
+
+/// A table as it was at a barrier ([`FrozenGroups`]).
 pub struct FrozenTable<K, C> {
     name: String,
     kind: StateKind,
     range: KeyGroupRange,
-    groups: Vec<Option<Arc<KeyMap<K, C>>>>,
+    groups: Arc<FrozenGroups<K, C>>,
 }
 
 impl<K: Key, C: Cell> FrozenTable<K, C> {
-    fn group(&self, key_group: u32) -> Option<&KeyMap<K, C>> {
+    fn index(&self, key_group: u32) -> Result<usize, StateError> {
         if !self.range.contains(key_group) {
-            return None;
+            return Err(StateError::KeyGroupOutOfRange { key_group, range: self.range.to_string() });
         }
-        self.groups[(key_group - self.range.start) as usize].as_deref()
+        Ok((key_group - self.range.start) as usize)
     }
 }
 
@@ -502,28 +633,42 @@ impl<K: Key, C: Cell> TableSnapshot for FrozenTable<K, C> {
         std::any::type_name::<C>()
     }
     fn key_group_entries(&self, key_group: u32) -> u64 {
-        self.group(key_group).map_or(0, |g| g.len() as u64)
+        let Ok(index) = self.index(key_group) else { return 0 };
+        match &*lock(&self.groups.slots[index]) {
+            FrozenGroup::Shared(map) => map.len() as u64,
+            FrozenGroup::Serialized { entries, .. } => *entries,
+            FrozenGroup::Released => 0,
+        }
     }
     fn write_key_group(&self, key_group: u32, out: &mut Vec<u8>) -> Result<(), StateError> {
-        match self.group(key_group) {
-            Some(group) => write_group(group, key_group, &self.name, out),
-            None if self.range.contains(key_group) => Err(StateError::Corrupt {
+        let index = self.index(key_group)?;
+        let slot = lock(&self.groups.slots[index]);
+        match &*slot {
+            FrozenGroup::Shared(map) => {
+                // Serialized outside the lock: the task may want the slot meanwhile (it then
+                // serializes the group itself or copies it).
+                let map = Arc::clone(map);
+                drop(slot);
+                self.groups.encode(&map, key_group, &self.name, out)
+            }
+            FrozenGroup::Serialized { bytes, .. } => {
+                out.extend_from_slice(bytes);
+                Ok(())
+            }
+            FrozenGroup::Released => Err(StateError::Corrupt {
                 name: self.name.clone(),
                 key_group,
                 reason: "written after it was released".into(),
             }),
-            None => Err(StateError::KeyGroupOutOfRange { key_group, range: self.range.to_string() }),
-        }
-    }
-    fn write_key_group_native(&self, key_group: u32, out: &mut Vec<u8>) -> Result<(), StateError> {
-        match self.group(key_group) {
-            Some(group) => write_group_native(group, key_group, &self.name, out),
-            None => self.write_key_group(key_group, out),
         }
     }
     fn release_key_group(&mut self, key_group: u32) {
-        if self.range.contains(key_group) {
-            self.groups[(key_group - self.range.start) as usize] = None;
+        if let Ok(index) = self.index(key_group) {
+            let mut slot = lock(&self.groups.slots[index]);
+            if !matches!(*slot, FrozenGroup::Released) {
+                *slot = FrozenGroup::Released;
+                self.groups.released.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
         }
     }
 }

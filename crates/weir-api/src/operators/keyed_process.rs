@@ -204,7 +204,8 @@ where
     }
 
     fn snapshot_state(&mut self, barrier: &Barrier, snapshot: &mut TaskSnapshot) -> Result<(), TaskError> {
-        let mut keyed = self.backend.snapshot();
+        let native = barrier.kind.format() == crate::snapshot::SnapshotFormat::Native;
+        let mut keyed = self.backend.snapshot_in(native);
         if !self.timers.is_empty() {
             // Timers are keyed state too: restored with their keys' groups after a rescale.
             keyed.tables.push(Box::new(self.timers.snapshot(keyed.range, self.backend.max_parallelism())));

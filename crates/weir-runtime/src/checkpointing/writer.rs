@@ -147,9 +147,6 @@ fn write_subtask(job: WriteJob) -> Result<SubtaskAck, String> {
     let mut out = dir.stream(&file).map_err(|e| e.to_string())?;
     let mut operators = Vec::with_capacity(snapshot.operators.len());
     let finished = snapshot.finished;
-    // Checkpoints (and native savepoints) in the backend's own order; canonical savepoints
-    // sorted by key bytes.
-    let native = snapshot.barrier.kind.format() == weir_api::snapshot::SnapshotFormat::Native;
     for operator in &mut snapshot.operators {
         let before = data.len();
         let mut keyed_states = Vec::new();
@@ -166,13 +163,9 @@ fn write_subtask(job: WriteJob) -> Result<SubtaskAck, String> {
                         table.release_key_group(key_group);
                         continue;
                     }
-                    let block = data.add_block_with(Some(key_group), entries, |out| {
-                        if native {
-                            table.write_key_group_native(key_group, out)
-                        } else {
-                            table.write_key_group(key_group, out)
-                        }
-                    });
+                    // In the snapshot's format (native or canonical), chosen when the task took it.
+                    let block =
+                        data.add_block_with(Some(key_group), entries, |out| table.write_key_group(key_group, out));
                     let block = block.map_err(|e| format!("operator '{}': {e}", operator.uid))?;
                     // The task's next write to this key group needs no copy.
                     table.release_key_group(key_group);
