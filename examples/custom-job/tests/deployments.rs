@@ -234,6 +234,21 @@ impl Drop for Harness {
     }
 }
 
+/// Copies a directory tree (a savepoint) to `to`.
+fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let target = to.join(entry.file_name());
+        if entry.file_type()?.is_dir() {
+            copy_dir(&entry.path(), &target)?;
+        } else {
+            std::fs::copy(entry.path(), target)?;
+        }
+    }
+    Ok(())
+}
+
 fn generation(status: &Value) -> u64 {
     status["metadata"]["generation"].as_u64().unwrap()
 }
@@ -571,26 +586,49 @@ fn periodic_savepoints_are_trimmed_and_a_new_initial_savepoint_path_is_a_manual_
     let status = harness.wait("the history trimmed again", |s| {
         s["status"]["savepointHistory"].as_array().is_some_and(|h| h.len() == 2) && s != &status
     });
-    let kept: Vec<String> = status["status"]["savepointHistory"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["location"].as_str().unwrap().trim_start_matches("file://").to_string())
-        .collect();
     assert!(status["status"]["savepointHistory"].as_array().unwrap().iter().all(|r| r["triggerType"] == "PERIODIC"));
-    let on_disk: Vec<PathBuf> = std::fs::read_dir(harness.deployment_dir().join("savepoints"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.join("_metadata").is_file())
-        .collect();
-    // About ten were taken; the two of the history are there, and at most one more (the
-    // newest, completed after this status was read).
-    assert!(kept.iter().all(|k| Path::new(k).join("_metadata").is_file()), "{kept:?}");
-    assert!(on_disk.len() <= 3, "the disposed savepoints are still there: {on_disk:?}");
+    // Savepoints keep coming every 300 ms and each trims the history, so the history and the
+    // disk are compared between two reads of the status that agree. The rollback point is
+    // copied out of the deployment's directory inside the same window (a savepoint is
+    // relocatable), since the trimming goes on until the upgrade stops the job.
+    let rollback_point = harness.dir.path().join("rollback-point");
+    let history = |s: &Value| -> Vec<String> {
+        s["status"]["savepointHistory"]
+            .as_array()
+            .map(|h| {
+                h.iter()
+                    .filter_map(|r| r["location"].as_str())
+                    .map(|l| l.trim_start_matches("file://").to_string())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let deadline = Instant::now() + WAIT_MAX;
+    loop {
+        let before = harness.status();
+        let kept = history(&before);
+        let on_disk: Vec<PathBuf> = std::fs::read_dir(harness.deployment_dir().join("savepoints"))
+            .unwrap()
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.join("_metadata").is_file())
+            .collect();
+        let _ = std::fs::remove_dir_all(&rollback_point);
+        let copied = kept.first().is_some_and(|k| copy_dir(Path::new(k), &rollback_point).is_ok());
+        let after = harness.status();
+        if kept.len() == 2 && history(&after) == kept && copied {
+            assert!(kept.iter().all(|k| Path::new(k).join("_metadata").is_file()), "{kept:?}");
+            // About ten were taken; the two of the history are there, and at most one more
+            // (completed while the disk was listed, not yet in the history).
+            assert!(on_disk.len() <= 3, "the disposed savepoints are still there: {on_disk:?}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "no two agreeing reads of the savepoint history in {WAIT_MAX:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
     wait_counts_beyond(&out, &BTreeMap::new());
 
     // The lesson's manual rollback: the spec names a savepoint to start from.
-    let savepoint = format!("file://{}", kept[0]);
+    let savepoint = format!("file://{}", rollback_point.display());
     spec.extra_configuration.clear();
     spec.parallelism = 3;
     let text = spec
