@@ -437,6 +437,9 @@ impl<T: Send> SourceBody<T> {
             }
             return Ok(ControlOutcome::Continue);
         }
+        if let TaskControl::CheckpointComplete(id) = control {
+            self.ctx.checkpoint_complete(id);
+        }
         on_completion(self.head.as_mut(), &mut self.stopping, control)
     }
 }
@@ -648,6 +651,9 @@ impl<T: Send> InputBody<T> {
                     self.aborted.pop_first();
                 }
             }
+        }
+        if let TaskControl::CheckpointComplete(id) = control {
+            self.ctx.checkpoint_complete(id);
         }
         on_completion(self.head.as_mut(), &mut self.stopping, control)
     }

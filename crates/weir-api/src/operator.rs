@@ -204,6 +204,13 @@ impl TaskContext {
         }
     }
 
+    /// Tells the runtime that checkpoint `checkpoint_id` completed.
+    pub fn checkpoint_complete(&self, checkpoint_id: u64) {
+        if let Some(sink) = &self.snapshots {
+            sink.checkpoint_complete(checkpoint_id);
+        }
+    }
+
     /// A context for one subtask outside a running job (unit tests of operators).
     pub fn for_test(subtask_index: u32, parallelism: u32, max_parallelism: u32) -> TaskContext {
         TaskContext {

@@ -103,6 +103,9 @@ impl TaskSnapshot {
 pub trait SnapshotSink: Send + Sync {
     /// Hands over a subtask's snapshot; the call returns at once.
     fn submit(&self, snapshot: TaskSnapshot);
+    /// Checkpoint `checkpoint_id` completed (the subtask heard it): an incremental
+    /// checkpoint may build on it.
+    fn checkpoint_complete(&self, _checkpoint_id: u64) {}
 }
 
 /// One operator's restored state, as planned for one new subtask.

@@ -2,8 +2,9 @@
 
 use std::collections::BTreeSet;
 
-use crate::paths::METADATA_FILE;
-use crate::storage::SnapshotStorage;
+use crate::format::SnapshotMetadata;
+use crate::paths::{CHECKPOINT_DIR_PREFIX, METADATA_FILE, shared_file_checkpoint};
+use crate::storage::{SnapshotStorage, StorageError};
 use crate::{LoadError, load_metadata};
 
 /// What a disposal removed and what it left.
@@ -13,6 +14,64 @@ pub struct Disposed {
     pub bytes: u64,
     /// Objects under the directory that the snapshot does not name: left in place.
     pub left: Vec<String>,
+    /// Files of the job's `shared/` directory deleted with it (an incremental checkpoint's
+    /// files that no other complete checkpoint of the job uses).
+    pub shared_deleted: u64,
+}
+
+/// The files of the job's `shared/` directory that a snapshot's blocks use.
+pub fn shared_files_of(metadata: &SnapshotMetadata) -> BTreeSet<String> {
+    metadata
+        .operators
+        .iter()
+        .flat_map(|operator| &operator.subtasks)
+        .flat_map(|subtask| subtask.used_shared_files())
+        .map(str::to_string)
+        .collect()
+}
+
+/// The shared files that the complete checkpoints (`chk-<n>` with a `_metadata`) in the
+/// job directory `job_dir` use. A checkpoint whose `_metadata` cannot be read is an error:
+/// what it uses is unknown, so nothing may be deleted.
+pub async fn live_shared_files(job_dir: &SnapshotStorage) -> Result<BTreeSet<String>, LoadError> {
+    let mut live = BTreeSet::new();
+    for name in job_dir.list_dirs().await? {
+        if !name.starts_with(CHECKPOINT_DIR_PREFIX) {
+            continue;
+        }
+        match load_metadata(&job_dir.child(&name)).await {
+            Ok(metadata) => live.extend(shared_files_of(&metadata)),
+            Err(LoadError::Storage(StorageError::NotASnapshot { .. })) => {}
+            Err(error) => return Err(error),
+        }
+    }
+    Ok(live)
+}
+
+/// Deletes the files of the job directory's `shared/` that no complete checkpoint uses and
+/// that a checkpoint older than `below` wrote (younger ones may still be in flight): what a
+/// crash between writing a file and completing, or between completing and deleting, left.
+/// Returns how many files went.
+pub async fn sweep_shared(job_dir: &SnapshotStorage, below: u64) -> Result<u64, LoadError> {
+    let shared = job_dir.child(crate::paths::SHARED_DIR);
+    if below == u64::MAX {
+        // No write of this job is in flight: unfinished local writes go too.
+        shared.remove_local_staging_files()?;
+    }
+    let files = shared.list_all().await?;
+    if files.is_empty() {
+        return Ok(0);
+    }
+    let live = live_shared_files(job_dir).await?;
+    let mut deleted = 0;
+    for (name, _) in files {
+        let old_enough = shared_file_checkpoint(&name).is_some_and(|id| id < below);
+        if old_enough && !name.contains('/') && !live.contains(&name) {
+            shared.delete(&name).await?;
+            deleted += 1;
+        }
+    }
+    Ok(deleted)
 }
 
 /// Deletes the snapshot at `storage`: its `_metadata` and exactly the data files it names.
@@ -47,8 +106,23 @@ pub async fn dispose(storage: &SnapshotStorage) -> Result<Disposed, LoadError> {
         }
     }
     storage.remove_empty_local_dirs()?;
-    tracing::info!(snapshot = %storage.display(), bytes, left = left.len(), "snapshot disposed");
-    Ok(Disposed { bytes, left })
+    // An incremental checkpoint: its shared files that no other complete checkpoint of the
+    // job uses go too (its own `_metadata` is gone, so it no longer counts).
+    let mine = shared_files_of(&metadata);
+    let mut shared_deleted = 0;
+    if !mine.is_empty() {
+        let job_dir = storage.parent();
+        let live = live_shared_files(&job_dir).await?;
+        let shared = storage.shared_dir();
+        for name in mine.difference(&live) {
+            match shared.delete(name).await {
+                Ok(()) | Err(StorageError::NotFound { .. }) => shared_deleted += 1,
+                Err(error) => return Err(error.into()),
+            }
+        }
+    }
+    tracing::info!(snapshot = %storage.display(), bytes, left = left.len(), shared_deleted, "snapshot disposed");
+    Ok(Disposed { bytes, left, shared_deleted })
 }
 
 #[cfg(test)]
@@ -92,7 +166,7 @@ mod tests {
         snapshot.put("notes/mine.txt", Bytes::from_static(b"not the snapshot's")).await.unwrap();
         base.put("other/_metadata", Bytes::from_static(b"x")).await.unwrap();
         let disposed = dispose(&snapshot).await.unwrap();
-        assert_eq!(disposed, Disposed { bytes: expected, left: vec!["notes/mine.txt".to_string()] });
+        assert_eq!(disposed, Disposed { bytes: expected, left: vec!["notes/mine.txt".to_string()], shared_deleted: 0 });
         let dir = temp.path().join("savepoint-012345-abcdefabcdef");
         assert!(dir.join("notes/mine.txt").exists());
         assert!(!dir.join(METADATA_FILE).exists());

@@ -99,7 +99,7 @@ pub use weir_types::SnapshotFormat;
 use weir_types::{KeyGroupRange, MAX_PARALLELISM_UPPER_BOUND, compute_key_group_range_for_operator_index};
 
 /// The version of the snapshot format this weir writes.
-pub const FORMAT_VERSION: u32 = 3;
+pub const FORMAT_VERSION: u32 = 4;
 
 /// The oldest version this weir reads (every version up to [`FORMAT_VERSION`] is read).
 pub const FORMAT_VERSION_OLDEST: u32 = 1;
@@ -217,7 +217,44 @@ pub struct SubtaskSnapshot {
     /// file re-serializes to the same bytes for its checksum).
     #[serde(default, skip_serializing_if = "is_false")]
     pub finished: bool,
+    /// Version 4, incremental checkpoints: the data files in the job's `shared/` directory
+    /// (the sibling of the checkpoint directory) that blocks of this subtask name by index
+    /// ([`BlockRef::shared_file`]); plain file names. Absent when empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shared_files: Vec<String>,
 }
+
+impl SubtaskSnapshot {
+    /// The file holding `block`, as the storage functions take it: relative to the snapshot
+    /// directory (`task-1-0.state`), or [`SHARED_FILE_PREFIX`] and the name of a file in the
+    /// job's `shared/` directory. `None` when the subtask records no such file.
+    pub fn block_file(&self, block: &BlockRef) -> Option<String> {
+        match block.shared_file {
+            Some(index) => self.shared_files.get(index as usize).map(|name| format!("{SHARED_FILE_PREFIX}{name}")),
+            None => self.file.clone(),
+        }
+    }
+
+    /// Every block of the subtask (keyed, then operator state) with its file.
+    pub fn blocks_with_files(&self) -> Vec<(String, BlockRef)> {
+        self.keyed_states
+            .iter()
+            .flat_map(|state| state.key_groups.iter())
+            .chain(self.operator_states.iter().flat_map(|state| state.elements.iter()))
+            .filter_map(|block| self.block_file(block).map(|file| (file, *block)))
+            .collect()
+    }
+
+    /// The shared files this subtask's blocks use.
+    pub fn used_shared_files(&self) -> impl Iterator<Item = &str> {
+        self.shared_files.iter().map(String::as_str)
+    }
+}
+
+/// How a block's file names a file in the job's `shared/` directory, as
+/// [`SubtaskSnapshot::block_file`] returns it (never written to a snapshot: `_metadata`
+/// records shared files by index).
+pub const SHARED_FILE_PREFIX: &str = "../shared/";
 
 fn is_false(value: &bool) -> bool {
     !*value
@@ -293,6 +330,10 @@ pub struct BlockRef {
     pub crc32: u32,
     /// Number of entries in the block (keys, or list items).
     pub entries: u64,
+    /// Version 4: the block is in the subtask's shared file of this index (an incremental
+    /// checkpoint), not in its `file`. Absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared_file: Option<u32>,
 }
 
 impl BlockRef {
@@ -494,6 +535,11 @@ fn is_relative_name(name: &str) -> bool {
         && name.split('/').all(|segment| !segment.is_empty() && segment != "." && segment != "..")
 }
 
+/// True for one path segment that names a file: not empty, no `/` or `\\`, not `.` or `..`.
+fn is_plain_file_name(name: &str) -> bool {
+    !name.is_empty() && !name.contains('/') && !name.contains('\\') && name != "." && name != ".."
+}
+
 /// Checks the invariants a reader relies on (see the module documentation); `location`
 /// names the metadata file in errors.
 pub fn validate_metadata(metadata: &SnapshotMetadata, location: &str) -> Result<(), FormatError> {
@@ -511,6 +557,13 @@ pub fn validate_metadata(metadata: &SnapshotMetadata, location: &str) -> Result<
         return fail(format!(
             "format version {} has no native snapshots and no state backend name",
             metadata.format_version
+        ));
+    }
+    let incremental = metadata.operators.iter().flat_map(|o| &o.subtasks).any(|s| !s.shared_files.is_empty());
+    if incremental && (metadata.format_version < 4 || metadata.kind != SnapshotKind::Checkpoint) {
+        return fail(format!(
+            "a {} of format version {} names shared files; only checkpoints of version 4 and later do",
+            metadata.kind, metadata.format_version
         ));
     }
     let max_p = metadata.max_parallelism;
@@ -561,12 +614,24 @@ pub fn validate_metadata(metadata: &SnapshotMetadata, location: &str) -> Result<
             {
                 return fail(format!("{at} names data file '{file}', which is not a name relative to the snapshot"));
             }
-            let has_blocks = subtask.keyed_states.iter().any(|state| !state.key_groups.is_empty())
-                || subtask.operator_states.iter().any(|state| !state.elements.is_empty());
-            if has_blocks && subtask.file.is_none() {
-                return fail(format!("{at} has state blocks but no data file"));
+            for name in &subtask.shared_files {
+                if !is_plain_file_name(name) {
+                    return fail(format!("{at} names shared file '{name}', which is not a plain file name"));
+                }
             }
             let check_block = |block: &BlockRef, what: &str| -> Result<(), FormatError> {
+                match block.shared_file {
+                    Some(index) if index as usize >= subtask.shared_files.len() => {
+                        return fail(format!(
+                            "{at} state '{what}': a block names shared file {index} of {}",
+                            subtask.shared_files.len()
+                        ));
+                    }
+                    None if subtask.file.is_none() => {
+                        return fail(format!("{at} has state blocks but no data file"));
+                    }
+                    _ => {}
+                }
                 if block.offset < DATA_HEADER_LEN || block.offset.checked_add(block.length).is_none() {
                     return fail(format!(
                         "{at} state '{what}': block at offset {} length {} lies outside a data file",
@@ -660,7 +725,14 @@ impl DataFileWriter {
         let offset = self.len();
         self.buffer.extend_from_slice(bytes);
         self.blocks += 1;
-        BlockRef { key_group, offset, length: bytes.len() as u64, crc32: crc32fast::hash(bytes), entries }
+        BlockRef {
+            key_group,
+            offset,
+            length: bytes.len() as u64,
+            crc32: crc32fast::hash(bytes),
+            entries,
+            shared_file: None,
+        }
     }
 
     /// Appends a block that `write` encodes straight into the file's buffer (no copy), and
@@ -679,7 +751,14 @@ impl DataFileWriter {
         }
         let bytes = &self.buffer[start..];
         self.blocks += 1;
-        Ok(BlockRef { key_group, offset, length: bytes.len() as u64, crc32: crc32fast::hash(bytes), entries })
+        Ok(BlockRef {
+            key_group,
+            offset,
+            length: bytes.len() as u64,
+            crc32: crc32fast::hash(bytes),
+            entries,
+            shared_file: None,
+        })
     }
 
     /// Current length of the file in bytes, header included.
@@ -800,7 +879,7 @@ mod tests {
         let bytes = encode_metadata(&metadata);
         let value: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
         assert_eq!(value["magic"], "weir-snapshot");
-        assert_eq!(value["format_version"], 3);
+        assert_eq!(value["format_version"], 4);
         assert_eq!(value["metadata"]["kind"], "savepoint");
         assert_eq!(value["metadata"]["operators"][0]["subtasks"][0]["operator_states"][0]["mode"], "split");
         assert_eq!(value["metadata"]["state_backend"], "hashmap");
@@ -860,7 +939,7 @@ mod tests {
         let mut value = original.clone();
         value["format_version"] = 7.into();
         let error = decode_metadata(&serde_json::to_vec(&value).unwrap(), LOCATION).unwrap_err();
-        assert!(error.to_string().contains("written by a newer weir (format 7); this weir reads format 3"), "{error}");
+        assert!(error.to_string().contains("written by a newer weir (format 7); this weir reads format 4"), "{error}");
 
         let mut value = original.clone();
         value["metadata"]["job_name"] = "renamed".into();
@@ -945,8 +1024,8 @@ mod tests {
         wrong[0] = b'X';
         assert!(matches!(check_data_header(&wrong, location), Err(FormatError::BadDataFile { .. })));
         wrong[0] = b'W';
-        wrong[8] = 4;
-        assert!(matches!(check_data_header(&wrong, location), Err(FormatError::NewerVersion { version: 4, .. })));
+        wrong[8] = 5;
+        assert!(matches!(check_data_header(&wrong, location), Err(FormatError::NewerVersion { version: 5, .. })));
         wrong[8] = 1;
         check_data_header(&wrong, location).unwrap();
     }

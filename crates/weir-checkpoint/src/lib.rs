@@ -21,7 +21,7 @@ mod testutil;
 
 use bytes::Bytes;
 
-pub use dispose::{Disposed, dispose};
+pub use dispose::{Disposed, dispose, live_shared_files, shared_files_of, sweep_shared};
 pub use format::SnapshotFormat;
 pub use format::{
     BlockRef, DataFileWriter, FORMAT_VERSION, FormatError, KeyedStateHandle, OperatorSnapshot, OperatorStateHandle,
@@ -88,6 +88,9 @@ pub async fn write_metadata(storage: &SnapshotStorage, metadata: &SnapshotMetada
 /// offset or length (2^36, 2^63 - 1) is an error naming the block, never an allocation of
 /// that size.
 pub async fn read_blocks(storage: &SnapshotStorage, file: &str, blocks: &[BlockRef]) -> Result<Vec<Bytes>, LoadError> {
+    // A block of an incremental checkpoint may be in the job's shared directory.
+    let (storage, file) = storage.resolve(file);
+    let (storage, file) = (&storage, file.as_str());
     let location = storage.location(file);
     let size = storage.size(file).await?;
     let header = storage.get_range(file, 0..size.min(format::DATA_HEADER_LEN)).await?;

@@ -63,6 +63,27 @@ fn splitmix64(value: u64) -> u64 {
     z ^ (z >> 31)
 }
 
+/// The directory of a job's incremental-checkpoint data files, beside its `chk-<n>`
+/// directories (Flink's `shared/`): `<job id>/shared/`.
+pub const SHARED_DIR: &str = "shared";
+
+/// The data file that checkpoint `checkpoint_id` of an incremental job writes for one
+/// subtask into the job's [`SHARED_DIR`]: `chk-<n>-task-<vertex>-<subtask>.state`. Later
+/// checkpoints may name its blocks too.
+pub fn shared_data_file_name(checkpoint_id: u64, vertex_index: usize, subtask: u32) -> String {
+    format!("{CHECKPOINT_DIR_PREFIX}{checkpoint_id}-{}", data_file_name(vertex_index, subtask))
+}
+
+/// The checkpoint that wrote a file of the shared directory (`chk-<n>-...`).
+pub fn shared_file_checkpoint(name: &str) -> Option<u64> {
+    let rest = name.strip_prefix(CHECKPOINT_DIR_PREFIX)?;
+    let (digits, _) = rest.split_once('-')?;
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
 /// The data file of one subtask of one job vertex inside a snapshot directory:
 /// `task-<vertex>-<subtask>.state`.
 pub fn data_file_name(vertex_index: usize, subtask: u32) -> String {

@@ -293,10 +293,9 @@ fn assign_keyed(old: &OperatorSnapshot, max_p: u32, subtasks: &mut [SubtaskResto
                 }
             };
             // Validation guarantees a file whenever there are blocks, and a key group per block.
-            let file = subtask.file.clone().unwrap_or_default();
-            states[index].3.extend(
-                state.key_groups.iter().map(|block| (block.key_group.unwrap_or_default(), (file.clone(), *block))),
-            );
+            states[index].3.extend(state.key_groups.iter().map(|block| {
+                (block.key_group.unwrap_or_default(), (subtask.block_file(block).unwrap_or_default(), *block))
+            }));
         }
     }
     let p = subtasks.len() as u32;
@@ -340,9 +339,8 @@ fn assign_operator_states(old: &OperatorSnapshot, subtasks: &mut [SubtaskRestore
                     states.len() - 1
                 }
             };
-            let file = subtask.file.clone().unwrap_or_default();
             states[index].per_old_subtask[old_index] =
-                state.elements.iter().map(|block| (file.clone(), *block)).collect();
+                state.elements.iter().map(|block| (subtask.block_file(block).unwrap_or_default(), *block)).collect();
         }
     }
     let new_p = subtasks.len();

@@ -271,6 +271,7 @@ async fn rewrite_operator(
             keyed_states,
             operator_states,
             finished: operator.subtasks.get(index as usize).is_some_and(|old| old.finished),
+            shared_files: Vec::new(),
         });
     }
     Ok(OperatorSnapshot { subtasks, ..operator.clone() })
@@ -325,6 +326,7 @@ mod tests {
                 }],
                 operator_states: Vec::new(),
                 finished: false,
+                shared_files: Vec::new(),
             });
             let mut writer = DataFileWriter::new();
             let element = writer.add_block(format!("position of {subtask}").as_bytes(), None, 1);
@@ -341,6 +343,7 @@ mod tests {
                     elements: vec![element],
                 }],
                 finished: false,
+                shared_files: Vec::new(),
             });
         }
         let metadata = SnapshotMetadata {

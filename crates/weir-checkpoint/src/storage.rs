@@ -324,6 +324,47 @@ impl SnapshotStorage {
         }
     }
 
+    /// The same store one directory up (the job's directory of a checkpoint directory);
+    /// itself at the store's root.
+    pub fn parent(&self) -> SnapshotStorage {
+        let parts: Vec<_> = self.prefix.parts().collect();
+        let up = |text: &str| -> String {
+            let trimmed = text.trim_end_matches('/');
+            match trimmed.rsplit_once('/') {
+                Some((head, _)) if !head.is_empty() && !head.ends_with('/') => head.to_string(),
+                Some((head, _)) => format!("{head}/"),
+                None => trimmed.to_string(),
+            }
+        };
+        let Some((_, kept)) = parts.split_last() else {
+            // A local store rooted at this very directory: open the parent by its path.
+            return SnapshotStorage::from_url(&up(&self.url)).unwrap_or_else(|_| self.clone());
+        };
+        SnapshotStorage {
+            store: Arc::clone(&self.store),
+            local: self.local.clone(),
+            prefix: Path::from_iter(kept.iter().cloned()),
+            url: up(&self.url),
+            display: up(&self.display),
+        }
+    }
+
+    /// The job's `shared/` directory of a checkpoint directory (its sibling), where the data
+    /// files of incremental checkpoints live.
+    pub fn shared_dir(&self) -> SnapshotStorage {
+        self.parent().child(crate::paths::SHARED_DIR)
+    }
+
+    /// The directory and name of `file` as a snapshot's blocks name it: relative to this
+    /// snapshot directory, or in the job's `shared/` directory
+    /// ([`SHARED_FILE_PREFIX`](crate::format::SHARED_FILE_PREFIX)).
+    pub fn resolve(&self, file: &str) -> (SnapshotStorage, String) {
+        match file.strip_prefix(crate::format::SHARED_FILE_PREFIX) {
+            Some(name) => (self.shared_dir(), name.to_string()),
+            None => (self.clone(), file.to_string()),
+        }
+    }
+
     /// The location as a URL (`file:///...`, `memory://...`, `s3://...`); accepted by [`from_url`](Self::from_url).
     pub fn url(&self) -> &str {
         &self.url
@@ -478,7 +519,25 @@ impl SnapshotStorage {
             // Never try to remove a file-system root.
             return Ok(());
         }
+        remove_staging_files(&directory)
+            .map_err(|source| StorageError::LocalDir { location: directory.to_string_lossy().into_owned(), source })?;
         remove_empty_dirs(&directory)
+            .map_err(|source| StorageError::LocalDir { location: directory.to_string_lossy().into_owned(), source })
+    }
+
+    /// Deletes the staging files of unfinished local multipart writes under the prefix (a
+    /// no-op for other stores, whose unfinished uploads are invisible and expire).
+    pub fn remove_local_staging_files(&self) -> Result<(), StorageError> {
+        let Some((store, root)) = &self.local else { return Ok(()) };
+        let directory = if self.prefix.as_ref().is_empty() {
+            root.clone()
+        } else {
+            match store.path_to_filesystem(&self.prefix) {
+                Ok(directory) => directory,
+                Err(_) => return Ok(()),
+            }
+        };
+        remove_staging_files(&directory)
             .map_err(|source| StorageError::LocalDir { location: directory.to_string_lossy().into_owned(), source })
     }
 
@@ -486,6 +545,39 @@ impl SnapshotStorage {
     pub fn blocking(&self) -> BlockingStorage {
         BlockingStorage::new(self.clone())
     }
+}
+
+/// True for the staging file of an unfinished local multipart write (`<name>#<n>`, which
+/// `object_store`'s local store writes and renames on completion, and does not list).
+fn is_staging_file(name: &str) -> bool {
+    name.rsplit_once('#')
+        .is_some_and(|(head, n)| !head.is_empty() && !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// Deletes what unfinished local multipart writes under `directory` left (a process killed
+/// while writing, an aborted stream whose upload was not cleaned): nothing lists them, so
+/// nothing else would. A write still in progress then fails on completion, which only
+/// happens to writes of a snapshot that is being deleted.
+fn remove_staging_files(directory: &std::path::Path) -> std::io::Result<()> {
+    let entries = match std::fs::read_dir(directory) {
+        Ok(entries) => entries,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(error) => return Err(error),
+    };
+    for entry in entries {
+        let entry = entry?;
+        let file_type = entry.file_type()?;
+        if file_type.is_dir() {
+            remove_staging_files(&entry.path())?;
+        } else if file_type.is_file() && entry.file_name().to_str().is_some_and(is_staging_file) {
+            match std::fs::remove_file(entry.path()) {
+                Ok(()) => {}
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+                Err(error) => return Err(error),
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Removes `directory` and its subdirectories if they hold no files; a missing directory is fine.
@@ -676,6 +768,30 @@ impl Drop for StreamingWrite {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_shared_directory_is_the_sibling_of_a_checkpoint_directory_however_it_was_opened() {
+        let dir = tempfile::tempdir().unwrap();
+        let job = dir.path().join("job");
+        std::fs::create_dir_all(job.join("chk-5")).unwrap();
+        // Opened as an existing directory (the store is rooted at it), as a file URL, and as
+        // a child of the checkpoints root.
+        let direct = SnapshotStorage::from_url(job.join("chk-5").to_str().unwrap()).unwrap();
+        let url = SnapshotStorage::from_url(&format!("file://{}/chk-5", job.display())).unwrap();
+        let child = SnapshotStorage::from_url(dir.path().to_str().unwrap()).unwrap().child("job/chk-5");
+        for storage in [direct, url, child] {
+            let shared = storage.shared_dir().blocking();
+            shared.put("chk-5-task-0-0.state", Bytes::from_static(b"x")).unwrap();
+            assert!(job.join("shared/chk-5-task-0-0.state").is_file(), "{}", storage.url());
+            std::fs::remove_file(job.join("shared/chk-5-task-0-0.state")).unwrap();
+            let (resolved, name) = storage.resolve("../shared/chk-5-task-0-0.state");
+            assert_eq!(name, "chk-5-task-0-0.state");
+            assert_eq!(resolved.display(), job.join("shared").to_str().unwrap());
+        }
+        let memory = SnapshotStorage::from_url("memory://shared-test/job/chk-5").unwrap();
+        assert_eq!(memory.shared_dir().url(), "memory://shared-test/job/shared");
+        assert_eq!(memory.resolve("task-1-0.state").1, "task-1-0.state");
+    }
 
     #[test]
     fn a_streamed_object_appears_whole_on_finish_and_not_at_all_when_dropped() {

@@ -157,6 +157,7 @@ pub(crate) fn build_snapshot(spec: &SnapshotSpec) -> (SnapshotMetadata, BTreeMap
                 keyed_states,
                 operator_states,
                 finished: false,
+                shared_files: Vec::new(),
             });
         }
         operators.push(OperatorSnapshot {

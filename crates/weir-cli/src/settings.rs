@@ -195,6 +195,19 @@ pub fn checkpoint_settings(config: &Configuration) -> Result<CheckpointSettings,
         num_retained: config.get(&CHECKPOINTS_NUM_RETAINED).map_err(CliError::usage)?,
         checkpoints_url: config.get(&CHECKPOINTS_DIR).map_err(CliError::usage)?.unwrap_or_else(default_checkpoints_url),
         savepoints_url: config.get(&SAVEPOINTS_DIR).map_err(CliError::usage)?,
+        incremental: if config.get(&weir_config::options::CHECKPOINTING_INCREMENTAL).map_err(CliError::usage)? {
+            Some(
+                config
+                    .get(&weir_config::options::CHECKPOINTING_INCREMENTAL_MATERIALIZE_EVERY)
+                    .map_err(CliError::usage)?,
+            )
+        } else {
+            None
+        },
+        claim_restored: matches!(
+            config.get(&weir_config::options::STATE_RECOVERY_CLAIM_MODE).map_err(CliError::usage)?,
+            weir_config::ClaimMode::Claim
+        ),
     })
 }
 

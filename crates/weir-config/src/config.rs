@@ -267,6 +267,9 @@ impl Configuration {
         self.get(&CHECKPOINTING_MAX_CONCURRENT)?;
         self.get(&CHECKPOINTING_TOLERABLE_FAILED)?;
         self.get(&CHECKPOINTS_NUM_RETAINED)?;
+        self.get(&CHECKPOINTING_INCREMENTAL)?;
+        self.get(&CHECKPOINTING_INCREMENTAL_MATERIALIZE_EVERY)?;
+        self.get(&STATE_RECOVERY_CLAIM_MODE)?;
         self.get(&CHECKPOINTS_DIR)?;
         self.get(&SAVEPOINTS_DIR)?;
         self.get(&STATE_BACKEND_TYPE)?;

@@ -27,4 +27,6 @@ pub use config::{Configuration, HIDDEN_CONTENT, is_sensitive_key};
 pub use duration::{DURATION_FORMS, format_duration, parse_duration};
 pub use error::{ConfigError, Source};
 pub use option::{ConfigOption, OptionInfo};
-pub use values::{CheckpointingMode, FailoverStrategy, HighAvailabilityType, RestartStrategyType, StateBackendType};
+pub use values::{
+    CheckpointingMode, ClaimMode, FailoverStrategy, HighAvailabilityType, RestartStrategyType, StateBackendType,
+};

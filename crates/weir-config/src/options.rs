@@ -10,7 +10,9 @@ use crate::option::parse::{
     positive_u32, u32_in,
 };
 use crate::option::{ConfigOption, OptionInfo};
-use crate::values::{CheckpointingMode, FailoverStrategy, HighAvailabilityType, RestartStrategyType, StateBackendType};
+use crate::values::{
+    CheckpointingMode, ClaimMode, FailoverStrategy, HighAvailabilityType, RestartStrategyType, StateBackendType,
+};
 
 /// The largest parallelism and max parallelism Flink accepts (2^15).
 pub const MAX_PARALLELISM_UPPER_BOUND: u32 = 32_768;
@@ -233,6 +235,38 @@ pub const CHECKPOINTING_TOLERABLE_FAILED: ConfigOption<u32> = ConfigOption {
     description: "number of consecutive checkpoint failures tolerated before the job fails",
     parse: non_negative_u32,
     default: || 0,
+};
+
+/// `execution.checkpointing.incremental`: checkpoints write only the key groups that changed
+/// since the previous completed checkpoint.
+pub const CHECKPOINTING_INCREMENTAL: ConfigOption<bool> = ConfigOption {
+    key: "execution.checkpointing.incremental",
+    fallback_keys: &["state.backend.incremental"],
+    default_description: "false",
+    description: "incremental checkpoints: write only the key groups changed since the last completed checkpoint and share the rest (in <checkpoint dir>/<job id>/shared/)",
+    parse: boolean,
+    default: || false,
+};
+
+/// `execution.checkpointing.incremental.materialize-every`: every n-th checkpoint of a
+/// subtask writes its whole state again.
+pub const CHECKPOINTING_INCREMENTAL_MATERIALIZE_EVERY: ConfigOption<u32> = ConfigOption {
+    key: "execution.checkpointing.incremental.materialize-every",
+    fallback_keys: &[],
+    default_description: "10",
+    description: "with incremental checkpoints, every n-th checkpoint of a subtask writes its whole state again (periodic full materialization), so old shared files are released",
+    parse: positive_u32,
+    default: || 10,
+};
+
+/// `execution.state-recovery.claim-mode`: who owns the snapshot a job starts from.
+pub const STATE_RECOVERY_CLAIM_MODE: ConfigOption<ClaimMode> = ConfigOption {
+    key: "execution.state-recovery.claim-mode",
+    fallback_keys: &["execution.savepoint-restore-mode"],
+    default_description: "NO_CLAIM",
+    description: "CLAIM: the restored checkpoint becomes the job's and is disposed once subsumed; NO_CLAIM: it stays the user's and is never touched",
+    parse: |text| text.parse(),
+    default: || ClaimMode::NoClaim,
 };
 
 /// `state.checkpoints.num-retained`: completed checkpoints kept.
@@ -642,6 +676,9 @@ pub const ALL: &[OptionInfo] = &[
     CHECKPOINTING_MAX_CONCURRENT.info(),
     CHECKPOINTING_TOLERABLE_FAILED.info(),
     CHECKPOINTS_NUM_RETAINED.info(),
+    CHECKPOINTING_INCREMENTAL.info(),
+    CHECKPOINTING_INCREMENTAL_MATERIALIZE_EVERY.info(),
+    STATE_RECOVERY_CLAIM_MODE.info(),
     CHECKPOINTS_DIR.info(),
     SAVEPOINTS_DIR.info(),
     STATE_BACKEND_TYPE.info(),
@@ -694,6 +731,9 @@ pub const ALL_KEYS: &[&str] = &[
     CHECKPOINTING_MAX_CONCURRENT.key,
     CHECKPOINTING_TOLERABLE_FAILED.key,
     CHECKPOINTS_NUM_RETAINED.key,
+    CHECKPOINTING_INCREMENTAL.key,
+    CHECKPOINTING_INCREMENTAL_MATERIALIZE_EVERY.key,
+    STATE_RECOVERY_CLAIM_MODE.key,
     CHECKPOINTS_DIR.key,
     SAVEPOINTS_DIR.key,
     STATE_BACKEND_TYPE.key,

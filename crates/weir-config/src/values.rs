@@ -44,6 +44,47 @@ impl fmt::Display for CheckpointingMode {
     }
 }
 
+/// Who owns the snapshot a job is restored from (`execution.state-recovery.claim-mode`,
+/// Flink's `RecoveryClaimMode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+pub enum ClaimMode {
+    /// The job takes the snapshot over: once its own checkpoints subsume it, the restored
+    /// checkpoint is disposed like one of its own.
+    #[serde(rename = "CLAIM")]
+    Claim,
+    /// The snapshot stays the user's: nothing of it is deleted, and the job's first
+    /// checkpoint is a full one that uses none of its files.
+    #[default]
+    #[serde(rename = "NO_CLAIM")]
+    NoClaim,
+}
+
+impl FromStr for ClaimMode {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        let text = text.trim();
+        if text.eq_ignore_ascii_case("claim") {
+            Ok(ClaimMode::Claim)
+        } else if text.eq_ignore_ascii_case("no_claim") || text.eq_ignore_ascii_case("no-claim") {
+            Ok(ClaimMode::NoClaim)
+        } else if text.eq_ignore_ascii_case("legacy") {
+            Err("LEGACY was removed (as in Flink 2.0); use CLAIM or NO_CLAIM".to_string())
+        } else {
+            Err("expected CLAIM or NO_CLAIM".to_string())
+        }
+    }
+}
+
+impl fmt::Display for ClaimMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ClaimMode::Claim => "CLAIM",
+            ClaimMode::NoClaim => "NO_CLAIM",
+        })
+    }
+}
+
 /// Where keyed state lives (`state.backend.type`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[non_exhaustive]

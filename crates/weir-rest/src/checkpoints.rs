@@ -262,9 +262,10 @@ pub struct CheckpointStatisticsEntry {
     pub latest_ack_timestamp: u64,
     /// Milliseconds from trigger to completion or failure.
     pub end_to_end_duration: u64,
-    /// Bytes written.
+    /// Bytes of the whole state the checkpoint holds.
     pub state_size: u64,
-    /// Bytes written by this checkpoint (every checkpoint is full: equals `state_size`).
+    /// Bytes written by this checkpoint (less than `state_size` for an incremental one,
+    /// which reuses unchanged key groups).
     pub checkpointed_size: u64,
     /// Subtasks expected.
     pub num_subtasks: u32,
@@ -289,7 +290,7 @@ impl From<&CheckpointEntry> for CheckpointStatisticsEntry {
             latest_ack_timestamp: entry.latest_ack_timestamp,
             end_to_end_duration: entry.end_to_end_duration,
             state_size: entry.state_size,
-            checkpointed_size: entry.state_size,
+            checkpointed_size: entry.checkpointed_size,
             num_subtasks: entry.num_subtasks,
             num_acknowledged_subtasks: entry.num_acknowledged_subtasks,
             external_path: entry.external_path.clone(),

@@ -17,6 +17,7 @@ use weir_types::JobId;
 
 use crate::checkpointing::RestoreSource;
 use crate::checkpointing::coordinator::SnapshotDirs;
+use crate::checkpointing::incremental::IncrementalTracker;
 use crate::checkpointing::writer::WriteJob;
 use crate::jobgraph::JobGraph;
 
@@ -57,6 +58,8 @@ pub struct CheckpointWiring {
     pub dirs: SnapshotDirs,
     /// The writer pool's queue.
     pub writer: Sender<WriteJob>,
+    /// Incremental checkpoints, every n-th full (`Some(n)`), or full ones (`None`).
+    pub incremental: Option<u32>,
     /// The snapshot a job restores from.
     pub restore: Option<Arc<RestoreSource>>,
     /// Periodic checkpoints are on: tasks wait at the end of their input for the job's final
@@ -127,6 +130,8 @@ struct SubtaskSnapshotSink {
     subtask: u32,
     dirs: SnapshotDirs,
     writer: Sender<WriteJob>,
+    /// Incremental checkpoints: what this subtask's next checkpoint may reuse.
+    incremental: Option<Arc<IncrementalTracker>>,
 }
 
 impl SnapshotSink for SubtaskSnapshotSink {
@@ -138,7 +143,25 @@ impl SnapshotSink for SubtaskSnapshotSink {
         // No directory: the checkpoint was aborted meanwhile; its snapshot is not needed.
         if let Some(dir) = dir {
             let registry = Arc::clone(&self.dirs);
-            let _ = self.writer.send(WriteJob { dir, registry, vertex: self.vertex, subtask: self.subtask, snapshot });
+            // Savepoints are always whole and self-contained.
+            let incremental = match snapshot.barrier.kind {
+                weir_api::snapshot::BarrierKind::Checkpoint => self.incremental.clone(),
+                _ => None,
+            };
+            let _ = self.writer.send(WriteJob {
+                dir,
+                registry,
+                vertex: self.vertex,
+                subtask: self.subtask,
+                snapshot,
+                incremental,
+            });
+        }
+    }
+
+    fn checkpoint_complete(&self, checkpoint_id: u64) {
+        if let Some(tracker) = &self.incremental {
+            tracker.completed(checkpoint_id);
         }
     }
 }
@@ -261,6 +284,7 @@ pub fn deploy<E: From<TaskEvent> + Send + 'static>(
                     subtask: subtask as u32,
                     dirs: Arc::clone(&checkpointing.dirs),
                     writer: checkpointing.writer.clone(),
+                    incremental: checkpointing.incremental.map(IncrementalTracker::new),
                 })),
                 exactly_once: checkpointing.exactly_once,
                 attempt: job_ctx.attempt,

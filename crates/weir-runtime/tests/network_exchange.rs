@@ -70,6 +70,7 @@ fn a_job_split_over_two_processes_counts_exactly() {
             writer: writer_tx.clone(),
             restore: None,
             final_checkpoint: false,
+            incremental: None,
         };
         handles.extend(deploy(&graph, &job, &job_ctx, &metrics, controls, &wiring, &events_tx).unwrap());
     }

@@ -188,7 +188,7 @@ impl<K: Key> KeyedStateBackend<K> {
 
     /// Every table as it is now, for a canonical snapshot (see [`Self::snapshot_in`]).
     pub fn snapshot(&self) -> KeyedBackendSnapshot {
-        self.snapshot_in(false)
+        self.snapshot_in(false, 0)
     }
 
     /// Every table as it is now, for a snapshot in the native format (the tables' own order)
@@ -196,11 +196,14 @@ impl<K: Key> KeyedStateBackend<K> {
     /// entry is copied here; the tables share their key groups with the snapshot until it is
     /// written (copy-on-write, and a group is serialized before its first write instead of
     /// copied).
-    pub fn snapshot_in(&self, native: bool) -> KeyedBackendSnapshot {
+    ///
+    /// `checkpoint_id` is the snapshot's id: each key group records the newest snapshot taken
+    /// before its last write, which tells an incremental checkpoint what it may reuse.
+    pub fn snapshot_in(&self, native: bool, checkpoint_id: u64) -> KeyedBackendSnapshot {
         KeyedBackendSnapshot {
             key_type: std::any::type_name::<K>().to_string(),
             range: self.range,
-            tables: self.tables.iter().map(|t| t.snapshot(native)).collect(),
+            tables: self.tables.iter().map(|t| t.snapshot(native, checkpoint_id)).collect(),
         }
     }
 
@@ -376,6 +379,36 @@ mod tests {
     }
 
     #[test]
+    fn each_key_group_knows_the_newest_snapshot_before_its_last_write() {
+        let count = ValueState::<u64>::new("count");
+        let mut backend = KeyedStateBackend::<u64>::new(KeyGroupRange::new(0, 15), 16);
+        let write = |backend: &mut KeyedStateBackend<u64>, key: u64| {
+            let located = backend.locate(&key).unwrap();
+            backend.value(&count, located).unwrap().set(key);
+        };
+        let group_of = |key: u64| weir_types::keygroups::assign_to_key_group(&key, 16);
+        for key in 0..200 {
+            write(&mut backend, key);
+        }
+        let first = backend.snapshot_in(true, 5);
+        assert!((0..16).all(|g| first.tables[0].written_after(g) == 0), "written before any snapshot");
+        write(&mut backend, 7);
+        let second = backend.snapshot_in(true, 6);
+        for group in 0..16 {
+            // Unchanged since checkpoint 5 unless written after it.
+            let expected = if group == group_of(7) { 5 } else { 0 };
+            assert_eq!(second.tables[0].written_after(group), expected, "key group {group}");
+        }
+        // No write between 6 and 7: every group is unchanged since 6.
+        let third = backend.snapshot_in(true, 7);
+        assert!((0..16).all(|g| third.tables[0].written_after(g) < 6));
+        write(&mut backend, 7);
+        write(&mut backend, 7);
+        let fourth = backend.snapshot_in(true, 8);
+        assert_eq!(fourth.tables[0].written_after(group_of(7)), 7);
+    }
+
+    #[test]
     fn a_snapshot_keeps_the_barrier_s_state_while_every_key_changes() {
         for native in [true, false] {
             let count = ValueState::<u64>::new("count");
@@ -384,7 +417,7 @@ mod tests {
                 let located = backend.locate(&key).unwrap();
                 backend.value(&count, located).unwrap().set(key);
             }
-            let mut snapshot = backend.snapshot_in(native);
+            let mut snapshot = backend.snapshot_in(native, 1);
             // Half the groups written before the task touches them, half after.
             let mut written = std::collections::BTreeMap::new();
             for key_group in 0..8 {
@@ -538,7 +571,7 @@ mod tests {
                 backend.value(&count, located).unwrap().set(*value);
             }
             let snapshot = backend.snapshot();
-            let native_snapshot = backend.snapshot_in(true);
+            let native_snapshot = backend.snapshot_in(true, 1);
             let mut total = 0;
             for key_group in 0..8 {
                 let (mut canonical, mut native) = (Vec::new(), Vec::new());

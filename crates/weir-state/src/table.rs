@@ -32,9 +32,9 @@ pub trait StateTable<K>: Send {
     fn read_key_group(&mut self, key_group: u32, bytes: &[u8]) -> Result<(), StateError>;
     /// For typed access through a handle.
     fn as_any_mut(&mut self) -> &mut dyn Any;
-    /// A copy for a checkpoint, serialized later on another thread, in the native format
-    /// (the table's own order) or the canonical one (sorted by key bytes).
-    fn snapshot(&self, native: bool) -> Box<dyn TableSnapshot>;
+    /// A copy for checkpoint `checkpoint_id`, serialized later on another thread, in the
+    /// native format (the table's own order) or the canonical one (sorted by key bytes).
+    fn snapshot(&self, native: bool, checkpoint_id: u64) -> Box<dyn TableSnapshot>;
     /// Restored bytes not yet claimed by a handle, if this is such a table.
     fn as_restored(&self) -> Option<&RestoredTable> {
         None
@@ -56,6 +56,13 @@ pub trait TableSnapshot: Send {
     /// Lets go of one key group once it is written, so the task's next write to it needs no
     /// copy.
     fn release_key_group(&mut self, _key_group: u32) {}
+    /// The id of the newest snapshot taken before the key group was last written (0: not
+    /// written since the table was created or restored). The group is unchanged since
+    /// checkpoint `b` when this is below `b`, so an incremental checkpoint may reuse what `b`
+    /// wrote for it. `u64::MAX`: unknown, always written.
+    fn written_after(&self, _key_group: u32) -> u64 {
+        u64::MAX
+    }
 }
 
 /// A state read back from a snapshot, kept as canonical bytes per key group until the
@@ -95,7 +102,7 @@ impl<K> StateTable<K> for RestoredTable {
     fn as_any_mut(&mut self) -> &mut dyn Any {
         self
     }
-    fn snapshot(&self, native: bool) -> Box<dyn TableSnapshot> {
+    fn snapshot(&self, native: bool, _checkpoint_id: u64) -> Box<dyn TableSnapshot> {
         Box::new(RestoredSnapshot { table: self.clone(), canonical: !native })
     }
     fn as_restored(&self) -> Option<&RestoredTable> {
@@ -122,6 +129,10 @@ impl TableSnapshot for RestoredSnapshot {
     }
     fn key_group_entries(&self, key_group: u32) -> u64 {
         TableSnapshot::key_group_entries(&self.table, key_group)
+    }
+    fn written_after(&self, _key_group: u32) -> u64 {
+        // Restored bytes no handle claimed never change.
+        0
     }
     fn write_key_group(&self, key_group: u32, out: &mut Vec<u8>) -> Result<(), StateError> {
         let Some((bytes, _)) = self.table.key_groups.get(&key_group) else {
@@ -343,6 +354,8 @@ pub struct Table<K, C> {
     /// snapshot still shares, the task serializes that group into it, so the group needs no
     /// copy (the serialized bytes are a fraction of the map's memory).
     frozen: std::cell::RefCell<Option<Arc<FrozenGroups<K, C>>>>,
+    /// The id of the newest snapshot taken of the table (0: none yet).
+    last_snapshot_id: Flag<u64>,
 }
 
 /// One key group's map and whether a snapshot may share it.
@@ -352,11 +365,15 @@ struct CowGroup<K, C> {
     /// A `Cell` because [`StateTable::snapshot`] takes `&self`; the table stays on its
     /// subtask's thread.
     shared: Flag<bool>,
+    /// The id of the newest snapshot taken before the group's last write (0: none). Set on
+    /// the first write after each snapshot, which is the one that finds `shared` set, so
+    /// later writes pay nothing for it.
+    written_after: u64,
 }
 
 impl<K: Clone, C: Clone> CowGroup<K, C> {
     fn new(map: KeyMap<K, C>) -> Self {
-        CowGroup { map: Arc::new(map), shared: Flag::new(false) }
+        CowGroup { map: Arc::new(map), shared: Flag::new(false), written_after: 0 }
     }
 
     #[inline]
@@ -392,8 +409,13 @@ impl<K: Clone, C: Clone> Clone for Table<K, C> {
             name: self.name.clone(),
             kind: self.kind,
             range: self.range,
-            groups: self.groups.iter().map(|g| CowGroup::new(KeyMap::clone(&g.map))).collect(),
+            groups: self
+                .groups
+                .iter()
+                .map(|g| CowGroup { written_after: g.written_after, ..CowGroup::new(KeyMap::clone(&g.map)) })
+                .collect(),
             frozen: std::cell::RefCell::new(None),
+            last_snapshot_id: Flag::new(self.last_snapshot_id.get()),
         }
     }
 }
@@ -405,7 +427,14 @@ impl<K: Key, C: Clone> Table<K, C> {
         for _ in 0..range.len() {
             groups.push(CowGroup::new(KeyMap::default()));
         }
-        Table { name: name.to_string(), kind, range, groups, frozen: std::cell::RefCell::new(None) }
+        Table {
+            name: name.to_string(),
+            kind,
+            range,
+            groups,
+            frozen: std::cell::RefCell::new(None),
+            last_snapshot_id: Flag::new(0),
+        }
     }
 
     /// The map of one key group, by its index within the range.
@@ -415,6 +444,7 @@ impl<K: Key, C: Clone> Table<K, C> {
         C: Cell,
     {
         if self.groups[group_index].shared.get() {
+            self.groups[group_index].written_after = self.last_snapshot_id.get();
             self.before_first_write(group_index);
         }
         self.groups[group_index].get_mut()
@@ -539,9 +569,11 @@ impl<K: Key, C: Cell> StateTable<K> for Table<K, C> {
         self
     }
 
-    fn snapshot(&self, native: bool) -> Box<dyn TableSnapshot> {
+    fn snapshot(&self, native: bool, checkpoint_id: u64) -> Box<dyn TableSnapshot> {
+        self.last_snapshot_id.set(checkpoint_id);
         let groups = Arc::new(FrozenGroups {
             native,
+            written_after: self.groups.iter().map(|g| g.written_after).collect(),
             slots: self.groups.iter().map(|g| std::sync::Mutex::new(FrozenGroup::Shared(g.share()))).collect(),
             released: std::sync::atomic::AtomicUsize::new(0),
         });
@@ -570,6 +602,8 @@ enum FrozenGroup<K, C> {
 /// taken only by the writer and by the task's first write to the group after the barrier.
 pub(crate) struct FrozenGroups<K, C> {
     native: bool,
+    /// Each group's [`TableSnapshot::written_after`] at the barrier.
+    written_after: Vec<u64>,
     slots: Vec<std::sync::Mutex<FrozenGroup<K, C>>>,
     /// Groups the writer is done with.
     released: std::sync::atomic::AtomicUsize,
@@ -661,6 +695,9 @@ impl<K: Key, C: Cell> TableSnapshot for FrozenTable<K, C> {
                 reason: "written after it was released".into(),
             }),
         }
+    }
+    fn written_after(&self, key_group: u32) -> u64 {
+        self.index(key_group).map_or(u64::MAX, |index| self.groups.written_after[index])
     }
     fn release_key_group(&mut self, key_group: u32) {
         if let Ok(index) = self.index(key_group) {

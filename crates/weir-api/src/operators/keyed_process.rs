@@ -205,7 +205,7 @@ where
 
     fn snapshot_state(&mut self, barrier: &Barrier, snapshot: &mut TaskSnapshot) -> Result<(), TaskError> {
         let native = barrier.kind.format() == crate::snapshot::SnapshotFormat::Native;
-        let mut keyed = self.backend.snapshot_in(native);
+        let mut keyed = self.backend.snapshot_in(native, barrier.checkpoint_id);
         if !self.timers.is_empty() {
             // Timers are keyed state too: restored with their keys' groups after a rescale.
             keyed.tables.push(Box::new(self.timers.snapshot(keyed.range, self.backend.max_parallelism())));

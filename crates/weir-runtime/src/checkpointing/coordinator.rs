@@ -2,7 +2,7 @@
 //! retains and aborts checkpoints and savepoints. It owns no thread: the job master calls it
 //! and carries out what it returns (send barriers, notify subtasks, fail the job).
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -10,7 +10,9 @@ use weir_api::snapshot::{Barrier, BarrierKind};
 use weir_checkpoint::format::{
     FORMAT_VERSION, OperatorSnapshot, SnapshotKind, SnapshotMetadata, SubtaskSnapshot, encode_metadata,
 };
-use weir_checkpoint::paths::{METADATA_FILE, checkpoint_dir, new_savepoint_dir_name};
+use weir_checkpoint::paths::{
+    METADATA_FILE, SHARED_DIR, checkpoint_dir, job_checkpoints_dir, new_savepoint_dir_name, shared_file_checkpoint,
+};
 use weir_checkpoint::storage::{BlockingStorage, SnapshotStorage};
 use weir_types::lifecycle::now_ms;
 
@@ -106,6 +108,18 @@ pub struct CheckpointCoordinator {
     subsumed: Vec<Failure>,
     /// With high availability: where checkpoint ids and completed-checkpoint pointers go.
     ha: Option<weir_ha::JobStore>,
+    /// Incremental checkpoints: the files of `<job>/shared/` each retained checkpoint uses.
+    shared_refs: BTreeMap<u64, BTreeSet<String>>,
+    /// Shared files no retained checkpoint uses any more, with the checkpoint whose
+    /// completion released them. They are deleted at a later completion, unless a checkpoint
+    /// uses them again: a subtask that had not yet heard of the newest completion may have
+    /// built its checkpoint on the one before (see [`CheckpointCoordinator::complete`]).
+    released: BTreeMap<String, u64>,
+    /// The job's `shared/` directory.
+    shared_dir: Arc<BlockingStorage>,
+    /// A snapshot the job claimed (`execution.state-recovery.claim-mode: CLAIM`): disposed,
+    /// with what its own job no longer needs, once the job's checkpoints subsume it.
+    claimed: Option<u64>,
 }
 
 impl CheckpointCoordinator {
@@ -125,6 +139,7 @@ impl CheckpointCoordinator {
         let checkpoints_root = SnapshotStorage::from_url(&settings.checkpoints_url)
             .map_err(|e| format!("state.checkpoints.dir '{}' cannot be used: {e}", settings.checkpoints_url))?;
         let first_trigger = Instant::now() + settings.interval.unwrap_or(Duration::MAX / 4);
+        let shared_dir = Arc::new(checkpoints_root.child(&job_checkpoints_dir(job_id)).child(SHARED_DIR).blocking());
         Ok(CheckpointCoordinator {
             settings,
             job_id: job_id.to_string(),
@@ -142,7 +157,23 @@ impl CheckpointCoordinator {
             stats,
             subsumed: Vec::new(),
             ha: None,
+            shared_refs: BTreeMap::new(),
+            released: BTreeMap::new(),
+            shared_dir,
+            claimed: None,
         })
+    }
+
+    /// Takes over the snapshot the job was restored from (claim mode CLAIM): it is retained
+    /// as the oldest completed checkpoint, a restart may restore it, and it is disposed once
+    /// `num-retained` checkpoints of the job subsume it.
+    pub fn claim(&mut self, checkpoint_id: u64, location: &str) -> Result<(), String> {
+        let storage = SnapshotStorage::from_url(location)
+            .map_err(|e| format!("the claimed snapshot '{location}' cannot be used: {e}"))?;
+        let at = self.retained.partition_point(|(retained, _)| *retained < checkpoint_id);
+        self.retained.insert(at, (checkpoint_id, Arc::new(storage.blocking())));
+        self.claimed = Some(checkpoint_id);
+        Ok(())
     }
 
     /// Records checkpoint ids and completed checkpoints in `store` (high availability): an id
@@ -154,14 +185,56 @@ impl CheckpointCoordinator {
     }
 
     /// Takes over completed checkpoints a previous leader recorded, oldest first.
+    ///
+    /// Then the files of the job's `shared/` directory that none of them uses, written by
+    /// checkpoints the previous leader started, are deleted: a leader that died between
+    /// writing and completing, or between completing and deleting, left them.
     pub fn adopt_retained(&mut self, checkpoints: &[(u64, String)]) -> Result<(), String> {
+        let mut sweep = true;
         for (id, location) in checkpoints {
             let storage = SnapshotStorage::from_url(location)
                 .map_err(|e| format!("checkpoint {id} at '{location}' cannot be used: {e}"))?;
+            let storage = Arc::new(storage.blocking());
+            match storage.block_on(weir_checkpoint::load_metadata(&storage.storage)) {
+                Ok(metadata) => {
+                    self.shared_refs.insert(*id, weir_checkpoint::shared_files_of(&metadata));
+                }
+                Err(error) => {
+                    // What it uses is unknown: delete nothing shared.
+                    tracing::warn!(checkpoint = id, %error, "cannot read a recovered checkpoint's metadata");
+                    sweep = false;
+                }
+            }
             let at = self.retained.partition_point(|(retained, _)| retained < id);
-            self.retained.insert(at, (*id, Arc::new(storage.blocking())));
+            self.retained.insert(at, (*id, storage));
+        }
+        if sweep {
+            self.sweep_shared();
         }
         Ok(())
+    }
+
+    /// Deletes the shared files that no retained checkpoint uses and that a checkpoint
+    /// before the next id wrote.
+    fn sweep_shared(&mut self) {
+        let live: BTreeSet<&String> = self.shared_refs.values().flatten().collect();
+        let listed = match self.shared_dir.block_on(self.shared_dir.storage.list_all()) {
+            Ok(listed) => listed,
+            Err(error) => {
+                tracing::warn!(%error, "cannot list the shared checkpoint files");
+                return;
+            }
+        };
+        let mut deleted = 0;
+        for (name, _) in listed {
+            let old = shared_file_checkpoint(&name).is_some_and(|id| id < self.next_id);
+            if old && !live.contains(&name) && self.shared_dir.delete(&name).is_ok() {
+                deleted += 1;
+            }
+        }
+        if deleted > 0 {
+            tracing::info!(files = deleted, "deleted shared checkpoint files no checkpoint uses");
+        }
     }
 
     /// The directories subtasks write into, by checkpoint id.
@@ -249,6 +322,7 @@ impl CheckpointCoordinator {
             latest_ack_timestamp: 0,
             end_to_end_duration: 0,
             state_size: 0,
+            checkpointed_size: 0,
             num_acknowledged_subtasks: 0,
             num_subtasks: self.expected_acks as u32,
             external_path: None,
@@ -288,10 +362,13 @@ impl CheckpointCoordinator {
         pending.acks.insert((ack.vertex, ack.subtask), ack);
         let acked = pending.acks.len();
         let bytes: u64 = pending.acks.values().flat_map(|a| a.operators.iter()).map(|o| o.bytes).sum();
+        let full_bytes: u64 =
+            pending.acks.values().flat_map(|a| a.operators.iter()).map(|o| o.full_bytes.max(o.bytes)).sum();
         self.update_entry(id, |entry| {
             entry.num_acknowledged_subtasks = acked as u32;
             entry.latest_ack_timestamp = now_ms();
-            entry.state_size = bytes;
+            entry.state_size = full_bytes;
+            entry.checkpointed_size = bytes;
         });
         if acked < self.expected_acks {
             return None;
@@ -303,6 +380,23 @@ impl CheckpointCoordinator {
     fn complete(&mut self, pending: PendingCheckpoint) -> Result<Completion, Failure> {
         let id = pending.barrier.checkpoint_id;
         let metadata = self.metadata(&pending);
+        let uses = weir_checkpoint::shared_files_of(&metadata);
+        // A subtask builds on the newest completion it heard of, which may be older than the
+        // newest one: every file it names must still be there (retained, or released and not
+        // yet deleted), or the checkpoint fails and the next one writes what it needs.
+        if let Some(gone) = uses.iter().find(|name| {
+            shared_file_checkpoint(name) != Some(id)
+                && !self.released.contains_key(*name)
+                && !self.shared_refs.values().any(|refs| refs.contains(*name))
+        }) {
+            let reason = format!(
+                "checkpoint {id} builds on shared file {gone}, which an older checkpoint released; the next checkpoint writes that state again"
+            );
+            let mut failure = self.fail(pending, reason);
+            failure.fail_job = false;
+            self.consecutive_failures = self.consecutive_failures.saturating_sub(1);
+            return Err(failure);
+        }
         crate::crash::point("checkpoint-before-metadata");
         if let Err(e) = pending.dir.put(METADATA_FILE, encode_metadata(&metadata)) {
             let reason = format!("writing {}/_metadata: {e}", pending.location);
@@ -345,6 +439,7 @@ impl CheckpointCoordinator {
         self.dirs.retire(id);
         if matches!(pending.request, SnapshotRequest::Periodic) {
             self.next_periodic_at = self.next_periodic_at.max(Instant::now() + self.settings.min_pause);
+            self.shared_refs.insert(id, uses);
             self.retain(id, Arc::clone(&pending.dir));
             let older: Vec<u64> = self
                 .pending
@@ -383,14 +478,61 @@ impl CheckpointCoordinator {
 
     /// Keeps the newest `num_retained` completed checkpoints (by id, whatever order they
     /// completed in) and deletes older ones.
+    ///
+    /// Incremental checkpoints: the shared files a dropped checkpoint used and no retained
+    /// one uses are released, and deleted at the next completion that does not use them
+    /// again; those released earlier and still unused go now.
     fn retain(&mut self, id: u64, dir: Arc<BlockingStorage>) {
         let at = self.retained.partition_point(|(retained, _)| *retained < id);
         self.retained.insert(at, (id, dir));
         while self.retained.len() > self.settings.num_retained.max(1) as usize {
-            if let Some((old_id, old_dir)) = self.retained.pop_front()
-                && let Err(e) = old_dir.delete_all()
-            {
+            let Some((old_id, old_dir)) = self.retained.pop_front() else { break };
+            if self.claimed == Some(old_id) {
+                self.dispose_claimed(old_id, &old_dir);
+                continue;
+            }
+            crate::crash::point("checkpoint-before-subsumed-delete");
+            if let Err(e) = old_dir.delete_all() {
                 tracing::warn!(checkpoint = old_id, error = %e, "cannot delete an old checkpoint; delete it by hand");
+            }
+            for name in self.shared_refs.remove(&old_id).unwrap_or_default() {
+                self.released.entry(name).or_insert(id);
+            }
+        }
+        let live: BTreeSet<String> = self.shared_refs.values().flatten().cloned().collect();
+        self.released.retain(|name, _| !live.contains(name));
+        let due: Vec<String> =
+            self.released.iter().filter(|(_, released_at)| **released_at < id).map(|(name, _)| name.clone()).collect();
+        for name in due {
+            crate::crash::point("checkpoint-before-shared-delete");
+            match self.shared_dir.delete(&name) {
+                Ok(()) => {
+                    self.released.remove(&name);
+                }
+                Err(e) => tracing::warn!(file = %name, error = %e, "cannot delete a shared checkpoint file"),
+            }
+        }
+    }
+
+    /// Disposes a claimed snapshot the job's checkpoints subsumed, and what of its own job's
+    /// shared files nothing else uses.
+    fn dispose_claimed(&mut self, id: u64, dir: &BlockingStorage) {
+        self.claimed = None;
+        match dir.block_on(weir_checkpoint::dispose(&dir.storage)) {
+            Ok(disposed) => {
+                tracing::info!(checkpoint = id, location = %dir.storage.display(), bytes = disposed.bytes, "claimed snapshot disposed");
+                // Its job is over (the claim says so): the files of its shared directory that
+                // no complete checkpoint there names are garbage (a checkpoint it was writing
+                // when it died, say).
+                let is_checkpoint = dir.storage.url().rsplit('/').next().is_some_and(|name| name.starts_with("chk-"));
+                if is_checkpoint
+                    && let Err(error) = dir.block_on(weir_checkpoint::sweep_shared(&dir.storage.parent(), u64::MAX))
+                {
+                    tracing::warn!(checkpoint = id, %error, "cannot clean the claimed checkpoint's shared directory");
+                }
+            }
+            Err(error) => {
+                tracing::warn!(checkpoint = id, %error, "cannot dispose the claimed snapshot; dispose it by hand")
             }
         }
     }
@@ -422,6 +564,7 @@ impl CheckpointCoordinator {
                     keyed_states: Vec::new(),
                     operator_states: Vec::new(),
                     finished: false,
+                    shared_files: Vec::new(),
                 });
                 snapshot.finished = finished;
                 subtasks.push(snapshot);
@@ -466,6 +609,9 @@ impl CheckpointCoordinator {
         if !keep_files && let Err(e) = pending.dir.delete_all() {
             tracing::warn!(checkpoint = id, error = %e, "cannot delete the files of a failed checkpoint");
         }
+        if !keep_files && self.settings.incremental.is_some() {
+            self.delete_shared_files_of(id);
+        }
         let duration = pending.started.elapsed().as_millis() as u64;
         let message = reason.clone();
         self.update_entry(id, |entry| {
@@ -485,6 +631,24 @@ impl CheckpointCoordinator {
             self.next_periodic_at = self.next_periodic_at.max(Instant::now() + self.settings.min_pause);
         }
         Failure { checkpoint_id: id, request: pending.request, reason, fail_job }
+    }
+
+    /// Deletes the shared files checkpoint `id` wrote (it failed: nothing uses them).
+    fn delete_shared_files_of(&self, id: u64) {
+        let listed = match self.shared_dir.block_on(self.shared_dir.storage.list_all()) {
+            Ok(listed) => listed,
+            Err(error) => {
+                tracing::warn!(checkpoint = id, %error, "cannot list the shared checkpoint files");
+                return;
+            }
+        };
+        for (name, _) in listed {
+            if shared_file_checkpoint(&name) == Some(id)
+                && let Err(error) = self.shared_dir.delete(&name)
+            {
+                tracing::warn!(checkpoint = id, file = %name, %error, "cannot delete a failed checkpoint's file");
+            }
+        }
     }
 
     /// A subtask could not snapshot or write: the checkpoint fails.
@@ -535,6 +699,30 @@ impl CheckpointCoordinator {
     }
 }
 
+impl Drop for CheckpointCoordinator {
+    fn drop(&mut self) {
+        self.release_shared();
+    }
+}
+
+impl CheckpointCoordinator {
+    /// The job takes no more checkpoints (its final checkpoint or stop-with-savepoint
+    /// completed, it ended, or this JobManager lost its leadership): no checkpoint can build
+    /// on a released shared file any more, so they go now rather than at a completion that
+    /// will not come. (A new leader's checkpoints name only files its adopted checkpoints
+    /// use.)
+    pub fn release_shared(&mut self) {
+        let live: BTreeSet<String> = self.shared_refs.values().flatten().cloned().collect();
+        for name in std::mem::take(&mut self.released).into_keys() {
+            if !live.contains(&name)
+                && let Err(e) = self.shared_dir.delete(&name)
+            {
+                tracing::warn!(file = %name, error = %e, "cannot delete a shared checkpoint file");
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -570,8 +758,10 @@ mod tests {
                     keyed_states: Vec::new(),
                     operator_states: Vec::new(),
                     finished: false,
+                    shared_files: Vec::new(),
                 },
                 bytes: 10,
+                full_bytes: 10,
             }],
             finished: false,
         }
@@ -678,6 +868,66 @@ mod tests {
         let mut settings = settings(url);
         settings.num_retained = 1;
         coordinator(settings)
+    }
+
+    /// An ack of subtask `subtask` whose blocks are in `files` of the shared directory.
+    fn incremental_ack(checkpoint_id: u64, subtask: u32, files: &[&str]) -> SubtaskAck {
+        let mut ack = ack(checkpoint_id, subtask);
+        let snapshot = &mut ack.operators[0].snapshot;
+        snapshot.shared_files = files.iter().map(|f| f.to_string()).collect();
+        let block = weir_checkpoint::BlockRef {
+            key_group: None,
+            offset: 12,
+            length: 1,
+            crc32: 0,
+            entries: 1,
+            shared_file: Some(0),
+        };
+        let elements = (0..files.len() as u32).map(|i| weir_checkpoint::BlockRef { shared_file: Some(i), ..block });
+        snapshot.operator_states = vec![weir_checkpoint::OperatorStateHandle {
+            name: "s".into(),
+            mode: weir_checkpoint::RedistributionMode::Split,
+            elements: elements.collect(),
+        }];
+        ack
+    }
+
+    #[test]
+    fn shared_files_go_once_nothing_uses_them_and_a_checkpoint_naming_a_deleted_one_fails() {
+        let url = "memory://coordinator-incremental";
+        let mut settings = settings(url);
+        settings.incremental = Some(10);
+        let mut coordinator = coordinator(settings);
+        let shared =
+            SnapshotStorage::from_url(&format!("{url}/0123456789abcdef0123456789abcdef/shared")).unwrap().blocking();
+        for name in ["chk-1-a", "chk-2-b", "chk-3-c", "chk-4-d"] {
+            shared.put(name, bytes::Bytes::from_static(b"x")).unwrap();
+        }
+        let complete = |coordinator: &mut CheckpointCoordinator, files: &[&str]| {
+            let id = coordinator.trigger(SnapshotRequest::Periodic, None).unwrap().checkpoint_id;
+            coordinator.acknowledge(incremental_ack(id, 0, files));
+            coordinator.acknowledge(incremental_ack(id, 1, &[])).unwrap()
+        };
+        complete(&mut coordinator, &["chk-1-a"]).unwrap();
+        complete(&mut coordinator, &["chk-1-a", "chk-2-b"]).unwrap();
+        // 3 is full: 2 (and with it a and b) is no longer retained, but a subtask that had not
+        // heard of 3 may still build on 2, so a and b stay until the next completion.
+        complete(&mut coordinator, &["chk-3-c"]).unwrap();
+        assert!(shared.exists("chk-1-a").unwrap() && shared.exists("chk-2-b").unwrap());
+        // Such a checkpoint, built on 2: b is used again and stays; a goes.
+        complete(&mut coordinator, &["chk-2-b", "chk-4-d"]).unwrap();
+        assert!(!shared.exists("chk-1-a").unwrap());
+        // 3 is released in turn, and waits for the next completion.
+        assert!(shared.exists("chk-2-b").unwrap() && shared.exists("chk-3-c").unwrap());
+        // One naming a file that is gone fails, without failing the job, and is not retained.
+        let failure = complete(&mut coordinator, &["chk-1-a"]).unwrap_err();
+        assert!(!failure.fail_job && failure.reason.contains("chk-1-a"), "{}", failure.reason);
+        assert_eq!(coordinator.latest_retained().unwrap().0, 4);
+        // The job ends: nothing can build on released files any more.
+        complete(&mut coordinator, &["chk-6-f"]).unwrap();
+        assert!(!shared.exists("chk-3-c").unwrap());
+        coordinator.release_shared();
+        assert!(!shared.exists("chk-2-b").unwrap() && !shared.exists("chk-4-d").unwrap());
     }
 
     #[test]

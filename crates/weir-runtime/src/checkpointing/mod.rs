@@ -3,6 +3,7 @@
 
 pub mod coordinator;
 pub mod dirs;
+pub mod incremental;
 pub mod restore;
 pub mod settings;
 pub mod stats;

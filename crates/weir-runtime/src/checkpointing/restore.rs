@@ -112,9 +112,8 @@ impl RestoreSource {
         };
         let mut blocks = Vec::new();
         for subtask in &operator.subtasks {
-            let Some(file) = &subtask.file else { continue };
             for state in subtask.operator_states.iter().filter(|state| state.name == name) {
-                blocks.extend(state.elements.iter().map(|block| (file.clone(), *block)));
+                blocks.extend(state.elements.iter().filter_map(|block| subtask.block_file(block).map(|f| (f, *block))));
             }
         }
         self.read_blocks(&blocks, &AtomicU64::new(0))

@@ -23,6 +23,13 @@ pub struct CheckpointSettings {
     pub checkpoints_url: String,
     /// Default target of savepoints (`state.savepoints.dir`).
     pub savepoints_url: Option<String>,
+    /// Incremental checkpoints (`execution.checkpointing.incremental`): `Some(n)`, every
+    /// n-th checkpoint of a subtask writing its whole state again
+    /// (`execution.checkpointing.incremental.materialize-every`).
+    pub incremental: Option<u32>,
+    /// `execution.state-recovery.claim-mode: CLAIM`: a restored checkpoint becomes the job's
+    /// and is disposed once the job's own checkpoints subsume it.
+    pub claim_restored: bool,
 }
 
 impl Default for CheckpointSettings {
@@ -37,6 +44,8 @@ impl Default for CheckpointSettings {
             num_retained: 1,
             checkpoints_url: default_checkpoints_url(),
             savepoints_url: None,
+            incremental: None,
+            claim_restored: false,
         }
     }
 }

@@ -29,8 +29,12 @@ pub struct CheckpointEntry {
     pub latest_ack_timestamp: u64,
     /// Milliseconds from trigger to completion (or failure).
     pub end_to_end_duration: u64,
-    /// Bytes written.
+    /// Bytes of the whole state the checkpoint holds (for an incremental checkpoint, the
+    /// reused blocks included).
     pub state_size: u64,
+    /// Bytes this checkpoint wrote (equal to `state_size` unless incremental).
+    #[serde(default)]
+    pub checkpointed_size: u64,
     /// Subtasks that acknowledged.
     pub num_acknowledged_subtasks: u32,
     /// Subtasks expected.

@@ -1,6 +1,7 @@
 //! The asynchronous part of a checkpoint: serializing a subtask's copied state into one data
 //! file and writing it to storage while the subtask keeps processing.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -8,9 +9,11 @@ use bytes::Bytes;
 use crossbeam_channel::{Receiver, Sender};
 use weir_api::snapshot::{Redistribution, TaskSnapshot};
 use weir_checkpoint::format::{
-    DataFileWriter, KeyedStateHandle, OperatorStateHandle, RedistributionMode, SubtaskSnapshot,
+    BlockRef, DataFileWriter, KeyedStateHandle, OperatorStateHandle, RedistributionMode, SubtaskSnapshot,
 };
-use weir_checkpoint::paths::data_file_name;
+use weir_checkpoint::paths::{data_file_name, shared_data_file_name};
+
+use super::incremental::{IncrementalTracker, WrittenCheckpoint};
 use weir_checkpoint::storage::BlockingStorage;
 
 /// Threads serializing and writing snapshots per job.
@@ -25,8 +28,12 @@ pub struct AckedOperator {
     pub key_type: Option<String>,
     /// What the metadata records for this subtask.
     pub snapshot: SubtaskSnapshot,
-    /// Bytes of this operator's blocks.
+    /// Bytes of this operator's blocks written by this checkpoint.
     pub bytes: u64,
+    /// Bytes of all its blocks, those an incremental checkpoint reuses included (equal to
+    /// `bytes` otherwise; 0 from a weir before incremental checkpoints).
+    #[serde(default)]
+    pub full_bytes: u64,
 }
 
 /// A subtask's snapshot, written.
@@ -72,6 +79,9 @@ pub struct WriteJob {
     pub subtask: u32,
     /// The copied state.
     pub snapshot: TaskSnapshot,
+    /// Set for a checkpoint of an incremental job: what it may reuse, and where it records
+    /// what it wrote.
+    pub incremental: Option<Arc<IncrementalTracker>>,
 }
 
 /// A pool of writer threads of one job.
@@ -138,44 +148,103 @@ fn mode_of(mode: Redistribution) -> RedistributionMode {
 const STREAM_CHUNK_BYTES: usize = 4 * 1024 * 1024;
 
 /// Serializes every operator's state of one subtask into one data file and writes it.
+///
+/// For a checkpoint of an incremental job the file goes to the job's `shared/` directory,
+/// and a key group unchanged since the subtask's base checkpoint is not written again: the
+/// metadata names the base's block.
 fn write_subtask(job: WriteJob) -> Result<SubtaskAck, String> {
-    let WriteJob { dir, registry, vertex, subtask, mut snapshot } = job;
-    let file = data_file_name(vertex, subtask);
+    let WriteJob { dir, registry, vertex, subtask, mut snapshot, incremental } = job;
+    let checkpoint_id = snapshot.barrier.checkpoint_id;
+    let (out_dir, file) = match &incremental {
+        Some(_) => {
+            (Arc::new(dir.storage.shared_dir().blocking()), shared_data_file_name(checkpoint_id, vertex, subtask))
+        }
+        None => (Arc::clone(&dir), data_file_name(vertex, subtask)),
+    };
+    let base = incremental.as_ref().and_then(|tracker| tracker.base());
+    let full = match (&incremental, &base) {
+        (Some(tracker), Some(base)) => base.since_full + 1 >= tracker.materialize_every,
+        _ => true,
+    };
+    let own_file: Arc<str> = Arc::from(file.as_str());
+    let mut written = WrittenCheckpoint {
+        checkpoint_id,
+        since_full: if full { 0 } else { base.as_ref().map_or(0, |b| b.since_full + 1) },
+        keyed: Default::default(),
+    };
     let mut data = DataFileWriter::new();
     // The file goes out in parts while it is built: memory holds a part or two of it, not
     // the whole serialized state.
-    let mut out = dir.stream(&file).map_err(|e| e.to_string())?;
+    let mut out = out_dir.stream(&file).map_err(|e| e.to_string())?;
     let mut operators = Vec::with_capacity(snapshot.operators.len());
     let finished = snapshot.finished;
+    let mut own_blocks = 0usize;
     for operator in &mut snapshot.operators {
         let before = data.len();
+        let mut reused_bytes = 0u64;
         let mut keyed_states = Vec::new();
         let mut key_group_range = None;
         let mut key_type = None;
+        // Incremental: the files this operator's blocks are in (its own first).
+        let mut shared_files: Vec<Arc<str>> = Vec::new();
+        let shared_index = |name: &Arc<str>, files: &mut Vec<Arc<str>>| -> u32 {
+            match files.iter().position(|f| f == name) {
+                Some(index) => index as u32,
+                None => {
+                    files.push(Arc::clone(name));
+                    (files.len() - 1) as u32
+                }
+            }
+        };
         if let Some(keyed) = &mut operator.keyed {
             key_group_range = Some(keyed.range);
             key_type = Some(keyed.key_type.clone());
             for table in &mut keyed.tables {
+                let name = table.name().to_string();
+                let reusable = if full { None } else { base.as_ref().and_then(|b| b.state(&operator.uid, &name)) };
+                let base_id = base.as_ref().map_or(0, |b| b.checkpoint_id);
                 let mut blocks = Vec::new();
+                let mut recorded = BTreeMap::new();
                 for key_group in keyed.range.iter() {
                     let entries = table.key_group_entries(key_group);
                     if entries == 0 {
                         table.release_key_group(key_group);
                         continue;
                     }
+                    if let Some(groups) = reusable
+                        && table.written_after(key_group) < base_id
+                        && let Some((in_file, block)) = groups.get(&key_group)
+                        && block.entries == entries
+                    {
+                        // Unchanged since the base: name its block.
+                        table.release_key_group(key_group);
+                        let index = shared_index(in_file, &mut shared_files);
+                        blocks.push(BlockRef { shared_file: Some(index), ..*block });
+                        recorded.insert(key_group, (Arc::clone(in_file), *block));
+                        reused_bytes += block.length;
+                        continue;
+                    }
                     // In the snapshot's format (native or canonical), chosen when the task took it.
                     let block =
                         data.add_block_with(Some(key_group), entries, |out| table.write_key_group(key_group, out));
-                    let block = block.map_err(|e| format!("operator '{}': {e}", operator.uid))?;
+                    let mut block = block.map_err(|e| format!("operator '{}': {e}", operator.uid))?;
+                    own_blocks += 1;
                     // The task's next write to this key group needs no copy.
                     table.release_key_group(key_group);
+                    if incremental.is_some() {
+                        recorded.insert(key_group, (Arc::clone(&own_file), block));
+                        block.shared_file = Some(shared_index(&own_file, &mut shared_files));
+                    }
                     blocks.push(block);
                     if let Some(chunk) = data.take_chunk(STREAM_CHUNK_BYTES) {
                         out.put(Bytes::from(chunk)).map_err(|e| e.to_string())?;
                     }
                 }
+                if incremental.is_some() {
+                    written.keyed.insert((operator.uid.clone(), name.clone()), recorded);
+                }
                 keyed_states.push(KeyedStateHandle {
-                    name: table.name().to_string(),
+                    name,
                     kind: table.kind().to_string(),
                     value_type: table.cell_type().to_string(),
                     key_groups: blocks,
@@ -186,43 +255,62 @@ fn write_subtask(job: WriteJob) -> Result<SubtaskAck, String> {
         for state in &operator.operator_states {
             let mut elements = Vec::with_capacity(state.elements.len());
             for element in &state.elements {
-                elements.push(data.add_block(element, None, 1));
+                let mut block = data.add_block(element, None, 1);
+                own_blocks += 1;
+                if incremental.is_some() {
+                    block.shared_file = Some(shared_index(&own_file, &mut shared_files));
+                }
+                elements.push(block);
             }
             operator_states.push(OperatorStateHandle { name: state.name.clone(), mode: mode_of(state.mode), elements });
         }
+        let bytes = data.len() - before;
         operators.push(AckedOperator {
             uid: operator.uid.clone(),
             key_type,
             snapshot: SubtaskSnapshot {
                 subtask,
                 key_group_range,
-                file: Some(file.clone()),
+                // Incremental: every block names its shared file; the checkpoint directory
+                // holds only `_metadata`.
+                file: incremental.is_none().then(|| file.clone()),
                 keyed_states,
                 operator_states,
                 finished,
+                shared_files: shared_files.iter().map(|f| f.to_string()).collect(),
             },
-            bytes: data.len() - before,
+            bytes,
+            full_bytes: bytes + reused_bytes,
         });
     }
     let rest: Bytes = data.finish();
-    let checkpoint_id = snapshot.barrier.checkpoint_id;
     if registry.is_retired(checkpoint_id) {
-        // Dropping the stream aborts it: nothing of the file stays.
+        // Dropping the stream aborts it: nothing of the file stays. A local directory the
+        // stream created stays, though: remove it (the coordinator may have deleted the
+        // checkpoint's directory before the stream made it again).
+        drop(out);
+        let _ = dir.delete_all();
         return Err(format!("checkpoint {checkpoint_id} was aborted before subtask {subtask} wrote its state"));
     }
-    out.put(rest).map_err(|e| e.to_string())?;
-    out.finish().map_err(|e| e.to_string())?;
+    if incremental.is_some() && own_blocks == 0 {
+        // Everything was reused (or there is no state): no file of this checkpoint, which
+        // nothing would name. Dropping the stream aborts it.
+        drop(out);
+    } else {
+        out.put(rest).map_err(|e| e.to_string())?;
+        out.finish().map_err(|e| e.to_string())?;
+    }
     if registry.is_retired(checkpoint_id) {
         // Aborted while this file was written (the coordinator retires before it deletes):
         // no file of an aborted checkpoint stays behind.
         let _ = dir.delete_all();
+        if incremental.is_some() {
+            let _ = out_dir.delete(&file);
+        }
         return Err(format!("checkpoint {checkpoint_id} was aborted while subtask {subtask} wrote its state"));
     }
-    Ok(SubtaskAck {
-        checkpoint_id: snapshot.barrier.checkpoint_id,
-        vertex,
-        subtask,
-        operators,
-        finished: snapshot.finished,
-    })
+    if let Some(tracker) = &incremental {
+        tracker.written(written);
+    }
+    Ok(SubtaskAck { checkpoint_id, vertex, subtask, operators, finished: snapshot.finished })
 }

@@ -53,6 +53,9 @@ pub struct DeploySpec {
     /// their input.
     #[serde(default)]
     pub final_checkpoint: bool,
+    /// Incremental checkpoints, every n-th full (`execution.checkpointing.incremental`).
+    #[serde(default)]
+    pub incremental: Option<u32>,
     /// The snapshot to restore (a checkpoint or savepoint location).
     pub restore: Option<String>,
     /// Deploy only this pipelined region (`JobGraph::regions()` numbering); `None`: all.

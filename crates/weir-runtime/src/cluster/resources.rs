@@ -608,6 +608,7 @@ impl Executor for RemoteExecutor {
             slot_addresses: slots.iter().map(|(_, _, address)| address.clone()).collect(),
             exactly_once: spec.wiring.exactly_once,
             final_checkpoint: spec.wiring.final_checkpoint,
+            incremental: spec.wiring.incremental,
             restore: spec.restore.as_ref().map(|r| r.location.clone()),
             region: spec.region.as_ref().map(|(_, region)| *region),
         };

@@ -94,6 +94,8 @@ pub(super) struct Deployment {
     pub(super) exactly_once: bool,
     /// Periodic checkpoints are on: tasks wait at the end of their input for the final one.
     pub(super) final_checkpoint: bool,
+    /// Incremental checkpoints, every n-th full.
+    pub(super) incremental: Option<u32>,
     pub(super) dirs: SnapshotDirs,
     pub(super) writer: Sender<WriteJob>,
     pub(super) snapshot_events: Sender<MasterEvent>,
@@ -296,6 +298,7 @@ impl JobRun {
             wiring: CheckpointWiring {
                 exactly_once: self.dep.exactly_once,
                 final_checkpoint: self.dep.final_checkpoint,
+                incremental: self.dep.incremental,
                 dirs: Arc::clone(&self.dep.dirs),
                 writer: self.dep.writer.clone(),
                 restore: restore.clone(),
@@ -670,6 +673,10 @@ impl JobRun {
                 if commits {
                     self.sup.send_to_all(TaskControl::CheckpointComplete(completion.checkpoint_id));
                 }
+                let ends_job = matches!(completion.request, SnapshotRequest::Savepoint { terminate: true, .. });
+                if ends_job || self.sup.final_checkpoint == Some(completion.checkpoint_id) {
+                    self.sup.coordinator.release_shared();
+                }
                 if self.sup.final_checkpoint == Some(completion.checkpoint_id) {
                     // Everything up to the end of every input is committed: finish.
                     self.sup.finishing = true;
@@ -847,6 +854,7 @@ impl JobRun {
 
     /// Stops the writer threads and joins every attempt (the job's run ended here).
     pub(super) fn shutdown(&mut self) {
+        self.sup.coordinator.release_shared();
         self.join_handles();
         if let Some(writer) = self.writer.take() {
             writer.shutdown();

@@ -126,6 +126,13 @@ pub(super) fn run(
         fail(error);
         return None;
     }
+    if settings.checkpointing.claim_restored
+        && let Some(restore) = restored_now
+        && let Err(error) = coordinator.claim(restore.metadata.checkpoint_id, &restore.location)
+    {
+        fail(error);
+        return None;
+    }
     let (snapshot_events, snapshot_receiver) = crossbeam_channel::unbounded::<MasterEvent>();
     let writer = match SnapshotWriter::start(snapshot_events.clone()) {
         Ok(writer) => writer,
@@ -175,6 +182,7 @@ pub(super) fn run(
         },
         exactly_once: settings.checkpointing.exactly_once,
         final_checkpoint: settings.checkpointing.interval.is_some(),
+        incremental: settings.checkpointing.incremental,
         dirs,
         writer: writer.queue(),
         snapshot_events: snapshot_events.clone(),

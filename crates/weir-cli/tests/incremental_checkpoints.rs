@@ -1,0 +1,203 @@
+//! Incremental checkpoints with the real binary: checkpoints share the files of unchanged key
+//! groups, `kill -9` at random points loses and duplicates nothing, retention and disposal
+//! delete exactly the files no checkpoint uses, and CLAIM takes a restored checkpoint over.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use common::{RunningWeir, committed_lines, poll_json, run_weir};
+
+const USERS: u64 = 2000;
+const EVENTS: u64 = 30_000;
+
+/// Every user's counts are exactly 1..=EVENTS/USERS.
+fn assert_exactly_once(lines: &[String]) {
+    let mut per_user: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
+    for line in lines {
+        let (user, count) = line.split_once('\t').unwrap_or_else(|| panic!("not user<TAB>count: {line:?}"));
+        per_user.entry(user.parse().unwrap()).or_default().push(count.parse().unwrap());
+    }
+    assert_eq!(per_user.len() as u64, USERS, "users seen");
+    let expected: Vec<u64> = (1..=EVENTS / USERS).collect();
+    for (user, mut counts) in per_user {
+        counts.sort_unstable();
+        assert_eq!(counts, expected, "user {user}: lost or duplicated counts");
+    }
+}
+
+/// The shared files each complete checkpoint of `job_dir` names, by checkpoint id.
+fn checkpoints_and_their_files(job_dir: &Path) -> BTreeMap<u64, BTreeSet<String>> {
+    let mut found = BTreeMap::new();
+    for entry in std::fs::read_dir(job_dir).unwrap() {
+        let path = entry.unwrap().path();
+        let Some(id) = path.file_name().and_then(|n| n.to_str()?.strip_prefix("chk-")?.parse().ok()) else {
+            continue;
+        };
+        let Ok(text) = std::fs::read_to_string(path.join("_metadata")) else { continue };
+        let value: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let mut files = BTreeSet::new();
+        for operator in value["metadata"]["operators"].as_array().unwrap() {
+            for subtask in operator["subtasks"].as_array().unwrap() {
+                for file in subtask["shared_files"].as_array().into_iter().flatten() {
+                    files.insert(file.as_str().unwrap().to_string());
+                }
+            }
+        }
+        found.insert(id, files);
+    }
+    found
+}
+
+fn shared_files_on_disk(job_dir: &Path) -> BTreeSet<String> {
+    std::fs::read_dir(job_dir.join("shared"))
+        .map(|entries| entries.map(|e| e.unwrap().file_name().to_string_lossy().to_string()).collect())
+        .unwrap_or_default()
+}
+
+fn random_delay(min_ms: u64, spread_ms: u64) -> Duration {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos() as u64;
+    let delay = min_ms + nanos % spread_ms;
+    eprintln!("kill after {delay} ms");
+    Duration::from_millis(delay)
+}
+
+fn job_args<'a>(checkpoints: &'a str, out: &'a str) -> Vec<&'a str> {
+    vec![
+        "-D",
+        "rest.port=0",
+        "-D",
+        "execution.checkpointing.interval=100ms",
+        "-D",
+        "execution.checkpointing.incremental=true",
+        "-D",
+        "execution.checkpointing.incremental.materialize-every=4",
+        "-D",
+        "state.checkpoints.num-retained=2",
+        "-D",
+        "pipeline.max-parallelism=1024",
+        "-D",
+        checkpoints,
+        "counter",
+        "--users",
+        "2000",
+        "--events",
+        "30000",
+        "--rate",
+        "6000",
+        "--output",
+        out,
+    ]
+}
+
+/// A checkpointed run is killed at a random point, then restored from its newest checkpoint
+/// (which names files of older checkpoints) at another parallelism, and killed and restored
+/// once more: every count exactly once, every file a complete checkpoint names is there, and
+/// once the job finished nothing in `shared/` is left that no checkpoint names.
+#[test]
+fn kill_9_and_restore_from_incremental_checkpoints_is_exactly_once_and_leaves_no_garbage() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let out_arg = out.to_str().unwrap().to_string();
+    let chk_root = dir.path().join("chk");
+    let checkpoints = format!("state.checkpoints.dir=file://{}", chk_root.display());
+    let mut restore_from: Option<String> = None;
+    let mut reused_somewhere = false;
+    for (round, parallelism) in ["2", "3", "1"].into_iter().enumerate() {
+        let mut args = vec!["run", "-p", parallelism];
+        if let Some(latest) = &restore_from {
+            args.extend(["-s", latest.as_str()]);
+        }
+        args.extend(job_args(&checkpoints, &out_arg));
+        if round == 2 {
+            // The last round runs to the end.
+            let output = run_weir(&args);
+            assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+            let stdout = String::from_utf8_lossy(&output.stdout).to_string();
+            let job_id =
+                stdout.lines().find_map(|l| l.strip_prefix("Job has been submitted with JobID ")).unwrap().trim();
+            let job_dir = chk_root.join(job_id);
+            let named: BTreeSet<String> = checkpoints_and_their_files(&job_dir).into_values().flatten().collect();
+            assert_eq!(shared_files_on_disk(&job_dir), named, "files no checkpoint names are left in shared/");
+            break;
+        }
+        let mut weir = RunningWeir::start(&args);
+        let rest = weir.rest_url();
+        let job_id = weir.job_id();
+        poll_json(&format!("{rest}/jobs/{job_id}/checkpoints"), |c| c["counts"]["completed"].as_u64() >= Some(5));
+        std::thread::sleep(random_delay(100, 900));
+        drop(weir.stdout_lines());
+        weir.kill_hard();
+
+        let job_dir = chk_root.join(&job_id);
+        let complete = checkpoints_and_their_files(&job_dir);
+        assert!(!complete.is_empty() && complete.len() <= 3, "retained {complete:?}");
+        let on_disk = shared_files_on_disk(&job_dir);
+        for (id, files) in &complete {
+            for file in files {
+                assert!(on_disk.contains(file), "checkpoint {id} names {file}, which is gone");
+            }
+            reused_somewhere |= files.iter().any(|f| !f.starts_with(&format!("chk-{id}-")));
+        }
+        let (latest, _) = complete.last_key_value().unwrap();
+        restore_from = Some(job_dir.join(format!("chk-{latest}")).to_str().unwrap().to_string());
+    }
+    assert!(reused_somewhere, "no checkpoint reused an older checkpoint's file");
+    assert_exactly_once(&committed_lines(&out));
+}
+
+/// `weir savepoint --dispose` of an incremental checkpoint deletes its `_metadata` and the
+/// shared files no other complete checkpoint names, and keeps the others; CLAIM makes the job
+/// restored from a checkpoint dispose it once its own checkpoints subsume it, with what of
+/// the old job's files nothing names (a killed job leaves the files of the checkpoint it was
+/// writing).
+#[test]
+fn disposal_and_claim_delete_only_the_files_nothing_else_uses() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let out_arg = out.to_str().unwrap().to_string();
+    let chk_root = dir.path().join("chk");
+    let checkpoints = format!("state.checkpoints.dir=file://{}", chk_root.display());
+    let mut args = vec!["run", "-p", "2"];
+    args.extend(job_args(&checkpoints, &out_arg));
+    let mut weir = RunningWeir::start(&args);
+    let rest = weir.rest_url();
+    let job_id = weir.job_id();
+    poll_json(&format!("{rest}/jobs/{job_id}/checkpoints"), |c| c["counts"]["completed"].as_u64() >= Some(6));
+    std::thread::sleep(random_delay(50, 300));
+    drop(weir.stdout_lines());
+    weir.kill_hard();
+    let job_dir = chk_root.join(&job_id);
+    let complete = checkpoints_and_their_files(&job_dir);
+    assert!((2..=3).contains(&complete.len()), "{complete:?}");
+    let (&older, older_files) = complete.first_key_value().unwrap();
+    let (&newest, _) = complete.last_key_value().unwrap();
+    let others: BTreeSet<String> =
+        complete.iter().filter(|(id, _)| **id != older).flat_map(|(_, files)| files.clone()).collect();
+
+    // Disposing the oldest keeps what the others name and deletes what only it named.
+    let older_dir: PathBuf = job_dir.join(format!("chk-{older}"));
+    let output = run_weir(&["savepoint", "--dispose", older_dir.to_str().unwrap()]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(!older_dir.join("_metadata").exists());
+    let on_disk = shared_files_on_disk(&job_dir);
+    assert!(others.is_subset(&on_disk), "a file another checkpoint names is gone");
+    for file in older_files.difference(&others) {
+        assert!(!on_disk.contains(file), "{file}, named only by the disposed checkpoint {older}, is still there");
+    }
+
+    // CLAIM: the restored checkpoint is the new job's; once two of its own checkpoints
+    // subsume it, it is disposed and nothing of the old job's that no checkpoint names stays.
+    let newest_dir = job_dir.join(format!("chk-{newest}"));
+    let mut args =
+        vec!["run", "-p", "2", "-s", newest_dir.to_str().unwrap(), "-D", "execution.state-recovery.claim-mode=CLAIM"];
+    args.extend(job_args(&checkpoints, &out_arg));
+    let output = run_weir(&args);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(!newest_dir.join("_metadata").exists(), "the claimed checkpoint is still there");
+    let named: BTreeSet<String> = checkpoints_and_their_files(&job_dir).into_values().flatten().collect();
+    assert_eq!(shared_files_on_disk(&job_dir), named, "the old job's unnamed files stayed");
+    assert_exactly_once(&committed_lines(&out));
+}
