@@ -168,6 +168,9 @@ pub struct TaskContext {
     pub snapshots: Option<Arc<dyn SnapshotSink>>,
     /// Exactly-once barrier alignment (false: at-least-once, no alignment).
     pub exactly_once: bool,
+    /// `state.backend.type: spillable`: keyed state spills cold key groups to a local
+    /// store; `None` for the `hashmap` backend.
+    pub spill: Option<weir_state::spill::SpillOptions>,
     /// Which run of the job this is: 0 first, +1 for every restart after a failure.
     pub attempt: u32,
     /// Set when the job takes periodic checkpoints: at the end of its input the task reports
@@ -229,6 +232,7 @@ impl TaskContext {
             control: None,
             snapshots: None,
             exactly_once: true,
+            spill: None,
             attempt: 0,
             end_of_data: None,
         }

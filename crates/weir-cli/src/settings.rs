@@ -204,6 +204,19 @@ pub fn checkpoint_settings(config: &Configuration) -> Result<CheckpointSettings,
         } else {
             None
         },
+        spill: match config.get(&STATE_BACKEND_TYPE).map_err(CliError::usage)? {
+            weir_config::StateBackendType::Spillable => Some(weir_state::spill::SpillOptions {
+                dir: config
+                    .get(&weir_config::options::IO_TMP_DIRS)
+                    .map_err(CliError::usage)?
+                    .and_then(|dirs| dirs.split([',', ':']).find(|d| !d.trim().is_empty()).map(|d| d.trim().into()))
+                    .unwrap_or_else(std::env::temp_dir),
+                memory_budget: config
+                    .get(&weir_config::options::STATE_BACKEND_SPILLABLE_MEMORY)
+                    .map_err(CliError::usage)?,
+            }),
+            _ => None,
+        },
         claim_restored: matches!(
             config.get(&weir_config::options::STATE_RECOVERY_CLAIM_MODE).map_err(CliError::usage)?,
             weir_config::ClaimMode::Claim

@@ -273,6 +273,8 @@ impl Configuration {
         self.get(&CHECKPOINTS_DIR)?;
         self.get(&SAVEPOINTS_DIR)?;
         self.get(&STATE_BACKEND_TYPE)?;
+        self.get(&STATE_BACKEND_SPILLABLE_MEMORY)?;
+        self.get(&IO_TMP_DIRS)?;
         let restart_strategy = self.get(&RESTART_STRATEGY_TYPE)?;
         self.get(&RESTART_FIXED_DELAY_ATTEMPTS)?;
         self.get(&RESTART_FIXED_DELAY_DELAY)?;

@@ -92,6 +92,26 @@ pub(crate) mod parse {
         u32::try_from(number).map_err(|_| expected.to_string())
     }
 
+    /// A memory size as Flink writes it: a number with an optional unit `b`, `k`/`kb`,
+    /// `m`/`mb`, `g`/`gb`, `t`/`tb` (binary multiples, any case), at least 1 byte.
+    pub(crate) fn memory_size(text: &str) -> Result<usize, String> {
+        let expected = || format!("expected a memory size such as 256mb, 1g or 65536 (bytes), not '{text}'");
+        let trimmed = text.trim().to_ascii_lowercase();
+        let split = trimmed.find(|c: char| !c.is_ascii_digit()).unwrap_or(trimmed.len());
+        let (digits, unit) = trimmed.split_at(split);
+        let number: u64 = digits.parse().map_err(|_| expected())?;
+        let shift = match unit.trim() {
+            "" | "b" | "bytes" => 0,
+            "k" | "kb" | "kibibytes" => 10,
+            "m" | "mb" | "mebibytes" => 20,
+            "g" | "gb" | "gibibytes" => 30,
+            "t" | "tb" | "tebibytes" => 40,
+            _ => return Err(expected()),
+        };
+        let bytes = number.checked_shl(shift).filter(|b| b >> shift == number && *b > 0).ok_or_else(expected)?;
+        usize::try_from(bytes).map_err(|_| expected())
+    }
+
     /// A positive `u32` (at least 1).
     pub(crate) fn positive_u32(text: &str) -> Result<u32, String> {
         u32_in(text, 1, u32::MAX, "expected a positive integer")

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use crate::duration::parse_duration;
 use crate::option::parse::{
-    boolean, duration_at_least, f64_in, host, int_in, is_none_word, non_negative_u32, optional_string, port,
-    positive_u32, u32_in,
+    boolean, duration_at_least, f64_in, host, int_in, is_none_word, memory_size, non_negative_u32, optional_string,
+    port, positive_u32, u32_in,
 };
 use crate::option::{ConfigOption, OptionInfo};
 use crate::values::{
@@ -304,9 +304,31 @@ pub const STATE_BACKEND_TYPE: ConfigOption<StateBackendType> = ConfigOption {
     key: "state.backend.type",
     fallback_keys: &["state.backend"],
     default_description: "hashmap",
-    description: "state backend for keyed state (hashmap)",
+    description: "state backend for keyed state: hashmap (in memory), spillable (hash maps, cold key groups spilled to a local LSM store)",
     parse: |text| text.parse(),
     default: || StateBackendType::HashMap,
+};
+
+/// `state.backend.spillable.memory`: resident keyed state of the process before the
+/// `spillable` backend spills key groups.
+pub const STATE_BACKEND_SPILLABLE_MEMORY: ConfigOption<usize> = ConfigOption {
+    key: "state.backend.spillable.memory",
+    fallback_keys: &[],
+    default_description: "256mb",
+    description: "with state.backend.type spillable: the estimated memory of key groups kept in hash maps by all subtasks of the process; beyond it, key groups are spilled to io.tmp.dirs",
+    parse: memory_size,
+    default: || 256 << 20,
+};
+
+/// `io.tmp.dirs`: local directories for scratch data (the spillable backend's store); the
+/// first is used.
+pub const IO_TMP_DIRS: ConfigOption<Option<String>> = ConfigOption {
+    key: "io.tmp.dirs",
+    fallback_keys: &[],
+    default_description: "the system's temporary directory",
+    description: "local directories for scratch data (the spillable backend's store), separated by ',' or ':'; the first is used",
+    parse: |text| Ok(Some(text.trim().to_string())),
+    default: || None,
 };
 
 /// `restart-strategy.type`: how failed jobs restart; `None` means decide later from whether
@@ -682,6 +704,8 @@ pub const ALL: &[OptionInfo] = &[
     CHECKPOINTS_DIR.info(),
     SAVEPOINTS_DIR.info(),
     STATE_BACKEND_TYPE.info(),
+    STATE_BACKEND_SPILLABLE_MEMORY.info(),
+    IO_TMP_DIRS.info(),
     RESTART_STRATEGY_TYPE.info(),
     RESTART_FIXED_DELAY_ATTEMPTS.info(),
     RESTART_FIXED_DELAY_DELAY.info(),
@@ -737,6 +761,8 @@ pub const ALL_KEYS: &[&str] = &[
     CHECKPOINTS_DIR.key,
     SAVEPOINTS_DIR.key,
     STATE_BACKEND_TYPE.key,
+    STATE_BACKEND_SPILLABLE_MEMORY.key,
+    IO_TMP_DIRS.key,
     RESTART_STRATEGY_TYPE.key,
     RESTART_FIXED_DELAY_ATTEMPTS.key,
     RESTART_FIXED_DELAY_DELAY.key,

@@ -93,6 +93,10 @@ pub enum StateBackendType {
     #[default]
     #[serde(rename = "hashmap")]
     HashMap,
+    /// The same hash maps, with cold key groups spilled to a local LSM store (fjall) once
+    /// `state.backend.spillable.memory` is used: state larger than memory.
+    #[serde(rename = "spillable")]
+    Spillable,
 }
 
 impl FromStr for StateBackendType {
@@ -103,12 +107,17 @@ impl FromStr for StateBackendType {
         if text.eq_ignore_ascii_case("hashmap") {
             return Ok(StateBackendType::HashMap);
         }
+        if text.eq_ignore_ascii_case("spillable") {
+            return Ok(StateBackendType::Spillable);
+        }
         for unavailable in ["rocksdb", "forst"] {
             if text.eq_ignore_ascii_case(unavailable) {
-                return Err(format!("state backend '{unavailable}' is not available in this build; use 'hashmap'"));
+                return Err(format!(
+                    "state backend '{unavailable}' is not available in this build; use 'hashmap', or 'spillable' for state larger than memory"
+                ));
             }
         }
-        Err("expected 'hashmap'".to_string())
+        Err("expected 'hashmap' or 'spillable'".to_string())
     }
 }
 
@@ -116,6 +125,7 @@ impl fmt::Display for StateBackendType {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             StateBackendType::HashMap => "hashmap",
+            StateBackendType::Spillable => "spillable",
         })
     }
 }

@@ -60,6 +60,8 @@ pub struct CheckpointWiring {
     pub writer: Sender<WriteJob>,
     /// Incremental checkpoints, every n-th full (`Some(n)`), or full ones (`None`).
     pub incremental: Option<u32>,
+    /// `state.backend.type: spillable`: how keyed state spills; `None` for `hashmap`.
+    pub spill: Option<weir_state::spill::SpillOptions>,
     /// The snapshot a job restores from.
     pub restore: Option<Arc<RestoreSource>>,
     /// Periodic checkpoints are on: tasks wait at the end of their input for the job's final
@@ -287,6 +289,7 @@ pub fn deploy<E: From<TaskEvent> + Send + 'static>(
                     incremental: checkpointing.incremental.map(IncrementalTracker::new),
                 })),
                 exactly_once: checkpointing.exactly_once,
+                spill: checkpointing.spill.clone(),
                 attempt: job_ctx.attempt,
                 end_of_data: if checkpointing.final_checkpoint {
                     let events = events.clone();

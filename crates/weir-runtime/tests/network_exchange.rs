@@ -71,6 +71,7 @@ fn a_job_split_over_two_processes_counts_exactly() {
             restore: None,
             final_checkpoint: false,
             incremental: None,
+            spill: None,
         };
         handles.extend(deploy(&graph, &job, &job_ctx, &metrics, controls, &wiring, &events_tx).unwrap());
     }

@@ -1,6 +1,8 @@
 //! The heap keyed state backend of one subtask.
 
 use std::cell::OnceCell;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use weir_types::keygroups::key_group_for_hash;
 use weir_types::{Key, KeyGroupRange};
@@ -12,6 +14,7 @@ use crate::handles::{
     ListAccess, ListState, MapAccess, MapState, ReducingAccess, ReducingState, StateData, StateDeclaration, StateKind,
     ValueAccess, ValueState,
 };
+use crate::spill::{SpillOptions, SpillStore};
 use crate::table::{Cell, ListCell, MapCell, RestoredTable, StateTable, Table, TableSnapshot, ValueCell};
 
 /// A copy of a backend's tables taken at a checkpoint barrier.
@@ -31,12 +34,95 @@ pub struct KeyedStateBackend<K> {
     tables: Vec<Box<dyn StateTable<K>>>,
     /// The states the function declares; `None` accepts any (tests of the backend alone).
     declared: Option<Vec<StateDeclaration>>,
+    /// The `spillable` backend: cold key groups go to a local LSM store.
+    spill: Option<Spilling>,
 }
+
+/// The spilling side of a `spillable` backend.
+struct Spilling {
+    options: SpillOptions,
+    /// Opened at the first spill.
+    store: Option<Arc<SpillStore>>,
+    /// This backend's share of the process's resident estimate, as last counted.
+    counted: usize,
+    /// Where eviction goes on: (table, key-group index).
+    cursor: (usize, usize),
+    accesses: u32,
+}
+
+/// State accesses between two looks at the memory budget.
+const BUDGET_CHECK_EVERY: u32 = 4096;
 
 impl<K: Key> KeyedStateBackend<K> {
     /// An empty backend owning `range` of `max_parallelism` key groups.
     pub fn new(range: KeyGroupRange, max_parallelism: u32) -> KeyedStateBackend<K> {
-        KeyedStateBackend { range, max_parallelism, tables: Vec::new(), declared: None }
+        KeyedStateBackend { range, max_parallelism, tables: Vec::new(), declared: None, spill: None }
+    }
+
+    /// A `spillable` backend: once the resident key groups of every spillable backend of the
+    /// process pass `options.memory_budget`, key groups go to a local LSM store until the
+    /// next access loads them back.
+    pub fn with_spill(mut self, options: SpillOptions) -> KeyedStateBackend<K> {
+        self.spill = Some(Spilling { options, store: None, counted: 0, cursor: (0, 0), accesses: 0 });
+        self
+    }
+
+    /// Key groups spilled and loaded back so far (0 for the hashmap backend).
+    pub fn spill_counts(&self) -> (u64, u64) {
+        let Some(store) = self.spill.as_ref().and_then(|s| s.store.as_ref()) else { return (0, 0) };
+        (store.spills.load(Ordering::Relaxed), store.loads.load(Ordering::Relaxed))
+    }
+
+    #[inline]
+    fn tick(&mut self) -> Result<(), StateError> {
+        if let Some(spill) = &mut self.spill {
+            spill.accesses = spill.accesses.wrapping_add(1);
+            if spill.accesses % BUDGET_CHECK_EVERY == 0 {
+                self.enforce_budget()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Counts this backend's resident key groups into the process's estimate, and spills
+    /// groups while the estimate is over the budget (down to 90 % of it).
+    #[cold]
+    pub fn enforce_budget(&mut self) -> Result<(), StateError> {
+        let Some(spill) = &mut self.spill else { return Ok(()) };
+        let now: usize = self.tables.iter().map(|t| t.resident_bytes()).sum();
+        if now >= spill.counted {
+            crate::spill::add_resident(now - spill.counted);
+        } else {
+            crate::spill::remove_resident(spill.counted - now);
+        }
+        spill.counted = now;
+        let budget = spill.options.memory_budget;
+        let total = crate::spill::resident_bytes();
+        if total <= budget || self.tables.is_empty() {
+            return Ok(());
+        }
+        let mut to_free = (total - budget * 9 / 10).min(spill.counted);
+        let store = match &spill.store {
+            Some(store) => Arc::clone(store),
+            None => {
+                let store = SpillStore::open(spill.options.clone())?;
+                spill.store = Some(Arc::clone(&store));
+                store
+            }
+        };
+        for _ in 0..self.tables.len() {
+            if to_free == 0 {
+                break;
+            }
+            let (table, group) = spill.cursor;
+            let table = table % self.tables.len();
+            let (freed, next) = self.tables[table].spill(&store, to_free, group)?;
+            to_free = to_free.saturating_sub(freed);
+            spill.counted = spill.counted.saturating_sub(freed);
+            crate::spill::remove_resident(freed);
+            spill.cursor = if to_free > 0 { (table + 1, 0) } else { (table, next) };
+        }
+        Ok(())
     }
 
     /// Only `declarations` may be used from now on, each as declared. Restored tables are
@@ -236,8 +322,9 @@ impl<K: Key> KeyedStateBackend<K> {
         handle: &ValueState<V>,
         key: KeyRef<'a, K>,
     ) -> Result<ValueAccess<'a, K, V>, StateError> {
+        self.tick()?;
         let index = self.resolve::<ValueCell<V>>(handle.name, StateKind::Value, &handle.slot)?;
-        let map = self.table::<ValueCell<V>>(index).group_mut(key.group_index);
+        let map = self.table::<ValueCell<V>>(index).group_mut(key.group_index)?;
         Ok(ValueAccess { map, key })
     }
 
@@ -248,8 +335,9 @@ impl<K: Key> KeyedStateBackend<K> {
         handle: &ListState<V>,
         key: KeyRef<'a, K>,
     ) -> Result<ListAccess<'a, K, V>, StateError> {
+        self.tick()?;
         let index = self.resolve::<ListCell<V>>(handle.name, StateKind::List, &handle.slot)?;
-        let map = self.table::<ListCell<V>>(index).group_mut(key.group_index);
+        let map = self.table::<ListCell<V>>(index).group_mut(key.group_index)?;
         Ok(ListAccess { map, key })
     }
 
@@ -260,8 +348,9 @@ impl<K: Key> KeyedStateBackend<K> {
         handle: &MapState<UK, UV>,
         key: KeyRef<'a, K>,
     ) -> Result<MapAccess<'a, K, UK, UV>, StateError> {
+        self.tick()?;
         let index = self.resolve::<MapCell<UK, UV>>(handle.name, StateKind::Map, &handle.slot)?;
-        let map = self.table::<MapCell<UK, UV>>(index).group_mut(key.group_index);
+        let map = self.table::<MapCell<UK, UV>>(index).group_mut(key.group_index)?;
         Ok(MapAccess { map, key })
     }
 
@@ -272,8 +361,9 @@ impl<K: Key> KeyedStateBackend<K> {
         handle: &ReducingState<V>,
         key: KeyRef<'a, K>,
     ) -> Result<ReducingAccess<'a, K, V>, StateError> {
+        self.tick()?;
         let index = self.resolve::<ValueCell<V>>(handle.name, StateKind::Reducing, &handle.slot)?;
-        let map = self.table::<ValueCell<V>>(index).group_mut(key.group_index);
+        let map = self.table::<ValueCell<V>>(index).group_mut(key.group_index)?;
         Ok(ReducingAccess { map, key, reduce: handle.reduce })
     }
 
@@ -284,12 +374,25 @@ impl<K: Key> KeyedStateBackend<K> {
         mut f: impl FnMut(&K, &V),
     ) -> Result<(), StateError> {
         let index = self.resolve::<ValueCell<V>>(handle.name, StateKind::Value, &handle.slot)?;
-        for group in self.table::<ValueCell<V>>(index).groups() {
-            for (key, cell) in group.iter() {
+        let count = self.table::<ValueCell<V>>(index).group_count();
+        for group_index in 0..count {
+            // Loads a spilled group; the budget is looked at between groups.
+            for (key, cell) in self.table::<ValueCell<V>>(index).group_mut(group_index)?.iter() {
                 f(key, &cell.0);
+            }
+            if self.spill.is_some() && group_index % 64 == 63 {
+                self.enforce_budget()?;
             }
         }
         Ok(())
+    }
+}
+
+impl<K> Drop for KeyedStateBackend<K> {
+    fn drop(&mut self) {
+        if let Some(spill) = &self.spill {
+            crate::spill::remove_resident(spill.counted);
+        }
     }
 }
 
@@ -376,6 +479,72 @@ mod tests {
             });
         }
         tables
+    }
+
+    /// Canonical bytes of every key group of table 0.
+    fn canonical_groups(snapshot: &KeyedBackendSnapshot, groups: u32) -> Vec<Vec<u8>> {
+        (0..groups)
+            .map(|g| {
+                let mut bytes = Vec::new();
+                snapshot.tables[0].write_key_group(g, &mut bytes).unwrap();
+                bytes
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_spillable_backend_keeps_its_budget_and_the_same_state_as_the_heap_one() {
+        // The budget is per process and this is the only test that spills.
+        // A handle caches its table's slot: one per backend.
+        let counts =
+            [ValueState::<u64>::new("count"), ValueState::<u64>::new("count"), ValueState::<u64>::new("count")];
+        let options = crate::spill::SpillOptions { dir: std::env::temp_dir(), memory_budget: 64 * 1024 };
+        let mut spilling = KeyedStateBackend::<u64>::new(KeyGroupRange::new(0, 127), 128).with_spill(options);
+        let mut heap = KeyedStateBackend::<u64>::new(KeyGroupRange::new(0, 127), 128);
+        let update = |backend: &mut KeyedStateBackend<u64>, count: &ValueState<u64>, key: u64| {
+            let located = backend.locate(&key).unwrap();
+            let mut value = backend.value(count, located).unwrap();
+            let next = value.get().copied().unwrap_or(0) + key;
+            value.set(next);
+        };
+        for round in 0..3u64 {
+            for key in 0..20_000u64 {
+                update(&mut spilling, &counts[0], key * 7 + round);
+                update(&mut heap, &counts[1], key * 7 + round);
+            }
+        }
+        let (spills, loads) = spilling.spill_counts();
+        assert!(spills > 0 && loads > 0, "spills {spills}, loads {loads}");
+        spilling.enforce_budget().unwrap();
+        assert!(crate::spill::resident_bytes() <= 64 * 1024, "{}", crate::spill::resident_bytes());
+        assert_eq!(spilling.entry_count(), heap.entry_count());
+        // A snapshot of spilled and resident groups, then every key changes: the snapshot
+        // still holds the barrier's state, byte for byte what the heap backend writes.
+        let frozen = spilling.snapshot_in(false, 1);
+        let expected = canonical_groups(&heap.snapshot(), 128);
+        for key in 0..20_000u64 {
+            update(&mut spilling, &counts[0], key * 7);
+        }
+        assert_eq!(canonical_groups(&frozen, 128), expected);
+        // Native snapshots hold the same entries.
+        let native = spilling.snapshot_in(true, 2);
+        for key in 0..20_000u64 {
+            update(&mut heap, &counts[1], key * 7);
+        }
+        let mut restored = KeyedStateBackend::<u64>::new(KeyGroupRange::new(0, 127), 128);
+        restored.restore("u64", restored_from(&native)).unwrap();
+        let mut total = 0;
+        for key in 0..20_000u64 {
+            let key = key * 7;
+            let located = restored.locate(&key).unwrap();
+            let value = restored.value(&counts[2], located).unwrap().get().copied();
+            let located = heap.locate(&key).unwrap();
+            assert_eq!(value, heap.value(&counts[1], located).unwrap().get().copied());
+            total += 1;
+        }
+        assert_eq!(total, 20_000);
+        drop(spilling);
+        assert_eq!(crate::spill::resident_bytes(), 0);
     }
 
     #[test]

@@ -3,6 +3,12 @@
 /// What can go wrong when declaring, reading or restoring state.
 #[derive(Debug, thiserror::Error)]
 pub enum StateError {
+    /// The `spillable` backend's local store failed.
+    #[error("{reason}")]
+    Spill {
+        /// What failed, where, and what to do.
+        reason: String,
+    },
     /// Two handles use one state name with different kinds or types.
     #[error("state '{name}' is declared as {existing} and again as {requested}; give each state its own name")]
     TypeMismatch {

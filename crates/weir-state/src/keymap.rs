@@ -52,6 +52,15 @@ fn rehash<K: Key, C>(entry: &(K, C)) -> u64 {
     memory_hash(entry.0.stable_hash())
 }
 
+impl<K, C> KeyMap<K, C> {
+    /// Bytes the map's table holds (its slots and control bytes; not what keys or cells
+    /// allocate on the heap themselves).
+    pub fn table_bytes(&self) -> usize {
+        let capacity = self.table.capacity();
+        if capacity == 0 { 0 } else { capacity * (std::mem::size_of::<(K, C)>() + 1) + 16 }
+    }
+}
+
 impl<K: Key, C> KeyMap<K, C> {
     /// An empty map with room for `capacity` keys.
     pub fn with_capacity(capacity: usize) -> KeyMap<K, C> {

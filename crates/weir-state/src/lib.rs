@@ -1,4 +1,5 @@
-//! weir's keyed state: the heap state backend (`state.backend.type: hashmap`).
+//! weir's keyed state: the heap state backend (`state.backend.type: hashmap`), and the same
+//! tables spilling cold key groups to a local LSM store (`spillable`, [`spill`]).
 //!
 //! Keyed state lives in key groups. Each state a function declares is a table holding one
 //! hash map per key group of the subtask's [`KeyGroupRange`](weir_types::KeyGroupRange), so
@@ -14,6 +15,7 @@ pub mod backend;
 pub mod error;
 pub mod handles;
 pub mod keymap;
+pub mod spill;
 pub mod table;
 pub mod timers;
 

@@ -15,6 +15,7 @@ use crate::FastMap;
 use crate::error::StateError;
 use crate::handles::StateKind;
 use crate::keymap::KeyMap;
+use crate::spill::{SpillStore, SpilledGroup};
 
 /// The type-erased view of a table that the backend and snapshots use.
 pub trait StateTable<K>: Send {
@@ -38,6 +39,17 @@ pub trait StateTable<K>: Send {
     /// Restored bytes not yet claimed by a handle, if this is such a table.
     fn as_restored(&self) -> Option<&RestoredTable> {
         None
+    }
+    /// An estimate of the memory of the key groups in memory (the `spillable` backend's
+    /// budget counts it): entries times the size of a key and a cell in the map.
+    fn resident_bytes(&self) -> usize {
+        0
+    }
+    /// Spills resident key groups to `store`, starting at group index `cursor`, until about
+    /// `bytes` are freed or every group was looked at; returns the bytes freed and the next
+    /// cursor.
+    fn spill(&mut self, _store: &Arc<SpillStore>, _bytes: usize, cursor: usize) -> Result<(usize, usize), StateError> {
+        Ok((0, cursor))
     }
 }
 
@@ -142,22 +154,27 @@ impl TableSnapshot for RestoredSnapshot {
             out.extend_from_slice(bytes);
             return Ok(());
         }
-        let corrupt = |e: postcard::Error| StateError::Corrupt {
-            name: self.table.name.clone(),
-            key_group,
-            reason: format!("cannot decode entries: {e}"),
-        };
-        let mut entries: Vec<(&[u8], &[u8])> = postcard::from_bytes(bytes).map_err(corrupt)?;
-        entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
-        write_varint(out, entries.len() as u64);
-        for (key, value) in entries {
-            write_varint(out, key.len() as u64);
-            out.extend_from_slice(key);
-            write_varint(out, value.len() as u64);
-            out.extend_from_slice(value);
-        }
-        Ok(())
+        sort_encoded(bytes, &self.table.name, key_group, out)
     }
+}
+
+/// Writes the encoded entries `bytes` (native or canonical) in canonical order into `out`.
+fn sort_encoded(bytes: &[u8], name: &str, key_group: u32, out: &mut Vec<u8>) -> Result<(), StateError> {
+    let corrupt = |e: postcard::Error| StateError::Corrupt {
+        name: name.to_string(),
+        key_group,
+        reason: format!("cannot decode entries: {e}"),
+    };
+    let mut entries: Vec<(&[u8], &[u8])> = postcard::from_bytes(bytes).map_err(corrupt)?;
+    entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
+    write_varint(out, entries.len() as u64);
+    for (key, value) in entries {
+        write_varint(out, key.len() as u64);
+        out.extend_from_slice(key);
+        write_varint(out, value.len() as u64);
+        out.extend_from_slice(value);
+    }
+    Ok(())
 }
 
 impl TableSnapshot for RestoredTable {
@@ -181,6 +198,26 @@ impl TableSnapshot for RestoredTable {
         }
         Ok(())
     }
+}
+
+/// The memory of a key group besides its map's table (the `Arc` and the group's fields).
+const GROUP_OVERHEAD_BYTES: usize = 64;
+
+/// Decodes a key group written by [`write_group`] or [`write_group_native`].
+fn decode_group<K: Key, C: Cell>(bytes: &[u8], name: &str, key_group: u32) -> Result<KeyMap<K, C>, StateError> {
+    let corrupt = |what: &str, e: postcard::Error| StateError::Corrupt {
+        name: name.to_string(),
+        key_group,
+        reason: format!("cannot decode {what}: {e}"),
+    };
+    let entries: Vec<(&[u8], &[u8])> = postcard::from_bytes(bytes).map_err(|e| corrupt("entries", e))?;
+    let mut map = KeyMap::with_capacity(entries.len());
+    for (key_bytes, cell_bytes) in entries {
+        let key: K = postcard::from_bytes(key_bytes).map_err(|e| corrupt("a key", e))?;
+        let cell = C::decode(cell_bytes).map_err(|e| corrupt("a value", e))?;
+        map.insert_owned(key, cell);
+    }
+    Ok(map)
 }
 
 /// Appends `value` as an unsigned LEB128 varint, postcard's integer and length encoding.
@@ -369,11 +406,14 @@ struct CowGroup<K, C> {
     /// the first write after each snapshot, which is the one that finds `shared` set, so
     /// later writes pay nothing for it.
     written_after: u64,
+    /// The `spillable` backend moved the group to disk: `map` is empty and the entries are
+    /// here until the next access loads them.
+    spilled: Option<Arc<SpilledGroup>>,
 }
 
 impl<K: Clone, C: Clone> CowGroup<K, C> {
     fn new(map: KeyMap<K, C>) -> Self {
-        CowGroup { map: Arc::new(map), shared: Flag::new(false), written_after: 0 }
+        CowGroup { map: Arc::new(map), shared: Flag::new(false), written_after: 0, spilled: None }
     }
 
     #[inline]
@@ -403,6 +443,16 @@ impl<K: Clone, C: Clone> CowGroup<K, C> {
     }
 }
 
+impl<K: Key, C: Clone> CowGroup<K, C> {
+    /// Entries of the group, in memory or on disk.
+    fn len(&self) -> usize {
+        match &self.spilled {
+            Some(spilled) => spilled.entries as usize,
+            None => self.map.len(),
+        }
+    }
+}
+
 impl<K: Clone, C: Clone> Clone for Table<K, C> {
     fn clone(&self) -> Self {
         Table {
@@ -412,7 +462,11 @@ impl<K: Clone, C: Clone> Clone for Table<K, C> {
             groups: self
                 .groups
                 .iter()
-                .map(|g| CowGroup { written_after: g.written_after, ..CowGroup::new(KeyMap::clone(&g.map)) })
+                .map(|g| CowGroup {
+                    written_after: g.written_after,
+                    spilled: g.spilled.clone(),
+                    ..CowGroup::new(KeyMap::clone(&g.map))
+                })
                 .collect(),
             frozen: std::cell::RefCell::new(None),
             last_snapshot_id: Flag::new(self.last_snapshot_id.get()),
@@ -439,15 +493,40 @@ impl<K: Key, C: Clone> Table<K, C> {
 
     /// The map of one key group, by its index within the range.
     #[inline]
-    pub fn group_mut(&mut self, group_index: usize) -> &mut KeyMap<K, C>
+    pub fn group_mut(&mut self, group_index: usize) -> Result<&mut KeyMap<K, C>, StateError>
     where
         C: Cell,
     {
-        if self.groups[group_index].shared.get() {
-            self.groups[group_index].written_after = self.last_snapshot_id.get();
-            self.before_first_write(group_index);
+        let group = &self.groups[group_index];
+        if group.shared.get() || group.spilled.is_some() {
+            self.first_access(group_index)?;
         }
-        self.groups[group_index].get_mut()
+        Ok(self.groups[group_index].get_mut())
+    }
+
+    /// The first access after a snapshot, or to a spilled group: records the write for
+    /// incremental checkpoints, loads a spilled group, and lets a snapshot that still shares
+    /// the group have it first.
+    #[cold]
+    fn first_access(&mut self, group_index: usize) -> Result<(), StateError>
+    where
+        C: Cell,
+    {
+        self.groups[group_index].written_after = self.last_snapshot_id.get();
+        if let Some(spilled) = self.groups[group_index].spilled.clone() {
+            let key_group = self.range.start + group_index as u32;
+            let bytes = spilled.read()?;
+            let map = decode_group::<K, C>(&bytes, &self.name, key_group)?;
+            let group = &mut self.groups[group_index];
+            group.map = Arc::new(map);
+            group.spilled = None;
+            // A snapshot holding the spilled bytes reads them from disk: the loaded map is
+            // this table's alone.
+            group.shared.set(false);
+            return Ok(());
+        }
+        self.before_first_write(group_index);
+        Ok(())
     }
 
     /// The first write to a key group a snapshot may still share: if the newest snapshot has
@@ -474,9 +553,15 @@ impl<K: Key, C: Clone> Table<K, C> {
         &self.groups[group_index].map
     }
 
-    /// Every key group's map, in key-group order.
+    /// Every key group's map in memory, in key-group order (a spilled group shows as empty;
+    /// [`Self::group_mut`] loads it).
     pub fn groups(&self) -> impl Iterator<Item = &KeyMap<K, C>> {
         self.groups.iter().map(|g| &*g.map)
+    }
+
+    /// The number of key groups.
+    pub fn group_count(&self) -> usize {
+        self.groups.len()
     }
 
     /// Decodes a restored key group as [`StateTable::read_key_group`] does, and checks what
@@ -538,12 +623,49 @@ impl<K: Key, C: Cell> StateTable<K> for Table<K, C> {
     }
 
     fn entry_count(&self) -> usize {
-        self.groups.iter().map(|g| g.map.len()).sum()
+        self.groups.iter().map(CowGroup::len).sum()
     }
 
     fn write_key_group(&self, key_group: u32, out: &mut Vec<u8>) -> Result<(), StateError> {
         let index = self.index_of(key_group)?;
+        if let Some(spilled) = &self.groups[index].spilled {
+            return sort_encoded(&spilled.read()?, &self.name, key_group, out);
+        }
         write_group(&self.groups[index].map, key_group, &self.name, out)
+    }
+
+    fn resident_bytes(&self) -> usize {
+        self.groups.iter().filter(|g| g.spilled.is_none()).map(|g| g.map.table_bytes() + GROUP_OVERHEAD_BYTES).sum()
+    }
+
+    fn spill(&mut self, store: &Arc<SpillStore>, bytes: usize, cursor: usize) -> Result<(usize, usize), StateError> {
+        let count = self.groups.len();
+        let mut freed = 0;
+        let mut at = cursor % count.max(1);
+        for _ in 0..count {
+            if freed >= bytes {
+                break;
+            }
+            let index = at;
+            at = (at + 1) % count;
+            let group = &self.groups[index];
+            if group.spilled.is_some() || group.map.is_empty() {
+                continue;
+            }
+            let key_group = self.range.start + index as u32;
+            let mut encoded = Vec::with_capacity(group.map.len() * 8);
+            write_group_native(&group.map, key_group, &self.name, &mut encoded)?;
+            let entries = group.map.len();
+            let group_bytes = group.map.table_bytes();
+            let spilled = store.put(&encoded, entries as u64)?;
+            let group = &mut self.groups[index];
+            // A snapshot may still hold the old map (it writes from it); the table lets go.
+            group.map = Arc::new(KeyMap::default());
+            group.shared.set(false);
+            group.spilled = Some(Arc::new(spilled));
+            freed += group_bytes;
+        }
+        Ok((freed, at))
     }
 
     fn read_key_group(&mut self, key_group: u32, bytes: &[u8]) -> Result<(), StateError> {
@@ -574,7 +696,16 @@ impl<K: Key, C: Cell> StateTable<K> for Table<K, C> {
         let groups = Arc::new(FrozenGroups {
             native,
             written_after: self.groups.iter().map(|g| g.written_after).collect(),
-            slots: self.groups.iter().map(|g| std::sync::Mutex::new(FrozenGroup::Shared(g.share()))).collect(),
+            slots: self
+                .groups
+                .iter()
+                .map(|g| {
+                    std::sync::Mutex::new(match &g.spilled {
+                        Some(spilled) => FrozenGroup::Spilled(Arc::clone(spilled)),
+                        None => FrozenGroup::Shared(g.share()),
+                    })
+                })
+                .collect(),
             released: std::sync::atomic::AtomicUsize::new(0),
         });
         *self.frozen.borrow_mut() = Some(Arc::clone(&groups));
@@ -586,6 +717,9 @@ impl<K: Key, C: Cell> StateTable<K> for Table<K, C> {
 enum FrozenGroup<K, C> {
     /// Not written yet: the map as it was at the barrier, shared with the live table.
     Shared(Arc<KeyMap<K, C>>),
+    /// Not written yet, and on disk at the barrier (the `spillable` backend): its bytes are
+    /// in the native encoding.
+    Spilled(Arc<SpilledGroup>),
     /// Serialized by the task just before its first write to the group after the barrier.
     Serialized {
         /// Entries in `bytes`.
@@ -670,6 +804,7 @@ impl<K: Key, C: Cell> TableSnapshot for FrozenTable<K, C> {
         let Ok(index) = self.index(key_group) else { return 0 };
         match &*lock(&self.groups.slots[index]) {
             FrozenGroup::Shared(map) => map.len() as u64,
+            FrozenGroup::Spilled(spilled) => spilled.entries,
             FrozenGroup::Serialized { entries, .. } => *entries,
             FrozenGroup::Released => 0,
         }
@@ -684,6 +819,17 @@ impl<K: Key, C: Cell> TableSnapshot for FrozenTable<K, C> {
                 let map = Arc::clone(map);
                 drop(slot);
                 self.groups.encode(&map, key_group, &self.name, out)
+            }
+            FrozenGroup::Spilled(spilled) => {
+                let spilled = Arc::clone(spilled);
+                drop(slot);
+                let bytes = spilled.read()?;
+                if self.groups.native {
+                    out.extend_from_slice(&bytes);
+                    Ok(())
+                } else {
+                    sort_encoded(&bytes, &self.name, key_group, out)
+                }
             }
             FrozenGroup::Serialized { bytes, .. } => {
                 out.extend_from_slice(bytes);

@@ -39,7 +39,10 @@ impl<K: Key, I, O, F> KeyedProcessOperator<K, I, O, F> {
             uid: ctx.operator_uid.clone(),
             func,
             key_selector,
-            backend: KeyedStateBackend::new(range, ctx.max_parallelism),
+            backend: match &ctx.spill {
+                Some(options) => KeyedStateBackend::new(range, ctx.max_parallelism).with_spill(options.clone()),
+                None => KeyedStateBackend::new(range, ctx.max_parallelism),
+            },
             timers: TimerService::default(),
             clock: Arc::clone(&ctx.clock),
             out: Vec::new(),

@@ -264,8 +264,10 @@ fn plan_restore(
         allow_non_restored_state,
     );
     // A native snapshot is the writing backend's own layout: only that backend reads it.
-    let backend = weir_runtime::checkpointing::coordinator::STATE_BACKEND;
-    if !metadata.format.is_canonical() && metadata.backend() != backend {
+    let backend = settings.checkpointing.state_backend();
+    if !metadata.format.is_canonical()
+        && !weir_runtime::checkpointing::coordinator::native_compatible(metadata.backend(), backend)
+    {
         return Err(CliError::usage(format!(
             "cannot restore from {path}: it is a native snapshot of the {} state backend, and this job's backend is {backend} (state.backend.type); only the backend that wrote a native snapshot reads it: take a canonical savepoint of the old job (`weir savepoint --type canonical JOBID DIR` or `weir stop --type canonical`) and restore that",
             metadata.backend()

@@ -51,9 +51,19 @@ pub enum SnapshotRequest {
 
 pub use super::dirs::{SnapshotDirectories, SnapshotDirs};
 
-/// The state backend every subtask keeps its keyed state in (`state.backend.type`), recorded
-/// in each snapshot: a native snapshot restores only into it.
+/// The default state backend (`state.backend.type`), recorded in each snapshot: a native
+/// snapshot restores only into a backend of the same layout.
 pub const STATE_BACKEND: &str = "hashmap";
+
+/// True when a native snapshot of backend `written_by` restores into `backend`: the same
+/// backend, or `hashmap` and `spillable`, whose native key groups are the same bytes (a
+/// spilled key group is stored in exactly that encoding).
+pub fn native_compatible(written_by: &str, backend: &str) -> bool {
+    fn family(name: &str) -> &str {
+        if name == "spillable" { "hashmap" } else { name }
+    }
+    family(written_by) == family(backend)
+}
 
 struct PendingCheckpoint {
     barrier: Barrier,
@@ -590,7 +600,7 @@ impl CheckpointCoordinator {
             max_parallelism: self.max_parallelism,
             operators,
             format: pending.barrier.kind.format(),
-            state_backend: Some(STATE_BACKEND.to_string()),
+            state_backend: Some(self.settings.state_backend().to_string()),
         }
     }
 

@@ -56,6 +56,10 @@ pub struct DeploySpec {
     /// Incremental checkpoints, every n-th full (`execution.checkpointing.incremental`).
     #[serde(default)]
     pub incremental: Option<u32>,
+    /// `state.backend.type: spillable` (the job's; each TaskManager spills into the
+    /// directory it names, on its own machine).
+    #[serde(default)]
+    pub spill: Option<weir_state::spill::SpillOptions>,
     /// The snapshot to restore (a checkpoint or savepoint location).
     pub restore: Option<String>,
     /// Deploy only this pipelined region (`JobGraph::regions()` numbering); `None`: all.

@@ -609,6 +609,7 @@ impl Executor for RemoteExecutor {
             exactly_once: spec.wiring.exactly_once,
             final_checkpoint: spec.wiring.final_checkpoint,
             incremental: spec.wiring.incremental,
+            spill: spec.wiring.spill.clone(),
             restore: spec.restore.as_ref().map(|r| r.location.clone()),
             region: spec.region.as_ref().map(|(_, region)| *region),
         };

@@ -435,6 +435,7 @@ fn start_attempt(spec: &DeploySpec, state: &Arc<TaskManagerState>) -> Result<Att
         restore,
         final_checkpoint: spec.final_checkpoint,
         incremental: spec.incremental,
+        spill: spec.spill.clone(),
     };
     let (events, event_receiver) = crossbeam_channel::unbounded::<TaskEvent>();
     let threads = deploy(&graph, &job_graph, &job_ctx, &metrics, control_receivers, &wiring, &events)

@@ -96,6 +96,8 @@ pub(super) struct Deployment {
     pub(super) final_checkpoint: bool,
     /// Incremental checkpoints, every n-th full.
     pub(super) incremental: Option<u32>,
+    /// The spillable state backend's options.
+    pub(super) spill: Option<weir_state::spill::SpillOptions>,
     pub(super) dirs: SnapshotDirs,
     pub(super) writer: Sender<WriteJob>,
     pub(super) snapshot_events: Sender<MasterEvent>,
@@ -299,6 +301,7 @@ impl JobRun {
                 exactly_once: self.dep.exactly_once,
                 final_checkpoint: self.dep.final_checkpoint,
                 incremental: self.dep.incremental,
+                spill: self.dep.spill.clone(),
                 dirs: Arc::clone(&self.dep.dirs),
                 writer: self.dep.writer.clone(),
                 restore: restore.clone(),

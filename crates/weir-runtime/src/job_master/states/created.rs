@@ -183,6 +183,7 @@ pub(super) fn run(
         exactly_once: settings.checkpointing.exactly_once,
         final_checkpoint: settings.checkpointing.interval.is_some(),
         incremental: settings.checkpointing.incremental,
+        spill: settings.checkpointing.spill.clone(),
         dirs,
         writer: writer.queue(),
         snapshot_events: snapshot_events.clone(),

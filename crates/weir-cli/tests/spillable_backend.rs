@@ -1,0 +1,133 @@
+//! The `spillable` state backend with the real binary: a job moves from `hashmap` to
+//! `spillable` and back through savepoints (and through a native checkpoint) at other
+//! parallelisms, spilling to `io.tmp.dirs` on a small memory budget, and every count comes
+//! out exactly once.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::{RunningWeir, committed_lines, poll_json, run_weir};
+
+const USERS: u64 = 5000;
+const EVENTS: u64 = 60_000;
+
+fn assert_exactly_once(lines: &[String]) {
+    let mut per_user: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
+    for line in lines {
+        let (user, count) = line.split_once('\t').unwrap_or_else(|| panic!("not user<TAB>count: {line:?}"));
+        per_user.entry(user.parse().unwrap()).or_default().push(count.parse().unwrap());
+    }
+    assert_eq!(per_user.len() as u64, USERS, "users seen");
+    let expected: Vec<u64> = (1..=EVENTS / USERS).collect();
+    for (user, mut counts) in per_user {
+        counts.sort_unstable();
+        assert_eq!(counts, expected, "user {user}: lost or duplicated counts");
+    }
+}
+
+fn spill_dirs(tmp: &Path) -> Vec<String> {
+    std::fs::read_dir(tmp)
+        .map(|entries| {
+            entries
+                .filter_map(|e| e.ok()?.file_name().into_string().ok())
+                .filter(|name| name.starts_with("weir-spill-"))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Starts the counter; waits until it runs and has completed `checkpoints` checkpoints.
+fn start(args: &[&str], checkpoints: u64) -> (RunningWeir, String, String) {
+    let mut weir = RunningWeir::start(args);
+    let rest = weir.rest_url();
+    let job_id = weir.job_id();
+    poll_json(&format!("{rest}/jobs/{job_id}/checkpoints"), |c| c["counts"]["completed"].as_u64() >= Some(checkpoints));
+    (weir, rest, job_id)
+}
+
+fn stop(rest: &str, job_id: &str, dir: &Path) -> String {
+    let address = rest.trim_start_matches("http://");
+    let output = run_weir(&["stop", "-m", address, "--savepoint-path", dir.to_str().unwrap(), job_id]);
+    let stdout = String::from_utf8_lossy(&output.stdout).to_string();
+    assert!(output.status.success(), "{stdout}{}", String::from_utf8_lossy(&output.stderr));
+    let line = stdout.lines().find(|l| l.starts_with("Savepoint completed. Path: ")).unwrap();
+    line.trim_start_matches("Savepoint completed. Path: ").trim().to_string()
+}
+
+#[test]
+fn hashmap_to_spillable_and_back_through_savepoints_and_a_checkpoint_is_exactly_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let out_arg = out.to_str().unwrap().to_string();
+    let tmp = dir.path().join("tmp");
+    std::fs::create_dir_all(&tmp).unwrap();
+    let checkpoints = format!("state.checkpoints.dir=file://{}", dir.path().join("chk").display());
+    let tmp_dirs = format!("io.tmp.dirs={}", tmp.display());
+    let savepoints = dir.path().join("savepoints");
+    let job = ["counter", "--users", "5000", "--events", "60000", "--rate", "8000", "--output", &out_arg];
+    let common = ["-D", "rest.port=0", "-D", "execution.checkpointing.interval=200ms", "-D", &checkpoints];
+    let spillable =
+        ["-D", "state.backend.type=spillable", "-D", "state.backend.spillable.memory=16kb", "-D", &tmp_dirs];
+
+    // 1. hashmap, p=2, stopped with a (canonical) savepoint.
+    let mut args = vec!["run", "-p", "2"];
+    args.extend(common);
+    args.extend(job);
+    let (mut weir, rest, job_id) = start(&args, 2);
+    let savepoint = stop(&rest, &job_id, &savepoints);
+    weir.wait();
+
+    // 2. spillable, p=3, from the savepoint; it spills, and is killed after a checkpoint.
+    let mut args = vec!["run", "-p", "3", "-s", savepoint.as_str()];
+    args.extend(common);
+    args.extend(spillable);
+    args.extend(job);
+    let (mut weir, rest, job_id) = start(&args, 3);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while spill_dirs(&tmp).is_empty() {
+        assert!(Instant::now() < deadline, "the spillable backend never spilled");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    poll_json(&format!("{rest}/jobs/{job_id}/checkpoints"), |c| c["counts"]["completed"].as_u64() >= Some(5));
+    drop(weir.stdout_lines());
+    weir.kill_hard();
+    let job_dir = dir.path().join("chk").join(&job_id);
+    let latest = std::fs::read_dir(&job_dir)
+        .unwrap()
+        .filter_map(|e| {
+            let path = e.ok()?.path();
+            let id: u64 = path.file_name()?.to_str()?.strip_prefix("chk-")?.parse().ok()?;
+            path.join("_metadata").is_file().then_some((id, path))
+        })
+        .max()
+        .unwrap()
+        .1;
+    let metadata = std::fs::read_to_string(latest.join("_metadata")).unwrap();
+    assert!(metadata.contains(r#""state_backend":"spillable""#), "{metadata}");
+    // A killed process leaves its spill directory (scratch; io.tmp.dirs is the user's to clean).
+    for name in spill_dirs(&tmp) {
+        std::fs::remove_dir_all(tmp.join(name)).unwrap();
+    }
+
+    // 3. spillable again, p=1, from the native checkpoint, stopped with a savepoint.
+    let latest = latest.to_str().unwrap().to_string();
+    let mut args = vec!["run", "-p", "1", "-s", latest.as_str()];
+    args.extend(common);
+    args.extend(spillable);
+    args.extend(job);
+    let (mut weir, rest, job_id) = start(&args, 2);
+    let savepoint = stop(&rest, &job_id, &savepoints);
+    weir.wait();
+    assert!(spill_dirs(&tmp).is_empty(), "a spill directory outlived its job: {:?}", spill_dirs(&tmp));
+
+    // 4. hashmap, p=2, to the end.
+    let mut args = vec!["run", "-p", "2", "-s", savepoint.as_str()];
+    args.extend(common);
+    args.extend(job);
+    let output = run_weir(&args);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert_exactly_once(&committed_lines(&out));
+}
