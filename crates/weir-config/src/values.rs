@@ -286,9 +286,10 @@ mod tests {
         assert_eq!("HashMap".parse(), Ok(StateBackendType::HashMap));
         assert_eq!(
             "rocksdb".parse::<StateBackendType>(),
-            Err("state backend 'rocksdb' is not available in this build; use 'hashmap'".into())
+            Err("state backend 'rocksdb' is not available in this build; use 'hashmap', or 'spillable' for state larger than memory".into())
         );
-        assert_eq!("memory".parse::<StateBackendType>(), Err("expected 'hashmap'".into()));
+        assert_eq!("memory".parse::<StateBackendType>(), Err("expected 'hashmap' or 'spillable'".into()));
+        assert_eq!("spillable".parse(), Ok(StateBackendType::Spillable));
     }
 
     #[test]

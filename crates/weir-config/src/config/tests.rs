@@ -48,6 +48,10 @@ fn defaults_when_nothing_is_set() {
     assert_eq!(config.get(&CHECKPOINTS_DIR).unwrap(), None);
     assert_eq!(config.get(&SAVEPOINTS_DIR).unwrap(), None);
     assert_eq!(config.get(&STATE_BACKEND_TYPE).unwrap(), StateBackendType::HashMap);
+    assert_eq!(config.get(&STATE_BACKEND_SPILLABLE_MEMORY).unwrap(), 256 << 20);
+    assert!(!config.get(&CHECKPOINTING_INCREMENTAL).unwrap());
+    assert_eq!(config.get(&CHECKPOINTING_INCREMENTAL_MATERIALIZE_EVERY).unwrap(), 10);
+    assert_eq!(config.get(&STATE_RECOVERY_CLAIM_MODE).unwrap(), crate::ClaimMode::NoClaim);
     assert_eq!(config.get(&RESTART_STRATEGY_TYPE).unwrap(), None);
     assert_eq!(config.get(&RESTART_FIXED_DELAY_ATTEMPTS).unwrap(), 1);
     assert_eq!(config.get(&RESTART_FIXED_DELAY_DELAY).unwrap(), Duration::from_secs(1));
@@ -106,6 +110,25 @@ fn typed_values_parse() {
 }
 
 #[test]
+fn memory_sizes_take_flink_s_units() {
+    for (text, bytes) in [
+        ("65536", 65536usize),
+        ("64kb", 64 << 10),
+        ("256mb", 256 << 20),
+        ("1 g", 1 << 30),
+        ("2GB", 2 << 30),
+        ("3m", 3 << 20),
+        ("7b", 7),
+    ] {
+        let config = with_overrides(&[&format!("state.backend.spillable.memory={text}")]);
+        assert_eq!(config.get(&STATE_BACKEND_SPILLABLE_MEMORY).unwrap(), bytes, "{text}");
+    }
+    let config = with_overrides(&["state.backend.type=SPILLABLE", "execution.state-recovery.claim-mode=claim"]);
+    assert_eq!(config.get(&STATE_BACKEND_TYPE).unwrap(), StateBackendType::Spillable);
+    assert_eq!(config.get(&STATE_RECOVERY_CLAIM_MODE).unwrap(), crate::ClaimMode::Claim);
+}
+
+#[test]
 fn optional_options_accept_none_and_empty() {
     let config = with_overrides(&[
         "execution.checkpointing.interval=none",
@@ -151,8 +174,20 @@ const BAD_VALUES: &[(&str, &str, &str)] = &[
     ("execution.checkpointing.max-concurrent-checkpoints", "0", "expected a positive integer"),
     ("execution.checkpointing.tolerable-failed-checkpoints", "-1", "expected a non-negative integer"),
     ("state.checkpoints.num-retained", "0", "expected a positive integer"),
-    ("state.backend.type", "rocksdb", "state backend 'rocksdb' is not available in this build; use 'hashmap'"),
-    ("state.backend.type", "memory", "expected 'hashmap'"),
+    (
+        "state.backend.type",
+        "rocksdb",
+        "state backend 'rocksdb' is not available in this build; use 'hashmap', or 'spillable'",
+    ),
+    ("state.backend.type", "memory", "expected 'hashmap' or 'spillable'"),
+    ("state.backend.spillable.memory", "lots", "expected a memory size such as 256mb"),
+    ("state.backend.spillable.memory", "0", "expected a memory size"),
+    ("state.backend.spillable.memory", "12 parsecs", "expected a memory size"),
+    ("state.backend.spillable.memory", "99999999999t", "expected a memory size"),
+    ("execution.state-recovery.claim-mode", "LEGACY", "LEGACY was removed"),
+    ("execution.state-recovery.claim-mode", "mine", "expected CLAIM or NO_CLAIM"),
+    ("execution.checkpointing.incremental", "maybe", "expected"),
+    ("execution.checkpointing.incremental.materialize-every", "0", "expected a positive integer"),
     ("restart-strategy.type", "always", "expected 'none', 'fixed-delay', 'failure-rate' or 'exponential-delay'"),
     ("restart-strategy.fixed-delay.attempts", "many", "expected a non-negative integer"),
     ("restart-strategy.fixed-delay.delay", "1 fortnight", "unknown time unit 'fortnight'"),
@@ -216,6 +251,7 @@ fn validate_checks_every_non_string_key() {
         "high-availability.storageDir",
         "high-availability.etcd.endpoints",
         "pipeline.name",
+        "io.tmp.dirs",
     ];
     for key in ALL_KEYS {
         let config = with_overrides(&[&format!("{key}=@@garbage@@")]);
