@@ -44,11 +44,11 @@ pub(crate) fn remove_resident(bytes: usize) {
 }
 
 /// The block cache of a store.
-const STORE_CACHE_BYTES: u64 = 1 << 20;
+const STORE_CACHE_BYTES: u64 = 4 << 20;
 /// Memtables of a store, at most, before they are flushed to disk.
-const STORE_WRITE_BUFFER_BYTES: u64 = 4 << 20;
+const STORE_WRITE_BUFFER_BYTES: u64 = 8 << 20;
 /// One memtable.
-const STORE_MEMTABLE_BYTES: u32 = 2 << 20;
+const STORE_MEMTABLE_BYTES: u32 = 4 << 20;
 /// The journal, at most.
 const STORE_JOURNAL_BYTES: u64 = 32 << 20;
 
@@ -94,9 +94,6 @@ impl SpillStore {
             .cache_size(STORE_CACHE_BYTES)
             .max_write_buffer_size(STORE_WRITE_BUFFER_BYTES)
             .max_journaling_size(STORE_JOURNAL_BYTES)
-            // One background thread each: the task threads need the cores.
-            .flush_workers(1)
-            .compaction_workers(1)
             .open()
             .map_err(|e| spill_error(&dir, "cannot open", e))?;
         let groups = keyspace
