@@ -175,6 +175,19 @@ pub fn inspect_text(metadata: &SnapshotMetadata, location: &str) -> String {
         metadata.format.as_str().to_lowercase(),
         metadata.backend()
     );
+    let shared = crate::dispose::shared_files_of(metadata);
+    if !shared.is_empty() {
+        let own = shared
+            .iter()
+            .filter(|name| crate::paths::shared_file_checkpoint(name) == Some(metadata.checkpoint_id))
+            .count();
+        let _ = writeln!(
+            out,
+            "  incremental:      blocks in {} files of ../shared/ ({own} written by this checkpoint, {} by older ones); move or copy the job's whole directory, not this one alone",
+            shared.len(),
+            shared.len() - own
+        );
+    }
     let _ = writeln!(out, "  state size:       {}", format_bytes(number(&report["bytes"])));
     let _ = writeln!(out, "  operators:        {}", metadata.operators.len());
     for operator in report["operators"].as_array().into_iter().flatten() {

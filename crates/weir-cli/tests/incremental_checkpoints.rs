@@ -177,6 +177,12 @@ fn disposal_and_claim_delete_only_the_files_nothing_else_uses() {
     let others: BTreeSet<String> =
         complete.iter().filter(|(id, _)| **id != older).flat_map(|(_, files)| files.clone()).collect();
 
+    // Inspect says where the blocks are.
+    let newest_path = job_dir.join(format!("chk-{newest}"));
+    let output = run_weir(&["savepoint", "inspect", newest_path.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&output.stdout).to_string();
+    assert!(output.status.success() && text.contains("incremental:      blocks in "), "{text}");
+
     // Disposing the oldest keeps what the others name and deletes what only it named.
     let older_dir: PathBuf = job_dir.join(format!("chk-{older}"));
     let output = run_weir(&["savepoint", "--dispose", older_dir.to_str().unwrap()]);
