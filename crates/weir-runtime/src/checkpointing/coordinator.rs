@@ -941,6 +941,63 @@ mod tests {
     }
 
     #[test]
+    fn a_new_leader_deletes_the_shared_files_no_adopted_checkpoint_names() {
+        let url = "memory://coordinator-adopt-sweep";
+        let job = "0123456789abcdef0123456789abcdef";
+        let root = SnapshotStorage::from_url(url).unwrap().blocking();
+        let ack = incremental_ack(3, 0, &["chk-2-task-0-0.state", "chk-3-task-0-0.state"]);
+        let mut subtask = ack.operators[0].snapshot.clone();
+        subtask.subtask = 0;
+        let metadata = SnapshotMetadata {
+            format_version: FORMAT_VERSION,
+            kind: SnapshotKind::Checkpoint,
+            job_id: job.into(),
+            job_name: "test".into(),
+            checkpoint_id: 3,
+            timestamp_ms: 0,
+            max_parallelism: 128,
+            operators: vec![OperatorSnapshot {
+                uid: "source".into(),
+                name: "source".into(),
+                parallelism: 1,
+                key_type: None,
+                subtasks: vec![subtask],
+            }],
+            format: weir_checkpoint::SnapshotFormat::Native,
+            state_backend: Some("hashmap".into()),
+        };
+        root.put(&format!("{job}/chk-3/_metadata"), encode_metadata(&metadata)).unwrap();
+        // Named by chk-3: kept. Written by 1 and 4, named by nothing: a dead leader's. Written
+        // by 9, past the next id: maybe in flight under the new leader, kept.
+        for name in [
+            "chk-1-task-0-0.state",
+            "chk-2-task-0-0.state",
+            "chk-3-task-0-0.state",
+            "chk-4-task-0-1.state",
+            "chk-9-task-0-0.state",
+        ] {
+            root.put(&format!("{job}/shared/{name}"), bytes::Bytes::from_static(b"x")).unwrap();
+        }
+        let mut settings = settings(url);
+        settings.incremental = Some(10);
+        let operators = vec![OperatorInfo { uid: "source".into(), name: "source".into(), parallelism: 1, vertex: 0 }];
+        let stats = Arc::new(Mutex::new(CheckpointStats::default()));
+        let mut coordinator = CheckpointCoordinator::new(settings, job, "test", 128, operators, 1, 5, stats).unwrap();
+        coordinator.adopt_retained(&[(3, format!("{url}/{job}/chk-3"))]).unwrap();
+        let exists = |name: &str| root.exists(&format!("{job}/shared/{name}")).unwrap();
+        assert!(exists("chk-2-task-0-0.state") && exists("chk-3-task-0-0.state") && exists("chk-9-task-0-0.state"));
+        assert!(!exists("chk-1-task-0-0.state") && !exists("chk-4-task-0-1.state"));
+        // Retention after the takeover releases what the adopted checkpoint named.
+        let complete = |coordinator: &mut CheckpointCoordinator, files: &[&str]| {
+            let id = coordinator.trigger(SnapshotRequest::Periodic, None).unwrap().checkpoint_id;
+            coordinator.acknowledge(incremental_ack(id, 0, files)).unwrap()
+        };
+        complete(&mut coordinator, &["chk-5-task-0-0.state"]).unwrap();
+        complete(&mut coordinator, &["chk-6-task-0-0.state"]).unwrap();
+        assert!(!exists("chk-2-task-0-0.state") && !exists("chk-3-task-0-0.state"));
+    }
+
+    #[test]
     fn savepoints_need_a_directory_and_are_not_retained() {
         let mut coordinator = coordinator(settings("memory://coordinator-savepoint"));
         let request = SnapshotRequest::Savepoint {
