@@ -504,17 +504,7 @@ impl SnapshotStorage {
 
     /// Removes the (now empty) local directory tree of the prefix, bottom-up.
     pub(crate) fn remove_empty_local_dirs(&self) -> Result<(), StorageError> {
-        let Some((store, root)) = &self.local else {
-            return Ok(());
-        };
-        let directory = if self.prefix.as_ref().is_empty() {
-            root.clone()
-        } else {
-            match store.path_to_filesystem(&self.prefix) {
-                Ok(directory) => directory,
-                Err(_) => return Ok(()),
-            }
-        };
+        let Some(directory) = self.local_directory() else { return Ok(()) };
         if directory.parent().is_none() {
             // Never try to remove a file-system root.
             return Ok(());
@@ -525,18 +515,19 @@ impl SnapshotStorage {
             .map_err(|source| StorageError::LocalDir { location: directory.to_string_lossy().into_owned(), source })
     }
 
+    /// The local directory of the prefix, for a local store.
+    fn local_directory(&self) -> Option<PathBuf> {
+        let (store, root) = self.local.as_ref()?;
+        if self.prefix.as_ref().is_empty() {
+            return Some(root.clone());
+        }
+        store.path_to_filesystem(&self.prefix).ok()
+    }
+
     /// Deletes the staging files of unfinished local multipart writes under the prefix (a
     /// no-op for other stores, whose unfinished uploads are invisible and expire).
     pub fn remove_local_staging_files(&self) -> Result<(), StorageError> {
-        let Some((store, root)) = &self.local else { return Ok(()) };
-        let directory = if self.prefix.as_ref().is_empty() {
-            root.clone()
-        } else {
-            match store.path_to_filesystem(&self.prefix) {
-                Ok(directory) => directory,
-                Err(_) => return Ok(()),
-            }
-        };
+        let Some(directory) = self.local_directory() else { return Ok(()) };
         remove_staging_files(&directory)
             .map_err(|source| StorageError::LocalDir { location: directory.to_string_lossy().into_owned(), source })
     }

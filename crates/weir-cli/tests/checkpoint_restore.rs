@@ -8,64 +8,18 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use common::{RunningWeir, committed_lines, error_lines, get, poll_json, run_weir};
-
-/// Checks that every user's emitted counts are exactly 1..=events_of_user: nothing lost,
-/// nothing duplicated.
-fn assert_exactly_once(lines: &[String], users: u64, events: u64) {
-    let mut per_user: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
-    for line in lines {
-        let (user, count) = line.split_once('\t').unwrap_or_else(|| panic!("not user<TAB>count: {line:?}"));
-        per_user.entry(user.parse().unwrap()).or_default().push(count.parse().unwrap());
-    }
-    assert_eq!(per_user.len() as u64, users, "users seen");
-    for (user, mut counts) in per_user {
-        counts.sort_unstable();
-        let expected: Vec<u64> = (1..=events / users).collect();
-        if counts != expected {
-            let mut seen = BTreeMap::new();
-            for c in &counts {
-                *seen.entry(*c).or_insert(0) += 1;
-            }
-            let duplicated: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).map(|(c, _)| *c).take(5).collect();
-            panic!(
-                "user {user}: {} counts for {} events; duplicated {duplicated:?}, max {:?}",
-                counts.len(),
-                expected.len(),
-                counts.last()
-            );
-        }
-    }
-}
+use common::{
+    assert_counts_exactly_once as assert_exactly_once, committed_lines, error_lines, get, newest_checkpoint, poll_json,
+    run_weir, savepoint_location, start_running as start,
+};
 
 /// A local path from the `file://` URL the CLI prints.
 fn path_of(location: &str) -> PathBuf {
     PathBuf::from(location.trim_start_matches("file://"))
 }
 
-fn savepoint_location(stdout: &str) -> String {
-    let line =
-        stdout.lines().find(|l| l.starts_with("Savepoint completed. Path: ")).unwrap_or_else(|| panic!("{stdout}"));
-    line.trim_start_matches("Savepoint completed. Path: ").trim().to_string()
-}
-
 fn address(rest: &str) -> String {
     rest.trim_start_matches("http://").to_string()
-}
-
-/// Starts a counter run and waits until the job and every subtask are RUNNING.
-fn start(args: &[&str]) -> (RunningWeir, String, String) {
-    let mut weir = RunningWeir::start(args);
-    let rest = weir.rest_url();
-    let job_id = weir.job_id();
-    poll_json(&format!("{rest}/jobs/{job_id}"), |job| {
-        job["state"] == "RUNNING"
-            && job["vertices"].as_array().is_some_and(|vs| {
-                vs.iter()
-                    .all(|v| v["subtasks"].as_array().is_some_and(|ss| ss.iter().all(|s| s["status"] == "RUNNING")))
-            })
-    });
-    (weir, rest, job_id)
 }
 
 /// Stops the job with a savepoint into `dir`; returns the savepoint's location.
@@ -374,15 +328,7 @@ fn kill_9_around_the_end_then_restore_from_the_latest_checkpoint_is_exactly_once
     weir.kill_hard();
 
     let job_dir = chk_root.join(&job_id);
-    let latest = std::fs::read_dir(&job_dir)
-        .unwrap()
-        .filter_map(|e| {
-            let path = e.ok()?.path();
-            let id: u64 = path.file_name()?.to_str()?.strip_prefix("chk-")?.parse().ok()?;
-            path.join("_metadata").is_file().then_some((id, path))
-        })
-        .max()
-        .map(|(_, path)| path.to_str().unwrap().to_string());
+    let latest = newest_checkpoint(&job_dir).map(|path| path.to_str().unwrap().to_string());
     let mut args = vec!["run", "-D", "rest.port=0", "-D", "execution.checkpointing.interval=100ms", "-D", &checkpoints];
     if let Some(latest) = &latest {
         args.extend(["-s", latest.as_str()]);

@@ -8,25 +8,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::{RunningWeir, committed_lines, poll_json, run_weir};
+use common::{RunningWeir, assert_counts_exactly_once, committed_lines, poll_json, run_weir};
 
 const USERS: u64 = 2000;
 const EVENTS: u64 = 30_000;
-
-/// Every user's counts are exactly 1..=EVENTS/USERS.
-fn assert_exactly_once(lines: &[String]) {
-    let mut per_user: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
-    for line in lines {
-        let (user, count) = line.split_once('\t').unwrap_or_else(|| panic!("not user<TAB>count: {line:?}"));
-        per_user.entry(user.parse().unwrap()).or_default().push(count.parse().unwrap());
-    }
-    assert_eq!(per_user.len() as u64, USERS, "users seen");
-    let expected: Vec<u64> = (1..=EVENTS / USERS).collect();
-    for (user, mut counts) in per_user {
-        counts.sort_unstable();
-        assert_eq!(counts, expected, "user {user}: lost or duplicated counts");
-    }
-}
 
 /// The shared files each complete checkpoint of `job_dir` names, by checkpoint id.
 fn checkpoints_and_their_files(job_dir: &Path) -> BTreeMap<u64, BTreeSet<String>> {
@@ -145,7 +130,7 @@ fn kill_9_and_restore_from_incremental_checkpoints_is_exactly_once_and_leaves_no
         restore_from = Some(job_dir.join(format!("chk-{latest}")).to_str().unwrap().to_string());
     }
     assert!(reused_somewhere, "no checkpoint reused an older checkpoint's file");
-    assert_exactly_once(&committed_lines(&out));
+    assert_counts_exactly_once(&committed_lines(&out), USERS, EVENTS);
 }
 
 /// `weir savepoint --dispose` of an incremental checkpoint deletes its `_metadata` and the
@@ -205,5 +190,5 @@ fn disposal_and_claim_delete_only_the_files_nothing_else_uses() {
     assert!(!newest_dir.join("_metadata").exists(), "the claimed checkpoint is still there");
     let named: BTreeSet<String> = checkpoints_and_their_files(&job_dir).into_values().flatten().collect();
     assert_eq!(shared_files_on_disk(&job_dir), named, "the old job's unnamed files stayed");
-    assert_exactly_once(&committed_lines(&out));
+    assert_counts_exactly_once(&committed_lines(&out), USERS, EVENTS);
 }

@@ -6,30 +6,17 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::{RunningWeir, committed_lines, error_lines, get, poll_json, run_weir, weir};
+use common::{
+    RunningWeir, assert_counts_exactly_once as assert_exactly_once, committed_lines, error_lines, get,
+    newest_checkpoint, poll_json, run_weir, start_running as start, weir,
+};
 use weir_checkpoint::{DataFileWriter, SnapshotMetadata, decode_metadata, encode_metadata};
 
 fn address(rest: &str) -> String {
     rest.trim_start_matches("http://").to_string()
-}
-
-/// Starts `weir args` and waits until the job and every subtask are RUNNING.
-fn start(args: &[&str]) -> (RunningWeir, String, String) {
-    let mut weir = RunningWeir::start(args);
-    let rest = weir.rest_url();
-    let job_id = weir.job_id();
-    poll_json(&format!("{rest}/jobs/{job_id}"), |job| {
-        job["state"] == "RUNNING"
-            && job["vertices"].as_array().is_some_and(|vs| {
-                vs.iter()
-                    .all(|v| v["subtasks"].as_array().is_some_and(|ss| ss.iter().all(|s| s["status"] == "RUNNING")))
-            })
-    });
-    (weir, rest, job_id)
 }
 
 fn savepoint_path(stdout: &str) -> PathBuf {
@@ -49,34 +36,6 @@ fn savepoint(rest: &str, job_id: &str, dir: &Path, stop: bool) -> PathBuf {
     let stdout = String::from_utf8_lossy(&output.stdout).to_string();
     assert!(output.status.success(), "{stdout}{}", String::from_utf8_lossy(&output.stderr));
     savepoint_path(&stdout)
-}
-
-/// Every user's counts exactly 1..=events/users.
-fn assert_exactly_once(lines: &[String], users: u64, events: u64) {
-    let mut per_user: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
-    for line in lines {
-        let (user, count) = line.split_once('\t').unwrap_or_else(|| panic!("not user<TAB>count: {line:?}"));
-        per_user.entry(user.parse().unwrap()).or_default().push(count.parse().unwrap());
-    }
-    assert_eq!(per_user.len() as u64, users, "users seen");
-    for (user, mut counts) in per_user {
-        counts.sort_unstable();
-        let expected: Vec<u64> = (1..=events / users).collect();
-        assert!(counts == expected, "user {user}: {} counts for {} events", counts.len(), expected.len());
-    }
-}
-
-/// The newest `chk-<n>` with `_metadata` under `root/<job_id>`.
-fn newest_checkpoint(root: &Path, job_id: &str) -> Option<PathBuf> {
-    std::fs::read_dir(root.join(job_id))
-        .ok()?
-        .filter_map(|e| {
-            let path = e.ok()?.path();
-            let id: u64 = path.file_name()?.to_str()?.strip_prefix("chk-")?.parse().ok()?;
-            path.join("_metadata").is_file().then_some((id, path))
-        })
-        .max()
-        .map(|(_, path)| path)
 }
 
 fn read_metadata(snapshot: &Path) -> SnapshotMetadata {
@@ -127,7 +86,7 @@ fn restoring_the_final_checkpoint_of_a_finished_job_emits_nothing_again() {
     let mut words = committed_lines(&out);
     words.sort();
     assert_eq!(words.len(), 8, "{words:?}");
-    let final_checkpoint = newest_checkpoint(&chk_root, job_id).expect("the final checkpoint is retained");
+    let final_checkpoint = newest_checkpoint(&chk_root.join(job_id)).expect("the final checkpoint is retained");
     // The only restore point after a crash in the job's last moments: restoring it again
     // into the same output must not write any word a second time.
     for parallelism in ["2", "3"] {

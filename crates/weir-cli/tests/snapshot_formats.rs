@@ -8,22 +8,8 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::{RunningWeir, committed_lines, poll_json, run_weir};
+use common::{assert_counts_exactly_once, committed_lines, run_weir, start_running as start};
 use weir_checkpoint::{decode_metadata, encode_metadata};
-
-fn start(args: &[&str]) -> (RunningWeir, String, String) {
-    let mut weir = RunningWeir::start(args);
-    let rest = weir.rest_url();
-    let job_id = weir.job_id();
-    poll_json(&format!("{rest}/jobs/{job_id}"), |job| {
-        job["state"] == "RUNNING"
-            && job["vertices"].as_array().is_some_and(|vs| {
-                vs.iter()
-                    .all(|v| v["subtasks"].as_array().is_some_and(|ss| ss.iter().all(|s| s["status"] == "RUNNING")))
-            })
-    });
-    (weir, rest, job_id)
-}
 
 fn path_in(stdout: &str) -> PathBuf {
     let line =
@@ -45,16 +31,7 @@ fn weir_refused(args: &[&str]) -> String {
 }
 
 fn assert_exactly_once(dir: &Path, users: u64, events: u64) {
-    let mut per_user: std::collections::BTreeMap<u64, Vec<u64>> = Default::default();
-    for line in committed_lines(dir) {
-        let (user, count) = line.split_once('\t').unwrap();
-        per_user.entry(user.parse().unwrap()).or_default().push(count.parse().unwrap());
-    }
-    assert_eq!(per_user.len() as u64, users);
-    for (user, mut counts) in per_user {
-        counts.sort_unstable();
-        assert_eq!(counts, (1..=events / users).collect::<Vec<_>>(), "user {user}");
-    }
+    assert_counts_exactly_once(&committed_lines(dir), users, events);
 }
 
 #[test]

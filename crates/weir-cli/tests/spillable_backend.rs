@@ -5,28 +5,16 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::{RunningWeir, committed_lines, poll_json, run_weir};
+use common::{
+    RunningWeir, assert_counts_exactly_once, committed_lines, newest_checkpoint, poll_json, run_weir,
+    savepoint_location,
+};
 
 const USERS: u64 = 5000;
 const EVENTS: u64 = 60_000;
-
-fn assert_exactly_once(lines: &[String]) {
-    let mut per_user: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
-    for line in lines {
-        let (user, count) = line.split_once('\t').unwrap_or_else(|| panic!("not user<TAB>count: {line:?}"));
-        per_user.entry(user.parse().unwrap()).or_default().push(count.parse().unwrap());
-    }
-    assert_eq!(per_user.len() as u64, USERS, "users seen");
-    let expected: Vec<u64> = (1..=EVENTS / USERS).collect();
-    for (user, mut counts) in per_user {
-        counts.sort_unstable();
-        assert_eq!(counts, expected, "user {user}: lost or duplicated counts");
-    }
-}
 
 fn spill_dirs(tmp: &Path) -> Vec<String> {
     std::fs::read_dir(tmp)
@@ -53,8 +41,7 @@ fn stop(rest: &str, job_id: &str, dir: &Path) -> String {
     let output = run_weir(&["stop", "-m", address, "--savepoint-path", dir.to_str().unwrap(), job_id]);
     let stdout = String::from_utf8_lossy(&output.stdout).to_string();
     assert!(output.status.success(), "{stdout}{}", String::from_utf8_lossy(&output.stderr));
-    let line = stdout.lines().find(|l| l.starts_with("Savepoint completed. Path: ")).unwrap();
-    line.trim_start_matches("Savepoint completed. Path: ").trim().to_string()
+    savepoint_location(&stdout)
 }
 
 #[test]
@@ -95,16 +82,7 @@ fn hashmap_to_spillable_and_back_through_savepoints_and_a_checkpoint_is_exactly_
     drop(weir.stdout_lines());
     weir.kill_hard();
     let job_dir = dir.path().join("chk").join(&job_id);
-    let latest = std::fs::read_dir(&job_dir)
-        .unwrap()
-        .filter_map(|e| {
-            let path = e.ok()?.path();
-            let id: u64 = path.file_name()?.to_str()?.strip_prefix("chk-")?.parse().ok()?;
-            path.join("_metadata").is_file().then_some((id, path))
-        })
-        .max()
-        .unwrap()
-        .1;
+    let latest = newest_checkpoint(&job_dir).unwrap();
     let metadata = std::fs::read_to_string(latest.join("_metadata")).unwrap();
     assert!(metadata.contains(r#""state_backend":"spillable""#), "{metadata}");
     // A killed process leaves its spill directory (scratch; io.tmp.dirs is the user's to clean).
@@ -129,5 +107,5 @@ fn hashmap_to_spillable_and_back_through_savepoints_and_a_checkpoint_is_exactly_
     args.extend(job);
     let output = run_weir(&args);
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
-    assert_exactly_once(&committed_lines(&out));
+    assert_counts_exactly_once(&committed_lines(&out), USERS, EVENTS);
 }

@@ -203,7 +203,8 @@ impl TableSnapshot for RestoredTable {
 /// The memory of a key group besides its map's table (the `Arc` and the group's fields).
 const GROUP_OVERHEAD_BYTES: usize = 64;
 
-/// Decodes a key group written by [`write_group`] or [`write_group_native`].
+/// Decodes a key group written by [`write_group`] or [`write_group_native`] (borrowed slices:
+/// no allocation per entry while decoding).
 fn decode_group<K: Key, C: Cell>(bytes: &[u8], name: &str, key_group: u32) -> Result<KeyMap<K, C>, StateError> {
     let corrupt = |what: &str, e: postcard::Error| StateError::Corrupt {
         name: name.to_string(),
@@ -670,20 +671,7 @@ impl<K: Key, C: Cell> StateTable<K> for Table<K, C> {
 
     fn read_key_group(&mut self, key_group: u32, bytes: &[u8]) -> Result<(), StateError> {
         let index = self.index_of(key_group)?;
-        let corrupt = |what: &str, e: postcard::Error| StateError::Corrupt {
-            name: self.name.clone(),
-            key_group,
-            reason: format!("cannot decode {what}: {e}"),
-        };
-        // Borrowed slices: no allocation per entry while decoding.
-        let entries: Vec<(&[u8], &[u8])> = postcard::from_bytes(bytes).map_err(|e| corrupt("entries", e))?;
-        let mut map = KeyMap::with_capacity(entries.len());
-        for (key_bytes, cell_bytes) in entries {
-            let key: K = postcard::from_bytes(key_bytes).map_err(|e| corrupt("a key", e))?;
-            let cell = C::decode(cell_bytes).map_err(|e| corrupt("a value", e))?;
-            map.insert_owned(key, cell);
-        }
-        self.groups[index] = CowGroup::new(map);
+        self.groups[index] = CowGroup::new(decode_group::<K, C>(bytes, &self.name, key_group)?);
         Ok(())
     }
 

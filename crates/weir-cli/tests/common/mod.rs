@@ -215,3 +215,67 @@ pub fn committed_lines(dir: &std::path::Path) -> Vec<String> {
     }
     lines
 }
+
+/// Starts `weir args` and waits until the job and every subtask are RUNNING; the process,
+/// the REST URL and the job id.
+pub fn start_running(args: &[&str]) -> (RunningWeir, String, String) {
+    let mut weir = RunningWeir::start(args);
+    let rest = weir.rest_url();
+    let job_id = weir.job_id();
+    poll_json(&format!("{rest}/jobs/{job_id}"), |job| {
+        job["state"] == "RUNNING"
+            && job["vertices"].as_array().is_some_and(|vs| {
+                vs.iter()
+                    .all(|v| v["subtasks"].as_array().is_some_and(|ss| ss.iter().all(|s| s["status"] == "RUNNING")))
+            })
+    });
+    (weir, rest, job_id)
+}
+
+/// The location in `weir savepoint`/`weir stop`'s "Savepoint completed. Path: ..." line.
+pub fn savepoint_location(stdout: &str) -> String {
+    let line =
+        stdout.lines().find(|l| l.starts_with("Savepoint completed. Path: ")).unwrap_or_else(|| panic!("{stdout}"));
+    line.trim_start_matches("Savepoint completed. Path: ").trim().to_string()
+}
+
+/// The newest `chk-<n>` with a `_metadata` in a job's checkpoint directory.
+pub fn newest_checkpoint(job_dir: &std::path::Path) -> Option<std::path::PathBuf> {
+    std::fs::read_dir(job_dir)
+        .ok()?
+        .filter_map(|e| {
+            let path = e.ok()?.path();
+            let id: u64 = path.file_name()?.to_str()?.strip_prefix("chk-")?.parse().ok()?;
+            path.join("_metadata").is_file().then_some((id, path))
+        })
+        .max()
+        .map(|(_, path)| path)
+}
+
+/// Checks the counter's output: every one of `users` users has exactly the counts
+/// 1..=events/users (nothing lost, nothing duplicated).
+pub fn assert_counts_exactly_once(lines: &[String], users: u64, events: u64) {
+    let mut per_user: std::collections::BTreeMap<u64, Vec<u64>> = std::collections::BTreeMap::new();
+    for line in lines {
+        let (user, count) = line.split_once('\t').unwrap_or_else(|| panic!("not user<TAB>count: {line:?}"));
+        per_user.entry(user.parse().unwrap()).or_default().push(count.parse().unwrap());
+    }
+    assert_eq!(per_user.len() as u64, users, "users seen");
+    let expected: Vec<u64> = (1..=events / users).collect();
+    for (user, mut counts) in per_user {
+        counts.sort_unstable();
+        if counts != expected {
+            let mut seen = std::collections::BTreeMap::new();
+            for c in &counts {
+                *seen.entry(*c).or_insert(0) += 1;
+            }
+            let duplicated: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).map(|(c, _)| *c).take(5).collect();
+            panic!(
+                "user {user}: {} counts for {} events; duplicated {duplicated:?}, max {:?}",
+                counts.len(),
+                expected.len(),
+                counts.last()
+            );
+        }
+    }
+}

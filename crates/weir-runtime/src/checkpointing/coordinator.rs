@@ -227,24 +227,33 @@ impl CheckpointCoordinator {
     /// Deletes the shared files that no retained checkpoint uses and that a checkpoint
     /// before the next id wrote.
     fn sweep_shared(&mut self) {
-        let live: BTreeSet<&String> = self.shared_refs.values().flatten().collect();
+        let live: BTreeSet<&str> = self.shared_refs.values().flatten().map(String::as_str).collect();
+        let next_id = self.next_id;
+        let deleted = self.delete_shared_where(|name| {
+            shared_file_checkpoint(name).is_some_and(|id| id < next_id) && !live.contains(name)
+        });
+        if deleted > 0 {
+            tracing::info!(files = deleted, "deleted shared checkpoint files no checkpoint uses");
+        }
+    }
+
+    /// Deletes the files of the shared directory whose names `doomed` picks; how many went.
+    fn delete_shared_where(&self, doomed: impl Fn(&str) -> bool) -> usize {
         let listed = match self.shared_dir.block_on(self.shared_dir.storage.list_all()) {
             Ok(listed) => listed,
             Err(error) => {
                 tracing::warn!(%error, "cannot list the shared checkpoint files");
-                return;
+                return 0;
             }
         };
         let mut deleted = 0;
-        for (name, _) in listed {
-            let old = shared_file_checkpoint(&name).is_some_and(|id| id < self.next_id);
-            if old && !live.contains(&name) && self.shared_dir.delete(&name).is_ok() {
-                deleted += 1;
+        for (name, _) in listed.iter().filter(|(name, _)| doomed(name)) {
+            match self.shared_dir.delete(name) {
+                Ok(()) => deleted += 1,
+                Err(error) => tracing::warn!(file = %name, %error, "cannot delete a shared checkpoint file"),
             }
         }
-        if deleted > 0 {
-            tracing::info!(files = deleted, "deleted shared checkpoint files no checkpoint uses");
-        }
+        deleted
     }
 
     /// The directories subtasks write into, by checkpoint id.
@@ -645,20 +654,7 @@ impl CheckpointCoordinator {
 
     /// Deletes the shared files checkpoint `id` wrote (it failed: nothing uses them).
     fn delete_shared_files_of(&self, id: u64) {
-        let listed = match self.shared_dir.block_on(self.shared_dir.storage.list_all()) {
-            Ok(listed) => listed,
-            Err(error) => {
-                tracing::warn!(checkpoint = id, %error, "cannot list the shared checkpoint files");
-                return;
-            }
-        };
-        for (name, _) in listed {
-            if shared_file_checkpoint(&name) == Some(id)
-                && let Err(error) = self.shared_dir.delete(&name)
-            {
-                tracing::warn!(checkpoint = id, file = %name, %error, "cannot delete a failed checkpoint's file");
-            }
-        }
+        self.delete_shared_where(|name| shared_file_checkpoint(name) == Some(id));
     }
 
     /// A subtask could not snapshot or write: the checkpoint fails.
