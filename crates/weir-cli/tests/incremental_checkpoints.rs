@@ -192,3 +192,75 @@ fn disposal_and_claim_delete_only_the_files_nothing_else_uses() {
     assert_eq!(shared_files_on_disk(&job_dir), named, "the old job's unnamed files stayed");
     assert_counts_exactly_once(&committed_lines(&out), USERS, EVENTS);
 }
+
+/// Crashes an incremental run at `point` on its seventh checkpoint, then restores the newest
+/// checkpoint with a `_metadata` under CLAIM at another parallelism and runs to the end:
+/// every file a complete checkpoint names was there after the crash, the counts are exactly
+/// once, and the files the crashed checkpoint wrote are gone once the claim subsumed it.
+fn crash_at_and_recover(point: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let out_arg = out.to_str().unwrap().to_string();
+    let chk_root = dir.path().join("chk");
+    let checkpoints = format!("state.checkpoints.dir=file://{}", chk_root.display());
+    let mut args = vec!["run", "-p", "2"];
+    args.extend(job_args(&checkpoints, &out_arg));
+    let failpoints = format!("{point}=6*off->return");
+    let mut weir = RunningWeir::start_with(
+        |mut command| {
+            command.env("FAILPOINTS", &failpoints);
+            command
+        },
+        &args,
+    );
+    let job_id = weir.job_id();
+    let code = weir.wait();
+    assert_ne!(code, Some(0), "the run did not crash at {point}");
+    assert!(
+        weir.stderr_lines().iter().any(|l| l.contains(&format!("crash point '{point}' reached"))),
+        "{:?}",
+        weir.stderr_lines()
+    );
+
+    let job_dir = chk_root.join(&job_id);
+    let complete = checkpoints_and_their_files(&job_dir);
+    let (&newest, _) = complete.last_key_value().expect("a complete checkpoint before the crash");
+    let on_disk = shared_files_on_disk(&job_dir);
+    for (id, files) in &complete {
+        for file in files {
+            assert!(on_disk.contains(file), "after the crash at {point}, checkpoint {id} names {file}, which is gone");
+        }
+    }
+    if point == "checkpoint-after-metadata" {
+        // Its _metadata is written: the crashed checkpoint is the restore point.
+        assert_eq!(newest, 7, "{complete:?}");
+    } else {
+        assert!(newest < 7, "{complete:?}");
+        assert!(
+            on_disk.iter().any(|f| f.starts_with("chk-7-")),
+            "the crashed checkpoint wrote no shared file, so the test proves nothing: {on_disk:?}"
+        );
+    }
+
+    let newest_dir = job_dir.join(format!("chk-{newest}"));
+    let mut args =
+        vec!["run", "-p", "3", "-s", newest_dir.to_str().unwrap(), "-D", "execution.state-recovery.claim-mode=CLAIM"];
+    args.extend(job_args(&checkpoints, &out_arg));
+    let output = run_weir(&args);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let named: BTreeSet<String> = checkpoints_and_their_files(&job_dir).into_values().flatten().collect();
+    let left = shared_files_on_disk(&job_dir);
+    assert_eq!(left, named, "files of the crashed job that no checkpoint names stayed");
+    assert!(!left.iter().any(|f| f.starts_with("chk-7-") && point != "checkpoint-after-metadata"));
+    assert_counts_exactly_once(&committed_lines(&out), USERS, EVENTS);
+}
+
+#[test]
+fn a_crash_after_the_files_before_the_metadata_recovers_exactly_once() {
+    crash_at_and_recover("checkpoint-before-metadata");
+}
+
+#[test]
+fn a_crash_after_the_metadata_before_the_acknowledgement_recovers_exactly_once() {
+    crash_at_and_recover("checkpoint-after-metadata");
+}
