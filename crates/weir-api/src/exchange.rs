@@ -411,7 +411,7 @@ impl<T: Send> SourceBody<T> {
     }
 
     fn checkpoint(&mut self, barrier: &Barrier) -> Result<(), TaskError> {
-        let positions = self.reader.snapshot_positions();
+        let positions = self.reader.snapshot_positions_for(barrier.checkpoint_id);
         let source_state = OperatorSnapshotData {
             uid: self.ctx.operator_uid.clone(),
             keyed: None,
@@ -439,6 +439,7 @@ impl<T: Send> SourceBody<T> {
         }
         if let TaskControl::CheckpointComplete(id) = control {
             self.ctx.checkpoint_complete(id);
+            self.reader.notify_checkpoint_complete(id)?;
         }
         on_completion(self.head.as_mut(), &mut self.stopping, control)
     }

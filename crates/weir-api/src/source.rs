@@ -65,4 +65,17 @@ pub trait SourceReader<T>: Send {
     /// The read position; restoring it must resume right after the last record returned by
     /// `poll_next`.
     fn snapshot_positions(&self) -> SourcePositions;
+
+    /// The read position for checkpoint `checkpoint_id` (the source task calls this at the
+    /// barrier); a reader that acts on completed checkpoints (a Kafka source committing its
+    /// offsets to the consumer group) remembers which position belongs to which checkpoint.
+    fn snapshot_positions_for(&mut self, _checkpoint_id: u64) -> SourcePositions {
+        self.snapshot_positions()
+    }
+
+    /// Checkpoint `checkpoint_id` completed. Nothing in the job depends on what the reader
+    /// does here (its position is already in the checkpoint); an error fails the task.
+    fn notify_checkpoint_complete(&mut self, _checkpoint_id: u64) -> Result<(), TaskError> {
+        Ok(())
+    }
 }

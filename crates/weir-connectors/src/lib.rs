@@ -1,5 +1,6 @@
 //! weir's built-in connectors: a parallel sequence generator, a text-file line source, a
-//! file sink with in-progress/committed part files, a stdout print sink and a discard sink.
+//! file sink with in-progress/committed part files, a stdout print sink, a discard sink, and
+//! Kafka (a source whose offsets live in checkpoints, a transactional sink).
 //!
 //! Every source keeps its read position explicit (see [`weir_api::source::SourceReader`]),
 //! and every I/O failure is a [`TaskError::External`](weir_api::error::TaskError) whose text
@@ -9,6 +10,7 @@
 pub mod discard;
 pub mod file;
 pub mod file_sink;
+pub mod kafka;
 pub mod print;
 pub mod sequence;
 

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use weir_api::catalog::{ArgSpec, JobArgs, JobBuildError, JobDefinition};
 use weir_api::prelude::*;
 use weir_connectors::SequenceSource;
+use weir_connectors::kafka::{KafkaRecord, KafkaUrl};
 
 use crate::output::Output;
 
@@ -82,6 +83,31 @@ impl KeyedProcessFunction<u64, Event, Event> for FirstSeen {
     }
 }
 
+/// The key of a count in Kafka: the user.
+pub fn count_key(record: &(u64, u64), key: &mut String) {
+    let _ = write!(key, "{}", record.0);
+}
+
+/// An event read from Kafka: the value is the user, as decimal text or JSON `{"user": N}`;
+/// the offset is its index.
+pub fn event_from_kafka(record: &KafkaRecord<'_>) -> Result<Event, String> {
+    let bytes = record.payload.unwrap_or_default();
+    let text = std::str::from_utf8(bytes).map_err(|_| "the value is not UTF-8".to_string())?.trim();
+    let user = match text.parse::<u64>() {
+        Ok(user) => user,
+        Err(_) => {
+            #[derive(Deserialize)]
+            struct UserEvent {
+                user: u64,
+            }
+            serde_json::from_str::<UserEvent>(text)
+                .map_err(|_| format!("the value '{text}' is neither a user number nor JSON {{\"user\": N}}"))?
+                .user
+        }
+    };
+    Ok(Event { index: record.offset.max(0) as u64, user })
+}
+
 /// Formats `user<TAB>count`.
 pub fn format_count(record: &(u64, u64), line: &mut String) {
     let _ = write!(line, "{}\t{}", record.0, record.1);
@@ -101,16 +127,57 @@ impl JobDefinition for Counter {
 
     fn args(&self) -> Vec<ArgSpec> {
         vec![
-            ArgSpec::required("users", "U", "number of users; event i belongs to user i mod U"),
-            ArgSpec::optional("events", "N", "number of events (bounded); unbounded when absent"),
-            ArgSpec::optional("rate", "R", "events per second overall; unlimited when absent"),
-            ArgSpec::optional("output", "DIR|-|none", "part files in DIR, '-' prints, 'none' discards (default '-')"),
+            ArgSpec::optional("users", "U", "number of users of the generated events; event i belongs to user i mod U"),
+            ArgSpec::optional("events", "N", "number of generated events (bounded); unbounded when absent"),
+            ArgSpec::optional("rate", "R", "generated events per second overall; unlimited when absent"),
+            ArgSpec::optional(
+                "input",
+                "kafka://HOST:PORT/TOPIC?...",
+                "read events from Kafka (each value a user number) instead of generating them",
+            ),
+            ArgSpec::optional(
+                "output",
+                "DIR|-|none|kafka://HOST:PORT/TOPIC",
+                "part files in DIR, '-' prints, 'none' discards, or a Kafka topic (default '-')",
+            ),
             ArgSpec::flag("enrich", "add a stateful stage (uid enrich) remembering each user's first event index"),
         ]
     }
 
     fn build(&self, args: &JobArgs, env: &StreamExecutionEnvironment) -> Result<(), JobBuildError> {
-        let users: u64 = args.required("users")?;
+        let output = Output::from_args(args, Output::Print, true)?;
+        let mut stream = match args.get::<String>("input")? {
+            Some(input) => {
+                if let Some(error) = crate::kafka::unknown_scheme("--input", &input) {
+                    return Err(args.invalid(error));
+                }
+                if !KafkaUrl::is_kafka(&input) {
+                    return Err(args.invalid(format!(
+                        "--input {input}: counter reads events from kafka://HOST:PORT/TOPIC, or generates them (--users)"
+                    )));
+                }
+                let url = KafkaUrl::parse(&input).map_err(|e| args.invalid(format!("--input {e}")))?;
+                let source = crate::kafka::source(&url, event_from_kafka, false)
+                    .map_err(|e| args.invalid(format!("--input {e}")))?;
+                env.from_source(source).uid("source").name("source")
+            }
+            None => self.generated(args, env)?,
+        };
+        if args.flag("enrich") {
+            stream = stream.key_by(|e: &Event| e.user).process(FirstSeen::default()).uid("enrich").name("enrich");
+        }
+        let counts = stream.key_by(|e: &Event| e.user).process(CountPerUser::default()).uid("counter").name("counter");
+        output.attach(args, &counts, format_count, count_key)?;
+        Ok(())
+    }
+}
+
+impl Counter {
+    /// The generated events of `--users`, `--events` and `--rate`.
+    fn generated(&self, args: &JobArgs, env: &StreamExecutionEnvironment) -> Result<DataStream<Event>, JobBuildError> {
+        let Some(users) = args.get::<u64>("users")? else {
+            return Err(args.invalid("give --users U (generated events) or --input kafka://HOST:PORT/TOPIC"));
+        };
         if users == 0 {
             return Err(args.invalid("--users must be at least 1"));
         }
@@ -121,15 +188,7 @@ impl JobDefinition for Counter {
         {
             return Err(args.invalid(format!("--rate {rate} must be a positive number of events per second")));
         }
-        let output = Output::from_args(args, Output::Print, true)?;
-
         let indices = env.from_source(SequenceSource::new(events, rate, |i| i)).uid("source").name("source");
-        let mut stream = indices.map(move |index: u64| Event { index, user: index % users }).name("to-event");
-        if args.flag("enrich") {
-            stream = stream.key_by(|e: &Event| e.user).process(FirstSeen::default()).uid("enrich").name("enrich");
-        }
-        let counts = stream.key_by(|e: &Event| e.user).process(CountPerUser::default()).uid("counter").name("counter");
-        output.attach(&counts, format_count);
-        Ok(())
+        Ok(indices.map(move |index: u64| Event { index, user: index % users }).name("to-event"))
     }
 }

@@ -5,6 +5,7 @@
 #![warn(missing_docs)]
 
 pub mod counter;
+pub mod kafka;
 pub mod output;
 pub mod wordcount;
 

@@ -1,8 +1,9 @@
-//! The `--output DIR|-|none` convention shared by the built-in jobs.
+//! The `--output DIR|-|none|kafka://...` convention shared by the built-in jobs.
 
 use weir_api::Data;
 use weir_api::catalog::{JobArgs, JobBuildError};
 use weir_api::datastream::{DataStream, DataStreamSink};
+use weir_connectors::kafka::{KafkaSinkRecord, KafkaUrl};
 use weir_connectors::{DiscardSink, FileSink, PrintSink};
 
 /// Where a job's records go.
@@ -14,6 +15,8 @@ pub enum Output {
     Print,
     /// Nowhere (benchmarks).
     Discard,
+    /// A Kafka topic (exactly-once unless the URL's `delivery=` says otherwise).
+    Kafka(KafkaUrl),
 }
 
 impl Output {
@@ -26,6 +29,12 @@ impl Output {
             "-" => Ok(Output::Print),
             "none" if allow_none => Ok(Output::Discard),
             "" => Err(args.invalid("--output is empty; give a directory, '-' for stdout".to_string())),
+            url if KafkaUrl::is_kafka(url) => {
+                KafkaUrl::parse(url).map(Output::Kafka).map_err(|e| args.invalid(format!("--output {e}")))
+            }
+            url if crate::kafka::unknown_scheme("--output", url).is_some() => {
+                Err(args.invalid(crate::kafka::unknown_scheme("--output", url).unwrap_or_default()))
+            }
             path => {
                 let path = std::path::PathBuf::from(path);
                 if path.is_file() {
@@ -39,13 +48,30 @@ impl Output {
         }
     }
 
-    /// Attaches the matching sink (uid `sink`) to `stream`.
-    pub fn attach<T: Data>(&self, stream: &DataStream<T>, format: fn(&T, &mut String)) -> DataStreamSink {
+    /// Attaches the matching sink (uid `sink`) to `stream`. A Kafka record's value is the
+    /// line `format` writes, its key what `key` writes.
+    pub fn attach<T: Data>(
+        &self,
+        args: &JobArgs,
+        stream: &DataStream<T>,
+        format: fn(&T, &mut String),
+        key: fn(&T, &mut String),
+    ) -> Result<DataStreamSink, JobBuildError> {
         let sink = match self {
             Output::Directory(dir) => stream.sink_to(FileSink::new(dir.clone(), format)),
             Output::Print => stream.sink_to(PrintSink::new(format)),
             Output::Discard => stream.sink_to(DiscardSink::new()),
+            Output::Kafka(url) => {
+                let serializer = move |record: &T| {
+                    let (mut value, mut key_text) = (String::new(), String::new());
+                    format(record, &mut value);
+                    key(record, &mut key_text);
+                    KafkaSinkRecord { key: Some(key_text.into_bytes()), value: value.into_bytes(), partition: None }
+                };
+                let sink = crate::kafka::sink(url, serializer).map_err(|e| args.invalid(format!("--output {e}")))?;
+                stream.sink_to(sink)
+            }
         };
-        sink.uid("sink").name("sink")
+        Ok(sink.uid("sink").name("sink"))
     }
 }

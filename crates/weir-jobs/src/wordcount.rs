@@ -6,6 +6,7 @@ use std::fmt::Write as _;
 use weir_api::catalog::{ArgSpec, JobArgs, JobBuildError, JobDefinition};
 use weir_api::prelude::*;
 use weir_connectors::TextLineSource;
+use weir_connectors::kafka::{KafkaUrl, Utf8Lines};
 
 use crate::output::Output;
 
@@ -74,23 +75,37 @@ impl JobDefinition for WordCount {
 
     fn args(&self) -> Vec<ArgSpec> {
         vec![
-            ArgSpec::required("input", "PATH", "the text file to read"),
-            ArgSpec::required("output", "DIR|-", "part files in DIR, or '-' to print"),
+            ArgSpec::required(
+                "input",
+                "PATH|kafka://HOST:PORT/TOPIC",
+                "the text file to read, or a Kafka topic of lines (read to its end unless bounded=false)",
+            ),
+            ArgSpec::required("output", "DIR|-|kafka://HOST:PORT/TOPIC", "part files in DIR, '-' to print, or a Kafka topic"),
         ]
     }
 
     fn build(&self, args: &JobArgs, env: &StreamExecutionEnvironment) -> Result<(), JobBuildError> {
-        let input: std::path::PathBuf = args.required("input")?;
-        match std::fs::metadata(&input) {
-            Ok(meta) if meta.is_file() => {}
-            Ok(_) => return Err(args.invalid(format!("--input {} is not a file", input.display()))),
-            Err(e) => {
-                return Err(args.invalid(format!("cannot read --input {}: {e}", input.display())));
-            }
+        let input: String = args.required("input")?;
+        if let Some(error) = crate::kafka::unknown_scheme("--input", &input) {
+            return Err(args.invalid(error));
         }
         let output = Output::from_args(args, Output::Print, false)?;
-        let counts = env
-            .from_source(TextLineSource::new(input))
+        let lines = if KafkaUrl::is_kafka(&input) {
+            let url = KafkaUrl::parse(&input).map_err(|e| args.invalid(format!("--input {e}")))?;
+            let source = crate::kafka::source(&url, Utf8Lines, true).map_err(|e| args.invalid(format!("--input {e}")))?;
+            env.from_source(source)
+        } else {
+            let input = std::path::PathBuf::from(input);
+            match std::fs::metadata(&input) {
+                Ok(meta) if meta.is_file() => {}
+                Ok(_) => return Err(args.invalid(format!("--input {} is not a file", input.display()))),
+                Err(e) => {
+                    return Err(args.invalid(format!("cannot read --input {}: {e}", input.display())));
+                }
+            }
+            env.from_source(TextLineSource::new(input))
+        };
+        let counts = lines
             .uid("source")
             .name("source")
             .flat_map(|line: String, out: &mut Collector<'_, String>| words(&line, |w| out.collect(w)))
@@ -99,7 +114,9 @@ impl JobDefinition for WordCount {
             .process(CountWords::default())
             .uid("counter")
             .name("counter");
-        output.attach(&counts, format_word_count);
+        output.attach(args, &counts, format_word_count, |record: &(String, u64), key: &mut String| {
+            key.push_str(&record.0)
+        })?;
         Ok(())
     }
 }

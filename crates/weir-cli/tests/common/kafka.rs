@@ -1,0 +1,156 @@
+//! A real Kafka-protocol broker with transactions for the tests: noida-db (PyPI), started on
+//! a free port with a fresh data directory and killed when dropped. `$WEIR_NOIDA_DB` names
+//! its binary; without it the copy `.ci/run` installs in `.ci/venv` is used. Missing, the
+//! test fails naming the install command.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rdkafka::ClientConfig;
+use rdkafka::Message;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+
+const INSTALL: &str = "python3 -m venv .ci/venv && .ci/venv/bin/pip install noida-db==0.2.3 (bash .ci/run does it)";
+
+fn binary() -> PathBuf {
+    if let Ok(path) = std::env::var("WEIR_NOIDA_DB") {
+        return PathBuf::from(path);
+    }
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let lib = root.join(".ci/venv/lib");
+    for entry in std::fs::read_dir(&lib).into_iter().flatten().flatten() {
+        let candidate = entry.path().join("site-packages/noida_db/noida-db");
+        if candidate.is_file() {
+            return candidate;
+        }
+    }
+    panic!("the Kafka broker noida-db is not installed (no $WEIR_NOIDA_DB, nothing in {}); install it: {INSTALL}", lib.display());
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A running broker.
+pub struct Broker {
+    child: Child,
+    _data: tempfile::TempDir,
+    pub bootstrap: String,
+}
+
+impl Broker {
+    pub fn start() -> Broker {
+        let data = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let child = Command::new(binary())
+            .args(["start", "--only", "kafka", "--data-dir"])
+            .arg(data.path())
+            .args(["--host", "127.0.0.1", "--kafka-port", &port.to_string()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start noida-db: {e}; install it: {INSTALL}"));
+        let bootstrap = format!("127.0.0.1:{port}");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::net::TcpStream::connect(&bootstrap).is_err() {
+            assert!(Instant::now() < deadline, "noida-db did not open {bootstrap} within 20 s");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Broker { child, _data: data, bootstrap }
+    }
+
+    fn config(&self) -> ClientConfig {
+        let mut config = ClientConfig::new();
+        config.set("bootstrap.servers", &self.bootstrap).set("log_level", "3");
+        config
+    }
+
+    pub fn create_topic(&self, name: &str, partitions: i32) {
+        let admin: AdminClient<DefaultClientContext> = self.config().create().unwrap();
+        let topic = NewTopic::new(name, partitions, TopicReplication::Fixed(1));
+        let results = futures::executor::block_on(admin.create_topics([&topic], &AdminOptions::new())).unwrap();
+        for result in results {
+            result.unwrap();
+        }
+    }
+
+    /// Produces `values` (key = value) round-robin over `partitions` partitions.
+    pub fn produce(&self, topic: &str, partitions: i32, values: impl IntoIterator<Item = String>) {
+        let producer: BaseProducer = self.config().create().unwrap();
+        for (i, value) in values.into_iter().enumerate() {
+            let partition = (i as i32) % partitions;
+            let mut record = BaseRecord::<str, str>::to(topic).payload(&value).partition(partition);
+            loop {
+                match producer.send(record) {
+                    Ok(()) => break,
+                    Err((_, returned)) => {
+                        record = returned;
+                        producer.poll(Duration::from_millis(10));
+                    }
+                }
+            }
+            producer.poll(Duration::ZERO);
+        }
+        producer.flush(Duration::from_secs(30)).unwrap();
+    }
+
+    /// Every value a `read_committed` consumer reads from `topic`, waiting until there are at
+    /// least `expected` or `within` passed.
+    pub fn read_committed(&self, topic: &str, expected: usize, within: Duration) -> Vec<String> {
+        let consumer: BaseConsumer = self
+            .config()
+            .set("group.id", format!("test-reader-{}", std::process::id()))
+            .set("isolation.level", "read_committed")
+            .set("auto.offset.reset", "earliest")
+            .set("enable.auto.commit", "false")
+            .create()
+            .unwrap();
+        consumer.subscribe(&[topic]).unwrap();
+        let mut values = Vec::new();
+        let deadline = Instant::now() + within;
+        while values.len() < expected && Instant::now() < deadline {
+            if let Some(Ok(message)) = consumer.poll(Duration::from_millis(100)) {
+                values.push(String::from_utf8_lossy(message.payload().unwrap_or_default()).to_string());
+            }
+        }
+        // Anything more (duplicates) that arrives shortly after.
+        let settle = Instant::now() + Duration::from_millis(500);
+        while Instant::now() < settle {
+            if let Some(Ok(message)) = consumer.poll(Duration::from_millis(50)) {
+                values.push(String::from_utf8_lossy(message.payload().unwrap_or_default()).to_string());
+            }
+        }
+        values
+    }
+
+    /// The offsets group `group` committed for `topic`'s partitions.
+    pub fn committed(&self, group: &str, topic: &str, partitions: i32) -> BTreeMap<i32, i64> {
+        let consumer: BaseConsumer = self.config().set("group.id", group).create().unwrap();
+        let mut list = rdkafka::TopicPartitionList::new();
+        for p in 0..partitions {
+            list.add_partition(topic, p);
+        }
+        let committed = consumer.committed_offsets(list, Duration::from_secs(10)).unwrap();
+        committed
+            .elements()
+            .iter()
+            .filter_map(|e| match e.offset() {
+                rdkafka::Offset::Offset(o) => Some((e.partition(), o)),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
