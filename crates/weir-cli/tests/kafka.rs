@@ -13,6 +13,14 @@ use std::time::Duration;
 use common::{RunningWeir, error_lines, newest_checkpoint, poll_json, run_weir};
 use kafka::Broker;
 
+/// One test of this file at a time: four brokers and their jobs at once on two cores make the
+/// runs slow enough to time out.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 /// Checks `user<TAB>count` lines: each user's counts are 1..=n once each, and the events
 /// total `events`.
 fn assert_counts_exactly_once(lines: &[String], events: usize) {
@@ -31,15 +39,25 @@ fn assert_counts_exactly_once(lines: &[String], events: usize) {
 
 #[test]
 fn a_bounded_read_finishes_and_commits_the_group_offsets() {
+    let _serial = serial();
     let broker = Broker::start();
     broker.create_topic("lines", 2);
     broker.create_topic("words", 1);
     let lines: Vec<String> = (0..300).map(|i| format!("apple banana w{}", i % 7)).collect();
     broker.produce("lines", 2, lines);
+    broker.wait_for_end("lines", 2, 300);
     let input = format!("kafka://{}/lines?group=wc", broker.bootstrap);
     let output = format!("kafka://{}/words", broker.bootstrap);
     let result = run_weir(&[
-        "run", "-p", "2", "-D", "execution.checkpointing.interval=200ms", "wordcount", "--input", &input, "--output",
+        "run",
+        "-p",
+        "2",
+        "-D",
+        "execution.checkpointing.interval=200ms",
+        "wordcount",
+        "--input",
+        &input,
+        "--output",
         &output,
     ]);
     assert!(result.status.success(), "{}", String::from_utf8_lossy(&result.stderr));
@@ -48,6 +66,180 @@ fn a_bounded_read_finishes_and_commits_the_group_offsets() {
     let mut expected = vec!["apple\t300".to_string(), "banana\t300".to_string()];
     expected.extend((0..7).map(|k| format!("w{k}\t{}", if k < 300 % 7 { 300 / 7 + 1 } else { 300 / 7 })));
     expected.sort();
-    assert_eq!(words, expected);
+    assert_eq!(words, expected, "{}", String::from_utf8_lossy(&result.stderr));
     assert_eq!(broker.committed("wc", "lines", 2), BTreeMap::from([(0, 150), (1, 150)]));
+}
+
+fn counter_args<'a>(parallelism: &'a str, checkpoints: &'a str, input: &'a str, output: &'a str) -> Vec<&'a str> {
+    vec![
+        "run",
+        "-p",
+        parallelism,
+        "-D",
+        "rest.port=0",
+        "-D",
+        "execution.checkpointing.interval=100ms",
+        "-D",
+        checkpoints,
+        "counter",
+        "--input",
+        input,
+        "--output",
+        output,
+    ]
+}
+
+fn random_delay(min_ms: u64, spread_ms: u64) -> Duration {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos() as u64;
+    Duration::from_millis(min_ms + nanos % spread_ms)
+}
+
+/// Kafka -> counter -> Kafka while events keep arriving: ten `kill -9`s at random points,
+/// each restore from the newest checkpoint at another parallelism (2, 3, 1, ...), then a
+/// bounded run to the end. A read_committed consumer sees every count exactly once.
+#[test]
+fn kafka_to_counter_to_kafka_is_exactly_once_through_kill_9_and_rescales() {
+    let _serial = serial();
+    const EVENTS: usize = 12_000;
+    const USERS: usize = 40;
+    let broker = Broker::start();
+    broker.create_topic("events", 3);
+    broker.create_topic("counts", 2);
+    let dir = tempfile::tempdir().unwrap();
+    let chk_root = dir.path().join("chk");
+    let checkpoints = format!("state.checkpoints.dir=file://{}", chk_root.display());
+    let input = format!("kafka://{}/events?group=counter", broker.bootstrap);
+    let output = format!("kafka://{}/counts", broker.bootstrap);
+
+    let bootstrap = broker.bootstrap.clone();
+    let producer = std::thread::spawn(move || {
+        for chunk in 0..60 {
+            kafka::produce(&bootstrap, "events", 3, (chunk * 200..(chunk + 1) * 200).map(|i| (i % USERS).to_string()));
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    });
+
+    let mut restore_from: Option<String> = None;
+    for (round, parallelism) in ["2", "3", "1"].iter().cycle().take(10).enumerate() {
+        let mut args = counter_args(parallelism, &checkpoints, &input, &output);
+        if let Some(path) = &restore_from {
+            args.splice(3..3, ["-s", path.as_str()]);
+        }
+        let mut weir = RunningWeir::start(&args);
+        let rest = weir.rest_url();
+        let job_id = weir.job_id();
+        poll_json(&format!("{rest}/jobs/{job_id}/checkpoints"), |c| c["counts"]["completed"].as_u64() >= Some(2));
+        std::thread::sleep(random_delay(50, 700));
+        weir.kill_hard();
+        for line in
+            weir.stderr_lines().iter().filter(|l| l.contains("kafka") || l.contains("ERROR") || l.contains("WARN"))
+        {
+            eprintln!("round {round}: {line}");
+        }
+        let newest =
+            newest_checkpoint(&chk_root.join(&job_id)).unwrap_or_else(|| panic!("round {round}: no checkpoint"));
+        restore_from = Some(newest.to_str().unwrap().to_string());
+    }
+    producer.join().unwrap();
+    broker.wait_for_end("events", 3, EVENTS as i64);
+
+    // The last run reads to the end of what was produced and finishes.
+    let bounded_input = format!("{input}&bounded=true");
+    let mut args = counter_args("2", &checkpoints, &bounded_input, &output);
+    let path = restore_from.unwrap();
+    args.splice(3..3, ["-s", path.as_str()]);
+    let result = run_weir(&args);
+    assert!(result.status.success(), "{}", String::from_utf8_lossy(&result.stderr));
+    eprintln!("FINAL RUN STDERR: {}", String::from_utf8_lossy(&result.stderr));
+    let counts = broker.read_committed("counts", EVENTS, Duration::from_secs(60));
+    if counts.len() != EVENTS {
+        let events = broker.read("events", EVENTS, Duration::from_secs(5), "read_uncommitted");
+        let all = broker.read("counts", EVENTS * 3, Duration::from_secs(5), "read_uncommitted");
+        eprintln!("events in the input: {}; counts written, committed or not: {}", events.len(), all.len());
+        eprintln!("group offsets: {:?}", broker.committed("counter", "events", 3));
+        let again = broker.read_committed("counts", EVENTS, Duration::from_secs(10));
+        let seen: std::collections::BTreeSet<&String> = counts.iter().collect();
+        let missing: std::collections::BTreeSet<&String> = all.iter().filter(|l| !seen.contains(l)).collect();
+        eprintln!(
+            "a second read_committed reader sees {}; {} distinct counts exist only uncommitted: {:?}",
+            again.len(),
+            missing.len(),
+            missing.iter().take(10).collect::<Vec<_>>()
+        );
+    }
+    assert_counts_exactly_once(&counts, EVENTS);
+}
+
+/// A crash after every subtask acknowledged the fifth checkpoint but before its `_metadata`:
+/// the sink's pre-committed transaction belongs to a checkpoint that never completed.
+/// Restored from the fourth, the job aborts it, so it never becomes visible: every count
+/// exactly once.
+#[test]
+fn the_transaction_of_a_checkpoint_that_never_completed_never_becomes_visible() {
+    let _serial = serial();
+    const EVENTS: usize = 6_000;
+    let broker = Broker::start();
+    broker.create_topic("events", 2);
+    broker.create_topic("counts", 1);
+    let dir = tempfile::tempdir().unwrap();
+    let chk_root = dir.path().join("chk");
+    let checkpoints = format!("state.checkpoints.dir=file://{}", chk_root.display());
+    let input = format!("kafka://{}/events?group=crash", broker.bootstrap);
+    let output = format!("kafka://{}/counts", broker.bootstrap);
+    // Events keep arriving, so the crashed checkpoint's transaction holds records.
+    let bootstrap = broker.bootstrap.clone();
+    let producer = std::thread::spawn(move || {
+        for chunk in 0..30 {
+            kafka::produce(&bootstrap, "events", 2, (chunk * 200..(chunk + 1) * 200).map(|i| (i % 25).to_string()));
+            std::thread::sleep(Duration::from_millis(60));
+        }
+    });
+    let args = counter_args("2", &checkpoints, &input, &output);
+    let mut weir = RunningWeir::start_with(
+        |mut command| {
+            command.env("FAILPOINTS", "checkpoint-before-metadata=4*off->return");
+            command
+        },
+        &args,
+    );
+    let job_id = weir.job_id();
+    assert_ne!(weir.wait(), Some(0));
+    let newest = newest_checkpoint(&chk_root.join(&job_id)).expect("two checkpoints completed before the crash");
+    assert!(newest.ends_with("chk-4"), "{newest:?}");
+    producer.join().unwrap();
+    broker.wait_for_end("events", 2, EVENTS as i64);
+
+    let bounded_input = format!("{input}&bounded=true");
+    let mut args = counter_args("1", &checkpoints, &bounded_input, &output);
+    args.splice(3..3, ["-s", newest.to_str().unwrap()]);
+    let result = run_weir(&args);
+    assert!(result.status.success(), "{}", String::from_utf8_lossy(&result.stderr));
+    eprintln!("FINAL RUN STDERR: {}", String::from_utf8_lossy(&result.stderr));
+    let counts = broker.read_committed("counts", EVENTS, Duration::from_secs(30));
+    assert_counts_exactly_once(&counts, EVENTS);
+}
+
+#[test]
+fn errors_name_the_topic_the_servers_and_the_schemes_weir_knows() {
+    let _serial = serial();
+    let broker = Broker::start();
+    broker.create_topic("counts", 1);
+    let output = run_weir(&["run", "counter", "--users", "3", "--events", "10", "--output", "s3://bucket/counts"]);
+    assert!(!output.status.success());
+    let text = error_lines(&output).join("\n");
+    assert!(text.contains("'s3://'") && text.contains("kafka://HOST:PORT/TOPIC"), "{text}");
+
+    let input = format!("kafka://{}/no-such-topic", broker.bootstrap);
+    let output =
+        run_weir(&["run", "-D", "restart-strategy.type=none", "counter", "--input", &input, "--output", "none"]);
+    assert!(!output.status.success());
+    let text = String::from_utf8_lossy(&output.stderr).to_string();
+    assert!(text.contains("topic 'no-such-topic'") && text.contains("does not exist"), "{text}");
+
+    let input = "kafka://127.0.0.1:1/events?startup-timeout-ms=1500";
+    let output =
+        run_weir(&["run", "-D", "restart-strategy.type=none", "counter", "--input", input, "--output", "none"]);
+    assert!(!output.status.success());
+    let text = String::from_utf8_lossy(&output.stderr).to_string();
+    assert!(text.contains("reaching the brokers 127.0.0.1:1"), "{text}");
 }

@@ -12,7 +12,8 @@ pub const KNOWN_FORMS: &str = "a local path, '-' (stdout, --output only) or kafk
 /// An error for `text` when it has a URL scheme weir does not know.
 pub fn unknown_scheme(flag: &str, text: &str) -> Option<String> {
     let (scheme, _) = text.split_once("://")?;
-    (scheme != "kafka").then(|| format!("{flag} {text}: weir does not know the scheme '{scheme}://'; give {KNOWN_FORMS}"))
+    (scheme != "kafka")
+        .then(|| format!("{flag} {text}: weir does not know the scheme '{scheme}://'; give {KNOWN_FORMS}"))
 }
 
 /// The source a `kafka://` `--input` names; `bounded_by_default` for jobs that only emit at

@@ -80,7 +80,11 @@ impl JobDefinition for WordCount {
                 "PATH|kafka://HOST:PORT/TOPIC",
                 "the text file to read, or a Kafka topic of lines (read to its end unless bounded=false)",
             ),
-            ArgSpec::required("output", "DIR|-|kafka://HOST:PORT/TOPIC", "part files in DIR, '-' to print, or a Kafka topic"),
+            ArgSpec::required(
+                "output",
+                "DIR|-|kafka://HOST:PORT/TOPIC",
+                "part files in DIR, '-' to print, or a Kafka topic",
+            ),
         ]
     }
 
@@ -92,7 +96,8 @@ impl JobDefinition for WordCount {
         let output = Output::from_args(args, Output::Print, false)?;
         let lines = if KafkaUrl::is_kafka(&input) {
             let url = KafkaUrl::parse(&input).map_err(|e| args.invalid(format!("--input {e}")))?;
-            let source = crate::kafka::source(&url, Utf8Lines, true).map_err(|e| args.invalid(format!("--input {e}")))?;
+            let source =
+                crate::kafka::source(&url, Utf8Lines, true).map_err(|e| args.invalid(format!("--input {e}")))?;
             env.from_source(source)
         } else {
             let input = std::path::PathBuf::from(input);

@@ -29,7 +29,10 @@ fn binary() -> PathBuf {
             return candidate;
         }
     }
-    panic!("the Kafka broker noida-db is not installed (no $WEIR_NOIDA_DB, nothing in {}); install it: {INSTALL}", lib.display());
+    panic!(
+        "the Kafka broker noida-db is not installed (no $WEIR_NOIDA_DB, nothing in {}); install it: {INSTALL}",
+        lib.display()
+    );
 }
 
 fn free_port() -> u16 {
@@ -45,24 +48,31 @@ pub struct Broker {
 
 impl Broker {
     pub fn start() -> Broker {
-        let data = tempfile::tempdir().unwrap();
-        let port = free_port();
-        let child = Command::new(binary())
-            .args(["start", "--only", "kafka", "--data-dir"])
-            .arg(data.path())
-            .args(["--host", "127.0.0.1", "--kafka-port", &port.to_string()])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start noida-db: {e}; install it: {INSTALL}"));
-        let bootstrap = format!("127.0.0.1:{port}");
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while std::net::TcpStream::connect(&bootstrap).is_err() {
-            assert!(Instant::now() < deadline, "noida-db did not open {bootstrap} within 20 s");
-            std::thread::sleep(Duration::from_millis(20));
+        // Another test's broker may take the free port first: then ours exits, and we retry.
+        for _ in 0..5 {
+            let data = tempfile::tempdir().unwrap();
+            let port = free_port();
+            let mut child = Command::new(binary())
+                .args(["start", "--only", "kafka", "--data-dir"])
+                .arg(data.path())
+                .args(["--host", "127.0.0.1", "--kafka-port", &port.to_string()])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap_or_else(|e| panic!("cannot start noida-db: {e}; install it: {INSTALL}"));
+            let bootstrap = format!("127.0.0.1:{port}");
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while std::net::TcpStream::connect(&bootstrap).is_err() && child.try_wait().unwrap().is_none() {
+                assert!(Instant::now() < deadline, "noida-db did not open {bootstrap} within 20 s");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            std::thread::sleep(Duration::from_millis(200));
+            if child.try_wait().unwrap().is_none() {
+                return Broker { child, _data: data, bootstrap };
+            }
         }
-        Broker { child, _data: data, bootstrap }
+        panic!("noida-db exited at start five times");
     }
 
     fn config(&self) -> ClientConfig {
@@ -80,33 +90,23 @@ impl Broker {
         }
     }
 
-    /// Produces `values` (key = value) round-robin over `partitions` partitions.
+    /// Produces `values` round-robin over `partitions` partitions.
     pub fn produce(&self, topic: &str, partitions: i32, values: impl IntoIterator<Item = String>) {
-        let producer: BaseProducer = self.config().create().unwrap();
-        for (i, value) in values.into_iter().enumerate() {
-            let partition = (i as i32) % partitions;
-            let mut record = BaseRecord::<str, str>::to(topic).payload(&value).partition(partition);
-            loop {
-                match producer.send(record) {
-                    Ok(()) => break,
-                    Err((_, returned)) => {
-                        record = returned;
-                        producer.poll(Duration::from_millis(10));
-                    }
-                }
-            }
-            producer.poll(Duration::ZERO);
-        }
-        producer.flush(Duration::from_secs(30)).unwrap();
+        produce(&self.bootstrap, topic, partitions, values);
     }
 
     /// Every value a `read_committed` consumer reads from `topic`, waiting until there are at
     /// least `expected` or `within` passed.
     pub fn read_committed(&self, topic: &str, expected: usize, within: Duration) -> Vec<String> {
+        self.read(topic, expected, within, "read_committed")
+    }
+
+    /// As [`Broker::read_committed`] with `isolation` (`read_uncommitted` sees aborted records).
+    pub fn read(&self, topic: &str, expected: usize, within: Duration, isolation: &str) -> Vec<String> {
         let consumer: BaseConsumer = self
             .config()
-            .set("group.id", format!("test-reader-{}", std::process::id()))
-            .set("isolation.level", "read_committed")
+            .set("group.id", format!("test-reader-{}-{isolation}", std::process::id()))
+            .set("isolation.level", isolation)
             .set("auto.offset.reset", "earliest")
             .set("enable.auto.commit", "false")
             .create()
@@ -129,6 +129,25 @@ impl Broker {
         values
     }
 
+    /// Waits until the partitions of `topic` end at `total` records in all, as the broker's
+    /// offsets say (a bounded read stops at the offsets the broker gives when it starts, and
+    /// this broker acknowledges a write a moment before its end offset shows it).
+    pub fn wait_for_end(&self, topic: &str, partitions: i32, total: i64) {
+        let consumer: BaseConsumer =
+            self.config().set("group.id", "test-end").set("isolation.level", "read_uncommitted").create().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let end: i64 = (0..partitions)
+                .map(|p| consumer.fetch_watermarks(topic, p, Duration::from_secs(5)).map(|(_, high)| high).unwrap_or(0))
+                .sum();
+            if end >= total {
+                return;
+            }
+            assert!(Instant::now() < deadline, "'{topic}' ends at {end} records, not {total}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// The offsets group `group` committed for `topic`'s partitions.
     pub fn committed(&self, group: &str, topic: &str, partitions: i32) -> BTreeMap<i32, i64> {
         let consumer: BaseConsumer = self.config().set("group.id", group).create().unwrap();
@@ -146,6 +165,27 @@ impl Broker {
             })
             .collect()
     }
+}
+
+/// Produces `values` round-robin over `partitions` partitions of `topic` on `bootstrap`.
+pub fn produce(bootstrap: &str, topic: &str, partitions: i32, values: impl IntoIterator<Item = String>) {
+    let producer: BaseProducer =
+        ClientConfig::new().set("bootstrap.servers", bootstrap).set("log_level", "3").create().unwrap();
+    for (i, value) in values.into_iter().enumerate() {
+        let partition = (i as i32) % partitions;
+        let mut record = BaseRecord::<str, str>::to(topic).payload(&value).partition(partition);
+        loop {
+            match producer.send(record) {
+                Ok(()) => break,
+                Err((_, returned)) => {
+                    record = returned;
+                    producer.poll(Duration::from_millis(10));
+                }
+            }
+        }
+        producer.poll(Duration::ZERO);
+    }
+    producer.flush(Duration::from_secs(30)).unwrap();
 }
 
 impl Drop for Broker {

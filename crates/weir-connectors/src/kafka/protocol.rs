@@ -97,13 +97,14 @@ impl Connection {
             return Err(format!("the broker {} answered with a frame of {length} bytes", self.address));
         }
         let mut response = vec![0u8; length as usize];
-        self.stream
-            .read_exact(&mut response)
-            .map_err(|e| io_error("reading the broker's answer", &self.address, e))?;
+        self.stream.read_exact(&mut response).map_err(|e| io_error("reading the broker's answer", &self.address, e))?;
         let mut reader = Reader { bytes: &response, pos: 0, address: &self.address };
         let correlation = reader.i32()?;
         if correlation != self.correlation {
-            return Err(format!("the broker {} answered request {} to request {}", self.address, correlation, self.correlation));
+            return Err(format!(
+                "the broker {} answered request {} to request {}",
+                self.address, correlation, self.correlation
+            ));
         }
         if flexible {
             reader.skip_tagged_fields()?;
@@ -271,7 +272,9 @@ impl TransactionAdmin {
             let _throttle = reader.i32()?;
             let states = reader.compact_array_len()?;
             if states != 1 {
-                return Err(format!("describing transaction '{transactional_id}': the broker answered {states} states"));
+                return Err(format!(
+                    "describing transaction '{transactional_id}': the broker answered {states} states"
+                ));
             }
             let error = reader.i16()?;
             let _id = reader.compact_string()?;
@@ -315,14 +318,40 @@ impl TransactionAdmin {
             let mut reader = Reader { bytes: &response, pos: 0, address: &connection.address };
             let _throttle = reader.i32()?;
             match reader.i16()? {
-                0 => return Ok(()),
-                NOT_COORDINATOR | COORDINATOR_NOT_AVAILABLE | COORDINATOR_LOAD_IN_PROGRESS | CONCURRENT_TRANSACTIONS
+                0 => return self.wait_until_complete(transactional_id, commit),
+                NOT_COORDINATOR
+                | COORDINATOR_NOT_AVAILABLE
+                | COORDINATOR_LOAD_IN_PROGRESS
+                | CONCURRENT_TRANSACTIONS
                     if std::time::Instant::now() < deadline =>
                 {
                     std::thread::sleep(Duration::from_millis(50));
                 }
                 other => return Err(format!("{verb} transaction '{transactional_id}': Kafka error {other}")),
             }
+        }
+    }
+}
+
+impl TransactionAdmin {
+    /// Waits until the coordinator has written the markers of an ended transaction (its state
+    /// is `CompleteCommit` or `CompleteAbort`), so readers are no longer held back by it.
+    fn wait_until_complete(&self, transactional_id: &str, commit: bool) -> Result<(), String> {
+        let wanted = if commit { "CompleteCommit" } else { "CompleteAbort" };
+        let deadline = std::time::Instant::now() + self.timeout;
+        loop {
+            let state = self.describe(transactional_id)?.map(|d| d.state);
+            if state.as_deref() == Some(wanted) {
+                return Ok(());
+            }
+            if std::time::Instant::now() >= deadline {
+                return Err(format!(
+                    "transaction '{transactional_id}' is still {} after {:?}, not {wanted}",
+                    state.as_deref().unwrap_or("unknown"),
+                    self.timeout
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(20));
         }
     }
 }

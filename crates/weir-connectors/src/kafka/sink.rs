@@ -85,7 +85,11 @@ pub struct KafkaSink<T> {
 impl<T: Send + 'static> KafkaSink<T> {
     /// Writes into `topic` on the brokers `bootstrap`, each element as `serializer` makes it,
     /// with [`DeliveryGuarantee::AtLeastOnce`].
-    pub fn new(bootstrap: &str, topic: &str, serializer: impl Fn(&T) -> KafkaSinkRecord + Send + Sync + 'static) -> Self {
+    pub fn new(
+        bootstrap: &str,
+        topic: &str,
+        serializer: impl Fn(&T) -> KafkaSinkRecord + Send + Sync + 'static,
+    ) -> Self {
         KafkaSink {
             bootstrap: bootstrap.to_string(),
             topic: topic.to_string(),
@@ -183,10 +187,14 @@ fn decode_committables(elements: &[Vec<u8>]) -> Result<Vec<Committable>, String>
         if let Some(id) = &committable.transactional_id
             && *id != transactional_id(&committable.prefix, committable.subtask, committable.seq)
         {
-            return Err(format!("kafka sink: the pending transaction '{id}' does not match its prefix, subtask and sequence; the snapshot is corrupt"));
+            return Err(format!(
+                "kafka sink: the pending transaction '{id}' does not match its prefix, subtask and sequence; the snapshot is corrupt"
+            ));
         }
         if committable.parallelism == 0 || committable.subtask >= committable.parallelism {
-            return Err("kafka sink: a pending transaction names an impossible subtask; the snapshot is corrupt".to_string());
+            return Err(
+                "kafka sink: a pending transaction names an impossible subtask; the snapshot is corrupt".to_string()
+            );
         }
         found.push(committable);
     }
@@ -207,8 +215,13 @@ impl<T: Send + 'static> Sink<T> for KafkaSink<T> {
         Ok(Box::new(self.writer(ctx, next_seq)?))
     }
 
-    fn restore_writer(&self, ctx: &TaskContext, committables: Vec<Vec<u8>>) -> Result<Box<dyn SinkWriter<T>>, TaskError> {
-        let committables = decode_committables(&committables).map_err(|e| TaskError::external("kafka sink: restoring", e))?;
+    fn restore_writer(
+        &self,
+        ctx: &TaskContext,
+        committables: Vec<Vec<u8>>,
+    ) -> Result<Box<dyn SinkWriter<T>>, TaskError> {
+        let committables =
+            decode_committables(&committables).map_err(|e| TaskError::external("kafka sink: restoring", e))?;
         let admin = self.admin();
         let (subtask, parallelism) = (ctx.subtask_index, ctx.parallelism);
         // Old subtask s goes to new subtask s mod p: it commits s's pre-committed transactions
@@ -281,7 +294,8 @@ fn abort_lingering(admin: &TransactionAdmin, prefix: &str, subtask: u32, from: u
     let mut seq = from;
     loop {
         let id = transactional_id(prefix, subtask, seq);
-        let failed = |e: String| TaskError::external(format!("kafka sink: aborting the lingering transaction '{id}'"), e);
+        let failed =
+            |e: String| TaskError::external(format!("kafka sink: aborting the lingering transaction '{id}'"), e);
         match admin.describe(&id).map_err(failed)? {
             None => return Ok(seq),
             Some(txn) => {
@@ -354,23 +368,30 @@ impl<T: Send + 'static> KafkaWriter<T> {
         let producer: ThreadedProducer<DeliveryErrors> = client_config(&self.bootstrap, &properties)
             .create_with_context(errors.clone())
             .map_err(|e| self.failed("creating a producer", e))?;
-        Ok(OpenProducer { producer, errors, transactional_id: transactional_id.map(str::to_string), seq: self.next_seq })
+        Ok(OpenProducer {
+            producer,
+            errors,
+            transactional_id: transactional_id.map(str::to_string),
+            seq: self.next_seq,
+        })
     }
 
     /// A missing topic is an error naming it, before anything is written.
     fn check_topic(&self) -> Result<(), TaskError> {
         let probe = self.create_producer(None)?;
-        let metadata = probe
-            .producer
-            .client()
-            .fetch_metadata(Some(&self.topic), Duration::from_secs(30))
-            .map_err(|e| self.failed("reaching the brokers", format!("{e}; check bootstrap.servers and that the brokers run")))?;
+        let metadata =
+            probe.producer.client().fetch_metadata(Some(&self.topic), Duration::from_secs(30)).map_err(|e| {
+                self.failed("reaching the brokers", format!("{e}; check bootstrap.servers and that the brokers run"))
+            })?;
         let missing = match metadata.topics().iter().find(|t| t.name() == self.topic) {
             None => true,
             Some(topic) => {
                 topic.partitions().is_empty()
                     || topic.error().is_some_and(|e| {
-                        matches!(RDKafkaErrorCode::from(e), RDKafkaErrorCode::UnknownTopicOrPartition | RDKafkaErrorCode::UnknownTopic)
+                        matches!(
+                            RDKafkaErrorCode::from(e),
+                            RDKafkaErrorCode::UnknownTopicOrPartition | RDKafkaErrorCode::UnknownTopic
+                        )
                     })
             }
         };
@@ -394,7 +415,9 @@ impl<T: Send + 'static> KafkaWriter<T> {
         if self.current.is_none() {
             let id = transactional_id(&self.prefix, self.subtask, self.next_seq);
             let open = self.create_producer(Some(&id))?;
-            open.producer.init_transactions(TRANSACTION_TIMEOUT).map_err(|e| self.failed(&format!("starting transaction '{id}'"), e))?;
+            open.producer
+                .init_transactions(TRANSACTION_TIMEOUT)
+                .map_err(|e| self.failed(&format!("starting transaction '{id}'"), e))?;
             open.producer.begin_transaction().map_err(|e| self.failed(&format!("starting transaction '{id}'"), e))?;
             self.next_seq += 1;
             self.current = Some(open);
@@ -403,7 +426,9 @@ impl<T: Send + 'static> KafkaWriter<T> {
     }
 
     fn flush_producer(&self, open: &OpenProducer) -> Result<(), TaskError> {
-        open.producer.flush(TRANSACTION_TIMEOUT).map_err(|e| self.failed("waiting for the brokers' acknowledgements", e))?;
+        open.producer
+            .flush(TRANSACTION_TIMEOUT)
+            .map_err(|e| self.failed("waiting for the brokers' acknowledgements", e))?;
         if let Some(error) = open.errors.0.lock().unwrap_or_else(|p| p.into_inner()).take() {
             return Err(self.failed("a record was not delivered", error));
         }

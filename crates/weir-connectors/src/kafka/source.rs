@@ -126,7 +126,8 @@ impl<T> Default for Json<T> {
 
 impl<T: DeserializeOwned + 'static> KafkaDeserializer<T> for Json<T> {
     fn deserialize(&self, record: &KafkaRecord<'_>) -> Result<T, String> {
-        serde_json::from_slice(record.payload.unwrap_or_default()).map_err(|e| format!("the value is not the JSON expected: {e}"))
+        serde_json::from_slice(record.payload.unwrap_or_default())
+            .map_err(|e| format!("the value is not the JSON expected: {e}"))
     }
 }
 
@@ -297,7 +298,11 @@ impl<T: Send + 'static> Source<T> for KafkaSource<T> {
         Ok(Box::new(KafkaReader::open(self, ctx, None)?))
     }
 
-    fn restore_reader(&self, ctx: &TaskContext, positions: Vec<Vec<u8>>) -> Result<Box<dyn SourceReader<T>>, TaskError> {
+    fn restore_reader(
+        &self,
+        ctx: &TaskContext,
+        positions: Vec<Vec<u8>>,
+    ) -> Result<Box<dyn SourceReader<T>>, TaskError> {
         let positions = decode_positions(&positions).map_err(|e| external("kafka source: restoring offsets", e))?;
         Ok(Box::new(KafkaReader::open(self, ctx, Some(positions))?))
     }
@@ -319,6 +324,9 @@ struct PartitionReader {
     next_offset: i64,
     stop_offset: Option<i64>,
     done: bool,
+    /// The offset at which the consumer last reported the partition's end, and how many times
+    /// in a row it did there (bounded mode).
+    eof_at: Option<(i64, Instant)>,
     queue: PartitionQueue<DefaultConsumerContext>,
 }
 
@@ -339,7 +347,11 @@ struct KafkaReader<T> {
 }
 
 impl<T: Send + 'static> KafkaReader<T> {
-    fn open(source: &KafkaSource<T>, ctx: &TaskContext, restored: Option<Vec<PartitionPosition>>) -> Result<Self, TaskError> {
+    fn open(
+        source: &KafkaSource<T>,
+        ctx: &TaskContext,
+        restored: Option<Vec<PartitionPosition>>,
+    ) -> Result<Self, TaskError> {
         let settings = Arc::clone(&source.settings);
         let mut properties = settings.properties.clone();
         properties.insert("enable.auto.commit".into(), "false".into());
@@ -356,7 +368,10 @@ impl<T: Send + 'static> KafkaReader<T> {
             .map_err(|e| external(format!("kafka source: creating a consumer for {}", settings.bootstrap), e))?;
         let pattern = match &settings.topics {
             Topics::Pattern(pattern) => Some(regex::Regex::new(&format!("^(?:{pattern})$")).map_err(|e| {
-                external(format!("kafka source: the topic pattern '{pattern}'"), format!("{e}; give a regular expression"))
+                external(
+                    format!("kafka source: the topic pattern '{pattern}'"),
+                    format!("{e}; give a regular expression"),
+                )
             })?),
             Topics::Names(_) => None,
         };
@@ -462,9 +477,15 @@ impl<T: Send + 'static> KafkaReader<T> {
     }
 
     fn watermarks(&self, topic: &str, partition: i32) -> Result<(i64, i64), TaskError> {
-        self.consumer
-            .fetch_watermarks(topic, partition, REQUEST_TIMEOUT)
-            .map_err(|e| external(format!("kafka source: reading the offsets of '{topic}' partition {partition} on {}", self.settings.bootstrap), e))
+        self.consumer.fetch_watermarks(topic, partition, REQUEST_TIMEOUT).map_err(|e| {
+            external(
+                format!(
+                    "kafka source: reading the offsets of '{topic}' partition {partition} on {}",
+                    self.settings.bootstrap
+                ),
+                e,
+            )
+        })
     }
 
     /// Where a partition without a checkpointed offset starts: the configured starting
@@ -479,7 +500,10 @@ impl<T: Send + 'static> KafkaReader<T> {
                 let mut list = TopicPartitionList::new();
                 list.add_partition(topic, partition);
                 let committed = self.consumer.committed_offsets(list, REQUEST_TIMEOUT).map_err(|e| {
-                    external(format!("kafka source: reading the committed offset of '{topic}' partition {partition}"), e)
+                    external(
+                        format!("kafka source: reading the committed offset of '{topic}' partition {partition}"),
+                        e,
+                    )
                 })?;
                 match committed.find_partition(topic, partition).map(|e| e.offset()) {
                     Some(Offset::Offset(offset)) => offset.clamp(low, high),
@@ -488,7 +512,9 @@ impl<T: Send + 'static> KafkaReader<T> {
                         OffsetReset::Latest => high,
                         OffsetReset::None => {
                             return Err(TaskError::external(
-                                format!("kafka source: starting '{topic}' partition {partition} from the committed offset"),
+                                format!(
+                                    "kafka source: starting '{topic}' partition {partition} from the committed offset"
+                                ),
                                 format!(
                                     "the group '{}' has no committed offset for it and the reset strategy is none; choose starting offsets earliest or latest, or a reset strategy",
                                     self.settings.group_id.as_deref().unwrap_or("")
@@ -500,9 +526,15 @@ impl<T: Send + 'static> KafkaReader<T> {
             }
             StartingOffsets::Timestamp(ms) => {
                 let mut list = TopicPartitionList::new();
-                list.add_partition_offset(topic, partition, Offset::Offset(ms)).map_err(|e| external("kafka source", e))?;
+                list.add_partition_offset(topic, partition, Offset::Offset(ms))
+                    .map_err(|e| external("kafka source", e))?;
                 let found = self.consumer.offsets_for_times(list, REQUEST_TIMEOUT).map_err(|e| {
-                    external(format!("kafka source: finding the offset of timestamp {ms} in '{topic}' partition {partition}"), e)
+                    external(
+                        format!(
+                            "kafka source: finding the offset of timestamp {ms} in '{topic}' partition {partition}"
+                        ),
+                        e,
+                    )
                 })?;
                 match found.find_partition(topic, partition).map(|e| e.offset()) {
                     Some(Offset::Offset(offset)) => offset,
@@ -512,9 +544,16 @@ impl<T: Send + 'static> KafkaReader<T> {
         })
     }
 
-    fn add_partition(&mut self, topic: &str, partition: i32, next_offset: i64, stop_offset: Option<i64>) -> Result<(), TaskError> {
+    fn add_partition(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        next_offset: i64,
+        stop_offset: Option<i64>,
+    ) -> Result<(), TaskError> {
         let mut list = TopicPartitionList::new();
-        list.add_partition_offset(topic, partition, Offset::Offset(next_offset)).map_err(|e| external("kafka source", e))?;
+        list.add_partition_offset(topic, partition, Offset::Offset(next_offset))
+            .map_err(|e| external("kafka source", e))?;
         self.consumer
             .incremental_assign(&list)
             .map_err(|e| external(format!("kafka source: assigning '{topic}' partition {partition}"), e))?;
@@ -522,7 +561,15 @@ impl<T: Send + 'static> KafkaReader<T> {
             TaskError::Internal(format!("kafka source: no queue for '{topic}' partition {partition}"))
         })?;
         let done = stop_offset.is_some_and(|stop| next_offset >= stop);
-        self.partitions.push(PartitionReader { topic: topic.to_string(), partition, next_offset, stop_offset, done, queue });
+        self.partitions.push(PartitionReader {
+            topic: topic.to_string(),
+            partition,
+            next_offset,
+            stop_offset,
+            done,
+            eof_at: None,
+            queue,
+        });
         Ok(())
     }
 
@@ -550,7 +597,7 @@ impl<T: Send + 'static> KafkaReader<T> {
             }
             let start = self.starting_offset(topic, *partition, fresh_start)?;
             let stop = if self.settings.bounded { Some(self.watermarks(topic, *partition)?.1) } else { None };
-            tracing::info!(topic = %topic, partition, offset = start, "kafka source {}: reading a partition", self.operator);
+            tracing::info!(topic = %topic, partition, offset = start, stop = ?stop, "kafka source {}: reading a partition", self.operator);
             self.add_partition(topic, *partition, start, stop)?;
         }
         Ok(())
@@ -572,7 +619,14 @@ impl<T: Send + 'static> KafkaReader<T> {
     fn on_error(&self, error: KafkaError) -> Result<(), TaskError> {
         let code = error.rdkafka_error_code();
         if matches!(error, KafkaError::MessageConsumptionFatal(_))
-            || matches!(code, Some(RDKafkaErrorCode::UnknownTopicOrPartition | RDKafkaErrorCode::UnknownTopic | RDKafkaErrorCode::TopicAuthorizationFailed))
+            || matches!(
+                code,
+                Some(
+                    RDKafkaErrorCode::UnknownTopicOrPartition
+                        | RDKafkaErrorCode::UnknownTopic
+                        | RDKafkaErrorCode::TopicAuthorizationFailed
+                )
+            )
         {
             return Err(external(format!("kafka source: reading from {}", self.settings.bootstrap), error));
         }
@@ -597,6 +651,11 @@ impl ListError {
     }
 }
 
+/// How long a bounded partition's end must be reported at the same offset, fetching anew each
+/// time, before the partition counts as read although its stop offset was not reached (the
+/// offsets left are transaction markers). A loaded broker can report an end early; it never
+/// keeps doing so for a second.
+const EOF_CONFIRMATION_TIME: Duration = Duration::from_secs(1);
 /// How long an idle reader sleeps before it looks again.
 const IDLE_WAIT: Duration = Duration::from_millis(5);
 
@@ -618,6 +677,7 @@ impl<T: Send + 'static> SourceReader<T> for KafkaReader<T> {
         }
         let budget = max_records.saturating_sub(out.len());
         let mut produced = 0;
+        let mut refetch = Vec::new();
         let count = self.partitions.len();
         for step in 0..count {
             if produced >= budget {
@@ -634,17 +694,41 @@ impl<T: Send + 'static> SourceReader<T> for KafkaReader<T> {
                     Ok(message) => message,
                     Err(KafkaError::PartitionEOF(_)) => {
                         if partition.stop_offset.is_some() {
-                            partition.done = true;
+                            // The end of a bounded partition whose last offsets before the stop
+                            // are transaction markers (no record to see them by). An end seen
+                            // while the broker lags is not the end: only the same end, seen
+                            // again after fetching anew for EOF_CONFIRMATION_TIME, counts.
+                            match partition.eof_at {
+                                Some((offset, _)) if offset == partition.next_offset => {}
+                                _ => partition.eof_at = Some((partition.next_offset, Instant::now())),
+                            }
+                            let confirmed =
+                                partition.eof_at.is_some_and(|(_, since)| since.elapsed() >= EOF_CONFIRMATION_TIME);
+                            if confirmed {
+                                tracing::info!(
+                                    topic = %partition.topic, partition = partition.partition, next_offset = partition.next_offset,
+                                    "kafka source: reached the end of a bounded partition"
+                                );
+                                partition.done = true;
+                            } else {
+                                refetch.push((partition.topic.clone(), partition.partition, partition.next_offset));
+                            }
                         }
                         break;
                     }
                     Err(e) => {
                         let code = e.rdkafka_error_code();
                         if matches!(e, KafkaError::MessageConsumptionFatal(_))
-                            || matches!(code, Some(RDKafkaErrorCode::UnknownTopicOrPartition | RDKafkaErrorCode::UnknownTopic))
+                            || matches!(
+                                code,
+                                Some(RDKafkaErrorCode::UnknownTopicOrPartition | RDKafkaErrorCode::UnknownTopic)
+                            )
                         {
                             return Err(external(
-                                format!("kafka source: reading '{}' partition {}", partition.topic, partition.partition),
+                                format!(
+                                    "kafka source: reading '{}' partition {}",
+                                    partition.topic, partition.partition
+                                ),
                                 e,
                             ));
                         }
@@ -686,11 +770,14 @@ impl<T: Send + 'static> SourceReader<T> for KafkaReader<T> {
                                 "kafka source: deserialising the record at offset {offset} of '{}' partition {}",
                                 partition.topic, partition.partition
                             ),
-                            format!("{reason}; fix the producer, or let the source skip such records (skip-undeserializable)"),
+                            format!(
+                                "{reason}; fix the producer, or let the source skip such records (skip-undeserializable)"
+                            ),
                         ));
                     }
                 }
                 partition.next_offset = offset + 1;
+                partition.eof_at = None;
                 if partition.stop_offset.is_some_and(|stop| partition.next_offset >= stop) {
                     partition.done = true;
                     break;
@@ -699,6 +786,11 @@ impl<T: Send + 'static> SourceReader<T> for KafkaReader<T> {
         }
         if count > 0 {
             self.cursor = (self.cursor + 1) % count;
+        }
+        for (topic, partition, offset) in refetch {
+            if let Err(e) = self.consumer.seek(&topic, partition, Offset::Offset(offset), REQUEST_TIMEOUT) {
+                tracing::warn!("kafka source: fetching '{topic}' partition {partition} again from {offset}: {e}");
+            }
         }
         if produced > 0 {
             return Ok(SourcePoll::Data);
@@ -753,7 +845,10 @@ impl<T: Send + 'static> SourceReader<T> for KafkaReader<T> {
         {
             // The offsets are in the checkpoint; the group's copy is for monitoring and
             // stateless restarts, so a failed commit is not the job's failure (as in Flink).
-            tracing::warn!("kafka source {}: committing the offsets of checkpoint {id} to the group: {e}", self.operator);
+            tracing::warn!(
+                "kafka source {}: committing the offsets of checkpoint {id} to the group: {e}",
+                self.operator
+            );
         }
         Ok(())
     }
@@ -775,7 +870,13 @@ mod tests {
 
     #[test]
     fn a_bad_position_is_refused_naming_the_problem() {
-        let bad = PartitionPosition { version: POSITION_VERSION, topic: "t".into(), partition: -1, next_offset: 0, stop_offset: None };
+        let bad = PartitionPosition {
+            version: POSITION_VERSION,
+            topic: "t".into(),
+            partition: -1,
+            next_offset: 0,
+            stop_offset: None,
+        };
         let err = decode_positions(&[postcard::to_allocvec(&bad).unwrap()]).unwrap_err();
         assert!(err.contains("corrupt"), "{err}");
         let newer = PartitionPosition { version: 9, ..bad };
@@ -785,7 +886,14 @@ mod tests {
 
     #[test]
     fn deserialisers() {
-        let record = |payload: &'static [u8]| KafkaRecord { topic: "t", partition: 0, offset: 5, timestamp: None, key: None, payload: Some(payload) };
+        let record = |payload: &'static [u8]| KafkaRecord {
+            topic: "t",
+            partition: 0,
+            offset: 5,
+            timestamp: None,
+            key: None,
+            payload: Some(payload),
+        };
         assert_eq!(Utf8Lines.deserialize(&record(b"hello\r\n")).unwrap(), "hello");
         assert!(Utf8Lines.deserialize(&record(b"\xff")).is_err());
         assert_eq!(RawBytes.deserialize(&record(b"\x00\x01")).unwrap(), vec![0, 1]);
