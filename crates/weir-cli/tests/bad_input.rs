@@ -86,7 +86,7 @@ fn bad_value_in_config_file_names_key_and_file() {
 
 #[test]
 fn missing_and_malformed_job_arguments() {
-    assert_usage_error(&["run", "counter"], "missing required argument --users");
+    assert_usage_error(&["run", "counter"], "give --users U (generated events) or --input kafka:");
     assert_usage_error(&["run", "counter", "--users", "many"], "bad value 'many' for --users");
     assert_usage_error(&["run", "counter", "--users", "1", "--colour"], "unknown argument '--colour'");
 }

@@ -154,7 +154,8 @@ fn kafka_to_counter_to_kafka_is_exactly_once_through_kill_9_and_rescales() {
     let counts = broker.read_committed("counts", EVENTS, Duration::from_secs(60));
     if counts.len() != EVENTS {
         let events = broker.read("events", EVENTS, Duration::from_secs(5), "read_uncommitted");
-        let all = broker.read("counts", EVENTS * 3, Duration::from_secs(5), "read_uncommitted");
+        let all = broker.read("counts", EVENTS * 3, Duration::from_secs(20), "read_uncommitted");
+        eprintln!("counts watermarks: {:?}", broker.watermarks("counts", 2));
         eprintln!("events in the input: {}; counts written, committed or not: {}", events.len(), all.len());
         eprintln!("group offsets: {:?}", broker.committed("counter", "events", 3));
         let again = broker.read_committed("counts", EVENTS, Duration::from_secs(10));

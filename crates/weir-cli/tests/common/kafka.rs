@@ -148,6 +148,13 @@ impl Broker {
         }
     }
 
+    /// The (low, high) offsets of each partition of `topic`.
+    pub fn watermarks(&self, topic: &str, partitions: i32) -> Vec<(i64, i64)> {
+        let consumer: BaseConsumer =
+            self.config().set("group.id", "test-end").set("isolation.level", "read_uncommitted").create().unwrap();
+        (0..partitions).map(|p| consumer.fetch_watermarks(topic, p, Duration::from_secs(5)).unwrap()).collect()
+    }
+
     /// The offsets group `group` committed for `topic`'s partitions.
     pub fn committed(&self, group: &str, topic: &str, partitions: i32) -> BTreeMap<i32, i64> {
         let consumer: BaseConsumer = self.config().set("group.id", group).create().unwrap();

@@ -16,7 +16,9 @@ pub const WAIT_MAX: Duration = Duration::from_secs(30);
 /// The built `weir` binary with logging off.
 pub fn weir() -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_weir"));
-    command.env("WEIR_LOG", "off").env_remove("WEIR_JOBMANAGER").env_remove("WEIR_CONF_DIR");
+    // Quiet unless WEIR_TEST_LOG asks for the processes' logs (a WEIR_LOG filter).
+    let log = std::env::var("WEIR_TEST_LOG").unwrap_or_else(|_| "off".to_string());
+    command.env("WEIR_LOG", log).env_remove("WEIR_JOBMANAGER").env_remove("WEIR_CONF_DIR");
     command
 }
 

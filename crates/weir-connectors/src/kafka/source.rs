@@ -327,7 +327,6 @@ struct PartitionReader {
     /// The offset at which the consumer last reported the partition's end, and how many times
     /// in a row it did there (bounded mode).
     eof_at: Option<(i64, Instant)>,
-    queue: PartitionQueue<DefaultConsumerContext>,
 }
 
 struct KafkaReader<T> {
@@ -337,6 +336,8 @@ struct KafkaReader<T> {
     subtask: u32,
     parallelism: u32,
     partitions: Vec<PartitionReader>,
+    /// Each partition's record queue, by the index of `partitions`.
+    queues: Vec<PartitionQueue<DefaultConsumerContext>>,
     cursor: usize,
     pattern: Option<regex::Regex>,
     pending_commits: VecDeque<(u64, TopicPartitionList)>,
@@ -383,6 +384,7 @@ impl<T: Send + 'static> KafkaReader<T> {
             subtask: ctx.subtask_index,
             parallelism: ctx.parallelism,
             partitions: Vec::new(),
+            queues: Vec::new(),
             cursor: 0,
             pattern,
             pending_commits: VecDeque::new(),
@@ -551,15 +553,17 @@ impl<T: Send + 'static> KafkaReader<T> {
         next_offset: i64,
         stop_offset: Option<i64>,
     ) -> Result<(), TaskError> {
+        // The queue is split off before the partition is assigned, so its first fetch lands
+        // in it (a record that still reaches the main queue is routed by `poll_next`).
+        let queue = self.consumer.split_partition_queue(topic, partition).ok_or_else(|| {
+            TaskError::Internal(format!("kafka source: no queue for '{topic}' partition {partition}"))
+        })?;
         let mut list = TopicPartitionList::new();
         list.add_partition_offset(topic, partition, Offset::Offset(next_offset))
             .map_err(|e| external("kafka source", e))?;
         self.consumer
             .incremental_assign(&list)
             .map_err(|e| external(format!("kafka source: assigning '{topic}' partition {partition}"), e))?;
-        let queue = self.consumer.split_partition_queue(topic, partition).ok_or_else(|| {
-            TaskError::Internal(format!("kafka source: no queue for '{topic}' partition {partition}"))
-        })?;
         let done = stop_offset.is_some_and(|stop| next_offset >= stop);
         self.partitions.push(PartitionReader {
             topic: topic.to_string(),
@@ -568,8 +572,8 @@ impl<T: Send + 'static> KafkaReader<T> {
             stop_offset,
             done,
             eof_at: None,
-            queue,
         });
+        self.queues.push(queue);
         Ok(())
     }
 
@@ -581,6 +585,10 @@ impl<T: Send + 'static> KafkaReader<T> {
                 (true, Some(stop)) => Some(stop),
                 (true, None) => Some(self.watermarks(&position.topic, position.partition)?.1),
             };
+            tracing::info!(
+                topic = %position.topic, partition = position.partition, offset = position.next_offset, stop = ?stop,
+                "kafka source {}: resuming a partition", self.operator
+            );
             self.add_partition(&position.topic, position.partition, position.next_offset, stop)?;
         }
         Ok(())
@@ -656,6 +664,75 @@ impl ListError {
 /// offsets left are transaction markers). A loaded broker can report an end early; it never
 /// keeps doing so for a second.
 const EOF_CONFIRMATION_TIME: Duration = Duration::from_secs(1);
+/// What [`accept`] did with a record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Accepted {
+    /// Appended to the output.
+    Emitted,
+    /// Not emitted: at or past the stop offset, before the position, or skipped as
+    /// undeserialisable.
+    Dropped,
+}
+
+/// Takes one record of `partition`: emits it and moves the position past it.
+fn accept<T: 'static>(
+    partition: &mut PartitionReader,
+    message: &rdkafka::message::BorrowedMessage<'_>,
+    deserializer: &dyn KafkaDeserializer<T>,
+    skip_undeserializable: bool,
+    skipped: &mut u64,
+    out: &mut Vec<T>,
+) -> Result<Accepted, TaskError> {
+    let offset = message.offset();
+    if let Some(stop) = partition.stop_offset
+        && offset >= stop
+    {
+        partition.done = true;
+        return Ok(Accepted::Dropped);
+    }
+    if offset < partition.next_offset {
+        // Delivered again (a fetch that overlapped a seek): already emitted.
+        return Ok(Accepted::Dropped);
+    }
+    let record = KafkaRecord {
+        topic: &partition.topic,
+        partition: partition.partition,
+        offset,
+        timestamp: message.timestamp().to_millis(),
+        key: message.key(),
+        payload: message.payload(),
+    };
+    let accepted = match deserializer.deserialize(&record) {
+        Ok(element) => {
+            out.push(element);
+            Accepted::Emitted
+        }
+        Err(reason) if skip_undeserializable => {
+            *skipped += 1;
+            tracing::warn!(
+                topic = %partition.topic, partition = partition.partition, offset, skipped = *skipped,
+                "kafka source: skipped a record that cannot be deserialised: {reason}"
+            );
+            Accepted::Dropped
+        }
+        Err(reason) => {
+            return Err(TaskError::external(
+                format!(
+                    "kafka source: deserialising the record at offset {offset} of '{}' partition {}",
+                    partition.topic, partition.partition
+                ),
+                format!("{reason}; fix the producer, or let the source skip such records (skip-undeserializable)"),
+            ));
+        }
+    };
+    partition.next_offset = offset + 1;
+    partition.eof_at = None;
+    if partition.stop_offset.is_some_and(|stop| partition.next_offset >= stop) {
+        partition.done = true;
+    }
+    Ok(accepted)
+}
+
 /// How long an idle reader sleeps before it looks again.
 const IDLE_WAIT: Duration = Duration::from_millis(5);
 
@@ -667,16 +744,40 @@ impl<T: Send + 'static> SourceReader<T> for KafkaReader<T> {
             self.discover()?;
             self.next_discovery = self.settings.discovery_interval.map(|interval| Instant::now() + interval);
         }
-        // The main queue carries errors and commit results; records come from the partitions'.
-        while let Some(event) = self.consumer.poll(Duration::ZERO) {
+        let budget = max_records.saturating_sub(out.len());
+        let mut produced = 0;
+        // The main queue carries errors and commit results. Records come from the partitions'
+        // queues, but one fetched before its queue was split off lands here: it goes to its
+        // partition like any other (never dropped: its offset would be skipped).
+        let consumer = Arc::clone(&self.consumer);
+        while produced < budget {
+            let Some(event) = consumer.poll(Duration::ZERO) else { break };
             match event {
-                Ok(_) => {}
+                Ok(message) => {
+                    let found = self
+                        .partitions
+                        .iter_mut()
+                        .find(|p| p.partition == message.partition() && p.topic == message.topic());
+                    let Some(partition) = found else { continue };
+                    if partition.done {
+                        continue;
+                    }
+                    let accepted = accept(
+                        partition,
+                        &message,
+                        self.deserializer.as_ref(),
+                        self.settings.skip_undeserializable,
+                        &mut self.skipped,
+                        out,
+                    )?;
+                    if accepted == Accepted::Emitted {
+                        produced += 1;
+                    }
+                }
                 Err(KafkaError::PartitionEOF(_)) => {}
                 Err(e) => self.on_error(e)?,
             }
         }
-        let budget = max_records.saturating_sub(out.len());
-        let mut produced = 0;
         let mut refetch = Vec::new();
         let count = self.partitions.len();
         for step in 0..count {
@@ -684,12 +785,12 @@ impl<T: Send + 'static> SourceReader<T> for KafkaReader<T> {
                 break;
             }
             let index = (self.cursor + step) % count;
-            let partition = &mut self.partitions[index];
+            let (queue, partition) = (&self.queues[index], &mut self.partitions[index]);
             if partition.done {
                 continue;
             }
             while produced < budget {
-                let Some(event) = partition.queue.poll(Duration::ZERO) else { break };
+                let Some(event) = queue.poll(Duration::ZERO) else { break };
                 let message = match event {
                     Ok(message) => message,
                     Err(KafkaError::PartitionEOF(_)) => {
@@ -736,50 +837,18 @@ impl<T: Send + 'static> SourceReader<T> for KafkaReader<T> {
                         break;
                     }
                 };
-                let offset = message.offset();
-                if let Some(stop) = partition.stop_offset
-                    && offset >= stop
-                {
-                    partition.done = true;
-                    break;
+                let accepted = accept(
+                    partition,
+                    &message,
+                    self.deserializer.as_ref(),
+                    self.settings.skip_undeserializable,
+                    &mut self.skipped,
+                    out,
+                )?;
+                if accepted == Accepted::Emitted {
+                    produced += 1;
                 }
-                let record = KafkaRecord {
-                    topic: &partition.topic,
-                    partition: partition.partition,
-                    offset,
-                    timestamp: message.timestamp().to_millis(),
-                    key: message.key(),
-                    payload: message.payload(),
-                };
-                match self.deserializer.deserialize(&record) {
-                    Ok(element) => {
-                        out.push(element);
-                        produced += 1;
-                    }
-                    Err(reason) if self.settings.skip_undeserializable => {
-                        self.skipped += 1;
-                        tracing::warn!(
-                            topic = %partition.topic, partition = partition.partition, offset,
-                            skipped = self.skipped,
-                            "kafka source: skipped a record that cannot be deserialised: {reason}"
-                        );
-                    }
-                    Err(reason) => {
-                        return Err(TaskError::external(
-                            format!(
-                                "kafka source: deserialising the record at offset {offset} of '{}' partition {}",
-                                partition.topic, partition.partition
-                            ),
-                            format!(
-                                "{reason}; fix the producer, or let the source skip such records (skip-undeserializable)"
-                            ),
-                        ));
-                    }
-                }
-                partition.next_offset = offset + 1;
-                partition.eof_at = None;
-                if partition.stop_offset.is_some_and(|stop| partition.next_offset >= stop) {
-                    partition.done = true;
+                if partition.done {
                     break;
                 }
             }
