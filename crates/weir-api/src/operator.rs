@@ -70,6 +70,21 @@ pub struct TaskMetrics {
     pub restored_bytes: AtomicU64,
     /// Each chained operator's counters, in the order of the task's chain (head first).
     pub operators: Vec<OperatorMetrics>,
+    /// A source's read position per split (a Kafka source's partitions), refreshed by its
+    /// reader about once a second; empty for other tasks.
+    pub splits: std::sync::Mutex<Vec<SplitPosition>>,
+}
+
+/// Where a source reads one split, for metrics: a Kafka partition's next offset and how far
+/// behind the partition's end it is.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SplitPosition {
+    /// The split (`<topic>-<partition>` for Kafka).
+    pub split: String,
+    /// The next offset to read.
+    pub current_offset: i64,
+    /// Records between the position and the split's end, when known.
+    pub lag: Option<i64>,
 }
 
 /// Records out of one operator of a chain (counted per batch by a [`Metered`] link). Its
@@ -97,6 +112,16 @@ impl TaskMetrics {
 }
 
 impl TaskMetrics {
+    /// Replaces the split positions (a source reader, about once a second).
+    pub fn set_splits(&self, splits: Vec<SplitPosition>) {
+        *self.splits.lock().unwrap_or_else(|p| p.into_inner()) = splits;
+    }
+
+    /// The split positions last reported.
+    pub fn splits(&self) -> Vec<SplitPosition> {
+        self.splits.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
     /// Adds `n` to records in.
     #[inline]
     pub fn add_in(&self, n: usize) {

@@ -244,3 +244,42 @@ fn errors_name_the_topic_the_servers_and_the_schemes_weir_knows() {
     let text = String::from_utf8_lossy(&output.stderr).to_string();
     assert!(text.contains("reaching the brokers 127.0.0.1:1"), "{text}");
 }
+
+/// Each partition's offset and lag are in `/metrics` and in the source vertex's subtasks.
+#[test]
+fn metrics_show_each_partitions_offset_and_lag() {
+    let _serial = serial();
+    let broker = Broker::start();
+    broker.create_topic("events", 2);
+    broker.produce("events", 2, (0..1000).map(|i| (i % 10).to_string()));
+    broker.wait_for_end("events", 2, 1000);
+    let input = format!("kafka://{}/events", broker.bootstrap);
+    let mut weir = RunningWeir::start(&["run", "-D", "rest.port=0", "counter", "--input", &input, "--output", "none"]);
+    let rest = weir.rest_url();
+    let job_id = weir.job_id();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let text = common::get(&format!("{rest}/metrics")).body;
+        let caught_up = ["events-0", "events-1"].iter().all(|split| {
+            let line = |name: &str| {
+                text.lines()
+                    .find(|l| l.starts_with(name) && l.contains(&format!("split=\"{split}\"")))
+                    .map(str::to_string)
+            };
+            line("weir_source_split_current_offset").is_some_and(|l| l.ends_with(" 500"))
+                && line("weir_source_split_lag").is_some_and(|l| l.ends_with(" 0"))
+        });
+        if caught_up {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "no offsets 500 and lag 0 in /metrics: {text}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let job = common::get(&format!("{rest}/jobs/{job_id}")).json();
+    let source =
+        job["vertices"].as_array().unwrap().iter().find(|v| v["name"].as_str().unwrap().contains("source")).unwrap();
+    let vertex = common::get(&format!("{rest}/jobs/{job_id}/vertices/{}", source["id"].as_str().unwrap())).json();
+    let splits = &vertex["subtasks"][0]["splits"];
+    assert_eq!(splits.as_array().map(Vec::len), Some(2), "{vertex}");
+    weir.kill_hard();
+}

@@ -41,6 +41,8 @@ struct Families {
     last_checkpoint_size_bytes: Gauges,
     leader_epoch: Gauges,
     leader_since_ms: Gauges,
+    split_offset: Gauges,
+    split_lag: Gauges,
 }
 
 impl Families {
@@ -71,6 +73,17 @@ impl Families {
             "weir_operator_records_out",
             format!("records an operator emitted {operator}"),
             self.operator_records_out.clone(),
+        );
+        let split = "per source split (labels job_id, job_name, task, subtask, split: <topic>-<partition> for Kafka)";
+        registry.register(
+            "weir_source_split_current_offset",
+            format!("the next offset a source reads {split}"),
+            self.split_offset.clone(),
+        );
+        registry.register(
+            "weir_source_split_lag",
+            format!("records between a source's position and the split's end (Kafka: the partition's high watermark) {split}"),
+            self.split_lag.clone(),
         );
         registry.register("weir_job_restarts", "restarts after failures (Flink's numRestarts)", self.restarts.clone());
         registry.register("weir_job_uptime_ms", "milliseconds since the job started running", self.uptime_ms.clone());
@@ -135,6 +148,14 @@ pub(crate) fn render(state: &AppState) -> Result<String, std::fmt::Error> {
                 families.records_in.get_or_create(&labels).inc_by(subtask.metrics.read_records);
                 families.records_out.get_or_create(&labels).inc_by(subtask.metrics.write_records);
                 families.backpressured_ms.get_or_create(&labels).inc_by(subtask.metrics.backpressured_ms);
+                for split in &subtask.splits {
+                    let mut labels = labels.clone();
+                    labels.push(("split".into(), split.split.clone()));
+                    families.split_offset.get_or_create(&labels).set(split.current_offset);
+                    if let Some(lag) = split.lag {
+                        families.split_lag.get_or_create(&labels).set(lag);
+                    }
+                }
                 for operator in &subtask.operators {
                     let mut labels = job_labels.clone();
                     labels.push(("task".into(), vertex.name.clone()));

@@ -300,7 +300,12 @@ function subtasksPanel(job, vertex, bp) {
   const chainPanel = chain.length > 1 ? `<div class="panel"><h2>Chained operators of ${esc(vertex.name)}</h2>
     <table><thead><tr><th>Operator uid</th><th class="num">Records Received</th><th class="num">Records Sent</th></tr></thead>
     <tbody>${chain.map((o) => `<tr><td class="mono">${esc(o.uid)}</td><td class="num">${fmtCount(o.in)}</td><td class="num">${fmtCount(o.out)}</td></tr>`).join("")}</tbody></table></div>` : "";
-  return `${chainPanel}<div class="panel"><h2>Subtasks of ${esc(vertex.name)}</h2>
+  // A source's splits (Kafka partitions): where each subtask reads, and how far behind.
+  const splits = vertex.subtasks.flatMap((s) => (s.splits || []).map((p) => ({ subtask: s.subtask, ...p })));
+  const splitPanel = splits.length ? `<div class="panel"><h2>Source splits of ${esc(vertex.name)}</h2>
+    <table><thead><tr><th>Split</th><th class="num">Subtask</th><th class="num">Current Offset</th><th class="num">Lag</th></tr></thead>
+    <tbody>${splits.map((p) => `<tr><td class="mono">${esc(p.split)}</td><td class="num">${p.subtask}</td><td class="num">${fmtCount(p["current-offset"])}</td><td class="num">${p.lag === undefined ? `<span class="muted">–</span>` : fmtCount(p.lag)}</td></tr>`).join("")}</tbody></table></div>` : "";
+  return `${chainPanel}${splitPanel}<div class="panel"><h2>Subtasks of ${esc(vertex.name)}</h2>
     <table><thead><tr><th class="num">#</th><th>Status</th><th>Host</th><th class="num">Records Received</th><th class="num">Records Sent</th><th>Backpressure</th><th>Start Time</th><th class="num">Duration</th></tr></thead>
     <tbody>${rows}</tbody></table></div>`;
 }

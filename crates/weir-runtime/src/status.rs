@@ -55,6 +55,23 @@ pub struct SubtaskDetails {
     /// operator metrics).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub operators: Vec<OperatorRecords>,
+    /// A source's read position per split (weir's addition; Flink reports these as the
+    /// KafkaSourceReader's `currentOffset` and `records-lag` metrics).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub splits: Vec<SplitView>,
+}
+
+/// Where a source subtask reads one split.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct SplitView {
+    /// The split (`<topic>-<partition>` for Kafka).
+    pub split: String,
+    /// The next offset to read.
+    #[serde(rename = "current-offset")]
+    pub current_offset: i64,
+    /// Records between the position and the split's end, when known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lag: Option<i64>,
 }
 
 /// Records into and out of one chained operator of a subtask.
@@ -414,6 +431,12 @@ impl JobMaster {
                         timestamps: subtask_timestamps,
                         metrics: subtask_metrics,
                         operators: chain_records(&subtask.metrics, is_source),
+                        splits: subtask
+                            .metrics
+                            .splits()
+                            .into_iter()
+                            .map(|s| SplitView { split: s.split, current_offset: s.current_offset, lag: s.lag })
+                            .collect(),
                     });
                 }
                 let status = aggregate_state(&states);

@@ -16,7 +16,7 @@ use rdkafka::Message;
 use rdkafka::Offset;
 use rdkafka::TopicPartitionList;
 use rdkafka::consumer::base_consumer::PartitionQueue;
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, DefaultConsumerContext};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use serde::de::DeserializeOwned;
 use weir_api::error::TaskError;
@@ -318,6 +318,33 @@ impl<T: Send + 'static> Source<T> for KafkaSource<T> {
     }
 }
 
+/// librdkafka's statistics (every `statistics.interval.ms`): each partition's end, for the
+/// lag metric, read without a request to the brokers.
+#[derive(Clone, Default)]
+struct SourceContext {
+    ends: Arc<std::sync::Mutex<BTreeMap<(String, i32), i64>>>,
+}
+
+impl rdkafka::ClientContext for SourceContext {
+    fn stats(&self, statistics: rdkafka::Statistics) {
+        let mut ends = self.ends.lock().unwrap_or_else(|p| p.into_inner());
+        for (name, topic) in statistics.topics {
+            for (partition, stats) in topic.partitions {
+                // The last stable offset is the end a read_committed consumer reads to.
+                let end = if stats.ls_offset >= 0 { stats.ls_offset } else { stats.hi_offset };
+                if partition >= 0 && end >= 0 {
+                    ends.insert((name.clone(), partition), end);
+                }
+            }
+        }
+    }
+}
+
+impl ConsumerContext for SourceContext {}
+
+/// How often a reader publishes its partitions' offsets and lag.
+const METRICS_INTERVAL: Duration = Duration::from_secs(1);
+
 struct PartitionReader {
     topic: String,
     partition: i32,
@@ -330,14 +357,17 @@ struct PartitionReader {
 }
 
 struct KafkaReader<T> {
-    consumer: Arc<BaseConsumer>,
+    consumer: Arc<BaseConsumer<SourceContext>>,
+    context: SourceContext,
+    metrics: Arc<weir_api::operator::TaskMetrics>,
+    next_metrics: Instant,
     settings: Arc<Settings>,
     deserializer: Arc<dyn KafkaDeserializer<T>>,
     subtask: u32,
     parallelism: u32,
     partitions: Vec<PartitionReader>,
     /// Each partition's record queue, by the index of `partitions`.
-    queues: Vec<PartitionQueue<DefaultConsumerContext>>,
+    queues: Vec<PartitionQueue<SourceContext>>,
     cursor: usize,
     pattern: Option<regex::Regex>,
     pending_commits: VecDeque<(u64, TopicPartitionList)>,
@@ -364,8 +394,10 @@ impl<T: Send + 'static> KafkaReader<T> {
             // librdkafka wants a group to create a consumer; nothing is committed to it.
             properties.insert("group.id".into(), format!("weir-{}", ctx.job_id));
         }
-        let consumer: BaseConsumer = client_config(&settings.bootstrap, &properties)
-            .create()
+        properties.entry("statistics.interval.ms".into()).or_insert_with(|| "1000".into());
+        let context = SourceContext::default();
+        let consumer: BaseConsumer<SourceContext> = client_config(&settings.bootstrap, &properties)
+            .create_with_context(context.clone())
             .map_err(|e| external(format!("kafka source: creating a consumer for {}", settings.bootstrap), e))?;
         let pattern = match &settings.topics {
             Topics::Pattern(pattern) => Some(regex::Regex::new(&format!("^(?:{pattern})$")).map_err(|e| {
@@ -379,6 +411,9 @@ impl<T: Send + 'static> KafkaReader<T> {
         let commit_on_checkpoint = settings.commit_on_checkpoint.unwrap_or(settings.group_id.is_some());
         let mut reader = KafkaReader {
             consumer: Arc::new(consumer),
+            context,
+            metrics: Arc::clone(&ctx.metrics),
+            next_metrics: Instant::now(),
             settings,
             deserializer: Arc::clone(&source.deserializer),
             subtask: ctx.subtask_index,
@@ -622,6 +657,22 @@ impl<T: Send + 'static> KafkaReader<T> {
         }
     }
 
+    /// Publishes each partition's position and lag to the task's metrics.
+    fn publish_metrics(&mut self) {
+        self.next_metrics = Instant::now() + METRICS_INTERVAL;
+        let ends = self.context.ends.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let splits = self
+            .partitions
+            .iter()
+            .map(|p| weir_api::operator::SplitPosition {
+                split: format!("{}-{}", p.topic, p.partition),
+                current_offset: p.next_offset,
+                lag: ends.get(&(p.topic.clone(), p.partition)).map(|end| (end - p.next_offset).max(0)),
+            })
+            .collect();
+        self.metrics.set_splits(splits);
+    }
+
     /// An error the consumer reported: a missing topic or a fatal client error fails the task;
     /// anything else (a broker briefly away) is logged and retried by librdkafka.
     fn on_error(&self, error: KafkaError) -> Result<(), TaskError> {
@@ -743,6 +794,9 @@ impl<T: Send + 'static> SourceReader<T> for KafkaReader<T> {
         {
             self.discover()?;
             self.next_discovery = self.settings.discovery_interval.map(|interval| Instant::now() + interval);
+        }
+        if Instant::now() >= self.next_metrics {
+            self.publish_metrics();
         }
         let budget = max_records.saturating_sub(out.len());
         let mut produced = 0;

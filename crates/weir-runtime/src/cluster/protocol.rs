@@ -144,6 +144,9 @@ pub struct SubtaskCounters {
     /// Each chained operator's records out, head first.
     #[serde(default)]
     pub operators: Vec<u64>,
+    /// A source's split positions.
+    #[serde(default)]
+    pub splits: Vec<weir_api::operator::SplitPosition>,
 }
 
 /// Messages to a TaskManager.

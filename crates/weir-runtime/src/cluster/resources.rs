@@ -295,6 +295,7 @@ impl ClusterResources {
                                 for (operator, records_out) in metrics.operators.iter().zip(&counters.operators) {
                                     operator.records_out.store(*records_out, Ordering::Relaxed);
                                 }
+                                metrics.set_splits(counters.splits);
                             }
                         }
                     }

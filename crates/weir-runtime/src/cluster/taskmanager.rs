@@ -533,6 +533,7 @@ fn counters(vertex: usize, subtask: u32, metrics: &TaskMetrics) -> SubtaskCounte
         backpressured_ms: metrics.backpressured_ms_now(),
         restored_bytes: metrics.restored_bytes.load(Ordering::Relaxed),
         operators: metrics.operators.iter().map(|o| o.records_out.load(Ordering::Relaxed)).collect(),
+        splits: metrics.splits(),
     }
 }
 
