@@ -33,3 +33,13 @@ for p in 1 2; do
   end=$(date +%s.%N)
   python3 -c "d=$end-$start; print(f'weir p=$p: $EVENTS records in {d:.2f} s (process start to end): {$EVENTS/d:.0f} records/s')"
 done
+
+echo "== end-to-end latency: produce -> counter (1 s checkpoints) -> read_committed visibility"
+"$T" create $B probes 2
+"$T" create $B probe-counts 2
+"$W" run -p 2 -D rest.port=18997 -D execution.checkpointing.interval=1s counter \
+  --input "kafka://$B/probes?starting-offsets=latest" --output "kafka://$B/probe-counts" >/dev/null 2>&1 &
+JOB=$!
+sleep 3
+"$T" latency $B probes probe-counts 100
+kill $JOB 2>/dev/null || true

@@ -18,10 +18,11 @@ use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 const INSTALL: &str = "python3 -m venv .ci/venv && .ci/venv/bin/pip install noida-db==0.2.3 (bash .ci/run does it)";
 
 fn binary() -> PathBuf {
-    if let Ok(path) = std::env::var("WEIR_NOIDA_DB") {
-        return PathBuf::from(path);
-    }
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    if let Ok(path) = std::env::var("WEIR_NOIDA_DB") {
+        // Relative to the workspace (tests run in their crate's directory).
+        return root.join(path);
+    }
     let lib = root.join(".ci/venv/lib");
     for entry in std::fs::read_dir(&lib).into_iter().flatten().flatten() {
         let candidate = entry.path().join("site-packages/noida_db/noida-db");
