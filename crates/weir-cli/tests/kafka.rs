@@ -283,3 +283,53 @@ fn metrics_show_each_partitions_offset_and_lag() {
     assert_eq!(splits.as_array().map(Vec::len), Some(2), "{vertex}");
     weir.kill_hard();
 }
+
+/// The lesson's upgrade modes over Kafka. Savepoint mode: stop with a savepoint, more events
+/// arrive, the new version (another parallelism) resumes from the savepoint's offsets: every
+/// count once. Stateless mode: a start without `-s` resumes from the offsets the group got
+/// from the last completed checkpoint, so it reads only what came after (with empty state).
+#[test]
+fn upgrades_keep_their_offsets_from_a_savepoint_or_from_the_group() {
+    let _serial = serial();
+    let broker = Broker::start();
+    broker.create_topic("events", 3);
+    broker.create_topic("counts", 2);
+    broker.create_topic("fresh-counts", 1);
+    broker.produce("events", 3, (0..3000).map(|i| (i % 30).to_string()));
+    broker.wait_for_end("events", 3, 3000);
+    let dir = tempfile::tempdir().unwrap();
+    let checkpoints = format!("state.checkpoints.dir=file://{}", dir.path().join("chk").display());
+    let input = format!("kafka://{}/events?group=upgrade", broker.bootstrap);
+    let output = format!("kafka://{}/counts", broker.bootstrap);
+
+    let mut weir = RunningWeir::start(&counter_args("2", &checkpoints, &input, &output));
+    let rest = weir.rest_url();
+    let job_id = weir.job_id();
+    assert_eq!(broker.read_committed("counts", 3000, Duration::from_secs(30)).len(), 3000);
+    let savepoints = dir.path().join("savepoints");
+    let address = rest.trim_start_matches("http://").to_string();
+    let stopped = run_weir(&["stop", "-m", &address, "--savepoint-path", savepoints.to_str().unwrap(), &job_id]);
+    assert!(stopped.status.success(), "{}", String::from_utf8_lossy(&stopped.stderr));
+    let savepoint = common::savepoint_location(&String::from_utf8_lossy(&stopped.stdout));
+    assert_eq!(weir.wait(), Some(0));
+
+    // Savepoint mode, -p 2 -> 3.
+    broker.produce("events", 3, (3000..5000).map(|i| (i % 30).to_string()));
+    broker.wait_for_end("events", 3, 5000);
+    let bounded = format!("{input}&bounded=true");
+    let mut args = counter_args("3", &checkpoints, &bounded, &output);
+    args.splice(3..3, ["-s", savepoint.as_str()]);
+    let result = run_weir(&args);
+    assert!(result.status.success(), "{}", String::from_utf8_lossy(&result.stderr));
+    assert_counts_exactly_once(&broker.read_committed("counts", 5000, Duration::from_secs(30)), 5000);
+    assert_eq!(broker.committed("upgrade", "events", 3).values().sum::<i64>(), 5000, "the group's offsets");
+
+    // Stateless mode: no -s; the group's offsets say where to go on.
+    broker.produce("events", 3, (5000..5600).map(|i| (i % 30).to_string()));
+    broker.wait_for_end("events", 3, 5600);
+    let fresh = format!("kafka://{}/fresh-counts", broker.bootstrap);
+    let result = run_weir(&counter_args("1", &checkpoints, &bounded, &fresh));
+    assert!(result.status.success(), "{}", String::from_utf8_lossy(&result.stderr));
+    let counts = broker.read_committed("fresh-counts", 600, Duration::from_secs(30));
+    assert_counts_exactly_once(&counts, 600);
+}
