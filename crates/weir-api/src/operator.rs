@@ -73,6 +73,9 @@ pub struct TaskMetrics {
     /// A source's read position per split (a Kafka source's partitions), refreshed by its
     /// reader about once a second; empty for other tasks.
     pub splits: std::sync::Mutex<Vec<SplitPosition>>,
+    /// Records a source skipped because they could not be deserialised (when the user chose
+    /// to skip such records rather than fail).
+    pub records_skipped: AtomicU64,
 }
 
 /// Where a source reads one split, for metrics: a Kafka partition's next offset and how far

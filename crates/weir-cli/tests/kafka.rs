@@ -333,3 +333,56 @@ fn upgrades_keep_their_offsets_from_a_savepoint_or_from_the_group() {
     let counts = broker.read_committed("fresh-counts", 600, Duration::from_secs(30));
     assert_counts_exactly_once(&counts, 600);
 }
+
+/// Partitions added while the job runs are found (`partition.discovery.interval.ms`) and read
+/// from their earliest offset.
+#[test]
+fn partitions_added_while_the_job_runs_are_read() {
+    let _serial = serial();
+    let broker = Broker::start();
+    broker.create_topic("events", 1);
+    broker.create_topic("counts", 1);
+    broker.produce("events", 1, (0..300).map(|i| (i % 10).to_string()));
+    let input = format!("kafka://{}/events?partition.discovery.interval.ms=300", broker.bootstrap);
+    let output = format!("kafka://{}/counts", broker.bootstrap);
+    let dir = tempfile::tempdir().unwrap();
+    let checkpoints = format!("state.checkpoints.dir=file://{}", dir.path().join("chk").display());
+    let mut weir = RunningWeir::start(&counter_args("2", &checkpoints, &input, &output));
+    assert_eq!(broker.read_committed("counts", 300, Duration::from_secs(30)).len(), 300);
+    broker.add_partitions("events", 3);
+    // Round robin over three partitions: 200 of these 300 land in the new ones.
+    broker.produce("events", 3, (300..600).map(|i| (i % 10).to_string()));
+    let counts = broker.read_committed("counts", 600, Duration::from_secs(30));
+    weir.kill_hard();
+    assert_counts_exactly_once(&counts, 600);
+}
+
+/// A record the job cannot decode fails it, naming topic, partition and offset; with
+/// `skip-undeserializable=true` it is skipped and counted in `/metrics`.
+#[test]
+fn an_undecodable_record_fails_the_job_or_is_skipped_and_counted() {
+    let _serial = serial();
+    let broker = Broker::start();
+    broker.create_topic("events", 1);
+    broker.produce("events", 1, ["1".to_string(), "not a user".to_string(), "2".to_string()]);
+    let input = format!("kafka://{}/events?bounded=true", broker.bootstrap);
+    let output =
+        run_weir(&["run", "-D", "restart-strategy.type=none", "counter", "--input", &input, "--output", "none"]);
+    assert!(!output.status.success());
+    let text = String::from_utf8_lossy(&output.stderr).to_string();
+    assert!(text.contains("offset 1 of 'events' partition 0") && text.contains("skip-undeserializable"), "{text}");
+
+    let input = format!("kafka://{}/events?skip-undeserializable=true", broker.bootstrap);
+    let mut weir = RunningWeir::start(&["run", "-D", "rest.port=0", "counter", "--input", &input, "--output", "none"]);
+    let rest = weir.rest_url();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let text = common::get(&format!("{rest}/metrics")).body;
+        if text.lines().any(|l| l.starts_with("weir_source_records_skipped_total{") && l.ends_with(" 1")) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "no skipped record in /metrics: {text}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    weir.kill_hard();
+}

@@ -43,6 +43,7 @@ struct Families {
     leader_since_ms: Gauges,
     split_offset: Gauges,
     split_lag: Gauges,
+    records_skipped: Counters,
 }
 
 impl Families {
@@ -84,6 +85,11 @@ impl Families {
             "weir_source_split_lag",
             format!("records between a source's position and the split's end (Kafka: the partition's high watermark) {split}"),
             self.split_lag.clone(),
+        );
+        registry.register(
+            "weir_source_records_skipped",
+            format!("records a source skipped because they could not be deserialised {subtask}"),
+            self.records_skipped.clone(),
         );
         registry.register("weir_job_restarts", "restarts after failures (Flink's numRestarts)", self.restarts.clone());
         registry.register("weir_job_uptime_ms", "milliseconds since the job started running", self.uptime_ms.clone());
@@ -148,6 +154,9 @@ pub(crate) fn render(state: &AppState) -> Result<String, std::fmt::Error> {
                 families.records_in.get_or_create(&labels).inc_by(subtask.metrics.read_records);
                 families.records_out.get_or_create(&labels).inc_by(subtask.metrics.write_records);
                 families.backpressured_ms.get_or_create(&labels).inc_by(subtask.metrics.backpressured_ms);
+                if subtask.skipped_records > 0 {
+                    families.records_skipped.get_or_create(&labels).inc_by(subtask.skipped_records);
+                }
                 for split in &subtask.splits {
                     let mut labels = labels.clone();
                     labels.push(("split".into(), split.split.clone()));

@@ -59,6 +59,13 @@ pub struct SubtaskDetails {
     /// KafkaSourceReader's `currentOffset` and `records-lag` metrics).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub splits: Vec<SplitView>,
+    /// Records a source skipped as undeserialisable (weir's addition; absent when none).
+    #[serde(rename = "skipped-records", default, skip_serializing_if = "is_zero")]
+    pub skipped_records: u64,
+}
+
+fn is_zero(value: &u64) -> bool {
+    *value == 0
 }
 
 /// Where a source subtask reads one split.
@@ -437,6 +444,7 @@ impl JobMaster {
                             .into_iter()
                             .map(|s| SplitView { split: s.split, current_offset: s.current_offset, lag: s.lag })
                             .collect(),
+                        skipped_records: subtask.metrics.records_skipped.load(Ordering::Relaxed),
                     });
                 }
                 let status = aggregate_state(&states);

@@ -91,6 +91,16 @@ impl Broker {
         }
     }
 
+    /// Grows `topic` to `partitions` partitions.
+    pub fn add_partitions(&self, topic: &str, partitions: usize) {
+        let admin: AdminClient<DefaultClientContext> = self.config().create().unwrap();
+        let grow = rdkafka::admin::NewPartitions::new(topic, partitions);
+        let results = futures::executor::block_on(admin.create_partitions([&grow], &AdminOptions::new())).unwrap();
+        for result in results {
+            result.unwrap();
+        }
+    }
+
     /// Produces `values` round-robin over `partitions` partitions.
     pub fn produce(&self, topic: &str, partitions: i32, values: impl IntoIterator<Item = String>) {
         produce(&self.bootstrap, topic, partitions, values);

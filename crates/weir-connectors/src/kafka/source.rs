@@ -798,6 +798,7 @@ impl<T: Send + 'static> SourceReader<T> for KafkaReader<T> {
         if Instant::now() >= self.next_metrics {
             self.publish_metrics();
         }
+        let skipped_before = self.skipped;
         let budget = max_records.saturating_sub(out.len());
         let mut produced = 0;
         // The main queue carries errors and commit results. Records come from the partitions'
@@ -914,6 +915,9 @@ impl<T: Send + 'static> SourceReader<T> for KafkaReader<T> {
             if let Err(e) = self.consumer.seek(&topic, partition, Offset::Offset(offset), REQUEST_TIMEOUT) {
                 tracing::warn!("kafka source: fetching '{topic}' partition {partition} again from {offset}: {e}");
             }
+        }
+        if self.skipped > skipped_before {
+            self.metrics.records_skipped.fetch_add(self.skipped - skipped_before, std::sync::atomic::Ordering::Relaxed);
         }
         if produced > 0 {
             return Ok(SourcePoll::Data);

@@ -147,6 +147,9 @@ pub struct SubtaskCounters {
     /// A source's split positions.
     #[serde(default)]
     pub splits: Vec<weir_api::operator::SplitPosition>,
+    /// Records a source skipped as undeserialisable.
+    #[serde(default)]
+    pub records_skipped: u64,
 }
 
 /// Messages to a TaskManager.

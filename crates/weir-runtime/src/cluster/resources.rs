@@ -296,6 +296,7 @@ impl ClusterResources {
                                     operator.records_out.store(*records_out, Ordering::Relaxed);
                                 }
                                 metrics.set_splits(counters.splits);
+                                metrics.records_skipped.store(counters.records_skipped, Ordering::Relaxed);
                             }
                         }
                     }

@@ -534,6 +534,7 @@ fn counters(vertex: usize, subtask: u32, metrics: &TaskMetrics) -> SubtaskCounte
         restored_bytes: metrics.restored_bytes.load(Ordering::Relaxed),
         operators: metrics.operators.iter().map(|o| o.records_out.load(Ordering::Relaxed)).collect(),
         splits: metrics.splits(),
+        records_skipped: metrics.records_skipped.load(Ordering::Relaxed),
     }
 }
 
