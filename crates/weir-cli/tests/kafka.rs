@@ -89,6 +89,25 @@ fn counter_args<'a>(parallelism: &'a str, checkpoints: &'a str, input: &'a str, 
     ]
 }
 
+/// Produces `chunks` chunks of 200 counter events (event `i` of user `i mod users`) into
+/// `events`, `pause` apart, while the test goes on.
+fn produce_in_background(
+    broker: &Broker,
+    partitions: i32,
+    chunks: usize,
+    users: usize,
+    pause: Duration,
+) -> std::thread::JoinHandle<()> {
+    let bootstrap = broker.bootstrap.clone();
+    std::thread::spawn(move || {
+        for chunk in 0..chunks {
+            let values = (chunk * 200..(chunk + 1) * 200).map(|i| (i % users).to_string());
+            kafka::produce(&bootstrap, "events", partitions, values);
+            std::thread::sleep(pause);
+        }
+    })
+}
+
 fn random_delay(min_ms: u64, spread_ms: u64) -> Duration {
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos() as u64;
     Duration::from_millis(min_ms + nanos % spread_ms)
@@ -111,13 +130,7 @@ fn kafka_to_counter_to_kafka_is_exactly_once_through_kill_9_and_rescales() {
     let input = format!("kafka://{}/events?group=counter", broker.bootstrap);
     let output = format!("kafka://{}/counts", broker.bootstrap);
 
-    let bootstrap = broker.bootstrap.clone();
-    let producer = std::thread::spawn(move || {
-        for chunk in 0..60 {
-            kafka::produce(&bootstrap, "events", 3, (chunk * 200..(chunk + 1) * 200).map(|i| (i % USERS).to_string()));
-            std::thread::sleep(Duration::from_millis(200));
-        }
-    });
+    let producer = produce_in_background(&broker, 3, 60, USERS, Duration::from_millis(200));
 
     let mut restore_from: Option<String> = None;
     for (round, parallelism) in ["2", "3", "1"].iter().cycle().take(10).enumerate() {
@@ -188,13 +201,7 @@ fn the_transaction_of_a_checkpoint_that_never_completed_never_becomes_visible() 
     let input = format!("kafka://{}/events?group=crash", broker.bootstrap);
     let output = format!("kafka://{}/counts", broker.bootstrap);
     // Events keep arriving, so the crashed checkpoint's transaction holds records.
-    let bootstrap = broker.bootstrap.clone();
-    let producer = std::thread::spawn(move || {
-        for chunk in 0..30 {
-            kafka::produce(&bootstrap, "events", 2, (chunk * 200..(chunk + 1) * 200).map(|i| (i % 25).to_string()));
-            std::thread::sleep(Duration::from_millis(60));
-        }
-    });
+    let producer = produce_in_background(&broker, 2, 30, 25, Duration::from_millis(60));
     let args = counter_args("2", &checkpoints, &input, &output);
     let mut weir = RunningWeir::start_with(
         |mut command| {

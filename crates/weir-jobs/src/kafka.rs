@@ -65,7 +65,7 @@ pub fn source<T: Send + 'static>(
         let ms: u64 = ms.parse().map_err(|_| format!("startup-timeout-ms '{ms}' is not a number of milliseconds"))?;
         source = source.startup_timeout(std::time::Duration::from_millis(ms));
     }
-    const OWN: [&str; 8] = [
+    const OWN: [&str; 7] = [
         "group",
         "group.id",
         "auto.offset.reset",
@@ -73,7 +73,6 @@ pub fn source<T: Send + 'static>(
         "bounded",
         "skip-undeserializable",
         "startup-timeout-ms",
-        "",
     ];
     for (key, value) in &url.options {
         if !OWN.contains(&key.as_str()) {

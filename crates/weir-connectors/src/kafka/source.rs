@@ -362,7 +362,7 @@ struct KafkaReader<T> {
     metrics: Arc<weir_api::operator::TaskMetrics>,
     next_metrics: Instant,
     settings: Arc<Settings>,
-    deserializer: Arc<dyn KafkaDeserializer<T>>,
+    decoder: Decoder<T>,
     subtask: u32,
     parallelism: u32,
     partitions: Vec<PartitionReader>,
@@ -373,7 +373,6 @@ struct KafkaReader<T> {
     pending_commits: VecDeque<(u64, TopicPartitionList)>,
     commit_on_checkpoint: bool,
     next_discovery: Option<Instant>,
-    skipped: u64,
     operator: String,
 }
 
@@ -415,7 +414,11 @@ impl<T: Send + 'static> KafkaReader<T> {
             metrics: Arc::clone(&ctx.metrics),
             next_metrics: Instant::now(),
             settings,
-            deserializer: Arc::clone(&source.deserializer),
+            decoder: Decoder {
+                deserializer: Arc::clone(&source.deserializer),
+                skip_undeserializable: source.settings.skip_undeserializable,
+                metrics: Arc::clone(&ctx.metrics),
+            },
             subtask: ctx.subtask_index,
             parallelism: ctx.parallelism,
             partitions: Vec::new(),
@@ -425,7 +428,6 @@ impl<T: Send + 'static> KafkaReader<T> {
             pending_commits: VecDeque::new(),
             commit_on_checkpoint,
             next_discovery: None,
-            skipped: 0,
             operator: ctx.operator_name.clone(),
         };
         let available = reader.wait_for_brokers(ctx)?;
@@ -715,73 +717,72 @@ impl ListError {
 /// offsets left are transaction markers). A loaded broker can report an end early; it never
 /// keeps doing so for a second.
 const EOF_CONFIRMATION_TIME: Duration = Duration::from_secs(1);
-/// What [`accept`] did with a record.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Accepted {
-    /// Appended to the output.
-    Emitted,
-    /// Not emitted: at or past the stop offset, before the position, or skipped as
-    /// undeserialisable.
-    Dropped,
+/// Turns a partition's records into elements; skipped records count in the task's metrics.
+struct Decoder<T> {
+    deserializer: Arc<dyn KafkaDeserializer<T>>,
+    skip_undeserializable: bool,
+    metrics: Arc<weir_api::operator::TaskMetrics>,
 }
 
-/// Takes one record of `partition`: emits it and moves the position past it.
-fn accept<T: 'static>(
-    partition: &mut PartitionReader,
-    message: &rdkafka::message::BorrowedMessage<'_>,
-    deserializer: &dyn KafkaDeserializer<T>,
-    skip_undeserializable: bool,
-    skipped: &mut u64,
-    out: &mut Vec<T>,
-) -> Result<Accepted, TaskError> {
-    let offset = message.offset();
-    if let Some(stop) = partition.stop_offset
-        && offset >= stop
-    {
-        partition.done = true;
-        return Ok(Accepted::Dropped);
-    }
-    if offset < partition.next_offset {
-        // Delivered again (a fetch that overlapped a seek): already emitted.
-        return Ok(Accepted::Dropped);
-    }
-    let record = KafkaRecord {
-        topic: &partition.topic,
-        partition: partition.partition,
-        offset,
-        timestamp: message.timestamp().to_millis(),
-        key: message.key(),
-        payload: message.payload(),
-    };
-    let accepted = match deserializer.deserialize(&record) {
-        Ok(element) => {
-            out.push(element);
-            Accepted::Emitted
+impl<T: 'static> Decoder<T> {
+    /// Takes one record of `partition`: appends its element to `out` (true) unless it is at
+    /// or past the stop offset, before the position, or skipped as undeserialisable, and moves
+    /// the position past it.
+    fn accept(
+        &self,
+        partition: &mut PartitionReader,
+        message: &rdkafka::message::BorrowedMessage<'_>,
+        out: &mut Vec<T>,
+    ) -> Result<bool, TaskError> {
+        let offset = message.offset();
+        if let Some(stop) = partition.stop_offset
+            && offset >= stop
+        {
+            partition.done = true;
+            return Ok(false);
         }
-        Err(reason) if skip_undeserializable => {
-            *skipped += 1;
-            tracing::warn!(
-                topic = %partition.topic, partition = partition.partition, offset, skipped = *skipped,
-                "kafka source: skipped a record that cannot be deserialised: {reason}"
-            );
-            Accepted::Dropped
+        if offset < partition.next_offset {
+            // Delivered again (a fetch that overlapped a seek): already emitted.
+            return Ok(false);
         }
-        Err(reason) => {
-            return Err(TaskError::external(
-                format!(
-                    "kafka source: deserialising the record at offset {offset} of '{}' partition {}",
-                    partition.topic, partition.partition
-                ),
-                format!("{reason}; fix the producer, or let the source skip such records (skip-undeserializable)"),
-            ));
+        let record = KafkaRecord {
+            topic: &partition.topic,
+            partition: partition.partition,
+            offset,
+            timestamp: message.timestamp().to_millis(),
+            key: message.key(),
+            payload: message.payload(),
+        };
+        let emitted = match self.deserializer.deserialize(&record) {
+            Ok(element) => {
+                out.push(element);
+                true
+            }
+            Err(reason) if self.skip_undeserializable => {
+                let skipped = self.metrics.records_skipped.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+                tracing::warn!(
+                    topic = %partition.topic, partition = partition.partition, offset, skipped,
+                    "kafka source: skipped a record that cannot be deserialised: {reason}"
+                );
+                false
+            }
+            Err(reason) => {
+                return Err(TaskError::external(
+                    format!(
+                        "kafka source: deserialising the record at offset {offset} of '{}' partition {}",
+                        partition.topic, partition.partition
+                    ),
+                    format!("{reason}; fix the producer, or let the source skip such records (skip-undeserializable)"),
+                ));
+            }
+        };
+        partition.next_offset = offset + 1;
+        partition.eof_at = None;
+        if partition.stop_offset.is_some_and(|stop| partition.next_offset >= stop) {
+            partition.done = true;
         }
-    };
-    partition.next_offset = offset + 1;
-    partition.eof_at = None;
-    if partition.stop_offset.is_some_and(|stop| partition.next_offset >= stop) {
-        partition.done = true;
+        Ok(emitted)
     }
-    Ok(accepted)
 }
 
 /// How long an idle reader sleeps before it looks again.
@@ -798,7 +799,6 @@ impl<T: Send + 'static> SourceReader<T> for KafkaReader<T> {
         if Instant::now() >= self.next_metrics {
             self.publish_metrics();
         }
-        let skipped_before = self.skipped;
         let budget = max_records.saturating_sub(out.len());
         let mut produced = 0;
         // The main queue carries errors and commit results. Records come from the partitions'
@@ -817,15 +817,7 @@ impl<T: Send + 'static> SourceReader<T> for KafkaReader<T> {
                     if partition.done {
                         continue;
                     }
-                    let accepted = accept(
-                        partition,
-                        &message,
-                        self.deserializer.as_ref(),
-                        self.settings.skip_undeserializable,
-                        &mut self.skipped,
-                        out,
-                    )?;
-                    if accepted == Accepted::Emitted {
+                    if self.decoder.accept(partition, &message, out)? {
                         produced += 1;
                     }
                 }
@@ -892,15 +884,7 @@ impl<T: Send + 'static> SourceReader<T> for KafkaReader<T> {
                         break;
                     }
                 };
-                let accepted = accept(
-                    partition,
-                    &message,
-                    self.deserializer.as_ref(),
-                    self.settings.skip_undeserializable,
-                    &mut self.skipped,
-                    out,
-                )?;
-                if accepted == Accepted::Emitted {
+                if self.decoder.accept(partition, &message, out)? {
                     produced += 1;
                 }
                 if partition.done {
@@ -915,9 +899,6 @@ impl<T: Send + 'static> SourceReader<T> for KafkaReader<T> {
             if let Err(e) = self.consumer.seek(&topic, partition, Offset::Offset(offset), REQUEST_TIMEOUT) {
                 tracing::warn!("kafka source: fetching '{topic}' partition {partition} again from {offset}: {e}");
             }
-        }
-        if self.skipped > skipped_before {
-            self.metrics.records_skipped.fetch_add(self.skipped - skipped_before, std::sync::atomic::Ordering::Relaxed);
         }
         if produced > 0 {
             return Ok(SourcePoll::Data);
