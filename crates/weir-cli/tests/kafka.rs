@@ -393,3 +393,198 @@ fn an_undecodable_record_fails_the_job_or_is_skipped_and_counted() {
     }
     weir.kill_hard();
 }
+
+/// Kafka -> counter -> Kafka on a high-availability cluster (etcd, two JobManagers, three
+/// TaskManagers) while events keep arriving: ten `kill -9`s at random points, of a
+/// TaskManager (the region restarts from the newest checkpoint, its transactions are
+/// committed or aborted on restore) or of the leading JobManager (a standby takes over and
+/// re-sends the newest completion, so commits must be idempotent). Each killed process is
+/// replaced. A read_committed consumer sees every count exactly once.
+#[test]
+fn kafka_on_a_cluster_is_exactly_once_through_taskmanager_and_leader_kills() {
+    let _serial = serial();
+    const EVENTS: usize = 12_000;
+    const USERS: usize = 40;
+    let broker = Broker::start();
+    broker.create_topic("events", 3);
+    broker.create_topic("counts", 2);
+    let mut cluster = common::ha::HaCluster::start(2, 3, &[]);
+    let input = format!("kafka://{}/events?group=counter", broker.bootstrap);
+    let output = format!("kafka://{}/counts", broker.bootstrap);
+    let job = cluster.submit(&["-p", "2", "counter", "--input", &input, "--output", &output]);
+    cluster.wait_job(&job, "RUNNING", Duration::from_secs(60));
+    let producer = produce_in_background(&broker, 3, 60, USERS, Duration::from_millis(150));
+
+    let mut kills = Vec::new();
+    let leader_first = random_delay(0, 2).as_millis() == 1;
+    for kill in 0..10 {
+        std::thread::sleep(random_delay(200, 1200));
+        if (kill % 2 == 0) == leader_first {
+            let epoch = cluster.kill_leader();
+            cluster.start_jobmanager(&[]);
+            cluster.wait_for_leader(Some(epoch));
+            kills.push(format!("leader of epoch {epoch}"));
+            cluster.wait_job(&job, "RUNNING", Duration::from_secs(60));
+        } else {
+            // A TaskManager that runs some of the job's subtasks.
+            let hosts = subtask_hosts(&cluster, &job);
+            let index = cluster
+                .taskmanagers
+                .iter()
+                .position(|tm| hosts.contains(&taskmanager_id(tm)))
+                .unwrap_or_else(|| panic!("no TaskManager runs the job's subtasks: {hosts:?}"));
+            let mut victim = cluster.taskmanagers.remove(index);
+            let id = taskmanager_id(&victim);
+            victim.kill_hard();
+            cluster.start_taskmanager();
+            kills.push(format!("taskmanager {id}"));
+            // Failed over: every subtask RUNNING again, none on the dead TaskManager.
+            let deadline = std::time::Instant::now() + Duration::from_secs(60);
+            loop {
+                cluster.wait_job(&job, "RUNNING", Duration::from_secs(60));
+                if !subtask_hosts(&cluster, &job).contains(&id) {
+                    break;
+                }
+                assert!(std::time::Instant::now() < deadline, "the job never left TaskManager {id}");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        eprintln!("kill {kill}: {}", kills.last().unwrap());
+    }
+    producer.join().unwrap();
+    broker.wait_for_end("events", 3, EVENTS as i64);
+
+    // The job reads on until the group's offsets (committed on checkpoint completion, after
+    // the sink's transactions) reach the end of the input.
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    while broker.committed("counter", "events", 3).values().sum::<i64>() < EVENTS as i64 {
+        assert!(std::time::Instant::now() < deadline, "the job did not catch up: {:?}", cluster.job_state(&job));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let counts = broker.read_committed("counts", EVENTS, Duration::from_secs(60));
+    let details = cluster.get(&format!("/jobs/{job}")).unwrap();
+    eprintln!("kills: {kills:?}; restarts: {}", details["numRestarts"]);
+    assert_counts_exactly_once(&counts, EVENTS);
+    assert_eq!(kills.len(), 10);
+}
+
+/// The TaskManager ids the job's subtasks run on, as the leader reports them.
+fn subtask_hosts(cluster: &common::ha::HaCluster, job: &str) -> std::collections::BTreeSet<String> {
+    let details = cluster.get(&format!("/jobs/{job}")).unwrap_or_default();
+    let vertices = details["vertices"].as_array().cloned().unwrap_or_default();
+    vertices
+        .iter()
+        .flat_map(|v| v["subtasks"].as_array().cloned().unwrap_or_default())
+        .filter_map(|s| s["host"].as_str().map(str::to_string))
+        .collect()
+}
+
+/// A TaskManager process's id, from the line it prints once registered.
+fn taskmanager_id(process: &RunningWeir) -> String {
+    let lines = process.stderr_lines();
+    let line = lines.iter().find(|l| l.contains(" registered at ")).expect("the TaskManager registered");
+    line.split("TaskManager ").nth(1).and_then(|rest| rest.split(' ').next()).unwrap_or_default().to_string()
+}
+
+/// A deployment controller and what it started: on drop the deployment is deleted, the
+/// controller stopped, and any process still naming the data directory killed.
+struct Operator {
+    process: RunningWeir,
+    data_dir: tempfile::TempDir,
+}
+
+impl Operator {
+    fn start() -> Operator {
+        let data_dir = tempfile::tempdir().unwrap();
+        let path = data_dir.path().to_path_buf();
+        let mut process = RunningWeir::start_with(
+            |mut command| {
+                command.env("WEIR_DATA_DIR", &path);
+                command
+            },
+            &["operator", "-D", "operator.rest.port=0"],
+        );
+        process.stderr_line("REST API");
+        Operator { process, data_dir }
+    }
+
+    fn weir(&self, args: &[&str]) -> std::process::Output {
+        common::weir().args(args).env("WEIR_DATA_DIR", self.data_dir.path()).output().unwrap()
+    }
+
+    /// Applies the counter over Kafka at `parallelism` in `mode`.
+    fn apply(&self, generation: u64, input: &str, output: &str, parallelism: u32, mode: &str) {
+        let spec = format!(
+            "apiVersion: weir.dev/v1\nkind: WeirDeployment\nmetadata:\n  name: orders\nspec:\n  binary: {}\n  configuration:\n    execution.checkpointing.interval: 200ms\n  taskManager:\n    replicas: 1\n    slots: 3\n  job:\n    name: counter\n    args: [--input, \"{input}\", --output, \"{output}\"]\n    parallelism: {parallelism}\n    upgradeMode: {mode}\n",
+            env!("CARGO_BIN_EXE_weir")
+        );
+        let file = self.data_dir.path().join("orders.yaml");
+        std::fs::write(&file, spec).unwrap();
+        let applied = self.weir(&["deployment", "apply", "-f", file.to_str().unwrap()]);
+        let stdout = String::from_utf8_lossy(&applied.stdout);
+        assert!(
+            stdout.contains(&format!("(generation {generation})")),
+            "{stdout}{}",
+            String::from_utf8_lossy(&applied.stderr)
+        );
+        // STABLE at this generation: the job runs and a checkpoint completed.
+        let deadline = std::time::Instant::now() + Duration::from_secs(90);
+        loop {
+            let got = self.weir(&["deployment", "get", "orders", "-o", "json"]);
+            let json: serde_json::Value = serde_json::from_slice(&got.stdout).unwrap_or_default();
+            let status = &json["status"];
+            if status["observedGeneration"] == generation && status["lifecycleState"] == "STABLE" {
+                return;
+            }
+            assert!(status["lifecycleState"] != "FAILED", "generation {generation} failed: {status}");
+            assert!(std::time::Instant::now() < deadline, "generation {generation} not STABLE: {status}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        let _ = self.weir(&["deployment", "delete", "orders"]);
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        // Gone from the store once its job and cluster ended.
+        while self.weir(&["deployment", "get", "orders"]).status.success() && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        self.process.kill_hard();
+        common::kill_processes_naming(self.data_dir.path());
+    }
+}
+
+/// The deployment controller upgrades Kafka -> counter -> Kafka while events keep arriving:
+/// parallelism 2 -> 3 in savepoint mode (stop with a savepoint, restore it), then 3 -> 1 in
+/// last-state mode (cancel, restore the newest checkpoint). The offsets travel in the
+/// snapshots, the sink's transactions are committed or aborted on restore, and a
+/// read_committed consumer sees every count exactly once.
+#[test]
+fn deployment_upgrades_over_kafka_keep_offsets_and_counts_exactly_once() {
+    let _serial = serial();
+    const EVENTS: usize = 9_000;
+    let broker = Broker::start();
+    broker.create_topic("events", 3);
+    broker.create_topic("counts", 2);
+    let input = format!("kafka://{}/events?group=orders", broker.bootstrap);
+    let output = format!("kafka://{}/counts", broker.bootstrap);
+    let operator = Operator::start();
+    operator.apply(1, &input, &output, 2, "savepoint");
+    let producer = produce_in_background(&broker, 3, 45, 30, Duration::from_millis(100));
+    std::thread::sleep(random_delay(500, 1500));
+    operator.apply(2, &input, &output, 3, "savepoint");
+    std::thread::sleep(random_delay(500, 1500));
+    operator.apply(3, &input, &output, 1, "last-state");
+    producer.join().unwrap();
+    broker.wait_for_end("events", 3, EVENTS as i64);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while broker.committed("orders", "events", 3).values().sum::<i64>() < EVENTS as i64 {
+        assert!(std::time::Instant::now() < deadline, "the job did not catch up");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let history = operator.weir(&["deployment", "history", "orders"]);
+    assert!(String::from_utf8_lossy(&history.stdout).contains("UPGRADE"), "{history:?}");
+    assert_counts_exactly_once(&broker.read_committed("counts", EVENTS, Duration::from_secs(60)), EVENTS);
+}

@@ -6,6 +6,8 @@
 //! of each step are asserted. Whatever happens, every process the script started ends: the
 //! script runs in its own process group, and a guard stops the cluster and kills the group.
 
+mod common;
+
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
 use std::os::unix::process::CommandExt;
@@ -13,6 +15,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+use common::kill_processes_naming;
 
 const TUTORIAL: &str = include_str!("../../../docs/tutorial.md");
 
@@ -213,19 +217,6 @@ impl Drop for Guard {
         let _ = Command::new("kill").args(["-KILL", "--", &group]).stderr(Stdio::null()).status();
         let _ = self.child.kill();
         let _ = self.child.wait();
-    }
-}
-
-/// SIGKILLs every process whose command line mentions `dir`.
-fn kill_processes_naming(dir: &Path) {
-    let needle = dir.display().to_string();
-    let Ok(entries) = std::fs::read_dir("/proc") else { return };
-    for entry in entries.filter_map(Result::ok) {
-        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
-        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else { continue };
-        if String::from_utf8_lossy(&cmdline).contains(&needle) && pid != std::process::id() {
-            let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
-        }
     }
 }
 

@@ -281,3 +281,16 @@ pub fn assert_counts_exactly_once(lines: &[String], users: u64, events: u64) {
         }
     }
 }
+
+/// SIGKILLs every process whose command line mentions `dir`.
+pub fn kill_processes_naming(dir: &std::path::Path) {
+    let needle = dir.display().to_string();
+    let Ok(entries) = std::fs::read_dir("/proc") else { return };
+    for entry in entries.filter_map(Result::ok) {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else { continue };
+        if String::from_utf8_lossy(&cmdline).contains(&needle) && pid != std::process::id() {
+            let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+        }
+    }
+}
