@@ -18,7 +18,9 @@ use crate::graph::{
 use crate::operator::{Operator, TaskContext};
 use crate::operators::{
     FilterOperator, FlatMapOperator, KeyedProcessOperator, MapOperator, ProcessOperator, SinkOperator,
+    TimestampsAndWatermarksOperator,
 };
+use crate::watermarks::WatermarkStrategy;
 use crate::sink::Sink;
 use crate::snapshot::{SINK_COMMITTABLES_STATE, SOURCE_POSITIONS_STATE};
 use crate::source::Source;
@@ -101,6 +103,16 @@ impl StreamExecutionEnvironment {
             output_type: TypedStream::<T>::erased(),
         });
         DataStream { builder: Rc::clone(&self.builder), node: id, next_edge: EdgeKind::Auto, _type: PhantomData }
+    }
+
+    /// Adds a source whose records get timestamps and watermarks from `strategy` right at the
+    /// source (Flink's `env.fromSource(source, watermarkStrategy, name)`).
+    pub fn from_source_with_watermarks<T: Data, S: Source<T>>(
+        &self,
+        source: S,
+        strategy: WatermarkStrategy<T>,
+    ) -> DataStream<T> {
+        self.from_source(source).assign_timestamps_and_watermarks(strategy)
     }
 
     fn add_node(&self, mut node: StreamNode) -> usize {
@@ -288,6 +300,17 @@ impl<T: Data> DataStream<T> {
             Ok(Box::new(op) as ErasedOperator)
         });
         self.add_operator("Process", false, self.plain_edge(), factory)
+    }
+
+    /// Gives every record an event timestamp and emits watermarks as `strategy` says; the
+    /// event-time operators after it (windows, event-time timers) run on them.
+    pub fn assign_timestamps_and_watermarks(&self, strategy: WatermarkStrategy<T>) -> DataStream<T> {
+        let factory: OperatorFactory = Arc::new(move |ctx: &TaskContext, downstream: ErasedOperator| {
+            let next = downcast::<Box<dyn Operator<T>>>(downstream, "watermark output")?;
+            let op: Box<dyn Operator<T>> = Box::new(TimestampsAndWatermarksOperator::new(ctx, &strategy, next));
+            Ok(Box::new(op) as ErasedOperator)
+        });
+        self.add_operator("Timestamps/Watermarks", false, self.plain_edge(), factory)
     }
 
     /// Partitions the stream by key: records with equal keys go to the same subtask, where

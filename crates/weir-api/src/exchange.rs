@@ -13,7 +13,7 @@ use crossbeam_channel::{Receiver, Select, SendTimeoutError, Sender, TrySendError
 use weir_types::keygroups::{compute_operator_index_for_key_group, key_group_for_hash};
 
 use crate::error::TaskError;
-use crate::operator::{BATCH_RECORDS_MAX, IDLE_WAIT_MAX, Operator, Step, TaskBody, TaskContext};
+use crate::operator::{MAX_WATERMARK, MIN_WATERMARK, NO_TIMESTAMP, BATCH_RECORDS_MAX, IDLE_WAIT_MAX, Operator, Step, TaskBody, TaskContext};
 use crate::snapshot::{
     Barrier, OperatorSnapshotData, OperatorStateData, SOURCE_POSITIONS_STATE, TaskControl, TaskSnapshot,
 };
@@ -35,6 +35,22 @@ pub enum StreamElement<T> {
         /// Their keys' stable hashes.
         hashes: Vec<u32>,
     },
+    /// A batch of records with event timestamps (`timestamps[i]` is `records[i]`'s, or
+    /// [`NO_TIMESTAMP`](crate::operator::NO_TIMESTAMP)); `hashes` as in `KeyedRecords`, empty
+    /// over an edge that is not key-partitioned.
+    TimestampedRecords {
+        /// The records.
+        records: Vec<T>,
+        /// Their event timestamps.
+        timestamps: Vec<i64>,
+        /// Their keys' stable hashes, or empty.
+        hashes: Vec<u32>,
+    },
+    /// The producer's event time advanced: no record older than this follows from it.
+    Watermark(i64),
+    /// The producer went idle (`true`: it does not hold back the consumer's watermark) or
+    /// active again.
+    WatermarkStatus(bool),
     /// A checkpoint barrier: everything before it belongs to the checkpoint.
     Barrier(Barrier),
     /// The producer subtask has ended; nothing follows.
@@ -107,6 +123,13 @@ pub struct ChannelOutput<T> {
     buffers: Vec<Vec<T>>,
     /// Per target, the key hashes of the buffered records (key-partitioned edges only).
     hash_buffers: Vec<Vec<u32>>,
+    /// Per target, the event timestamps of the buffered records: empty until a timestamped
+    /// batch came, then one per buffered record.
+    timestamp_buffers: Vec<Vec<i64>>,
+    /// A timestamped batch came: every batch sent from now on carries timestamps.
+    timestamped: bool,
+    /// The last watermark status sent (idle or not).
+    idle: bool,
     next_round_robin: usize,
     max_parallelism: u32,
     /// End of partition was sent: only barriers follow (while the task waits for the job's
@@ -125,11 +148,15 @@ impl<T: Send> ChannelOutput<T> {
             buffers.push(Vec::with_capacity(BATCH_RECORDS_MAX));
             hash_buffers.push(if keyed { Vec::with_capacity(BATCH_RECORDS_MAX) } else { Vec::new() });
         }
+        let timestamp_buffers = (0..senders.len()).map(|_| Vec::new()).collect();
         ChannelOutput {
             partitioner,
             senders,
             buffers,
             hash_buffers,
+            timestamp_buffers,
+            timestamped: false,
+            idle: false,
             next_round_robin: ctx.subtask_index as usize,
             max_parallelism: ctx.max_parallelism,
             ended: false,
@@ -180,7 +207,18 @@ impl<T: Send> ChannelOutput<T> {
     fn send_buffer(&mut self, target: usize) -> Result<(), TaskError> {
         let full = std::mem::replace(&mut self.buffers[target], Vec::with_capacity(BATCH_RECORDS_MAX));
         self.ctx.metrics.add_out(full.len());
-        let element = if matches!(self.partitioner, Partitioner::KeyGroups(_)) {
+        let keyed = matches!(self.partitioner, Partitioner::KeyGroups(_));
+        let element = if self.timestamped {
+            let mut timestamps =
+                std::mem::replace(&mut self.timestamp_buffers[target], Vec::with_capacity(BATCH_RECORDS_MAX));
+            timestamps.resize(full.len(), NO_TIMESTAMP);
+            let hashes = if keyed {
+                std::mem::replace(&mut self.hash_buffers[target], Vec::with_capacity(BATCH_RECORDS_MAX))
+            } else {
+                Vec::new()
+            };
+            StreamElement::TimestampedRecords { records: full, timestamps, hashes }
+        } else if keyed {
             let hashes = std::mem::replace(&mut self.hash_buffers[target], Vec::with_capacity(BATCH_RECORDS_MAX));
             StreamElement::KeyedRecords { records: full, hashes }
         } else {
@@ -188,10 +226,84 @@ impl<T: Send> ChannelOutput<T> {
         };
         self.send(target, element)
     }
+
+    /// Sends `element` (a watermark or a status) to every consumer, after the records before it.
+    fn broadcast(&mut self, element: impl Fn() -> StreamElement<T>) -> Result<(), TaskError> {
+        if self.ended {
+            return Ok(());
+        }
+        self.flush()?;
+        for target in 0..self.senders.len() {
+            self.send(target, element())?;
+        }
+        Ok(())
+    }
 }
 
 impl<T: Send> Operator<T> for ChannelOutput<T> {
+    fn process_timestamped_batch(
+        &mut self,
+        batch: &mut Vec<T>,
+        timestamps: &mut Vec<i64>,
+        hashes: &mut Vec<u32>,
+    ) -> Result<(), TaskError> {
+        hashes.clear();
+        if !self.timestamped {
+            // Records buffered so far had no timestamps.
+            self.timestamped = true;
+            for (buffer, timestamps) in self.buffers.iter().zip(&mut self.timestamp_buffers) {
+                timestamps.resize(buffer.len(), NO_TIMESTAMP);
+            }
+        }
+        let consumers = self.senders.len();
+        let hash = match &self.partitioner {
+            Partitioner::KeyGroups(hash) => Some(Arc::clone(hash)),
+            _ => None,
+        };
+        for (record, timestamp) in batch.drain(..).zip(timestamps.drain(..)) {
+            let target = match (&self.partitioner, &hash) {
+                (Partitioner::KeyGroups(_), Some(hash)) => {
+                    let stable_hash = hash(&record);
+                    let key_group = key_group_for_hash(stable_hash, self.max_parallelism);
+                    let target = compute_operator_index_for_key_group(self.max_parallelism, consumers as u32, key_group)
+                        as usize;
+                    self.hash_buffers[target].push(stable_hash);
+                    target
+                }
+                (Partitioner::Rebalance, _) => {
+                    let target = self.next_round_robin % consumers;
+                    self.next_round_robin = self.next_round_robin.wrapping_add(1);
+                    target
+                }
+                _ => (self.ctx.subtask_index as usize).min(consumers - 1),
+            };
+            self.buffers[target].push(record);
+            self.timestamp_buffers[target].push(timestamp);
+            if self.buffers[target].len() >= BATCH_RECORDS_MAX {
+                self.send_buffer(target)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn process_watermark(&mut self, watermark: i64) -> Result<(), TaskError> {
+        self.broadcast(|| StreamElement::Watermark(watermark))
+    }
+
+    fn process_watermark_status(&mut self, idle: bool) -> Result<(), TaskError> {
+        if self.idle == idle {
+            return Ok(());
+        }
+        self.idle = idle;
+        self.broadcast(|| StreamElement::WatermarkStatus(idle))
+    }
+
     fn process_batch(&mut self, batch: &mut Vec<T>) -> Result<(), TaskError> {
+        if self.timestamped {
+            // Once timestamps flow, untimestamped records travel with NO_TIMESTAMP.
+            let mut timestamps = vec![NO_TIMESTAMP; batch.len()];
+            return self.process_timestamped_batch(batch, &mut timestamps, &mut Vec::new());
+        }
         let consumers = self.senders.len();
         match &self.partitioner {
             Partitioner::Forward => {
@@ -472,6 +584,8 @@ impl<T: Send> TaskBody for SourceBody<T> {
                 Ok(Step::Idle)
             }
             SourcePoll::End => {
+                // Flink's final watermark: every event-time window and timer fires.
+                self.head.process_watermark(MAX_WATERMARK)?;
                 self.head.end_input()?;
                 self.head.flush()?;
                 match &self.ctx.end_of_data {
@@ -513,6 +627,13 @@ pub struct InputBody<T> {
     aborted: std::collections::BTreeSet<u64>,
     /// Inputs whose barrier arrived while others' did not yet (exactly-once alignment).
     blocked: Vec<bool>,
+    /// Per input, the newest watermark it sent, and whether it is idle.
+    input_watermarks: Vec<i64>,
+    input_idle: Vec<bool>,
+    /// The minimum over the active inputs, as passed to the chain last.
+    watermark: i64,
+    /// Every input still running is idle, and the chain was told so.
+    idle: bool,
     live: usize,
     next_input: usize,
     alignment: Option<Alignment>,
@@ -541,6 +662,10 @@ impl<T: Send> InputBody<T> {
             last_snapshot: 0,
             aborted: std::collections::BTreeSet::new(),
             blocked: vec![false; live],
+            input_watermarks: vec![MIN_WATERMARK; live],
+            input_idle: vec![false; live],
+            watermark: MIN_WATERMARK,
+            idle: false,
             live,
             next_input: 0,
             alignment: None,
@@ -568,6 +693,19 @@ impl<T: Send> InputBody<T> {
                 self.ctx.metrics.add_in(records.len());
                 self.head.process_hashed_batch(&mut records, &mut hashes)
             }
+            StreamElement::TimestampedRecords { mut records, mut timestamps, mut hashes } => {
+                self.ctx.metrics.add_in(records.len());
+                self.head.process_timestamped_batch(&mut records, &mut timestamps, &mut hashes)
+            }
+            StreamElement::Watermark(watermark) => {
+                let seen = &mut self.input_watermarks[input];
+                *seen = (*seen).max(watermark);
+                self.advance_watermark()
+            }
+            StreamElement::WatermarkStatus(idle) => {
+                self.input_idle[input] = idle;
+                self.advance_watermark()
+            }
             StreamElement::Barrier(barrier) => self.on_barrier(input, barrier),
             StreamElement::EndOfPartition => {
                 if !self.ended[input] {
@@ -577,7 +715,14 @@ impl<T: Send> InputBody<T> {
                 if self.live == 0 && !self.input_ended {
                     // The end of input runs before any later barrier is taken: a snapshot
                     // whose barrier came after every end of partition holds its results.
+                    // Every window and event-time timer fires first (the final watermark,
+                    // which a bounded source sends; sent here too for inputs without one).
                     self.input_ended = true;
+                    if self.watermark < MAX_WATERMARK {
+                        self.watermark = MAX_WATERMARK;
+                        self.ctx.metrics.set_input_watermark(MAX_WATERMARK);
+                        self.head.process_watermark(MAX_WATERMARK)?;
+                    }
                     self.head.end_input()?;
                     self.head.flush()?;
                 }
@@ -585,6 +730,27 @@ impl<T: Send> InputBody<T> {
                 self.complete_alignment_if_ready()
             }
         }
+    }
+
+    /// Passes the minimum watermark over the inputs that are neither idle nor ended to the
+    /// chain when it advanced; tells the chain when every running input went idle, or one
+    /// came back (Flink's `StatusWatermarkValve`).
+    fn advance_watermark(&mut self) -> Result<(), TaskError> {
+        let mut active = (0..self.inputs.len()).filter(|&i| !self.ended[i] && !self.input_idle[i]).peekable();
+        let all_idle = active.peek().is_none() && self.live > 0;
+        let combined = active.map(|i| self.input_watermarks[i]).min();
+        if let Some(combined) = combined
+            && combined > self.watermark
+        {
+            self.watermark = combined;
+            self.ctx.metrics.set_input_watermark(combined);
+            self.head.process_watermark(combined)?;
+        }
+        if all_idle != self.idle {
+            self.idle = all_idle;
+            self.head.process_watermark_status(all_idle)?;
+        }
+        Ok(())
     }
 
     fn on_barrier(&mut self, input: usize, barrier: Barrier) -> Result<(), TaskError> {
@@ -812,6 +978,12 @@ mod tests {
     impl Operator<u64> for Collect {
         fn process_batch(&mut self, batch: &mut Vec<u64>) -> Result<(), TaskError> {
             self.0.lock().unwrap().append(batch);
+            Ok(())
+        }
+        fn process_watermark(&mut self, _watermark: i64) -> Result<(), TaskError> {
+            Ok(())
+        }
+        fn process_watermark_status(&mut self, _idle: bool) -> Result<(), TaskError> {
             Ok(())
         }
         fn fire_timers(&mut self, _now_ms: u64) -> Result<(), TaskError> {

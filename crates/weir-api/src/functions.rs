@@ -14,22 +14,51 @@ pub type FnResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
 /// Where a function puts its output records.
 pub struct Collector<'a, O> {
     pub(crate) buffer: &'a mut Vec<O>,
+    /// When the output carries event timestamps: their column, and the timestamp every
+    /// record collected now gets (the input record's, or the firing timer's).
+    pub(crate) timestamps: Option<(&'a mut Vec<i64>, i64)>,
 }
 
-impl<O> Collector<'_, O> {
+impl<'a, O> Collector<'a, O> {
+    pub(crate) fn new(buffer: &'a mut Vec<O>) -> Self {
+        Collector { buffer, timestamps: None }
+    }
+
+    pub(crate) fn timestamped(buffer: &'a mut Vec<O>, timestamps: &'a mut Vec<i64>, timestamp: i64) -> Self {
+        Collector { buffer, timestamps: Some((timestamps, timestamp)) }
+    }
+
     /// Emits one record.
     #[inline]
     pub fn collect(&mut self, record: O) {
         self.buffer.push(record);
+        if let Some((timestamps, timestamp)) = &mut self.timestamps {
+            timestamps.push(*timestamp);
+        }
     }
+}
+
+/// Which clock a timer belongs to (Flink's `TimeDomain`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TimeDomain {
+    /// Event time: the timer fired because the watermark passed it.
+    EventTime,
+    /// Processing time: the timer fired because the wall clock passed it.
+    ProcessingTime,
 }
 
 /// The current key's state and timers, given to [`KeyedProcessFunction`] calls.
 pub struct KeyedContext<'a, K> {
     pub(crate) backend: &'a mut KeyedStateBackend<K>,
     pub(crate) timers: &'a mut TimerService<K>,
+    pub(crate) event_timers: &'a mut TimerService<K>,
     pub(crate) key: KeyRef<'a, K>,
     pub(crate) now_ms: u64,
+    /// The event timestamp of the record (or event-time timer) being processed.
+    pub(crate) timestamp: Option<i64>,
+    pub(crate) watermark: i64,
+    /// Set while a timer fires.
+    pub(crate) domain: Option<TimeDomain>,
 }
 
 impl<K: Key> KeyedContext<'_, K> {
@@ -76,6 +105,33 @@ impl<K: Key> KeyedContext<'_, K> {
     pub fn delete_processing_time_timer(&mut self, timestamp_ms: u64) {
         self.timers.delete(self.key.key, timestamp_ms);
     }
+
+    /// The event timestamp of the record being processed (of the timer, in `on_timer` for an
+    /// event-time timer); `None` when the stream has no timestamps (assign them with a
+    /// `WatermarkStrategy`).
+    pub fn timestamp(&self) -> Option<i64> {
+        self.timestamp
+    }
+
+    /// The operator's current watermark (`i64::MIN` before the first one).
+    pub fn current_watermark(&self) -> i64 {
+        self.watermark
+    }
+
+    /// Calls `on_timer` for the current key once the watermark reaches `timestamp`.
+    pub fn register_event_time_timer(&mut self, timestamp: i64) {
+        self.event_timers.register(self.key.key, weir_state::event_time_to_timer(timestamp));
+    }
+
+    /// Deletes an event-time timer registered for the current key.
+    pub fn delete_event_time_timer(&mut self, timestamp: i64) {
+        self.event_timers.delete(self.key.key, weir_state::event_time_to_timer(timestamp));
+    }
+
+    /// In `on_timer`: which clock fired the timer. `None` outside `on_timer`.
+    pub fn time_domain(&self) -> Option<TimeDomain> {
+        self.domain
+    }
 }
 
 /// All keys' state at the end of a bounded input.
@@ -111,10 +167,11 @@ pub trait KeyedProcessFunction<K, I, O>: Clone + Send + 'static {
     /// Handles one record of the current key.
     fn process_element(&mut self, record: I, ctx: &mut KeyedContext<'_, K>, out: &mut Collector<'_, O>) -> FnResult;
 
-    /// A processing-time timer of the current key fired.
+    /// A timer of the current key fired: its timestamp (epoch ms for a processing-time timer,
+    /// the event time for an event-time one); `ctx.time_domain()` says which.
     fn on_timer(
         &mut self,
-        _timestamp_ms: u64,
+        _timestamp: i64,
         _ctx: &mut KeyedContext<'_, K>,
         _out: &mut Collector<'_, O>,
     ) -> FnResult {

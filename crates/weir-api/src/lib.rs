@@ -35,6 +35,7 @@ pub mod sink;
 pub mod snapshot;
 pub mod source;
 pub mod testing;
+pub mod watermarks;
 
 /// Everything a job author needs in scope.
 pub mod prelude {
@@ -42,11 +43,12 @@ pub mod prelude {
     pub use crate::error::{ErrorDomain, TaskError};
     pub use crate::functions::{
         Collector, EndOfInputContext, FnResult, KeyedContext, KeyedProcessFunction, OperatorStateContext,
-        ProcessFunction,
+        ProcessFunction, TimeDomain,
     };
     pub use crate::sink::{Sink, SinkWriter};
     pub use crate::source::{Boundedness, Source, SourcePoll, SourceReader};
     pub use crate::testing::{CollectSink, EndlessSource, FailOn, RunningCount, VecSource};
+    pub use crate::watermarks::WatermarkStrategy;
     pub use weir_state::{ListState, MapState, ReducingState, StateDeclaration, ValueState};
     pub use weir_types::Key;
 }

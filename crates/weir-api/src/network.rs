@@ -39,6 +39,12 @@ pub enum WireElement<T> {
     Barrier(Barrier),
     /// The producer ended.
     EndOfPartition,
+    /// Records with event timestamps (and key hashes, or none).
+    TimestampedRecords(Vec<T>, Vec<i64>, Vec<u32>),
+    /// A watermark.
+    Watermark(i64),
+    /// The producer went idle (`true`) or active.
+    WatermarkStatus(bool),
 }
 
 impl<T> From<StreamElement<T>> for WireElement<T> {
@@ -48,6 +54,11 @@ impl<T> From<StreamElement<T>> for WireElement<T> {
             StreamElement::KeyedRecords { records, hashes } => WireElement::KeyedRecords(records, hashes),
             StreamElement::Barrier(barrier) => WireElement::Barrier(barrier),
             StreamElement::EndOfPartition => WireElement::EndOfPartition,
+            StreamElement::TimestampedRecords { records, timestamps, hashes } => {
+                WireElement::TimestampedRecords(records, timestamps, hashes)
+            }
+            StreamElement::Watermark(watermark) => WireElement::Watermark(watermark),
+            StreamElement::WatermarkStatus(idle) => WireElement::WatermarkStatus(idle),
         }
     }
 }
@@ -59,6 +70,11 @@ impl<T> From<WireElement<T>> for StreamElement<T> {
             WireElement::KeyedRecords(records, hashes) => StreamElement::KeyedRecords { records, hashes },
             WireElement::Barrier(barrier) => StreamElement::Barrier(barrier),
             WireElement::EndOfPartition => StreamElement::EndOfPartition,
+            WireElement::TimestampedRecords(records, timestamps, hashes) => {
+                StreamElement::TimestampedRecords { records, timestamps, hashes }
+            }
+            WireElement::Watermark(watermark) => StreamElement::Watermark(watermark),
+            WireElement::WatermarkStatus(idle) => StreamElement::WatermarkStatus(idle),
         }
     }
 }
@@ -242,21 +258,33 @@ mod tests {
                 }
             }
             producer_tx.send(StreamElement::KeyedRecords { records: vec![7], hashes: vec![42] }).unwrap();
+            producer_tx
+                .send(StreamElement::TimestampedRecords { records: vec![8, 9], timestamps: vec![-5, 6], hashes: vec![] })
+                .unwrap();
+            producer_tx.send(StreamElement::Watermark(-3)).unwrap();
+            producer_tx.send(StreamElement::WatermarkStatus(true)).unwrap();
             producer_tx.send(StreamElement::EndOfPartition).unwrap();
         });
         let mut records = Vec::new();
         let mut barriers = Vec::new();
         let mut keyed = None;
+        let mut timed = Vec::new();
         loop {
             match consumer_rx.recv_timeout(Duration::from_secs(10)).unwrap() {
                 StreamElement::Records(batch) => records.extend(batch),
                 StreamElement::KeyedRecords { records, hashes } => keyed = Some((records, hashes)),
+                StreamElement::TimestampedRecords { records, timestamps, .. } => {
+                    timed.push(format!("{records:?}@{timestamps:?}"))
+                }
+                StreamElement::Watermark(watermark) => timed.push(format!("watermark {watermark}")),
+                StreamElement::WatermarkStatus(idle) => timed.push(format!("idle {idle}")),
                 StreamElement::Barrier(barrier) => {
                     barriers.push((barrier.checkpoint_id, records.len()));
                 }
                 StreamElement::EndOfPartition => break,
             }
         }
+        assert_eq!(timed, ["[8, 9]@[-5, 6]", "watermark -3", "idle true"]);
         feeder.join().unwrap();
         assert_eq!(records, (0..2000).collect::<Vec<u64>>());
         // Each barrier arrived right after the records sent before it.

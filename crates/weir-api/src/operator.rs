@@ -12,6 +12,13 @@ use weir_types::JobId;
 use crate::error::TaskError;
 use crate::snapshot::{Barrier, RestoredOperator, SnapshotSink, TaskControl, TaskSnapshot};
 
+/// A record without an event timestamp (Flink's `Long.MIN_VALUE`).
+pub const NO_TIMESTAMP: i64 = i64::MIN;
+/// The watermark before any was seen.
+pub const MIN_WATERMARK: i64 = i64::MIN;
+/// The watermark at the end of a bounded input: every event-time timer and window fires.
+pub const MAX_WATERMARK: i64 = i64::MAX;
+
 /// Records a source reads or a channel carries in one batch, at most.
 pub const BATCH_RECORDS_MAX: usize = 1024;
 /// Longest a task blocks waiting for input before it re-checks cancellation and timers.
@@ -31,6 +38,27 @@ pub trait Operator<I>: Send {
         hashes.clear();
         self.process_batch(batch)
     }
+
+    /// Processes and drains a batch whose records carry event timestamps (`timestamps[i]` is
+    /// `batch[i]`'s, [`NO_TIMESTAMP`] for none); `hashes` is empty unless the batch came over
+    /// a key-partitioned channel. Links that do not care about time drop the timestamps.
+    fn process_timestamped_batch(
+        &mut self,
+        batch: &mut Vec<I>,
+        timestamps: &mut Vec<i64>,
+        hashes: &mut Vec<u32>,
+    ) -> Result<(), TaskError> {
+        timestamps.clear();
+        if hashes.is_empty() { self.process_batch(batch) } else { self.process_hashed_batch(batch, hashes) }
+    }
+
+    /// The event-time clock of this link's input advanced to `watermark`: fire the event-time
+    /// timers it passed, then pass it on (Flink's `processWatermark`).
+    fn process_watermark(&mut self, watermark: i64) -> Result<(), TaskError>;
+
+    /// The input went idle (`true`) or active again: an idle stream does not hold back the
+    /// watermark of the operators it feeds (Flink's `WatermarkStatus`).
+    fn process_watermark_status(&mut self, idle: bool) -> Result<(), TaskError>;
 
     /// Fires processing-time timers due at `now_ms`, here and further down the chain.
     fn fire_timers(&mut self, now_ms: u64) -> Result<(), TaskError>;
@@ -76,6 +104,13 @@ pub struct TaskMetrics {
     /// Records a source skipped because they could not be deserialised (when the user chose
     /// to skip such records rather than fail).
     pub records_skipped: AtomicU64,
+    /// The watermark of the subtask's input (the minimum over its active input channels;
+    /// [`MIN_WATERMARK`] before the first), stored order-preserving as `u64` (sign bit
+    /// flipped) so the default 0 means none.
+    pub input_watermark: AtomicU64,
+    /// Records that came after the watermark had passed their windows' ends (plus allowed
+    /// lateness) and were dropped or sent to a late-data side output.
+    pub records_late: AtomicU64,
 }
 
 /// Where a source reads one split, for metrics: a Kafka partition's next offset and how far
@@ -115,6 +150,17 @@ impl TaskMetrics {
 }
 
 impl TaskMetrics {
+    /// Publishes the input watermark.
+    pub fn set_input_watermark(&self, watermark: i64) {
+        self.input_watermark.store(weir_state::event_time_to_timer(watermark), Ordering::Relaxed);
+    }
+
+    /// The input watermark, `None` before the first.
+    pub fn input_watermark(&self) -> Option<i64> {
+        let watermark = weir_state::timer_to_event_time(self.input_watermark.load(Ordering::Relaxed));
+        (watermark != MIN_WATERMARK).then_some(watermark)
+    }
+
     /// Replaces the split positions (a source reader, about once a second).
     pub fn set_splits(&self, splits: Vec<SplitPosition>) {
         *self.splits.lock().unwrap_or_else(|p| p.into_inner()) = splits;
@@ -201,6 +247,9 @@ pub struct TaskContext {
     pub spill: Option<weir_state::spill::SpillOptions>,
     /// Which run of the job this is: 0 first, +1 for every restart after a failure.
     pub attempt: u32,
+    /// How often watermark strategies emit watermarks, ms (`pipeline.auto-watermark-interval`;
+    /// 0: only the final one).
+    pub auto_watermark_interval_ms: u64,
     /// Set when the job takes periodic checkpoints: at the end of its input the task reports
     /// here and keeps taking part in checkpoints instead of ending; it ends when the job
     /// master sends [`TaskControl::Finish`], after a checkpoint that followed the end of
@@ -262,6 +311,7 @@ impl TaskContext {
             exactly_once: true,
             spill: None,
             attempt: 0,
+            auto_watermark_interval_ms: 200,
             end_of_data: None,
         }
     }
@@ -295,6 +345,12 @@ pub struct Discard;
 impl<T: Send> Operator<T> for Discard {
     fn process_batch(&mut self, batch: &mut Vec<T>) -> Result<(), TaskError> {
         batch.clear();
+        Ok(())
+    }
+    fn process_watermark(&mut self, _watermark: i64) -> Result<(), TaskError> {
+        Ok(())
+    }
+    fn process_watermark_status(&mut self, _idle: bool) -> Result<(), TaskError> {
         Ok(())
     }
     fn fire_timers(&mut self, _now_ms: u64) -> Result<(), TaskError> {
@@ -348,6 +404,21 @@ impl<T: Send> Operator<T> for Metered<T> {
         self.count(batch.len());
         self.inner.process_hashed_batch(batch, hashes)
     }
+    fn process_timestamped_batch(
+        &mut self,
+        batch: &mut Vec<T>,
+        timestamps: &mut Vec<i64>,
+        hashes: &mut Vec<u32>,
+    ) -> Result<(), TaskError> {
+        self.count(batch.len());
+        self.inner.process_timestamped_batch(batch, timestamps, hashes)
+    }
+    fn process_watermark(&mut self, watermark: i64) -> Result<(), TaskError> {
+        self.inner.process_watermark(watermark)
+    }
+    fn process_watermark_status(&mut self, idle: bool) -> Result<(), TaskError> {
+        self.inner.process_watermark_status(idle)
+    }
     fn fire_timers(&mut self, now_ms: u64) -> Result<(), TaskError> {
         self.inner.fire_timers(now_ms)
     }
@@ -393,6 +464,39 @@ impl<T: Clone + Send> Operator<T> for Tee<T> {
             }
         }
         batch.clear();
+        Ok(())
+    }
+    fn process_timestamped_batch(
+        &mut self,
+        batch: &mut Vec<T>,
+        timestamps: &mut Vec<i64>,
+        hashes: &mut Vec<u32>,
+    ) -> Result<(), TaskError> {
+        let last = self.outputs.len().saturating_sub(1);
+        for (index, output) in self.outputs.iter_mut().enumerate() {
+            if index == last {
+                output.process_timestamped_batch(batch, timestamps, &mut Vec::new())?;
+            } else {
+                self.scratch.extend(batch.iter().cloned());
+                let mut copy = timestamps.clone();
+                output.process_timestamped_batch(&mut self.scratch, &mut copy, &mut Vec::new())?;
+            }
+        }
+        batch.clear();
+        timestamps.clear();
+        hashes.clear();
+        Ok(())
+    }
+    fn process_watermark(&mut self, watermark: i64) -> Result<(), TaskError> {
+        for output in &mut self.outputs {
+            output.process_watermark(watermark)?;
+        }
+        Ok(())
+    }
+    fn process_watermark_status(&mut self, idle: bool) -> Result<(), TaskError> {
+        for output in &mut self.outputs {
+            output.process_watermark_status(idle)?;
+        }
         Ok(())
     }
     fn fire_timers(&mut self, now_ms: u64) -> Result<(), TaskError> {

@@ -115,6 +115,16 @@ pub const PIPELINE_MAX_PARALLELISM: ConfigOption<Option<u32>> = ConfigOption {
     default: || None,
 };
 
+/// `pipeline.auto-watermark-interval`: how often watermark strategies emit watermarks.
+pub const PIPELINE_AUTO_WATERMARK_INTERVAL: ConfigOption<Duration> = ConfigOption {
+    key: "pipeline.auto-watermark-interval",
+    fallback_keys: &[],
+    default_description: "200ms",
+    description: "interval at which periodic watermarks are emitted; 0 emits only the final watermark",
+    parse: crate::duration::parse_duration,
+    default: || Duration::from_millis(200),
+};
+
 /// `rest.address`: the address clients use to reach the REST endpoint.
 pub const REST_ADDRESS: ConfigOption<String> = ConfigOption {
     key: "rest.address",
@@ -685,6 +695,7 @@ pub const OPERATOR_REST_PORT: ConfigOption<u16> = ConfigOption {
 pub const ALL: &[OptionInfo] = &[
     PARALLELISM_DEFAULT.info(),
     PIPELINE_MAX_PARALLELISM.info(),
+    PIPELINE_AUTO_WATERMARK_INTERVAL.info(),
     REST_ADDRESS.info(),
     REST_PORT.info(),
     REST_BIND_ADDRESS.info(),
@@ -742,6 +753,7 @@ pub const ALL: &[OptionInfo] = &[
 pub const ALL_KEYS: &[&str] = &[
     PARALLELISM_DEFAULT.key,
     PIPELINE_MAX_PARALLELISM.key,
+    PIPELINE_AUTO_WATERMARK_INTERVAL.key,
     REST_ADDRESS.key,
     REST_PORT.key,
     REST_BIND_ADDRESS.key,

@@ -291,6 +291,7 @@ pub fn deploy<E: From<TaskEvent> + Send + 'static>(
                 exactly_once: checkpointing.exactly_once,
                 spill: checkpointing.spill.clone(),
                 attempt: job_ctx.attempt,
+                auto_watermark_interval_ms: job.auto_watermark_interval_ms,
                 end_of_data: if checkpointing.final_checkpoint {
                     let events = events.clone();
                     let report: Arc<dyn Fn() + Send + Sync> = Arc::new(move || {

@@ -25,7 +25,12 @@ pub struct JobSettings {
     pub failover_full: bool,
     /// High availability: the job's HA store, and what a new leader recovered.
     pub ha: Option<JobHa>,
+    /// `pipeline.auto-watermark-interval` in ms (`None`: Flink's 200 ms).
+    pub auto_watermark_interval_ms: Option<u64>,
 }
+
+/// Flink's default `pipeline.auto-watermark-interval`.
+pub const DEFAULT_AUTO_WATERMARK_INTERVAL_MS: u64 = 200;
 
 /// A job's high-availability wiring.
 #[derive(Clone)]
@@ -91,6 +96,8 @@ pub struct JobGraph {
     pub edges: Vec<JobEdge>,
     /// For each stream node, the vertex it runs in.
     pub vertex_of_node: Vec<usize>,
+    /// How often watermark strategies emit, ms.
+    pub auto_watermark_interval_ms: u64,
 }
 
 /// Why a job graph cannot be built.
@@ -224,7 +231,14 @@ impl JobGraph {
                 });
             }
         }
-        Ok(JobGraph { job_name: graph.job_name.clone(), max_parallelism, vertices, edges, vertex_of_node })
+        Ok(JobGraph {
+            job_name: graph.job_name.clone(),
+            max_parallelism,
+            vertices,
+            edges,
+            vertex_of_node,
+            auto_watermark_interval_ms: settings.auto_watermark_interval_ms.unwrap_or(DEFAULT_AUTO_WATERMARK_INTERVAL_MS),
+        })
     }
 
     /// Edges into `vertex`.

@@ -128,7 +128,7 @@ impl KeyedProcessFunction<u64, u64, String> for TimerEcho {
         Ok(())
     }
 
-    fn on_timer(&mut self, _ts: u64, ctx: &mut KeyedContext<'_, u64>, out: &mut Collector<'_, String>) -> FnResult {
+    fn on_timer(&mut self, _ts: i64, ctx: &mut KeyedContext<'_, u64>, out: &mut Collector<'_, String>) -> FnResult {
         let key = *ctx.current_key();
         let seen = ctx.value(&self.seen)?.get().copied().unwrap_or_default();
         out.collect(format!("timer {key} {seen}"));

@@ -24,7 +24,9 @@ pub use error::StateError;
 pub use handles::{ListState, MapState, ReducingState, StateDeclaration, StateKind, ValueState};
 pub use keymap::{KeyRef, memory_hash};
 pub use table::{RestoredTable, TableSnapshot};
-pub use timers::{TIMERS_STATE, TimerService, TimersSnapshot};
+pub use timers::{
+    EVENT_TIMERS_STATE, TIMERS_STATE, TimerService, TimersSnapshot, event_time_to_timer, timer_to_event_time,
+};
 
 /// Hash maps for in-memory state: fast, and never persisted or used for routing, so the
 /// hasher's seed does not matter (snapshots are written in canonical key-byte order).

@@ -1,4 +1,5 @@
-//! Processing-time timers of a keyed operator: at most one timer per key and timestamp.
+//! Timers of a keyed operator, one service per time domain (processing time, event time): at
+//! most one timer per key and timestamp.
 
 use std::collections::{BTreeMap, HashSet};
 use std::hash::Hash;
@@ -10,22 +11,50 @@ use crate::error::StateError;
 use crate::handles::StateKind;
 use crate::table::{RestoredTable, TableSnapshot};
 
-/// The name under which a keyed operator's timers are stored in a snapshot.
+/// The name under which a keyed operator's processing-time timers are stored in a snapshot.
 pub const TIMERS_STATE: &str = "__timers";
+/// The name under which a keyed operator's event-time timers are stored in a snapshot. Their
+/// timestamps are event times (`i64` epoch ms) mapped order-preserving onto `u64`
+/// ([`event_time_to_timer`]).
+pub const EVENT_TIMERS_STATE: &str = "__event_timers";
+
+/// An event time as a timer timestamp: `i64` onto `u64` keeping the order (the sign bit
+/// flipped), so event times before 1970 order right too.
+pub fn event_time_to_timer(event_time: i64) -> u64 {
+    (event_time as u64) ^ (1 << 63)
+}
+
+/// The event time of a timer timestamp made by [`event_time_to_timer`].
+pub fn timer_to_event_time(timer: u64) -> i64 {
+    (timer ^ (1 << 63)) as i64
+}
 
 /// The pending timers of one keyed operator in one subtask.
 pub struct TimerService<K> {
     by_time: BTreeMap<u64, Vec<K>>,
     registered: HashSet<(K, u64), foldhash::fast::RandomState>,
+    /// The state name in snapshots ([`TIMERS_STATE`] or [`EVENT_TIMERS_STATE`]).
+    name: &'static str,
 }
 
 impl<K: Eq + Hash + Clone> Default for TimerService<K> {
+    /// Processing-time timers.
     fn default() -> Self {
-        TimerService { by_time: BTreeMap::new(), registered: HashSet::default() }
+        TimerService::named(TIMERS_STATE)
     }
 }
 
 impl<K: Eq + Hash + Clone> TimerService<K> {
+    /// Timers stored in snapshots as state `name`.
+    pub fn named(name: &'static str) -> Self {
+        TimerService { by_time: BTreeMap::new(), registered: HashSet::default(), name }
+    }
+
+    /// The state name of these timers in snapshots.
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
     /// Registers a timer for `key` at `timestamp_ms`; a duplicate is ignored, as in Flink.
     pub fn register(&mut self, key: &K, timestamp_ms: u64) {
         if self.registered.insert((key.clone(), timestamp_ms)) {
@@ -92,14 +121,14 @@ impl<K: Key> TimerService<K> {
             timestamps.sort_unstable();
             groups.entry(key_group).or_default().push((key_bytes, timestamps));
         }
-        TimersSnapshot { range, groups }
+        TimersSnapshot { range, groups, name: self.name }
     }
 
     /// Registers the timers of a restored snapshot table.
     pub fn restore(&mut self, table: &RestoredTable) -> Result<(), StateError> {
         for (key_group, (bytes, _)) in &table.key_groups {
             let corrupt = |what: &str, e: postcard::Error| StateError::Corrupt {
-                name: TIMERS_STATE.to_string(),
+                name: self.name.to_string(),
                 key_group: *key_group,
                 reason: format!("cannot decode {what}: {e}"),
             };
@@ -122,17 +151,18 @@ type KeyTimers = (Vec<u8>, Vec<u64>);
 pub struct TimersSnapshot {
     range: KeyGroupRange,
     groups: BTreeMap<u32, Vec<KeyTimers>>,
+    name: &'static str,
 }
 
 impl TableSnapshot for TimersSnapshot {
     fn name(&self) -> &str {
-        TIMERS_STATE
+        self.name
     }
     fn kind(&self) -> StateKind {
         StateKind::Timers
     }
     fn cell_type(&self) -> &str {
-        "processing-time timers"
+        if self.name == EVENT_TIMERS_STATE { "event-time timers" } else { "processing-time timers" }
     }
     fn key_group_entries(&self, key_group: u32) -> u64 {
         if !self.range.contains(key_group) {
@@ -144,7 +174,7 @@ impl TableSnapshot for TimersSnapshot {
         let empty = Vec::new();
         let entries = self.groups.get(&key_group).unwrap_or(&empty);
         postcard::to_io(entries, out).map(|_| ()).map_err(|e| StateError::Corrupt {
-            name: TIMERS_STATE.to_string(),
+            name: self.name.to_string(),
             key_group,
             reason: format!("cannot encode: {e}"),
         })

@@ -3,12 +3,14 @@
 use std::marker::PhantomData;
 use std::sync::Arc;
 
-use weir_state::{KeyedStateBackend, TIMERS_STATE, TimerService};
+use weir_state::{
+    EVENT_TIMERS_STATE, KeyedStateBackend, TIMERS_STATE, TimerService, event_time_to_timer, timer_to_event_time,
+};
 use weir_types::{Key, compute_key_group_range_for_operator_index};
 
 use crate::error::TaskError;
-use crate::functions::{Collector, EndOfInputContext, KeyedContext, KeyedProcessFunction};
-use crate::operator::{Clock, Operator, TaskContext};
+use crate::functions::{Collector, EndOfInputContext, KeyedContext, KeyedProcessFunction, TimeDomain};
+use crate::operator::{Clock, MIN_WATERMARK, NO_TIMESTAMP, Operator, TaskContext};
 use crate::snapshot::{Barrier, OperatorSnapshotData, RestoredOperator, TaskSnapshot};
 
 /// Extracts the key of a record.
@@ -22,8 +24,13 @@ pub struct KeyedProcessOperator<K, I, O, F> {
     key_selector: KeySelector<I, K>,
     backend: KeyedStateBackend<K>,
     timers: TimerService<K>,
+    event_timers: TimerService<K>,
+    /// The watermark of the input (the last one passed on).
+    watermark: i64,
     clock: Arc<dyn Clock>,
     out: Vec<O>,
+    /// The output's timestamps: empty, or one per record of `out`.
+    out_timestamps: Vec<i64>,
     next: Box<dyn Operator<O>>,
     /// Restored as finished: its end-of-input results were emitted before the snapshot.
     finished_on_restore: bool,
@@ -44,8 +51,11 @@ impl<K: Key, I, O, F> KeyedProcessOperator<K, I, O, F> {
                 None => KeyedStateBackend::new(range, ctx.max_parallelism),
             },
             timers: TimerService::default(),
+            event_timers: TimerService::named(EVENT_TIMERS_STATE),
+            watermark: MIN_WATERMARK,
             clock: Arc::clone(&ctx.clock),
             out: Vec::new(),
+            out_timestamps: Vec::new(),
             next,
             finished_on_restore: false,
             _input: PhantomData,
@@ -66,8 +76,9 @@ impl<K: Key, I, O, F> KeyedProcessOperator<K, I, O, F> {
         let key_type = restored.key_type.clone().unwrap_or_default();
         let mut tables = Vec::with_capacity(restored.keyed.len());
         for table in &restored.keyed {
-            if table.name == TIMERS_STATE {
-                self.timers.restore(table).map_err(|e| {
+            if table.name == TIMERS_STATE || table.name == EVENT_TIMERS_STATE {
+                let timers = if table.name == TIMERS_STATE { &mut self.timers } else { &mut self.event_timers };
+                timers.restore(table).map_err(|e| {
                     TaskError::user(&self.name, format!("cannot restore the timers of operator '{}': {e}", self.uid))
                 })?;
             } else {
@@ -101,15 +112,31 @@ where
     }
 
     #[inline]
-    fn process_one(&mut self, record: I, key: &K, stable_hash: u32, now_ms: u64) -> Result<(), TaskError> {
+    fn process_one(
+        &mut self,
+        record: I,
+        key: &K,
+        stable_hash: u32,
+        now_ms: u64,
+        timestamp: Option<i64>,
+    ) -> Result<(), TaskError> {
         let located = match self.backend.locate_hashed(key, stable_hash) {
             Ok(located) => located,
             Err(e) => {
                 return Err(TaskError::Internal(format!("{}: record routed to the wrong subtask: {e}", self.name)));
             }
         };
-        let mut ctx = KeyedContext { backend: &mut self.backend, timers: &mut self.timers, key: located, now_ms };
-        let mut out = Collector { buffer: &mut self.out };
+        let mut ctx = KeyedContext {
+            backend: &mut self.backend,
+            timers: &mut self.timers,
+            event_timers: &mut self.event_timers,
+            key: located,
+            now_ms,
+            timestamp,
+            watermark: self.watermark,
+            domain: None,
+        };
+        let mut out = output(&mut self.out, &mut self.out_timestamps, timestamp);
         match self.func.process_element(record, &mut ctx, &mut out) {
             Ok(()) => Ok(()),
             Err(e) => Err(TaskError::user(&self.name, e)),
@@ -120,7 +147,57 @@ where
         if self.out.is_empty() {
             return Ok(());
         }
-        self.next.process_batch(&mut self.out)
+        if self.out_timestamps.is_empty() {
+            return self.next.process_batch(&mut self.out);
+        }
+        self.next.process_timestamped_batch(&mut self.out, &mut self.out_timestamps, &mut Vec::new())
+    }
+
+    /// Fires the timers of `domain` due at `due` (a timer timestamp).
+    fn fire(&mut self, domain: TimeDomain, due: u64, now_ms: u64) -> Result<(), TaskError> {
+        loop {
+            let timers = match domain {
+                TimeDomain::ProcessingTime => &mut self.timers,
+                TimeDomain::EventTime => &mut self.event_timers,
+            };
+            let Some((timer, key)) = timers.pop_due(due) else { break };
+            let located = match self.backend.locate(&key) {
+                Ok(located) => located,
+                Err(e) => return Err(self.user_error(e)),
+            };
+            // An event-time timer's output carries its time; a processing-time one's none.
+            let (timestamp, fired_at) = match domain {
+                TimeDomain::EventTime => (Some(timer_to_event_time(timer)), timer_to_event_time(timer)),
+                TimeDomain::ProcessingTime => (None, timer as i64),
+            };
+            let mut ctx = KeyedContext {
+                backend: &mut self.backend,
+                timers: &mut self.timers,
+                event_timers: &mut self.event_timers,
+                key: located,
+                now_ms,
+                timestamp,
+                watermark: self.watermark,
+                domain: Some(domain),
+            };
+            let mut out = output(&mut self.out, &mut self.out_timestamps, timestamp);
+            if let Err(e) = self.func.on_timer(fired_at, &mut ctx, &mut out) {
+                return Err(TaskError::user(&self.name, e));
+            }
+        }
+        self.emit()
+    }
+}
+
+/// A collector into `out`, keeping `timestamps` one per record once any record has one.
+fn output<'a, O>(out: &'a mut Vec<O>, timestamps: &'a mut Vec<i64>, timestamp: Option<i64>) -> Collector<'a, O> {
+    match timestamp {
+        Some(timestamp) => {
+            timestamps.resize(out.len(), NO_TIMESTAMP);
+            Collector::timestamped(out, timestamps, timestamp)
+        }
+        None if timestamps.is_empty() => Collector::new(out),
+        None => Collector::timestamped(out, timestamps, NO_TIMESTAMP),
     }
 }
 
@@ -137,9 +214,50 @@ where
         for record in batch.drain(..) {
             let key = (self.key_selector)(&record);
             let stable_hash = key.stable_hash();
-            self.process_one(record, &key, stable_hash, now_ms)?;
+            self.process_one(record, &key, stable_hash, now_ms, None)?;
         }
         self.emit()
+    }
+
+    fn process_timestamped_batch(
+        &mut self,
+        batch: &mut Vec<I>,
+        timestamps: &mut Vec<i64>,
+        hashes: &mut Vec<u32>,
+    ) -> Result<(), TaskError> {
+        if batch.len() != timestamps.len() || (!hashes.is_empty() && hashes.len() != batch.len()) {
+            return Err(TaskError::Internal(format!(
+                "{}: {} records arrived with {} timestamps and {} key hashes",
+                self.name,
+                batch.len(),
+                timestamps.len(),
+                hashes.len()
+            )));
+        }
+        let now_ms = self.clock.now_ms();
+        let hashed = !hashes.is_empty();
+        for (index, (record, timestamp)) in batch.drain(..).zip(timestamps.drain(..)).enumerate() {
+            let key = (self.key_selector)(&record);
+            let stable_hash = if hashed { hashes[index] } else { key.stable_hash() };
+            let timestamp = (timestamp != NO_TIMESTAMP).then_some(timestamp);
+            self.process_one(record, &key, stable_hash, now_ms, timestamp)?;
+        }
+        hashes.clear();
+        self.emit()
+    }
+
+    fn process_watermark(&mut self, watermark: i64) -> Result<(), TaskError> {
+        if watermark <= self.watermark {
+            return Ok(());
+        }
+        self.watermark = watermark;
+        let now_ms = self.clock.now_ms();
+        self.fire(TimeDomain::EventTime, event_time_to_timer(watermark), now_ms)?;
+        self.next.process_watermark(watermark)
+    }
+
+    fn process_watermark_status(&mut self, idle: bool) -> Result<(), TaskError> {
+        self.next.process_watermark_status(idle)
     }
 
     fn process_hashed_batch(&mut self, batch: &mut Vec<I>, hashes: &mut Vec<u32>) -> Result<(), TaskError> {
@@ -156,26 +274,13 @@ where
             let key = (self.key_selector)(&record);
             // Paired check: the partitioner hashed the same key with the same function.
             debug_assert_eq!(key.stable_hash(), stable_hash);
-            self.process_one(record, &key, stable_hash, now_ms)?;
+            self.process_one(record, &key, stable_hash, now_ms, None)?;
         }
         self.emit()
     }
 
     fn fire_timers(&mut self, now_ms: u64) -> Result<(), TaskError> {
-        while let Some((timestamp, key)) = self.timers.pop_due(now_ms) {
-            let located = match self.backend.locate(&key) {
-                Ok(located) => located,
-                Err(e) => return Err(self.user_error(e)),
-            };
-            let mut ctx = KeyedContext { backend: &mut self.backend, timers: &mut self.timers, key: located, now_ms };
-            let mut out = Collector { buffer: &mut self.out };
-            if let Err(e) = self.func.on_timer(timestamp, &mut ctx, &mut out) {
-                return Err(TaskError::user(&self.name, e));
-            }
-        }
-        if !self.out.is_empty() {
-            self.next.process_batch(&mut self.out)?;
-        }
+        self.fire(TimeDomain::ProcessingTime, now_ms, now_ms)?;
         self.next.fire_timers(now_ms)
     }
 
@@ -192,13 +297,11 @@ where
             return self.next.end_input();
         }
         let mut ctx = EndOfInputContext { backend: &mut self.backend };
-        let mut out = Collector { buffer: &mut self.out };
+        let mut out = output(&mut self.out, &mut self.out_timestamps, None);
         if let Err(e) = self.func.on_end_of_input(&mut ctx, &mut out) {
             return Err(TaskError::user(&self.name, e));
         }
-        if !self.out.is_empty() {
-            self.next.process_batch(&mut self.out)?;
-        }
+        self.emit()?;
         self.next.end_input()
     }
 
@@ -209,9 +312,11 @@ where
     fn snapshot_state(&mut self, barrier: &Barrier, snapshot: &mut TaskSnapshot) -> Result<(), TaskError> {
         let native = barrier.kind.format() == crate::snapshot::SnapshotFormat::Native;
         let mut keyed = self.backend.snapshot_in(native, barrier.checkpoint_id);
-        if !self.timers.is_empty() {
-            // Timers are keyed state too: restored with their keys' groups after a rescale.
-            keyed.tables.push(Box::new(self.timers.snapshot(keyed.range, self.backend.max_parallelism())));
+        // Timers are keyed state too: restored with their keys' groups after a rescale.
+        for timers in [&self.timers, &self.event_timers] {
+            if !timers.is_empty() {
+                keyed.tables.push(Box::new(timers.snapshot(keyed.range, self.backend.max_parallelism())));
+            }
         }
         snapshot.operators.push(OperatorSnapshotData {
             uid: self.uid.clone(),

@@ -4,8 +4,10 @@ mod keyed_process;
 mod process;
 mod sink;
 mod stateless;
+mod watermarks;
 
 pub use keyed_process::KeyedProcessOperator;
 pub use process::ProcessOperator;
 pub use sink::SinkOperator;
 pub use stateless::{FilterOperator, FlatMapOperator, MapOperator};
+pub use watermarks::TimestampsAndWatermarksOperator;

@@ -14,6 +14,7 @@ pub struct ProcessOperator<I, O, F> {
     uid: String,
     func: F,
     out: Vec<O>,
+    out_timestamps: Vec<i64>,
     next: Box<dyn Operator<O>>,
     /// Restored as finished: its end-of-input results were emitted before the snapshot.
     finished_on_restore: bool,
@@ -36,6 +37,7 @@ impl<I, O, F: ProcessFunction<I, O>> ProcessOperator<I, O, F> {
             uid: ctx.operator_uid.clone(),
             func,
             out: Vec::new(),
+            out_timestamps: Vec::new(),
             next,
             finished_on_restore: crate::snapshot::RestoredOperator::is_finished(ctx.restored_operator()),
             _input: PhantomData,
@@ -53,12 +55,39 @@ impl<I, O, F: ProcessFunction<I, O>> ProcessOperator<I, O, F> {
 impl<I: Send, O: Send, F: ProcessFunction<I, O>> Operator<I> for ProcessOperator<I, O, F> {
     fn process_batch(&mut self, batch: &mut Vec<I>) -> Result<(), TaskError> {
         for record in batch.drain(..) {
-            let mut out = Collector { buffer: &mut self.out };
+            let mut out = Collector::new(&mut self.out);
             if let Err(e) = self.func.process_element(record, &mut out) {
                 return Err(TaskError::user(&self.name, e));
             }
         }
         self.emit()
+    }
+
+    fn process_timestamped_batch(
+        &mut self,
+        batch: &mut Vec<I>,
+        timestamps: &mut Vec<i64>,
+        hashes: &mut Vec<u32>,
+    ) -> Result<(), TaskError> {
+        hashes.clear();
+        for (record, timestamp) in batch.drain(..).zip(timestamps.drain(..)) {
+            let mut out = Collector::timestamped(&mut self.out, &mut self.out_timestamps, timestamp);
+            if let Err(e) = self.func.process_element(record, &mut out) {
+                return Err(TaskError::user(&self.name, e));
+            }
+        }
+        if self.out.is_empty() {
+            return Ok(());
+        }
+        self.next.process_timestamped_batch(&mut self.out, &mut self.out_timestamps, &mut Vec::new())
+    }
+
+    fn process_watermark(&mut self, watermark: i64) -> Result<(), TaskError> {
+        self.next.process_watermark(watermark)
+    }
+
+    fn process_watermark_status(&mut self, idle: bool) -> Result<(), TaskError> {
+        self.next.process_watermark_status(idle)
     }
 
     fn fire_timers(&mut self, now_ms: u64) -> Result<(), TaskError> {
@@ -73,7 +102,7 @@ impl<I: Send, O: Send, F: ProcessFunction<I, O>> Operator<I> for ProcessOperator
         if self.finished_on_restore {
             return self.next.end_input();
         }
-        let mut out = Collector { buffer: &mut self.out };
+        let mut out = Collector::new(&mut self.out);
         if let Err(e) = self.func.on_end_of_input(&mut out) {
             return Err(TaskError::user(&self.name, e));
         }

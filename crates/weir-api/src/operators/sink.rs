@@ -28,6 +28,12 @@ impl<T: Send> Operator<T> for SinkOperator<T> {
         self.metrics.add_out(batch.len());
         self.writer.write_batch(batch)
     }
+    fn process_watermark(&mut self, _watermark: i64) -> Result<(), TaskError> {
+        Ok(())
+    }
+    fn process_watermark_status(&mut self, _idle: bool) -> Result<(), TaskError> {
+        Ok(())
+    }
     fn fire_timers(&mut self, _now_ms: u64) -> Result<(), TaskError> {
         Ok(())
     }

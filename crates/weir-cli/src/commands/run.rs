@@ -10,7 +10,7 @@ use weir_checkpoint::{SnapshotMetadata, load_metadata};
 use weir_config::Configuration;
 use weir_config::FailoverStrategy;
 use weir_config::options::{
-    FAILOVER_STRATEGY, PARALLELISM_DEFAULT, PIPELINE_MAX_PARALLELISM, PIPELINE_NAME, REST_ADDRESS, REST_BIND_ADDRESS,
+    FAILOVER_STRATEGY, PARALLELISM_DEFAULT, PIPELINE_AUTO_WATERMARK_INTERVAL, PIPELINE_MAX_PARALLELISM, PIPELINE_NAME, REST_ADDRESS, REST_BIND_ADDRESS,
     REST_PORT,
 };
 use weir_rest::{ClusterInfo, RestServer};
@@ -58,6 +58,9 @@ pub fn prepare(
         executor: None,
         failover_full: config.get(&FAILOVER_STRATEGY).map_err(CliError::usage)? == FailoverStrategy::Full,
         ha: None,
+        auto_watermark_interval_ms: Some(
+            config.get(&PIPELINE_AUTO_WATERMARK_INTERVAL).map_err(CliError::usage)?.as_millis() as u64,
+        ),
     };
     let mut notes = Vec::new();
     if let Some(path) = savepoint {

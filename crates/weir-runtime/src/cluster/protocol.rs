@@ -62,6 +62,9 @@ pub struct DeploySpec {
     pub spill: Option<weir_state::spill::SpillOptions>,
     /// The snapshot to restore (a checkpoint or savepoint location).
     pub restore: Option<String>,
+    /// `pipeline.auto-watermark-interval`, ms.
+    #[serde(default)]
+    pub auto_watermark_interval_ms: Option<u64>,
     /// Deploy only this pipelined region (`JobGraph::regions()` numbering); `None`: all.
     /// `slot_addresses` then hold the region's slots.
     #[serde(default)]

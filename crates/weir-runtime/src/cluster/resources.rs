@@ -613,6 +613,7 @@ impl Executor for RemoteExecutor {
             incremental: spec.wiring.incremental,
             spill: spec.wiring.spill.clone(),
             restore: spec.restore.as_ref().map(|r| r.location.clone()),
+            auto_watermark_interval_ms: Some(spec.job_graph.auto_watermark_interval_ms),
             region: spec.region.as_ref().map(|(_, region)| *region),
         };
         let mut involved: Vec<String> = owners.clone();

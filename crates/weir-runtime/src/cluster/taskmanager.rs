@@ -376,6 +376,7 @@ fn start_attempt(spec: &DeploySpec, state: &Arc<TaskManagerState>) -> Result<Att
     let graph = Arc::new((state.builder)(&spec.submission)?);
     let settings = JobSettings {
         max_parallelism: Some(spec.max_parallelism),
+        auto_watermark_interval_ms: spec.auto_watermark_interval_ms,
         ..JobSettings::with_parallelism(spec.default_parallelism)
     };
     let job_graph = Arc::new(JobGraph::build(&graph, &settings).map_err(|e| e.to_string())?);
