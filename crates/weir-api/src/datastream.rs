@@ -20,10 +20,10 @@ use crate::operators::{
     FilterOperator, FlatMapOperator, KeyedProcessOperator, MapOperator, ProcessOperator, SinkOperator,
     TimestampsAndWatermarksOperator,
 };
-use crate::watermarks::WatermarkStrategy;
 use crate::sink::Sink;
 use crate::snapshot::{SINK_COMMITTABLES_STATE, SOURCE_POSITIONS_STATE};
 use crate::source::Source;
+use crate::watermarks::WatermarkStrategy;
 
 struct Builder {
     nodes: Vec<StreamNode>,
@@ -402,6 +402,7 @@ impl DataStreamSink {
 }
 
 /// A stream partitioned by key.
+#[derive(Clone)]
 pub struct KeyedStream<K, T> {
     stream: DataStream<T>,
     selector: Arc<dyn Fn(&T) -> K + Send + Sync>,
@@ -410,8 +411,29 @@ pub struct KeyedStream<K, T> {
 }
 
 impl<K: Key, T: Data> KeyedStream<K, T> {
+    /// Cuts the stream into the windows `assigner` gives each record
+    /// ([`TumblingEventTimeWindows`](crate::windows::TumblingEventTimeWindows) and the others).
+    pub fn window(&self, assigner: crate::windows::WindowAssigner) -> crate::windows::WindowedStream<K, T> {
+        crate::windows::WindowedStream { keyed: self.clone(), assigner, allowed_lateness: 0 }
+    }
+
+    /// Windows of `count` records per key, each fired and purged when full (Flink's
+    /// `countWindow`).
+    pub fn count_window(&self, count: u64) -> crate::windows::WindowedStream<K, T> {
+        self.window(crate::windows::WindowAssigner::Count { count })
+    }
+
     /// Runs `func` for every record with the record's key as the current key.
     pub fn process<O: Data, F>(&self, func: F) -> DataStream<O>
+    where
+        F: KeyedProcessFunction<K, T, O>,
+    {
+        self.process_named("KeyedProcess", func, None)
+    }
+
+    /// As [`process`](Self::process) under the operator name `name`; `invalid` makes every
+    /// subtask fail at start with that message (a window's bad size, say).
+    pub(crate) fn process_named<O: Data, F>(&self, name: &str, func: F, invalid: Option<String>) -> DataStream<O>
     where
         F: KeyedProcessFunction<K, T, O>,
     {
@@ -423,6 +445,9 @@ impl<K: Key, T: Data> KeyedStream<K, T> {
         let edge = StreamEdge { source: self.stream.node, kind: EdgeKind::Hash, key_hash: Some(Arc::new(key_hash)) };
         let factory: OperatorFactory = Arc::new(move |ctx: &TaskContext, downstream: ErasedOperator| {
             let next = downcast::<Box<dyn Operator<O>>>(downstream, "process output")?;
+            if let Some(invalid) = &invalid {
+                return Err(TaskError::user(&ctx.operator_name, invalid));
+            }
             if ctx.parallelism == 0 || ctx.parallelism > ctx.max_parallelism {
                 return Err(TaskError::Internal(format!(
                     "parallelism {} is not within 1..={} (max parallelism)",
@@ -441,7 +466,7 @@ impl<K: Key, T: Data> KeyedStream<K, T> {
             let op: Box<dyn Operator<T>> = Box::new(operator);
             Ok(Box::new(op) as ErasedOperator)
         });
-        let stream = self.stream.add_operator("KeyedProcess", true, edge, factory);
+        let stream = self.stream.add_operator(name, true, edge, factory);
         stream.with_node(|node| {
             node.key_type = Some(std::any::type_name::<K>());
             node.declared_states = declared_states;

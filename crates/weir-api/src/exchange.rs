@@ -13,7 +13,9 @@ use crossbeam_channel::{Receiver, Select, SendTimeoutError, Sender, TrySendError
 use weir_types::keygroups::{compute_operator_index_for_key_group, key_group_for_hash};
 
 use crate::error::TaskError;
-use crate::operator::{MAX_WATERMARK, MIN_WATERMARK, NO_TIMESTAMP, BATCH_RECORDS_MAX, IDLE_WAIT_MAX, Operator, Step, TaskBody, TaskContext};
+use crate::operator::{
+    BATCH_RECORDS_MAX, IDLE_WAIT_MAX, MAX_WATERMARK, MIN_WATERMARK, NO_TIMESTAMP, Operator, Step, TaskBody, TaskContext,
+};
 use crate::snapshot::{
     Barrier, OperatorSnapshotData, OperatorStateData, SOURCE_POSITIONS_STATE, TaskControl, TaskSnapshot,
 };

@@ -59,6 +59,8 @@ pub struct KeyedContext<'a, K> {
     pub(crate) watermark: i64,
     /// Set while a timer fires.
     pub(crate) domain: Option<TimeDomain>,
+    /// Late records dropped so far (the operator publishes them as a metric).
+    pub(crate) late_records: &'a mut u64,
 }
 
 impl<K: Key> KeyedContext<'_, K> {
@@ -132,6 +134,11 @@ impl<K: Key> KeyedContext<'_, K> {
     pub fn time_domain(&self) -> Option<TimeDomain> {
         self.domain
     }
+
+    /// Counts a record dropped because it came too late (the subtask's late-records metric).
+    pub fn count_late_record(&mut self) {
+        *self.late_records += 1;
+    }
 }
 
 /// All keys' state at the end of a bounded input.
@@ -169,12 +176,7 @@ pub trait KeyedProcessFunction<K, I, O>: Clone + Send + 'static {
 
     /// A timer of the current key fired: its timestamp (epoch ms for a processing-time timer,
     /// the event time for an event-time one); `ctx.time_domain()` says which.
-    fn on_timer(
-        &mut self,
-        _timestamp: i64,
-        _ctx: &mut KeyedContext<'_, K>,
-        _out: &mut Collector<'_, O>,
-    ) -> FnResult {
+    fn on_timer(&mut self, _timestamp: i64, _ctx: &mut KeyedContext<'_, K>, _out: &mut Collector<'_, O>) -> FnResult {
         Ok(())
     }
 

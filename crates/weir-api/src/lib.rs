@@ -36,6 +36,7 @@ pub mod snapshot;
 pub mod source;
 pub mod testing;
 pub mod watermarks;
+pub mod windows;
 
 /// Everything a job author needs in scope.
 pub mod prelude {
@@ -49,6 +50,11 @@ pub mod prelude {
     pub use crate::source::{Boundedness, Source, SourcePoll, SourceReader};
     pub use crate::testing::{CollectSink, EndlessSource, FailOn, RunningCount, VecSource};
     pub use crate::watermarks::WatermarkStrategy;
+    pub use crate::windows::{
+        AggregateFunction, EventTimeSessionWindows, ProcessWindowFunction, ProcessingTimeSessionWindows,
+        SlidingEventTimeWindows, SlidingProcessingTimeWindows, TimeWindow, TumblingEventTimeWindows,
+        TumblingProcessingTimeWindows, WindowContext,
+    };
     pub use weir_state::{ListState, MapState, ReducingState, StateDeclaration, ValueState};
     pub use weir_types::Key;
 }

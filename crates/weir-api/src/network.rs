@@ -259,7 +259,11 @@ mod tests {
             }
             producer_tx.send(StreamElement::KeyedRecords { records: vec![7], hashes: vec![42] }).unwrap();
             producer_tx
-                .send(StreamElement::TimestampedRecords { records: vec![8, 9], timestamps: vec![-5, 6], hashes: vec![] })
+                .send(StreamElement::TimestampedRecords {
+                    records: vec![8, 9],
+                    timestamps: vec![-5, 6],
+                    hashes: vec![],
+                })
                 .unwrap();
             producer_tx.send(StreamElement::Watermark(-3)).unwrap();
             producer_tx.send(StreamElement::WatermarkStatus(true)).unwrap();

@@ -237,7 +237,9 @@ impl JobGraph {
             vertices,
             edges,
             vertex_of_node,
-            auto_watermark_interval_ms: settings.auto_watermark_interval_ms.unwrap_or(DEFAULT_AUTO_WATERMARK_INTERVAL_MS),
+            auto_watermark_interval_ms: settings
+                .auto_watermark_interval_ms
+                .unwrap_or(DEFAULT_AUTO_WATERMARK_INTERVAL_MS),
         })
     }
 

@@ -31,6 +31,9 @@ pub struct KeyedProcessOperator<K, I, O, F> {
     out: Vec<O>,
     /// The output's timestamps: empty, or one per record of `out`.
     out_timestamps: Vec<i64>,
+    /// Late records counted by the function since the last publication.
+    late_records: u64,
+    metrics: Arc<crate::operator::TaskMetrics>,
     next: Box<dyn Operator<O>>,
     /// Restored as finished: its end-of-input results were emitted before the snapshot.
     finished_on_restore: bool,
@@ -56,6 +59,8 @@ impl<K: Key, I, O, F> KeyedProcessOperator<K, I, O, F> {
             clock: Arc::clone(&ctx.clock),
             out: Vec::new(),
             out_timestamps: Vec::new(),
+            late_records: 0,
+            metrics: Arc::clone(&ctx.metrics),
             next,
             finished_on_restore: false,
             _input: PhantomData,
@@ -135,6 +140,7 @@ where
             timestamp,
             watermark: self.watermark,
             domain: None,
+            late_records: &mut self.late_records,
         };
         let mut out = output(&mut self.out, &mut self.out_timestamps, timestamp);
         match self.func.process_element(record, &mut ctx, &mut out) {
@@ -144,6 +150,11 @@ where
     }
 
     fn emit(&mut self) -> Result<(), TaskError> {
+        if self.late_records > 0 {
+            self.metrics
+                .records_late
+                .fetch_add(std::mem::take(&mut self.late_records), std::sync::atomic::Ordering::Relaxed);
+        }
         if self.out.is_empty() {
             return Ok(());
         }
@@ -179,6 +190,7 @@ where
                 timestamp,
                 watermark: self.watermark,
                 domain: Some(domain),
+                late_records: &mut self.late_records,
             };
             let mut out = output(&mut self.out, &mut self.out_timestamps, timestamp);
             if let Err(e) = self.func.on_timer(fired_at, &mut ctx, &mut out) {

@@ -10,8 +10,8 @@ use weir_checkpoint::{SnapshotMetadata, load_metadata};
 use weir_config::Configuration;
 use weir_config::FailoverStrategy;
 use weir_config::options::{
-    FAILOVER_STRATEGY, PARALLELISM_DEFAULT, PIPELINE_AUTO_WATERMARK_INTERVAL, PIPELINE_MAX_PARALLELISM, PIPELINE_NAME, REST_ADDRESS, REST_BIND_ADDRESS,
-    REST_PORT,
+    FAILOVER_STRATEGY, PARALLELISM_DEFAULT, PIPELINE_AUTO_WATERMARK_INTERVAL, PIPELINE_MAX_PARALLELISM, PIPELINE_NAME,
+    REST_ADDRESS, REST_BIND_ADDRESS, REST_PORT,
 };
 use weir_rest::{ClusterInfo, RestServer};
 use weir_runtime::checkpointing::RestoreSource;

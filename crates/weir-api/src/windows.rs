@@ -1,0 +1,984 @@
+//! Windows on keyed streams, with Flink's semantics: assigners (tumbling, sliding, session,
+//! in event or processing time; count windows), window functions (`reduce`, `aggregate`,
+//! `process`, and incremental-plus-process), allowed lateness.
+//!
+//! A window operator is a keyed process function: each key's open windows and their
+//! accumulators are one value state (`window-contents`, a short list per key), and a window
+//! fires on a timer at its last millisecond (event-time timers for event-time windows). So
+//! window state is snapshotted, restored and rescaled by key group like any keyed state.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use weir_state::ValueState;
+use weir_state::handles::StateData;
+use weir_types::Key;
+
+use crate::functions::{Collector, FnResult, KeyedContext, KeyedProcessFunction, TimeDomain};
+
+/// A window of time `[start, end)` in epoch ms (Flink's `TimeWindow`); count windows use
+/// [`TimeWindow::GLOBAL`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct TimeWindow {
+    /// First millisecond in the window.
+    pub start: i64,
+    /// First millisecond after it.
+    pub end: i64,
+}
+
+impl TimeWindow {
+    /// The one window of a count window (Flink's `GlobalWindow`).
+    pub const GLOBAL: TimeWindow = TimeWindow { start: i64::MIN, end: i64::MAX };
+
+    /// The window `[start, end)`.
+    pub fn new(start: i64, end: i64) -> TimeWindow {
+        TimeWindow { start, end }
+    }
+
+    /// The last millisecond in the window: when it fires.
+    pub fn max_timestamp(&self) -> i64 {
+        self.end.saturating_sub(1)
+    }
+
+    /// True when the windows overlap or touch (sessions merge then).
+    pub fn intersects(&self, other: &TimeWindow) -> bool {
+        self.start <= other.end && other.start <= self.end
+    }
+
+    /// The smallest window that covers both.
+    pub fn cover(&self, other: &TimeWindow) -> TimeWindow {
+        TimeWindow { start: self.start.min(other.start), end: self.end.max(other.end) }
+    }
+}
+
+/// The start of the window of `size` (with `offset`) that holds `timestamp` (Flink's
+/// `TimeWindow.getWindowStartWithOffset`).
+pub fn window_start(timestamp: i64, offset: i64, size: i64) -> i64 {
+    let remainder = (timestamp - offset + size).rem_euclid(size);
+    timestamp - remainder
+}
+
+/// Which windows a record belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WindowAssigner {
+    /// Fixed, non-overlapping windows of `size`, shifted by `offset`.
+    Tumbling {
+        /// Window length, ms.
+        size: i64,
+        /// Shift of the window starts, ms.
+        offset: i64,
+        /// Event time (true) or processing time.
+        event_time: bool,
+    },
+    /// Windows of `size` starting every `slide`.
+    Sliding {
+        /// Window length, ms.
+        size: i64,
+        /// Distance between window starts, ms.
+        slide: i64,
+        /// Shift of the window starts, ms.
+        offset: i64,
+        /// Event time (true) or processing time.
+        event_time: bool,
+    },
+    /// Sessions: a record opens `[t, t + gap)`, and overlapping windows merge.
+    Session {
+        /// Inactivity that closes a session, ms.
+        gap: i64,
+        /// Event time (true) or processing time.
+        event_time: bool,
+    },
+    /// One window per key that fires (and is purged) every `count` records.
+    Count {
+        /// Records per firing.
+        count: u64,
+    },
+}
+
+fn millis(duration: Duration) -> i64 {
+    duration.as_millis().min(i64::MAX as u128) as i64
+}
+
+/// Tumbling windows in event time.
+pub struct TumblingEventTimeWindows;
+impl TumblingEventTimeWindows {
+    /// Windows of `size`.
+    pub fn of(size: Duration) -> WindowAssigner {
+        WindowAssigner::Tumbling { size: millis(size), offset: 0, event_time: true }
+    }
+    /// Windows of `size` whose starts are shifted by `offset` (time zones, say).
+    pub fn with_offset(size: Duration, offset: Duration) -> WindowAssigner {
+        WindowAssigner::Tumbling { size: millis(size), offset: millis(offset), event_time: true }
+    }
+}
+
+/// Tumbling windows in processing time.
+pub struct TumblingProcessingTimeWindows;
+impl TumblingProcessingTimeWindows {
+    /// Windows of `size`.
+    pub fn of(size: Duration) -> WindowAssigner {
+        WindowAssigner::Tumbling { size: millis(size), offset: 0, event_time: false }
+    }
+}
+
+/// Sliding windows in event time.
+pub struct SlidingEventTimeWindows;
+impl SlidingEventTimeWindows {
+    /// Windows of `size` every `slide`.
+    pub fn of(size: Duration, slide: Duration) -> WindowAssigner {
+        WindowAssigner::Sliding { size: millis(size), slide: millis(slide), offset: 0, event_time: true }
+    }
+}
+
+/// Sliding windows in processing time.
+pub struct SlidingProcessingTimeWindows;
+impl SlidingProcessingTimeWindows {
+    /// Windows of `size` every `slide`.
+    pub fn of(size: Duration, slide: Duration) -> WindowAssigner {
+        WindowAssigner::Sliding { size: millis(size), slide: millis(slide), offset: 0, event_time: false }
+    }
+}
+
+/// Session windows in event time.
+pub struct EventTimeSessionWindows;
+impl EventTimeSessionWindows {
+    /// Sessions closed by `gap` without records.
+    pub fn with_gap(gap: Duration) -> WindowAssigner {
+        WindowAssigner::Session { gap: millis(gap), event_time: true }
+    }
+}
+
+/// Session windows in processing time.
+pub struct ProcessingTimeSessionWindows;
+impl ProcessingTimeSessionWindows {
+    /// Sessions closed by `gap` without records.
+    pub fn with_gap(gap: Duration) -> WindowAssigner {
+        WindowAssigner::Session { gap: millis(gap), event_time: false }
+    }
+}
+
+impl WindowAssigner {
+    /// True for event-time windows.
+    pub fn is_event_time(&self) -> bool {
+        match self {
+            WindowAssigner::Tumbling { event_time, .. }
+            | WindowAssigner::Sliding { event_time, .. }
+            | WindowAssigner::Session { event_time, .. } => *event_time,
+            WindowAssigner::Count { .. } => false,
+        }
+    }
+
+    /// Checks the sizes (a zero size or slide would never fire).
+    pub fn validate(&self) -> Result<(), String> {
+        match *self {
+            WindowAssigner::Tumbling { size, offset, .. } if size <= 0 || offset.abs() >= size => Err(format!(
+                "a tumbling window needs a size above 0 and |offset| below it (size {size} ms, offset {offset} ms)"
+            )),
+            WindowAssigner::Sliding { size, slide, offset, .. } if size <= 0 || slide <= 0 || offset.abs() >= slide => {
+                Err(format!(
+                    "a sliding window needs a size and a slide above 0 and |offset| below the slide (size {size} ms, slide {slide} ms, offset {offset} ms)"
+                ))
+            }
+            WindowAssigner::Session { gap, .. } if gap <= 0 => {
+                Err(format!("a session window needs a gap above 0 ms (got {gap} ms)"))
+            }
+            WindowAssigner::Count { count: 0 } => Err("a count window needs a count above 0".into()),
+            _ => Ok(()),
+        }
+    }
+
+    /// The windows a record at `timestamp` belongs to (for processing-time windows, pass the
+    /// current processing time).
+    pub fn assign(&self, timestamp: i64) -> Vec<TimeWindow> {
+        match *self {
+            WindowAssigner::Tumbling { size, offset, .. } => {
+                let start = window_start(timestamp, offset, size);
+                vec![TimeWindow::new(start, start.saturating_add(size))]
+            }
+            WindowAssigner::Sliding { size, slide, offset, .. } => {
+                let last_start = window_start(timestamp, offset, slide);
+                let mut windows = Vec::with_capacity((size / slide) as usize + 1);
+                let mut start = last_start;
+                while start > timestamp - size {
+                    windows.push(TimeWindow::new(start, start.saturating_add(size)));
+                    start -= slide;
+                }
+                windows
+            }
+            WindowAssigner::Session { gap, .. } => vec![TimeWindow::new(timestamp, timestamp.saturating_add(gap))],
+            WindowAssigner::Count { .. } => vec![TimeWindow::GLOBAL],
+        }
+    }
+}
+
+/// Merges overlapping windows (sessions): each result window with the indices of the
+/// windows it covers, in start order (Flink's `TimeWindow.mergeWindows`).
+pub fn merge_windows(windows: &[TimeWindow]) -> Vec<(TimeWindow, Vec<usize>)> {
+    let mut order: Vec<usize> = (0..windows.len()).collect();
+    order.sort_by_key(|&i| (windows[i].start, windows[i].end));
+    let mut merged: Vec<(TimeWindow, Vec<usize>)> = Vec::new();
+    for index in order {
+        let window = windows[index];
+        match merged.last_mut() {
+            Some((current, members)) if current.intersects(&window) => {
+                *current = current.cover(&window);
+                members.push(index);
+            }
+            _ => merged.push((window, vec![index])),
+        }
+    }
+    merged
+}
+
+/// Flink's `AggregateFunction`: an accumulator per window, built one record at a time.
+pub trait AggregateFunction<I, A, O>: Clone + Send + 'static {
+    /// A new, empty accumulator.
+    fn create_accumulator(&self) -> A;
+    /// Adds one record.
+    fn add(&self, value: I, accumulator: A) -> A;
+    /// The window's result.
+    fn get_result(&self, accumulator: &A) -> O;
+    /// Combines two accumulators (session windows merging).
+    fn merge(&self, a: A, b: A) -> A;
+}
+
+/// What a [`ProcessWindowFunction`] knows about the window that fires.
+pub struct WindowContext<'a> {
+    /// The window.
+    pub window: &'a TimeWindow,
+    /// The operator's watermark now.
+    pub current_watermark: i64,
+    /// Processing time now, epoch ms.
+    pub current_processing_time: u64,
+}
+
+/// Flink's `ProcessWindowFunction`: sees every record of the window (or the single
+/// pre-aggregated value, combined with `reduce`/`aggregate`) and the window itself.
+pub trait ProcessWindowFunction<K, I, O>: Clone + Send + 'static {
+    /// The window fired for `key`.
+    fn process(&mut self, key: &K, context: &WindowContext<'_>, elements: &[I], out: &mut Collector<'_, O>)
+    -> FnResult;
+}
+
+/// How a window's records become its accumulator and its output.
+pub trait WindowLogic<K, T, O>: Clone + Send + 'static {
+    /// What a window keeps.
+    type Acc: StateData;
+    /// Adds `value` to the window's accumulator (`None`: the window is new).
+    fn add(&mut self, acc: Option<&mut Self::Acc>, value: T) -> Option<Self::Acc>;
+    /// Combines the accumulators of merging windows.
+    fn merge(&mut self, a: Self::Acc, b: Self::Acc) -> Self::Acc;
+    /// Emits the window's result.
+    fn emit(&mut self, key: &K, context: &WindowContext<'_>, acc: &Self::Acc, out: &mut Collector<'_, O>) -> FnResult;
+}
+
+/// `reduce(f)`: the window keeps one value.
+#[derive(Clone)]
+pub struct ReduceLogic<F>(F);
+
+impl<K, T: StateData, F: FnMut(T, T) -> T + Clone + Send + 'static> WindowLogic<K, T, T> for ReduceLogic<F> {
+    type Acc = T;
+    fn add(&mut self, acc: Option<&mut T>, value: T) -> Option<T> {
+        match acc {
+            Some(acc) => {
+                let current = acc.clone();
+                *acc = (self.0)(current, value);
+                None
+            }
+            None => Some(value),
+        }
+    }
+    fn merge(&mut self, a: T, b: T) -> T {
+        (self.0)(a, b)
+    }
+    fn emit(&mut self, _key: &K, _context: &WindowContext<'_>, acc: &T, out: &mut Collector<'_, T>) -> FnResult {
+        out.collect(acc.clone());
+        Ok(())
+    }
+}
+
+/// `aggregate(f)`: the window keeps an accumulator.
+pub struct AggregateLogic<F, A>(F, std::marker::PhantomData<fn() -> A>);
+
+impl<F: Clone, A> Clone for AggregateLogic<F, A> {
+    fn clone(&self) -> Self {
+        AggregateLogic(self.0.clone(), std::marker::PhantomData)
+    }
+}
+
+impl<K, T, A: StateData, O, F: AggregateFunction<T, A, O>> WindowLogic<K, T, O> for AggregateLogic<F, A> {
+    type Acc = A;
+    fn add(&mut self, acc: Option<&mut A>, value: T) -> Option<A> {
+        match acc {
+            Some(acc) => {
+                let current = std::mem::replace(acc, self.0.create_accumulator());
+                *acc = self.0.add(value, current);
+                None
+            }
+            None => Some(self.0.add(value, self.0.create_accumulator())),
+        }
+    }
+    fn merge(&mut self, a: A, b: A) -> A {
+        self.0.merge(a, b)
+    }
+    fn emit(&mut self, _key: &K, _context: &WindowContext<'_>, acc: &A, out: &mut Collector<'_, O>) -> FnResult {
+        out.collect(self.0.get_result(acc));
+        Ok(())
+    }
+}
+
+/// `process(f)`: the window keeps every record.
+#[derive(Clone)]
+pub struct ProcessLogic<P>(P);
+
+impl<K, T: StateData, O, P: ProcessWindowFunction<K, T, O>> WindowLogic<K, T, O> for ProcessLogic<P> {
+    type Acc = Vec<T>;
+    fn add(&mut self, acc: Option<&mut Vec<T>>, value: T) -> Option<Vec<T>> {
+        match acc {
+            Some(acc) => {
+                acc.push(value);
+                None
+            }
+            None => Some(vec![value]),
+        }
+    }
+    fn merge(&mut self, mut a: Vec<T>, b: Vec<T>) -> Vec<T> {
+        a.extend(b);
+        a
+    }
+    fn emit(&mut self, key: &K, context: &WindowContext<'_>, acc: &Vec<T>, out: &mut Collector<'_, O>) -> FnResult {
+        self.0.process(key, context, acc, out)
+    }
+}
+
+/// Incremental then process: `reduce`/`aggregate` keeps one value, `process` sees it and the
+/// window when it fires.
+pub struct ThenProcess<L, P, M>(L, P, std::marker::PhantomData<fn() -> M>);
+
+impl<L: Clone, P: Clone, M> Clone for ThenProcess<L, P, M> {
+    fn clone(&self) -> Self {
+        ThenProcess(self.0.clone(), self.1.clone(), std::marker::PhantomData)
+    }
+}
+
+impl<K, T, M: Send + 'static, O, L, P> WindowLogic<K, T, O> for ThenProcess<L, P, M>
+where
+    L: WindowLogic<K, T, M>,
+    P: ProcessWindowFunction<K, M, O>,
+{
+    type Acc = L::Acc;
+    fn add(&mut self, acc: Option<&mut L::Acc>, value: T) -> Option<L::Acc> {
+        self.0.add(acc, value)
+    }
+    fn merge(&mut self, a: L::Acc, b: L::Acc) -> L::Acc {
+        self.0.merge(a, b)
+    }
+    fn emit(&mut self, key: &K, context: &WindowContext<'_>, acc: &L::Acc, out: &mut Collector<'_, O>) -> FnResult {
+        let mut single = Vec::with_capacity(1);
+        self.0.emit(key, context, acc, &mut Collector::new(&mut single))?;
+        self.1.process(key, context, &single, out)
+    }
+}
+
+/// One open window of a key: the window, records in it, and its accumulator.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct WindowEntry<A> {
+    /// The window.
+    pub window: TimeWindow,
+    /// Records added (count windows fire on it).
+    pub count: u64,
+    /// Whether it fired already (late records then fire it again at once).
+    pub fired: bool,
+    /// The accumulator.
+    pub acc: A,
+}
+
+/// The keyed function behind a windowed stream.
+pub struct WindowFunction<K, T, O, L: WindowLogic<K, T, O>> {
+    assigner: WindowAssigner,
+    allowed_lateness: i64,
+    logic: L,
+    contents: ValueState<Vec<WindowEntry<L::Acc>>>,
+    _types: std::marker::PhantomData<fn(K, T) -> O>,
+}
+
+impl<K, T, O, L: WindowLogic<K, T, O>> Clone for WindowFunction<K, T, O, L> {
+    fn clone(&self) -> Self {
+        WindowFunction {
+            assigner: self.assigner,
+            allowed_lateness: self.allowed_lateness,
+            logic: self.logic.clone(),
+            contents: self.contents.clone(),
+            _types: std::marker::PhantomData,
+        }
+    }
+}
+
+/// The state that holds each key's open windows.
+pub const WINDOW_CONTENTS_STATE: &str = "window-contents";
+
+impl<K: Key, T, O, L: WindowLogic<K, T, O>> WindowFunction<K, T, O, L> {
+    fn new(assigner: WindowAssigner, allowed_lateness: i64, logic: L) -> Self {
+        WindowFunction {
+            assigner,
+            allowed_lateness,
+            logic,
+            contents: ValueState::new(WINDOW_CONTENTS_STATE),
+            _types: std::marker::PhantomData,
+        }
+    }
+
+    /// When a window's state goes: its end plus the allowed lateness (event time).
+    fn cleanup_time(&self, window: &TimeWindow) -> i64 {
+        if self.assigner.is_event_time() {
+            window.max_timestamp().saturating_add(self.allowed_lateness)
+        } else {
+            window.max_timestamp()
+        }
+    }
+
+    fn register(&self, ctx: &mut KeyedContext<'_, K>, window: &TimeWindow) {
+        match self.assigner {
+            WindowAssigner::Count { .. } => {}
+            _ if self.assigner.is_event_time() => {
+                ctx.register_event_time_timer(window.max_timestamp());
+                if self.allowed_lateness > 0 {
+                    ctx.register_event_time_timer(self.cleanup_time(window));
+                }
+            }
+            _ => ctx.register_processing_time_timer(window.max_timestamp().max(0) as u64),
+        }
+    }
+
+    fn unregister(&self, ctx: &mut KeyedContext<'_, K>, window: &TimeWindow) {
+        if self.assigner.is_event_time() {
+            ctx.delete_event_time_timer(window.max_timestamp());
+            if self.allowed_lateness > 0 {
+                ctx.delete_event_time_timer(self.cleanup_time(window));
+            }
+        } else if !matches!(self.assigner, WindowAssigner::Count { .. }) {
+            ctx.delete_processing_time_timer(window.max_timestamp().max(0) as u64);
+        }
+    }
+
+    fn context<'a>(window: &'a TimeWindow, ctx: &KeyedContext<'_, K>) -> WindowContext<'a> {
+        WindowContext {
+            window,
+            current_watermark: ctx.current_watermark(),
+            current_processing_time: ctx.current_processing_time(),
+        }
+    }
+}
+
+impl<K, T, O, L> KeyedProcessFunction<K, T, O> for WindowFunction<K, T, O, L>
+where
+    K: Key,
+    T: Clone + Send + 'static,
+    O: Send + 'static,
+    L: WindowLogic<K, T, O>,
+{
+    fn states(&self) -> Vec<weir_state::StateDeclaration> {
+        vec![self.contents.declaration()]
+    }
+
+    fn process_element(&mut self, record: T, ctx: &mut KeyedContext<'_, K>, out: &mut Collector<'_, O>) -> FnResult {
+        let event_time = self.assigner.is_event_time();
+        let time = if event_time {
+            match ctx.timestamp() {
+                Some(timestamp) => timestamp,
+                None => {
+                    return Err("a record without an event timestamp reached an event-time window: assign timestamps with assign_timestamps_and_watermarks(WatermarkStrategy::...) before the window".into());
+                }
+            }
+        } else {
+            ctx.current_processing_time() as i64
+        };
+        let watermark = ctx.current_watermark();
+        let mut windows = self.assigner.assign(time);
+        // Late: the watermark passed the window's end plus the allowed lateness.
+        if event_time {
+            windows.retain(|w| self.cleanup_time(w) > watermark);
+            if windows.is_empty() {
+                ctx.count_late_record();
+                return Ok(());
+            }
+        }
+        // Taken out of the state (a move, not a copy) and put back below.
+        let mut entries = std::mem::take(ctx.value(&self.contents)?.get_or_insert_with(Vec::new));
+        let mut fire_now = Vec::new();
+        for window in windows {
+            let index = match entries.iter().position(|e| e.window == window) {
+                Some(index) => {
+                    let entry = &mut entries[index];
+                    entry.count += 1;
+                    if let Some(acc) = self.logic.add(Some(&mut entry.acc), record.clone()) {
+                        entry.acc = acc;
+                    }
+                    index
+                }
+                None => {
+                    let Some(acc) = self.logic.add(None, record.clone()) else {
+                        return Err("a window function made no accumulator for a new window".into());
+                    };
+                    entries.push(WindowEntry { window, count: 1, fired: false, acc });
+                    self.register(ctx, &window);
+                    entries.len() - 1
+                }
+            };
+            if matches!(self.assigner, WindowAssigner::Session { .. }) {
+                continue;
+            }
+            let entry = &entries[index];
+            let due = match self.assigner {
+                WindowAssigner::Count { count } => entry.count >= count,
+                // A late record within the allowed lateness fires its window again at once.
+                _ => event_time && entry.fired && entry.window.max_timestamp() <= watermark,
+            };
+            if due {
+                fire_now.push(index);
+            }
+        }
+        if matches!(self.assigner, WindowAssigner::Session { .. }) {
+            entries = self.merge_sessions(entries, ctx, watermark);
+        }
+        for &index in &fire_now {
+            let entry = &entries[index];
+            self.logic.emit(ctx.current_key(), &Self::context(&entry.window, ctx), &entry.acc, out)?;
+        }
+        if let WindowAssigner::Count { .. } = self.assigner {
+            // A count window is purged when it fires (Flink's PurgingTrigger(CountTrigger)).
+            let mut fired = fire_now;
+            fired.sort_unstable();
+            for index in fired.into_iter().rev() {
+                entries.remove(index);
+            }
+        }
+        let mut state = ctx.value(&self.contents)?;
+        if entries.is_empty() {
+            state.clear()
+        } else {
+            state.set(entries)
+        }
+        Ok(())
+    }
+
+    fn on_timer(&mut self, timestamp: i64, ctx: &mut KeyedContext<'_, K>, out: &mut Collector<'_, O>) -> FnResult {
+        let event_time = ctx.time_domain() == Some(TimeDomain::EventTime);
+        if event_time != self.assigner.is_event_time() {
+            return Ok(());
+        }
+        let mut entries = std::mem::take(ctx.value(&self.contents)?.get_or_insert_with(Vec::new));
+        let lateness = if event_time { self.allowed_lateness } else { 0 };
+        for entry in entries.iter_mut() {
+            if entry.window.max_timestamp() == timestamp {
+                self.logic.emit(ctx.current_key(), &Self::context(&entry.window, ctx), &entry.acc, out)?;
+                entry.fired = true;
+            }
+        }
+        // Gone once the watermark (or the clock) passed its end plus the allowed lateness.
+        entries.retain(|e| e.window.max_timestamp().saturating_add(lateness) > timestamp);
+        let mut state = ctx.value(&self.contents)?;
+        if entries.is_empty() {
+            state.clear()
+        } else {
+            state.set(entries)
+        }
+        Ok(())
+    }
+}
+
+impl<K: Key, T, O, L: WindowLogic<K, T, O>> WindowFunction<K, T, O, L> {
+    /// Merges a key's overlapping sessions into one window each, combining accumulators and
+    /// moving timers; a merged session the watermark already passed (within the allowed
+    /// lateness) fires at once.
+    fn merge_sessions(
+        &mut self,
+        entries: Vec<WindowEntry<L::Acc>>,
+        ctx: &mut KeyedContext<'_, K>,
+        watermark: i64,
+    ) -> Vec<WindowEntry<L::Acc>> {
+        let windows: Vec<TimeWindow> = entries.iter().map(|e| e.window).collect();
+        let groups = merge_windows(&windows);
+        if groups.len() == entries.len() {
+            return entries;
+        }
+        let mut slots: Vec<Option<WindowEntry<L::Acc>>> = entries.into_iter().map(Some).collect();
+        let mut merged = Vec::with_capacity(groups.len());
+        for (window, members) in groups {
+            let mut combined: Option<WindowEntry<L::Acc>> = None;
+            for member in members {
+                let Some(entry) = slots[member].take() else { continue };
+                self.unregister(ctx, &entry.window);
+                combined = Some(match combined {
+                    None => entry,
+                    Some(mut acc) => {
+                        acc.count += entry.count;
+                        acc.fired |= entry.fired;
+                        acc.acc = self.logic.merge(acc.acc, entry.acc);
+                        acc
+                    }
+                });
+            }
+            if let Some(mut entry) = combined {
+                entry.window = window;
+                self.register(ctx, &window);
+                if self.assigner.is_event_time() && window.max_timestamp() <= watermark {
+                    // Already past its end: fire on the next watermark's timers at once.
+                    ctx.register_event_time_timer(window.max_timestamp());
+                }
+                merged.push(entry);
+            }
+        }
+        merged
+    }
+}
+
+/// A keyed stream cut into windows: pick the window function with `reduce`, `aggregate` or
+/// `process` (or the `*_with_process` pairs).
+pub struct WindowedStream<K, T> {
+    pub(crate) keyed: crate::datastream::KeyedStream<K, T>,
+    pub(crate) assigner: WindowAssigner,
+    pub(crate) allowed_lateness: i64,
+}
+
+impl<K: Key, T: crate::Data + StateData> WindowedStream<K, T> {
+    /// Records up to `lateness` behind the watermark still update their windows (each such
+    /// record fires the window again); later ones are dropped and counted as late.
+    pub fn allowed_lateness(mut self, lateness: Duration) -> Self {
+        self.allowed_lateness = millis(lateness);
+        self
+    }
+
+    fn apply<O: crate::Data, L: WindowLogic<K, T, O>>(&self, name: &str, logic: L) -> crate::datastream::DataStream<O> {
+        let function = WindowFunction::new(self.assigner, self.allowed_lateness, logic);
+        self.keyed.process_named(name, function, self.assigner.validate().err())
+    }
+
+    /// Combines a window's records pairwise; emits the result when it fires.
+    pub fn reduce<F>(&self, reduce: F) -> crate::datastream::DataStream<T>
+    where
+        F: FnMut(T, T) -> T + Clone + Send + Sync + 'static,
+    {
+        self.apply("Window(Reduce)", ReduceLogic(reduce))
+    }
+
+    /// Aggregates a window's records with `aggregate`'s accumulator.
+    pub fn aggregate<A: StateData, O: crate::Data, F: AggregateFunction<T, A, O>>(
+        &self,
+        aggregate: F,
+    ) -> crate::datastream::DataStream<O> {
+        self.apply("Window(Aggregate)", AggregateLogic(aggregate, std::marker::PhantomData))
+    }
+
+    /// Hands every record of a window, and the window, to `process` when it fires.
+    pub fn process<O: crate::Data, P: ProcessWindowFunction<K, T, O>>(
+        &self,
+        process: P,
+    ) -> crate::datastream::DataStream<O> {
+        self.apply("Window(Process)", ProcessLogic(process))
+    }
+
+    /// Reduces incrementally, then hands the single result and the window to `process`.
+    pub fn reduce_with_process<O: crate::Data, F, P>(&self, reduce: F, process: P) -> crate::datastream::DataStream<O>
+    where
+        F: FnMut(T, T) -> T + Clone + Send + Sync + 'static,
+        P: ProcessWindowFunction<K, T, O>,
+    {
+        self.apply("Window(Reduce, Process)", ThenProcess(ReduceLogic(reduce), process, std::marker::PhantomData))
+    }
+
+    /// Aggregates incrementally, then hands the result and the window to `process`.
+    pub fn aggregate_with_process<A: StateData, M: crate::Data, O: crate::Data, F, P>(
+        &self,
+        aggregate: F,
+        process: P,
+    ) -> crate::datastream::DataStream<O>
+    where
+        F: AggregateFunction<T, A, M>,
+        P: ProcessWindowFunction<K, M, O>,
+    {
+        let logic = ThenProcess(AggregateLogic(aggregate, std::marker::PhantomData), process, std::marker::PhantomData);
+        self.apply("Window(Aggregate, Process)", logic)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn tumbling_and_sliding_windows_follow_flinks_start_rule() {
+        let tumbling = TumblingEventTimeWindows::of(Duration::from_millis(10));
+        assert_eq!(tumbling.assign(0), vec![TimeWindow::new(0, 10)]);
+        assert_eq!(tumbling.assign(9), vec![TimeWindow::new(0, 10)]);
+        assert_eq!(tumbling.assign(10), vec![TimeWindow::new(10, 20)]);
+        assert_eq!(tumbling.assign(-1), vec![TimeWindow::new(-10, 0)]);
+        let sliding = SlidingEventTimeWindows::of(Duration::from_millis(10), Duration::from_millis(5));
+        assert_eq!(sliding.assign(7), vec![TimeWindow::new(5, 15), TimeWindow::new(0, 10)]);
+        assert_eq!(sliding.assign(10), vec![TimeWindow::new(10, 20), TimeWindow::new(5, 15)]);
+    }
+
+    #[test]
+    fn sessions_merge_when_they_overlap_or_touch() {
+        let windows = [TimeWindow::new(0, 5), TimeWindow::new(10, 15), TimeWindow::new(4, 9), TimeWindow::new(15, 16)];
+        let merged = merge_windows(&windows);
+        assert_eq!(merged, vec![(TimeWindow::new(0, 9), vec![0, 2]), (TimeWindow::new(10, 16), vec![1, 3])]);
+    }
+
+    proptest! {
+        #[test]
+        fn every_window_holds_its_timestamp(timestamp in -1_000_000i64..1_000_000, size in 1i64..500, slide in 1i64..500) {
+            let tumbling = WindowAssigner::Tumbling { size, offset: 0, event_time: true };
+            let windows = tumbling.assign(timestamp);
+            prop_assert_eq!(windows.len(), 1);
+            prop_assert!(windows[0].start <= timestamp && timestamp < windows[0].end);
+            prop_assert_eq!(windows[0].start.rem_euclid(size), 0);
+            let sliding = WindowAssigner::Sliding { size, slide, offset: 0, event_time: true };
+            let windows = sliding.assign(timestamp);
+            // Exactly the windows [k*slide, k*slide + size) that hold the timestamp.
+            let expected = (timestamp.div_euclid(slide) - size / slide - 1..=timestamp.div_euclid(slide))
+                .map(|k| k * slide)
+                .filter(|start| *start <= timestamp && timestamp < start + size)
+                .count();
+            prop_assert_eq!(windows.len(), expected);
+            for window in &windows {
+                prop_assert!(window.start <= timestamp && timestamp < window.end);
+                prop_assert_eq!(window.end - window.start, size);
+            }
+        }
+
+        #[test]
+        fn merged_sessions_cover_their_members_and_do_not_touch(starts in proptest::collection::vec(0i64..1000, 1..40), gap in 1i64..50) {
+            let windows: Vec<TimeWindow> = starts.iter().map(|&s| TimeWindow::new(s, s + gap)).collect();
+            let merged = merge_windows(&windows);
+            let mut seen = 0;
+            for (window, members) in &merged {
+                seen += members.len();
+                for &m in members {
+                    prop_assert!(window.start <= windows[m].start && windows[m].end <= window.end);
+                }
+            }
+            prop_assert_eq!(seen, windows.len());
+            for pair in merged.windows(2) {
+                prop_assert!(pair[0].0.end < pair[1].0.start, "{:?} and {:?} should have merged", pair[0].0, pair[1].0);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod operator_tests {
+    //! The window operator driven by hand: records with timestamps, watermarks, exact outputs.
+
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+    use crate::error::TaskError;
+    use crate::operator::{Operator, TaskContext};
+    use crate::operators::KeyedProcessOperator;
+    use crate::snapshot::{Barrier, TaskSnapshot};
+
+    /// What reached the end of the chain: `(record, timestamp)` and watermarks, in order.
+    #[derive(Clone, Default)]
+    struct Seen(Arc<Mutex<Vec<String>>>);
+
+    impl<T: std::fmt::Debug + Send> Operator<T> for Seen {
+        fn process_batch(&mut self, batch: &mut Vec<T>) -> Result<(), TaskError> {
+            let mut seen = self.0.lock().unwrap();
+            seen.extend(batch.drain(..).map(|r| format!("{r:?}")));
+            Ok(())
+        }
+        fn process_timestamped_batch(
+            &mut self,
+            batch: &mut Vec<T>,
+            timestamps: &mut Vec<i64>,
+            _hashes: &mut Vec<u32>,
+        ) -> Result<(), TaskError> {
+            let mut seen = self.0.lock().unwrap();
+            seen.extend(batch.drain(..).zip(timestamps.drain(..)).map(|(r, t)| format!("{r:?}@{t}")));
+            Ok(())
+        }
+        fn process_watermark(&mut self, watermark: i64) -> Result<(), TaskError> {
+            self.0.lock().unwrap().push(format!("W{watermark}"));
+            Ok(())
+        }
+        fn process_watermark_status(&mut self, _idle: bool) -> Result<(), TaskError> {
+            Ok(())
+        }
+        fn fire_timers(&mut self, _now_ms: u64) -> Result<(), TaskError> {
+            Ok(())
+        }
+        fn next_timer(&self) -> Option<u64> {
+            None
+        }
+        fn end_input(&mut self) -> Result<(), TaskError> {
+            Ok(())
+        }
+        fn flush(&mut self) -> Result<(), TaskError> {
+            Ok(())
+        }
+        fn snapshot_state(&mut self, _barrier: &Barrier, _snapshot: &mut TaskSnapshot) -> Result<(), TaskError> {
+            Ok(())
+        }
+        fn notify_checkpoint_complete(&mut self, _checkpoint_id: u64) -> Result<(), TaskError> {
+            Ok(())
+        }
+    }
+
+    impl Seen {
+        fn take(&self) -> Vec<String> {
+            std::mem::take(&mut *self.0.lock().unwrap())
+        }
+    }
+
+    type Event = (u64, u64);
+
+    fn operator<O: Send + std::fmt::Debug + 'static, L: WindowLogic<u64, Event, O>>(
+        assigner: WindowAssigner,
+        lateness_ms: i64,
+        logic: L,
+    ) -> (Box<dyn Operator<Event>>, Seen, Arc<crate::operator::TaskMetrics>) {
+        let seen = Seen::default();
+        let ctx = TaskContext::for_test(0, 1, 128);
+        let metrics = Arc::clone(&ctx.metrics);
+        let function = WindowFunction::new(assigner, lateness_ms, logic);
+        let mut op = KeyedProcessOperator::new(&ctx, function, Arc::new(|e: &Event| e.0), Box::new(seen.clone()));
+        op.declare_states().unwrap();
+        (Box::new(op), seen, metrics)
+    }
+
+    fn send(op: &mut Box<dyn Operator<Event>>, events: &[(u64, u64, i64)]) {
+        let mut batch: Vec<Event> = events.iter().map(|(k, v, _)| (*k, *v)).collect();
+        let mut timestamps: Vec<i64> = events.iter().map(|e| e.2).collect();
+        op.process_timestamped_batch(&mut batch, &mut timestamps, &mut Vec::new()).unwrap();
+    }
+
+    fn sum() -> ReduceLogic<impl FnMut(Event, Event) -> Event + Clone + Send + 'static> {
+        ReduceLogic(|a: Event, b: Event| (a.0, a.1 + b.1))
+    }
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    #[test]
+    fn tumbling_windows_fire_on_the_watermark_and_drop_late_records() {
+        let (mut op, seen, metrics) = operator(TumblingEventTimeWindows::of(ms(10)), 0, sum());
+        send(&mut op, &[(1, 1, 1), (1, 2, 5), (2, 4, 3), (1, 8, 12), (1, 16, 7)]);
+        assert_eq!(seen.take(), Vec::<String>::new(), "nothing fires before the watermark");
+        op.process_watermark(9).unwrap();
+        let mut fired = seen.take();
+        fired.sort();
+        assert_eq!(fired, ["(1, 19)@9", "(2, 4)@9", "W9"]);
+        // Late: the watermark passed the end of [0, 10).
+        send(&mut op, &[(1, 100, 8)]);
+        assert_eq!(metrics.records_late.load(std::sync::atomic::Ordering::Relaxed), 1);
+        op.process_watermark(19).unwrap();
+        assert_eq!(seen.take(), ["(1, 8)@19", "W19"]);
+    }
+
+    #[test]
+    fn allowed_lateness_fires_a_window_again_then_drops_its_state() {
+        let (mut op, seen, metrics) = operator(TumblingEventTimeWindows::of(ms(10)), 5, sum());
+        send(&mut op, &[(1, 1, 1), (1, 2, 5)]);
+        op.process_watermark(9).unwrap();
+        assert_eq!(seen.take(), ["(1, 3)@9", "W9"]);
+        send(&mut op, &[(1, 10, 8)]);
+        assert_eq!(seen.take(), ["(1, 13)@8"], "a late record within the lateness fires again");
+        op.process_watermark(14).unwrap();
+        assert_eq!(seen.take(), ["W14"]);
+        send(&mut op, &[(1, 100, 9)]);
+        assert_eq!(seen.take(), Vec::<String>::new());
+        assert_eq!(metrics.records_late.load(std::sync::atomic::Ordering::Relaxed), 1);
+    }
+
+    #[derive(Clone)]
+    struct CountAndSum;
+    impl AggregateFunction<Event, (u64, u64), String> for CountAndSum {
+        fn create_accumulator(&self) -> (u64, u64) {
+            (0, 0)
+        }
+        fn add(&self, value: Event, acc: (u64, u64)) -> (u64, u64) {
+            (acc.0 + 1, acc.1 + value.1)
+        }
+        fn get_result(&self, acc: &(u64, u64)) -> String {
+            format!("{}x{}", acc.0, acc.1)
+        }
+        fn merge(&self, a: (u64, u64), b: (u64, u64)) -> (u64, u64) {
+            (a.0 + b.0, a.1 + b.1)
+        }
+    }
+
+    #[derive(Clone)]
+    struct Describe;
+    impl<I: std::fmt::Debug> ProcessWindowFunction<u64, I, String> for Describe {
+        fn process(
+            &mut self,
+            key: &u64,
+            context: &WindowContext<'_>,
+            elements: &[I],
+            out: &mut Collector<'_, String>,
+        ) -> FnResult {
+            out.collect(format!("{key} [{}, {}) {elements:?}", context.window.start, context.window.end));
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn sessions_merge_across_gaps_that_a_record_closes() {
+        let assigner = EventTimeSessionWindows::with_gap(ms(5));
+        let (mut op, seen, _) = operator(assigner, 0, AggregateLogic(CountAndSum, std::marker::PhantomData));
+        send(&mut op, &[(1, 1, 1), (1, 2, 4), (1, 3, 20), (1, 4, 12)]);
+        op.process_watermark(10).unwrap();
+        assert_eq!(seen.take(), ["\"2x3\"@8", "W10"], "[1, 9) fired: the watermark passed it");
+        let (mut op, seen, _) = operator(assigner, 0, AggregateLogic(CountAndSum, std::marker::PhantomData));
+        send(&mut op, &[(1, 1, 1), (1, 2, 4), (1, 3, 20), (1, 4, 12), (1, 5, 8)]);
+        op.process_watermark(30).unwrap();
+        // [1, 9) + [8, 13) + [12, 17) merged into [1, 17); [20, 25) alone.
+        assert_eq!(seen.take(), ["\"4x12\"@16", "\"1x3\"@24", "W30"]);
+    }
+
+    #[test]
+    fn sliding_windows_with_process_see_every_record_and_the_window() {
+        let assigner = SlidingEventTimeWindows::of(ms(10), ms(5));
+        let (mut op, seen, _) = operator(assigner, 0, ProcessLogic(Describe));
+        send(&mut op, &[(1, 1, 2), (1, 2, 7), (1, 3, 11)]);
+        op.process_watermark(i64::MAX).unwrap();
+        assert_eq!(
+            seen.take(),
+            [
+                "\"1 [-5, 5) [(1, 1)]\"@4",
+                "\"1 [0, 10) [(1, 1), (1, 2)]\"@9",
+                "\"1 [5, 15) [(1, 2), (1, 3)]\"@14",
+                "\"1 [10, 20) [(1, 3)]\"@19",
+                &format!("W{}", i64::MAX),
+            ]
+        );
+    }
+
+    #[test]
+    fn incremental_aggregation_hands_its_result_to_the_process_function() {
+        let logic =
+            ThenProcess(AggregateLogic(CountAndSum, std::marker::PhantomData), Describe, std::marker::PhantomData);
+        let (mut op, seen, _) = operator(TumblingEventTimeWindows::of(ms(10)), 0, logic);
+        send(&mut op, &[(1, 1, 2), (1, 2, 7)]);
+        op.process_watermark(9).unwrap();
+        assert_eq!(seen.take(), ["\"1 [0, 10) [\\\"2x3\\\"]\"@9", "W9"]);
+    }
+
+    #[test]
+    fn count_windows_fire_and_purge_every_n_records() {
+        let (mut op, seen, _) = operator(WindowAssigner::Count { count: 3 }, 0, sum());
+        let mut batch: Vec<Event> = (1..=7).map(|v| (1, v)).collect();
+        op.process_batch(&mut batch).unwrap();
+        assert_eq!(seen.take(), ["(1, 6)", "(1, 15)"]);
+    }
+
+    #[test]
+    fn an_event_time_window_without_timestamps_fails_naming_the_fix() {
+        let (mut op, _, _) = operator(TumblingEventTimeWindows::of(ms(10)), 0, sum());
+        let error = op.process_batch(&mut vec![(1, 1)]).unwrap_err().to_string();
+        assert!(error.contains("assign_timestamps_and_watermarks"), "{error}");
+    }
+}
