@@ -8,6 +8,10 @@ use std::sync::Arc;
 use weir_types::{Key, MAX_PARALLELISM_UPPER_BOUND};
 
 use crate::Data;
+use crate::connected::{
+    BroadcastAdapter, BroadcastProcessFunction, BroadcastState, CoProcessAdapter, CoProcessFunction, Either,
+    KeyedBroadcastAdapter, KeyedBroadcastProcessFunction, KeyedCoProcessAdapter, KeyedCoProcessFunction,
+};
 use crate::error::TaskError;
 use crate::exchange::SourceBody;
 use crate::functions::{Collector, KeyedProcessFunction, ProcessFunction};
@@ -24,6 +28,7 @@ use crate::sink::Sink;
 use crate::snapshot::{SINK_COMMITTABLES_STATE, SOURCE_POSITIONS_STATE};
 use crate::source::Source;
 use crate::watermarks::WatermarkStrategy;
+use weir_state::handles::StateData;
 
 struct Builder {
     nodes: Vec<StreamNode>,
@@ -302,6 +307,48 @@ impl<T: Data> DataStream<T> {
         self.add_operator("Process", false, self.plain_edge(), factory)
     }
 
+    /// One stream of the records of this stream and of `others` (same type), in no particular
+    /// order between them (Flink's `union`).
+    pub fn union(&self, others: &[DataStream<T>]) -> DataStream<T> {
+        let mut edges = vec![self.plain_edge()];
+        edges.extend(others.iter().map(DataStream::plain_edge));
+        self.add_multi_input("Union", false, edges, identity_factory::<T>())
+    }
+
+    /// Both streams, for one function that reads each (`process` with a
+    /// [`CoProcessFunction`](crate::connected::CoProcessFunction), or `key_by` first).
+    pub fn connect<U: Data>(&self, other: &DataStream<U>) -> ConnectedStreams<T, U> {
+        ConnectedStreams { first: self.clone(), second: other.clone() }
+    }
+
+    /// This stream as the broadcast side of a broadcast state pattern: every record goes to
+    /// every subtask of the operator it is connected to.
+    pub fn broadcast(&self) -> BroadcastStream<T> {
+        let mut stream = self.clone();
+        stream.next_edge = EdgeKind::Broadcast;
+        BroadcastStream { stream }
+    }
+
+    /// The stream's records as one side of a connected stream.
+    /// (Mapped where it is produced: chained, whatever edge the other side asked for.)
+    fn tagged<X: Data>(&self, tag: fn(T) -> X) -> DataStream<X> {
+        let mut chained = self.clone();
+        chained.next_edge = EdgeKind::Auto;
+        chained.map(tag)
+    }
+
+    fn add_multi_input<O: Data>(
+        &self,
+        name: &str,
+        keyed: bool,
+        edges: Vec<StreamEdge>,
+        factory: OperatorFactory,
+    ) -> DataStream<O> {
+        let stream: DataStream<O> = self.add_operator(name, keyed, edges[0].clone(), factory);
+        stream.with_node(|node| node.inputs = edges);
+        stream
+    }
+
     /// Gives every record an event timestamp and emits watermarks as `strategy` says; the
     /// event-time operators after it (windows, event-time timers) run on them.
     pub fn assign_timestamps_and_watermarks(&self, strategy: WatermarkStrategy<T>) -> DataStream<T> {
@@ -376,6 +423,204 @@ impl<T: Data> DataStream<T> {
             node.restore_check = Some(restore_check);
         });
         DataStreamSink { stream }
+    }
+}
+
+/// A link that passes records on unchanged (the operator of a union).
+fn identity_factory<T: Data>() -> OperatorFactory {
+    Arc::new(move |_ctx: &TaskContext, downstream: ErasedOperator| {
+        let next = downcast::<Box<dyn Operator<T>>>(downstream, "union output")?;
+        let op: Box<dyn Operator<T>> = Box::new(MapOperator::new(|record: T| record, next));
+        Ok(Box::new(op) as ErasedOperator)
+    })
+}
+
+/// Two streams read by one function (Flink's `ConnectedStreams`).
+pub struct ConnectedStreams<A, B> {
+    first: DataStream<A>,
+    second: DataStream<B>,
+}
+
+impl<A: Data, B: Data> ConnectedStreams<A, B> {
+    fn tagged_edges(&self) -> (DataStream<Either<A, B>>, Vec<StreamEdge>) {
+        let left = self.first.tagged(Either::<A, B>::Left);
+        let right = self.second.tagged(Either::<A, B>::Right);
+        let mut left_edge = left.plain_edge();
+        left_edge.kind = self.first.next_edge;
+        let mut right_edge = right.plain_edge();
+        right_edge.kind = self.second.next_edge;
+        (left, vec![left_edge, right_edge])
+    }
+
+    /// Runs `func` over both inputs (non-keyed, with operator state).
+    pub fn process<O: Data, F: CoProcessFunction<A, B, O>>(&self, func: F) -> DataStream<O> {
+        let (left, edges) = self.tagged_edges();
+        let prototype = std::sync::Mutex::new(CoProcessAdapter(func));
+        let factory: OperatorFactory = Arc::new(move |ctx: &TaskContext, downstream: ErasedOperator| {
+            let next = downcast::<Box<dyn Operator<O>>>(downstream, "co-process output")?;
+            let func = match prototype.lock() {
+                Ok(prototype) => prototype.clone(),
+                Err(poisoned) => poisoned.into_inner().clone(),
+            };
+            let op: Box<dyn Operator<Either<A, B>>> = Box::new(ProcessOperator::new(ctx, func, next)?);
+            Ok(Box::new(op) as ErasedOperator)
+        });
+        left.add_multi_input("Co-Process", false, edges, factory)
+    }
+
+    /// Keys both inputs (by `first_key` and `second_key`, which must give equal keys for
+    /// records that belong together): then `process` with a
+    /// [`KeyedCoProcessFunction`](crate::connected::KeyedCoProcessFunction).
+    pub fn key_by<K: Key>(
+        &self,
+        first_key: impl Fn(&A) -> K + Send + Sync + 'static,
+        second_key: impl Fn(&B) -> K + Send + Sync + 'static,
+    ) -> ConnectedKeyedStreams<K, A, B> {
+        let selector: Arc<dyn Fn(&Either<A, B>) -> K + Send + Sync> =
+            Arc::new(move |record: &Either<A, B>| match record {
+                Either::Left(a) => first_key(a),
+                Either::Right(b) => second_key(b),
+            });
+        ConnectedKeyedStreams {
+            streams: ConnectedStreams { first: self.first.clone(), second: self.second.clone() },
+            selector,
+        }
+    }
+}
+
+/// Two keyed streams read by one keyed function.
+pub struct ConnectedKeyedStreams<K, A, B> {
+    streams: ConnectedStreams<A, B>,
+    selector: Arc<dyn Fn(&Either<A, B>) -> K + Send + Sync>,
+}
+
+impl<K: Key, A: Data, B: Data> ConnectedKeyedStreams<K, A, B> {
+    /// Runs `func` with the record's key as the current key, for records of either input.
+    pub fn process<O: Data, F: KeyedCoProcessFunction<K, A, B, O>>(&self, func: F) -> DataStream<O> {
+        self.process_keyed("Keyed Co-Process", KeyedCoProcessAdapter(func), EdgeKind::Hash)
+    }
+
+    /// Both inputs hash-partitioned by key into one keyed operator running `func`; the
+    /// second input's edge is `second_edge` (`Broadcast` for the broadcast side).
+    pub(crate) fn process_keyed<O: Data, F: KeyedProcessFunction<K, Either<A, B>, O>>(
+        &self,
+        name: &str,
+        func: F,
+        second_edge: EdgeKind,
+    ) -> DataStream<O> {
+        let (left, mut edges) = self.streams.tagged_edges();
+        let hash_selector = Arc::clone(&self.selector);
+        let key_hash: Arc<dyn Fn(&Either<A, B>) -> u32 + Send + Sync> =
+            Arc::new(move |record: &Either<A, B>| hash_selector(record).stable_hash());
+        edges[0].kind = EdgeKind::Hash;
+        edges[0].key_hash = Some(Arc::new(Arc::clone(&key_hash)));
+        edges[1].kind = second_edge;
+        if second_edge == EdgeKind::Hash {
+            edges[1].key_hash = Some(Arc::new(key_hash));
+        }
+        let keyed = KeyedStream {
+            stream: left,
+            selector: Arc::clone(&self.selector),
+            key_hash: Arc::new(|_: &Either<A, B>| 0),
+        };
+        let stream = keyed.process_named(name, func, None);
+        stream.with_node(|node| node.inputs = edges);
+        stream
+    }
+}
+
+/// A stream whose records go to every subtask (see [`DataStream::broadcast`]).
+pub struct BroadcastStream<T> {
+    stream: DataStream<T>,
+}
+
+impl<T: Data> DataStream<T> {
+    /// Connects this stream with a broadcast stream: then `process` with a
+    /// [`BroadcastProcessFunction`](crate::connected::BroadcastProcessFunction) and the
+    /// broadcast state's name.
+    pub fn connect_broadcast<B: Data>(&self, broadcast: &BroadcastStream<B>) -> BroadcastConnectedStream<T, B> {
+        BroadcastConnectedStream { streams: self.connect(&broadcast.stream) }
+    }
+}
+
+impl<K: Key, T: Data> KeyedStream<K, T> {
+    /// Connects this keyed stream with another one keyed alike (Flink's
+    /// `keyedStream.connect(keyedStream)`).
+    pub fn connect<U: Data>(&self, other: &KeyedStream<K, U>) -> ConnectedKeyedStreams<K, T, U> {
+        let (first, second) = (Arc::clone(&self.selector), Arc::clone(&other.selector));
+        self.stream.connect(&other.stream).key_by(move |a: &T| first(a), move |b: &U| second(b))
+    }
+
+    /// Connects this keyed stream with a broadcast stream: then `process` with a
+    /// [`KeyedBroadcastProcessFunction`](crate::connected::KeyedBroadcastProcessFunction).
+    pub fn connect_broadcast<B: Data>(&self, broadcast: &BroadcastStream<B>) -> KeyedBroadcastConnectedStream<K, T, B> {
+        let first = Arc::clone(&self.selector);
+        let selector: Arc<dyn Fn(&Either<T, B>) -> K + Send + Sync> =
+            Arc::new(move |record: &Either<T, B>| match record {
+                Either::Left(a) => first(a),
+                // Never called: broadcast records are not keyed (`is_keyed`).
+                Either::Right(_) => unreachable_key(),
+            });
+        KeyedBroadcastConnectedStream {
+            streams: ConnectedKeyedStreams { streams: self.stream.connect(&broadcast.stream), selector },
+        }
+    }
+}
+
+/// The key of a broadcast record, which has none; the keyed broadcast operator never asks.
+fn unreachable_key<K>() -> K {
+    panic!("the broadcast side of a keyed broadcast function has no key")
+}
+
+/// A stream connected with a broadcast stream.
+pub struct BroadcastConnectedStream<A, B> {
+    streams: ConnectedStreams<A, B>,
+}
+
+impl<A: Data, B: Data> BroadcastConnectedStream<A, B> {
+    /// Runs `func` with the broadcast state `state_name` (the same in every subtask).
+    pub fn process<BK: StateData + Ord, BV: StateData, O: Data, F>(
+        &self,
+        state_name: &'static str,
+        func: F,
+    ) -> DataStream<O>
+    where
+        F: BroadcastProcessFunction<A, B, BK, BV, O>,
+    {
+        let (left, edges) = self.streams.tagged_edges();
+        let prototype =
+            std::sync::Mutex::new(BroadcastAdapter { function: func, state: BroadcastState::new(state_name) });
+        let factory: OperatorFactory = Arc::new(move |ctx: &TaskContext, downstream: ErasedOperator| {
+            let next = downcast::<Box<dyn Operator<O>>>(downstream, "broadcast process output")?;
+            let func = match prototype.lock() {
+                Ok(prototype) => prototype.clone(),
+                Err(poisoned) => poisoned.into_inner().clone(),
+            };
+            let op: Box<dyn Operator<Either<A, B>>> = Box::new(ProcessOperator::new(ctx, func, next)?);
+            Ok(Box::new(op) as ErasedOperator)
+        });
+        left.add_multi_input("Broadcast-Process", false, edges, factory)
+    }
+}
+
+/// A keyed stream connected with a broadcast stream.
+pub struct KeyedBroadcastConnectedStream<K, A, B> {
+    streams: ConnectedKeyedStreams<K, A, B>,
+}
+
+impl<K: Key, A: Data, B: Data> KeyedBroadcastConnectedStream<K, A, B> {
+    /// Runs `func` with the keyed side's key as the current key and the broadcast state
+    /// `state_name`.
+    pub fn process<BK: StateData + Ord, BV: StateData, O: Data, F>(
+        &self,
+        state_name: &'static str,
+        func: F,
+    ) -> DataStream<O>
+    where
+        F: KeyedBroadcastProcessFunction<K, A, B, BK, BV, O>,
+    {
+        let adapter = KeyedBroadcastAdapter { function: func, state: BroadcastState::new(state_name) };
+        self.streams.process_keyed("Keyed Broadcast-Process", adapter, EdgeKind::Broadcast)
     }
 }
 

@@ -106,6 +106,8 @@ pub enum Partitioner<T> {
     Rebalance,
     /// By key group of the record's key: the stable hash of its canonical bytes.
     KeyGroups(Arc<dyn Fn(&T) -> u32 + Send + Sync>),
+    /// A copy of every record to every consumer.
+    Broadcast,
 }
 
 impl<T> Clone for Partitioner<T> {
@@ -114,6 +116,7 @@ impl<T> Clone for Partitioner<T> {
             Partitioner::Forward => Partitioner::Forward,
             Partitioner::Rebalance => Partitioner::Rebalance,
             Partitioner::KeyGroups(hash) => Partitioner::KeyGroups(Arc::clone(hash)),
+            Partitioner::Broadcast => Partitioner::Broadcast,
         }
     }
 }
@@ -140,7 +143,7 @@ pub struct ChannelOutput<T> {
     ctx: TaskContext,
 }
 
-impl<T: Send> ChannelOutput<T> {
+impl<T: Clone + Send> ChannelOutput<T> {
     /// Sends to `senders` (one per consumer subtask, in subtask order).
     pub fn new(partitioner: Partitioner<T>, senders: Vec<ChannelSender<T>>, ctx: &TaskContext) -> Self {
         let mut buffers = Vec::with_capacity(senders.len());
@@ -242,7 +245,7 @@ impl<T: Send> ChannelOutput<T> {
     }
 }
 
-impl<T: Send> Operator<T> for ChannelOutput<T> {
+impl<T: Clone + Send> Operator<T> for ChannelOutput<T> {
     fn process_timestamped_batch(
         &mut self,
         batch: &mut Vec<T>,
@@ -262,6 +265,18 @@ impl<T: Send> Operator<T> for ChannelOutput<T> {
             Partitioner::KeyGroups(hash) => Some(Arc::clone(hash)),
             _ => None,
         };
+        if let Partitioner::Broadcast = self.partitioner {
+            for (record, timestamp) in batch.drain(..).zip(timestamps.drain(..)) {
+                for target in 0..consumers {
+                    self.buffers[target].push(record.clone());
+                    self.timestamp_buffers[target].push(timestamp);
+                    if self.buffers[target].len() >= BATCH_RECORDS_MAX {
+                        self.send_buffer(target)?;
+                    }
+                }
+            }
+            return Ok(());
+        }
         for (record, timestamp) in batch.drain(..).zip(timestamps.drain(..)) {
             let target = match (&self.partitioner, &hash) {
                 (Partitioner::KeyGroups(_), Some(hash)) => {
@@ -324,6 +339,16 @@ impl<T: Send> Operator<T> for ChannelOutput<T> {
                     self.buffers[target].push(record);
                     if self.buffers[target].len() >= BATCH_RECORDS_MAX {
                         self.send_buffer(target)?;
+                    }
+                }
+            }
+            Partitioner::Broadcast => {
+                for record in batch.drain(..) {
+                    for target in 0..consumers {
+                        self.buffers[target].push(record.clone());
+                        if self.buffers[target].len() >= BATCH_RECORDS_MAX {
+                            self.send_buffer(target)?;
+                        }
                     }
                 }
             }

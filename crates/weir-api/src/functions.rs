@@ -180,9 +180,31 @@ pub trait KeyedProcessFunction<K, I, O>: Clone + Send + 'static {
         Ok(())
     }
 
-    /// A bounded input ended: emit final results for all keys (Flink would fire end-of-time
-    /// timers here).
+    /// A bounded input ended: emit final results for all keys (after the final watermark
+    /// fired every event-time timer).
     fn on_end_of_input(&mut self, _ctx: &mut EndOfInputContext<'_, K>, _out: &mut Collector<'_, O>) -> FnResult {
+        Ok(())
+    }
+
+    /// False for records without a key (the broadcast side of a keyed broadcast function):
+    /// they go to [`process_unkeyed`](Self::process_unkeyed) instead.
+    fn is_keyed(&self, _record: &I) -> bool {
+        true
+    }
+
+    /// A record without a key (see [`is_keyed`](Self::is_keyed)).
+    fn process_unkeyed(&mut self, _record: I, _out: &mut Collector<'_, O>) -> FnResult {
+        Err("this keyed function received a record without a key".into())
+    }
+
+    /// Operator (non-keyed) state next to the keyed state, read once before the first record
+    /// (broadcast state, say).
+    fn initialize_operator_state(&mut self, _state: &mut OperatorStateContext) -> FnResult {
+        Ok(())
+    }
+
+    /// Writes that operator state at a checkpoint barrier.
+    fn snapshot_operator_state(&mut self, _state: &mut OperatorStateContext) -> FnResult {
         Ok(())
     }
 }

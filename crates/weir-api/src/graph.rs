@@ -59,6 +59,8 @@ pub enum EdgeKind {
     Rebalance,
     /// By key group.
     Hash,
+    /// Every record to every consumer subtask (the broadcast state pattern).
+    Broadcast,
 }
 
 /// An input of a node.
@@ -315,6 +317,7 @@ impl<T: Data> StreamType for TypedStream<T> {
             (EdgeKind::Hash, None) => {
                 return Err(TaskError::Internal("hash edge without a key selector".into()));
             }
+            (EdgeKind::Broadcast, _) => Partitioner::Broadcast,
             (EdgeKind::Auto, _) if forward => Partitioner::Forward,
             (EdgeKind::Auto | EdgeKind::Rebalance, _) => Partitioner::Rebalance,
         };

@@ -23,6 +23,7 @@
 #![warn(missing_docs)]
 
 pub mod catalog;
+pub mod connected;
 pub mod datastream;
 pub mod error;
 pub mod exchange;
@@ -40,6 +41,10 @@ pub mod windows;
 
 /// Everything a job author needs in scope.
 pub mod prelude {
+    pub use crate::connected::{
+        BroadcastProcessFunction, BroadcastState, CoProcessFunction, Either, KeyedBroadcastProcessFunction,
+        KeyedCoProcessFunction,
+    };
     pub use crate::datastream::{DataStream, DataStreamSink, KeyedStream, StreamExecutionEnvironment};
     pub use crate::error::{ErrorDomain, TaskError};
     pub use crate::functions::{

@@ -128,9 +128,6 @@ pub enum JobGraphError {
         /// The job's max parallelism.
         max_parallelism: u32,
     },
-    /// An operator with more than one input (not supported by this API yet).
-    #[error("operator '{0}' has more than one input; unions and connected streams are not supported yet")]
-    MultipleInputs(String),
 }
 
 impl JobGraph {
@@ -142,9 +139,6 @@ impl JobGraph {
             let p = node.parallelism.or(graph.parallelism).unwrap_or(settings.default_parallelism);
             if p == 0 || p > MAX_PARALLELISM_UPPER_BOUND {
                 return Err(JobGraphError::BadParallelism { operator: node.name.clone(), parallelism: p });
-            }
-            if node.inputs.len() > 1 {
-                return Err(JobGraphError::MultipleInputs(node.name.clone()));
             }
             parallelism.push(p);
         }
@@ -174,6 +168,7 @@ impl JobGraph {
             let chain_into = match node.inputs.first() {
                 Some(edge)
                     if node.role != NodeRole::Source
+                        && node.inputs.len() == 1
                         && edge.kind == EdgeKind::Auto
                         && parallelism[edge.source] == parallelism[node.id]
                         && graph.consumers(edge.source).len() == 1 =>
@@ -218,6 +213,7 @@ impl JobGraph {
                 let forward = edge.kind == EdgeKind::Auto && same_parallelism;
                 let ship_strategy = match edge.kind {
                     EdgeKind::Hash => "HASH",
+                    EdgeKind::Broadcast => "BROADCAST",
                     EdgeKind::Auto if forward => "FORWARD",
                     EdgeKind::Auto | EdgeKind::Rebalance => "REBALANCE",
                 };

@@ -37,6 +37,9 @@ pub struct KeyedProcessOperator<K, I, O, F> {
     next: Box<dyn Operator<O>>,
     /// Restored as finished: its end-of-input results were emitted before the snapshot.
     finished_on_restore: bool,
+    /// Restored operator state (broadcast state), handed to the function once.
+    restored_operator_states: std::collections::HashMap<String, Vec<Vec<u8>>>,
+    subtask: (u32, u32),
     _input: PhantomData<fn(I)>,
 }
 
@@ -63,6 +66,8 @@ impl<K: Key, I, O, F> KeyedProcessOperator<K, I, O, F> {
             metrics: Arc::clone(&ctx.metrics),
             next,
             finished_on_restore: false,
+            restored_operator_states: Default::default(),
+            subtask: (ctx.subtask_index, ctx.parallelism),
             _input: PhantomData,
         }
     }
@@ -75,6 +80,7 @@ impl<K: Key, I, O, F> KeyedProcessOperator<K, I, O, F> {
     /// Loads restored keyed state (before the first record).
     pub fn restore(&mut self, restored: &RestoredOperator) -> Result<(), TaskError> {
         self.finished_on_restore = restored.finished;
+        self.restored_operator_states = restored.operator_states.clone();
         if restored.keyed.is_empty() && restored.key_type.is_none() {
             return Ok(());
         }
@@ -110,6 +116,11 @@ where
     /// Binds the backend to the states the function declares, checking restored state
     /// against them now (call after [`Self::restore`], before the first record).
     pub fn declare_states(&mut self) -> Result<(), TaskError> {
+        let restored = std::mem::take(&mut self.restored_operator_states);
+        let mut state = crate::functions::OperatorStateContext::restoring(restored, self.subtask.0, self.subtask.1);
+        if let Err(e) = self.func.initialize_operator_state(&mut state) {
+            return Err(TaskError::user(&self.name, format!("initializing operator state of '{}': {e}", self.uid)));
+        }
         let declarations = self.func.states();
         self.backend
             .declare(declarations)
@@ -162,6 +173,11 @@ where
             return self.next.process_batch(&mut self.out);
         }
         self.next.process_timestamped_batch(&mut self.out, &mut self.out_timestamps, &mut Vec::new())
+    }
+
+    fn process_unkeyed(&mut self, record: I, timestamp: Option<i64>) -> Result<(), TaskError> {
+        let mut out = output(&mut self.out, &mut self.out_timestamps, timestamp);
+        self.func.process_unkeyed(record, &mut out).map_err(|e| TaskError::user(&self.name, e))
     }
 
     /// Fires the timers of `domain` due at `due` (a timer timestamp).
@@ -224,6 +240,10 @@ where
         // One clock read per batch: processing time is coarse anyway.
         let now_ms = self.clock.now_ms();
         for record in batch.drain(..) {
+            if !self.func.is_keyed(&record) {
+                self.process_unkeyed(record, None)?;
+                continue;
+            }
             let key = (self.key_selector)(&record);
             let stable_hash = key.stable_hash();
             self.process_one(record, &key, stable_hash, now_ms, None)?;
@@ -249,10 +269,14 @@ where
         let now_ms = self.clock.now_ms();
         let hashed = !hashes.is_empty();
         for (index, (record, timestamp)) in batch.drain(..).zip(timestamps.drain(..)).enumerate() {
+            let timestamp_of = (timestamp != NO_TIMESTAMP).then_some(timestamp);
+            if !self.func.is_keyed(&record) {
+                self.process_unkeyed(record, timestamp_of)?;
+                continue;
+            }
             let key = (self.key_selector)(&record);
             let stable_hash = if hashed { hashes[index] } else { key.stable_hash() };
-            let timestamp = (timestamp != NO_TIMESTAMP).then_some(timestamp);
-            self.process_one(record, &key, stable_hash, now_ms, timestamp)?;
+            self.process_one(record, &key, stable_hash, now_ms, timestamp_of)?;
         }
         hashes.clear();
         self.emit()
@@ -330,10 +354,14 @@ where
                 keyed.tables.push(Box::new(timers.snapshot(keyed.range, self.backend.max_parallelism())));
             }
         }
+        let mut state = crate::functions::OperatorStateContext::snapshotting();
+        if let Err(e) = self.func.snapshot_operator_state(&mut state) {
+            return Err(TaskError::user(&self.name, format!("snapshotting operator state: {e}")));
+        }
         snapshot.operators.push(OperatorSnapshotData {
             uid: self.uid.clone(),
             keyed: Some(keyed),
-            operator_states: Vec::new(),
+            operator_states: state.into_states(),
         });
         self.next.snapshot_state(barrier, snapshot)
     }

@@ -1,0 +1,280 @@
+//! Event time and streams with more than one input, end to end in one process at several
+//! parallelisms: watermarks across channels, windows firing at the end of a bounded input,
+//! idle inputs that do not hold back the watermark, union, connect (keyed or not) and the
+//! broadcast state pattern.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use weir_api::prelude::*;
+use weir_runtime::{Dispatcher, JobSettings};
+use weir_types::JobStatus;
+
+fn run(env: &StreamExecutionEnvironment, p: u32) {
+    let dispatcher = Dispatcher::new("localhost");
+    let job = dispatcher.submit(env.build("event-time").unwrap(), JobSettings::with_parallelism(p)).unwrap();
+    assert_eq!(job.wait_terminal(Some(Duration::from_secs(60))), JobStatus::Finished, "p={p}: {:?}", job.details());
+}
+
+/// Event `i`: user `i % 7`, at `i * 10` ms give or take 40 ms (out of order, within 100 ms).
+fn events(n: u64) -> Vec<(u64, i64)> {
+    (0..n).map(|i| (i % 7, (i * 10) as i64 + [0, 40, -40, 20, -20][(i % 5) as usize])).collect()
+}
+
+fn strategy() -> WatermarkStrategy<(u64, i64)> {
+    WatermarkStrategy::for_bounded_out_of_orderness(Duration::from_millis(100))
+        .with_timestamp_assigner(|event: &(u64, i64), _| event.1)
+}
+
+#[derive(Clone)]
+struct CountPerWindow;
+
+impl ProcessWindowFunction<u64, (u64, i64), (u64, i64, usize)> for CountPerWindow {
+    fn process(
+        &mut self,
+        key: &u64,
+        context: &WindowContext<'_>,
+        elements: &[(u64, i64)],
+        out: &mut Collector<'_, (u64, i64, usize)>,
+    ) -> FnResult {
+        out.collect((*key, context.window.start, elements.len()));
+        Ok(())
+    }
+}
+
+#[test]
+fn event_time_windows_over_channels_fire_once_each_at_every_parallelism() {
+    let input = events(20_000);
+    // Independently: per user and 1-second window start, the number of events.
+    let mut expected: BTreeMap<(u64, i64), usize> = BTreeMap::new();
+    for (user, at) in &input {
+        *expected.entry((*user, at.div_euclid(1000) * 1000)).or_default() += 1;
+    }
+    for p in [1u32, 2, 3] {
+        let sink = CollectSink::default();
+        let env = StreamExecutionEnvironment::new();
+        env.from_source_with_watermarks(VecSource::new(input.clone()), strategy())
+            .key_by(|e: &(u64, i64)| e.0)
+            .window(TumblingEventTimeWindows::of(Duration::from_secs(1)))
+            .process(CountPerWindow)
+            .sink_to(sink.clone());
+        run(&env, p);
+        let mut seen: BTreeMap<(u64, i64), usize> = BTreeMap::new();
+        for (user, start, count) in sink.records() {
+            assert!(seen.insert((user, start), count).is_none(), "p={p}: window ({user}, {start}) fired twice");
+        }
+        assert_eq!(seen, expected, "p={p}");
+    }
+}
+
+#[test]
+fn union_and_connect_read_every_record_of_both_inputs() {
+    #[derive(Clone)]
+    struct Label;
+    impl CoProcessFunction<u64, String, String> for Label {
+        fn process_element1(&mut self, value: u64, out: &mut Collector<'_, String>) -> FnResult {
+            out.collect(format!("n{value}"));
+            Ok(())
+        }
+        fn process_element2(&mut self, value: String, out: &mut Collector<'_, String>) -> FnResult {
+            out.collect(format!("s{value}"));
+            Ok(())
+        }
+    }
+    for p in [1u32, 2] {
+        let sink = CollectSink::default();
+        let env = StreamExecutionEnvironment::new();
+        let a = env.from_source(VecSource::new((0..500u64).collect()));
+        let b = env.from_source(VecSource::new((500..800u64).collect()));
+        let c = env.from_source(VecSource::new((800..1000u64).collect())).rebalance();
+        let words = env.from_source(VecSource::new((0..100u64).map(|i| i.to_string()).collect()));
+        a.union(&[b, c]).connect(&words).process(Label).sink_to(sink.clone());
+        run(&env, p);
+        let mut seen = sink.records();
+        seen.sort();
+        let mut expected: Vec<String> = (0..1000u64).map(|i| format!("n{i}")).collect();
+        expected.extend((0..100u64).map(|i| format!("s{i}")));
+        expected.sort();
+        assert_eq!(seen, expected, "p={p}");
+    }
+}
+
+/// Orders joined with the newest price of their product, keyed by product.
+#[derive(Clone)]
+struct Enrich {
+    price: ValueState<u64>,
+    waiting: ListState<u64>,
+}
+
+impl KeyedCoProcessFunction<u64, (u64, u64), (u64, u64), String> for Enrich {
+    fn states(&self) -> Vec<StateDeclaration> {
+        vec![self.price.declaration(), self.waiting.declaration()]
+    }
+    fn process_element1(
+        &mut self,
+        order: (u64, u64),
+        ctx: &mut KeyedContext<'_, u64>,
+        out: &mut Collector<'_, String>,
+    ) -> FnResult {
+        match ctx.value(&self.price)?.get().copied() {
+            Some(price) => out.collect(format!("order {} of {} at {price}", order.1, order.0)),
+            None => ctx.list(&self.waiting)?.add(order.1),
+        }
+        Ok(())
+    }
+    fn process_element2(
+        &mut self,
+        price: (u64, u64),
+        ctx: &mut KeyedContext<'_, u64>,
+        out: &mut Collector<'_, String>,
+    ) -> FnResult {
+        ctx.value(&self.price)?.set(price.1);
+        let waiting = ctx.list(&self.waiting)?.get().to_vec();
+        for order in waiting {
+            out.collect(format!("order {order} of {} at {}", price.0, price.1));
+        }
+        ctx.list(&self.waiting)?.clear();
+        Ok(())
+    }
+}
+
+#[test]
+fn keyed_connect_shares_each_keys_state_between_both_inputs() {
+    for p in [1u32, 2, 4] {
+        let sink = CollectSink::default();
+        let env = StreamExecutionEnvironment::new();
+        let orders = env.from_source(VecSource::new((0..300u64).map(|i| (i % 10, i)).collect()));
+        let prices = env.from_source(VecSource::new((0..10u64).map(|p| (p, p * 100)).collect()));
+        let enrich = Enrich { price: ValueState::new("price"), waiting: ListState::new("waiting") };
+        orders
+            .key_by(|o: &(u64, u64)| o.0)
+            .connect(&prices.key_by(|p: &(u64, u64)| p.0))
+            .process(enrich)
+            .sink_to(sink.clone());
+        run(&env, p);
+        let mut seen = sink.records();
+        seen.sort();
+        let mut expected: Vec<String> =
+            (0..300u64).map(|i| format!("order {i} of {} at {}", i % 10, (i % 10) * 100)).collect();
+        expected.sort();
+        assert_eq!(seen, expected, "p={p}");
+    }
+}
+
+/// Each record of the keyed side is tagged with the rule its key's parity names; records that
+/// come before their rule wait in keyed state until the final watermark.
+#[derive(Clone)]
+struct ApplyRules {
+    waiting: ListState<u64>,
+}
+
+impl KeyedBroadcastProcessFunction<u64, u64, (u64, String), u64, String, String> for ApplyRules {
+    fn states(&self) -> Vec<StateDeclaration> {
+        vec![self.waiting.declaration()]
+    }
+    fn process_element(
+        &mut self,
+        value: u64,
+        ctx: &mut KeyedContext<'_, u64>,
+        rules: &BroadcastState<u64, String>,
+        out: &mut Collector<'_, String>,
+    ) -> FnResult {
+        match rules.get(&(value % 2)) {
+            Some(rule) => out.collect(format!("{value}:{rule}")),
+            None => {
+                // Until the rule arrives; the final watermark fires this timer after it did.
+                ctx.list(&self.waiting)?.add(value);
+                ctx.register_event_time_timer(i64::MAX - 1);
+            }
+        }
+        Ok(())
+    }
+    fn process_broadcast_element(
+        &mut self,
+        rule: (u64, String),
+        rules: &mut BroadcastState<u64, String>,
+        _out: &mut Collector<'_, String>,
+    ) -> FnResult {
+        rules.put(rule.0, rule.1);
+        Ok(())
+    }
+    fn on_timer(
+        &mut self,
+        _timestamp: i64,
+        ctx: &mut KeyedContext<'_, u64>,
+        rules: &BroadcastState<u64, String>,
+        out: &mut Collector<'_, String>,
+    ) -> FnResult {
+        for value in ctx.list(&self.waiting)?.get().to_vec() {
+            let rule = rules.get(&(value % 2)).ok_or("the rules never arrived")?;
+            out.collect(format!("{value}:{rule}"));
+        }
+        ctx.list(&self.waiting)?.clear();
+        Ok(())
+    }
+}
+
+#[test]
+fn broadcast_state_reaches_every_subtask() {
+    for p in [1u32, 3] {
+        let sink = CollectSink::default();
+        let env = StreamExecutionEnvironment::new();
+        let rules = env.from_source(VecSource::new(vec![(0u64, "even".to_string()), (1, "odd".to_string())]));
+        let values = env.from_source(VecSource::new((0..200u64).collect()));
+        values
+            .key_by(|v: &u64| *v)
+            .connect_broadcast(&rules.broadcast())
+            .process("rules", ApplyRules { waiting: ListState::new("waiting") })
+            .sink_to(sink.clone());
+        run(&env, p);
+        let mut seen = sink.records();
+        seen.sort();
+        let mut expected: Vec<String> =
+            (0..200u64).map(|v| format!("{v}:{}", if v % 2 == 0 { "even" } else { "odd" })).collect();
+        expected.sort();
+        assert_eq!(seen, expected, "p={p}: every subtask has both rules");
+    }
+}
+
+#[test]
+fn an_idle_input_does_not_hold_back_the_watermark_once_marked_idle() {
+    // A paced endless input with timestamps, unioned with an input that never sends a record.
+    let windows_fired_within = |idleness: Option<Duration>, wait: Duration| -> usize {
+        let sink = CollectSink::default();
+        let env = StreamExecutionEnvironment::new();
+        let live = env
+            .from_source(EndlessSource::paced(10, Duration::from_millis(5)))
+            .map(|i: u64| (i % 3, (i * 10) as i64))
+            .assign_timestamps_and_watermarks(strategy());
+        let mut silent =
+            WatermarkStrategy::for_monotonous_timestamps().with_timestamp_assigner(|e: &(u64, i64), _| e.1);
+        if let Some(idleness) = idleness {
+            silent = silent.with_idleness(idleness);
+        }
+        let never = env
+            .from_source(EndlessSource::paced(1, Duration::from_millis(5)))
+            .filter(|_| false)
+            .map(|i: u64| (i, 0i64))
+            .assign_timestamps_and_watermarks(silent);
+        live.union(&[never])
+            .key_by(|e: &(u64, i64)| e.0)
+            .window(TumblingEventTimeWindows::of(Duration::from_millis(100)))
+            .reduce(|a, b| (a.0, a.1.max(b.1)))
+            .sink_to(sink.clone());
+        let dispatcher = Dispatcher::new("localhost");
+        let job = dispatcher.submit(env.build("idle").unwrap(), JobSettings::with_parallelism(1)).unwrap();
+        let deadline = Instant::now() + wait;
+        while Instant::now() < deadline && sink.records().is_empty() {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let fired = sink.records().len();
+        job.cancel().unwrap();
+        job.wait_terminal(Some(Duration::from_secs(10)));
+        fired
+    };
+    assert_eq!(windows_fired_within(None, Duration::from_millis(1500)), 0, "a silent input holds the watermark back");
+    assert!(
+        windows_fired_within(Some(Duration::from_millis(200)), Duration::from_secs(20)) > 0,
+        "idleness did not release it"
+    );
+}
