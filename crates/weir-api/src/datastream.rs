@@ -497,16 +497,18 @@ pub struct ConnectedKeyedStreams<K, A, B> {
 impl<K: Key, A: Data, B: Data> ConnectedKeyedStreams<K, A, B> {
     /// Runs `func` with the record's key as the current key, for records of either input.
     pub fn process<O: Data, F: KeyedCoProcessFunction<K, A, B, O>>(&self, func: F) -> DataStream<O> {
-        self.process_keyed("Keyed Co-Process", KeyedCoProcessAdapter(func), EdgeKind::Hash)
+        self.process_keyed("Keyed Co-Process", KeyedCoProcessAdapter(func), EdgeKind::Hash, None)
     }
 
     /// Both inputs hash-partitioned by key into one keyed operator running `func`; the
-    /// second input's edge is `second_edge` (`Broadcast` for the broadcast side).
+    /// second input's edge is `second_edge` (`Broadcast` for the broadcast side); `invalid`
+    /// fails every subtask at start with that message.
     pub(crate) fn process_keyed<O: Data, F: KeyedProcessFunction<K, Either<A, B>, O>>(
         &self,
         name: &str,
         func: F,
         second_edge: EdgeKind,
+        invalid: Option<String>,
     ) -> DataStream<O> {
         let (left, mut edges) = self.streams.tagged_edges();
         let hash_selector = Arc::clone(&self.selector);
@@ -523,7 +525,7 @@ impl<K: Key, A: Data, B: Data> ConnectedKeyedStreams<K, A, B> {
             selector: Arc::clone(&self.selector),
             key_hash: Arc::new(|_: &Either<A, B>| 0),
         };
-        let stream = keyed.process_named(name, func, None);
+        let stream = keyed.process_named(name, func, invalid);
         stream.with_node(|node| node.inputs = edges);
         stream
     }
@@ -620,7 +622,7 @@ impl<K: Key, A: Data, B: Data> KeyedBroadcastConnectedStream<K, A, B> {
         F: KeyedBroadcastProcessFunction<K, A, B, BK, BV, O>,
     {
         let adapter = KeyedBroadcastAdapter { function: func, state: BroadcastState::new(state_name) };
-        self.streams.process_keyed("Keyed Broadcast-Process", adapter, EdgeKind::Broadcast)
+        self.streams.process_keyed("Keyed Broadcast-Process", adapter, EdgeKind::Broadcast, None)
     }
 }
 

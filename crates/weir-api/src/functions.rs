@@ -36,6 +36,16 @@ impl<'a, O> Collector<'a, O> {
             timestamps.push(*timestamp);
         }
     }
+
+    /// Emits one record with event timestamp `timestamp` instead of the current one (a join's
+    /// result gets the later of its two inputs' timestamps). On a stream without timestamps
+    /// the record is emitted without one.
+    pub fn collect_with_timestamp(&mut self, record: O, timestamp: i64) {
+        self.buffer.push(record);
+        if let Some((timestamps, _)) = &mut self.timestamps {
+            timestamps.push(timestamp);
+        }
+    }
 }
 
 /// Which clock a timer belongs to (Flink's `TimeDomain`).

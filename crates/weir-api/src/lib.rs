@@ -29,6 +29,7 @@ pub mod error;
 pub mod exchange;
 pub mod functions;
 pub mod graph;
+pub mod joins;
 pub mod network;
 pub mod operator;
 pub mod operators;
@@ -51,6 +52,7 @@ pub mod prelude {
         Collector, EndOfInputContext, FnResult, KeyedContext, KeyedProcessFunction, OperatorStateContext,
         ProcessFunction, TimeDomain,
     };
+    pub use crate::joins::ProcessJoinFunction;
     pub use crate::sink::{Sink, SinkWriter};
     pub use crate::source::{Boundedness, Source, SourcePoll, SourceReader};
     pub use crate::testing::{CollectSink, EndlessSource, FailOn, RunningCount, VecSource};

@@ -329,7 +329,7 @@ impl<K, T, A: StateData, O, F: AggregateFunction<T, A, O>> WindowLogic<K, T, O> 
 
 /// `process(f)`: the window keeps every record.
 #[derive(Clone)]
-pub struct ProcessLogic<P>(P);
+pub struct ProcessLogic<P>(pub(crate) P);
 
 impl<K, T: StateData, O, P: ProcessWindowFunction<K, T, O>> WindowLogic<K, T, O> for ProcessLogic<P> {
     type Acc = Vec<T>;
@@ -418,7 +418,7 @@ impl<K, T, O, L: WindowLogic<K, T, O>> Clone for WindowFunction<K, T, O, L> {
 pub const WINDOW_CONTENTS_STATE: &str = "window-contents";
 
 impl<K: Key, T, O, L: WindowLogic<K, T, O>> WindowFunction<K, T, O, L> {
-    fn new(assigner: WindowAssigner, allowed_lateness: i64, logic: L) -> Self {
+    pub(crate) fn new(assigner: WindowAssigner, allowed_lateness: i64, logic: L) -> Self {
         WindowFunction {
             assigner,
             allowed_lateness,

@@ -278,3 +278,83 @@ fn an_idle_input_does_not_hold_back_the_watermark_once_marked_idle() {
         "idleness did not release it"
     );
 }
+
+#[test]
+fn window_join_pairs_every_left_and_right_of_a_key_in_the_same_window() {
+    // (user, n, at): left every 7 ms, right every 11 ms, over 5 users.
+    let left: Vec<(u64, u64, i64)> = (0..2000u64).map(|i| (i % 5, i, (i * 7) as i64)).collect();
+    let right: Vec<(u64, u64, i64)> = (0..1300u64).map(|i| (i % 5, i, (i * 11) as i64)).collect();
+    let mut expected: Vec<String> = Vec::new();
+    for l in &left {
+        for r in &right {
+            if l.0 == r.0 && l.2.div_euclid(500) == r.2.div_euclid(500) {
+                expected.push(format!("{}:{}-{}", l.0, l.1, r.1));
+            }
+        }
+    }
+    expected.sort();
+    let stamp = || {
+        WatermarkStrategy::for_bounded_out_of_orderness(Duration::from_millis(100))
+            .with_timestamp_assigner(|e: &(u64, u64, i64), _| e.2)
+    };
+    for p in [1u32, 2] {
+        let sink = CollectSink::default();
+        let env = StreamExecutionEnvironment::new();
+        let l = env.from_source_with_watermarks(VecSource::new(left.clone()), stamp());
+        let r = env.from_source_with_watermarks(VecSource::new(right.clone()), stamp());
+        l.join(&r)
+            .where_key(|e: &(u64, u64, i64)| e.0)
+            .equal_to(|e: &(u64, u64, i64)| e.0)
+            .window(TumblingEventTimeWindows::of(Duration::from_millis(500)))
+            .apply(|a: &(u64, u64, i64), b: &(u64, u64, i64)| format!("{}:{}-{}", a.0, a.1, b.1))
+            .sink_to(sink.clone());
+        run(&env, p);
+        let mut seen = sink.records();
+        seen.sort();
+        assert_eq!(seen.len(), expected.len(), "p={p}");
+        assert_eq!(seen, expected, "p={p}");
+    }
+}
+
+#[test]
+fn interval_join_pairs_records_within_the_bounds_exactly_once() {
+    #[derive(Clone)]
+    struct Pair;
+    impl ProcessJoinFunction<(u64, i64), (u64, i64), String> for Pair {
+        fn process_element(
+            &mut self,
+            left: &(u64, i64),
+            right: &(u64, i64),
+            out: &mut Collector<'_, String>,
+        ) -> FnResult {
+            out.collect(format!("{}@{}-{}", left.0, left.1, right.1));
+            Ok(())
+        }
+    }
+    let left: Vec<(u64, i64)> = (0..1500u64).map(|i| (i % 4, (i * 13) as i64)).collect();
+    let right: Vec<(u64, i64)> = (0..1500u64).map(|i| (i % 4, (i * 13 + 5) as i64)).collect();
+    let mut expected = Vec::new();
+    for l in &left {
+        for r in &right {
+            if l.0 == r.0 && l.1 - 60 <= r.1 && r.1 <= l.1 + 30 {
+                expected.push(format!("{}@{}-{}", l.0, l.1, r.1));
+            }
+        }
+    }
+    expected.sort();
+    let stamp = || {
+        WatermarkStrategy::for_bounded_out_of_orderness(Duration::from_millis(100))
+            .with_timestamp_assigner(|e: &(u64, i64), _| e.1)
+    };
+    for p in [1u32, 3] {
+        let sink = CollectSink::default();
+        let env = StreamExecutionEnvironment::new();
+        let l = env.from_source_with_watermarks(VecSource::new(left.clone()), stamp()).key_by(|e: &(u64, i64)| e.0);
+        let r = env.from_source_with_watermarks(VecSource::new(right.clone()), stamp()).key_by(|e: &(u64, i64)| e.0);
+        l.interval_join(&r).between(-60, 30).process(Pair).sink_to(sink.clone());
+        run(&env, p);
+        let mut seen = sink.records();
+        seen.sort();
+        assert_eq!(seen, expected, "p={p}");
+    }
+}
