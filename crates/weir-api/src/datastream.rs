@@ -20,6 +20,7 @@ use crate::graph::{
     StreamGraph, StreamNode, TypedStream, downcast,
 };
 use crate::operator::{Operator, TaskContext};
+use crate::operators::keyed_process_types::KeySelector;
 use crate::operators::{
     FilterOperator, FlatMapOperator, KeyedProcessOperator, MapOperator, ProcessOperator, SinkOperator,
     TimestampsAndWatermarksOperator,
@@ -29,6 +30,9 @@ use crate::snapshot::{SINK_COMMITTABLES_STATE, SOURCE_POSITIONS_STATE};
 use crate::source::Source;
 use crate::watermarks::WatermarkStrategy;
 use weir_state::handles::StateData;
+
+/// A record's key's stable hash (what a key-partitioned edge routes by).
+type KeyHash<T> = Arc<dyn Fn(&T) -> u32 + Send + Sync>;
 
 struct Builder {
     nodes: Vec<StreamNode>,
@@ -245,7 +249,7 @@ impl<T: Data> DataStream<T> {
     }
 
     fn plain_edge(&self) -> StreamEdge {
-        StreamEdge { source: self.node, kind: self.next_edge, key_hash: None }
+        StreamEdge { source: self.node, kind: self.next_edge, key_hash: None, side: None }
     }
 
     /// Applies `func` to every record.
@@ -305,6 +309,15 @@ impl<T: Data> DataStream<T> {
             Ok(Box::new(op) as ErasedOperator)
         });
         self.add_operator("Process", false, self.plain_edge(), factory)
+    }
+
+    /// The records the operator producing this stream emitted to side output `tag`
+    /// (`out.output(&tag, value)`, or a window's late records).
+    pub fn get_side_output<S: Data>(&self, tag: &crate::side_output::OutputTag<S>) -> DataStream<S> {
+        let side =
+            Arc::new(crate::graph::SideEdge { tag: tag.id().to_string(), stream_type: TypedStream::<S>::erased() });
+        let edge = StreamEdge { source: self.node, kind: EdgeKind::Auto, key_hash: None, side: Some(side) };
+        self.add_operator(&format!("Side Output '{}'", tag.id()), false, edge, identity_factory::<S>())
     }
 
     /// One stream of the records of this stream and of `others` (same type), in no particular
@@ -476,11 +489,10 @@ impl<A: Data, B: Data> ConnectedStreams<A, B> {
         first_key: impl Fn(&A) -> K + Send + Sync + 'static,
         second_key: impl Fn(&B) -> K + Send + Sync + 'static,
     ) -> ConnectedKeyedStreams<K, A, B> {
-        let selector: Arc<dyn Fn(&Either<A, B>) -> K + Send + Sync> =
-            Arc::new(move |record: &Either<A, B>| match record {
-                Either::Left(a) => first_key(a),
-                Either::Right(b) => second_key(b),
-            });
+        let selector: KeySelector<Either<A, B>, K> = Arc::new(move |record: &Either<A, B>| match record {
+            Either::Left(a) => first_key(a),
+            Either::Right(b) => second_key(b),
+        });
         ConnectedKeyedStreams {
             streams: ConnectedStreams { first: self.first.clone(), second: self.second.clone() },
             selector,
@@ -491,7 +503,7 @@ impl<A: Data, B: Data> ConnectedStreams<A, B> {
 /// Two keyed streams read by one keyed function.
 pub struct ConnectedKeyedStreams<K, A, B> {
     streams: ConnectedStreams<A, B>,
-    selector: Arc<dyn Fn(&Either<A, B>) -> K + Send + Sync>,
+    selector: KeySelector<Either<A, B>, K>,
 }
 
 impl<K: Key, A: Data, B: Data> ConnectedKeyedStreams<K, A, B> {
@@ -512,7 +524,7 @@ impl<K: Key, A: Data, B: Data> ConnectedKeyedStreams<K, A, B> {
     ) -> DataStream<O> {
         let (left, mut edges) = self.streams.tagged_edges();
         let hash_selector = Arc::clone(&self.selector);
-        let key_hash: Arc<dyn Fn(&Either<A, B>) -> u32 + Send + Sync> =
+        let key_hash: KeyHash<Either<A, B>> =
             Arc::new(move |record: &Either<A, B>| hash_selector(record).stable_hash());
         edges[0].kind = EdgeKind::Hash;
         edges[0].key_hash = Some(Arc::new(Arc::clone(&key_hash)));
@@ -557,12 +569,11 @@ impl<K: Key, T: Data> KeyedStream<K, T> {
     /// [`KeyedBroadcastProcessFunction`](crate::connected::KeyedBroadcastProcessFunction).
     pub fn connect_broadcast<B: Data>(&self, broadcast: &BroadcastStream<B>) -> KeyedBroadcastConnectedStream<K, T, B> {
         let first = Arc::clone(&self.selector);
-        let selector: Arc<dyn Fn(&Either<T, B>) -> K + Send + Sync> =
-            Arc::new(move |record: &Either<T, B>| match record {
-                Either::Left(a) => first(a),
-                // Never called: broadcast records are not keyed (`is_keyed`).
-                Either::Right(_) => unreachable_key(),
-            });
+        let selector: KeySelector<Either<T, B>, K> = Arc::new(move |record: &Either<T, B>| match record {
+            Either::Left(a) => first(a),
+            // Never called: broadcast records are not keyed (`is_keyed`).
+            Either::Right(_) => unreachable_key(),
+        });
         KeyedBroadcastConnectedStream {
             streams: ConnectedKeyedStreams { streams: self.stream.connect(&broadcast.stream), selector },
         }
@@ -661,7 +672,7 @@ impl<K: Key, T: Data> KeyedStream<K, T> {
     /// Cuts the stream into the windows `assigner` gives each record
     /// ([`TumblingEventTimeWindows`](crate::windows::TumblingEventTimeWindows) and the others).
     pub fn window(&self, assigner: crate::windows::WindowAssigner) -> crate::windows::WindowedStream<K, T> {
-        crate::windows::WindowedStream { keyed: self.clone(), assigner, allowed_lateness: 0 }
+        crate::windows::WindowedStream { keyed: self.clone(), assigner, allowed_lateness: 0, late_tag: None }
     }
 
     /// Windows of `count` records per key, each fired and purged when full (Flink's
@@ -689,7 +700,12 @@ impl<K: Key, T: Data> KeyedStream<K, T> {
         let declared_states = func.states();
         let prototype = std::sync::Mutex::new(func);
         let key_hash = Arc::clone(&self.key_hash);
-        let edge = StreamEdge { source: self.stream.node, kind: EdgeKind::Hash, key_hash: Some(Arc::new(key_hash)) };
+        let edge = StreamEdge {
+            source: self.stream.node,
+            kind: EdgeKind::Hash,
+            key_hash: Some(Arc::new(key_hash)),
+            side: None,
+        };
         let factory: OperatorFactory = Arc::new(move |ctx: &TaskContext, downstream: ErasedOperator| {
             let next = downcast::<Box<dyn Operator<O>>>(downstream, "process output")?;
             if let Some(invalid) = &invalid {

@@ -17,15 +17,35 @@ pub struct Collector<'a, O> {
     /// When the output carries event timestamps: their column, and the timestamp every
     /// record collected now gets (the input record's, or the firing timer's).
     pub(crate) timestamps: Option<(&'a mut Vec<i64>, i64)>,
+    /// The operator's side outputs, when any is read.
+    pub(crate) side: Option<&'a mut crate::side_output::SideOutputs>,
 }
 
 impl<'a, O> Collector<'a, O> {
     pub(crate) fn new(buffer: &'a mut Vec<O>) -> Self {
-        Collector { buffer, timestamps: None }
+        Collector { buffer, timestamps: None, side: None }
     }
 
     pub(crate) fn timestamped(buffer: &'a mut Vec<O>, timestamps: &'a mut Vec<i64>, timestamp: i64) -> Self {
-        Collector { buffer, timestamps: Some((timestamps, timestamp)) }
+        Collector { buffer, timestamps: Some((timestamps, timestamp)), side: None }
+    }
+
+    /// The same collector, also feeding `side` outputs (when any is read).
+    pub(crate) fn with_side(mut self, side: &'a mut crate::side_output::SideOutputs) -> Self {
+        if !side.is_empty() {
+            self.side = Some(side);
+        }
+        self
+    }
+
+    /// Emits `value` to side output `tag` (with the current record's timestamp); dropped
+    /// when no `get_side_output(&tag)` reads it, as in Flink.
+    pub fn output<S: 'static>(&mut self, tag: &crate::side_output::OutputTag<S>, value: S) -> FnResult {
+        let timestamp = self.timestamps.as_ref().map_or(crate::side_output::SIDE_NO_TIMESTAMP, |(_, t)| *t);
+        match &mut self.side {
+            Some(side) => side.push(tag, value, timestamp).map_err(Into::into),
+            None => Ok(()),
+        }
     }
 
     /// Emits one record.

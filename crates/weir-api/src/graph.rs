@@ -72,6 +72,23 @@ pub struct StreamEdge {
     pub kind: EdgeKind,
     /// For [`EdgeKind::Hash`]: an `Arc<dyn Fn(&T) -> u32>` giving the key's stable hash.
     pub(crate) key_hash: Option<Arc<dyn Any + Send + Sync>>,
+    /// Set when the edge carries a side output of the source node instead of its main output.
+    pub side: Option<Arc<SideEdge>>,
+}
+
+/// What a side-output edge carries: the tag and the side records' type.
+pub struct SideEdge {
+    /// The output tag's name.
+    pub tag: String,
+    /// Operations on the side records' type.
+    pub(crate) stream_type: Arc<dyn StreamType>,
+}
+
+impl SideEdge {
+    /// Operations on the side records' type.
+    pub fn stream_type(&self) -> &Arc<dyn StreamType> {
+        &self.stream_type
+    }
 }
 
 /// One node of the graph.
@@ -144,6 +161,14 @@ impl StreamGraph {
     /// The nodes, in a topological order.
     pub fn nodes(&self) -> &[StreamNode] {
         &self.nodes
+    }
+
+    /// The type of the records `edge` carries: its source's output, or a side output's.
+    pub fn edge_type<'a>(&'a self, edge: &'a StreamEdge) -> &'a Arc<dyn StreamType> {
+        match &edge.side {
+            Some(side) => &side.stream_type,
+            None => self.nodes[edge.source].output_type(),
+        }
     }
 
     /// The nodes that read `node`'s output, with the edge they read it through.
@@ -232,6 +257,8 @@ pub trait StreamType: Send + Sync {
         local: ErasedChannelEnd,
         stream: std::net::TcpStream,
     ) -> Result<std::thread::JoinHandle<()>, TaskError>;
+    /// `link` (a link of this type) as a side output link of another operator.
+    fn side_link(&self, link: ErasedOperator) -> Result<Box<dyn crate::side_output::SideLink>, TaskError>;
     /// The body of a subtask reading `receivers` into `head`.
     fn input_body(
         &self,
@@ -341,6 +368,11 @@ impl<T: Data> StreamType for TypedStream<T> {
     ) -> Result<std::thread::JoinHandle<()>, TaskError> {
         let local = downcast::<ChannelSender<T>>(local, "remote receiver")?;
         crate::network::bridge_receiver(local, stream).map_err(|e| TaskError::external("starting a network channel", e))
+    }
+
+    fn side_link(&self, link: ErasedOperator) -> Result<Box<dyn crate::side_output::SideLink>, TaskError> {
+        let link = downcast::<Box<dyn Operator<T>>>(link, "side output")?;
+        Ok(Box::new(crate::side_output::TypedSideLink::new(link)))
     }
 
     fn input_body(

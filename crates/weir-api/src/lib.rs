@@ -33,6 +33,7 @@ pub mod joins;
 pub mod network;
 pub mod operator;
 pub mod operators;
+pub mod side_output;
 pub mod sink;
 pub mod snapshot;
 pub mod source;
@@ -53,6 +54,7 @@ pub mod prelude {
         ProcessFunction, TimeDomain,
     };
     pub use crate::joins::ProcessJoinFunction;
+    pub use crate::side_output::OutputTag;
     pub use crate::sink::{Sink, SinkWriter};
     pub use crate::source::{Boundedness, Source, SourcePoll, SourceReader};
     pub use crate::testing::{CollectSink, EndlessSource, FailOn, RunningCount, VecSource};

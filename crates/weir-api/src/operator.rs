@@ -250,6 +250,9 @@ pub struct TaskContext {
     /// How often watermark strategies emit watermarks, ms (`pipeline.auto-watermark-interval`;
     /// 0: only the final one).
     pub auto_watermark_interval_ms: u64,
+    /// The side outputs of the operator being built that someone reads (taken by its
+    /// factory).
+    pub side_outputs: Option<crate::side_output::SideLinks>,
     /// Set when the job takes periodic checkpoints: at the end of its input the task reports
     /// here and keeps taking part in checkpoints instead of ending; it ends when the job
     /// master sends [`TaskControl::Finish`], after a checkpoint that followed the end of
@@ -312,6 +315,7 @@ impl TaskContext {
             spill: None,
             attempt: 0,
             auto_watermark_interval_ms: 200,
+            side_outputs: None,
             end_of_data: None,
         }
     }

@@ -397,6 +397,7 @@ pub struct WindowEntry<A> {
 pub struct WindowFunction<K, T, O, L: WindowLogic<K, T, O>> {
     assigner: WindowAssigner,
     allowed_lateness: i64,
+    late_tag: Option<crate::side_output::OutputTag<T>>,
     logic: L,
     contents: ValueState<Vec<WindowEntry<L::Acc>>>,
     _types: std::marker::PhantomData<fn(K, T) -> O>,
@@ -407,6 +408,7 @@ impl<K, T, O, L: WindowLogic<K, T, O>> Clone for WindowFunction<K, T, O, L> {
         WindowFunction {
             assigner: self.assigner,
             allowed_lateness: self.allowed_lateness,
+            late_tag: self.late_tag.clone(),
             logic: self.logic.clone(),
             contents: self.contents.clone(),
             _types: std::marker::PhantomData,
@@ -422,6 +424,7 @@ impl<K: Key, T, O, L: WindowLogic<K, T, O>> WindowFunction<K, T, O, L> {
         WindowFunction {
             assigner,
             allowed_lateness,
+            late_tag: None,
             logic,
             contents: ValueState::new(WINDOW_CONTENTS_STATE),
             _types: std::marker::PhantomData,
@@ -500,6 +503,9 @@ where
             windows.retain(|w| self.cleanup_time(w) > watermark);
             if windows.is_empty() {
                 ctx.count_late_record();
+                if let Some(tag) = &self.late_tag {
+                    out.output(tag, record)?;
+                }
                 return Ok(());
             }
         }
@@ -639,6 +645,7 @@ pub struct WindowedStream<K, T> {
     pub(crate) keyed: crate::datastream::KeyedStream<K, T>,
     pub(crate) assigner: WindowAssigner,
     pub(crate) allowed_lateness: i64,
+    pub(crate) late_tag: Option<crate::side_output::OutputTag<T>>,
 }
 
 impl<K: Key, T: crate::Data + StateData> WindowedStream<K, T> {
@@ -649,8 +656,17 @@ impl<K: Key, T: crate::Data + StateData> WindowedStream<K, T> {
         self
     }
 
+    /// Records too late for every window they belong to go to side output `tag` (read it with
+    /// `get_side_output(&tag)` on the window's result) instead of being dropped; they are
+    /// counted as late either way.
+    pub fn side_output_late_data(mut self, tag: &crate::side_output::OutputTag<T>) -> Self {
+        self.late_tag = Some(tag.clone());
+        self
+    }
+
     fn apply<O: crate::Data, L: WindowLogic<K, T, O>>(&self, name: &str, logic: L) -> crate::datastream::DataStream<O> {
-        let function = WindowFunction::new(self.assigner, self.allowed_lateness, logic);
+        let mut function = WindowFunction::new(self.assigner, self.allowed_lateness, logic);
+        function.late_tag = self.late_tag.clone();
         self.keyed.process_named(name, function, self.assigner.validate().err())
     }
 

@@ -207,7 +207,7 @@ pub fn deploy<E: From<TaskEvent> + Send + 'static>(
     for edge in &job.edges {
         let producers = job.vertices[edge.source_vertex].parallelism as usize;
         let consumers = job.vertices[edge.target_vertex].parallelism as usize;
-        let output_type = graph.nodes()[edge.source_node].output_type();
+        let output_type = edge_type(graph, edge)?;
         let mut edge_senders: Vec<Vec<ErasedChannelEnd>> =
             (0..producers).map(|_| Vec::with_capacity(consumers)).collect();
         let mut edge_receivers: Vec<Vec<ErasedChannelEnd>> =
@@ -292,6 +292,7 @@ pub fn deploy<E: From<TaskEvent> + Send + 'static>(
                 spill: checkpointing.spill.clone(),
                 attempt: job_ctx.attempt,
                 auto_watermark_interval_ms: job.auto_watermark_interval_ms,
+                side_outputs: None,
                 end_of_data: if checkpointing.final_checkpoint {
                     let events = events.clone();
                     let report: Arc<dyn Fn() + Send + Sync> = Arc::new(move || {
@@ -412,19 +413,64 @@ fn build_body(mut wiring: SubtaskWiring, ctx: &TaskContext) -> Result<Box<dyn Ta
     input_type.input_body(std::mem::take(&mut wiring.inputs), head_operator, ctx)
 }
 
-/// The record type entering `node` (the output type of its first input).
+/// The type of the records a job edge carries (a side output's, or its source's output).
+fn edge_type<'a>(
+    graph: &'a StreamGraph,
+    edge: &crate::jobgraph::JobEdge,
+) -> Result<&'a Arc<dyn weir_api::graph::StreamType>, TaskError> {
+    let input = graph.nodes()[edge.target_node]
+        .inputs
+        .get(edge.input_index)
+        .ok_or_else(|| TaskError::Internal(format!("no input {} of node {}", edge.input_index, edge.target_node)))?;
+    Ok(graph.edge_type(input))
+}
+
+/// The record type entering `node` (the type its first input carries).
 fn input_type_of(graph: &StreamGraph, node: usize) -> Result<&Arc<dyn weir_api::graph::StreamType>, TaskError> {
     let input = graph.nodes()[node]
         .inputs
         .first()
         .ok_or_else(|| TaskError::Internal(format!("operator '{}' has no input", graph.nodes()[node].name)))?;
-    Ok(graph.nodes()[input.source].output_type())
+    Ok(graph.edge_type(input))
 }
 
 /// `node`'s position in its task's chain: the index of its counters in `TaskMetrics::operators`.
 fn chain_index(job: &JobGraph, node: usize) -> usize {
     let vertex = &job.vertices[job.vertex_of_node[node]];
     vertex.nodes.iter().position(|n| *n == node).unwrap_or(usize::MAX)
+}
+
+/// The side outputs of `node` that someone reads: per tag, the channel outputs to its
+/// readers (side-output edges never chain).
+fn build_side_outputs(
+    graph: &StreamGraph,
+    job: &JobGraph,
+    node: usize,
+    outputs: &mut HashMap<usize, Vec<ErasedChannelEnd>>,
+    ctx: &TaskContext,
+) -> Result<Vec<weir_api::side_output::NamedSideLink>, TaskError> {
+    let mut by_tag: Vec<(String, Arc<dyn weir_api::graph::StreamType>, Vec<ErasedOperator>)> = Vec::new();
+    for (consumer, edge) in graph.consumers(node) {
+        let Some(side) = &edge.side else { continue };
+        let edge_index =
+            job.edges.iter().position(|e| e.source_node == node && e.target_node == consumer).ok_or_else(|| {
+                TaskError::Internal(format!("no job edge from node {node} to side output node {consumer}"))
+            })?;
+        let senders = outputs
+            .remove(&edge_index)
+            .ok_or_else(|| TaskError::Internal(format!("channels of edge {edge_index} were already taken")))?;
+        let link = side.stream_type().channel_output(edge, job.edges[edge_index].forward, senders, ctx)?;
+        match by_tag.iter_mut().find(|(tag, _, _)| *tag == side.tag) {
+            Some((_, _, links)) => links.push(link),
+            None => by_tag.push((side.tag.clone(), Arc::clone(side.stream_type()), vec![link])),
+        }
+    }
+    let mut sides = Vec::with_capacity(by_tag.len());
+    for (tag, stream_type, mut links) in by_tag {
+        let link = if links.len() == 1 { links.remove(0) } else { stream_type.tee(links)? };
+        sides.push((tag, stream_type.side_link(link)?));
+    }
+    Ok(sides)
 }
 
 /// The link that receives `node`'s output: its chained consumers and channel outputs, counted
@@ -439,6 +485,9 @@ fn build_downstream(
     let output_type = graph.nodes()[node].output_type();
     let mut links = Vec::new();
     for (consumer, edge) in graph.consumers(node) {
+        if edge.side.is_some() {
+            continue;
+        }
         if job.vertex_of_node[consumer] == job.vertex_of_node[node] {
             links.push(build_chained(graph, job, consumer, outputs, ctx)?);
             continue;
@@ -473,8 +522,20 @@ fn build_chained(
     let factory = stream_node
         .operator_factory()
         .ok_or_else(|| TaskError::Internal(format!("operator '{}' has no factory", stream_node.name)))?;
+    let sides = build_side_outputs(graph, job, node, outputs, ctx)?;
     let mut node_ctx = ctx.clone();
     node_ctx.operator_name = stream_node.name.clone();
     node_ctx.operator_uid = stream_node.uid_or_generated();
-    factory(&node_ctx, downstream)
+    let side_links = (!sides.is_empty()).then(|| Arc::new(std::sync::Mutex::new(sides)));
+    node_ctx.side_outputs = side_links.clone();
+    let operator = factory(&node_ctx, downstream)?;
+    if let Some(links) = side_links
+        && !links.lock().map(|l| l.is_empty()).unwrap_or(true)
+    {
+        return Err(TaskError::user(
+            &stream_node.name,
+            "this operator emits no side outputs: get_side_output(&tag) reads those of a process function or a window",
+        ));
+    }
+    Ok(operator)
 }

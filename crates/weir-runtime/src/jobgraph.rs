@@ -81,6 +81,8 @@ pub struct JobEdge {
     pub forward: bool,
     /// `FORWARD`, `REBALANCE` or `HASH`, as Flink's plan shows.
     pub ship_strategy: &'static str,
+    /// Which of the target node's inputs this edge is.
+    pub input_index: usize,
 }
 
 /// The job graph.
@@ -169,9 +171,10 @@ impl JobGraph {
                 Some(edge)
                     if node.role != NodeRole::Source
                         && node.inputs.len() == 1
+                        && edge.side.is_none()
                         && edge.kind == EdgeKind::Auto
                         && parallelism[edge.source] == parallelism[node.id]
-                        && graph.consumers(edge.source).len() == 1 =>
+                        && graph.consumers(edge.source).iter().filter(|(_, e)| e.side.is_none()).count() == 1 =>
                 {
                     Some(vertex_of_node[edge.source])
                 }
@@ -203,7 +206,7 @@ impl JobGraph {
 
         let mut edges = Vec::new();
         for node in nodes {
-            for edge in &node.inputs {
+            for (input_index, edge) in node.inputs.iter().enumerate() {
                 let source_vertex = vertex_of_node[edge.source];
                 let target_vertex = vertex_of_node[node.id];
                 if source_vertex == target_vertex {
@@ -224,6 +227,7 @@ impl JobGraph {
                     target_node: node.id,
                     forward,
                     ship_strategy,
+                    input_index,
                 });
             }
         }

@@ -62,6 +62,14 @@ pub struct SubtaskDetails {
     /// Records a source skipped as undeserialisable (weir's addition; absent when none).
     #[serde(rename = "skipped-records", default, skip_serializing_if = "is_zero")]
     pub skipped_records: u64,
+    /// Records that came too late for their windows (weir's addition; Flink's
+    /// `numLateRecordsDropped`; absent when none).
+    #[serde(rename = "late-records", default, skip_serializing_if = "is_zero")]
+    pub late_records: u64,
+    /// The subtask's input watermark, epoch ms (absent before the first; Flink's
+    /// `currentInputWatermark`).
+    #[serde(rename = "input-watermark", default, skip_serializing_if = "Option::is_none")]
+    pub input_watermark: Option<i64>,
 }
 
 fn is_zero(value: &u64) -> bool {
@@ -445,6 +453,8 @@ impl JobMaster {
                             .map(|s| SplitView { split: s.split, current_offset: s.current_offset, lag: s.lag })
                             .collect(),
                         skipped_records: subtask.metrics.records_skipped.load(Ordering::Relaxed),
+                        late_records: subtask.metrics.records_late.load(Ordering::Relaxed),
+                        input_watermark: subtask.metrics.input_watermark(),
                     });
                 }
                 let status = aggregate_state(&states);

@@ -358,3 +358,101 @@ fn interval_join_pairs_records_within_the_bounds_exactly_once() {
         assert_eq!(seen, expected, "p={p}");
     }
 }
+
+#[test]
+fn side_outputs_carry_what_a_process_function_routes_there() {
+    #[derive(Clone)]
+    struct SplitOdd(OutputTag<String>);
+    impl ProcessFunction<u64, u64> for SplitOdd {
+        fn process_element(&mut self, value: u64, out: &mut Collector<'_, u64>) -> FnResult {
+            if value % 2 == 1 {
+                out.output(&self.0, format!("odd {value}"))?;
+            } else {
+                out.collect(value);
+            }
+            Ok(())
+        }
+    }
+    for p in [1u32, 2] {
+        let odd = OutputTag::<String>::new("odd");
+        let (evens, odds) = (CollectSink::default(), CollectSink::default());
+        let env = StreamExecutionEnvironment::new();
+        let main = env.from_source(VecSource::new((0..1000u64).collect())).process(SplitOdd(odd.clone()));
+        main.get_side_output(&odd).sink_to(odds.clone());
+        main.sink_to(evens.clone());
+        run(&env, p);
+        let mut seen = evens.records();
+        seen.sort_unstable();
+        assert_eq!(seen, (0..1000).step_by(2).collect::<Vec<u64>>(), "p={p}");
+        let mut seen = odds.records();
+        seen.sort();
+        let mut expected: Vec<String> = (1..1000).step_by(2).map(|v| format!("odd {v}")).collect();
+        expected.sort();
+        assert_eq!(seen, expected, "p={p}");
+    }
+}
+
+#[test]
+fn records_too_late_for_their_window_go_to_the_late_side_output_and_nowhere_else() {
+    // Record i at i * 100 ms; every 50th from i = 500 on is 20 s late (well past the 1 s bound).
+    let late = OutputTag::<(u64, i64, bool)>::new("late");
+    let (windows, lates) = (CollectSink::default(), CollectSink::default());
+    let env = StreamExecutionEnvironment::new();
+    let counted = env
+        .from_source(EndlessSource::paced(10, Duration::from_millis(20)))
+        .parallelism(1)
+        .map(|i: u64| {
+            let is_late = i >= 500 && i.is_multiple_of(50);
+            (i % 3, (i * 100) as i64 - if is_late { 20_000 } else { 0 }, is_late)
+        })
+        .assign_timestamps_and_watermarks(
+            WatermarkStrategy::for_bounded_out_of_orderness(Duration::from_secs(1))
+                .with_timestamp_assigner(|e: &(u64, i64, bool), _| e.1),
+        )
+        .key_by(|e: &(u64, i64, bool)| e.0)
+        .window(TumblingEventTimeWindows::of(Duration::from_secs(1)))
+        .side_output_late_data(&late)
+        .aggregate(LateInWindow);
+    counted.get_side_output(&late).sink_to(lates.clone());
+    counted.sink_to(windows.clone());
+    let dispatcher = Dispatcher::new("localhost");
+    let job = dispatcher.submit(env.build("late").unwrap(), JobSettings::with_parallelism(2)).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while lates.records().len() < 5 {
+        assert!(Instant::now() < deadline, "no late records arrived: {:?}", job.details());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    job.cancel().unwrap();
+    job.wait_terminal(Some(Duration::from_secs(10)));
+    let lates = lates.records();
+    assert!(lates.iter().all(|e| e.2), "an on-time record went to the late output: {lates:?}");
+    let mut indices: Vec<i64> = lates.iter().map(|e| e.1).collect();
+    indices.sort_unstable();
+    indices.dedup();
+    assert_eq!(indices.len(), lates.len(), "a late record went to the late output twice");
+    assert!(
+        windows.records().iter().all(|late_in_window| *late_in_window == 0),
+        "a late record was counted in a window"
+    );
+    let late_metric: u64 = job.details().vertices.iter().flat_map(|v| &v.subtasks).map(|s| s.late_records).sum();
+    assert!(late_metric >= lates.len() as u64, "late-records metric {late_metric} below {}", lates.len());
+}
+
+/// Counts the records flagged late that a window holds (always 0 when lateness works).
+#[derive(Clone)]
+struct LateInWindow;
+
+impl AggregateFunction<(u64, i64, bool), u64, u64> for LateInWindow {
+    fn create_accumulator(&self) -> u64 {
+        0
+    }
+    fn add(&self, value: (u64, i64, bool), acc: u64) -> u64 {
+        acc + u64::from(value.2)
+    }
+    fn get_result(&self, acc: &u64) -> u64 {
+        *acc
+    }
+    fn merge(&self, a: u64, b: u64) -> u64 {
+        a + b
+    }
+}

@@ -33,6 +33,7 @@ pub struct KeyedProcessOperator<K, I, O, F> {
     out_timestamps: Vec<i64>,
     /// Late records counted by the function since the last publication.
     late_records: u64,
+    side: crate::side_output::SideOutputs,
     metrics: Arc<crate::operator::TaskMetrics>,
     next: Box<dyn Operator<O>>,
     /// Restored as finished: its end-of-input results were emitted before the snapshot.
@@ -63,6 +64,7 @@ impl<K: Key, I, O, F> KeyedProcessOperator<K, I, O, F> {
             out: Vec::new(),
             out_timestamps: Vec::new(),
             late_records: 0,
+            side: crate::side_output::SideOutputs::take(ctx),
             metrics: Arc::clone(&ctx.metrics),
             next,
             finished_on_restore: false,
@@ -153,7 +155,7 @@ where
             domain: None,
             late_records: &mut self.late_records,
         };
-        let mut out = output(&mut self.out, &mut self.out_timestamps, timestamp);
+        let mut out = output(&mut self.out, &mut self.out_timestamps, timestamp).with_side(&mut self.side);
         match self.func.process_element(record, &mut ctx, &mut out) {
             Ok(()) => Ok(()),
             Err(e) => Err(TaskError::user(&self.name, e)),
@@ -166,6 +168,7 @@ where
                 .records_late
                 .fetch_add(std::mem::take(&mut self.late_records), std::sync::atomic::Ordering::Relaxed);
         }
+        self.side.emit()?;
         if self.out.is_empty() {
             return Ok(());
         }
@@ -176,7 +179,7 @@ where
     }
 
     fn process_unkeyed(&mut self, record: I, timestamp: Option<i64>) -> Result<(), TaskError> {
-        let mut out = output(&mut self.out, &mut self.out_timestamps, timestamp);
+        let mut out = output(&mut self.out, &mut self.out_timestamps, timestamp).with_side(&mut self.side);
         self.func.process_unkeyed(record, &mut out).map_err(|e| TaskError::user(&self.name, e))
     }
 
@@ -208,7 +211,7 @@ where
                 domain: Some(domain),
                 late_records: &mut self.late_records,
             };
-            let mut out = output(&mut self.out, &mut self.out_timestamps, timestamp);
+            let mut out = output(&mut self.out, &mut self.out_timestamps, timestamp).with_side(&mut self.side);
             if let Err(e) = self.func.on_timer(fired_at, &mut ctx, &mut out) {
                 return Err(TaskError::user(&self.name, e));
             }
@@ -289,10 +292,12 @@ where
         self.watermark = watermark;
         let now_ms = self.clock.now_ms();
         self.fire(TimeDomain::EventTime, event_time_to_timer(watermark), now_ms)?;
+        self.side.process_watermark(watermark)?;
         self.next.process_watermark(watermark)
     }
 
     fn process_watermark_status(&mut self, idle: bool) -> Result<(), TaskError> {
+        self.side.process_watermark_status(idle)?;
         self.next.process_watermark_status(idle)
     }
 
@@ -330,22 +335,26 @@ where
     fn end_input(&mut self) -> Result<(), TaskError> {
         if self.finished_on_restore {
             // Its end-of-input results went downstream before the snapshot it restored.
+            self.side.end_input()?;
             return self.next.end_input();
         }
         let mut ctx = EndOfInputContext { backend: &mut self.backend };
-        let mut out = output(&mut self.out, &mut self.out_timestamps, None);
+        let mut out = output(&mut self.out, &mut self.out_timestamps, None).with_side(&mut self.side);
         if let Err(e) = self.func.on_end_of_input(&mut ctx, &mut out) {
             return Err(TaskError::user(&self.name, e));
         }
         self.emit()?;
+        self.side.end_input()?;
         self.next.end_input()
     }
 
     fn flush(&mut self) -> Result<(), TaskError> {
+        self.side.flush()?;
         self.next.flush()
     }
 
     fn snapshot_state(&mut self, barrier: &Barrier, snapshot: &mut TaskSnapshot) -> Result<(), TaskError> {
+        self.side.snapshot_state(barrier, snapshot)?;
         let native = barrier.kind.format() == crate::snapshot::SnapshotFormat::Native;
         let mut keyed = self.backend.snapshot_in(native, barrier.checkpoint_id);
         // Timers are keyed state too: restored with their keys' groups after a rescale.

@@ -15,6 +15,7 @@ pub struct ProcessOperator<I, O, F> {
     func: F,
     out: Vec<O>,
     out_timestamps: Vec<i64>,
+    side: crate::side_output::SideOutputs,
     next: Box<dyn Operator<O>>,
     /// Restored as finished: its end-of-input results were emitted before the snapshot.
     finished_on_restore: bool,
@@ -38,6 +39,7 @@ impl<I, O, F: ProcessFunction<I, O>> ProcessOperator<I, O, F> {
             func,
             out: Vec::new(),
             out_timestamps: Vec::new(),
+            side: crate::side_output::SideOutputs::take(ctx),
             next,
             finished_on_restore: crate::snapshot::RestoredOperator::is_finished(ctx.restored_operator()),
             _input: PhantomData,
@@ -45,6 +47,7 @@ impl<I, O, F: ProcessFunction<I, O>> ProcessOperator<I, O, F> {
     }
 
     fn emit(&mut self) -> Result<(), TaskError> {
+        self.side.emit()?;
         if self.out.is_empty() {
             return Ok(());
         }
@@ -55,7 +58,7 @@ impl<I, O, F: ProcessFunction<I, O>> ProcessOperator<I, O, F> {
 impl<I: Send, O: Send, F: ProcessFunction<I, O>> Operator<I> for ProcessOperator<I, O, F> {
     fn process_batch(&mut self, batch: &mut Vec<I>) -> Result<(), TaskError> {
         for record in batch.drain(..) {
-            let mut out = Collector::new(&mut self.out);
+            let mut out = Collector::new(&mut self.out).with_side(&mut self.side);
             if let Err(e) = self.func.process_element(record, &mut out) {
                 return Err(TaskError::user(&self.name, e));
             }
@@ -71,11 +74,13 @@ impl<I: Send, O: Send, F: ProcessFunction<I, O>> Operator<I> for ProcessOperator
     ) -> Result<(), TaskError> {
         hashes.clear();
         for (record, timestamp) in batch.drain(..).zip(timestamps.drain(..)) {
-            let mut out = Collector::timestamped(&mut self.out, &mut self.out_timestamps, timestamp);
+            let mut out =
+                Collector::timestamped(&mut self.out, &mut self.out_timestamps, timestamp).with_side(&mut self.side);
             if let Err(e) = self.func.process_element(record, &mut out) {
                 return Err(TaskError::user(&self.name, e));
             }
         }
+        self.side.emit()?;
         if self.out.is_empty() {
             return Ok(());
         }
@@ -83,10 +88,12 @@ impl<I: Send, O: Send, F: ProcessFunction<I, O>> Operator<I> for ProcessOperator
     }
 
     fn process_watermark(&mut self, watermark: i64) -> Result<(), TaskError> {
+        self.side.process_watermark(watermark)?;
         self.next.process_watermark(watermark)
     }
 
     fn process_watermark_status(&mut self, idle: bool) -> Result<(), TaskError> {
+        self.side.process_watermark_status(idle)?;
         self.next.process_watermark_status(idle)
     }
 
@@ -100,21 +107,25 @@ impl<I: Send, O: Send, F: ProcessFunction<I, O>> Operator<I> for ProcessOperator
 
     fn end_input(&mut self) -> Result<(), TaskError> {
         if self.finished_on_restore {
+            self.side.end_input()?;
             return self.next.end_input();
         }
-        let mut out = Collector::new(&mut self.out);
+        let mut out = Collector::new(&mut self.out).with_side(&mut self.side);
         if let Err(e) = self.func.on_end_of_input(&mut out) {
             return Err(TaskError::user(&self.name, e));
         }
         self.emit()?;
+        self.side.end_input()?;
         self.next.end_input()
     }
 
     fn flush(&mut self) -> Result<(), TaskError> {
+        self.side.flush()?;
         self.next.flush()
     }
 
     fn snapshot_state(&mut self, barrier: &Barrier, snapshot: &mut TaskSnapshot) -> Result<(), TaskError> {
+        self.side.snapshot_state(barrier, snapshot)?;
         let mut state = OperatorStateContext::snapshotting();
         if let Err(e) = self.func.snapshot_state(&mut state) {
             return Err(TaskError::user(&self.name, format!("snapshotting operator state: {e}")));

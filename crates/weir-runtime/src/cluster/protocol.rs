@@ -153,6 +153,12 @@ pub struct SubtaskCounters {
     /// Records a source skipped as undeserialisable.
     #[serde(default)]
     pub records_skipped: u64,
+    /// Records that came too late for their windows.
+    #[serde(default)]
+    pub records_late: u64,
+    /// The input watermark (order-preserving `u64`, 0 for none: [`weir_api::operator::TaskMetrics::input_watermark`]).
+    #[serde(default)]
+    pub input_watermark: u64,
 }
 
 /// Messages to a TaskManager.

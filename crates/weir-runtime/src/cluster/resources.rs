@@ -297,6 +297,8 @@ impl ClusterResources {
                                 }
                                 metrics.set_splits(counters.splits);
                                 metrics.records_skipped.store(counters.records_skipped, Ordering::Relaxed);
+                                metrics.records_late.store(counters.records_late, Ordering::Relaxed);
+                                metrics.input_watermark.store(counters.input_watermark, Ordering::Relaxed);
                             }
                         }
                     }

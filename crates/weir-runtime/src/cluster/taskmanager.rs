@@ -536,6 +536,8 @@ fn counters(vertex: usize, subtask: u32, metrics: &TaskMetrics) -> SubtaskCounte
         operators: metrics.operators.iter().map(|o| o.records_out.load(Ordering::Relaxed)).collect(),
         splits: metrics.splits(),
         records_skipped: metrics.records_skipped.load(Ordering::Relaxed),
+        records_late: metrics.records_late.load(Ordering::Relaxed),
+        input_watermark: metrics.input_watermark.load(Ordering::Relaxed),
     }
 }
 
