@@ -61,7 +61,44 @@ where
     }
 }
 
+/// Calls the co-group function once per key and window with both sides' records.
+#[derive(Clone)]
+struct CoGroupInWindow<F>(F);
+
+impl<K, A: Clone, B: Clone, O, F> ProcessWindowFunction<K, Either<A, B>, O> for CoGroupInWindow<F>
+where
+    F: FnMut(&crate::windows::TimeWindow, &[A], &[B], &mut Collector<'_, O>) + Clone + Send + 'static,
+{
+    fn process(
+        &mut self,
+        _key: &K,
+        context: &WindowContext<'_>,
+        elements: &[Either<A, B>],
+        out: &mut Collector<'_, O>,
+    ) -> FnResult {
+        let (mut lefts, mut rights) = (Vec::new(), Vec::new());
+        for element in elements {
+            match element {
+                Either::Left(a) => lefts.push(a.clone()),
+                Either::Right(b) => rights.push(b.clone()),
+            }
+        }
+        (self.0)(context.window, &lefts, &rights, out);
+        Ok(())
+    }
+}
+
 impl<K: Key, A: Data + StateData, B: Data + StateData> WindowedJoin<K, A, B> {
+    /// Calls `co_group(window, lefts, rights, out)` once per key and window that has records
+    /// on either side (Flink's `coGroup`: outer joins and per-group logic).
+    pub fn co_group<O: Data, F>(&self, co_group: F) -> DataStream<O>
+    where
+        F: FnMut(&crate::windows::TimeWindow, &[A], &[B], &mut Collector<'_, O>) + Clone + Send + Sync + 'static,
+    {
+        let function = WindowFunction::new(self.assigner, 0, ProcessLogic(CoGroupInWindow(co_group)));
+        self.keyed.process_keyed("Window CoGroup", function, EdgeKind::Hash, self.assigner.validate().err())
+    }
+
     /// Emits `join(a, b)` for every pair of records with equal keys in the same window, when
     /// the window fires (Flink's inner join semantics: a window with one side only emits
     /// nothing).
