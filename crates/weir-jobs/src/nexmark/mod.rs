@@ -20,10 +20,13 @@ pub use model::{Auction, Bid, Event, Person, generate};
 /// The `nexmark` job.
 pub struct Nexmark;
 
+// The sinks' formatters take `&T`, and the queries' records are `String`s.
+#[allow(clippy::ptr_arg)]
 fn format_line(line: &String, out: &mut String) {
     out.push_str(line);
 }
 
+#[allow(clippy::ptr_arg)]
 fn line_key(line: &String, out: &mut String) {
     out.push_str(line.split('\t').next().unwrap_or_default());
 }

@@ -141,11 +141,10 @@ pub fn event_time(n: u64) -> i64 {
     BASE_TIME_MS + (n / EVENTS_PER_MS) as i64
 }
 
-/// People created by events `0..=n` (0-based id of the newest one).
+/// The 0-based id of the newest person created by events `0..=n` (one person opens each
+/// epoch of 50 events).
 fn last_person(n: u64) -> u64 {
-    let epoch = n / TOTAL_PROPORTION;
-    let offset = (n % TOTAL_PROPORTION).min(PERSON_PROPORTION - 1);
-    epoch * PERSON_PROPORTION + offset
+    n / TOTAL_PROPORTION * PERSON_PROPORTION
 }
 
 /// The 0-based id of the newest auction created by events `0..=n` (saturating at 0).

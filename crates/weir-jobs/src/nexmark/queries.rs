@@ -55,7 +55,7 @@ pub fn q1(events: &DataStream<Event>) -> DataStream<String> {
 /// q2, selection: bids on auctions whose id is a multiple of 123 (`auction price`).
 pub fn q2(events: &DataStream<Event>) -> DataStream<String> {
     bids(events)
-        .filter(|b: &Bid| b.auction % Q2_AUCTION_MODULUS == 0)
+        .filter(|b: &Bid| b.auction.is_multiple_of(Q2_AUCTION_MODULUS))
         .map(|b: Bid| format!("{}\t{}", b.auction, b.price))
         .uid("q2")
 }
