@@ -288,3 +288,47 @@ fn a_windowed_query_killed_hard_restores_from_its_checkpoint_exactly_once() {
         assert_eq!(sorted_output(query, &out), expected(query, &all), "{query}: after kill -9 and a restore at p=1");
     }
 }
+
+#[test]
+fn watermarks_show_in_rest_in_flinks_shape_and_in_metrics() {
+    let mut weir = RunningWeir::start(&[
+        "run",
+        "-p",
+        "2",
+        "-D",
+        "rest.port=0",
+        "nexmark",
+        "--query",
+        "q5",
+        "--rate",
+        "20000",
+        "--output",
+        "none",
+    ]);
+    let rest = weir.rest_url();
+    let job = weir.job_id();
+    let details = poll_json(&format!("{rest}/jobs/{job}"), |d| d["state"] == "RUNNING");
+    let window = details["vertices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"].as_str().unwrap_or_default().contains("Window"))
+        .expect("a window vertex")["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // Flink's shape: [{"id": "<subtask>.currentInputWatermark", "value": "<epoch ms>"}].
+    let watermarks = poll_json(&format!("{rest}/jobs/{job}/vertices/{window}/watermarks"), |w| {
+        w.as_array().is_some_and(|all| {
+            all.len() == 2
+                && all.iter().all(|m| {
+                    m["value"].as_str().and_then(|v| v.parse::<i64>().ok()).is_some_and(|v| v > 1_700_000_000_000)
+                })
+        })
+    });
+    assert_eq!(watermarks[0]["id"], "0.currentInputWatermark", "{watermarks}");
+    assert_eq!(watermarks[1]["id"], "1.currentInputWatermark", "{watermarks}");
+    let metrics = common::get(&format!("{rest}/metrics")).body;
+    assert!(metrics.contains("weir_task_current_input_watermark{"), "{metrics}");
+    weir.kill_hard();
+}

@@ -139,6 +139,9 @@ fn the_web_ui_shows_a_running_job_in_a_real_browser() {
     assert!(page.contains("<h1>counter <span class=\"state st-RUNNING\">RUNNING</span></h1>"), "{page}");
     assert!(page.contains("<svg") && page.contains("Source: source -&gt; to-event"), "no operator graph: {page}");
     assert!(page.contains("Subtasks of enrich"), "no subtask table: {page}");
+    // The counter has no event time: its subtasks show no watermark and no late records.
+    assert!(page.contains("<th>Watermark</th>") && page.contains("No Watermark"), "no watermark column: {page}");
+    assert!(page.contains("Late Records"), "no late-records column: {page}");
     // The last task chains the counter and the sink: its operators are listed with their counts.
     let last = details["vertices"][2]["id"].as_str().unwrap().to_string();
     let chain_page = format!("{rest}/#/job/{jid}/overview?vertex={last}");

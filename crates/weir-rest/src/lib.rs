@@ -21,6 +21,7 @@ pub mod responses;
 pub mod routes;
 pub mod server;
 mod ui;
+pub mod watermarks;
 
 pub use error::RestError;
 pub use leader::LeaderRoute;

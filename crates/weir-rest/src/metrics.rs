@@ -44,6 +44,8 @@ struct Families {
     split_offset: Gauges,
     split_lag: Gauges,
     records_skipped: Counters,
+    input_watermark: Gauges,
+    records_late: Counters,
 }
 
 impl Families {
@@ -90,6 +92,16 @@ impl Families {
             "weir_source_records_skipped",
             format!("records a source skipped because they could not be deserialised {subtask}"),
             self.records_skipped.clone(),
+        );
+        registry.register(
+            "weir_task_current_input_watermark",
+            format!("the subtask's input watermark, epoch ms (Flink's currentInputWatermark; absent before the first) {subtask}"),
+            self.input_watermark.clone(),
+        );
+        registry.register(
+            "weir_task_late_records",
+            format!("records that came after the watermark passed their windows (dropped or sent to a late-data side output) {subtask}"),
+            self.records_late.clone(),
         );
         registry.register("weir_job_restarts", "restarts after failures (Flink's numRestarts)", self.restarts.clone());
         registry.register("weir_job_uptime_ms", "milliseconds since the job started running", self.uptime_ms.clone());
@@ -156,6 +168,12 @@ pub(crate) fn render(state: &AppState) -> Result<String, std::fmt::Error> {
                 families.backpressured_ms.get_or_create(&labels).inc_by(subtask.metrics.backpressured_ms);
                 if subtask.skipped_records > 0 {
                     families.records_skipped.get_or_create(&labels).inc_by(subtask.skipped_records);
+                }
+                if let Some(watermark) = subtask.input_watermark {
+                    families.input_watermark.get_or_create(&labels).set(watermark);
+                }
+                if subtask.late_records > 0 {
+                    families.records_late.get_or_create(&labels).inc_by(subtask.late_records);
                 }
                 for split in &subtask.splits {
                     let mut labels = labels.clone();

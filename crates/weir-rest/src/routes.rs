@@ -86,7 +86,7 @@ type Params = Result<Query<HashMap<String, String>>, QueryRejection>;
 /// The REST API over `dispatcher`: every route at its Flink path and under `/v1`.
 pub fn router(dispatcher: Arc<Dispatcher>, cluster: ClusterInfo) -> Router {
     let state = AppState { dispatcher, cluster: Arc::new(cluster), backpressure: Arc::default() };
-    let routes: [(&str, MethodRouter<AppState>); 22] = [
+    let routes: [(&str, MethodRouter<AppState>); 23] = [
         ("/deployments", get(crate::deployments::deployments)),
         ("/deployments/{name}", get(crate::deployments::deployment)),
         ("/jobmanager/config", get(jobmanager_config)),
@@ -103,6 +103,7 @@ pub fn router(dispatcher: Arc<Dispatcher>, cluster: ClusterInfo) -> Router {
         ("/jobs/{jobid}/plan", get(job_plan)),
         ("/jobs/{jobid}/vertices/{vertexid}", get(job_vertex)),
         ("/jobs/{jobid}/vertices/{vertexid}/backpressure", get(crate::backpressure::backpressure)),
+        ("/jobs/{jobid}/vertices/{vertexid}/watermarks", get(crate::watermarks::watermarks)),
         ("/jobs/{jobid}/exceptions", get(job_exceptions)),
         ("/jobs/{jobid}/checkpoints", get(checkpoints::checkpoints)),
         ("/jobs/{jobid}/checkpoints/config", get(checkpoints::checkpoint_config)),

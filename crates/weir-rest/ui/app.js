@@ -273,6 +273,13 @@ async function tabOverview(job, selected) {
     ${vertex ? subtasksPanel(job, vertex, pressure[vertex.id]) : ""}`;
 }
 
+// An input watermark: none yet, the end of input, or its time (UTC, with milliseconds).
+function fmtWatermark(watermark) {
+  if (watermark === undefined || watermark === null) return `<span class="muted">No Watermark</span>`;
+  if (watermark >= 9223372036854775000) return "end of input";
+  return esc(new Date(watermark).toISOString().replace("T", " ").replace("Z", ""));
+}
+
 function subtasksPanel(job, vertex, bp) {
   const rows = vertex.subtasks.map((s) => {
     const sub = bp ? bp.subtasks.find((x) => x.subtask === s.subtask) : null;
@@ -284,6 +291,8 @@ function subtasksPanel(job, vertex, bp) {
       <td class="num">${fmtCount(s.metrics["read-records"])}</td>
       <td class="num">${fmtCount(s.metrics["write-records"])}</td>
       <td>${sub ? bpLabel(sub["backpressure-level"], sub.ratio) : `<span class="muted">–</span>`}</td>
+      <td class="mono">${fmtWatermark(s["input-watermark"])}</td>
+      <td class="num">${fmtCount(s["late-records"] || 0)}</td>
       <td>${fmtTime(s["start-time"])}</td>
       <td class="num">${fmtDuration(s.duration)}</td>
     </tr>`;
@@ -306,7 +315,7 @@ function subtasksPanel(job, vertex, bp) {
     <table><thead><tr><th>Split</th><th class="num">Subtask</th><th class="num">Current Offset</th><th class="num">Lag</th></tr></thead>
     <tbody>${splits.map((p) => `<tr><td class="mono">${esc(p.split)}</td><td class="num">${p.subtask}</td><td class="num">${fmtCount(p["current-offset"])}</td><td class="num">${p.lag === undefined ? `<span class="muted">–</span>` : fmtCount(p.lag)}</td></tr>`).join("")}</tbody></table></div>` : "";
   return `${chainPanel}${splitPanel}<div class="panel"><h2>Subtasks of ${esc(vertex.name)}</h2>
-    <table><thead><tr><th class="num">#</th><th>Status</th><th>Host</th><th class="num">Records Received</th><th class="num">Records Sent</th><th>Backpressure</th><th>Start Time</th><th class="num">Duration</th></tr></thead>
+    <table><thead><tr><th class="num">#</th><th>Status</th><th>Host</th><th class="num">Records Received</th><th class="num">Records Sent</th><th>Backpressure</th><th>Watermark</th><th class="num">Late Records</th><th>Start Time</th><th class="num">Duration</th></tr></thead>
     <tbody>${rows}</tbody></table></div>`;
 }
 
