@@ -77,20 +77,40 @@ pub enum TimeDomain {
     ProcessingTime,
 }
 
+/// A keyed operator's clocks: its timers of both domains, its watermark, and what the call
+/// being made knows about time (kept in one place so a call's context is small).
+pub(crate) struct TimeState<K> {
+    pub(crate) processing: TimerService<K>,
+    pub(crate) event: TimerService<K>,
+    /// The input watermark as passed on last.
+    pub(crate) watermark: i64,
+    /// Late records dropped so far (the operator publishes them as a metric).
+    pub(crate) late_records: u64,
+    /// The event timestamp of the record (or event-time timer) being processed.
+    pub(crate) timestamp: Option<i64>,
+    /// Set while a timer fires.
+    pub(crate) domain: Option<TimeDomain>,
+}
+
+impl<K: Eq + std::hash::Hash + Clone> TimeState<K> {
+    pub(crate) fn new() -> Self {
+        TimeState {
+            processing: TimerService::default(),
+            event: TimerService::named(weir_state::EVENT_TIMERS_STATE),
+            watermark: crate::operator::MIN_WATERMARK,
+            late_records: 0,
+            timestamp: None,
+            domain: None,
+        }
+    }
+}
+
 /// The current key's state and timers, given to [`KeyedProcessFunction`] calls.
 pub struct KeyedContext<'a, K> {
     pub(crate) backend: &'a mut KeyedStateBackend<K>,
-    pub(crate) timers: &'a mut TimerService<K>,
-    pub(crate) event_timers: &'a mut TimerService<K>,
+    pub(crate) time: &'a mut TimeState<K>,
     pub(crate) key: KeyRef<'a, K>,
     pub(crate) now_ms: u64,
-    /// The event timestamp of the record (or event-time timer) being processed.
-    pub(crate) timestamp: Option<i64>,
-    pub(crate) watermark: i64,
-    /// Set while a timer fires.
-    pub(crate) domain: Option<TimeDomain>,
-    /// Late records dropped so far (the operator publishes them as a metric).
-    pub(crate) late_records: &'a mut u64,
 }
 
 impl<K: Key> KeyedContext<'_, K> {
@@ -130,44 +150,44 @@ impl<K: Key> KeyedContext<'_, K> {
 
     /// Calls `on_timer` for the current key when processing time reaches `timestamp_ms`.
     pub fn register_processing_time_timer(&mut self, timestamp_ms: u64) {
-        self.timers.register(self.key.key, timestamp_ms);
+        self.time.processing.register(self.key.key, timestamp_ms);
     }
 
     /// Deletes a timer registered for the current key.
     pub fn delete_processing_time_timer(&mut self, timestamp_ms: u64) {
-        self.timers.delete(self.key.key, timestamp_ms);
+        self.time.processing.delete(self.key.key, timestamp_ms);
     }
 
     /// The event timestamp of the record being processed (of the timer, in `on_timer` for an
     /// event-time timer); `None` when the stream has no timestamps (assign them with a
     /// `WatermarkStrategy`).
     pub fn timestamp(&self) -> Option<i64> {
-        self.timestamp
+        self.time.timestamp
     }
 
     /// The operator's current watermark (`i64::MIN` before the first one).
     pub fn current_watermark(&self) -> i64 {
-        self.watermark
+        self.time.watermark
     }
 
     /// Calls `on_timer` for the current key once the watermark reaches `timestamp`.
     pub fn register_event_time_timer(&mut self, timestamp: i64) {
-        self.event_timers.register(self.key.key, weir_state::event_time_to_timer(timestamp));
+        self.time.event.register(self.key.key, weir_state::event_time_to_timer(timestamp));
     }
 
     /// Deletes an event-time timer registered for the current key.
     pub fn delete_event_time_timer(&mut self, timestamp: i64) {
-        self.event_timers.delete(self.key.key, weir_state::event_time_to_timer(timestamp));
+        self.time.event.delete(self.key.key, weir_state::event_time_to_timer(timestamp));
     }
 
     /// In `on_timer`: which clock fired the timer. `None` outside `on_timer`.
     pub fn time_domain(&self) -> Option<TimeDomain> {
-        self.domain
+        self.time.domain
     }
 
     /// Counts a record dropped because it came too late (the subtask's late-records metric).
     pub fn count_late_record(&mut self) {
-        *self.late_records += 1;
+        self.time.late_records += 1;
     }
 }
 

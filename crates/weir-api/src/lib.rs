@@ -72,3 +72,8 @@ pub mod prelude {
 /// serializable so the same job can later exchange them between processes.
 pub trait Data: Clone + Send + serde::Serialize + serde::de::DeserializeOwned + 'static {}
 impl<T: Clone + Send + serde::Serialize + serde::de::DeserializeOwned + 'static> Data for T {}
+
+/// docs/event-time.md, whose examples `cargo test` compiles and runs as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/event-time.md")]
+pub struct EventTimeGuide;

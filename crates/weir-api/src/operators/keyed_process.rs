@@ -3,14 +3,12 @@
 use std::marker::PhantomData;
 use std::sync::Arc;
 
-use weir_state::{
-    EVENT_TIMERS_STATE, KeyedStateBackend, TIMERS_STATE, TimerService, event_time_to_timer, timer_to_event_time,
-};
+use weir_state::{EVENT_TIMERS_STATE, KeyedStateBackend, TIMERS_STATE, event_time_to_timer, timer_to_event_time};
 use weir_types::{Key, compute_key_group_range_for_operator_index};
 
 use crate::error::TaskError;
-use crate::functions::{Collector, EndOfInputContext, KeyedContext, KeyedProcessFunction, TimeDomain};
-use crate::operator::{Clock, MIN_WATERMARK, NO_TIMESTAMP, Operator, TaskContext};
+use crate::functions::{Collector, EndOfInputContext, KeyedContext, KeyedProcessFunction, TimeDomain, TimeState};
+use crate::operator::{Clock, NO_TIMESTAMP, Operator, TaskContext};
 use crate::snapshot::{Barrier, OperatorSnapshotData, RestoredOperator, TaskSnapshot};
 
 /// Extracts the key of a record.
@@ -23,16 +21,11 @@ pub struct KeyedProcessOperator<K, I, O, F> {
     func: F,
     key_selector: KeySelector<I, K>,
     backend: KeyedStateBackend<K>,
-    timers: TimerService<K>,
-    event_timers: TimerService<K>,
-    /// The watermark of the input (the last one passed on).
-    watermark: i64,
+    time: TimeState<K>,
     clock: Arc<dyn Clock>,
     out: Vec<O>,
     /// The output's timestamps: empty, or one per record of `out`.
     out_timestamps: Vec<i64>,
-    /// Late records counted by the function since the last publication.
-    late_records: u64,
     side: crate::side_output::SideOutputs,
     metrics: Arc<crate::operator::TaskMetrics>,
     next: Box<dyn Operator<O>>,
@@ -57,13 +50,10 @@ impl<K: Key, I, O, F> KeyedProcessOperator<K, I, O, F> {
                 Some(options) => KeyedStateBackend::new(range, ctx.max_parallelism).with_spill(options.clone()),
                 None => KeyedStateBackend::new(range, ctx.max_parallelism),
             },
-            timers: TimerService::default(),
-            event_timers: TimerService::named(EVENT_TIMERS_STATE),
-            watermark: MIN_WATERMARK,
+            time: TimeState::new(),
             clock: Arc::clone(&ctx.clock),
             out: Vec::new(),
             out_timestamps: Vec::new(),
-            late_records: 0,
             side: crate::side_output::SideOutputs::take(ctx),
             metrics: Arc::clone(&ctx.metrics),
             next,
@@ -90,7 +80,7 @@ impl<K: Key, I, O, F> KeyedProcessOperator<K, I, O, F> {
         let mut tables = Vec::with_capacity(restored.keyed.len());
         for table in &restored.keyed {
             if table.name == TIMERS_STATE || table.name == EVENT_TIMERS_STATE {
-                let timers = if table.name == TIMERS_STATE { &mut self.timers } else { &mut self.event_timers };
+                let timers = if table.name == TIMERS_STATE { &mut self.time.processing } else { &mut self.time.event };
                 timers.restore(table).map_err(|e| {
                     TaskError::user(&self.name, format!("cannot restore the timers of operator '{}': {e}", self.uid))
                 })?;
@@ -137,6 +127,7 @@ where
         stable_hash: u32,
         now_ms: u64,
         timestamp: Option<i64>,
+        plain: bool,
     ) -> Result<(), TaskError> {
         let located = match self.backend.locate_hashed(key, stable_hash) {
             Ok(located) => located,
@@ -144,18 +135,16 @@ where
                 return Err(TaskError::Internal(format!("{}: record routed to the wrong subtask: {e}", self.name)));
             }
         };
-        let mut ctx = KeyedContext {
-            backend: &mut self.backend,
-            timers: &mut self.timers,
-            event_timers: &mut self.event_timers,
-            key: located,
-            now_ms,
-            timestamp,
-            watermark: self.watermark,
-            domain: None,
-            late_records: &mut self.late_records,
+        // Plain: no timestamps, no side outputs (the time state's timestamp is None then).
+        if !plain {
+            self.time.timestamp = timestamp;
+        }
+        let mut ctx = KeyedContext { backend: &mut self.backend, time: &mut self.time, key: located, now_ms };
+        let mut out = if plain {
+            Collector::new(&mut self.out)
+        } else {
+            output(&mut self.out, &mut self.out_timestamps, timestamp, &mut self.side)
         };
-        let mut out = output(&mut self.out, &mut self.out_timestamps, timestamp).with_side(&mut self.side);
         match self.func.process_element(record, &mut ctx, &mut out) {
             Ok(()) => Ok(()),
             Err(e) => Err(TaskError::user(&self.name, e)),
@@ -163,10 +152,10 @@ where
     }
 
     fn emit(&mut self) -> Result<(), TaskError> {
-        if self.late_records > 0 {
+        if self.time.late_records > 0 {
             self.metrics
                 .records_late
-                .fetch_add(std::mem::take(&mut self.late_records), std::sync::atomic::Ordering::Relaxed);
+                .fetch_add(std::mem::take(&mut self.time.late_records), std::sync::atomic::Ordering::Relaxed);
         }
         self.side.emit()?;
         if self.out.is_empty() {
@@ -178,8 +167,14 @@ where
         self.next.process_timestamped_batch(&mut self.out, &mut self.out_timestamps, &mut Vec::new())
     }
 
+    /// True when this batch's output needs no timestamp column and no side output: the
+    /// cheapest collector does (checked once per batch).
+    fn plain(&self) -> bool {
+        self.out_timestamps.is_empty() && self.side.is_empty()
+    }
+
     fn process_unkeyed(&mut self, record: I, timestamp: Option<i64>) -> Result<(), TaskError> {
-        let mut out = output(&mut self.out, &mut self.out_timestamps, timestamp).with_side(&mut self.side);
+        let mut out = output(&mut self.out, &mut self.out_timestamps, timestamp, &mut self.side);
         self.func.process_unkeyed(record, &mut out).map_err(|e| TaskError::user(&self.name, e))
     }
 
@@ -187,8 +182,8 @@ where
     fn fire(&mut self, domain: TimeDomain, due: u64, now_ms: u64) -> Result<(), TaskError> {
         loop {
             let timers = match domain {
-                TimeDomain::ProcessingTime => &mut self.timers,
-                TimeDomain::EventTime => &mut self.event_timers,
+                TimeDomain::ProcessingTime => &mut self.time.processing,
+                TimeDomain::EventTime => &mut self.time.event,
             };
             let Some((timer, key)) = timers.pop_due(due) else { break };
             let located = match self.backend.locate(&key) {
@@ -200,19 +195,14 @@ where
                 TimeDomain::EventTime => (Some(timer_to_event_time(timer)), timer_to_event_time(timer)),
                 TimeDomain::ProcessingTime => (None, timer as i64),
             };
-            let mut ctx = KeyedContext {
-                backend: &mut self.backend,
-                timers: &mut self.timers,
-                event_timers: &mut self.event_timers,
-                key: located,
-                now_ms,
-                timestamp,
-                watermark: self.watermark,
-                domain: Some(domain),
-                late_records: &mut self.late_records,
-            };
-            let mut out = output(&mut self.out, &mut self.out_timestamps, timestamp).with_side(&mut self.side);
-            if let Err(e) = self.func.on_timer(fired_at, &mut ctx, &mut out) {
+            self.time.timestamp = timestamp;
+            self.time.domain = Some(domain);
+            let mut ctx = KeyedContext { backend: &mut self.backend, time: &mut self.time, key: located, now_ms };
+            let mut out = output(&mut self.out, &mut self.out_timestamps, timestamp, &mut self.side);
+            let result = self.func.on_timer(fired_at, &mut ctx, &mut out);
+            self.time.domain = None;
+            self.time.timestamp = None;
+            if let Err(e) = result {
                 return Err(TaskError::user(&self.name, e));
             }
         }
@@ -220,16 +210,24 @@ where
     }
 }
 
-/// A collector into `out`, keeping `timestamps` one per record once any record has one.
-fn output<'a, O>(out: &'a mut Vec<O>, timestamps: &'a mut Vec<i64>, timestamp: Option<i64>) -> Collector<'a, O> {
-    match timestamp {
+/// A collector into `out` (and `side`), keeping `timestamps` one per record once any record
+/// has one.
+#[inline]
+fn output<'a, O>(
+    out: &'a mut Vec<O>,
+    timestamps: &'a mut Vec<i64>,
+    timestamp: Option<i64>,
+    side: &'a mut crate::side_output::SideOutputs,
+) -> Collector<'a, O> {
+    let collector = match timestamp {
+        None if timestamps.is_empty() => Collector::new(out),
         Some(timestamp) => {
             timestamps.resize(out.len(), NO_TIMESTAMP);
             Collector::timestamped(out, timestamps, timestamp)
         }
-        None if timestamps.is_empty() => Collector::new(out),
         None => Collector::timestamped(out, timestamps, NO_TIMESTAMP),
-    }
+    };
+    collector.with_side(side)
 }
 
 impl<K, I, O, F> Operator<I> for KeyedProcessOperator<K, I, O, F>
@@ -242,6 +240,7 @@ where
     fn process_batch(&mut self, batch: &mut Vec<I>) -> Result<(), TaskError> {
         // One clock read per batch: processing time is coarse anyway.
         let now_ms = self.clock.now_ms();
+        let plain = self.plain();
         for record in batch.drain(..) {
             if !self.func.is_keyed(&record) {
                 self.process_unkeyed(record, None)?;
@@ -249,7 +248,7 @@ where
             }
             let key = (self.key_selector)(&record);
             let stable_hash = key.stable_hash();
-            self.process_one(record, &key, stable_hash, now_ms, None)?;
+            self.process_one(record, &key, stable_hash, now_ms, None, plain)?;
         }
         self.emit()
     }
@@ -279,17 +278,18 @@ where
             }
             let key = (self.key_selector)(&record);
             let stable_hash = if hashed { hashes[index] } else { key.stable_hash() };
-            self.process_one(record, &key, stable_hash, now_ms, timestamp_of)?;
+            self.process_one(record, &key, stable_hash, now_ms, timestamp_of, false)?;
         }
+        self.time.timestamp = None;
         hashes.clear();
         self.emit()
     }
 
     fn process_watermark(&mut self, watermark: i64) -> Result<(), TaskError> {
-        if watermark <= self.watermark {
+        if watermark <= self.time.watermark {
             return Ok(());
         }
-        self.watermark = watermark;
+        self.time.watermark = watermark;
         let now_ms = self.clock.now_ms();
         self.fire(TimeDomain::EventTime, event_time_to_timer(watermark), now_ms)?;
         self.side.process_watermark(watermark)?;
@@ -311,11 +311,12 @@ where
             )));
         }
         let now_ms = self.clock.now_ms();
+        let plain = self.plain();
         for (record, stable_hash) in batch.drain(..).zip(hashes.drain(..)) {
             let key = (self.key_selector)(&record);
             // Paired check: the partitioner hashed the same key with the same function.
             debug_assert_eq!(key.stable_hash(), stable_hash);
-            self.process_one(record, &key, stable_hash, now_ms, None)?;
+            self.process_one(record, &key, stable_hash, now_ms, None, plain)?;
         }
         self.emit()
     }
@@ -326,7 +327,7 @@ where
     }
 
     fn next_timer(&self) -> Option<u64> {
-        match (self.timers.next_deadline(), self.next.next_timer()) {
+        match (self.time.processing.next_deadline(), self.next.next_timer()) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
@@ -339,7 +340,7 @@ where
             return self.next.end_input();
         }
         let mut ctx = EndOfInputContext { backend: &mut self.backend };
-        let mut out = output(&mut self.out, &mut self.out_timestamps, None).with_side(&mut self.side);
+        let mut out = output(&mut self.out, &mut self.out_timestamps, None, &mut self.side);
         if let Err(e) = self.func.on_end_of_input(&mut ctx, &mut out) {
             return Err(TaskError::user(&self.name, e));
         }
@@ -358,7 +359,7 @@ where
         let native = barrier.kind.format() == crate::snapshot::SnapshotFormat::Native;
         let mut keyed = self.backend.snapshot_in(native, barrier.checkpoint_id);
         // Timers are keyed state too: restored with their keys' groups after a rescale.
-        for timers in [&self.timers, &self.event_timers] {
+        for timers in [&self.time.processing, &self.time.event] {
             if !timers.is_empty() {
                 keyed.tables.push(Box::new(timers.snapshot(keyed.range, self.backend.max_parallelism())));
             }
