@@ -20,17 +20,6 @@ pub use model::{Auction, Bid, Event, Person, generate};
 /// The `nexmark` job.
 pub struct Nexmark;
 
-// The sinks' formatters take `&T`, and the queries' records are `String`s.
-#[allow(clippy::ptr_arg)]
-fn format_line(line: &String, out: &mut String) {
-    out.push_str(line);
-}
-
-#[allow(clippy::ptr_arg)]
-fn line_key(line: &String, out: &mut String) {
-    out.push_str(line.split('\t').next().unwrap_or_default());
-}
-
 impl JobDefinition for Nexmark {
     fn name(&self) -> &'static str {
         "nexmark"
@@ -79,10 +68,9 @@ impl JobDefinition for Nexmark {
             .name("source")
             .assign_timestamps_and_watermarks(strategy.with_idleness(Duration::from_secs(1)))
             .uid("watermarks");
-        let Some(result) = queries::build(&query, &stream) else {
-            return Err(args.invalid(format!("--query {query}: unknown")));
-        };
-        output.attach(args, &result, format_line, line_key)?;
-        Ok(())
+        match queries::build(&query, &stream, &output, args) {
+            Some(built) => built,
+            None => Err(args.invalid(format!("--query {query}: unknown"))),
+        }
     }
 }

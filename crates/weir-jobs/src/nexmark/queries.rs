@@ -3,7 +3,12 @@
 
 use std::time::Duration;
 
+use std::fmt::Write as _;
+
+use weir_api::catalog::{JobArgs, JobBuildError};
 use weir_api::prelude::*;
+
+use crate::output::Output;
 
 use super::model::{Auction, Bid, Event, Person};
 
@@ -40,23 +45,22 @@ fn auctions(events: &DataStream<Event>) -> DataStream<Auction> {
     })
 }
 
-/// q0, pass-through: every bid as `auction bidder price date_time`.
-pub fn q0(events: &DataStream<Event>) -> DataStream<String> {
-    bids(events).map(|b: Bid| format!("{}\t{}\t{}\t{}", b.auction, b.bidder, b.price, b.date_time)).uid("q0")
+/// q0, pass-through: every bid (`auction bidder price date_time`).
+pub fn q0(events: &DataStream<Event>) -> DataStream<Bid> {
+    bids(events).map(|b: Bid| b).uid("q0")
 }
 
-/// q1, currency conversion: every bid's price in euros (`auction bidder euro_cents date_time`).
-pub fn q1(events: &DataStream<Event>) -> DataStream<String> {
-    bids(events)
-        .map(|b: Bid| format!("{}\t{}\t{}\t{}", b.auction, b.bidder, b.price * EURO_PER_MILLE / 1000, b.date_time))
-        .uid("q1")
+/// q1, currency conversion: every bid with its price in euros (`auction bidder euro_cents
+/// date_time`).
+pub fn q1(events: &DataStream<Event>) -> DataStream<Bid> {
+    bids(events).map(|b: Bid| Bid { price: b.price * EURO_PER_MILLE / 1000, ..b }).uid("q1")
 }
 
 /// q2, selection: bids on auctions whose id is a multiple of 123 (`auction price`).
-pub fn q2(events: &DataStream<Event>) -> DataStream<String> {
+pub fn q2(events: &DataStream<Event>) -> DataStream<(u64, u64)> {
     bids(events)
         .filter(|b: &Bid| b.auction.is_multiple_of(Q2_AUCTION_MODULUS))
-        .map(|b: Bid| format!("{}\t{}", b.auction, b.price))
+        .map(|b: Bid| (b.auction, b.price))
         .uid("q2")
 }
 
@@ -296,20 +300,25 @@ impl<V: Clone> ProcessWindowFunction<u64, V, (i64, u64, V)> for WithWindowEnd {
 
 /// Per window end: the rows whose value is the window's largest, emitted by `emit` once the
 /// watermark passes the window.
-#[derive(Clone)]
-pub struct MaxPerWindow<V> {
+pub struct MaxPerWindow<V, R> {
     rows: ListState<(u64, V)>,
     value_of: fn(&V) -> u64,
-    emit: fn(i64, u64, &V, &mut Collector<'_, String>),
+    emit: fn(i64, u64, &V, &mut Collector<'_, R>),
 }
 
-impl<V: weir_api::Data + Sync> MaxPerWindow<V> {
-    fn new(value_of: fn(&V) -> u64, emit: fn(i64, u64, &V, &mut Collector<'_, String>)) -> Self {
+impl<V, R> Clone for MaxPerWindow<V, R> {
+    fn clone(&self) -> Self {
+        MaxPerWindow { rows: self.rows.clone(), value_of: self.value_of, emit: self.emit }
+    }
+}
+
+impl<V: weir_api::Data + Sync, R> MaxPerWindow<V, R> {
+    fn new(value_of: fn(&V) -> u64, emit: fn(i64, u64, &V, &mut Collector<'_, R>)) -> Self {
         MaxPerWindow { rows: ListState::new("window-rows"), value_of, emit }
     }
 }
 
-impl<V: weir_api::Data + Sync> KeyedProcessFunction<i64, (i64, u64, V), String> for MaxPerWindow<V> {
+impl<V: weir_api::Data + Sync, R: Send + 'static> KeyedProcessFunction<i64, (i64, u64, V), R> for MaxPerWindow<V, R> {
     fn states(&self) -> Vec<StateDeclaration> {
         vec![self.rows.declaration()]
     }
@@ -318,7 +327,7 @@ impl<V: weir_api::Data + Sync> KeyedProcessFunction<i64, (i64, u64, V), String> 
         &mut self,
         row: (i64, u64, V),
         ctx: &mut KeyedContext<'_, i64>,
-        _out: &mut Collector<'_, String>,
+        _out: &mut Collector<'_, R>,
     ) -> FnResult {
         ctx.list(&self.rows)?.add((row.1, row.2));
         // Every per-key result of this window came before the watermark passes its end.
@@ -326,12 +335,7 @@ impl<V: weir_api::Data + Sync> KeyedProcessFunction<i64, (i64, u64, V), String> 
         Ok(())
     }
 
-    fn on_timer(
-        &mut self,
-        _timestamp: i64,
-        ctx: &mut KeyedContext<'_, i64>,
-        out: &mut Collector<'_, String>,
-    ) -> FnResult {
+    fn on_timer(&mut self, _timestamp: i64, ctx: &mut KeyedContext<'_, i64>, out: &mut Collector<'_, R>) -> FnResult {
         let window_end = *ctx.current_key();
         let rows = ctx.list(&self.rows)?.get().to_vec();
         ctx.list(&self.rows)?.clear();
@@ -345,16 +349,16 @@ impl<V: weir_api::Data + Sync> KeyedProcessFunction<i64, (i64, u64, V), String> 
 
 /// q5, hot items: per sliding window (10 s every 2 s) the auctions with the most bids
 /// (`window_end auction bids`).
-pub fn q5(events: &DataStream<Event>) -> DataStream<String> {
+pub fn q5(events: &DataStream<Event>) -> DataStream<(i64, u64, u64)> {
     bids(events)
         .key_by(|b: &Bid| b.auction)
         .window(SlidingEventTimeWindows::of(Q5_SIZE, Q5_SLIDE))
         .aggregate_with_process(Count, WithWindowEnd)
         .uid("q5-bids-per-auction")
         .key_by(|row: &(i64, u64, u64)| row.0)
-        .process(MaxPerWindow::<u64>::new(
+        .process(MaxPerWindow::<u64, (i64, u64, u64)>::new(
             |count| *count,
-            |window_end, auction, count, out| out.collect(format!("{window_end}\t{auction}\t{count}")),
+            |window_end, auction, count, out| out.collect((window_end, auction, *count)),
         ))
         .uid("q5")
 }
@@ -393,20 +397,20 @@ impl AggregateFunction<Bid, TopBids, TopBids> for HighestBids {
 
 /// q7, highest bid: per tumbling 10 s window the bids at the window's highest price
 /// (`window_end auction price bidder date_time`, one line per such bid).
-pub fn q7(events: &DataStream<Event>) -> DataStream<String> {
+pub fn q7(events: &DataStream<Event>) -> DataStream<(i64, u64, u64, u64, i64)> {
     bids(events)
         .key_by(|b: &Bid| b.auction)
         .window(TumblingEventTimeWindows::of(Q7_Q8_SIZE))
         .aggregate_with_process(HighestBids, WithWindowEnd)
         .uid("q7-highest-per-auction")
         .key_by(|row: &(i64, u64, TopBids)| row.0)
-        .process(MaxPerWindow::<TopBids>::new(
+        .process(MaxPerWindow::<TopBids, (i64, u64, u64, u64, i64)>::new(
             |top| top.0,
             |window_end, auction, top, out| {
                 let mut bids = top.1.clone();
                 bids.sort_unstable();
                 for (bidder, at) in bids {
-                    out.collect(format!("{window_end}\t{auction}\t{}\t{bidder}\t{at}", top.0));
+                    out.collect((window_end, auction, top.0, bidder, at));
                 }
             },
         ))
@@ -469,18 +473,85 @@ pub fn q11(events: &DataStream<Event>) -> DataStream<String> {
 /// The queries this job runs, by name.
 pub const QUERIES: [&str; 9] = ["q0", "q1", "q2", "q3", "q4", "q5", "q7", "q8", "q11"];
 
-/// Builds query `name` over `events`.
-pub fn build(name: &str, events: &DataStream<Event>) -> Option<DataStream<String>> {
+/// Writes the fields of a row tab-separated (the sink formats, so a discarding sink costs
+/// nothing per row).
+pub trait Row {
+    /// Appends the row's fields.
+    fn write_to(&self, line: &mut String);
+    /// The first field: the Kafka key.
+    fn write_key(&self, line: &mut String);
+}
+
+impl Row for Bid {
+    fn write_to(&self, line: &mut String) {
+        let _ = write!(line, "{}\t{}\t{}\t{}", self.auction, self.bidder, self.price, self.date_time);
+    }
+    fn write_key(&self, line: &mut String) {
+        let _ = write!(line, "{}", self.auction);
+    }
+}
+
+impl Row for String {
+    fn write_to(&self, line: &mut String) {
+        line.push_str(self);
+    }
+    fn write_key(&self, line: &mut String) {
+        line.push_str(self.split('\t').next().unwrap_or_default());
+    }
+}
+
+impl Row for (u64, u64) {
+    fn write_to(&self, line: &mut String) {
+        let _ = write!(line, "{}\t{}", self.0, self.1);
+    }
+    fn write_key(&self, line: &mut String) {
+        let _ = write!(line, "{}", self.0);
+    }
+}
+
+impl Row for (i64, u64, u64) {
+    fn write_to(&self, line: &mut String) {
+        let _ = write!(line, "{}\t{}\t{}", self.0, self.1, self.2);
+    }
+    fn write_key(&self, line: &mut String) {
+        let _ = write!(line, "{}", self.0);
+    }
+}
+
+impl Row for (i64, u64, u64, u64, i64) {
+    fn write_to(&self, line: &mut String) {
+        let _ = write!(line, "{}\t{}\t{}\t{}\t{}", self.0, self.1, self.2, self.3, self.4);
+    }
+    fn write_key(&self, line: &mut String) {
+        let _ = write!(line, "{}", self.0);
+    }
+}
+
+fn attach<T: weir_api::Data + Row>(
+    output: &Output,
+    args: &JobArgs,
+    stream: &DataStream<T>,
+) -> Result<(), JobBuildError> {
+    output.attach(args, stream, T::write_to, T::write_key).map(|_| ())
+}
+
+/// Builds query `name` over `events`, into `output`; `None` for a query this job lacks.
+pub fn build(
+    name: &str,
+    events: &DataStream<Event>,
+    output: &Output,
+    args: &JobArgs,
+) -> Option<Result<(), JobBuildError>> {
     Some(match name {
-        "q0" => q0(events),
-        "q1" => q1(events),
-        "q2" => q2(events),
-        "q3" => q3(events),
-        "q4" => q4(events),
-        "q5" => q5(events),
-        "q7" => q7(events),
-        "q8" => q8(events),
-        "q11" => q11(events),
+        "q0" => attach(output, args, &q0(events)),
+        "q1" => attach(output, args, &q1(events)),
+        "q2" => attach(output, args, &q2(events)),
+        "q3" => attach(output, args, &q3(events)),
+        "q4" => attach(output, args, &q4(events)),
+        "q5" => attach(output, args, &q5(events)),
+        "q7" => attach(output, args, &q7(events)),
+        "q8" => attach(output, args, &q8(events)),
+        "q11" => attach(output, args, &q11(events)),
         _ => return None,
     })
 }
