@@ -190,23 +190,30 @@ impl WindowAssigner {
     /// The windows a record at `timestamp` belongs to (for processing-time windows, pass the
     /// current processing time).
     pub fn assign(&self, timestamp: i64) -> Vec<TimeWindow> {
+        let mut windows = Vec::new();
+        self.assign_into(timestamp, &mut windows);
+        windows
+    }
+
+    /// As [`assign`](Self::assign), into `windows` (cleared first).
+    pub fn assign_into(&self, timestamp: i64, windows: &mut Vec<TimeWindow>) {
+        windows.clear();
         match *self {
             WindowAssigner::Tumbling { size, offset, .. } => {
                 let start = window_start(timestamp, offset, size);
-                vec![TimeWindow::new(start, start.saturating_add(size))]
+                windows.push(TimeWindow::new(start, start.saturating_add(size)));
             }
             WindowAssigner::Sliding { size, slide, offset, .. } => {
-                let last_start = window_start(timestamp, offset, slide);
-                let mut windows = Vec::with_capacity((size / slide) as usize + 1);
-                let mut start = last_start;
+                let mut start = window_start(timestamp, offset, slide);
                 while start > timestamp - size {
                     windows.push(TimeWindow::new(start, start.saturating_add(size)));
                     start -= slide;
                 }
-                windows
             }
-            WindowAssigner::Session { gap, .. } => vec![TimeWindow::new(timestamp, timestamp.saturating_add(gap))],
-            WindowAssigner::Count { .. } => vec![TimeWindow::GLOBAL],
+            WindowAssigner::Session { gap, .. } => {
+                windows.push(TimeWindow::new(timestamp, timestamp.saturating_add(gap)))
+            }
+            WindowAssigner::Count { .. } => windows.push(TimeWindow::GLOBAL),
         }
     }
 }
@@ -400,6 +407,9 @@ pub struct WindowFunction<K, T, O, L: WindowLogic<K, T, O>> {
     late_tag: Option<crate::side_output::OutputTag<T>>,
     logic: L,
     contents: ValueState<Vec<WindowEntry<L::Acc>>>,
+    /// Reused per record: the record's windows, and those new to its key.
+    windows: Vec<TimeWindow>,
+    new_windows: Vec<TimeWindow>,
     _types: std::marker::PhantomData<fn(K, T) -> O>,
 }
 
@@ -411,6 +421,8 @@ impl<K, T, O, L: WindowLogic<K, T, O>> Clone for WindowFunction<K, T, O, L> {
             late_tag: self.late_tag.clone(),
             logic: self.logic.clone(),
             contents: self.contents.clone(),
+            windows: Vec::new(),
+            new_windows: Vec::new(),
             _types: std::marker::PhantomData,
         }
     }
@@ -427,6 +439,8 @@ impl<K: Key, T, O, L: WindowLogic<K, T, O>> WindowFunction<K, T, O, L> {
             late_tag: None,
             logic,
             contents: ValueState::new(WINDOW_CONTENTS_STATE),
+            windows: Vec::new(),
+            new_windows: Vec::new(),
             _types: std::marker::PhantomData,
         }
     }
@@ -497,11 +511,13 @@ where
             ctx.current_processing_time() as i64
         };
         let watermark = ctx.current_watermark();
-        let mut windows = self.assigner.assign(time);
+        let mut windows = std::mem::take(&mut self.windows);
+        self.assigner.assign_into(time, &mut windows);
         // Late: the watermark passed the window's end plus the allowed lateness.
         if event_time {
             windows.retain(|w| self.cleanup_time(w) > watermark);
             if windows.is_empty() {
+                self.windows = windows;
                 ctx.count_late_record();
                 if let Some(tag) = &self.late_tag {
                     out.output(tag, record)?;
@@ -509,7 +525,12 @@ where
                 return Ok(());
             }
         }
-        // Taken out of the state (a move, not a copy) and put back below.
+        if matches!(self.assigner, WindowAssigner::Tumbling { .. } | WindowAssigner::Sliding { .. }) {
+            let result = self.add_to_time_windows(record, &windows, watermark, event_time, ctx, out);
+            self.windows = windows;
+            return result;
+        }
+        // Sessions and count windows: taken out of the state (a move, not a copy) and put back.
         let mut entries = std::mem::take(ctx.value(&self.contents)?.get_or_insert_with(Vec::new));
         let mut fire_now = Vec::new();
         for window in windows {
@@ -573,21 +594,85 @@ where
         if event_time != self.assigner.is_event_time() {
             return Ok(());
         }
-        let mut entries = std::mem::take(ctx.value(&self.contents)?.get_or_insert_with(Vec::new));
+        let key = ctx.current_key().clone();
+        let (current_watermark, current_processing_time) = (ctx.current_watermark(), ctx.current_processing_time());
         let lateness = if event_time { self.allowed_lateness } else { 0 };
+        let mut state = ctx.value(&self.contents)?;
+        let entries = state.get_or_insert_with(Vec::new);
         for entry in entries.iter_mut() {
             if entry.window.max_timestamp() == timestamp {
-                self.logic.emit(ctx.current_key(), &Self::context(&entry.window, ctx), &entry.acc, out)?;
+                let context = WindowContext { window: &entry.window, current_watermark, current_processing_time };
+                self.logic.emit(&key, &context, &entry.acc, out)?;
                 entry.fired = true;
             }
         }
         // Gone once the watermark (or the clock) passed its end plus the allowed lateness.
         entries.retain(|e| e.window.max_timestamp().saturating_add(lateness) > timestamp);
-        let mut state = ctx.value(&self.contents)?;
         if entries.is_empty() {
-            state.clear()
-        } else {
-            state.set(entries)
+            state.clear();
+        }
+        Ok(())
+    }
+}
+
+impl<K: Key, T: Clone, O, L: WindowLogic<K, T, O>> WindowFunction<K, T, O, L> {
+    /// Tumbling and sliding windows: adds `record` to each of `windows` in place (one state
+    /// access), registers the timers of the windows new to the key, and fires again a window
+    /// that a record within the allowed lateness reached after it fired.
+    fn add_to_time_windows(
+        &mut self,
+        record: T,
+        windows: &[TimeWindow],
+        watermark: i64,
+        event_time: bool,
+        ctx: &mut KeyedContext<'_, K>,
+        out: &mut Collector<'_, O>,
+    ) -> FnResult {
+        let mut new_windows = std::mem::take(&mut self.new_windows);
+        new_windows.clear();
+        let mut refire = false;
+        {
+            let mut state = ctx.value(&self.contents)?;
+            let entries = state.get_or_insert_with(Vec::new);
+            let last = windows.len().saturating_sub(1);
+            let mut record = Some(record);
+            for (position, window) in windows.iter().enumerate() {
+                // The last window takes the record itself, the others a copy.
+                let value = if position == last { record.take() } else { record.clone() };
+                let Some(value) = value else { break };
+                match entries.iter_mut().find(|e| e.window == *window) {
+                    Some(entry) => {
+                        entry.count += 1;
+                        if let Some(acc) = self.logic.add(Some(&mut entry.acc), value) {
+                            entry.acc = acc;
+                        }
+                        refire |= event_time && entry.fired && entry.window.max_timestamp() <= watermark;
+                    }
+                    None => {
+                        let Some(acc) = self.logic.add(None, value) else {
+                            return Err("a window function made no accumulator for a new window".into());
+                        };
+                        entries.push(WindowEntry { window: *window, count: 1, fired: false, acc });
+                        new_windows.push(*window);
+                    }
+                }
+            }
+        }
+        for window in &new_windows {
+            self.register(ctx, window);
+        }
+        self.new_windows = new_windows;
+        if refire {
+            let key = ctx.current_key().clone();
+            let (current_watermark, current_processing_time) = (ctx.current_watermark(), ctx.current_processing_time());
+            let mut state = ctx.value(&self.contents)?;
+            for entry in state.get_or_insert_with(Vec::new).iter() {
+                let hit = windows.contains(&entry.window) && entry.fired && entry.window.max_timestamp() <= watermark;
+                if hit {
+                    let context = WindowContext { window: &entry.window, current_watermark, current_processing_time };
+                    self.logic.emit(&key, &context, &entry.acc, out)?;
+                }
+            }
         }
         Ok(())
     }
