@@ -177,3 +177,92 @@ fn a_savepoint_asked_for_while_subtasks_start_is_taken_once_they_run() {
     let Some(SavepointStatus::Completed(location)) = status else { panic!("savepoint not taken: {status:?}") };
     assert!(std::path::Path::new(location.trim_start_matches("file://")).join("_metadata").is_file(), "{location}");
 }
+
+/// Tags each value with the rule its parity names, or "missing" when the subtask has no rule.
+#[derive(Clone)]
+struct TagWithRule;
+
+impl KeyedBroadcastProcessFunction<u64, u64, (u64, String), u64, String, String> for TagWithRule {
+    fn process_element(
+        &mut self,
+        value: u64,
+        _ctx: &mut KeyedContext<'_, u64>,
+        rules: &BroadcastState<u64, String>,
+        out: &mut Collector<'_, String>,
+    ) -> FnResult {
+        out.collect(rules.get(&(value % 2)).cloned().unwrap_or_else(|| "missing".into()));
+        Ok(())
+    }
+    fn process_broadcast_element(
+        &mut self,
+        rule: (u64, String),
+        rules: &mut BroadcastState<u64, String>,
+        _out: &mut Collector<'_, String>,
+    ) -> FnResult {
+        rules.put(rule.0, rule.1);
+        Ok(())
+    }
+}
+
+fn broadcast_job(sink: CollectSink<String>) -> StreamExecutionEnvironment {
+    let env = StreamExecutionEnvironment::new();
+    let rules = env.from_source(VecSource::new(vec![(0u64, "even".to_string()), (1, "odd".to_string())])).uid("rules");
+    env.from_source(EndlessSource::paced(16, Duration::from_millis(1)))
+        .uid("values")
+        .key_by(|v: &u64| *v)
+        .connect_broadcast(&rules.broadcast())
+        .process("rules", TagWithRule)
+        .uid("tagger")
+        .sink_to(sink)
+        .uid("sink");
+    env
+}
+
+#[test]
+fn keyed_broadcast_state_is_copied_to_every_subtask_on_rescale() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut settings = JobSettings::with_parallelism(2);
+    settings.checkpointing.savepoints_url = Some(format!("file://{}", dir.path().display()));
+    settings.checkpointing.checkpoints_url = format!("file://{}/chk", dir.path().display());
+    // Periodic checkpoints keep the finished rules source taking part in snapshots.
+    settings.checkpointing.interval = Some(Duration::from_millis(100));
+    let dispatcher = Dispatcher::new("localhost");
+    let first = CollectSink::default();
+    let job_1 = dispatcher.submit(broadcast_job(first.clone()).build("rules").unwrap(), settings).unwrap();
+    // Both rules reached both subtasks once values come out tagged on each of them.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while first.records().iter().rev().take(50).filter(|r| *r != "missing").count() < 50 {
+        assert!(std::time::Instant::now() < deadline, "the rules never arrived");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let request = job_1.trigger_savepoint(None, true).unwrap();
+    assert_eq!(job_1.wait_terminal(Some(Duration::from_secs(20))), JobStatus::Finished);
+    let Some(SavepointStatus::Completed(location)) = job_1.savepoint_status(&request) else {
+        panic!("savepoint did not complete: {:?}", job_1.savepoint_status(&request));
+    };
+
+    // At parallelism 4 the rules source has finished and sends nothing: the rules every new
+    // subtask knows come from the restored broadcast state.
+    let storage = SnapshotStorage::from_url(&location).unwrap();
+    let blocking = storage.blocking();
+    let metadata = blocking.block_on(load_metadata(&storage)).unwrap();
+    let second = CollectSink::default();
+    let graph = broadcast_job(second.clone()).build("rules").unwrap();
+    let request = weir_runtime::checkpointing::restore::restore_request(&graph, |_| 4, None, false);
+    let plan = plan_restore(&metadata, &request).unwrap();
+    let mut settings = JobSettings::with_parallelism(4);
+    settings.max_parallelism = Some(plan.max_parallelism);
+    settings.restore = Some(Arc::new(RestoreSource { storage: blocking, location, metadata, plan }));
+    let job_2 = dispatcher.submit(graph, settings).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while second.records().len() < 2000 {
+        assert!(std::time::Instant::now() < deadline, "the restored job produced too little");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    job_2.cancel().unwrap();
+    job_2.wait_terminal(Some(Duration::from_secs(10)));
+    let tagged = second.records();
+    let missing = tagged.iter().filter(|r| *r == "missing").count();
+    assert_eq!(missing, 0, "{missing} of {} values met a subtask without the rules", tagged.len());
+    assert!(tagged.iter().any(|r| r == "even") && tagged.iter().any(|r| r == "odd"));
+}
