@@ -241,6 +241,11 @@ fn a_running_job_is_cancelled_over_rest() {
     assert_eq!(cluster["slots-available"], 4, "two vertices at parallelism 2 use 4 slots");
     assert_eq!(client.get_ok(&format!("/jobs/{id}"))["end-time"], -1);
 
+    // `flink stop --drain` is refused, not quietly done without draining.
+    let (status, body) = client.post_json(&format!("/jobs/{id}/stop"), r#"{"drain": true}"#);
+    assert_error(status, &body, 400, "stop with drain is not supported yet");
+    assert_eq!(client.get_ok(&format!("/jobs/{id}"))["state"], "RUNNING");
+
     let (status, body) = client.patch(&format!("/jobs/{id}?mode=cancel"));
     assert_eq!(status, 202, "{body}");
     assert_eq!(body, serde_json::json!({}));
@@ -496,6 +501,7 @@ fn openapi_documents_every_route() {
         ("/jobs/{jobid}/plan", &["get"]),
         ("/jobs/{jobid}/vertices/{vertexid}", &["get"]),
         ("/jobs/{jobid}/vertices/{vertexid}/backpressure", &["get"]),
+        ("/jobs/{jobid}/vertices/{vertexid}/watermarks", &["get"]),
         ("/jobs/{jobid}/exceptions", &["get"]),
         ("/jobs/{jobid}/checkpoints", &["get"]),
         ("/jobs/{jobid}/checkpoints/config", &["get"]),
