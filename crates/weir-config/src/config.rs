@@ -254,6 +254,7 @@ impl Configuration {
 
         let parallelism = self.get(&PARALLELISM_DEFAULT)?;
         let max_parallelism = self.get(&PIPELINE_MAX_PARALLELISM)?;
+        self.get(&PIPELINE_AUTO_WATERMARK_INTERVAL)?;
         self.get(&REST_ADDRESS)?;
         self.get(&REST_PORT)?;
         self.get(&REST_BIND_ADDRESS)?;
