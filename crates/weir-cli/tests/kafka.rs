@@ -462,8 +462,9 @@ fn kafka_on_a_cluster_is_exactly_once_through_taskmanager_and_leader_kills() {
         std::thread::sleep(Duration::from_millis(200));
     }
     let counts = broker.read_committed("counts", EVENTS, Duration::from_secs(60));
-    let details = cluster.get(&format!("/jobs/{job}")).unwrap();
-    eprintln!("kills: {kills:?}; restarts: {}", details["numRestarts"]);
+    // (A JobManager that just took over may not answer yet: the restart count is only shown.)
+    let restarts = cluster.get(&format!("/jobs/{job}")).map(|details| details["numRestarts"].clone());
+    eprintln!("kills: {kills:?}; restarts: {restarts:?}");
     assert_counts_exactly_once(&counts, EVENTS);
     assert_eq!(kills.len(), 10);
 }
