@@ -426,8 +426,14 @@ fn kafka_on_a_cluster_is_exactly_once_through_taskmanager_and_leader_kills() {
             kills.push(format!("leader of epoch {epoch}"));
             cluster.wait_job(&job, "RUNNING", Duration::from_secs(60));
         } else {
-            // A TaskManager that runs some of the job's subtasks.
-            let hosts = subtask_hosts(&cluster, &job);
+            // A TaskManager that runs some of the job's subtasks (asked again while the
+            // JobManagers do not answer: one may just have taken over).
+            let deadline = std::time::Instant::now() + Duration::from_secs(30);
+            let mut hosts = subtask_hosts(&cluster, &job);
+            while hosts.is_empty() && std::time::Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(50));
+                hosts = subtask_hosts(&cluster, &job);
+            }
             let index = cluster
                 .taskmanagers
                 .iter()
