@@ -2,8 +2,8 @@
 //! configuration keys as local directories: `s3://bucket/prefix` plus the usual AWS_*
 //! environment (`AWS_ENDPOINT_URL` for a non-AWS endpoint).
 //!
-//! The server comes from `$WEIR_MOTO_SERVER` (`.ci/run` installs moto and sets it); without it
-//! this test says so and does nothing, so `cargo test` works on a machine without Python.
+//! The server comes from `$WEIR_MOTO_SERVER` (`.ci/test` installs moto and sets it); without it
+//! the test fails naming the install command: no test passes having tested nothing.
 
 mod common;
 
@@ -32,7 +32,9 @@ fn start_moto(server: &str) -> Moto {
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
-        .unwrap_or_else(|e| panic!("cannot start {server}: {e}"));
+        .unwrap_or_else(|e| {
+            panic!("cannot start {server} (WEIR_MOTO_SERVER): {e}; .ci/test installs moto and sets it")
+        });
     let endpoint = format!("http://127.0.0.1:{port}");
     let moto = Moto { child, endpoint };
     let agent = ureq::Agent::config_builder().http_status_as_error(false).build().new_agent();
@@ -58,8 +60,12 @@ fn with_s3_env(mut command: std::process::Command, endpoint: &str) -> std::proce
 #[test]
 fn checkpoints_and_savepoints_go_to_s3_and_a_job_restores_from_there() {
     let Ok(server) = std::env::var("WEIR_MOTO_SERVER") else {
-        eprintln!("skipped: WEIR_MOTO_SERVER is not set (bash .ci/run installs moto and sets it)");
-        return;
+        panic!(
+            "this test needs moto's S3 server and WEIR_MOTO_SERVER naming it, which is not set: run it \
+             through .ci/test (it installs moto into .ci/venv and sets WEIR_MOTO_SERVER), or \
+             `python3 -m venv .ci/venv && .ci/venv/bin/pip install 'moto[server]'` and \
+             WEIR_MOTO_SERVER=$PWD/.ci/venv/bin/moto_server"
+        );
     };
     let moto = start_moto(&server);
     // The weir processes get the S3 settings through their environment, per command.

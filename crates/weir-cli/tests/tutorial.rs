@@ -247,7 +247,10 @@ fn the_tutorial_runs_as_written() {
     let localize = Localize { dir: dir.path().join("weir-tutorial").display().to_string(), ports: free_ports() };
     for (tool, install) in [("bash", "bash"), ("curl", "curl"), ("awk", "gawk"), ("etcd", "etcd-server")] {
         let found = Command::new("sh").args(["-c", &format!("command -v {tool}")]).output().unwrap();
-        assert!(found.status.success(), "the tutorial needs `{tool}` on PATH: apt-get install -y {install}");
+        assert!(
+            found.status.success(),
+            "the tutorial needs `{tool}` on PATH: apt-get install -y {install} (.ci/test installs etcd-server)"
+        );
     }
     let steps = steps(TUTORIAL);
     assert!(steps.len() >= 10, "docs/tutorial.md has only {} ```bash blocks", steps.len());

@@ -2,7 +2,7 @@
 //! while a job runs, and the rendered DOM must show the job RUNNING, its operator graph,
 //! its subtasks and its checkpoints.
 //!
-//! Needs Chromium (`apt-get install -y chromium`; `.ci/run` installs it). `WEIR_CHROMIUM`
+//! Needs Chromium (`apt-get install -y chromium`; `.ci/test` installs it). `WEIR_CHROMIUM`
 //! names another binary. With `WEIR_UI_SCREENSHOT_DIR=dir` the test also saves screenshots
 //! of the job page and its checkpoints tab there (how `docs/web-ui-*.png` are made).
 
@@ -44,7 +44,7 @@ fn chromium() -> PathBuf {
     }
     panic!(
         "the Web UI test needs Chromium: install it with `apt-get install -y chromium` \
-         (.ci/run does) or set WEIR_CHROMIUM to a Chrome/Chromium binary"
+         (.ci/test does) or set WEIR_CHROMIUM to a Chrome/Chromium binary"
     );
 }
 

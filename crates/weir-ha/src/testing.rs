@@ -8,7 +8,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// The install command printed when `etcd` is missing.
-pub const INSTALL: &str = "apt-get install -y etcd-server (or run .ci/run, which installs it)";
+pub const INSTALL: &str = "apt-get install -y etcd-server (or run the tests with .ci/test, which installs it)";
 
 /// A running etcd.
 pub struct EtcdServer {

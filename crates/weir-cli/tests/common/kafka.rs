@@ -1,6 +1,6 @@
 //! A real Kafka-protocol broker with transactions for the tests: noida-db (PyPI), started on
 //! a free port with a fresh data directory and killed when dropped. `$WEIR_NOIDA_DB` names
-//! its binary; without it the copy `.ci/run` installs in `.ci/venv` is used. Missing, the
+//! its binary; without it the copy `.ci/test` installs in `.ci/venv` is used. Missing, the
 //! test fails naming the install command.
 
 use std::collections::BTreeMap;
@@ -15,7 +15,8 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 
-const INSTALL: &str = "python3 -m venv .ci/venv && .ci/venv/bin/pip install noida-db==0.2.3 (bash .ci/run does it)";
+const INSTALL: &str =
+    "python3 -m venv .ci/venv && .ci/venv/bin/pip install noida-db==0.2.3 (.ci/test does it and sets WEIR_NOIDA_DB)";
 
 fn binary() -> PathBuf {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
