@@ -44,6 +44,9 @@ pub struct VertexBackPressure {
     /// The worst subtask's level: `ok`, `low` or `high`.
     #[serde(rename = "backpressure-level")]
     pub backpressure_level: String,
+    /// The same level under Flink 1.13+'s name.
+    #[serde(rename = "backpressureLevel")]
+    pub backpressure_level_camel: String,
     /// When the window ended, epoch ms.
     #[serde(rename = "end-timestamp")]
     pub end_timestamp: u64,
@@ -56,11 +59,26 @@ pub struct VertexBackPressure {
 pub struct SubtaskBackPressure {
     /// Subtask index.
     pub subtask: u32,
+    /// The subtask's attempt (the job's restarts so far).
+    #[serde(rename = "attempt-number")]
+    pub attempt_number: u32,
     /// `ok`, `low` or `high`.
     #[serde(rename = "backpressure-level")]
     pub backpressure_level: String,
+    /// The same level under Flink 1.13+'s name.
+    #[serde(rename = "backpressureLevel")]
+    pub backpressure_level_camel: String,
     /// Share of the window spent blocked, 0.0 to 1.0.
     pub ratio: f64,
+    /// Always 0.0: weir does not measure idle time.
+    #[serde(rename = "idleRatio")]
+    pub idle_ratio: f64,
+    /// Always 0.0: weir does not measure busy time.
+    #[serde(rename = "busyRatio")]
+    pub busy_ratio: f64,
+    /// Always empty: weir runs no speculative attempts.
+    #[serde(rename = "other-concurrent-attempts")]
+    pub other_concurrent_attempts: Vec<serde_json::Value>,
 }
 
 /// Flink's levels.
@@ -74,9 +92,10 @@ fn level(ratio: f64) -> &'static str {
     }
 }
 
-fn read(state: &AppState, jobid: &str, vertexid: &str) -> Result<Vec<u64>, ApiError> {
+fn read(state: &AppState, jobid: &str, vertexid: &str) -> Result<(Vec<u64>, u32), ApiError> {
     let vertex = find_vertex(&state.dispatcher, jobid, vertexid)?;
-    Ok(vertex.subtasks.iter().map(|s| s.metrics.backpressured_ms).collect())
+    let attempt = vertex.subtasks.first().map(|s| s.attempt).unwrap_or(0);
+    Ok((vertex.subtasks.iter().map(|s| s.metrics.backpressured_ms).collect(), attempt))
 }
 
 /// The ratio of each subtask between two readings.
@@ -103,7 +122,7 @@ pub(crate) async fn backpressure(
         let readings = state.backpressure.readings.lock().unwrap_or_else(|p| p.into_inner());
         readings.get(&key).cloned()
     };
-    let mut current = read(&state, &jobid, &vertexid)?;
+    let (mut current, mut attempt) = read(&state, &jobid, &vertexid)?;
     let mut at = Instant::now();
     let (before, since) = match previous {
         Some((then, before))
@@ -114,7 +133,7 @@ pub(crate) async fn backpressure(
         _ => {
             let (before, since) = (current, at);
             tokio::time::sleep(SAMPLE_WINDOW).await;
-            current = read(&state, &jobid, &vertexid)?;
+            (current, attempt) = read(&state, &jobid, &vertexid)?;
             at = Instant::now();
             (before, since)
         }
@@ -125,14 +144,20 @@ pub(crate) async fn backpressure(
     Ok(Json(VertexBackPressure {
         status: "ok".into(),
         backpressure_level: level(worst).into(),
+        backpressure_level_camel: level(worst).into(),
         end_timestamp: now_ms(),
         subtasks: ratios
             .into_iter()
             .enumerate()
             .map(|(i, ratio)| SubtaskBackPressure {
                 subtask: i as u32,
+                attempt_number: attempt,
                 backpressure_level: level(ratio).into(),
+                backpressure_level_camel: level(ratio).into(),
                 ratio: (ratio * 100.0).round() / 100.0,
+                idle_ratio: 0.0,
+                busy_ratio: 0.0,
+                other_concurrent_attempts: Vec::new(),
             })
             .collect(),
     }))

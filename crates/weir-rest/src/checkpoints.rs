@@ -159,7 +159,7 @@ pub struct FailureCause {
 }
 
 /// `GET /jobs/{jobid}/savepoints/{requestid}`.
-#[utoipa::path(get, path = "/jobs/{jobid}/savepoints/{requestid}", tag = "checkpoints", summary = "A savepoint or stop request's status", params(("jobid" = String, Path, description = "Job id: 32 hex characters"), ("requestid" = String, Path, description = "The trigger's `request-id`")), responses((status = 200, body = SavepointStatusResponse), (status = 400, description = "Not a job id", body = ErrorResponse), (status = 404, description = "No such job or request", body = ErrorResponse)))]
+#[utoipa::path(get, path = "/jobs/{jobid}/savepoints/{triggerid}", tag = "checkpoints", summary = "A savepoint or stop request's status", params(("jobid" = String, Path, description = "Job id: 32 hex characters"), ("triggerid" = String, Path, description = "The trigger's `request-id`")), responses((status = 200, body = SavepointStatusResponse), (status = 400, description = "Not a job id", body = ErrorResponse), (status = 404, description = "No such job or request", body = ErrorResponse)))]
 pub(crate) async fn savepoint_status(
     State(state): State<AppState>,
     path: Result<Path<(String, String)>, PathRejection>,
@@ -206,6 +206,8 @@ fn savepoint_progress(job: &weir_runtime::JobMaster, request_id: &str) -> Option
 pub struct CheckpointingStatistics {
     /// How many checkpoints of each outcome.
     pub counts: CheckpointCounts,
+    /// Minimum, maximum, average and percentiles of the completed checkpoints in the history.
+    pub summary: CheckpointSummary,
     /// The newest of each kind.
     pub latest: LatestCheckpoints,
     /// Recent checkpoints and savepoints, newest first (at most 10, Flink's
@@ -228,6 +230,68 @@ pub struct CheckpointCounts {
     pub restored: u64,
 }
 
+/// The `summary` of [`CheckpointingStatistics`], as Flink's.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct CheckpointSummary {
+    /// Bytes written per checkpoint.
+    pub checkpointed_size: StatsSummary,
+    /// Bytes of state per checkpoint.
+    pub state_size: StatsSummary,
+    /// Milliseconds from trigger to completion.
+    pub end_to_end_duration: StatsSummary,
+    /// Always zeros: aligned checkpoints buffer nothing.
+    pub alignment_buffered: StatsSummary,
+    /// Always zeros: in-flight data is not measured.
+    pub processed_data: StatsSummary,
+    /// Always zeros: unaligned checkpoints (which persist in-flight data) do not exist in weir.
+    pub persisted_data: StatsSummary,
+}
+
+/// Flink's `StatsSummaryDto`: min, max, average and percentiles (0 for all when empty).
+#[derive(Debug, Default, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct StatsSummary {
+    /// Smallest.
+    pub min: u64,
+    /// Largest.
+    pub max: u64,
+    /// Average, rounded down.
+    pub avg: u64,
+    /// Median.
+    pub p50: f64,
+    /// 90th percentile.
+    pub p90: f64,
+    /// 95th percentile.
+    pub p95: f64,
+    /// 99th percentile.
+    pub p99: f64,
+    /// 99.9th percentile.
+    pub p999: f64,
+}
+
+impl StatsSummary {
+    /// The summary of `values` (nearest-rank percentiles).
+    pub fn of(mut values: Vec<u64>) -> StatsSummary {
+        if values.is_empty() {
+            return StatsSummary::default();
+        }
+        values.sort_unstable();
+        let rank = |q: f64| {
+            let index = ((q * values.len() as f64).ceil() as usize).clamp(1, values.len()) - 1;
+            values[index] as f64
+        };
+        StatsSummary {
+            min: values[0],
+            max: values[values.len() - 1],
+            avg: values.iter().sum::<u64>() / values.len() as u64,
+            p50: rank(0.5),
+            p90: rank(0.9),
+            p95: rank(0.95),
+            p99: rank(0.99),
+            p999: rank(0.999),
+        }
+    }
+}
+
 /// The `latest` of [`CheckpointingStatistics`].
 #[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct LatestCheckpoints {
@@ -246,6 +310,8 @@ pub struct LatestCheckpoints {
 pub struct RestoredCheckpoint {
     /// Its checkpoint id.
     pub id: u64,
+    /// Whether it was a savepoint (a restore with `-s` of a `savepoint-*` directory).
+    pub is_savepoint: bool,
     /// Where it is.
     pub external_path: String,
     /// When the job restored it, epoch ms.
@@ -255,12 +321,17 @@ pub struct RestoredCheckpoint {
 /// One checkpoint or savepoint.
 #[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct CheckpointStatisticsEntry {
+    /// Flink's type tag: `completed`, `failed` or `in_progress`.
+    #[serde(rename = "className")]
+    pub class_name: String,
     /// Checkpoint id.
     pub id: u64,
     /// `IN_PROGRESS`, `COMPLETED` or `FAILED`.
     pub status: CheckpointStatus,
     /// True for savepoints.
     pub is_savepoint: bool,
+    /// `CHECKPOINT`, `SAVEPOINT`, or `SYNC_SAVEPOINT` (the savepoint of a stop).
+    pub checkpoint_type: String,
     /// `CANONICAL` for savepoints.
     #[serde(rename = "savepointFormat")]
     pub savepoint_format: Option<String>,
@@ -279,21 +350,109 @@ pub struct CheckpointStatisticsEntry {
     pub num_subtasks: u32,
     /// Subtasks that acknowledged.
     pub num_acknowledged_subtasks: u32,
+    /// Always 0: aligned checkpoints buffer nothing.
+    pub alignment_buffered: u64,
+    /// Always 0: in-flight data is not measured.
+    pub processed_data: u64,
+    /// Always 0: weir's checkpoints are aligned and persist no in-flight data.
+    pub persisted_data: u64,
     /// Where it is (completed only).
     pub external_path: Option<String>,
+    /// Whether retention has deleted it (completed only).
+    #[serde(default)]
+    pub discarded: bool,
+    /// When it failed, epoch ms (failed only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_timestamp: Option<u64>,
     /// Why it failed.
     pub failure_message: Option<String>,
+    /// Per vertex id: its subtasks' part of the checkpoint.
+    pub tasks: BTreeMap<String, TaskCheckpointStatistics>,
     /// Bytes per operator uid.
     pub operator_sizes: BTreeMap<String, u64>,
 }
 
-impl From<&CheckpointEntry> for CheckpointStatisticsEntry {
-    fn from(entry: &CheckpointEntry) -> Self {
+/// One vertex's part of a checkpoint, as Flink's `TaskCheckpointStatistics`.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct TaskCheckpointStatistics {
+    /// Checkpoint id.
+    pub id: u64,
+    /// The checkpoint's status.
+    pub status: CheckpointStatus,
+    /// When the checkpoint's last acknowledgement arrived, epoch ms.
+    pub latest_ack_timestamp: u64,
+    /// Bytes the vertex's operators wrote.
+    pub checkpointed_size: u64,
+    /// Bytes of the vertex's operators' state.
+    pub state_size: u64,
+    /// The checkpoint's end-to-end milliseconds.
+    pub end_to_end_duration: u64,
+    /// Always 0, as for the checkpoint.
+    pub alignment_buffered: u64,
+    /// Always 0, as for the checkpoint.
+    pub processed_data: u64,
+    /// Always 0, as for the checkpoint.
+    pub persisted_data: u64,
+    /// The vertex's subtasks.
+    pub num_subtasks: u32,
+    /// Its subtasks that acknowledged (all of them once the checkpoint completed).
+    pub num_acknowledged_subtasks: u32,
+}
+
+/// A vertex of the job: its id, operator uids and parallelism.
+type VertexShape = (String, Vec<String>, u32);
+
+fn vertex_shapes(job: &weir_runtime::JobMaster) -> Vec<VertexShape> {
+    job.details().vertices.into_iter().map(|v| (v.id, v.uids, v.parallelism)).collect()
+}
+
+impl CheckpointStatisticsEntry {
+    fn of(entry: &CheckpointEntry, vertices: &[VertexShape], retained: &[u64]) -> Self {
+        let class_name = match entry.status {
+            CheckpointStatus::Completed => "completed",
+            CheckpointStatus::Failed => "failed",
+            CheckpointStatus::InProgress => "in_progress",
+        };
+        let checkpoint_type = match (entry.is_savepoint, entry.is_stop) {
+            (false, _) => "CHECKPOINT",
+            (true, false) => "SAVEPOINT",
+            (true, true) => "SYNC_SAVEPOINT",
+        };
+        let total = vertices.iter().map(|v| v.2).sum::<u32>().max(1);
+        let tasks = vertices
+            .iter()
+            .map(|(id, uids, parallelism)| {
+                let size: u64 = uids.iter().filter_map(|uid| entry.operator_sizes.get(uid)).sum();
+                // Acknowledgements are counted per checkpoint; a vertex's share follows its
+                // parallelism (exact once the checkpoint completed).
+                let acknowledged = if entry.status == CheckpointStatus::Completed {
+                    *parallelism
+                } else {
+                    (u64::from(entry.num_acknowledged_subtasks) * u64::from(*parallelism) / u64::from(total)) as u32
+                };
+                let task = TaskCheckpointStatistics {
+                    id: entry.id,
+                    status: entry.status,
+                    latest_ack_timestamp: entry.latest_ack_timestamp,
+                    checkpointed_size: size.min(entry.checkpointed_size),
+                    state_size: size,
+                    end_to_end_duration: entry.end_to_end_duration,
+                    alignment_buffered: 0,
+                    processed_data: 0,
+                    persisted_data: 0,
+                    num_subtasks: *parallelism,
+                    num_acknowledged_subtasks: acknowledged,
+                };
+                (id.clone(), task)
+            })
+            .collect();
         CheckpointStatisticsEntry {
+            class_name: class_name.into(),
             id: entry.id,
             status: entry.status,
             is_savepoint: entry.is_savepoint,
-            savepoint_format: entry.is_savepoint.then(|| "CANONICAL".to_string()),
+            checkpoint_type: checkpoint_type.into(),
+            savepoint_format: entry.savepoint_format.clone(),
             trigger_timestamp: entry.trigger_timestamp,
             latest_ack_timestamp: entry.latest_ack_timestamp,
             end_to_end_duration: entry.end_to_end_duration,
@@ -301,8 +460,18 @@ impl From<&CheckpointEntry> for CheckpointStatisticsEntry {
             checkpointed_size: entry.checkpointed_size,
             num_subtasks: entry.num_subtasks,
             num_acknowledged_subtasks: entry.num_acknowledged_subtasks,
+            alignment_buffered: 0,
+            processed_data: 0,
+            persisted_data: 0,
             external_path: entry.external_path.clone(),
+            discarded: entry.status == CheckpointStatus::Completed
+                && !entry.is_savepoint
+                && !retained.is_empty()
+                && !retained.contains(&entry.id),
+            failure_timestamp: (entry.status == CheckpointStatus::Failed)
+                .then(|| entry.trigger_timestamp + entry.end_to_end_duration),
             failure_message: entry.failure_message.clone(),
+            tasks,
             operator_sizes: entry.operator_sizes.clone(),
         }
     }
@@ -312,20 +481,27 @@ impl From<&CheckpointEntry> for CheckpointStatisticsEntry {
 #[utoipa::path(get, path = "/jobs/{jobid}/checkpoints", tag = "checkpoints", summary = "Checkpoint counts, latest and history", params(("jobid" = String, Path, description = "Job id: 32 hex characters")), responses((status = 200, body = CheckpointingStatistics), (status = 400, description = "Not a job id", body = ErrorResponse), (status = 404, description = "No such job", body = ErrorResponse)))]
 pub(crate) async fn checkpoints(PathJob(job): PathJob) -> Result<Json<CheckpointingStatistics>, ApiError> {
     let stats = job.checkpoint_stats();
+    let vertices = vertex_shapes(&job);
+    let retained = retained_ids(&stats, job.checkpoint_settings().num_retained);
+    let entry = |e: &CheckpointEntry| CheckpointStatisticsEntry::of(e, &vertices, &retained);
     let latest = |savepoint: bool| {
         stats
             .history
             .iter()
             .rev()
             .find(|e| e.status == CheckpointStatus::Completed && e.is_savepoint == savepoint)
-            .map(CheckpointStatisticsEntry::from)
+            .map(entry)
     };
-    let failed = stats.history.iter().rev().find(|e| e.status == CheckpointStatus::Failed).map(Into::into);
+    let failed = stats.history.iter().rev().find(|e| e.status == CheckpointStatus::Failed).map(entry);
     let restored = stats.restored.as_ref().map(|(id, path, at)| RestoredCheckpoint {
         id: *id,
+        is_savepoint: path.contains("savepoint-"),
         external_path: path.clone(),
         restore_timestamp: *at,
     });
+    let completed: Vec<&CheckpointEntry> =
+        stats.history.iter().filter(|e| e.status == CheckpointStatus::Completed).collect();
+    let summary_of = |f: fn(&CheckpointEntry) -> u64| StatsSummary::of(completed.iter().map(|e| f(e)).collect());
     Ok(Json(CheckpointingStatistics {
         counts: CheckpointCounts {
             completed: stats.completed,
@@ -334,9 +510,50 @@ pub(crate) async fn checkpoints(PathJob(job): PathJob) -> Result<Json<Checkpoint
             total: stats.completed + stats.failed + stats.in_progress,
             restored: u64::from(stats.restored.is_some()),
         },
+        summary: CheckpointSummary {
+            checkpointed_size: summary_of(|e| e.checkpointed_size),
+            state_size: summary_of(|e| e.state_size),
+            end_to_end_duration: summary_of(|e| e.end_to_end_duration),
+            alignment_buffered: StatsSummary::default(),
+            processed_data: StatsSummary::default(),
+            persisted_data: StatsSummary::default(),
+        },
         latest: LatestCheckpoints { completed: latest(false), savepoint: latest(true), failed, restored },
-        history: stats.history.iter().rev().map(Into::into).collect(),
+        history: stats.history.iter().rev().map(entry).collect(),
     }))
+}
+
+/// The ids of the completed checkpoints retention keeps: the newest `num_retained`.
+fn retained_ids(stats: &weir_runtime::checkpointing::stats::CheckpointStats, num_retained: u32) -> Vec<u64> {
+    stats
+        .history
+        .iter()
+        .rev()
+        .filter(|e| e.status == CheckpointStatus::Completed && !e.is_savepoint)
+        .take(num_retained as usize)
+        .map(|e| e.id)
+        .collect()
+}
+
+/// `GET /jobs/{jobid}/checkpoints/details/{checkpointid}`: one checkpoint of the history.
+#[utoipa::path(get, path = "/jobs/{jobid}/checkpoints/details/{checkpointid}", tag = "checkpoints", summary = "One checkpoint or savepoint, with its part per vertex", params(("jobid" = String, Path, description = "Job id: 32 hex characters", pattern = "^[0-9a-f]{32}$"), ("checkpointid" = u64, Path, description = "Checkpoint id")), responses((status = 200, body = CheckpointStatisticsEntry), (status = 400, description = "Not a job id or checkpoint id", body = ErrorResponse), (status = 404, description = "No such job, or the checkpoint is not in the history (the newest 10)", body = ErrorResponse)))]
+pub(crate) async fn checkpoint_details(
+    State(state): State<AppState>,
+    path: Result<Path<(String, String)>, PathRejection>,
+) -> Result<Json<CheckpointStatisticsEntry>, ApiError> {
+    let Path((jobid, checkpointid)) = path?;
+    let id: u64 = checkpointid
+        .parse()
+        .map_err(|_| ApiError::bad_request(format!("checkpoint id '{checkpointid}' is not a non-negative integer")))?;
+    let job = find_job(&state.dispatcher, &jobid)?;
+    let stats = job.checkpoint_stats();
+    let retained = retained_ids(&stats, job.checkpoint_settings().num_retained);
+    let entry = stats.history.iter().find(|e| e.id == id).ok_or_else(|| {
+        ApiError::not_found(format!(
+            "Checkpoint {id} of job {jobid} is not in the checkpoint history; GET /jobs/{jobid}/checkpoints lists it"
+        ))
+    })?;
+    Ok(Json(CheckpointStatisticsEntry::of(entry, &vertex_shapes(&job), &retained)))
 }
 
 /// `GET /jobs/{jobid}/checkpoints/config`.
@@ -366,6 +583,18 @@ pub struct CheckpointConfigInfo {
     pub state_backend: String,
     /// Retained checkpoints survive a cancel.
     pub externalization: Externalization,
+    /// Always false: checkpoints are aligned.
+    pub unaligned_checkpoints: bool,
+    /// Always 0: no switch from aligned to unaligned.
+    pub aligned_checkpoint_timeout: u64,
+    /// Always true: checkpoints go on after some tasks finished (FLIP-147).
+    pub checkpoints_after_tasks_finish: bool,
+    /// Always false: no changelog state backend.
+    pub state_changelog_enabled: bool,
+    /// Always 0, as `state_changelog_enabled`.
+    pub changelog_periodic_materialization_interval: u64,
+    /// Always empty, as `state_changelog_enabled`.
+    pub changelog_storage: String,
 }
 
 /// The `externalization` of [`CheckpointConfigInfo`].
@@ -395,5 +624,11 @@ pub(crate) async fn checkpoint_config(PathJob(job): PathJob) -> Result<Json<Chec
         savepoint_storage: settings.savepoints_url.clone(),
         state_backend: "hashmap".into(),
         externalization: Externalization { enabled: true, delete_on_cancellation: false },
+        unaligned_checkpoints: false,
+        aligned_checkpoint_timeout: 0,
+        checkpoints_after_tasks_finish: true,
+        state_changelog_enabled: false,
+        changelog_periodic_materialization_interval: 0,
+        changelog_storage: String::new(),
     }))
 }

@@ -1,25 +1,30 @@
 //! weir's REST API: Flink-shaped JSON over the [`Dispatcher`](weir_runtime::Dispatcher).
 //!
-//! - [`router`] builds the routes (`/overview`, `/jobs`, `/jobs/overview`, `/jobs/{jobid}`,
-//!   `/jobs/{jobid}/status`, `/jobs/{jobid}/vertices/{vertexid}`, `/jobs/{jobid}/exceptions`,
-//!   `PATCH /jobs/{jobid}?mode=cancel`, `/config`), each also under `/v1` like Flink's
-//!   versioned API. Errors answer Flink's shape `{"errors":["..."]}`.
+//! - [`router`] builds the routes at Flink's paths, in Flink's response schemas (checked
+//!   against Flink's own classes by `crates/weir-cli/tests/flink_tools.rs`), each also under
+//!   `/v1` like Flink's versioned API; docs/rest-api.md lists them against Flink's. Errors
+//!   answer Flink's shape `{"errors":["..."]}`.
 //! - [`serve`] runs a router on a listener until a shutdown future completes.
 //! - [`RestServer`] does both on its own small runtime for synchronous callers (the CLI).
 //! - [`responses`] holds the response bodies, so clients can deserialize them.
 //! - [`leader`]: a standby JobManager forwards every request to the leader.
 #![warn(missing_docs)]
 
+pub mod applications;
 pub mod backpressure;
 pub mod checkpoints;
 pub mod deployments;
+pub mod disposal;
 pub mod error;
+pub mod jobmanager;
 pub mod leader;
+pub mod metric_queries;
 mod metrics;
 pub mod openapi;
 pub mod responses;
 pub mod routes;
 pub mod server;
+pub mod subtasks;
 mod ui;
 pub mod watermarks;
 

@@ -4,6 +4,8 @@
 //! [`status`](weir_runtime::status) module; this module adds the cluster-level and wrapper
 //! bodies.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 use weir_runtime::cluster::TaskManagerInfo;
 use weir_runtime::status::{ExceptionView, SubtaskDetails, VertexMetrics};
@@ -41,9 +43,18 @@ pub struct ClusterOverview {
     /// Jobs FAILED.
     #[serde(rename = "jobs-failed")]
     pub jobs_failed: u32,
+    /// TaskManagers blocked for new slots: always 0 (weir blocks none).
+    #[serde(rename = "taskmanagers-blocked", default)]
+    pub taskmanagers_blocked: u32,
+    /// Free slots on blocked TaskManagers: always 0.
+    #[serde(rename = "slots-free-and-blocked", default)]
+    pub slots_free_and_blocked: u32,
     /// `weir <version>`, where Flink reports its own version.
     #[serde(rename = "flink-version")]
     pub flink_version: String,
+    /// weir's build, where Flink reports its commit.
+    #[serde(rename = "flink-commit", default)]
+    pub flink_commit: String,
     /// weir's version.
     #[serde(rename = "weir-version")]
     pub weir_version: String,
@@ -120,6 +131,66 @@ pub struct JobVertexDetails {
     pub now: u64,
     /// Every subtask.
     pub subtasks: Vec<SubtaskDetails>,
+    /// Statistics over the subtasks' counters and state durations.
+    pub aggregated: AggregatedTaskDetails,
+}
+
+/// Flink's `AggregatedTaskDetailsInfo`: per counter and per state, statistics over subtasks.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct AggregatedTaskDetails {
+    /// Per counter (`read-records`, ...): `min`, `max`, `avg`, `sum`, `median`, `p25`, `p75`,
+    /// `p95`.
+    pub metrics: BTreeMap<String, BTreeMap<String, u64>>,
+    /// Per state: the same statistics of the milliseconds subtasks spent in it.
+    #[serde(rename = "status-duration")]
+    pub status_duration: BTreeMap<String, BTreeMap<String, u64>>,
+}
+
+impl AggregatedTaskDetails {
+    /// The statistics of `subtasks`.
+    pub fn of(subtasks: &[SubtaskDetails]) -> AggregatedTaskDetails {
+        let mut metrics = BTreeMap::new();
+        let counters: [(&str, fn(&VertexMetrics) -> u64); 7] = [
+            ("read-bytes", |m| m.read_bytes),
+            ("write-bytes", |m| m.write_bytes),
+            ("read-records", |m| m.read_records),
+            ("write-records", |m| m.write_records),
+            ("accumulated-backpressured-time", |m| m.accumulated_backpressured_time),
+            ("accumulated-idle-time", |m| m.accumulated_idle_time),
+            ("accumulated-busy-time", |m| m.accumulated_busy_time as u64),
+        ];
+        for (name, value) in counters {
+            metrics.insert(name.to_string(), statistics(subtasks.iter().map(|s| value(&s.metrics)).collect()));
+        }
+        let mut status_duration = BTreeMap::new();
+        for state in ["CREATED", "SCHEDULED", "DEPLOYING", "INITIALIZING", "RUNNING"] {
+            let values = subtasks.iter().map(|s| s.status_duration.get(state).copied().unwrap_or(0)).collect();
+            status_duration.insert(state.to_string(), statistics(values));
+        }
+        AggregatedTaskDetails { metrics, status_duration }
+    }
+}
+
+/// `min`, `max`, `avg`, `sum`, `median`, `p25`, `p75`, `p95` of `values` (nearest rank; all
+/// 0 when empty).
+fn statistics(mut values: Vec<u64>) -> BTreeMap<String, u64> {
+    values.sort_unstable();
+    let n = values.len();
+    let rank = |q: f64| if n == 0 { 0 } else { values[((q * n as f64).ceil() as usize).clamp(1, n) - 1] };
+    let sum: u64 = values.iter().sum();
+    [
+        ("min", values.first().copied().unwrap_or(0)),
+        ("max", values.last().copied().unwrap_or(0)),
+        ("avg", if n == 0 { 0 } else { sum / n as u64 }),
+        ("sum", sum),
+        ("median", rank(0.5)),
+        ("p25", rank(0.25)),
+        ("p75", rank(0.75)),
+        ("p95", rank(0.95)),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect()
 }
 
 /// `GET /jobs/{jobid}/exceptions`: the exception history plus Flink's legacy fields.
@@ -179,6 +250,9 @@ pub struct DashboardConfiguration {
     /// `weir <version>`.
     #[serde(rename = "flink-version")]
     pub flink_version: String,
+    /// weir's build, where Flink reports its commit.
+    #[serde(rename = "flink-revision", default)]
+    pub flink_revision: String,
     /// Which Web UI actions are enabled.
     pub features: DashboardFeatures,
 }
@@ -192,6 +266,12 @@ pub struct DashboardFeatures {
     /// Cancelling jobs from the Web UI.
     #[serde(rename = "web-cancel")]
     pub web_cancel: bool,
+    /// Rescaling from the Web UI (never: rescale by stop and restore).
+    #[serde(rename = "web-rescale", default)]
+    pub web_rescale: bool,
+    /// The history server (never: weir has none).
+    #[serde(rename = "web-history", default)]
+    pub web_history: bool,
     /// weir's own: this server is the deployment controller (`/deployments`).
     #[serde(default)]
     pub deployments: bool,
@@ -208,7 +288,139 @@ pub struct JobPlanInfo {
 #[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct TaskManagersInfo {
     /// Registered TaskManagers, by id.
-    pub taskmanagers: Vec<TaskManagerInfo>,
+    pub taskmanagers: Vec<TaskManagerEntry>,
+}
+
+/// One TaskManager in Flink's `TaskManagerInfo` shape: weir's fields plus Flink's resource
+/// fields, which describe a JVM's memory pools weir does not have (zeros, said so in
+/// docs/rest-api.md).
+#[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct TaskManagerEntry {
+    /// Id, address, slots and heartbeat.
+    #[serde(flatten)]
+    pub info: TaskManagerInfo,
+    /// The port of its data address (-1 when the address has none).
+    #[serde(rename = "dataPort")]
+    pub data_port: i32,
+    /// Always -1: no JMX.
+    #[serde(rename = "jmxPort")]
+    pub jmx_port: i32,
+    /// Slots in use (each runs one subtask of each vertex of a job).
+    #[serde(rename = "assignedTasks")]
+    pub assigned_tasks: u32,
+    /// Its slots as resources: one CPU core per slot, no memory pools.
+    #[serde(rename = "totalResource")]
+    pub total_resource: ResourceProfile,
+    /// The free slots as resources.
+    #[serde(rename = "freeResource")]
+    pub free_resource: ResourceProfile,
+    /// Zeros: weir does not report a TaskManager's hardware.
+    pub hardware: HardwareDescription,
+    /// Nulls: weir has no JVM memory configuration.
+    #[serde(rename = "memoryConfiguration")]
+    pub memory_configuration: MemoryConfiguration,
+    /// Always false: weir blocks no TaskManager.
+    pub blocked: bool,
+}
+
+impl TaskManagerEntry {
+    /// `info` with Flink's resource fields.
+    pub fn of(info: TaskManagerInfo) -> TaskManagerEntry {
+        let data_port = info.path.rsplit_once(':').and_then(|(_, port)| port.parse().ok()).unwrap_or(-1);
+        let used = info.slots_number.saturating_sub(info.free_slots);
+        TaskManagerEntry {
+            data_port,
+            jmx_port: -1,
+            assigned_tasks: used,
+            total_resource: ResourceProfile::cores(info.slots_number),
+            free_resource: ResourceProfile::cores(info.free_slots),
+            hardware: HardwareDescription::default(),
+            memory_configuration: MemoryConfiguration::default(),
+            blocked: false,
+            info,
+        }
+    }
+}
+
+/// Flink's `ResourceProfileInfo`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ResourceProfile {
+    /// CPU cores (one per slot).
+    #[serde(rename = "cpuCores")]
+    pub cpu_cores: f64,
+    /// MB of task heap: 0, no JVM.
+    #[serde(rename = "taskHeapMemory")]
+    pub task_heap_memory: u32,
+    /// MB of task off-heap memory: 0.
+    #[serde(rename = "taskOffHeapMemory")]
+    pub task_off_heap_memory: u32,
+    /// MB of managed memory: 0.
+    #[serde(rename = "managedMemory")]
+    pub managed_memory: u32,
+    /// MB of network buffers: 0.
+    #[serde(rename = "networkMemory")]
+    pub network_memory: u32,
+    /// Always empty.
+    #[serde(rename = "extendedResources")]
+    pub extended_resources: std::collections::BTreeMap<String, f64>,
+}
+
+impl ResourceProfile {
+    fn cores(slots: u32) -> ResourceProfile {
+        ResourceProfile { cpu_cores: f64::from(slots), ..ResourceProfile::default() }
+    }
+}
+
+/// Flink's `HardwareDescription`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct HardwareDescription {
+    /// 0: not reported.
+    #[serde(rename = "cpuCores")]
+    pub cpu_cores: u32,
+    /// 0: not reported.
+    #[serde(rename = "physicalMemory")]
+    pub physical_memory: u64,
+    /// 0: not reported.
+    #[serde(rename = "freeMemory")]
+    pub free_memory: u64,
+    /// 0: not reported.
+    #[serde(rename = "managedMemory")]
+    pub managed_memory: u64,
+}
+
+/// Flink's `TaskExecutorMemoryConfiguration`: every pool null (weir has no JVM).
+#[derive(Clone, Debug, Default, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct MemoryConfiguration {
+    /// Null.
+    #[serde(rename = "frameworkHeap")]
+    pub framework_heap: Option<u64>,
+    /// Null.
+    #[serde(rename = "taskHeap")]
+    pub task_heap: Option<u64>,
+    /// Null.
+    #[serde(rename = "frameworkOffHeap")]
+    pub framework_off_heap: Option<u64>,
+    /// Null.
+    #[serde(rename = "taskOffHeap")]
+    pub task_off_heap: Option<u64>,
+    /// Null.
+    #[serde(rename = "networkMemory")]
+    pub network_memory: Option<u64>,
+    /// Null.
+    #[serde(rename = "managedMemory")]
+    pub managed_memory: Option<u64>,
+    /// Null.
+    #[serde(rename = "jvmMetaspace")]
+    pub jvm_metaspace: Option<u64>,
+    /// Null.
+    #[serde(rename = "jvmOverhead")]
+    pub jvm_overhead: Option<u64>,
+    /// Null.
+    #[serde(rename = "totalFlinkMemory")]
+    pub total_flink_memory: Option<u64>,
+    /// Null.
+    #[serde(rename = "totalProcessMemory")]
+    pub total_process_memory: Option<u64>,
 }
 
 /// `GET /taskmanagers/{taskmanagerid}`: the TaskManager and what runs on it.
@@ -216,9 +428,54 @@ pub struct TaskManagersInfo {
 pub struct TaskManagerDetails {
     /// The fields `GET /taskmanagers` shows.
     #[serde(flatten)]
-    pub info: TaskManagerInfo,
+    pub entry: TaskManagerEntry,
+    /// Its used slots, per job.
+    #[serde(rename = "allocatedSlots")]
+    pub allocated_slots: Vec<SlotInfo>,
+    /// Flink's JVM memory metrics: zeros (weir has no JVM heap, non-heap, direct or mapped
+    /// pools, nor garbage collectors).
+    pub metrics: TaskManagerMetrics,
     /// Subtasks deployed on it and not yet ended (weir's addition).
     pub tasks: Vec<TaskManagerTask>,
+}
+
+/// One job's slots on a TaskManager, as Flink's `SlotInfo`.
+#[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct SlotInfo {
+    /// The job.
+    #[serde(rename = "jobId")]
+    pub job_id: String,
+    /// The slot as a resource.
+    pub resource: ResourceProfile,
+    /// Subtasks of the job in the slot.
+    #[serde(rename = "assignedTasks")]
+    pub assigned_tasks: u32,
+}
+
+/// Flink's `TaskManagerMetricsInfo`, all zeros (see [`TaskManagerDetails::metrics`]).
+#[derive(Clone, Debug, Default, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[allow(missing_docs)]
+pub struct TaskManagerMetrics {
+    pub heap_used: u64,
+    pub heap_committed: u64,
+    pub heap_max: u64,
+    pub non_heap_used: u64,
+    pub non_heap_committed: u64,
+    pub non_heap_max: u64,
+    pub direct_count: u64,
+    pub direct_used: u64,
+    pub direct_max: u64,
+    pub mapped_count: u64,
+    pub mapped_used: u64,
+    pub mapped_max: u64,
+    pub netty_shuffle_memory_segments_available: u64,
+    pub netty_shuffle_memory_segments_used: u64,
+    pub netty_shuffle_memory_segments_total: u64,
+    pub netty_shuffle_memory_available: u64,
+    pub netty_shuffle_memory_used: u64,
+    pub netty_shuffle_memory_total: u64,
+    pub garbage_collectors: Vec<serde_json::Value>,
 }
 
 /// One subtask in [`TaskManagerDetails`].

@@ -18,9 +18,10 @@ use weir_types::lifecycle::now_ms;
 use crate::checkpoints;
 use crate::error::ApiError;
 use crate::responses::{
-    ClusterOverview, ConfigEntry, DashboardConfiguration, DashboardFeatures, ErrorResponse, ExceptionHistory,
-    JobExceptionsInfo, JobIdWithStatus, JobIdsWithStatus, JobPlanInfo, JobStatusInfo, JobVertexDetails,
-    LegacyException, MultipleJobsDetails, TaskManagerDetails, TaskManagerTask, TaskManagersInfo,
+    AggregatedTaskDetails, ClusterOverview, ConfigEntry, DashboardConfiguration, DashboardFeatures, ErrorResponse,
+    ExceptionHistory, JobExceptionsInfo, JobIdWithStatus, JobIdsWithStatus, JobPlanInfo, JobStatusInfo,
+    JobVertexDetails, LegacyException, MultipleJobsDetails, ResourceProfile, SlotInfo, TaskManagerDetails,
+    TaskManagerEntry, TaskManagerMetrics, TaskManagerTask, TaskManagersInfo,
 };
 use weir_runtime::cluster::TaskManagerInfo;
 use weir_types::Lifecycle;
@@ -79,14 +80,17 @@ pub(crate) struct AppState {
     pub(crate) dispatcher: Arc<Dispatcher>,
     pub(crate) cluster: Arc<ClusterInfo>,
     pub(crate) backpressure: Arc<crate::backpressure::BackpressureReadings>,
+    pub(crate) disposals: Arc<crate::disposal::Disposals>,
 }
 
-type Params = Result<Query<HashMap<String, String>>, QueryRejection>;
+pub(crate) type Params = Result<Query<HashMap<String, String>>, QueryRejection>;
 
 /// The REST API over `dispatcher`: every route at its Flink path and under `/v1`.
 pub fn router(dispatcher: Arc<Dispatcher>, cluster: ClusterInfo) -> Router {
-    let state = AppState { dispatcher, cluster: Arc::new(cluster), backpressure: Arc::default() };
-    let routes: [(&str, MethodRouter<AppState>); 23] = [
+    let state =
+        AppState { dispatcher, cluster: Arc::new(cluster), backpressure: Arc::default(), disposals: Arc::default() };
+    use crate::{applications, disposal, jobmanager, subtasks};
+    let routes: [(&str, MethodRouter<AppState>); 46] = [
         ("/deployments", get(crate::deployments::deployments)),
         ("/deployments/{name}", get(crate::deployments::deployment)),
         ("/jobmanager/config", get(jobmanager_config)),
@@ -107,9 +111,35 @@ pub fn router(dispatcher: Arc<Dispatcher>, cluster: ClusterInfo) -> Router {
         ("/jobs/{jobid}/exceptions", get(job_exceptions)),
         ("/jobs/{jobid}/checkpoints", get(checkpoints::checkpoints)),
         ("/jobs/{jobid}/checkpoints/config", get(checkpoints::checkpoint_config)),
+        ("/jobs/{jobid}/checkpoints/details/{checkpointid}", get(checkpoints::checkpoint_details)),
         ("/jobs/{jobid}/savepoints", post(checkpoints::trigger_savepoint)),
-        ("/jobs/{jobid}/savepoints/{requestid}", get(checkpoints::savepoint_status)),
+        ("/jobs/{jobid}/savepoints/{triggerid}", get(checkpoints::savepoint_status)),
         ("/jobs/{jobid}/stop", post(checkpoints::stop_with_savepoint)),
+        ("/savepoint-disposal", post(disposal::trigger_disposal)),
+        ("/savepoint-disposal/{triggerid}", get(disposal::disposal_status)),
+        ("/jobmanager/environment", get(jobmanager::jobmanager_environment)),
+        ("/jobmanager/thread-dump", get(jobmanager::jobmanager_thread_dump)),
+        ("/jobmanager/metrics", get(jobmanager::jobmanager_metrics)),
+        ("/jobs/metrics", get(jobmanager::aggregated_job_metrics)),
+        ("/jobs/{jobid}/metrics", get(jobmanager::job_metrics)),
+        ("/jobs/{jobid}/jobmanager/config", get(jobmanager::job_jobmanager_config)),
+        ("/jobs/{jobid}/jobmanager/environment", get(jobmanager::job_jobmanager_environment)),
+        ("/jobs/{jobid}/accumulators", get(subtasks::job_accumulators)),
+        ("/jobs/{jobid}/vertices/{vertexid}/accumulators", get(subtasks::vertex_accumulators)),
+        ("/jobs/{jobid}/vertices/{vertexid}/subtasks/accumulators", get(subtasks::subtasks_accumulators)),
+        ("/jobs/{jobid}/vertices/{vertexid}/subtasks/metrics", get(subtasks::aggregated_subtask_metrics)),
+        ("/jobs/{jobid}/vertices/{vertexid}/subtasks/{subtaskindex}", get(subtasks::subtask)),
+        (
+            "/jobs/{jobid}/vertices/{vertexid}/subtasks/{subtaskindex}/attempts/{attempt}",
+            get(subtasks::subtask_attempt),
+        ),
+        ("/jobs/{jobid}/vertices/{vertexid}/subtasks/{subtaskindex}/metrics", get(subtasks::one_subtask_metrics)),
+        ("/jobs/{jobid}/vertices/{vertexid}/subtasktimes", get(subtasks::subtask_times)),
+        ("/jobs/{jobid}/vertices/{vertexid}/taskmanagers", get(subtasks::vertex_taskmanagers)),
+        ("/jobs/{jobid}/vertices/{vertexid}/metrics", get(subtasks::vertex_metrics)),
+        ("/applications/overview", get(applications::applications_overview)),
+        ("/applications/{applicationid}", get(applications::application)),
+        ("/jobs/{jobid}/clientHeartbeat", axum::routing::patch(client_heartbeat)),
     ];
     // Prometheus scrapes `/metrics` and the Web UI is at `/` (no `/v1` twins: neither is
     // part of the versioned REST API).
@@ -127,6 +157,11 @@ pub fn router(dispatcher: Arc<Dispatcher>, cluster: ClusterInfo) -> Router {
 
 fn flink_version(cluster: &ClusterInfo) -> String {
     format!("weir {}", cluster.version)
+}
+
+/// What Flink reports as its commit: weir's release (it carries no commit id).
+fn flink_commit(cluster: &ClusterInfo) -> String {
+    format!("weir-{}", cluster.version)
 }
 
 /// The job named by a path segment: 400 if it is not a job id, 404 if there is no such job.
@@ -177,7 +212,10 @@ async fn overview(State(state): State<AppState>) -> Json<ClusterOverview> {
             jobs_finished: counts.finished,
             jobs_cancelled: counts.cancelled,
             jobs_failed: counts.failed,
+            taskmanagers_blocked: 0,
+            slots_free_and_blocked: 0,
             flink_version: flink_version(&state.cluster),
+            flink_commit: flink_commit(&state.cluster),
             weir_version: state.cluster.version.clone(),
             high_availability: state.cluster.ha_overview.as_ref().and_then(|ha| ha()),
         });
@@ -190,7 +228,10 @@ async fn overview(State(state): State<AppState>) -> Json<ClusterOverview> {
         jobs_finished: counts.finished,
         jobs_cancelled: counts.cancelled,
         jobs_failed: counts.failed,
+        taskmanagers_blocked: 0,
+        slots_free_and_blocked: 0,
         flink_version: flink_version(&state.cluster),
+        flink_commit: flink_commit(&state.cluster),
         weir_version: state.cluster.version.clone(),
         high_availability: None,
     })
@@ -203,9 +244,12 @@ async fn config(State(state): State<AppState>) -> Json<DashboardConfiguration> {
         timezone_name: "UTC".to_string(),
         timezone_offset: 0,
         flink_version: flink_version(&state.cluster),
+        flink_revision: flink_commit(&state.cluster),
         features: DashboardFeatures {
             web_submit: false,
             web_cancel: true,
+            web_rescale: false,
+            web_history: false,
             deployments: state.cluster.deployments.is_some(),
         },
     })
@@ -252,6 +296,7 @@ async fn job_vertex(
         parallelism: vertex.parallelism,
         max_parallelism: vertex.max_parallelism,
         now: now_ms(),
+        aggregated: AggregatedTaskDetails::of(&vertex.subtasks),
         subtasks: vertex.subtasks,
     }))
 }
@@ -348,7 +393,7 @@ fn taskmanager_list(state: &AppState) -> Vec<TaskManagerInfo> {
 /// `GET /taskmanagers`.
 #[utoipa::path(get, path = "/taskmanagers", tag = "cluster", summary = "Registered TaskManagers", responses((status = 200, body = TaskManagersInfo)))]
 async fn taskmanagers(State(state): State<AppState>) -> Json<TaskManagersInfo> {
-    Json(TaskManagersInfo { taskmanagers: taskmanager_list(&state) })
+    Json(TaskManagersInfo { taskmanagers: taskmanager_list(&state).into_iter().map(TaskManagerEntry::of).collect() })
 }
 
 /// `GET /taskmanagers/{taskmanagerid}`: one TaskManager and the subtasks it runs now.
@@ -363,6 +408,7 @@ async fn taskmanager_details(
     })?;
     let embedded = state.cluster.taskmanager_list.is_none();
     let mut tasks = Vec::new();
+    let mut slots: Vec<SlotInfo> = Vec::new();
     for job in state.dispatcher.jobs().iter().rev() {
         let details = job.details();
         for vertex in &details.vertices {
@@ -380,21 +426,52 @@ async fn taskmanager_details(
                 }
             }
         }
+        // A job takes one slot per subtask index, shared by all its vertices (Flink's slot
+        // sharing): its slots here are its largest number of subtasks of one vertex.
+        let here = details
+            .vertices
+            .iter()
+            .map(|v| v.subtasks.iter().filter(|s| (embedded || s.host == id) && !s.status.is_terminal()).count())
+            .max()
+            .unwrap_or(0) as u32;
+        if here > 0 {
+            let assigned = tasks.iter().filter(|t| t.jid == details.jid).count() as u32;
+            slots.push(SlotInfo {
+                job_id: details.jid.clone(),
+                resource: ResourceProfile { cpu_cores: f64::from(here), ..ResourceProfile::default() },
+                assigned_tasks: assigned,
+            });
+        }
     }
-    Ok(Json(TaskManagerDetails { info, tasks }))
+    Ok(Json(TaskManagerDetails {
+        entry: TaskManagerEntry::of(info),
+        allocated_slots: slots,
+        metrics: TaskManagerMetrics::default(),
+        tasks,
+    }))
 }
 
 /// `GET /jobmanager/config`: `[{"key","value"}]`, as Flink.
 #[utoipa::path(get, path = "/jobmanager/config", tag = "cluster", summary = "The configuration options set on this JobManager (secrets masked)", responses((status = 200, body = Vec<ConfigEntry>)))]
 async fn jobmanager_config(State(state): State<AppState>) -> Json<Vec<ConfigEntry>> {
-    Json(
-        state
-            .cluster
-            .configuration
-            .iter()
-            .map(|(key, value)| ConfigEntry { key: key.clone(), value: value.clone() })
-            .collect(),
-    )
+    Json(config_entries(&state))
+}
+
+/// The configuration options set, as `GET /jobmanager/config` answers them.
+pub(crate) fn config_entries(state: &AppState) -> Vec<ConfigEntry> {
+    state
+        .cluster
+        .configuration
+        .iter()
+        .map(|(key, value)| ConfigEntry { key: key.clone(), value: value.clone() })
+        .collect()
+}
+
+/// `PATCH /jobs/{jobid}/clientHeartbeat`: Flink's attached clients report they are alive;
+/// weir jobs do not end when their client goes away, so this only checks the job exists.
+#[utoipa::path(patch, path = "/jobs/{jobid}/clientHeartbeat", tag = "jobs", summary = "An attached client's heartbeat (accepted, no effect)", params(("jobid" = String, Path, description = "Job id: 32 hex characters", pattern = "^[0-9a-f]{32}$")), responses((status = 202, description = "Accepted"), (status = 400, description = "Not a job id", body = ErrorResponse), (status = 404, description = "No such job", body = ErrorResponse)))]
+async fn client_heartbeat(PathJob(_job): PathJob) -> Result<(StatusCode, Json<serde_json::Value>), ApiError> {
+    Ok((StatusCode::ACCEPTED, Json(serde_json::json!({}))))
 }
 
 /// `GET /jobs/{jobid}/config`.

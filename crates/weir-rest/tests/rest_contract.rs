@@ -506,13 +506,36 @@ fn openapi_documents_every_route() {
         ("/jobs/{jobid}/checkpoints", &["get"]),
         ("/jobs/{jobid}/checkpoints/config", &["get"]),
         ("/jobs/{jobid}/savepoints", &["post"]),
-        ("/jobs/{jobid}/savepoints/{requestid}", &["get"]),
+        ("/jobs/{jobid}/savepoints/{triggerid}", &["get"]),
         ("/jobs/{jobid}/stop", &["post"]),
         ("/taskmanagers", &["get"]),
         ("/taskmanagers/{taskmanagerid}", &["get"]),
         ("/metrics", &["get"]),
         ("/deployments", &["get"]),
         ("/deployments/{name}", &["get"]),
+        ("/jobs/{jobid}/checkpoints/details/{checkpointid}", &["get"]),
+        ("/jobs/{jobid}/clientHeartbeat", &["patch"]),
+        ("/savepoint-disposal", &["post"]),
+        ("/savepoint-disposal/{triggerid}", &["get"]),
+        ("/jobmanager/environment", &["get"]),
+        ("/jobmanager/thread-dump", &["get"]),
+        ("/jobmanager/metrics", &["get"]),
+        ("/jobs/metrics", &["get"]),
+        ("/jobs/{jobid}/metrics", &["get"]),
+        ("/jobs/{jobid}/jobmanager/config", &["get"]),
+        ("/jobs/{jobid}/jobmanager/environment", &["get"]),
+        ("/jobs/{jobid}/accumulators", &["get"]),
+        ("/jobs/{jobid}/vertices/{vertexid}/accumulators", &["get"]),
+        ("/jobs/{jobid}/vertices/{vertexid}/subtasks/accumulators", &["get"]),
+        ("/jobs/{jobid}/vertices/{vertexid}/subtasks/metrics", &["get"]),
+        ("/jobs/{jobid}/vertices/{vertexid}/subtasks/{subtaskindex}", &["get"]),
+        ("/jobs/{jobid}/vertices/{vertexid}/subtasks/{subtaskindex}/attempts/{attempt}", &["get"]),
+        ("/jobs/{jobid}/vertices/{vertexid}/subtasks/{subtaskindex}/metrics", &["get"]),
+        ("/jobs/{jobid}/vertices/{vertexid}/subtasktimes", &["get"]),
+        ("/jobs/{jobid}/vertices/{vertexid}/taskmanagers", &["get"]),
+        ("/jobs/{jobid}/vertices/{vertexid}/metrics", &["get"]),
+        ("/applications/overview", &["get"]),
+        ("/applications/{applicationid}", &["get"]),
     ];
     let mut documented: Vec<&String> = paths.keys().collect();
     documented.sort();
@@ -529,8 +552,12 @@ fn openapi_documents_every_route() {
         let concrete = path
             .replace("{jobid}", "00000000000000000000000000000000")
             .replace("{vertexid}", "v")
-            .replace("{requestid}", "r")
-            .replace("{taskmanagerid}", "t");
+            .replace("{triggerid}", "r")
+            .replace("{taskmanagerid}", "t")
+            .replace("{checkpointid}", "1")
+            .replace("{subtaskindex}", "0")
+            .replace("{attempt}", "0")
+            .replace("{applicationid}", "00000000000000000000000000000000");
         if methods.contains(&"get") && *path != "/metrics" {
             let (status, body) = client.get(&concrete);
             if status == 404 {
@@ -607,11 +634,16 @@ fn configuration_of_the_jobmanager_and_of_a_job() {
     let config = client.get_ok(&format!("/jobs/{jid}/config"));
     assert_eq!(config["jid"], jid.as_str());
     let execution = &config["execution-config"];
-    assert_eq!(execution["execution-mode"], "PIPELINED");
     assert_eq!(execution["job-parallelism"], 2);
-    assert_eq!(execution["max-parallelism"], 128);
-    assert_eq!(execution["failover-strategy"], "region");
+    assert_eq!(execution["user-config"], serde_json::json!({}));
     assert!(execution["restart-strategy"].as_str().unwrap().starts_with("none"), "{config}");
+    // Flink's clients refuse fields they do not know inside `execution-config`: weir's own
+    // settings are beside it.
+    assert_eq!(execution.as_object().unwrap().len(), 4, "{config}");
+    let weir = &config["weir-execution-config"];
+    assert_eq!(weir["execution-mode"], "PIPELINED");
+    assert_eq!(weir["max-parallelism"], 128);
+    assert_eq!(weir["failover-strategy"], "region");
     let (status, body) = client.get("/jobs/00000000000000000000000000000000/config");
     assert_error(status, &body, 404, "not found");
 }

@@ -55,10 +55,13 @@ function badge(state) {
   return `<span class="state st-${esc(state)}">${esc(state)}</span>`;
 }
 
+// Job overviews count subtasks under lower-case state names, vertices under upper-case
+// ones (both as Flink).
 function chips(tasks) {
   if (!tasks) return "";
-  return `<span class="chips">${TASK_STATES.filter((s) => tasks[s] > 0)
-    .map((s) => `<span class="chip st-${s.toUpperCase()}" title="${fmtCount(tasks[s])} ${s}">${fmtCount(tasks[s])}</span>`)
+  const count = (s) => tasks[s] ?? tasks[s.toUpperCase()] ?? 0;
+  return `<span class="chips">${TASK_STATES.filter((s) => count(s) > 0)
+    .map((s) => `<span class="chip st-${s.toUpperCase()}" title="${fmtCount(count(s))} ${s}">${fmtCount(count(s))}</span>`)
     .join("")}</span>`;
 }
 
@@ -492,13 +495,13 @@ async function tabCheckpoints(jid, stats) {
 // ---------------------------------------------------------------- configuration
 
 async function tabConfiguration(jid) {
-  const { "execution-config": c } = await api(`jobs/${jid}/config`);
+  const { "execution-config": c, "weir-execution-config": w } = await api(`jobs/${jid}/config`);
   return `<div class="panel"><h2>Execution Configuration</h2><div class="body"><dl class="kv">
-    <dt>Execution Mode</dt><dd>${esc(c["execution-mode"])}</dd>
+    <dt>Execution Mode</dt><dd>${esc(w["execution-mode"])}</dd>
     <dt>Job Parallelism</dt><dd>${c["job-parallelism"]}</dd>
-    <dt>Max Parallelism</dt><dd>${c["max-parallelism"]}</dd>
+    <dt>Max Parallelism</dt><dd>${w["max-parallelism"]}</dd>
     <dt>Restart Strategy</dt><dd>${esc(c["restart-strategy"])}</dd>
-    <dt>Failover Strategy</dt><dd>${esc(c["failover-strategy"])}</dd>
+    <dt>Failover Strategy</dt><dd>${esc(w["failover-strategy"])}</dd>
     <dt>Object Reuse Mode</dt><dd>${c["object-reuse-mode"]}</dd>
   </dl></div></div>
   <p class="muted">The checkpointing configuration is on the Checkpoints tab; the cluster's options on the <a href="#/jobmanager">Job Manager</a> page.</p>`;

@@ -31,6 +31,10 @@ pub struct JobOverview {
     pub last_modification: u64,
     /// Subtask counts per state (lowercase state names) and `total`.
     pub tasks: BTreeMap<String, u32>,
+    /// Flink 2's operators not yet known to the adaptive batch scheduler: always 0 (a
+    /// streaming job's graph is complete at submission).
+    #[serde(rename = "pending-operators", default)]
+    pub pending_operators: u32,
 }
 
 /// One subtask in [`VertexDetails`].
@@ -42,11 +46,28 @@ pub struct SubtaskDetails {
     pub status: ExecutionState,
     /// Where it runs.
     pub host: String,
+    /// Its execution attempt: the job's restarts so far (Flink counts per subtask; weir's
+    /// restarts are per job or per region, and this is the job's count).
+    pub attempt: u32,
+    /// Where it runs, as Flink's `endpoint`.
+    pub endpoint: String,
+    /// The TaskManager running it.
+    #[serde(rename = "taskmanager-id")]
+    pub taskmanager_id: String,
     /// When it was created, epoch ms.
     #[serde(rename = "start-time")]
     pub start_time: u64,
+    /// The same, under the older name Flink still sends.
+    #[serde(rename = "start_time", default)]
+    pub start_time_legacy: u64,
+    /// When it reached a terminal state, epoch ms; -1 while it runs.
+    #[serde(rename = "end-time")]
+    pub end_time: i64,
     /// Milliseconds in its lifetime so far.
     pub duration: u64,
+    /// Milliseconds spent in each state it went through (upper-case state names).
+    #[serde(rename = "status-duration")]
+    pub status_duration: BTreeMap<String, u64>,
     /// For each state entered, the epoch ms when it was last entered.
     pub timestamps: BTreeMap<String, u64>,
     /// Counters.
@@ -102,18 +123,69 @@ pub struct OperatorRecords {
     pub write_records: u64,
 }
 
-/// Record counters (Flink's names).
+/// Record counters, as Flink's `IOMetricsInfo`.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct VertexMetrics {
     /// Records received.
     #[serde(rename = "read-records")]
     pub read_records: u64,
+    /// Always true: every record received is counted.
+    #[serde(rename = "read-records-complete", default)]
+    pub read_records_complete: bool,
     /// Records sent or written.
     #[serde(rename = "write-records")]
     pub write_records: u64,
+    /// Always true: every record sent is counted.
+    #[serde(rename = "write-records-complete", default)]
+    pub write_records_complete: bool,
+    /// Always 0: weir counts records, not bytes, per subtask.
+    #[serde(rename = "read-bytes", default)]
+    pub read_bytes: u64,
+    /// Always false: bytes are not counted (`read-bytes` is not a measurement).
+    #[serde(rename = "read-bytes-complete", default)]
+    pub read_bytes_complete: bool,
+    /// Always 0, as `read-bytes`.
+    #[serde(rename = "write-bytes", default)]
+    pub write_bytes: u64,
+    /// Always false, as `read-bytes-complete`.
+    #[serde(rename = "write-bytes-complete", default)]
+    pub write_bytes_complete: bool,
     /// Milliseconds blocked on full output channels.
     #[serde(rename = "backpressured-time-ms")]
     pub backpressured_ms: u64,
+    /// The same milliseconds under Flink's name.
+    #[serde(rename = "accumulated-backpressured-time", default)]
+    pub accumulated_backpressured_time: u64,
+    /// Always 0: idle time is not measured.
+    #[serde(rename = "accumulated-idle-time", default)]
+    pub accumulated_idle_time: u64,
+    /// Always 0: busy time is not measured.
+    #[serde(rename = "accumulated-busy-time", default)]
+    pub accumulated_busy_time: f64,
+}
+
+impl VertexMetrics {
+    /// Counters of `read_records` in, `write_records` out and `backpressured_ms` blocked.
+    pub fn of(read_records: u64, write_records: u64, backpressured_ms: u64) -> VertexMetrics {
+        VertexMetrics {
+            read_records,
+            read_records_complete: true,
+            write_records,
+            write_records_complete: true,
+            backpressured_ms,
+            accumulated_backpressured_time: backpressured_ms,
+            ..VertexMetrics::default()
+        }
+    }
+
+    /// The sum of `self` and `other`.
+    pub fn plus(&self, other: &VertexMetrics) -> VertexMetrics {
+        VertexMetrics::of(
+            self.read_records + other.read_records,
+            self.write_records + other.write_records,
+            self.backpressured_ms + other.backpressured_ms,
+        )
+    }
 }
 
 /// One vertex in [`JobDetails`].
@@ -125,6 +197,9 @@ pub struct VertexDetails {
     pub name: String,
     /// Uids of the chained operators.
     pub uids: Vec<String>,
+    /// The slot sharing group: one per job (every vertex shares the job's slots).
+    #[serde(rename = "slotSharingGroupId")]
+    pub slot_sharing_group_id: String,
     /// Parallelism.
     pub parallelism: u32,
     /// The job's max parallelism.
@@ -132,7 +207,15 @@ pub struct VertexDetails {
     pub max_parallelism: u32,
     /// Aggregate state (the "least advanced" subtask state, as Flink shows it).
     pub status: ExecutionState,
-    /// Subtask counts per state.
+    /// When its first subtask was created, epoch ms.
+    #[serde(rename = "start-time")]
+    pub start_time: u64,
+    /// When its last subtask ended, epoch ms; -1 while any runs.
+    #[serde(rename = "end-time")]
+    pub end_time: i64,
+    /// Milliseconds from start to end (or now).
+    pub duration: u64,
+    /// Subtask counts per state (upper-case state names, as Flink's).
     pub tasks: BTreeMap<String, u32>,
     /// Summed counters.
     pub metrics: VertexMetrics,
@@ -152,6 +235,9 @@ pub struct JobDetails {
     pub is_stoppable: bool,
     /// Job state.
     pub state: JobStatus,
+    /// Always `STREAMING`.
+    #[serde(rename = "job-type")]
+    pub job_type: String,
     /// Submit time, epoch ms.
     #[serde(rename = "start-time")]
     pub start_time: u64,
@@ -169,9 +255,12 @@ pub struct JobDetails {
     pub timestamps: BTreeMap<String, u64>,
     /// Tasks.
     pub vertices: Vec<VertexDetails>,
-    /// Vertex counts per state.
+    /// Vertex counts per state (upper-case state names).
     #[serde(rename = "status-counts")]
     pub status_counts: BTreeMap<String, u32>,
+    /// Always 0, as in [`JobOverview`].
+    #[serde(rename = "pending-operators", default)]
+    pub pending_operators: u32,
     /// Why the job failed, if it did.
     #[serde(rename = "failure-cause", skip_serializing_if = "Option::is_none", default)]
     pub failure_cause: Option<String>,
@@ -223,10 +312,19 @@ pub struct PlanNode {
     pub id: String,
     /// Parallelism.
     pub parallelism: u32,
+    /// Empty, as Flink's streaming plans leave it.
+    #[serde(default)]
+    pub operator: String,
+    /// Empty, as Flink's streaming plans leave it.
+    #[serde(default)]
+    pub operator_strategy: String,
     /// Chained operator names.
     pub description: String,
     /// Exchanges feeding this vertex.
     pub inputs: Vec<PlanInput>,
+    /// Always `{}` (Flink's batch optimizer's properties).
+    #[serde(default)]
+    pub optimizer_properties: serde_json::Map<String, serde_json::Value>,
 }
 
 /// One input of a [`PlanNode`].
@@ -240,6 +338,12 @@ pub struct PlanInput {
     pub ship_strategy: String,
     /// Always `pipelined_bounded` (bounded in-memory or TCP channels).
     pub exchange: String,
+    /// Always empty (a batch notion).
+    #[serde(default)]
+    pub local_strategy: String,
+    /// Always empty (a batch notion).
+    #[serde(default)]
+    pub caching: String,
 }
 
 /// `GET /jobs/{id}/config`: what the job runs with beyond its code, as Flink's job
@@ -250,32 +354,45 @@ pub struct JobConfigInfo {
     pub jid: String,
     /// Job name.
     pub name: String,
-    /// The execution settings.
+    /// The execution settings Flink's `ExecutionConfigInfo` has (Flink's clients refuse
+    /// any other field inside it).
     #[serde(rename = "execution-config")]
     pub execution_config: ExecutionConfigInfo,
+    /// weir's further execution settings.
+    #[serde(rename = "weir-execution-config")]
+    pub weir_execution_config: WeirExecutionConfig,
 }
 
-/// The `execution-config` of [`JobConfigInfo`].
+/// The `execution-config` of [`JobConfigInfo`], Flink's fields only.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ExecutionConfigInfo {
-    /// Always `PIPELINED` (streaming).
-    #[serde(rename = "execution-mode")]
-    pub execution_mode: String,
     /// The restart strategy and its settings, in words.
     #[serde(rename = "restart-strategy")]
     pub restart_strategy: String,
     /// `parallelism.default` or `-p`.
     #[serde(rename = "job-parallelism")]
     pub job_parallelism: u32,
+    /// Always false: records are moved between operators, never reused.
+    #[serde(rename = "object-reuse-mode")]
+    pub object_reuse_mode: bool,
+    /// Flink's global job parameters: always empty (a weir job's parameters are its
+    /// arguments).
+    #[serde(rename = "user-config", default)]
+    pub user_config: BTreeMap<String, String>,
+}
+
+/// The `weir-execution-config` of [`JobConfigInfo`].
+#[derive(Clone, Debug, Default, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct WeirExecutionConfig {
+    /// Always `PIPELINED` (streaming).
+    #[serde(rename = "execution-mode")]
+    pub execution_mode: String,
     /// The job's max parallelism (key groups), once its graph is built.
     #[serde(rename = "max-parallelism")]
     pub max_parallelism: u32,
     /// `region` or `full`.
     #[serde(rename = "failover-strategy")]
     pub failover_strategy: String,
-    /// Always false: records are moved between operators, never reused.
-    #[serde(rename = "object-reuse-mode")]
-    pub object_reuse_mode: bool,
 }
 
 /// `GET /jobs/{id}/exceptions` entry.
@@ -293,6 +410,18 @@ pub struct ExceptionView {
     pub task_name: String,
     /// Where it ran.
     pub location: String,
+    /// Where it ran, as Flink's `endpoint`.
+    pub endpoint: String,
+    /// The TaskManager it ran on, as far as weir knows it (its location).
+    #[serde(rename = "taskManagerId")]
+    pub task_manager_id: String,
+    /// Flink's failure enricher labels: always empty.
+    #[serde(rename = "failureLabels", default)]
+    pub failure_labels: BTreeMap<String, String>,
+    /// Failures of other subtasks in the same restart: weir records each as its own entry,
+    /// so always empty.
+    #[serde(rename = "concurrentExceptions", default)]
+    pub concurrent_exceptions: Vec<serde_json::Value>,
 }
 
 /// Each chained operator's records: out as counted, in derived (a chain is linear: an
@@ -317,6 +446,25 @@ fn empty_counts() -> BTreeMap<String, u32> {
         counts.insert(state.name().to_lowercase(), 0);
     }
     counts
+}
+
+/// Counts per state under the upper-case names, as Flink's `Map<ExecutionState, Integer>`.
+fn empty_state_counts() -> BTreeMap<String, u32> {
+    ExecutionState::all().iter().map(|state| (state.name().to_string(), 0)).collect()
+}
+
+/// Milliseconds spent in each state of `history`, the current one up to now.
+fn status_durations(history: &weir_types::lifecycle::StateHistory<ExecutionState>) -> BTreeMap<String, u64> {
+    let mut durations = BTreeMap::new();
+    let transitions = history.transitions();
+    for (index, transition) in transitions.iter().enumerate() {
+        if transition.state.is_terminal() {
+            continue;
+        }
+        let until = transitions.get(index + 1).map(|t| t.at_ms).unwrap_or_else(now_ms);
+        *durations.entry(transition.state.name().to_string()).or_default() += until.saturating_sub(transition.at_ms);
+    }
+    durations
 }
 
 fn end_and_duration(start: u64, terminal_at: Option<u64>) -> (i64, u64) {
@@ -369,6 +517,7 @@ impl JobMaster {
             duration,
             last_modification,
             tasks,
+            pending_operators: 0,
         }
     }
 
@@ -383,7 +532,7 @@ impl JobMaster {
             }
         }
         let mut vertices = Vec::new();
-        let mut status_counts = empty_counts();
+        let mut status_counts = empty_state_counts();
         let mut plan = JobPlan {
             jid: self.job_id().to_string(),
             name: self.job_name().to_string(),
@@ -400,37 +549,41 @@ impl JobMaster {
                         id: job_graph.vertices[edge.source_vertex].id.clone(),
                         ship_strategy: edge.ship_strategy.to_string(),
                         exchange: "pipelined_bounded".into(),
+                        local_strategy: String::new(),
+                        caching: String::new(),
                     })
                     .collect();
                 plan.nodes.push(PlanNode {
                     id: vertex.id.clone(),
                     parallelism: vertex.parallelism,
+                    operator: String::new(),
+                    operator_strategy: String::new(),
                     description: vertex.name.clone(),
                     inputs,
+                    optimizer_properties: serde_json::Map::new(),
                 });
             }
             for (vertex_index, (vertex, subtasks)) in job_graph.vertices.iter().zip(&record.subtasks).enumerate() {
                 // A source task's head operator receives nothing; any other head receives what
                 // the task does.
                 let is_source = job_graph.inputs_of(vertex_index).next().is_none();
-                let mut tasks = empty_counts();
+                let mut tasks = empty_state_counts();
                 let mut metrics = VertexMetrics::default();
                 let mut views = Vec::new();
                 let mut states = Vec::new();
                 for (index, subtask) in subtasks.iter().enumerate() {
                     let state = subtask.history.current();
                     states.push(state);
-                    *tasks.entry(state.name().to_lowercase()).or_default() += 1;
-                    let subtask_metrics = VertexMetrics {
-                        read_records: subtask.metrics.records_in.load(Ordering::Relaxed),
-                        write_records: subtask.metrics.records_out.load(Ordering::Relaxed),
-                        backpressured_ms: subtask.metrics.backpressured_ms_now(),
-                    };
-                    metrics.read_records += subtask_metrics.read_records;
-                    metrics.write_records += subtask_metrics.write_records;
-                    metrics.backpressured_ms += subtask_metrics.backpressured_ms;
+                    *tasks.entry(state.name().to_string()).or_default() += 1;
+                    let subtask_metrics = VertexMetrics::of(
+                        subtask.metrics.records_in.load(Ordering::Relaxed),
+                        subtask.metrics.records_out.load(Ordering::Relaxed),
+                        subtask.metrics.backpressured_ms_now(),
+                    );
+                    metrics = metrics.plus(&subtask_metrics);
                     let created = subtask.history.transitions().first().map(|t| t.at_ms).unwrap_or_default();
                     let terminal_at = if state.is_terminal() { Some(subtask.history.current_since()) } else { None };
+                    let (subtask_end, subtask_duration) = end_and_duration(created, terminal_at);
                     let mut subtask_timestamps = BTreeMap::new();
                     for s in ExecutionState::all() {
                         if let Some(at) = subtask.history.last_entered(*s) {
@@ -441,8 +594,14 @@ impl JobMaster {
                         subtask: index as u32,
                         status: state,
                         host: subtask.host.clone(),
+                        attempt: record.restarts,
+                        endpoint: subtask.host.clone(),
+                        taskmanager_id: subtask.host.clone(),
                         start_time: created,
-                        duration: end_and_duration(created, terminal_at).1,
+                        start_time_legacy: created,
+                        end_time: subtask_end,
+                        duration: subtask_duration,
+                        status_duration: status_durations(&subtask.history),
                         timestamps: subtask_timestamps,
                         metrics: subtask_metrics,
                         operators: chain_records(&subtask.metrics, is_source),
@@ -458,14 +617,29 @@ impl JobMaster {
                     });
                 }
                 let status = aggregate_state(&states);
-                *status_counts.entry(status.name().to_lowercase()).or_default() += 1;
+                *status_counts.entry(status.name().to_string()).or_default() += 1;
+                let vertex_start = views.iter().map(|v| v.start_time).min().unwrap_or(start);
+                let vertex_end = if views.iter().all(|v| v.end_time >= 0) && !views.is_empty() {
+                    views.iter().map(|v| v.end_time).max().unwrap_or(-1)
+                } else {
+                    -1
+                };
+                let vertex_duration = if vertex_end >= 0 {
+                    (vertex_end as u64).saturating_sub(vertex_start)
+                } else {
+                    now_ms().saturating_sub(vertex_start)
+                };
                 vertices.push(VertexDetails {
                     id: vertex.id.clone(),
                     name: vertex.name.clone(),
                     uids: vertex.uids.clone(),
+                    slot_sharing_group_id: self.job_id().to_string(),
                     parallelism: vertex.parallelism,
                     max_parallelism: job_graph.max_parallelism,
                     status,
+                    start_time: vertex_start,
+                    end_time: vertex_end,
+                    duration: vertex_duration,
                     tasks,
                     metrics,
                     subtasks: views,
@@ -477,6 +651,7 @@ impl JobMaster {
             name: self.job_name().to_string(),
             is_stoppable: false,
             state: record.history.current(),
+            job_type: "STREAMING".into(),
             start_time: start,
             end_time: end,
             duration,
@@ -485,6 +660,7 @@ impl JobMaster {
             timestamps,
             vertices,
             status_counts,
+            pending_operators: 0,
             failure_cause: record.failure_cause.clone(),
             num_restarts: record.restarts,
             plan,
@@ -504,9 +680,15 @@ impl JobMaster {
 
     /// The job's configuration.
     pub fn config(&self) -> JobConfigInfo {
-        let mut execution_config = self.execution_config().clone();
-        execution_config.max_parallelism = self.record().job_graph.as_ref().map(|g| g.max_parallelism).unwrap_or(0);
-        JobConfigInfo { jid: self.job_id().to_string(), name: self.job_name().to_string(), execution_config }
+        let (execution_config, mut weir_execution_config) = self.execution_config().clone();
+        weir_execution_config.max_parallelism =
+            self.record().job_graph.as_ref().map(|g| g.max_parallelism).unwrap_or(0);
+        JobConfigInfo {
+            jid: self.job_id().to_string(),
+            name: self.job_name().to_string(),
+            execution_config,
+            weir_execution_config,
+        }
     }
 
     /// Failures, newest first.
@@ -522,6 +704,10 @@ impl JobMaster {
                 timestamp: e.timestamp_ms,
                 task_name: e.task_name.clone(),
                 location: e.location.clone(),
+                endpoint: e.location.clone(),
+                task_manager_id: e.location.clone(),
+                failure_labels: BTreeMap::new(),
+                concurrent_exceptions: Vec::new(),
             })
             .collect()
     }

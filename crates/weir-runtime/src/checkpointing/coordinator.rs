@@ -337,6 +337,11 @@ impl CheckpointCoordinator {
             id,
             status: CheckpointStatus::InProgress,
             is_savepoint: !matches!(request, SnapshotRequest::Periodic),
+            is_stop: matches!(request, SnapshotRequest::Savepoint { terminate: true, .. }),
+            savepoint_format: match request {
+                SnapshotRequest::Periodic => None,
+                SnapshotRequest::Savepoint { format, .. } => Some(format.as_str().to_string()),
+            },
             trigger_timestamp: barrier.timestamp_ms,
             latest_ack_timestamp: 0,
             end_to_end_duration: 0,

@@ -23,6 +23,12 @@ pub struct CheckpointEntry {
     pub status: CheckpointStatus,
     /// True for savepoints.
     pub is_savepoint: bool,
+    /// True for the savepoint of a stop (Flink's synchronous savepoint).
+    #[serde(default)]
+    pub is_stop: bool,
+    /// A savepoint's format: `CANONICAL` or `NATIVE`.
+    #[serde(default)]
+    pub savepoint_format: Option<String>,
     /// When it was triggered, epoch ms.
     pub trigger_timestamp: u64,
     /// When the last acknowledgement arrived, epoch ms (0 while in progress).

@@ -147,7 +147,7 @@ pub struct JobMaster {
     location: String,
     checkpoint_stats: Arc<Mutex<CheckpointStats>>,
     checkpoint_settings: CheckpointSettings,
-    execution_config: crate::status::ExecutionConfigInfo,
+    execution_config: (crate::status::ExecutionConfigInfo, crate::status::WeirExecutionConfig),
 }
 
 impl JobMaster {
@@ -180,14 +180,19 @@ impl JobMaster {
             location: location.to_string(),
             checkpoint_stats: Arc::new(Mutex::new(CheckpointStats::default())),
             checkpoint_settings: settings.checkpointing.clone(),
-            execution_config: crate::status::ExecutionConfigInfo {
-                execution_mode: "PIPELINED".into(),
-                restart_strategy: settings.restart.describe(),
-                job_parallelism: settings.default_parallelism,
-                max_parallelism: 0,
-                failover_strategy: if settings.failover_full { "full" } else { "region" }.into(),
-                object_reuse_mode: false,
-            },
+            execution_config: (
+                crate::status::ExecutionConfigInfo {
+                    restart_strategy: settings.restart.describe(),
+                    job_parallelism: settings.default_parallelism,
+                    object_reuse_mode: false,
+                    user_config: Default::default(),
+                },
+                crate::status::WeirExecutionConfig {
+                    execution_mode: "PIPELINED".into(),
+                    max_parallelism: 0,
+                    failover_strategy: if settings.failover_full { "full" } else { "region" }.into(),
+                },
+            ),
         });
         let runner = Arc::clone(&master);
         std::thread::Builder::new()
@@ -320,7 +325,7 @@ impl JobMaster {
 
     /// The execution settings the job was submitted with (max parallelism filled in by
     /// [`JobMaster::config`]).
-    pub fn execution_config(&self) -> &crate::status::ExecutionConfigInfo {
+    pub fn execution_config(&self) -> &(crate::status::ExecutionConfigInfo, crate::status::WeirExecutionConfig) {
         &self.execution_config
     }
 

@@ -1,0 +1,359 @@
+//! Apache Flink's own tools against weir: Flink 2.3's REST classes read every GET path weir
+//! serves (on a running job, a finished one and a standalone cluster with TaskManagers),
+//! and the real `flink` CLI lists, savepoints, disposes, stops and cancels weir jobs.
+//!
+//! Both need Apache Flink's distribution from PyPI (`apache-flink` and
+//! `apache-flink-libraries`, which `.ci/test` installs) at `WEIR_FLINK_HOME`, and Java 17.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{RunningWeir, WAIT_MAX, get, poll_json, run_weir, start_running};
+
+const INSTALL: &str = "run the tests with `.ci/test`, which installs Apache Flink 2.3's CLI from PyPI \
+     (`.ci/venv/bin/pip install --no-deps apache-flink==2.3.0 apache-flink-libraries==2.3.0`) and sets \
+     WEIR_FLINK_HOME to its `pyflink` directory; Java 17 (`apt-get install openjdk-17-jre-headless`) runs it";
+
+/// Flink's home (`bin/flink`, `lib/*.jar`), or a failure that says how to install it.
+fn flink_home() -> PathBuf {
+    let home = std::env::var_os("WEIR_FLINK_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| panic!("WEIR_FLINK_HOME is not set: {INSTALL}"));
+    assert!(home.join("bin/flink").is_file(), "{} has no bin/flink: {INSTALL}", home.display());
+    assert!(
+        home.join("lib/flink-dist-2.3.0.jar").is_file(),
+        "{} has no lib/flink-dist-2.3.0.jar: {INSTALL}",
+        home.display()
+    );
+    let java = Command::new("java").arg("-version").stderr(Stdio::null()).status();
+    assert!(java.is_ok_and(|s| s.success()), "no `java` on PATH: {INSTALL}");
+    home
+}
+
+fn text(output: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr))
+}
+
+/// Runs Flink's schema checker (tests/flink/FlinkRestConformance.java) against `rest`.
+fn assert_conforms(home: &Path, rest: &str, label: &str, args: &[String]) {
+    let checker = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/flink/FlinkRestConformance.java");
+    let output = Command::new("java")
+        .arg("-cp")
+        .arg(format!("{}/lib/*", home.display()))
+        .arg(&checker)
+        .arg(rest)
+        .arg(label)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("java runs");
+    let report = text(&output);
+    assert!(output.status.success(), "weir's answers do not fit Flink's schema ({label}):\n{report}");
+    assert!(report.contains(&format!("CONFORMS {label}")), "{report}");
+    // The checker covers every path weir serves that Flink has: at least the ones a job page,
+    // `flink list` and the metrics and checkpoint views read.
+    let checked: u32 = report
+        .lines()
+        .find_map(|l| l.strip_prefix("checked ").and_then(|r| r.split(' ').next()).and_then(|n| n.parse().ok()))
+        .unwrap_or_else(|| panic!("{report}"));
+    assert!(checked >= 37, "only {checked} paths checked:\n{report}");
+}
+
+/// `flink ARGS -m REST` with Flink's CLI, bounded in time.
+fn flink(home: &Path, rest: &str, args: &[&str]) -> Output {
+    let address = rest.trim_start_matches("http://");
+    let mut child = Command::new("bash")
+        .arg(home.join("bin/flink"))
+        .args(args.iter().take(1))
+        .args(["-m", address])
+        .args(args.iter().skip(1))
+        .env("FLINK_HOME", home)
+        .env("FLINK_CONF_DIR", home.join("conf"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("bash runs Flink's CLI");
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while child.try_wait().ok().flatten().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let output = child.wait_with_output().expect("flink ends");
+            panic!("flink {args:?} did not end in 90 s: {}", text(&output));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.wait_with_output().expect("flink ends")
+}
+
+/// The first vertex id and the newest checkpoint id of `job` (waiting for a checkpoint).
+fn vertex_and_checkpoint(rest: &str, job: &str) -> (String, String) {
+    let details = get(&format!("{rest}/jobs/{job}")).json();
+    let vertex = details["vertices"][0]["id"].as_str().unwrap().to_string();
+    let checkpoints =
+        poll_json(&format!("{rest}/jobs/{job}/checkpoints"), |c| c["counts"]["completed"].as_u64() > Some(0));
+    let checkpoint = checkpoints["latest"]["completed"]["id"].to_string();
+    (vertex, checkpoint)
+}
+
+fn post_json(url: &str, body: serde_json::Value) -> serde_json::Value {
+    let mut response = ureq::post(url).send_json(body).unwrap_or_else(|e| panic!("POST {url}: {e}"));
+    response.body_mut().read_json().unwrap()
+}
+
+/// Path parameters for the checker: the ids of `job` on `rest`, a savepoint trigger and a
+/// disposal trigger.
+fn checker_args(rest: &str, job: &str, taskmanager: &str, dir: &Path) -> Vec<String> {
+    let (vertex, _) = vertex_and_checkpoint(rest, job);
+    let mut args = vec![
+        format!("jobid={job}"),
+        format!("applicationid={job}"),
+        format!("vertexid={vertex}"),
+        format!("taskmanagerid={taskmanager}"),
+        "subtaskindex=0".to_string(),
+        format!("attempt={}", get(&format!("{rest}/jobs/{job}/vertices/{vertex}/subtasks/0")).json()["attempt"]),
+    ];
+    let state = get(&format!("{rest}/jobs/{job}/status")).json()["status"].as_str().unwrap().to_string();
+    if state == "RUNNING" {
+        let target = dir.join("savepoints");
+        let trigger = post_json(
+            &format!("{rest}/jobs/{job}/savepoints"),
+            serde_json::json!({"target-directory": target.to_str().unwrap()}),
+        );
+        let trigger = trigger["request-id"].as_str().unwrap().to_string();
+        let done = poll_json(&format!("{rest}/jobs/{job}/savepoints/{trigger}"), |s| s["status"]["id"] == "COMPLETED");
+        args.push(format!("/jobs/:jobid/savepoints/:triggerid=/jobs/{job}/savepoints/{trigger}"));
+        let location = done["operation"]["location"].as_str().unwrap().to_string();
+        let disposal =
+            post_json(&format!("{rest}/savepoint-disposal"), serde_json::json!({"savepoint-path": location}));
+        let disposal = disposal["request-id"].as_str().unwrap().to_string();
+        poll_json(&format!("{rest}/savepoint-disposal/{disposal}"), |s| s["status"]["id"] == "COMPLETED");
+        args.push(format!("/savepoint-disposal/:triggerid=/savepoint-disposal/{disposal}"));
+    } else {
+        // A job that ended has no savepoint triggers; the running jobs' runs check both.
+        args.push("/jobs/:jobid/savepoints/:triggerid=SKIP".to_string());
+        args.push("/savepoint-disposal/:triggerid=SKIP".to_string());
+    }
+    // Last, so that it is still in the history (the newest 10) while the checker runs.
+    let (_, checkpoint) = vertex_and_checkpoint(rest, job);
+    args.push(format!("checkpointid={checkpoint}"));
+    args
+}
+
+/// A JobManager with two TaskManagers in the background; ended when dropped.
+struct Cluster {
+    rest: String,
+    taskmanager: String,
+    _processes: Vec<RunningWeir>,
+}
+
+fn start_cluster() -> Cluster {
+    let mut jobmanager = RunningWeir::start(&["jobmanager", "-D", "rest.port=0", "-D", "jobmanager.rpc.port=0"]);
+    let line = jobmanager.stderr_line("REST API at http://");
+    let rest = line.split("REST API at ").nth(1).unwrap().split(',').next().unwrap().to_string();
+    let rpc = line.rsplit("connect to ").next().unwrap().trim().to_string();
+    let mut processes = vec![jobmanager];
+    for _ in 0..2 {
+        let mut taskmanager =
+            RunningWeir::start(&["taskmanager", "--jobmanager", &rpc, "-D", "taskmanager.numberOfTaskSlots=2"]);
+        taskmanager.stderr_line("registered at");
+        processes.push(taskmanager);
+    }
+    let overview =
+        poll_json(&format!("{rest}/taskmanagers"), |t| t["taskmanagers"].as_array().is_some_and(|l| l.len() == 2));
+    let taskmanager = overview["taskmanagers"][0]["id"].as_str().unwrap().to_string();
+    Cluster { rest, taskmanager, _processes: processes }
+}
+
+/// Submits an unbounded counter with checkpoints every 300 ms to `rest`, detached.
+fn submit_running(rest: &str, name_args: &[&str]) -> String {
+    let mut args = vec!["run", "-d", "-m", rest.trim_start_matches("http://"), "-p", "2"];
+    args.extend(["-D", "execution.checkpointing.interval=1s"]);
+    args.extend(name_args);
+    let run = run_weir(&args);
+    let stdout = String::from_utf8_lossy(&run.stdout).to_string();
+    assert!(run.status.success(), "{}", text(&run));
+    let job = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("Job has been submitted with JobID "))
+        .unwrap_or_else(|| panic!("{stdout}"));
+    let job = job.trim().to_string();
+    poll_json(&format!("{rest}/jobs/{job}"), |j| j["state"] == "RUNNING");
+    job
+}
+
+#[test]
+fn flinks_rest_classes_read_every_path_weir_serves() {
+    let home = flink_home();
+    let dir = tempfile::tempdir().unwrap();
+
+    // A running job on the embedded cluster, with checkpoints.
+    let checkpoints = format!("file://{}", dir.path().join("checkpoints").display());
+    let (mut embedded, rest, job) = start_running(&[
+        "run",
+        "-p",
+        "2",
+        "-D",
+        "rest.port=0",
+        "-D",
+        "execution.checkpointing.interval=1s",
+        "-D",
+        &format!("state.checkpoints.dir={checkpoints}"),
+        "counter",
+        "--users",
+        "100",
+        "--rate",
+        "2000",
+        "--output",
+        "none",
+    ]);
+    let args = checker_args(&rest, &job, "embedded", dir.path());
+    assert_conforms(&home, &rest, "embedded-running", &args);
+    embedded.kill_hard();
+
+    // A standalone cluster with TaskManagers: a running job, and one that finished.
+    let cluster = start_cluster();
+    let running = submit_running(&cluster.rest, &["counter", "--users", "100", "--rate", "2000", "--output", "none"]);
+    let args = checker_args(&cluster.rest, &running, &cluster.taskmanager, dir.path());
+    assert_conforms(&home, &cluster.rest, "cluster-running", &args);
+    let finished = run_weir(&[
+        "run",
+        "-m",
+        cluster.rest.trim_start_matches("http://"),
+        "-D",
+        "execution.checkpointing.interval=100ms",
+        "counter",
+        "--users",
+        "10",
+        "--events",
+        "200000",
+        "--rate",
+        "200000",
+        "--output",
+        "none",
+    ]);
+    let stdout = String::from_utf8_lossy(&finished.stdout).to_string();
+    assert!(finished.status.success() && stdout.contains("ended with state FINISHED"), "{}", text(&finished));
+    let finished_job = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("Job has been submitted with JobID "))
+        .map(|id| id.trim().to_string())
+        .unwrap_or_else(|| panic!("{stdout}"));
+    let args = checker_args(&cluster.rest, &finished_job, &cluster.taskmanager, dir.path());
+    assert_conforms(&home, &cluster.rest, "cluster-finished", &args);
+}
+
+/// `flink list` output: the job ids under the section that starts with `heading`.
+fn listed(output: &str, heading: &str) -> Vec<String> {
+    let mut ids = Vec::new();
+    let mut inside = false;
+    for line in output.lines() {
+        if line.contains("---") && line.contains(heading) {
+            inside = true;
+        } else if inside && line.starts_with("---") {
+            inside = false;
+        } else if inside {
+            if let Some(id) = line.split(" : ").nth(1) {
+                ids.push(id.trim().to_string());
+            }
+        }
+    }
+    ids
+}
+
+/// Flink's CLI against one cluster: list, savepoint, dispose, stop with a savepoint path,
+/// cancel, list all.
+fn flink_cli_round(home: &Path, rest: &str, running: &str, to_cancel: &str, dir: &Path) {
+    let list = flink(home, rest, &["list"]);
+    let out = text(&list);
+    assert!(list.status.success(), "{out}");
+    let shown = listed(&out, "Running/Restarting Jobs");
+    assert!(shown.contains(&running.to_string()) && shown.contains(&to_cancel.to_string()), "{out}");
+    assert!(out.contains("No scheduled jobs."), "{out}");
+    let list = flink(home, rest, &["list", "-r"]);
+    assert!(listed(&text(&list), "Running/Restarting Jobs").contains(&running.to_string()), "{}", text(&list));
+    let scheduled = flink(home, rest, &["list", "-s"]);
+    assert!(scheduled.status.success() && text(&scheduled).contains("No scheduled jobs."), "{}", text(&scheduled));
+
+    // A savepoint, then its disposal.
+    let target = dir.join("flink-savepoints");
+    let savepoint = flink(home, rest, &["savepoint", running, target.to_str().unwrap()]);
+    let out = text(&savepoint);
+    assert!(savepoint.status.success(), "{out}");
+    let location = out
+        .lines()
+        .find_map(|l| l.strip_prefix("Savepoint completed. Path: "))
+        .unwrap_or_else(|| panic!("{out}"))
+        .trim()
+        .to_string();
+    let on_disk = PathBuf::from(location.trim_start_matches("file://"));
+    assert!(on_disk.join("_metadata").is_file(), "{out}");
+    let dispose = flink(home, rest, &["savepoint", "-d", &location]);
+    let out = text(&dispose);
+    assert!(dispose.status.success() && out.contains("Savepoint '") && out.contains("disposed"), "{out}");
+    assert!(!on_disk.join("_metadata").exists(), "flink savepoint -d left {}", on_disk.display());
+
+    // Stop with a savepoint into a given directory: the job ends FINISHED, the savepoint is
+    // there.
+    let stop_target = dir.join("flink-stop");
+    let stop = flink(home, rest, &["stop", "--savepointPath", stop_target.to_str().unwrap(), running]);
+    let out = text(&stop);
+    assert!(stop.status.success(), "{out}");
+    let stopped_at = out
+        .lines()
+        .find_map(|l| l.strip_prefix("Savepoint completed. Path: "))
+        .unwrap_or_else(|| panic!("{out}"))
+        .trim()
+        .to_string();
+    assert!(PathBuf::from(stopped_at.trim_start_matches("file://")).join("_metadata").is_file(), "{out}");
+    poll_json(&format!("{rest}/jobs/{running}"), |j| j["state"] == "FINISHED");
+
+    // Cancel.
+    let cancel = flink(home, rest, &["cancel", to_cancel]);
+    let out = text(&cancel);
+    assert!(cancel.status.success() && out.contains(&format!("Cancelled job {to_cancel}.")), "{out}");
+    poll_json(&format!("{rest}/jobs/{to_cancel}"), |j| j["state"] == "CANCELED");
+
+    // All jobs: both ended ones are listed as terminated.
+    let all = flink(home, rest, &["list", "-a"]);
+    let out = text(&all);
+    assert!(all.status.success(), "{out}");
+    let terminated = listed(&out, "Terminated Jobs");
+    assert!(terminated.contains(&running.to_string()) && terminated.contains(&to_cancel.to_string()), "{out}");
+    assert!(out.contains(&format!("{running} : counter (FINISHED)")), "{out}");
+    assert!(out.contains(&format!("{to_cancel} : counter (CANCELED)")), "{out}");
+}
+
+#[test]
+fn the_flink_cli_lists_savepoints_disposes_stops_and_cancels() {
+    let home = flink_home();
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = start_cluster();
+    let job_args = ["counter", "--users", "50", "--rate", "1000", "--output", "none"];
+    let running = submit_running(&cluster.rest, &job_args);
+    let to_cancel = submit_running(&cluster.rest, &job_args);
+    flink_cli_round(&home, &cluster.rest, &running, &to_cancel, dir.path());
+
+    // The embedded cluster: `weir run` serves one job; Flink's CLI savepoints and cancels it.
+    let (mut embedded, rest, job) =
+        start_running(&["run", "-D", "rest.port=0", "counter", "--users", "50", "--rate", "1000", "--output", "none"]);
+    let list = flink(&home, &rest, &["list"]);
+    assert!(listed(&text(&list), "Running/Restarting Jobs").contains(&job), "{}", text(&list));
+    let target = dir.path().join("embedded-savepoints");
+    let savepoint = flink(&home, &rest, &["savepoint", &job, target.to_str().unwrap()]);
+    assert!(
+        savepoint.status.success() && text(&savepoint).contains("Savepoint completed. Path: "),
+        "{}",
+        text(&savepoint)
+    );
+    let cancel = flink(&home, &rest, &["cancel", &job]);
+    assert!(cancel.status.success() && text(&cancel).contains(&format!("Cancelled job {job}.")), "{}", text(&cancel));
+    let deadline = Instant::now() + WAIT_MAX;
+    while !embedded.exited() {
+        assert!(Instant::now() < deadline, "weir run did not end after flink cancel");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
