@@ -84,8 +84,11 @@ pub(crate) struct TimeState<K> {
     pub(crate) event: TimerService<K>,
     /// The input watermark as passed on last.
     pub(crate) watermark: i64,
-    /// Late records dropped so far (the operator publishes them as a metric).
+    /// Late records so far, dropped or sent to a late-data side output (the operator
+    /// publishes them as a metric).
     pub(crate) late_records: u64,
+    /// Of `late_records`, those dropped (Flink's `numLateRecordsDropped`).
+    pub(crate) late_dropped: u64,
     /// The event timestamp of the record (or event-time timer) being processed.
     pub(crate) timestamp: Option<i64>,
     /// Set while a timer fires.
@@ -99,6 +102,7 @@ impl<K: Eq + std::hash::Hash + Clone> TimeState<K> {
             event: TimerService::named(weir_state::EVENT_TIMERS_STATE),
             watermark: crate::operator::MIN_WATERMARK,
             late_records: 0,
+            late_dropped: 0,
             timestamp: None,
             domain: None,
         }
@@ -185,8 +189,16 @@ impl<K: Key> KeyedContext<'_, K> {
         self.time.domain
     }
 
-    /// Counts a record dropped because it came too late (the subtask's late-records metric).
+    /// Counts a record dropped because it came too late (the subtask's late-records metric,
+    /// and Flink's `numLateRecordsDropped`).
     pub fn count_late_record(&mut self) {
+        self.time.late_records += 1;
+        self.time.late_dropped += 1;
+    }
+
+    /// Counts a record that came too late and went to a late-data side output instead of
+    /// being dropped (a late record, but not a dropped one).
+    pub(crate) fn count_late_record_sent_aside(&mut self) {
         self.time.late_records += 1;
     }
 }

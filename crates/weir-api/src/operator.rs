@@ -111,6 +111,9 @@ pub struct TaskMetrics {
     /// Records that came after the watermark had passed their windows' ends (plus allowed
     /// lateness) and were dropped or sent to a late-data side output.
     pub records_late: AtomicU64,
+    /// Of [`TaskMetrics::records_late`], those dropped: not sent to a late-data side output
+    /// (Flink's `numLateRecordsDropped`).
+    pub records_late_dropped: AtomicU64,
 }
 
 /// Where a source reads one split, for metrics: a Kafka partition's next offset and how far

@@ -518,9 +518,12 @@ where
             windows.retain(|w| self.cleanup_time(w) > watermark);
             if windows.is_empty() {
                 self.windows = windows;
-                ctx.count_late_record();
-                if let Some(tag) = &self.late_tag {
-                    out.output(tag, record)?;
+                match &self.late_tag {
+                    Some(tag) => {
+                        ctx.count_late_record_sent_aside();
+                        out.output(tag, record)?;
+                    }
+                    None => ctx.count_late_record(),
                 }
                 return Ok(());
             }
@@ -975,6 +978,7 @@ mod operator_tests {
         // Late: the watermark passed the end of [0, 10).
         send(&mut op, &[(1, 100, 8)]);
         assert_eq!(metrics.records_late.load(std::sync::atomic::Ordering::Relaxed), 1);
+        assert_eq!(metrics.records_late_dropped.load(std::sync::atomic::Ordering::Relaxed), 1, "no late output");
         op.process_watermark(19).unwrap();
         assert_eq!(seen.take(), ["(1, 8)@19", "W19"]);
     }

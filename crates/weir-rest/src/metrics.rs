@@ -1,6 +1,12 @@
 //! `GET /metrics`: Prometheus text for every job the dispatcher knows, built from the job
-//! records at scrape time into a fresh registry (nothing global, nothing on the hot path:
-//! subtasks only bump their atomic counters).
+//! records at scrape time into a fresh registry (nothing on the hot path: subtasks only bump
+//! their atomic counters).
+//!
+//! Two sets of names: weir's own (`weir_*`), and Flink's PrometheusReporter names
+//! (`flink_<scope>_<metric>` with Flink's labels, [`flink`]) for what weir measures with the
+//! same meaning, so dashboards built for Flink work. The only state kept between scrapes is
+//! the last readings of each subtask's blocked milliseconds, for Flink's per-second
+//! backpressure gauge.
 
 use std::sync::atomic::AtomicU64;
 
@@ -147,6 +153,7 @@ fn gauge_value(value: u64) -> i64 {
 /// The Prometheus text of every job's metrics.
 pub(crate) fn render(state: &AppState) -> Result<String, std::fmt::Error> {
     let families = Families::default();
+    let mut flink = flink::FlinkMetrics::new(state);
     for job in state.dispatcher.jobs() {
         let details = job.details();
         let job_labels: Labels =
@@ -205,6 +212,7 @@ pub(crate) fn render(state: &AppState) -> Result<String, std::fmt::Error> {
                 .set(gauge_value(latest.end_to_end_duration));
             families.last_checkpoint_size_bytes.get_or_create(&job_labels).set(gauge_value(latest.state_size));
         }
+        flink.job(&job, &details, &stats);
     }
     if let Some(ha) = state.cluster.ha_overview.as_ref().and_then(|ha| ha()) {
         let labels: Labels = vec![("leader".into(), ha.leader_id.clone())];
@@ -213,6 +221,7 @@ pub(crate) fn render(state: &AppState) -> Result<String, std::fmt::Error> {
     }
     let mut registry = Registry::default();
     families.register(&mut registry);
+    flink.register(&mut registry);
     let mut text = String::new();
     encode(&mut text, &registry)?;
     Ok(text)
@@ -225,4 +234,367 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> Result<impl IntoRe
         ApiError::new(axum::http::StatusCode::INTERNAL_SERVER_ERROR, format!("encoding the metrics failed: {e}"))
     })?;
     Ok(([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], text))
+}
+
+/// Flink's PrometheusReporter names for what weir measures with the same meaning. The
+/// reporter names a metric `flink_` + its group's logical scope (`jobmanager`,
+/// `jobmanager_job`, `taskmanager_job_task`, `taskmanager_job_task_operator`) + `_` + the
+/// metric's name, labels it with the group's variables (`job_id`, `task_name` ...), keeps
+/// only `[a-zA-Z0-9:_]` in label values (other characters become `_`, its default), and
+/// exposes counters, gauges and meters all as gauges, helped `<name> (scope: <scope>)`.
+///
+/// As in Flink, a job's metrics exist while the job runs (Flink closes the group when the job
+/// ends) and a subtask's from its deployment until it ends.
+mod flink {
+    use std::collections::BTreeMap;
+    use std::sync::Mutex;
+    use std::sync::atomic::Ordering;
+    use std::time::{Duration, Instant};
+
+    use prometheus_client::collector::Collector;
+    use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+    use prometheus_client::registry::Registry;
+    use weir_runtime::checkpointing::stats::{CheckpointStats, CheckpointStatus};
+    use weir_runtime::cluster::TaskManagerInfo;
+    use weir_runtime::jobgraph::operator_id;
+    use weir_runtime::{JobDetails, JobMaster};
+    use weir_types::lifecycle::now_ms;
+    use weir_types::{ExecutionState, JobStatus, Lifecycle};
+
+    use super::{Gauges, Labels, gauge_value};
+    use crate::routes::AppState;
+
+    const JOBMANAGER: &str = "jobmanager";
+    const JOB: &str = "jobmanager_job";
+    const TASK: &str = "taskmanager_job_task";
+    const OPERATOR: &str = "taskmanager_job_task_operator";
+
+    /// The embedded cluster's one TaskManager, as `GET /taskmanagers` names it.
+    const EMBEDDED_TASKMANAGER: &str = "embedded";
+
+    /// Flink cuts operator names to this many characters in its metric groups.
+    const OPERATOR_NAME_MAX_LENGTH: usize = 80;
+
+    /// The job states with a `<state>Time` gauge in Flink (the non-terminal ones but
+    /// RECONCILING; `metrics.job.status.enable`'s default `CURRENT_TIME`).
+    const TIMED_STATES: [(JobStatus, &str); 6] = [
+        (JobStatus::Initializing, "initializingTime"),
+        (JobStatus::Created, "createdTime"),
+        (JobStatus::Running, "runningTime"),
+        (JobStatus::Failing, "failingTime"),
+        (JobStatus::Cancelling, "cancellingTime"),
+        (JobStatus::Restarting, "restartingTime"),
+    ];
+
+    /// The shortest window a per-second backpressure value is measured over, and the
+    /// longest (older readings are forgotten).
+    const RATE_WINDOW_MIN: Duration = Duration::from_secs(1);
+    const RATE_WINDOW_MAX: Duration = Duration::from_secs(300);
+
+    /// One attempt of one subtask: job id, vertex id, subtask index, when it was created.
+    type SubtaskKey = (String, String, u32, u64);
+
+    /// A subtask's blocked milliseconds at the latest scrape at least [`RATE_WINDOW_MIN`]
+    /// after the one before, and at that one before.
+    struct Readings {
+        newest: (Instant, u64),
+        before: Option<(Instant, u64)>,
+    }
+
+    /// Readings by subtask attempt, of every REST server of this process (keys carry job
+    /// ids, so servers never share one).
+    static READINGS: Mutex<BTreeMap<SubtaskKey, Readings>> = Mutex::new(BTreeMap::new());
+
+    /// Milliseconds per second `key` was blocked on full output channels since an earlier
+    /// scrape (at least [`RATE_WINDOW_MIN`] ago), Flink's `backPressuredTimeMsPerSecond`;
+    /// `None` at a subtask's first scrape.
+    fn backpressure_per_second(key: SubtaskKey, now: Instant, blocked_ms: u64) -> Option<i64> {
+        let mut readings = READINGS.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let base = match readings.get_mut(&key) {
+            None => {
+                readings.insert(key, Readings { newest: (now, blocked_ms), before: None });
+                return None;
+            }
+            Some(entry) if now.saturating_duration_since(entry.newest.0) >= RATE_WINDOW_MIN => {
+                let base = entry.newest;
+                *entry = Readings { newest: (now, blocked_ms), before: Some(base) };
+                base
+            }
+            Some(entry) => entry.before?,
+        };
+        let window = now.saturating_duration_since(base.0);
+        if window < RATE_WINDOW_MIN || window > RATE_WINDOW_MAX || blocked_ms < base.1 {
+            return None;
+        }
+        let per_second = (blocked_ms - base.1) as f64 / window.as_secs_f64();
+        Some(per_second.round().clamp(0.0, 1000.0) as i64)
+    }
+
+    /// A label value as Flink's reporter filters it: `[a-zA-Z0-9:_]` kept, the rest `_`.
+    fn label_value(value: &str) -> String {
+        value.chars().map(|c| if c.is_ascii_alphanumeric() || c == ':' || c == '_' { c } else { '_' }).collect()
+    }
+
+    fn labels<const N: usize>(pairs: [(&str, &str); N]) -> Labels {
+        pairs.iter().map(|(name, value)| (name.to_string(), label_value(value))).collect()
+    }
+
+    /// The host part of a TaskManager's data address (`host:port`).
+    fn host_of(address: &str) -> &str {
+        address.rsplit_once(':').map_or(address, |(host, _)| host)
+    }
+
+    /// Whether a subtask in `state` has Flink task metrics: from its deployment until it ends.
+    fn deployed(state: ExecutionState) -> bool {
+        !matches!(state, ExecutionState::Created | ExecutionState::Scheduled) && !state.is_terminal()
+    }
+
+    /// Each subtask's late records that were dropped (not sent to a late-data side output),
+    /// by vertex and subtask index.
+    fn late_dropped(job: &JobMaster) -> Vec<Vec<u64>> {
+        job.record()
+            .subtasks
+            .iter()
+            .map(|vertex| vertex.iter().map(|s| s.metrics.records_late_dropped.load(Ordering::Relaxed)).collect())
+            .collect()
+    }
+
+    /// The Flink gauges of one scrape.
+    pub(super) struct FlinkMetrics {
+        /// Gauges by (scope, metric name), in the order they are exposed.
+        gauges: BTreeMap<(&'static str, &'static str), Gauges>,
+        /// The JobManager's host: `jobmanager.rpc.address` when set, else Flink's default
+        /// for it, `localhost`.
+        host: String,
+        /// The registered TaskManagers; `None` on an embedded cluster.
+        taskmanagers: Option<Vec<TaskManagerInfo>>,
+        /// Jobs with metrics (not ended).
+        running_jobs: u64,
+        /// When the scrape began: epoch ms, and the monotonic clock.
+        now_ms: u64,
+        now: Instant,
+    }
+
+    impl FlinkMetrics {
+        /// The JobManager's cluster gauges (`flink_jobmanager_*`).
+        pub(super) fn new(state: &AppState) -> FlinkMetrics {
+            let host = state
+                .cluster
+                .configuration
+                .iter()
+                .find(|(key, _)| key == "jobmanager.rpc.address")
+                .map_or_else(|| "localhost".to_string(), |(_, value)| value.clone());
+            let now = Instant::now();
+            READINGS
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .retain(|_, r| now.saturating_duration_since(r.newest.0) <= RATE_WINDOW_MAX);
+            let mut metrics = FlinkMetrics {
+                gauges: BTreeMap::new(),
+                host,
+                taskmanagers: state.cluster.taskmanager_list.as_ref().map(|list| list()),
+                running_jobs: 0,
+                now_ms: now_ms(),
+                now,
+            };
+            // As `GET /overview` counts them.
+            let (taskmanagers, slots, free) = match &metrics.taskmanagers {
+                Some(list) => (
+                    list.len() as u64,
+                    list.iter().map(|tm| u64::from(tm.slots_number)).sum(),
+                    list.iter().map(|tm| u64::from(tm.free_slots)).sum(),
+                ),
+                None => (
+                    u64::from(state.cluster.taskmanagers),
+                    u64::from(state.cluster.slots_total),
+                    u64::from(state.cluster.slots_total.saturating_sub(state.dispatcher.busy_subtasks())),
+                ),
+            };
+            let jm = labels([("host", &metrics.host)]);
+            metrics.set(JOBMANAGER, "numRegisteredTaskManagers", &jm, gauge_value(taskmanagers));
+            metrics.set(JOBMANAGER, "taskSlotsTotal", &jm, gauge_value(slots));
+            metrics.set(JOBMANAGER, "taskSlotsAvailable", &jm, gauge_value(free));
+            metrics
+        }
+
+        fn set(&mut self, scope: &'static str, name: &'static str, labels: &Labels, value: i64) {
+            self.gauges.entry((scope, name)).or_default().get_or_create(labels).set(value);
+        }
+
+        /// A job's gauges (`flink_jobmanager_job_*`) and its subtasks'.
+        pub(super) fn job(&mut self, job: &JobMaster, details: &JobDetails, stats: &CheckpointStats) {
+            if details.state.is_terminal() {
+                return;
+            }
+            self.running_jobs += 1;
+            let job_labels = labels([("job_id", &details.jid), ("job_name", &details.name), ("host", &self.host)]);
+            let now = self.now_ms;
+            let time_in = |state: JobStatus| -> i64 {
+                match details.timestamps.get(state.name()) {
+                    Some(since) if details.state == state => gauge_value(now.saturating_sub(*since)),
+                    _ => 0,
+                }
+            };
+            self.set(JOB, "uptime", &job_labels, time_in(JobStatus::Running));
+            for (state, name) in TIMED_STATES {
+                self.set(JOB, name, &job_labels, time_in(state));
+            }
+            self.set(JOB, "numRestarts", &job_labels, i64::from(details.num_restarts));
+            self.set(JOB, "numberOfCompletedCheckpoints", &job_labels, gauge_value(stats.completed));
+            self.set(JOB, "numberOfFailedCheckpoints", &job_labels, gauge_value(stats.failed));
+            self.set(JOB, "numberOfInProgressCheckpoints", &job_labels, gauge_value(stats.in_progress));
+            let total = stats.completed.saturating_add(stats.failed).saturating_add(stats.in_progress);
+            self.set(JOB, "totalNumberOfCheckpoints", &job_labels, gauge_value(total));
+            // Flink's gauges read -1 until there is a completed checkpoint (or a restore).
+            let latest = stats.history.iter().filter(|c| c.status == CheckpointStatus::Completed).max_by_key(|c| c.id);
+            let of_latest = |value: fn(&weir_runtime::checkpointing::stats::CheckpointEntry) -> u64| {
+                latest.map_or(-1, |checkpoint| gauge_value(value(checkpoint)))
+            };
+            self.set(JOB, "lastCheckpointDuration", &job_labels, of_latest(|c| c.end_to_end_duration));
+            self.set(JOB, "lastCheckpointSize", &job_labels, of_latest(|c| c.checkpointed_size));
+            self.set(JOB, "lastCheckpointFullSize", &job_labels, of_latest(|c| c.state_size));
+            self.set(JOB, "lastCompletedCheckpointId", &job_labels, of_latest(|c| c.id));
+            let restored = stats.restored.as_ref().map_or(-1, |(_, _, at)| gauge_value(*at));
+            self.set(JOB, "lastCheckpointRestoreTimestamp", &job_labels, restored);
+            self.subtasks(job, details);
+        }
+
+        /// The TaskManager id and host of a subtask that runs at `location` (a TaskManager
+        /// id; the dispatcher's location on an embedded cluster); `None` when that
+        /// TaskManager is gone (its metrics went with it, as a Flink TaskManager's do).
+        fn taskmanager_of(&self, location: &str) -> Option<(String, String)> {
+            match &self.taskmanagers {
+                None => Some((EMBEDDED_TASKMANAGER.to_string(), location.to_string())),
+                Some(list) => {
+                    list.iter().find(|tm| tm.id == location).map(|tm| (tm.id.clone(), host_of(&tm.path).to_string()))
+                }
+            }
+        }
+
+        /// Each deployed subtask's gauges (`flink_taskmanager_job_task_*`) and its chained
+        /// operators' (`flink_taskmanager_job_task_operator_*`).
+        fn subtasks(&mut self, job: &JobMaster, details: &JobDetails) {
+            let dropped = late_dropped(job);
+            // weir counts restarts per job (or pipelined region), not per subtask.
+            let attempt = details.num_restarts.to_string();
+            for (vertex_index, vertex) in details.vertices.iter().enumerate() {
+                let is_source = details.plan.nodes.iter().any(|node| node.id == vertex.id && node.inputs.is_empty());
+                let names: Vec<&str> = vertex.name.split(" -> ").collect();
+                for subtask in &vertex.subtasks {
+                    if !deployed(subtask.status) {
+                        continue;
+                    }
+                    let Some((tm_id, host)) = self.taskmanager_of(&subtask.host) else {
+                        continue;
+                    };
+                    let index = subtask.subtask.to_string();
+                    let task_labels = labels([
+                        ("job_id", &details.jid),
+                        ("job_name", &details.name),
+                        ("task_id", &vertex.id),
+                        ("task_name", &vertex.name),
+                        ("task_attempt_id", &format!("{}_{index}_{attempt}", vertex.id)),
+                        ("task_attempt_num", &attempt),
+                        ("subtask_index", &index),
+                        ("tm_id", &tm_id),
+                        ("host", &host),
+                    ]);
+                    let io = &subtask.metrics;
+                    // Flink's value before the first watermark is Long.MIN_VALUE.
+                    let watermark = subtask.input_watermark.unwrap_or(i64::MIN);
+                    self.set(TASK, "numRecordsIn", &task_labels, gauge_value(io.read_records));
+                    self.set(TASK, "numRecordsOut", &task_labels, gauge_value(io.write_records));
+                    self.set(TASK, "currentInputWatermark", &task_labels, watermark);
+                    let key = (details.jid.clone(), vertex.id.clone(), subtask.subtask, subtask.start_time);
+                    if let Some(per_second) = backpressure_per_second(key, self.now, io.backpressured_ms) {
+                        self.set(TASK, "backPressuredTimeMsPerSecond", &task_labels, per_second);
+                    }
+                    let late_dropped =
+                        dropped.get(vertex_index).and_then(|v| v.get(subtask.subtask as usize)).copied().unwrap_or(0);
+                    for (position, operator) in subtask.operators.iter().enumerate() {
+                        let name = match names.get(position) {
+                            Some(name) if names.len() == subtask.operators.len() => *name,
+                            _ => operator.uid.as_str(),
+                        };
+                        let mut operator_labels = task_labels.clone();
+                        operator_labels.push(("operator_id".into(), operator_id(&operator.uid)));
+                        let name: String = name.chars().take(OPERATOR_NAME_MAX_LENGTH).collect();
+                        operator_labels.push(("operator_name".into(), label_value(&name)));
+                        // A source operator's records in are the records it read, as Flink's
+                        // source readers count them (the task's records in).
+                        let records_in =
+                            if position == 0 && is_source { io.read_records } else { operator.read_records };
+                        self.set(OPERATOR, "numRecordsIn", &operator_labels, gauge_value(records_in));
+                        self.set(OPERATOR, "numRecordsOut", &operator_labels, gauge_value(operator.write_records));
+                        if position == 0 {
+                            // The task's input watermark is its first operator's; weir does not
+                            // track watermarks between chained operators.
+                            self.set(OPERATOR, "currentInputWatermark", &operator_labels, watermark);
+                            // Late records are counted by the keyed operator a keyed exchange
+                            // feeds, the first of its task.
+                            if subtask.late_records > 0 {
+                                self.set(
+                                    OPERATOR,
+                                    "numLateRecordsDropped",
+                                    &operator_labels,
+                                    gauge_value(late_dropped),
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
+
+        /// Registers every gauge, `flink_jobmanager_numRunningJobs` last counted.
+        pub(super) fn register(mut self, registry: &mut Registry) {
+            let jm = labels([("host", &self.host)]);
+            let running = gauge_value(self.running_jobs);
+            self.set(JOBMANAGER, "numRunningJobs", &jm, running);
+            registry.register_collector(Box::new(FlinkGauges(self.gauges)));
+        }
+    }
+
+    /// The gauges of one scrape as a collector: a registered metric's help gets a full stop
+    /// appended, and Flink's help text has none.
+    #[derive(Debug)]
+    struct FlinkGauges(BTreeMap<(&'static str, &'static str), Gauges>);
+
+    impl Collector for FlinkGauges {
+        fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+            for ((scope, name), family) in &self.0 {
+                let full_name = format!("flink_{scope}_{name}");
+                let help = format!("{name} (scope: {scope})");
+                let metric = encoder.encode_descriptor(&full_name, &help, None, family.metric_type())?;
+                family.encode(metric)?;
+            }
+            Ok(())
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn label_values_are_filtered_as_flinks_reporter_does() {
+            assert_eq!(label_value("Source: counter -> KeyedProcess"), "Source:_counter____KeyedProcess");
+            assert_eq!(label_value("127.0.0.1"), "127_0_0_1");
+            assert_eq!(label_value("a_b:C9"), "a_b:C9");
+        }
+
+        #[test]
+        fn backpressure_is_a_rate_over_at_least_a_second() {
+            let key = ("job".to_string(), "vertex".to_string(), 0, 1);
+            let start = Instant::now();
+            assert_eq!(backpressure_per_second(key.clone(), start, 100), None, "one reading is no rate");
+            assert_eq!(backpressure_per_second(key.clone(), start + Duration::from_millis(300), 200), None);
+            let two = start + Duration::from_secs(2);
+            assert_eq!(backpressure_per_second(key.clone(), two, 1100), Some(500), "1000 ms blocked in 2 s");
+            // Soon after: still measured against the reading a second or more before.
+            assert_eq!(backpressure_per_second(key.clone(), two + Duration::from_millis(500), 1100), Some(400));
+            // A smaller count than before is another attempt's: no rate from it.
+            assert_eq!(backpressure_per_second(key, two + Duration::from_secs(3), 0), None);
+        }
+    }
 }

@@ -301,6 +301,12 @@ fn display_name(name: &str, role: NodeRole) -> String {
     }
 }
 
+/// The id of the operator whose uid (given or generated) is `uid`: 32 hex characters, as
+/// Flink's `OperatorID`; a vertex's id is its head operator's, as in Flink.
+pub fn operator_id(uid: &str) -> String {
+    vertex_id(uid)
+}
+
 /// 32 hex characters from four seeded murmur hashes of the uid: stable across runs.
 fn vertex_id(uid: &str) -> String {
     let mut id = String::with_capacity(32);

@@ -436,6 +436,14 @@ fn records_too_late_for_their_window_go_to_the_late_side_output_and_nowhere_else
     );
     let late_metric: u64 = job.details().vertices.iter().flat_map(|v| &v.subtasks).map(|s| s.late_records).sum();
     assert!(late_metric >= lates.len() as u64, "late-records metric {late_metric} below {}", lates.len());
+    let dropped: u64 = job
+        .record()
+        .subtasks
+        .iter()
+        .flatten()
+        .map(|s| s.metrics.records_late_dropped.load(std::sync::atomic::Ordering::Relaxed))
+        .sum();
+    assert_eq!(dropped, 0, "records sent to the late output are late, not dropped (Flink's numLateRecordsDropped)");
 }
 
 /// Counts the records flagged late that a window holds (always 0 when lateness works).

@@ -156,6 +156,9 @@ where
             self.metrics
                 .records_late
                 .fetch_add(std::mem::take(&mut self.time.late_records), std::sync::atomic::Ordering::Relaxed);
+            self.metrics
+                .records_late_dropped
+                .fetch_add(std::mem::take(&mut self.time.late_dropped), std::sync::atomic::Ordering::Relaxed);
         }
         self.side.emit()?;
         if self.out.is_empty() {

@@ -156,6 +156,9 @@ pub struct SubtaskCounters {
     /// Records that came too late for their windows.
     #[serde(default)]
     pub records_late: u64,
+    /// Of `records_late`, those dropped (not sent to a late-data side output).
+    #[serde(default)]
+    pub records_late_dropped: u64,
     /// The input watermark (order-preserving `u64`, 0 for none: [`weir_api::operator::TaskMetrics::input_watermark`]).
     #[serde(default)]
     pub input_watermark: u64,

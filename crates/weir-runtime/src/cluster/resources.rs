@@ -298,6 +298,7 @@ impl ClusterResources {
                                 metrics.set_splits(counters.splits);
                                 metrics.records_skipped.store(counters.records_skipped, Ordering::Relaxed);
                                 metrics.records_late.store(counters.records_late, Ordering::Relaxed);
+                                metrics.records_late_dropped.store(counters.records_late_dropped, Ordering::Relaxed);
                                 metrics.input_watermark.store(counters.input_watermark, Ordering::Relaxed);
                             }
                         }

@@ -537,6 +537,7 @@ fn counters(vertex: usize, subtask: u32, metrics: &TaskMetrics) -> SubtaskCounte
         splits: metrics.splits(),
         records_skipped: metrics.records_skipped.load(Ordering::Relaxed),
         records_late: metrics.records_late.load(Ordering::Relaxed),
+        records_late_dropped: metrics.records_late_dropped.load(Ordering::Relaxed),
         input_watermark: metrics.input_watermark.load(Ordering::Relaxed),
     }
 }
