@@ -48,11 +48,13 @@ pub struct SubtaskDetails {
     pub host: String,
     /// Its execution attempt: the job's restarts so far (Flink counts per subtask; weir's
     /// restarts are per job or per region, and this is the job's count).
+    #[serde(default)]
     pub attempt: u32,
     /// Where it runs, as Flink's `endpoint`.
+    #[serde(default)]
     pub endpoint: String,
     /// The TaskManager running it.
-    #[serde(rename = "taskmanager-id")]
+    #[serde(rename = "taskmanager-id", default)]
     pub taskmanager_id: String,
     /// When it was created, epoch ms.
     #[serde(rename = "start-time")]
@@ -61,12 +63,12 @@ pub struct SubtaskDetails {
     #[serde(rename = "start_time", default)]
     pub start_time_legacy: u64,
     /// When it reached a terminal state, epoch ms; -1 while it runs.
-    #[serde(rename = "end-time")]
+    #[serde(rename = "end-time", default)]
     pub end_time: i64,
     /// Milliseconds in its lifetime so far.
     pub duration: u64,
     /// Milliseconds spent in each state it went through (upper-case state names).
-    #[serde(rename = "status-duration")]
+    #[serde(rename = "status-duration", default)]
     pub status_duration: BTreeMap<String, u64>,
     /// For each state entered, the epoch ms when it was last entered.
     pub timestamps: BTreeMap<String, u64>,
@@ -198,7 +200,7 @@ pub struct VertexDetails {
     /// Uids of the chained operators.
     pub uids: Vec<String>,
     /// The slot sharing group: one per job (every vertex shares the job's slots).
-    #[serde(rename = "slotSharingGroupId")]
+    #[serde(rename = "slotSharingGroupId", default)]
     pub slot_sharing_group_id: String,
     /// Parallelism.
     pub parallelism: u32,
@@ -208,12 +210,13 @@ pub struct VertexDetails {
     /// Aggregate state (the "least advanced" subtask state, as Flink shows it).
     pub status: ExecutionState,
     /// When its first subtask was created, epoch ms.
-    #[serde(rename = "start-time")]
+    #[serde(rename = "start-time", default)]
     pub start_time: u64,
     /// When its last subtask ended, epoch ms; -1 while any runs.
-    #[serde(rename = "end-time")]
+    #[serde(rename = "end-time", default)]
     pub end_time: i64,
     /// Milliseconds from start to end (or now).
+    #[serde(default)]
     pub duration: u64,
     /// Subtask counts per state (upper-case state names, as Flink's).
     pub tasks: BTreeMap<String, u32>,
@@ -236,7 +239,7 @@ pub struct JobDetails {
     /// Job state.
     pub state: JobStatus,
     /// Always `STREAMING`.
-    #[serde(rename = "job-type")]
+    #[serde(rename = "job-type", default)]
     pub job_type: String,
     /// Submit time, epoch ms.
     #[serde(rename = "start-time")]
@@ -359,7 +362,7 @@ pub struct JobConfigInfo {
     #[serde(rename = "execution-config")]
     pub execution_config: ExecutionConfigInfo,
     /// weir's further execution settings.
-    #[serde(rename = "weir-execution-config")]
+    #[serde(rename = "weir-execution-config", default)]
     pub weir_execution_config: WeirExecutionConfig,
 }
 
@@ -411,9 +414,10 @@ pub struct ExceptionView {
     /// Where it ran.
     pub location: String,
     /// Where it ran, as Flink's `endpoint`.
+    #[serde(default)]
     pub endpoint: String,
     /// The TaskManager it ran on, as far as weir knows it (its location).
-    #[serde(rename = "taskManagerId")]
+    #[serde(rename = "taskManagerId", default)]
     pub task_manager_id: String,
     /// Flink's failure enricher labels: always empty.
     #[serde(rename = "failureLabels", default)]
