@@ -255,10 +255,8 @@ fn listed(output: &str, heading: &str) -> Vec<String> {
             inside = true;
         } else if inside && line.starts_with("---") {
             inside = false;
-        } else if inside {
-            if let Some(id) = line.split(" : ").nth(1) {
-                ids.push(id.trim().to_string());
-            }
+        } else if let Some(id) = line.split(" : ").nth(1).filter(|_| inside) {
+            ids.push(id.trim().to_string());
         }
     }
     ids

@@ -111,7 +111,7 @@ fn ratios(before: &[u64], after: &[u64], elapsed: Duration) -> Vec<f64> {
         .collect()
 }
 
-#[utoipa::path(get, path = "/jobs/{jobid}/vertices/{vertexid}/backpressure", tag = "jobs", summary = "Share of time each subtask was blocked on full output channels", params(("jobid" = String, Path, description = "Job id: 32 hex characters"), ("vertexid" = String, Path, description = "Vertex id, from the job's `vertices` or `plan`")), responses((status = 200, body = VertexBackPressure), (status = 400, description = "Not a job id", body = ErrorResponse), (status = 404, description = "No such job or vertex", body = ErrorResponse)))]
+#[utoipa::path(get, path = "/jobs/{jobid}/vertices/{vertexid}/backpressure", tag = "jobs", summary = "Share of time each subtask was blocked on full output channels", params(("jobid" = String, Path, description = "Job id: 32 hex characters", pattern = "^[0-9a-f]{32}$"), ("vertexid" = String, Path, description = "Vertex id, from the job's `vertices` or `plan`: 32 hex characters", pattern = "^[0-9a-f]{32}$")), responses((status = 200, body = VertexBackPressure), (status = 400, description = "Not a job id", body = ErrorResponse), (status = 404, description = "No such job or vertex", body = ErrorResponse)))]
 pub(crate) async fn backpressure(
     State(state): State<AppState>,
     ids: Result<Path<(String, String)>, PathRejection>,

@@ -27,6 +27,7 @@ pub struct SavepointTriggerRequest {
     /// `CANONICAL` (default: any state backend restores it) or `NATIVE` (the backend's own
     /// layout, faster; only the same backend restores it).
     #[serde(rename = "formatType", default)]
+    #[schema(pattern = "^(CANONICAL|NATIVE|canonical|native)$")]
     pub format_type: Option<String>,
 }
 
@@ -36,13 +37,24 @@ pub struct StopRequest {
     /// Where the savepoint goes (else `state.savepoints.dir`).
     #[serde(rename = "targetDirectory", default)]
     pub target_directory: Option<String>,
-    /// Flink's drain (emit the final watermark first, firing every window); refused: weir
-    /// does not drain yet.
+    /// Flink's drain (emit the final watermark first, firing every window); only `false`:
+    /// weir does not drain yet and refuses `true` with a 400.
     #[serde(default)]
+    #[schema(schema_with = drain_schema)]
     pub drain: bool,
     /// `CANONICAL` (default) or `NATIVE`, as for a savepoint.
     #[serde(rename = "formatType", default)]
+    #[schema(pattern = "^(CANONICAL|NATIVE|canonical|native)$")]
     pub format_type: Option<String>,
+}
+
+/// `drain` as the OpenAPI document declares it: a boolean whose only accepted value is false.
+fn drain_schema() -> utoipa::openapi::schema::Object {
+    utoipa::openapi::schema::ObjectBuilder::new()
+        .schema_type(utoipa::openapi::schema::Type::Boolean)
+        .enum_values(Some([false]))
+        .description(Some("Only false: weir does not drain yet (true is refused with a 400)"))
+        .build()
 }
 
 /// `{"request-id": "..."}`.
@@ -74,7 +86,7 @@ fn trigger(
 }
 
 /// `POST /jobs/{jobid}/savepoints`.
-#[utoipa::path(post, path = "/jobs/{jobid}/savepoints", tag = "checkpoints", summary = "Trigger a savepoint", params(("jobid" = String, Path, description = "Job id: 32 hex characters")), request_body = SavepointTriggerRequest, responses((status = 202, body = TriggerResponse), (status = 400, description = "Not a job id", body = ErrorResponse), (status = 404, description = "No such job", body = ErrorResponse), (status = 409, description = "The job cannot take a savepoint now", body = ErrorResponse)))]
+#[utoipa::path(post, path = "/jobs/{jobid}/savepoints", tag = "checkpoints", summary = "Trigger a savepoint", params(("jobid" = String, Path, description = "Job id: 32 hex characters", pattern = "^[0-9a-f]{32}$")), request_body = SavepointTriggerRequest, responses((status = 202, body = TriggerResponse), (status = 400, description = "Not a job id", body = ErrorResponse), (status = 404, description = "No such job", body = ErrorResponse), (status = 409, description = "The job cannot take a savepoint now", body = ErrorResponse)))]
 pub(crate) async fn trigger_savepoint(
     State(state): State<AppState>,
     jobid: Result<Path<String>, PathRejection>,
@@ -86,7 +98,7 @@ pub(crate) async fn trigger_savepoint(
 }
 
 /// `POST /jobs/{jobid}/stop`.
-#[utoipa::path(post, path = "/jobs/{jobid}/stop", tag = "checkpoints", summary = "Stop the job with a savepoint", params(("jobid" = String, Path, description = "Job id: 32 hex characters")), request_body = StopRequest, responses((status = 202, body = TriggerResponse), (status = 400, description = "Not a job id", body = ErrorResponse), (status = 404, description = "No such job", body = ErrorResponse), (status = 409, description = "The job cannot stop now", body = ErrorResponse)))]
+#[utoipa::path(post, path = "/jobs/{jobid}/stop", tag = "checkpoints", summary = "Stop the job with a savepoint", params(("jobid" = String, Path, description = "Job id: 32 hex characters", pattern = "^[0-9a-f]{32}$")), request_body = StopRequest, responses((status = 202, body = TriggerResponse), (status = 400, description = "Not a job id", body = ErrorResponse), (status = 404, description = "No such job", body = ErrorResponse), (status = 409, description = "The job cannot stop now", body = ErrorResponse)))]
 pub(crate) async fn stop_with_savepoint(
     State(state): State<AppState>,
     jobid: Result<Path<String>, PathRejection>,
@@ -159,7 +171,7 @@ pub struct FailureCause {
 }
 
 /// `GET /jobs/{jobid}/savepoints/{requestid}`.
-#[utoipa::path(get, path = "/jobs/{jobid}/savepoints/{triggerid}", tag = "checkpoints", summary = "A savepoint or stop request's status", params(("jobid" = String, Path, description = "Job id: 32 hex characters"), ("triggerid" = String, Path, description = "The trigger's `request-id`")), responses((status = 200, body = SavepointStatusResponse), (status = 400, description = "Not a job id", body = ErrorResponse), (status = 404, description = "No such job or request", body = ErrorResponse)))]
+#[utoipa::path(get, path = "/jobs/{jobid}/savepoints/{triggerid}", tag = "checkpoints", summary = "A savepoint or stop request's status", params(("jobid" = String, Path, description = "Job id: 32 hex characters", pattern = "^[0-9a-f]{32}$"), ("triggerid" = String, Path, description = "The trigger's `request-id`: 32 hex characters", pattern = "^[0-9a-f]{32}$")), responses((status = 200, body = SavepointStatusResponse), (status = 400, description = "Not a job id", body = ErrorResponse), (status = 404, description = "No such job or request", body = ErrorResponse)))]
 pub(crate) async fn savepoint_status(
     State(state): State<AppState>,
     path: Result<Path<(String, String)>, PathRejection>,
@@ -478,7 +490,7 @@ impl CheckpointStatisticsEntry {
 }
 
 /// `GET /jobs/{jobid}/checkpoints`.
-#[utoipa::path(get, path = "/jobs/{jobid}/checkpoints", tag = "checkpoints", summary = "Checkpoint counts, latest and history", params(("jobid" = String, Path, description = "Job id: 32 hex characters")), responses((status = 200, body = CheckpointingStatistics), (status = 400, description = "Not a job id", body = ErrorResponse), (status = 404, description = "No such job", body = ErrorResponse)))]
+#[utoipa::path(get, path = "/jobs/{jobid}/checkpoints", tag = "checkpoints", summary = "Checkpoint counts, latest and history", params(("jobid" = String, Path, description = "Job id: 32 hex characters", pattern = "^[0-9a-f]{32}$")), responses((status = 200, body = CheckpointingStatistics), (status = 400, description = "Not a job id", body = ErrorResponse), (status = 404, description = "No such job", body = ErrorResponse)))]
 pub(crate) async fn checkpoints(PathJob(job): PathJob) -> Result<Json<CheckpointingStatistics>, ApiError> {
     let stats = job.checkpoint_stats();
     let vertices = vertex_shapes(&job);
@@ -607,7 +619,7 @@ pub struct Externalization {
 }
 
 /// `GET /jobs/{jobid}/checkpoints/config`.
-#[utoipa::path(get, path = "/jobs/{jobid}/checkpoints/config", tag = "checkpoints", summary = "Checkpointing configuration", params(("jobid" = String, Path, description = "Job id: 32 hex characters")), responses((status = 200, body = CheckpointConfigInfo), (status = 400, description = "Not a job id", body = ErrorResponse), (status = 404, description = "No such job", body = ErrorResponse)))]
+#[utoipa::path(get, path = "/jobs/{jobid}/checkpoints/config", tag = "checkpoints", summary = "Checkpointing configuration", params(("jobid" = String, Path, description = "Job id: 32 hex characters", pattern = "^[0-9a-f]{32}$")), responses((status = 200, body = CheckpointConfigInfo), (status = 400, description = "Not a job id", body = ErrorResponse), (status = 404, description = "No such job", body = ErrorResponse)))]
 pub(crate) async fn checkpoint_config(PathJob(job): PathJob) -> Result<Json<CheckpointConfigInfo>, ApiError> {
     let settings = job.checkpoint_settings();
     let interval = settings.interval.map(|d| d.as_millis() as u64);

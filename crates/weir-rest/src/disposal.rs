@@ -35,6 +35,7 @@ pub struct SavepointDisposalRequest {
     /// The savepoint's directory (or its `_metadata` file), as `weir savepoint --dispose`
     /// takes it.
     #[serde(rename = "savepoint-path")]
+    #[schema(min_length = 1)]
     pub savepoint_path: String,
 }
 

@@ -189,7 +189,7 @@ pub(crate) async fn job_metrics(PathJob(job): PathJob, params: Params) -> Result
     Ok(Json(query(job_metrics_of(&job), &params)))
 }
 
-#[utoipa::path(get, path = "/jobs/metrics", tag = "metrics", summary = "Job metrics aggregated over jobs: ids, or `agg` of those in `get`", params(("get" = Option<String>, Query, description = "Comma-separated metric ids"), ("agg" = Option<String>, Query, description = "Comma-separated aggregations: min, max, avg, sum, skew (default all)"), ("jobs" = Option<String>, Query, description = "Comma-separated job ids (default all)")), responses((status = 200, body = [AggregatedMetric]), (status = 400, description = "A bad job id or aggregation", body = ErrorResponse)))]
+#[utoipa::path(get, path = "/jobs/metrics", tag = "metrics", summary = "Job metrics aggregated over jobs: ids, or `agg` of those in `get`", params(("get" = Option<String>, Query, description = "Comma-separated metric ids"), ("agg" = Option<String>, Query, description = "Comma-separated aggregations: min, max, avg, sum, skew (default all)", pattern = "^(min|max|avg|sum|skew)(,(min|max|avg|sum|skew))*$"), ("jobs" = Option<String>, Query, description = "Comma-separated job ids (default all)", pattern = "^[0-9a-f]{32}(,[0-9a-f]{32})*$")), responses((status = 200, body = [AggregatedMetric]), (status = 400, description = "A bad job id or aggregation", body = ErrorResponse)))]
 pub(crate) async fn aggregated_job_metrics(
     State(state): State<AppState>,
     params: Params,
@@ -208,6 +208,9 @@ pub(crate) async fn aggregated_job_metrics(
 
 fn job_selection(params: &HashMap<String, String>) -> Result<Option<Vec<String>>, ApiError> {
     let Some(raw) = params.get("jobs") else { return Ok(None) };
+    if raw.trim().is_empty() {
+        return Err(ApiError::bad_request("jobs must name at least one job id; leave it out for all jobs"));
+    }
     let mut ids = Vec::new();
     for id in raw.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         let parsed: weir_types::JobId =

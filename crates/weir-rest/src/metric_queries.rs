@@ -76,14 +76,11 @@ pub(crate) fn aggregate(
             }
         }
     }
-    let Some(ids) = requested(params) else {
-        return Ok(values
-            .into_keys()
-            .map(|id| AggregatedMetric { id, min: None, max: None, avg: None, sum: None, skew: None })
-            .collect());
-    };
     let aggregations = match params.get("agg") {
         None => vec!["min", "max", "avg", "sum", "skew"],
+        Some(raw) if raw.trim().is_empty() => {
+            return Err(ApiError::bad_request("agg must name at least one of min, max, avg, sum, skew"));
+        }
         Some(raw) => {
             let mut chosen = Vec::new();
             for name in raw.split(',').map(|a| a.trim().to_lowercase()).filter(|a| !a.is_empty()) {
@@ -102,6 +99,12 @@ pub(crate) fn aggregate(
             }
             chosen
         }
+    };
+    let Some(ids) = requested(params) else {
+        return Ok(values
+            .into_keys()
+            .map(|id| AggregatedMetric { id, min: None, max: None, avg: None, sum: None, skew: None })
+            .collect());
     };
     Ok(ids
         .into_iter()

@@ -124,9 +124,15 @@ use crate::responses::*;
 )]
 pub struct ApiDoc;
 
-/// `GET /openapi.json`.
-pub(crate) async fn openapi_json() -> Json<utoipa::openapi::OpenApi> {
+/// `GET /openapi.json`: the routes this server answers (an embedded cluster, which accepts
+/// no job submissions, leaves `POST /jobs` out).
+pub(crate) async fn openapi_json(
+    axum::extract::State(state): axum::extract::State<crate::routes::AppState>,
+) -> Json<utoipa::openapi::OpenApi> {
     let mut doc = ApiDoc::openapi();
     doc.info.version = env!("CARGO_PKG_VERSION").to_string();
+    if let Some(jobs) = doc.paths.paths.get_mut("/jobs").filter(|_| state.cluster.submitter.is_none()) {
+        jobs.post = None;
+    }
     Json(doc)
 }

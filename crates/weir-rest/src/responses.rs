@@ -150,7 +150,8 @@ impl AggregatedTaskDetails {
     /// The statistics of `subtasks`.
     pub fn of(subtasks: &[SubtaskDetails]) -> AggregatedTaskDetails {
         let mut metrics = BTreeMap::new();
-        let counters: [(&str, fn(&VertexMetrics) -> u64); 7] = [
+        type Counter = fn(&VertexMetrics) -> u64;
+        let counters: [(&str, Counter); 7] = [
             ("read-bytes", |m| m.read_bytes),
             ("write-bytes", |m| m.write_bytes),
             ("read-records", |m| m.read_records),

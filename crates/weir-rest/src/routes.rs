@@ -98,7 +98,9 @@ pub fn router(dispatcher: Arc<Dispatcher>, cluster: ClusterInfo) -> Router {
         ("/openapi.json", get(crate::openapi::openapi_json)),
         ("/overview", get(overview)),
         ("/config", get(config)),
-        ("/jobs", get(jobs).post(submit_job)),
+        // An embedded cluster runs its one job and takes no others: no POST, so a POST gets
+        // 405 with `Allow: GET,HEAD`, as every method a path does not have.
+        ("/jobs", if state.cluster.submitter.is_some() { get(jobs).post(submit_job) } else { get(jobs) }),
         ("/taskmanagers", get(taskmanagers)),
         ("/taskmanagers/{taskmanagerid}", get(taskmanager_details)),
         ("/jobs/overview", get(jobs_overview)),
@@ -273,17 +275,17 @@ async fn jobs_overview(State(state): State<AppState>) -> Json<MultipleJobsDetail
     Json(MultipleJobsDetails { jobs })
 }
 
-#[utoipa::path(get, path = "/jobs/{jobid}", tag = "jobs", summary = "A job: vertices, subtasks, counters, plan", params(("jobid" = String, Path, description = "Job id: 32 hex characters")), responses((status = 200, body = JobDetails), (status = 400, description = "Not a job id", body = ErrorResponse), (status = 404, description = "No such job", body = ErrorResponse)))]
+#[utoipa::path(get, path = "/jobs/{jobid}", tag = "jobs", summary = "A job: vertices, subtasks, counters, plan", params(("jobid" = String, Path, description = "Job id: 32 hex characters", pattern = "^[0-9a-f]{32}$")), responses((status = 200, body = JobDetails), (status = 400, description = "Not a job id", body = ErrorResponse), (status = 404, description = "No such job", body = ErrorResponse)))]
 async fn job_details(PathJob(job): PathJob) -> Result<Json<JobDetails>, ApiError> {
     Ok(Json(job.details()))
 }
 
-#[utoipa::path(get, path = "/jobs/{jobid}/status", tag = "jobs", summary = "A job's state", params(("jobid" = String, Path, description = "Job id: 32 hex characters")), responses((status = 200, body = JobStatusInfo), (status = 400, description = "Not a job id", body = ErrorResponse), (status = 404, description = "No such job", body = ErrorResponse)))]
+#[utoipa::path(get, path = "/jobs/{jobid}/status", tag = "jobs", summary = "A job's state", params(("jobid" = String, Path, description = "Job id: 32 hex characters", pattern = "^[0-9a-f]{32}$")), responses((status = 200, body = JobStatusInfo), (status = 400, description = "Not a job id", body = ErrorResponse), (status = 404, description = "No such job", body = ErrorResponse)))]
 async fn job_status(PathJob(job): PathJob) -> Result<Json<JobStatusInfo>, ApiError> {
     Ok(Json(JobStatusInfo { status: job.status() }))
 }
 
-#[utoipa::path(get, path = "/jobs/{jobid}/vertices/{vertexid}", tag = "jobs", summary = "One vertex and its subtasks", params(("jobid" = String, Path, description = "Job id: 32 hex characters"), ("vertexid" = String, Path, description = "Vertex id, from the job's `vertices` or `plan`")), responses((status = 200, body = JobVertexDetails), (status = 400, description = "Not a job id", body = ErrorResponse), (status = 404, description = "No such job or vertex", body = ErrorResponse)))]
+#[utoipa::path(get, path = "/jobs/{jobid}/vertices/{vertexid}", tag = "jobs", summary = "One vertex and its subtasks", params(("jobid" = String, Path, description = "Job id: 32 hex characters", pattern = "^[0-9a-f]{32}$"), ("vertexid" = String, Path, description = "Vertex id, from the job's `vertices` or `plan`: 32 hex characters", pattern = "^[0-9a-f]{32}$")), responses((status = 200, body = JobVertexDetails), (status = 400, description = "Not a job id", body = ErrorResponse), (status = 404, description = "No such job or vertex", body = ErrorResponse)))]
 async fn job_vertex(
     State(state): State<AppState>,
     ids: Result<Path<(String, String)>, PathRejection>,
@@ -301,7 +303,7 @@ async fn job_vertex(
     }))
 }
 
-#[utoipa::path(get, path = "/jobs/{jobid}/exceptions", tag = "jobs", summary = "Failures, newest first, one per failure", params(("jobid" = String, Path, description = "Job id: 32 hex characters"), ("maxExceptions" = Option<usize>, Query, description = "At most this many entries (default 20)")), responses((status = 200, body = JobExceptionsInfo), (status = 400, description = "Not a job id", body = ErrorResponse), (status = 404, description = "No such job", body = ErrorResponse)))]
+#[utoipa::path(get, path = "/jobs/{jobid}/exceptions", tag = "jobs", summary = "Failures, newest first, one per failure", params(("jobid" = String, Path, description = "Job id: 32 hex characters", pattern = "^[0-9a-f]{32}$"), ("maxExceptions" = Option<usize>, Query, description = "At most this many entries (default 20)")), responses((status = 200, body = JobExceptionsInfo), (status = 400, description = "Not a job id", body = ErrorResponse), (status = 404, description = "No such job", body = ErrorResponse)))]
 async fn job_exceptions(
     State(state): State<AppState>,
     jobid: Result<Path<String>, PathRejection>,
@@ -341,7 +343,7 @@ async fn job_exceptions(
 }
 
 /// `PATCH /jobs/{jobid}?mode=cancel`.
-#[utoipa::path(patch, path = "/jobs/{jobid}", tag = "jobs", summary = "Cancel a job (`mode=cancel`)", params(("jobid" = String, Path, description = "Job id: 32 hex characters"), ("mode" = String, Query, description = "`cancel`")), responses((status = 202, description = "Cancel requested"), (status = 400, description = "Not a job id", body = ErrorResponse), (status = 404, description = "No such job", body = ErrorResponse), (status = 409, description = "The job already ended", body = ErrorResponse)))]
+#[utoipa::path(patch, path = "/jobs/{jobid}", tag = "jobs", summary = "Cancel a job (`mode=cancel`)", params(("jobid" = String, Path, description = "Job id: 32 hex characters", pattern = "^[0-9a-f]{32}$"), ("mode" = String, Query, description = "`cancel`", pattern = "^cancel$")), responses((status = 202, description = "Cancel requested"), (status = 400, description = "Not a job id", body = ErrorResponse), (status = 404, description = "No such job", body = ErrorResponse), (status = 409, description = "The job already ended", body = ErrorResponse)))]
 async fn job_patch(
     State(state): State<AppState>,
     jobid: Result<Path<String>, PathRejection>,
@@ -475,13 +477,13 @@ async fn client_heartbeat(PathJob(_job): PathJob) -> Result<(StatusCode, Json<se
 }
 
 /// `GET /jobs/{jobid}/config`.
-#[utoipa::path(get, path = "/jobs/{jobid}/config", tag = "jobs", summary = "The job's execution configuration", params(("jobid" = String, Path, description = "Job id: 32 hex characters")), responses((status = 200, body = weir_runtime::status::JobConfigInfo), (status = 400, description = "Not a job id", body = ErrorResponse), (status = 404, description = "No such job", body = ErrorResponse)))]
+#[utoipa::path(get, path = "/jobs/{jobid}/config", tag = "jobs", summary = "The job's execution configuration", params(("jobid" = String, Path, description = "Job id: 32 hex characters", pattern = "^[0-9a-f]{32}$")), responses((status = 200, body = weir_runtime::status::JobConfigInfo), (status = 400, description = "Not a job id", body = ErrorResponse), (status = 404, description = "No such job", body = ErrorResponse)))]
 async fn job_config(PathJob(job): PathJob) -> Result<Json<weir_runtime::status::JobConfigInfo>, ApiError> {
     Ok(Json(job.config()))
 }
 
 /// `GET /jobs/{jobid}/plan`.
-#[utoipa::path(get, path = "/jobs/{jobid}/plan", tag = "jobs", summary = "The operator graph", params(("jobid" = String, Path, description = "Job id: 32 hex characters")), responses((status = 200, body = JobPlanInfo), (status = 400, description = "Not a job id", body = ErrorResponse), (status = 404, description = "No such job", body = ErrorResponse)))]
+#[utoipa::path(get, path = "/jobs/{jobid}/plan", tag = "jobs", summary = "The operator graph", params(("jobid" = String, Path, description = "Job id: 32 hex characters", pattern = "^[0-9a-f]{32}$")), responses((status = 200, body = JobPlanInfo), (status = 400, description = "Not a job id", body = ErrorResponse), (status = 404, description = "No such job", body = ErrorResponse)))]
 async fn job_plan(PathJob(job): PathJob) -> Result<Json<JobPlanInfo>, ApiError> {
     Ok(Json(JobPlanInfo { plan: job.details().plan }))
 }
@@ -492,20 +494,21 @@ async fn job_plan(PathJob(job): PathJob) -> Result<Json<JobPlanInfo>, ApiError> 
 async fn submit_job(
     State(state): State<AppState>,
     body: Result<Json<weir_runtime::cluster::JobSubmission>, axum::extract::rejection::JsonRejection>,
-) -> Result<(StatusCode, Json<serde_json::Value>), ApiError> {
-    let Json(submission) = body.map_err(|e| ApiError::bad_request(format!("bad job submission: {e}")))?;
+) -> Result<axum::response::Response, ApiError> {
     let Some(submitter) = state.cluster.submitter.clone() else {
-        return Err(ApiError::new(
-            StatusCode::METHOD_NOT_ALLOWED,
-            "this is an embedded cluster running one job; submit jobs to a standalone cluster (weir cluster start)",
-        ));
+        // Not routed without a submitter (see `router`); kept as a guard.
+        return Err(ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "this cluster accepts no job submissions"));
     };
+    let Json(submission) = body.map_err(|e| ApiError::bad_request(format!("bad job submission: {e}")))?;
     // Building and validating the graph is short CPU work; keep it off the async workers.
     let result = tokio::task::spawn_blocking(move || submitter(submission))
         .await
         .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
     match result {
-        Ok(job) => Ok((StatusCode::ACCEPTED, Json(serde_json::json!({ "jobid": job.job_id, "notes": job.notes })))),
+        Ok(job) => Ok(axum::response::IntoResponse::into_response((
+            StatusCode::ACCEPTED,
+            Json(serde_json::json!({ "jobid": job.job_id, "notes": job.notes })),
+        ))),
         Err((status, message)) => {
             Err(ApiError::new(StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST), message))
         }
@@ -517,5 +520,12 @@ async fn not_found(uri: Uri) -> ApiError {
 }
 
 async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
+    let path = uri.path().trim_end_matches('/');
+    if method == Method::POST && (path == "/jobs" || path == "/v1/jobs") {
+        return ApiError::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "this is an embedded cluster running one job; submit jobs to a standalone cluster (weir cluster start)",
+        );
+    }
     ApiError::new(StatusCode::METHOD_NOT_ALLOWED, format!("Method {method} is not allowed for {}", uri.path()))
 }

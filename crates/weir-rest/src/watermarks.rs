@@ -22,7 +22,7 @@ pub struct WatermarkMetric {
     pub value: String,
 }
 
-#[utoipa::path(get, path = "/jobs/{jobid}/vertices/{vertexid}/watermarks", tag = "jobs", summary = "Each subtask's current input watermark", params(("jobid" = String, Path, description = "Job id: 32 hex characters"), ("vertexid" = String, Path, description = "Vertex id, from the job's `vertices` or `plan`")), responses((status = 200, body = [WatermarkMetric]), (status = 400, description = "Not a job id", body = ErrorResponse), (status = 404, description = "No such job or vertex", body = ErrorResponse)))]
+#[utoipa::path(get, path = "/jobs/{jobid}/vertices/{vertexid}/watermarks", tag = "jobs", summary = "Each subtask's current input watermark", params(("jobid" = String, Path, description = "Job id: 32 hex characters", pattern = "^[0-9a-f]{32}$"), ("vertexid" = String, Path, description = "Vertex id, from the job's `vertices` or `plan`: 32 hex characters", pattern = "^[0-9a-f]{32}$")), responses((status = 200, body = [WatermarkMetric]), (status = 400, description = "Not a job id", body = ErrorResponse), (status = 404, description = "No such job or vertex", body = ErrorResponse)))]
 pub(crate) async fn watermarks(
     State(state): State<AppState>,
     ids: Result<Path<(String, String)>, PathRejection>,
