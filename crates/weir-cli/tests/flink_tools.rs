@@ -1,6 +1,7 @@
 //! Apache Flink's own tools against weir: Flink 2.3's REST classes read every GET path weir
 //! serves (on a running job, a finished one and a standalone cluster with TaskManagers),
-//! and the real `flink` CLI lists, savepoints, disposes, stops and cancels weir jobs.
+//! and the real `flink` CLI lists, checkpoints, savepoints, disposes, stops and cancels weir
+//! jobs.
 //!
 //! Both need Apache Flink's distribution from PyPI (`apache-flink` and
 //! `apache-flink-libraries`, which `.ci/test` installs) at `WEIR_FLINK_HOME`, and Java 17.
@@ -132,10 +133,16 @@ fn checker_args(rest: &str, job: &str, taskmanager: &str, dir: &Path) -> Vec<Str
         let disposal = disposal["request-id"].as_str().unwrap().to_string();
         poll_json(&format!("{rest}/savepoint-disposal/{disposal}"), |s| s["status"]["id"] == "COMPLETED");
         args.push(format!("/savepoint-disposal/:triggerid=/savepoint-disposal/{disposal}"));
+        let checkpoint = post_json(&format!("{rest}/jobs/{job}/checkpoints"), serde_json::json!({}));
+        let checkpoint = checkpoint["request-id"].as_str().unwrap().to_string();
+        poll_json(&format!("{rest}/jobs/{job}/checkpoints/{checkpoint}"), |s| s["status"]["id"] == "COMPLETED");
+        args.push(format!("/jobs/:jobid/checkpoints/:triggerid=/jobs/{job}/checkpoints/{checkpoint}"));
     } else {
-        // A job that ended has no savepoint triggers; the running jobs' runs check both.
+        // A job that ended has no savepoint or checkpoint triggers; the running jobs' runs
+        // check them.
         args.push("/jobs/:jobid/savepoints/:triggerid=SKIP".to_string());
         args.push("/savepoint-disposal/:triggerid=SKIP".to_string());
+        args.push("/jobs/:jobid/checkpoints/:triggerid=SKIP".to_string());
     }
     // Last, so that it is still in the history (the newest 10) while the checker runs.
     let (_, checkpoint) = vertex_and_checkpoint(rest, job);
@@ -171,7 +178,7 @@ fn start_cluster() -> Cluster {
 /// Submits an unbounded counter with checkpoints every 300 ms to `rest`, detached.
 fn submit_running(rest: &str, name_args: &[&str]) -> String {
     let mut args = vec!["run", "-d", "-m", rest.trim_start_matches("http://"), "-p", "2"];
-    args.extend(["-D", "execution.checkpointing.interval=1s"]);
+    args.extend(["-D", "execution.checkpointing.interval=4s"]);
     args.extend(name_args);
     let run = run_weir(&args);
     let stdout = String::from_utf8_lossy(&run.stdout).to_string();
@@ -199,7 +206,7 @@ fn flinks_rest_classes_read_every_path_weir_serves() {
         "-D",
         "rest.port=0",
         "-D",
-        "execution.checkpointing.interval=1s",
+        "execution.checkpointing.interval=4s",
         "-D",
         &format!("state.checkpoints.dir={checkpoints}"),
         "counter",
@@ -262,8 +269,8 @@ fn listed(output: &str, heading: &str) -> Vec<String> {
     ids
 }
 
-/// Flink's CLI against one cluster: list, savepoint, dispose, stop with a savepoint path,
-/// cancel, list all.
+/// Flink's CLI against one cluster: list, checkpoint, savepoint, dispose, stop with a
+/// savepoint path, cancel, list all.
 fn flink_cli_round(home: &Path, rest: &str, running: &str, to_cancel: &str, dir: &Path) {
     let list = flink(home, rest, &["list"]);
     let out = text(&list);
@@ -293,6 +300,22 @@ fn flink_cli_round(home: &Path, rest: &str, running: &str, to_cancel: &str, dir:
     let out = text(&dispose);
     assert!(dispose.status.success() && out.contains("Savepoint '") && out.contains("disposed"), "{out}");
     assert!(!on_disk.join("_metadata").exists(), "flink savepoint -d left {}", on_disk.display());
+
+    // A checkpoint now (Flink 1.19's `flink checkpoint`), and a full one.
+    let checkpoint = flink(home, rest, &["checkpoint", running]);
+    let out = text(&checkpoint);
+    assert!(checkpoint.status.success(), "{out}");
+    let id = out
+        .lines()
+        .find_map(|l| l.strip_prefix("Checkpoint ").and_then(|r| r.split(' ').next()))
+        .and_then(|id| id.parse::<u64>().ok())
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(out.contains(&format!("Checkpoint {id} for job {running} completed.")), "{out}");
+    let details = get(&format!("{rest}/jobs/{running}/checkpoints/details/{id}")).json();
+    assert_eq!(details["status"], "COMPLETED", "{details}");
+    assert_eq!(details["is_savepoint"], false, "{details}");
+    let full = flink(home, rest, &["checkpoint", "-full", running]);
+    assert!(full.status.success() && text(&full).contains("Checkpoint(FULL) "), "{}", text(&full));
 
     // Stop with a savepoint into a given directory: the job ends FINISHED, the savepoint is
     // there.
@@ -326,7 +349,7 @@ fn flink_cli_round(home: &Path, rest: &str, running: &str, to_cancel: &str, dir:
 }
 
 #[test]
-fn the_flink_cli_lists_savepoints_disposes_stops_and_cancels() {
+fn the_flink_cli_lists_checkpoints_savepoints_disposes_stops_and_cancels() {
     let home = flink_home();
     let dir = tempfile::tempdir().unwrap();
     let cluster = start_cluster();

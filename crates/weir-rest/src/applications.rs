@@ -10,7 +10,7 @@ use weir_runtime::JobMaster;
 use weir_runtime::status::JobOverview;
 
 use crate::error::ApiError;
-use crate::responses::ErrorResponse;
+use crate::responses::{ConfigEntry, ErrorResponse};
 use crate::routes::{AppState, find_job};
 
 /// `GET /applications/overview`, as Flink's `MultipleApplicationsDetails`.
@@ -101,4 +101,66 @@ pub(crate) async fn application(
         timestamps: details.timestamps,
         jobs: vec![overview],
     }))
+}
+
+/// `GET /applications/{applicationid}/exceptions`, as Flink's
+/// `ApplicationExceptionsInfoWithHistory`: its job's failures, newest first.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ApplicationExceptions {
+    /// The failures.
+    #[serde(rename = "exceptionHistory")]
+    pub exception_history: ApplicationExceptionHistory,
+}
+
+/// The `exceptionHistory` of [`ApplicationExceptions`].
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ApplicationExceptionHistory {
+    /// One per failure of its job, newest first.
+    pub entries: Vec<ApplicationException>,
+}
+
+/// One failure of an application's job.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ApplicationException {
+    /// Error class.
+    #[serde(rename = "exceptionName")]
+    pub exception_name: String,
+    /// Full message.
+    pub stacktrace: String,
+    /// When, epoch ms.
+    pub timestamp: u64,
+    /// The job that failed.
+    #[serde(rename = "jobId")]
+    pub job_id: String,
+}
+
+#[utoipa::path(get, path = "/applications/{applicationid}/exceptions", tag = "jobs", summary = "An application's failures: its job's, newest first", params(("applicationid" = String, Path, description = "Application id: its job's id, 32 hex characters", pattern = "^[0-9a-f]{32}$")), responses((status = 200, body = ApplicationExceptions), (status = 400, description = "Not an application id", body = ErrorResponse), (status = 404, description = "No such application", body = ErrorResponse)))]
+pub(crate) async fn application_exceptions(
+    State(state): State<AppState>,
+    id: Result<Path<String>, PathRejection>,
+) -> Result<Json<ApplicationExceptions>, ApiError> {
+    let Path(id) = id?;
+    let job = find_job(&state.dispatcher, &id)?;
+    let job_id = job.job_id().to_string();
+    let entries = job
+        .exceptions()
+        .into_iter()
+        .map(|e| ApplicationException {
+            exception_name: e.exception_name,
+            stacktrace: e.stacktrace,
+            timestamp: e.timestamp,
+            job_id: job_id.clone(),
+        })
+        .collect();
+    Ok(Json(ApplicationExceptions { exception_history: ApplicationExceptionHistory { entries } }))
+}
+
+#[utoipa::path(get, path = "/applications/{applicationid}/jobmanager/config", tag = "jobs", summary = "The configuration of the JobManager running the application (secrets masked)", params(("applicationid" = String, Path, description = "Application id: its job's id, 32 hex characters", pattern = "^[0-9a-f]{32}$")), responses((status = 200, body = Vec<ConfigEntry>), (status = 400, description = "Not an application id", body = ErrorResponse), (status = 404, description = "No such application", body = ErrorResponse)))]
+pub(crate) async fn application_jobmanager_config(
+    State(state): State<AppState>,
+    id: Result<Path<String>, PathRejection>,
+) -> Result<Json<Vec<ConfigEntry>>, ApiError> {
+    let Path(id) = id?;
+    find_job(&state.dispatcher, &id)?;
+    Ok(Json(crate::routes::config_entries(&state)))
 }

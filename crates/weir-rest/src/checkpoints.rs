@@ -9,7 +9,7 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
 use weir_runtime::checkpointing::stats::{CheckpointEntry, CheckpointStatus};
-use weir_runtime::job_master::SavepointStatus;
+use weir_runtime::job_master::{CheckpointRequestStatus, SavepointStatus};
 
 use crate::error::ApiError;
 use crate::responses::ErrorResponse;
@@ -642,5 +642,113 @@ pub(crate) async fn checkpoint_config(PathJob(job): PathJob) -> Result<Json<Chec
         state_changelog_enabled: false,
         changelog_periodic_materialization_interval: 0,
         changelog_storage: String::new(),
+    }))
+}
+
+/// `POST /jobs/{jobid}/checkpoints` body (optional), as Flink's `CheckpointTriggerRequestBody`.
+#[derive(Debug, Default, Deserialize, Serialize, utoipa::ToSchema)]
+pub struct CheckpointTriggerRequest {
+    /// `CONFIGURED` (default: as the job is configured), `FULL`, or `INCREMENTAL`. `FULL` of
+    /// a job with incremental checkpoints is refused: weir cannot force one yet.
+    #[serde(rename = "checkpointType", default)]
+    #[schema(pattern = "^(CONFIGURED|FULL|INCREMENTAL)$")]
+    pub checkpoint_type: Option<String>,
+    /// The client's own trigger id (32 hex characters), to poll and to retry without a
+    /// second checkpoint; weir makes one up without it.
+    #[serde(rename = "triggerId", default)]
+    #[schema(pattern = "^[0-9a-f]{32}$")]
+    pub trigger_id: Option<String>,
+}
+
+/// `POST /jobs/{jobid}/checkpoints`: a checkpoint now, as Flink's (`flink checkpoint JOBID`).
+#[utoipa::path(post, path = "/jobs/{jobid}/checkpoints", tag = "checkpoints", summary = "Trigger a checkpoint now", params(("jobid" = String, Path, description = "Job id: 32 hex characters", pattern = "^[0-9a-f]{32}$")), request_body = CheckpointTriggerRequest, responses((status = 202, body = TriggerResponse), (status = 400, description = "Not a job id, or a bad checkpoint type or trigger id", body = ErrorResponse), (status = 404, description = "No such job", body = ErrorResponse), (status = 409, description = "The job cannot take a checkpoint now, or the trigger id was used", body = ErrorResponse)))]
+pub(crate) async fn trigger_checkpoint(
+    State(state): State<AppState>,
+    jobid: Result<Path<String>, PathRejection>,
+    body: Result<Json<CheckpointTriggerRequest>, JsonRejection>,
+) -> Result<(StatusCode, Json<TriggerResponse>), ApiError> {
+    let Path(jobid) = jobid?;
+    // Flink's client sends a body; curl users may not.
+    let body = match body {
+        Ok(Json(body)) => body,
+        Err(JsonRejection::MissingJsonContentType(_)) => CheckpointTriggerRequest::default(),
+        Err(e) => return Err(ApiError::bad_request(format!("bad checkpoint request body: {e}"))),
+    };
+    let job = find_job(&state.dispatcher, &jobid)?;
+    match body.checkpoint_type.as_deref().map(str::to_ascii_uppercase).as_deref() {
+        None | Some("CONFIGURED") | Some("INCREMENTAL") => {}
+        Some("FULL") if job.checkpoint_settings().incremental.is_some() => {
+            return Err(ApiError::bad_request(
+                "checkpointType FULL: this job takes incremental checkpoints, and weir cannot force a full one yet \
+                 (every execution.checkpointing.incremental.materialize-every-th checkpoint is full); \
+                 take a savepoint for a full, self-contained snapshot",
+            ));
+        }
+        Some("FULL") => {}
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "checkpointType '{other}' is not one of CONFIGURED, FULL, INCREMENTAL"
+            )));
+        }
+    }
+    if let Some(id) = &body.trigger_id
+        && !(id.len() == 32 && id.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)))
+    {
+        return Err(ApiError::bad_request(format!("triggerId '{id}' is not 32 lower-case hex characters")));
+    }
+    match job.trigger_checkpoint(body.trigger_id) {
+        Ok(request_id) => Ok((StatusCode::ACCEPTED, Json(TriggerResponse { request_id }))),
+        Err(message) => Err(ApiError::new(StatusCode::CONFLICT, message)),
+    }
+}
+
+/// `GET /jobs/{jobid}/checkpoints/{triggerid}`: Flink's asynchronous operation result of a
+/// checkpoint request.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct CheckpointRequestResult {
+    /// `IN_PROGRESS` or `COMPLETED` (also when it failed).
+    pub status: QueueStatus,
+    /// Null while in progress; then `checkpointId` or `failureCause`.
+    pub operation: Option<CheckpointRequestOperation>,
+}
+
+/// The outcome of a checkpoint request, as Flink's `CheckpointInfo`.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct CheckpointRequestOperation {
+    /// The completed checkpoint's id.
+    #[serde(rename = "checkpointId", default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint_id: Option<u64>,
+    /// Why no checkpoint completed.
+    #[serde(rename = "failureCause", default, skip_serializing_if = "Option::is_none")]
+    pub failure_cause: Option<FailureCause>,
+}
+
+#[utoipa::path(get, path = "/jobs/{jobid}/checkpoints/{triggerid}", tag = "checkpoints", summary = "A checkpoint request's status", params(("jobid" = String, Path, description = "Job id: 32 hex characters", pattern = "^[0-9a-f]{32}$"), ("triggerid" = String, Path, description = "The trigger's `request-id`: 32 hex characters", pattern = "^[0-9a-f]{32}$")), responses((status = 200, body = CheckpointRequestResult), (status = 400, description = "Not a job id", body = ErrorResponse), (status = 404, description = "No such job or request", body = ErrorResponse)))]
+pub(crate) async fn checkpoint_request_status(
+    State(state): State<AppState>,
+    path: Result<Path<(String, String)>, PathRejection>,
+) -> Result<Json<CheckpointRequestResult>, ApiError> {
+    let Path((jobid, request_id)) = path?;
+    let job = find_job(&state.dispatcher, &jobid)?;
+    let status = job.checkpoint_request_status(&request_id).ok_or_else(|| {
+        ApiError::not_found(format!(
+            "No checkpoint request {request_id} for job {jobid}; POST /jobs/{jobid}/checkpoints starts one"
+        ))
+    })?;
+    Ok(Json(match status {
+        CheckpointRequestStatus::InProgress => {
+            CheckpointRequestResult { status: QueueStatus { id: "IN_PROGRESS".into() }, operation: None }
+        }
+        CheckpointRequestStatus::Completed(id) => CheckpointRequestResult {
+            status: QueueStatus { id: "COMPLETED".into() },
+            operation: Some(CheckpointRequestOperation { checkpoint_id: Some(id), failure_cause: None }),
+        },
+        CheckpointRequestStatus::Failed(cause) => CheckpointRequestResult {
+            status: QueueStatus { id: "COMPLETED".into() },
+            operation: Some(CheckpointRequestOperation {
+                checkpoint_id: None,
+                failure_cause: Some(FailureCause { class: "CheckpointFailure".into(), stack_trace: cause }),
+            }),
+        },
     }))
 }

@@ -90,7 +90,7 @@ pub fn router(dispatcher: Arc<Dispatcher>, cluster: ClusterInfo) -> Router {
     let state =
         AppState { dispatcher, cluster: Arc::new(cluster), backpressure: Arc::default(), disposals: Arc::default() };
     use crate::{applications, disposal, jobmanager, subtasks};
-    let routes: [(&str, MethodRouter<AppState>); 46] = [
+    let routes: [(&str, MethodRouter<AppState>); 49] = [
         ("/deployments", get(crate::deployments::deployments)),
         ("/deployments/{name}", get(crate::deployments::deployment)),
         ("/jobmanager/config", get(jobmanager_config)),
@@ -111,7 +111,8 @@ pub fn router(dispatcher: Arc<Dispatcher>, cluster: ClusterInfo) -> Router {
         ("/jobs/{jobid}/vertices/{vertexid}/backpressure", get(crate::backpressure::backpressure)),
         ("/jobs/{jobid}/vertices/{vertexid}/watermarks", get(crate::watermarks::watermarks)),
         ("/jobs/{jobid}/exceptions", get(job_exceptions)),
-        ("/jobs/{jobid}/checkpoints", get(checkpoints::checkpoints)),
+        ("/jobs/{jobid}/checkpoints", get(checkpoints::checkpoints).post(checkpoints::trigger_checkpoint)),
+        ("/jobs/{jobid}/checkpoints/{triggerid}", get(checkpoints::checkpoint_request_status)),
         ("/jobs/{jobid}/checkpoints/config", get(checkpoints::checkpoint_config)),
         ("/jobs/{jobid}/checkpoints/details/{checkpointid}", get(checkpoints::checkpoint_details)),
         ("/jobs/{jobid}/savepoints", post(checkpoints::trigger_savepoint)),
@@ -141,6 +142,8 @@ pub fn router(dispatcher: Arc<Dispatcher>, cluster: ClusterInfo) -> Router {
         ("/jobs/{jobid}/vertices/{vertexid}/metrics", get(subtasks::vertex_metrics)),
         ("/applications/overview", get(applications::applications_overview)),
         ("/applications/{applicationid}", get(applications::application)),
+        ("/applications/{applicationid}/exceptions", get(applications::application_exceptions)),
+        ("/applications/{applicationid}/jobmanager/config", get(applications::application_jobmanager_config)),
         ("/jobs/{jobid}/clientHeartbeat", axum::routing::patch(client_heartbeat)),
     ];
     // Prometheus scrapes `/metrics` and the Web UI is at `/` (no `/v1` twins: neither is

@@ -504,7 +504,8 @@ fn openapi_documents_every_route() {
         ("/jobs/{jobid}/vertices/{vertexid}/backpressure", &["get"]),
         ("/jobs/{jobid}/vertices/{vertexid}/watermarks", &["get"]),
         ("/jobs/{jobid}/exceptions", &["get"]),
-        ("/jobs/{jobid}/checkpoints", &["get"]),
+        ("/jobs/{jobid}/checkpoints", &["get", "post"]),
+        ("/jobs/{jobid}/checkpoints/{triggerid}", &["get"]),
         ("/jobs/{jobid}/checkpoints/config", &["get"]),
         ("/jobs/{jobid}/savepoints", &["post"]),
         ("/jobs/{jobid}/savepoints/{triggerid}", &["get"]),
@@ -537,6 +538,8 @@ fn openapi_documents_every_route() {
         ("/jobs/{jobid}/vertices/{vertexid}/metrics", &["get"]),
         ("/applications/overview", &["get"]),
         ("/applications/{applicationid}", &["get"]),
+        ("/applications/{applicationid}/exceptions", &["get"]),
+        ("/applications/{applicationid}/jobmanager/config", &["get"]),
     ];
     let mut documented: Vec<&String> = paths.keys().collect();
     documented.sort();
@@ -648,4 +651,26 @@ fn configuration_of_the_jobmanager_and_of_a_job() {
     assert_eq!(weir["failover-strategy"], "region");
     let (status, body) = client.get("/jobs/00000000000000000000000000000000/config");
     assert_error(status, &body, 404, "not found");
+}
+
+/// `POST /jobs/{jobid}/checkpoints` refuses what it cannot do with a message that says what
+/// to do (the checkpoint itself is taken in crates/weir-cli/tests/flink_tools.rs, by `flink
+/// checkpoint`).
+#[test]
+fn checkpoint_requests_are_refused_with_what_to_do() {
+    let (dispatcher, server) = start(4);
+    let client = Client::new(&server);
+    let job = submit_endless(&dispatcher);
+    let jid = job.0.job_id().to_string();
+    client.wait_for_state(&jid, "RUNNING");
+    let (status, body) = client.post(&format!("/jobs/{jid}/checkpoints"));
+    assert_error(status, &body, 409, "set execution.checkpointing.interval");
+    let (status, body) = client.post_json(&format!("/jobs/{jid}/checkpoints"), r#"{"checkpointType": "SOMETIMES"}"#);
+    assert_error(status, &body, 400, "not one of CONFIGURED, FULL, INCREMENTAL");
+    let (status, body) = client.post_json(&format!("/jobs/{jid}/checkpoints"), r#"{"triggerId": "x"}"#);
+    assert_error(status, &body, 400, "32 lower-case hex");
+    let (status, body) = client.get(&format!("/jobs/{jid}/checkpoints/0123456789abcdef0123456789abcdef"));
+    assert_error(status, &body, 404, "POST /jobs/");
+    // The static paths beside the trigger id still answer.
+    client.get_ok(&format!("/jobs/{jid}/checkpoints/config"));
 }

@@ -12,6 +12,7 @@
 //! coordinator on the same thread. It is the only writer of the job's state; REST and the
 //! CLI read snapshots of it.
 
+mod checkpoint_requests;
 mod run;
 mod states;
 
@@ -54,6 +55,22 @@ pub enum MasterEvent {
     },
     /// The snapshot writer finished a subtask's snapshot (or could not).
     Snapshot(WriteOutcome),
+    /// A user asked for a checkpoint now (REST), polled by the request id.
+    TriggerCheckpoint {
+        /// The request id the user polls.
+        request_id: String,
+    },
+}
+
+/// Where a user's checkpoint request stands.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CheckpointRequestStatus {
+    /// Waiting for a slot or triggered, not complete.
+    InProgress,
+    /// The checkpoint with this id completed.
+    Completed(u64),
+    /// No checkpoint completed for it, for this reason.
+    Failed(String),
 }
 
 impl From<WriteOutcome> for MasterEvent {
@@ -127,6 +144,8 @@ pub struct JobRecord {
     pub savepoints: std::collections::HashMap<String, (SavepointStatus, bool)>,
     /// The checkpoint id each savepoint request was given, for its progress.
     pub savepoint_checkpoints: std::collections::HashMap<String, u64>,
+    /// Users' checkpoint requests by id.
+    pub checkpoint_requests: std::collections::HashMap<String, CheckpointRequestStatus>,
     /// The snapshot the current attempt restored: (location, checkpoint id, bytes to read).
     pub restore: Option<(String, u64, u64)>,
 }
@@ -170,6 +189,7 @@ impl JobMaster {
                 failure_cause: None,
                 savepoints: std::collections::HashMap::new(),
                 savepoint_checkpoints: std::collections::HashMap::new(),
+                checkpoint_requests: std::collections::HashMap::new(),
                 restore: None,
                 restarts: 0,
             }),
@@ -297,6 +317,40 @@ impl JobMaster {
             format,
         });
         Ok(request_id)
+    }
+
+    /// Asks for a checkpoint now (Flink's `POST /jobs/{id}/checkpoints`): its request id, or
+    /// why the job cannot take one. `request_id` is the client's own trigger id, if it chose
+    /// one.
+    pub fn trigger_checkpoint(&self, request_id: Option<String>) -> Result<String, String> {
+        let status = self.status();
+        if status != JobStatus::Running {
+            return Err(format!("job {} is {status}; checkpoints are taken of RUNNING jobs only", self.job_id));
+        }
+        if self.checkpoint_settings.interval.is_none() {
+            return Err(format!(
+                "job {} runs without checkpoints; set execution.checkpointing.interval to take them",
+                self.job_id
+            ));
+        }
+        let request_id = request_id.unwrap_or_else(|| JobId::generate().to_string());
+        let mut fresh = false;
+        self.update(|record| {
+            if !record.checkpoint_requests.contains_key(&request_id) {
+                record.checkpoint_requests.insert(request_id.clone(), CheckpointRequestStatus::InProgress);
+                fresh = true;
+            }
+        });
+        if !fresh {
+            return Err(format!("trigger id {request_id} was already used; choose another or leave it out"));
+        }
+        let _ = self.control.send(MasterEvent::TriggerCheckpoint { request_id: request_id.clone() });
+        Ok(request_id)
+    }
+
+    /// The state of checkpoint request `request_id`.
+    pub fn checkpoint_request_status(&self, request_id: &str) -> Option<CheckpointRequestStatus> {
+        self.record().checkpoint_requests.get(request_id).cloned()
     }
 
     /// The state of savepoint request `request_id` (reading a final state marks it reported).

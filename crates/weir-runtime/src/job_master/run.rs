@@ -62,6 +62,10 @@ pub(super) struct Supervisor {
     /// Savepoints asked for while subtasks were still starting: they are taken once every
     /// subtask runs, or fail at their deadline.
     pub(super) waiting_savepoints: Vec<WaitingSavepoint>,
+    /// Users' checkpoint requests waiting for a free checkpoint slot or running subtasks.
+    pub(super) waiting_checkpoints: Vec<String>,
+    /// Triggered checkpoints of users' requests: (checkpoint id, request id).
+    pub(super) manual_checkpoints: Vec<(u64, String)>,
     /// The final checkpoint: the first one triggered after every subtask's input ended.
     /// Once it completes the subtasks are told to finish.
     pub(super) final_checkpoint: Option<u64>,
@@ -507,6 +511,7 @@ impl JobRun {
         let failures = self.sup.coordinator.expire(now);
         self.on_checkpoint_failures(record, failures);
         self.on_waiting_savepoints(record, now);
+        self.on_waiting_checkpoints(record);
         if self.sup.finishing || self.sup.any_finished || !Self::all_running(record) || !self.leading() {
             return;
         }
@@ -685,6 +690,7 @@ impl JobRun {
                     self.sup.finishing = true;
                     self.sup.send_to_all(TaskControl::Finish);
                 }
+                self.checkpoint_requests_completed(record, completion.checkpoint_id);
                 let subsumed = self.sup.coordinator.take_subsumed();
                 self.on_checkpoint_failures(record, subsumed);
             }
@@ -693,6 +699,7 @@ impl JobRun {
     }
 
     pub(super) fn on_checkpoint_failures(&mut self, record: &mut JobRecord, failures: Vec<Failure>) {
+        self.checkpoint_requests_failed(record, &failures);
         for failure in failures {
             tracing::warn!(job_id = %self.master.job_id, checkpoint = failure.checkpoint_id, reason = %failure.reason, "checkpoint failed");
             if self.sup.final_checkpoint == Some(failure.checkpoint_id) {
@@ -826,6 +833,7 @@ impl JobRun {
                         self.savepoint_failed(record, request_id, failure.reason.clone());
                     }
                 }
+                self.checkpoint_requests_failed(record, &failures);
                 record.restarts += 1;
                 match region {
                     Some(region) => {

@@ -165,6 +165,8 @@ pub(super) fn run(
         handles: Vec::new(),
         next_attempt: recovered.as_ref().map_or(0, |r| r.next_attempt),
         waiting_savepoints: Vec::new(),
+        waiting_checkpoints: Vec::new(),
+        manual_checkpoints: Vec::new(),
         final_checkpoint: None,
         finishing: false,
     };

@@ -105,6 +105,14 @@ fn drain_until_ended(run: &mut JobRun) {
                 );
                 run.savepoint_failed(record, &request_id, cause);
             }
+            Incoming::Event(MasterEvent::TriggerCheckpoint { request_id }) => {
+                let cause = format!(
+                    "job {} is {}; checkpoints are taken of RUNNING jobs only",
+                    master.job_id,
+                    record.history.current()
+                );
+                record.checkpoint_requests.insert(request_id, super::CheckpointRequestStatus::Failed(cause));
+            }
             Incoming::Event(MasterEvent::Snapshot(outcome)) => run.on_snapshot(record, outcome),
             Incoming::TasksClosed => {
                 // Every subtask thread is gone: whatever was not reported ended with them.

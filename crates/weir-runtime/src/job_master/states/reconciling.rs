@@ -52,6 +52,12 @@ pub(super) fn run(run: &mut JobRun) -> State {
                 );
                 run.savepoint_failed(record, &request_id, cause);
             }),
+            Incoming::Event(MasterEvent::TriggerCheckpoint { request_id }) => master.update(|record| {
+                let cause = format!(
+                    "job {job_id} is RECONCILING (a new leader JobManager takes it over); ask for the checkpoint once it is RUNNING"
+                );
+                record.checkpoint_requests.insert(request_id, crate::job_master::CheckpointRequestStatus::Failed(cause));
+            }),
             // Snapshot outcomes of the old leader's checkpoints: nobody waits for them.
             Incoming::Event(_) | Incoming::Nothing | Incoming::TasksClosed => {}
         }

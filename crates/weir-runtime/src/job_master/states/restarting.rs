@@ -65,6 +65,12 @@ fn wait_before_restart(run: &mut JobRun, delay: Duration) -> bool {
                 let cause = format!("job {} is RESTARTING; take the savepoint once it runs again", master.job_id);
                 run.savepoint_failed(record, &request_id, cause);
             }),
+            Ok(MasterEvent::TriggerCheckpoint { request_id }) => master.update(|record| {
+                let cause = format!("job {} is RESTARTING; ask for the checkpoint once it runs again", master.job_id);
+                record
+                    .checkpoint_requests
+                    .insert(request_id, crate::job_master::CheckpointRequestStatus::Failed(cause));
+            }),
             Ok(_) | Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
             Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return true,
         }

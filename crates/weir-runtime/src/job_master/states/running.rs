@@ -49,6 +49,9 @@ pub(super) fn run(run: &mut JobRun) -> State {
                 Incoming::Event(MasterEvent::TriggerSavepoint { request_id, target, terminate, format }) => {
                     run.on_trigger_savepoint(&mut record, request_id, target, terminate, format)
                 }
+                Incoming::Event(MasterEvent::TriggerCheckpoint { request_id }) => {
+                    run.on_trigger_checkpoint(&mut record, request_id)
+                }
                 Incoming::Event(MasterEvent::Snapshot(outcome)) => run.on_snapshot(&mut record, outcome),
                 Incoming::Nothing | Incoming::TasksClosed => {}
             }
@@ -59,6 +62,7 @@ pub(super) fn run(run: &mut JobRun) -> State {
                 let failures = run.sup.coordinator.abort_all("the job is no longer running");
                 run.on_checkpoint_failures(&mut record, failures);
                 run.fail_waiting_savepoints(&mut record, status);
+                run.fail_waiting_checkpoints(&mut record, status);
             }
             status
         };
