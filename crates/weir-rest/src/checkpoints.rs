@@ -752,3 +752,203 @@ pub(crate) async fn checkpoint_request_status(
         },
     }))
 }
+
+/// `GET /jobs/{jobid}/checkpoints/details/{checkpointid}/subtasks/{vertexid}`: one vertex's
+/// part of a checkpoint with each subtask's acknowledgement, as Flink's
+/// `TaskCheckpointStatisticsWithSubtaskDetails`.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct TaskCheckpointDetails {
+    /// The vertex's part, as in the checkpoint's `tasks`.
+    #[serde(flatten)]
+    pub task: TaskCheckpointStatistics,
+    /// Statistics over its subtasks that acknowledged.
+    pub summary: TaskCheckpointSummary,
+    /// Each subtask: `completed` with its numbers, or `pending_or_failed`.
+    pub subtasks: Vec<SubtaskCheckpointStatistics>,
+}
+
+/// The `summary` of [`TaskCheckpointDetails`].
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct TaskCheckpointSummary {
+    /// Bytes each subtask wrote.
+    pub checkpointed_size: StatsSummary,
+    /// Bytes of each subtask's state.
+    pub state_size: StatsSummary,
+    /// Milliseconds from the trigger to each subtask's acknowledgement.
+    pub end_to_end_duration: StatsSummary,
+    /// weir does not time the synchronous and asynchronous parts apart: `sync` is 0 and
+    /// `async` the end-to-end duration.
+    pub checkpoint_duration: SyncAsyncSummary,
+    /// Zeros: aligned checkpoints buffer and persist nothing, and alignment is not timed.
+    pub alignment: AlignmentSummary,
+    /// Zeros: the delay until a subtask saw the barrier is not measured.
+    pub start_delay: StatsSummary,
+}
+
+/// `checkpoint_duration` of [`TaskCheckpointSummary`].
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct SyncAsyncSummary {
+    /// Zeros.
+    pub sync: StatsSummary,
+    /// The end-to-end durations.
+    #[serde(rename = "async")]
+    pub async_part: StatsSummary,
+}
+
+/// `alignment` of [`TaskCheckpointSummary`]: zeros.
+#[derive(Debug, Default, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct AlignmentSummary {
+    /// Zeros.
+    pub buffered: StatsSummary,
+    /// Zeros.
+    pub processed: StatsSummary,
+    /// Zeros.
+    pub persisted: StatsSummary,
+    /// Zeros.
+    pub duration: StatsSummary,
+}
+
+/// One subtask of [`TaskCheckpointDetails`], as Flink's `SubtaskCheckpointStatistics`.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct SubtaskCheckpointStatistics {
+    /// Flink's type tag: `completed` or `pending_or_failed`.
+    #[serde(rename = "className")]
+    pub class_name: String,
+    /// Subtask index.
+    pub index: u32,
+    /// `completed`, or `pending_or_failed` (then only `index` is set).
+    pub status: String,
+    /// When its acknowledgement arrived, epoch ms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ack_timestamp: Option<u64>,
+    /// Milliseconds from the trigger to its acknowledgement.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_to_end_duration: Option<u64>,
+    /// Bytes it wrote.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpointed_size: Option<u64>,
+    /// Bytes of its state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state_size: Option<u64>,
+    /// `sync` 0, `async` the end-to-end duration (not timed apart).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint: Option<SyncAsync>,
+    /// Zeros (aligned checkpoints).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alignment: Option<Alignment>,
+    /// 0: not measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_delay: Option<u64>,
+    /// Always false: checkpoints are aligned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unaligned_checkpoint: Option<bool>,
+    /// Whether the checkpoint was aborted (failed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aborted: Option<bool>,
+}
+
+/// `checkpoint` of [`SubtaskCheckpointStatistics`].
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct SyncAsync {
+    /// 0.
+    pub sync: u64,
+    /// The end-to-end duration.
+    #[serde(rename = "async")]
+    pub async_part: u64,
+}
+
+/// `alignment` of [`SubtaskCheckpointStatistics`]: zeros.
+#[derive(Debug, Default, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Alignment {
+    /// 0.
+    pub buffered: u64,
+    /// 0.
+    pub processed: u64,
+    /// 0.
+    pub persisted: u64,
+    /// 0.
+    pub duration: u64,
+}
+
+#[utoipa::path(get, path = "/jobs/{jobid}/checkpoints/details/{checkpointid}/subtasks/{vertexid}", tag = "checkpoints", summary = "One vertex's part of a checkpoint, per subtask", params(("jobid" = String, Path, description = "Job id: 32 hex characters", pattern = "^[0-9a-f]{32}$"), ("checkpointid" = u64, Path, description = "Checkpoint id"), ("vertexid" = String, Path, description = "Vertex id: 32 hex characters", pattern = "^[0-9a-f]{32}$")), responses((status = 200, body = TaskCheckpointDetails), (status = 400, description = "Not a job id or checkpoint id", body = ErrorResponse), (status = 404, description = "No such job or vertex, or the checkpoint is not in the history", body = ErrorResponse)))]
+pub(crate) async fn checkpoint_subtasks(
+    State(state): State<AppState>,
+    path: Result<Path<(String, String, String)>, PathRejection>,
+) -> Result<Json<TaskCheckpointDetails>, ApiError> {
+    let Path((jobid, checkpointid, vertexid)) = path?;
+    let id: u64 = checkpointid
+        .parse()
+        .map_err(|_| ApiError::bad_request(format!("checkpoint id '{checkpointid}' is not a non-negative integer")))?;
+    let job = find_job(&state.dispatcher, &jobid)?;
+    let vertices = vertex_shapes(&job);
+    let Some(index) = vertices.iter().position(|v| v.0 == vertexid) else {
+        return Err(ApiError::not_found(format!("Vertex {vertexid} not found in job {jobid}")));
+    };
+    let stats = job.checkpoint_stats();
+    let retained = retained_ids(&stats, job.checkpoint_settings().num_retained);
+    let entry = stats.history.iter().find(|e| e.id == id).ok_or_else(|| {
+        ApiError::not_found(format!(
+            "Checkpoint {id} of job {jobid} is not in the checkpoint history; GET /jobs/{jobid}/checkpoints lists it"
+        ))
+    })?;
+    let whole = CheckpointStatisticsEntry::of(entry, &vertices, &retained);
+    let Some(task) = whole.tasks.into_iter().find(|(vid, _)| *vid == vertexid).map(|(_, t)| t) else {
+        return Err(ApiError::not_found(format!("Vertex {vertexid} not found in job {jobid}")));
+    };
+    let acked: Vec<&weir_runtime::checkpointing::stats::SubtaskCheckpoint> =
+        entry.subtasks.iter().filter(|s| s.vertex == index).collect();
+    let end_to_end = |s: &weir_runtime::checkpointing::stats::SubtaskCheckpoint| {
+        s.ack_timestamp.saturating_sub(entry.trigger_timestamp)
+    };
+    let aborted = entry.status == CheckpointStatus::Failed;
+    let subtasks = (0..vertices[index].2)
+        .map(|i| match acked.iter().find(|s| s.subtask == i) {
+            Some(s) => SubtaskCheckpointStatistics {
+                class_name: "completed".into(),
+                index: i,
+                status: "completed".into(),
+                ack_timestamp: Some(s.ack_timestamp),
+                end_to_end_duration: Some(end_to_end(s)),
+                checkpointed_size: Some(s.checkpointed_size),
+                state_size: Some(s.state_size),
+                checkpoint: Some(SyncAsync { sync: 0, async_part: end_to_end(s) }),
+                alignment: Some(Alignment::default()),
+                start_delay: Some(0),
+                unaligned_checkpoint: Some(false),
+                aborted: Some(aborted),
+            },
+            None => SubtaskCheckpointStatistics {
+                class_name: "pending_or_failed".into(),
+                index: i,
+                status: "pending_or_failed".into(),
+                ack_timestamp: None,
+                end_to_end_duration: None,
+                checkpointed_size: None,
+                state_size: None,
+                checkpoint: None,
+                alignment: None,
+                start_delay: None,
+                unaligned_checkpoint: None,
+                aborted: None,
+            },
+        })
+        .collect();
+    let durations: Vec<u64> = acked.iter().map(|s| end_to_end(s)).collect();
+    let summary = TaskCheckpointSummary {
+        checkpointed_size: StatsSummary::of(acked.iter().map(|s| s.checkpointed_size).collect()),
+        state_size: StatsSummary::of(acked.iter().map(|s| s.state_size).collect()),
+        end_to_end_duration: StatsSummary::of(durations.clone()),
+        checkpoint_duration: SyncAsyncSummary {
+            sync: StatsSummary::of(vec![0; durations.len()]),
+            async_part: StatsSummary::of(durations),
+        },
+        alignment: AlignmentSummary::default(),
+        start_delay: StatsSummary::default(),
+    };
+    let task = TaskCheckpointStatistics {
+        num_acknowledged_subtasks: acked.len() as u32,
+        latest_ack_timestamp: acked.iter().map(|s| s.ack_timestamp).max().unwrap_or(task.latest_ack_timestamp),
+        ..task
+    };
+    Ok(Json(TaskCheckpointDetails { task, summary, subtasks }))
+}

@@ -42,6 +42,7 @@ use crate::responses::*;
         crate::checkpoints::checkpoint_config,
         crate::checkpoints::checkpoint_details,
         crate::checkpoints::trigger_checkpoint,
+        crate::checkpoints::checkpoint_subtasks,
         crate::checkpoints::checkpoint_request_status,
         crate::checkpoints::trigger_savepoint,
         crate::checkpoints::savepoint_status,

@@ -90,7 +90,7 @@ pub fn router(dispatcher: Arc<Dispatcher>, cluster: ClusterInfo) -> Router {
     let state =
         AppState { dispatcher, cluster: Arc::new(cluster), backpressure: Arc::default(), disposals: Arc::default() };
     use crate::{applications, disposal, jobmanager, subtasks};
-    let routes: [(&str, MethodRouter<AppState>); 49] = [
+    let routes: [(&str, MethodRouter<AppState>); 50] = [
         ("/deployments", get(crate::deployments::deployments)),
         ("/deployments/{name}", get(crate::deployments::deployment)),
         ("/jobmanager/config", get(jobmanager_config)),
@@ -115,6 +115,7 @@ pub fn router(dispatcher: Arc<Dispatcher>, cluster: ClusterInfo) -> Router {
         ("/jobs/{jobid}/checkpoints/{triggerid}", get(checkpoints::checkpoint_request_status)),
         ("/jobs/{jobid}/checkpoints/config", get(checkpoints::checkpoint_config)),
         ("/jobs/{jobid}/checkpoints/details/{checkpointid}", get(checkpoints::checkpoint_details)),
+        ("/jobs/{jobid}/checkpoints/details/{checkpointid}/subtasks/{vertexid}", get(checkpoints::checkpoint_subtasks)),
         ("/jobs/{jobid}/savepoints", post(checkpoints::trigger_savepoint)),
         ("/jobs/{jobid}/savepoints/{triggerid}", get(checkpoints::savepoint_status)),
         ("/jobs/{jobid}/stop", post(checkpoints::stop_with_savepoint)),

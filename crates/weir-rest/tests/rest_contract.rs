@@ -506,6 +506,7 @@ fn openapi_documents_every_route() {
         ("/jobs/{jobid}/exceptions", &["get"]),
         ("/jobs/{jobid}/checkpoints", &["get", "post"]),
         ("/jobs/{jobid}/checkpoints/{triggerid}", &["get"]),
+        ("/jobs/{jobid}/checkpoints/details/{checkpointid}/subtasks/{vertexid}", &["get"]),
         ("/jobs/{jobid}/checkpoints/config", &["get"]),
         ("/jobs/{jobid}/savepoints", &["post"]),
         ("/jobs/{jobid}/savepoints/{triggerid}", &["get"]),

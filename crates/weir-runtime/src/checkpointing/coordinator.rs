@@ -352,6 +352,7 @@ impl CheckpointCoordinator {
             external_path: None,
             failure_message: None,
             operator_sizes: BTreeMap::new(),
+            subtasks: Vec::new(),
         };
         {
             let mut stats = self.stats();
@@ -383,6 +384,13 @@ impl CheckpointCoordinator {
     pub fn acknowledge(&mut self, ack: SubtaskAck) -> Option<Result<Completion, Failure>> {
         let id = ack.checkpoint_id;
         let pending = self.pending.get_mut(&id)?;
+        let subtask = super::stats::SubtaskCheckpoint {
+            vertex: ack.vertex,
+            subtask: ack.subtask,
+            ack_timestamp: now_ms(),
+            checkpointed_size: ack.operators.iter().map(|o| o.bytes).sum(),
+            state_size: ack.operators.iter().map(|o| o.full_bytes.max(o.bytes)).sum(),
+        };
         pending.acks.insert((ack.vertex, ack.subtask), ack);
         let acked = pending.acks.len();
         let bytes: u64 = pending.acks.values().flat_map(|a| a.operators.iter()).map(|o| o.bytes).sum();
@@ -390,9 +398,11 @@ impl CheckpointCoordinator {
             pending.acks.values().flat_map(|a| a.operators.iter()).map(|o| o.full_bytes.max(o.bytes)).sum();
         self.update_entry(id, |entry| {
             entry.num_acknowledged_subtasks = acked as u32;
-            entry.latest_ack_timestamp = now_ms();
+            entry.latest_ack_timestamp = subtask.ack_timestamp;
             entry.state_size = full_bytes;
             entry.checkpointed_size = bytes;
+            entry.subtasks.retain(|s| (s.vertex, s.subtask) != (subtask.vertex, subtask.subtask));
+            entry.subtasks.push(subtask);
         });
         if acked < self.expected_acks {
             return None;

@@ -51,6 +51,24 @@ pub struct CheckpointEntry {
     pub failure_message: Option<String>,
     /// Bytes per operator uid.
     pub operator_sizes: std::collections::BTreeMap<String, u64>,
+    /// Each subtask that acknowledged, in the order they did.
+    #[serde(default)]
+    pub subtasks: Vec<SubtaskCheckpoint>,
+}
+
+/// One subtask's acknowledgement of a checkpoint.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct SubtaskCheckpoint {
+    /// Its vertex's index in the job graph.
+    pub vertex: usize,
+    /// The subtask index.
+    pub subtask: u32,
+    /// When its acknowledgement arrived, epoch ms.
+    pub ack_timestamp: u64,
+    /// Bytes it wrote.
+    pub checkpointed_size: u64,
+    /// Bytes of its state (reused blocks of an incremental checkpoint included).
+    pub state_size: u64,
 }
 
 /// Counts and history kept by the coordinator.
