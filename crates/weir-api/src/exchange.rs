@@ -550,6 +550,12 @@ impl<T: Send> SourceBody<T> {
     }
 
     fn checkpoint(&mut self, barrier: &Barrier) -> Result<(), TaskError> {
+        if barrier.drains() && !self.data_ended {
+            // Flink's `stop --drain`: the final watermark goes ahead of the barrier, in band,
+            // so every event-time window and timer downstream fires before its snapshot.
+            self.head.process_watermark(MAX_WATERMARK)?;
+            self.head.flush()?;
+        }
         let positions = self.reader.snapshot_positions_for(barrier.checkpoint_id);
         let source_state = OperatorSnapshotData {
             uid: self.ctx.operator_uid.clone(),

@@ -18,6 +18,12 @@ pub enum BarrierKind {
         terminate: bool,
         /// Its format.
         format: SnapshotFormat,
+        /// Flink's `stop --drain`: sources emit the final watermark before this barrier, so
+        /// every event-time window and timer fires before the snapshot (and its output is
+        /// committed with it). For ending a job for good: resuming from it can repeat or miss
+        /// window results.
+        #[serde(default)]
+        drain: bool,
     },
 }
 
@@ -46,6 +52,11 @@ impl Barrier {
     /// True for stop-with-savepoint: tasks end once this snapshot completes.
     pub fn terminates(&self) -> bool {
         matches!(self.kind, BarrierKind::Savepoint { terminate: true, .. })
+    }
+
+    /// True for stop-with-savepoint with drain: the final watermark goes first.
+    pub fn drains(&self) -> bool {
+        matches!(self.kind, BarrierKind::Savepoint { drain: true, .. })
     }
 }
 

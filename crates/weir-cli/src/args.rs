@@ -232,6 +232,11 @@ pub struct StopArgs {
     /// backend's own layout: faster, restores only into the same backend)
     #[arg(long = "type", value_name = "canonical|native", default_value = "canonical")]
     pub format: FormatArg,
+    /// Emit the final watermark before the savepoint, so every event-time window and timer
+    /// fires (Flink's --drain): for ending a job for good; resuming from the savepoint can
+    /// repeat window results
+    #[arg(short = 'd', long = "drain")]
+    pub drain: bool,
     /// Configuration
     #[command(flatten)]
     pub config: ConfigArgs,

@@ -317,10 +317,10 @@ fn flink_cli_round(home: &Path, rest: &str, running: &str, to_cancel: &str, dir:
     let full = flink(home, rest, &["checkpoint", "-full", running]);
     assert!(full.status.success() && text(&full).contains("Checkpoint(FULL) "), "{}", text(&full));
 
-    // Stop with a savepoint into a given directory: the job ends FINISHED, the savepoint is
-    // there.
+    // Stop with a savepoint into a given directory, draining (the final watermark first):
+    // the job ends FINISHED, the savepoint is there.
     let stop_target = dir.join("flink-stop");
-    let stop = flink(home, rest, &["stop", "--savepointPath", stop_target.to_str().unwrap(), running]);
+    let stop = flink(home, rest, &["stop", "--drain", "--savepointPath", stop_target.to_str().unwrap(), running]);
     let out = text(&stop);
     assert!(stop.status.success(), "{out}");
     let stopped_at = out

@@ -37,24 +37,15 @@ pub struct StopRequest {
     /// Where the savepoint goes (else `state.savepoints.dir`).
     #[serde(rename = "targetDirectory", default)]
     pub target_directory: Option<String>,
-    /// Flink's drain (emit the final watermark first, firing every window); only `false`:
-    /// weir does not drain yet and refuses `true` with a 400.
+    /// Flink's drain: the sources emit the final watermark before the savepoint's barrier,
+    /// so every event-time window and timer fires and its output is committed with the
+    /// savepoint. For ending a job for good (resuming from it can repeat window results).
     #[serde(default)]
-    #[schema(schema_with = drain_schema)]
     pub drain: bool,
     /// `CANONICAL` (default) or `NATIVE`, as for a savepoint.
     #[serde(rename = "formatType", default)]
     #[schema(pattern = "^(CANONICAL|NATIVE|canonical|native)$")]
     pub format_type: Option<String>,
-}
-
-/// `drain` as the OpenAPI document declares it: a boolean whose only accepted value is false.
-fn drain_schema() -> utoipa::openapi::schema::Object {
-    utoipa::openapi::schema::ObjectBuilder::new()
-        .schema_type(utoipa::openapi::schema::Type::Boolean)
-        .enum_values(Some([false]))
-        .description(Some("Only false: weir does not drain yet (true is refused with a 400)"))
-        .build()
 }
 
 /// `{"request-id": "..."}`.
@@ -70,6 +61,7 @@ fn trigger(
     jobid: &str,
     target: Option<String>,
     terminate: bool,
+    drain: bool,
     format_type: Option<String>,
 ) -> Result<(StatusCode, Json<TriggerResponse>), ApiError> {
     let format = match format_type.as_deref() {
@@ -79,7 +71,12 @@ fn trigger(
             .map_err(|_| ApiError::bad_request(format!("formatType '{text}' is not CANONICAL or NATIVE")))?,
     };
     let job = find_job(&state.dispatcher, jobid)?;
-    match job.trigger_savepoint_as(target, terminate, format) {
+    let triggered = if terminate {
+        job.trigger_stop(target, format, drain)
+    } else {
+        job.trigger_savepoint_as(target, false, format)
+    };
+    match triggered {
         Ok(request_id) => Ok((StatusCode::ACCEPTED, Json(TriggerResponse { request_id }))),
         Err(message) => Err(ApiError::new(StatusCode::CONFLICT, message)),
     }
@@ -94,7 +91,7 @@ pub(crate) async fn trigger_savepoint(
 ) -> Result<(StatusCode, Json<TriggerResponse>), ApiError> {
     let Path(jobid) = jobid?;
     let Json(body) = body.map_err(|e| ApiError::bad_request(format!("bad savepoint request body: {e}")))?;
-    trigger(&state, &jobid, body.target_directory, body.cancel_job, body.format_type)
+    trigger(&state, &jobid, body.target_directory, body.cancel_job, false, body.format_type)
 }
 
 /// `POST /jobs/{jobid}/stop`.
@@ -106,14 +103,7 @@ pub(crate) async fn stop_with_savepoint(
 ) -> Result<(StatusCode, Json<TriggerResponse>), ApiError> {
     let Path(jobid) = jobid?;
     let Json(body) = body.map_err(|e| ApiError::bad_request(format!("bad stop request body: {e}")))?;
-    if body.drain {
-        // Better refused than stopped without the final watermark the caller asked for.
-        return Err(ApiError::bad_request(
-            "stop with drain is not supported yet (weir would stop without first firing every event-time window); \
-             stop without --drain: open windows are kept in the savepoint and go on after a restore",
-        ));
-    }
-    trigger(&state, &jobid, body.target_directory, true, body.format_type)
+    trigger(&state, &jobid, body.target_directory, true, body.drain, body.format_type)
 }
 
 /// `GET /jobs/{jobid}/savepoints/{requestid}` (and the stop trigger's status): Flink's

@@ -241,9 +241,9 @@ fn a_running_job_is_cancelled_over_rest() {
     assert_eq!(cluster["slots-available"], 4, "two vertices at parallelism 2 use 4 slots");
     assert_eq!(client.get_ok(&format!("/jobs/{id}"))["end-time"], -1);
 
-    // `flink stop --drain` is refused, not quietly done without draining.
+    // A stop (drained or not) needs somewhere to put its savepoint.
     let (status, body) = client.post_json(&format!("/jobs/{id}/stop"), r#"{"drain": true}"#);
-    assert_error(status, &body, 400, "stop with drain is not supported yet");
+    assert_error(status, &body, 409, "no savepoint directory");
     assert_eq!(client.get_ok(&format!("/jobs/{id}"))["state"], "RUNNING");
 
     let (status, body) = client.patch(&format!("/jobs/{id}?mode=cancel"));

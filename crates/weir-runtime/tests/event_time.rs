@@ -464,3 +464,80 @@ impl AggregateFunction<(u64, i64, bool), u64, u64> for LateInWindow {
         a + b
     }
 }
+
+/// Counts the elements of each (key, window).
+#[derive(Clone)]
+struct CountValues;
+
+impl ProcessWindowFunction<u64, u64, (u64, i64, usize)> for CountValues {
+    fn process(
+        &mut self,
+        key: &u64,
+        context: &WindowContext<'_>,
+        elements: &[u64],
+        out: &mut Collector<'_, (u64, i64, usize)>,
+    ) -> FnResult {
+        out.collect((*key, context.window.start, elements.len()));
+        Ok(())
+    }
+}
+
+/// Runs an endless event-time job (value `v` at `v * 10` ms, 1-second windows per `v % 5`)
+/// at p=2 until a stop-with-savepoint, with or without drain; the windows that fired, and the
+/// values each source subtask read (0 up to its count).
+fn stop_endless_windows(drain: bool) -> (BTreeMap<(u64, i64), usize>, Vec<u64>) {
+    let dir = tempfile::tempdir().unwrap();
+    let sink = CollectSink::default();
+    let env = StreamExecutionEnvironment::new();
+    let strategy = WatermarkStrategy::for_bounded_out_of_orderness(Duration::from_millis(100))
+        .with_timestamp_assigner(|v: &u64, _| (*v * 10) as i64);
+    env.from_source_with_watermarks(EndlessSource::paced(16, Duration::from_millis(2)), strategy)
+        .key_by(|v: &u64| *v % 5)
+        .window(TumblingEventTimeWindows::of(Duration::from_secs(1)))
+        .process(CountValues)
+        .sink_to(sink.clone());
+    let mut settings = JobSettings::with_parallelism(2);
+    settings.checkpointing.interval = Some(Duration::from_millis(100));
+    settings.checkpointing.checkpoints_url = format!("file://{}/checkpoints", dir.path().display());
+    settings.checkpointing.savepoints_url = Some(format!("file://{}/savepoints", dir.path().display()));
+    let dispatcher = Dispatcher::new("localhost");
+    let job = dispatcher.submit(env.build("drain").unwrap(), settings).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    // Run until some windows fired and others are open.
+    while sink.records().len() < 10 {
+        assert!(Instant::now() < deadline, "no window fired: {:?}", job.details());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let request = job.trigger_stop(None, weir_api::snapshot::SnapshotFormat::Canonical, drain).unwrap();
+    assert_eq!(job.wait_terminal(Some(Duration::from_secs(20))), JobStatus::Finished, "{:?}", job.failure_cause());
+    assert!(
+        matches!(job.savepoint_status(&request), Some(weir_runtime::job_master::SavepointStatus::Completed(_))),
+        "{:?}",
+        job.savepoint_status(&request)
+    );
+    let read: Vec<u64> = job.details().vertices[0].subtasks.iter().map(|s| s.metrics.write_records).collect();
+    let mut fired = BTreeMap::new();
+    for (key, start, count) in sink.records() {
+        assert!(fired.insert((key, start), count).is_none(), "window ({key}, {start}) fired twice");
+    }
+    (fired, read)
+}
+
+#[test]
+fn stop_with_drain_fires_every_window_over_what_was_read_and_a_plain_stop_keeps_them_open() {
+    let (fired, read) = stop_endless_windows(true);
+    // Independently: every value each source subtask read, in its key's 1-second window.
+    let mut expected: BTreeMap<(u64, i64), usize> = BTreeMap::new();
+    for count in &read {
+        for v in 0..*count {
+            *expected.entry((v % 5, (v * 10) as i64 / 1000 * 1000)).or_default() += 1;
+        }
+    }
+    assert!(read.iter().all(|n| *n > 0), "{read:?}");
+    assert_eq!(fired, expected, "a drained stop fires each window once, over exactly what was read");
+
+    // Without drain the newest windows stay open in the savepoint.
+    let (fired, read) = stop_endless_windows(false);
+    let counted: usize = fired.values().sum();
+    assert!((counted as u64) < read.iter().sum::<u64>(), "a plain stop fired every window: {counted} of {read:?}");
+}

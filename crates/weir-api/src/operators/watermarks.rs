@@ -93,8 +93,10 @@ impl<T: Send> Operator<T> for TimestampsAndWatermarksOperator<T> {
     }
 
     fn process_watermark(&mut self, watermark: i64) -> Result<(), TaskError> {
-        // Only the end of input's final watermark passes: the strategy owns event time here.
+        // Only the end of input's (or a drain's) final watermark passes: the strategy owns
+        // event time here. After it, event time is over: no periodic watermark follows.
         if watermark == MAX_WATERMARK {
+            self.emits = false;
             return self.next.process_watermark(MAX_WATERMARK);
         }
         Ok(())

@@ -68,7 +68,7 @@ pub fn stop(args: StopArgs) -> Result<ExitCode, CliError> {
     println!("Suspending job {job_id} with a savepoint.");
     let body = json!({
         "targetDirectory": args.savepoint_path.as_deref().map(absolute),
-        "drain": false,
+        "drain": args.drain,
         "formatType": args.format.rest_name()
     });
     let location = trigger_and_wait(&client, job_id, &format!("/jobs/{job_id}/stop"), &body)?;

@@ -46,6 +46,8 @@ pub enum SnapshotRequest {
         terminate: bool,
         /// Canonical or native.
         format: weir_api::snapshot::SnapshotFormat,
+        /// Fire every event-time window first (`stop --drain`).
+        drain: bool,
     },
 }
 
@@ -308,7 +310,7 @@ impl CheckpointCoordinator {
             SnapshotRequest::Periodic => {
                 (self.checkpoints_root.child(&checkpoint_dir(&self.job_id, id)), BarrierKind::Checkpoint)
             }
-            SnapshotRequest::Savepoint { terminate, format, .. } => {
+            SnapshotRequest::Savepoint { terminate, format, drain, .. } => {
                 let root = savepoint_root.ok_or_else(|| {
                     "no savepoint directory: give one (weir savepoint JOBID DIR, --savepoint-path) or set state.savepoints.dir"
                         .to_string()
@@ -316,7 +318,7 @@ impl CheckpointCoordinator {
                 let root = SnapshotStorage::from_url(root).map_err(|e| format!("savepoint directory '{root}': {e}"))?;
                 (
                     root.child(&new_savepoint_dir_name(&self.job_id)),
-                    BarrierKind::Savepoint { terminate: *terminate, format: *format },
+                    BarrierKind::Savepoint { terminate: *terminate, format: *format, drain: *drain },
                 )
             }
         };
@@ -1015,13 +1017,18 @@ mod tests {
             request_id: "r".into(),
             terminate: false,
             format: weir_api::snapshot::SnapshotFormat::Canonical,
+            drain: false,
         };
         let error = coordinator.trigger(request.clone(), None).unwrap_err();
         assert!(error.contains("state.savepoints.dir"), "{error}");
         let barrier = coordinator.trigger(request, Some("memory://coordinator-savepoint-target")).unwrap();
         assert_eq!(
             barrier.kind,
-            BarrierKind::Savepoint { terminate: false, format: weir_api::snapshot::SnapshotFormat::Canonical }
+            BarrierKind::Savepoint {
+                terminate: false,
+                format: weir_api::snapshot::SnapshotFormat::Canonical,
+                drain: false,
+            }
         );
         coordinator.acknowledge(ack(barrier.checkpoint_id, 0));
         let completion = coordinator.acknowledge(ack(barrier.checkpoint_id, 1)).unwrap().unwrap();

@@ -52,6 +52,8 @@ pub enum MasterEvent {
         terminate: bool,
         /// Canonical (default) or native.
         format: weir_api::snapshot::SnapshotFormat,
+        /// With `terminate`: fire every event-time window first (`stop --drain`).
+        drain: bool,
     },
     /// The snapshot writer finished a subtask's snapshot (or could not).
     Snapshot(WriteOutcome),
@@ -295,6 +297,27 @@ impl JobMaster {
         terminate: bool,
         format: weir_api::snapshot::SnapshotFormat,
     ) -> Result<String, String> {
+        self.trigger_snapshot(target, terminate, format, false)
+    }
+
+    /// Stop-with-savepoint in `format`; with `drain` (Flink's `stop --drain`) the sources
+    /// emit the final watermark first, so every event-time window fires before the savepoint.
+    pub fn trigger_stop(
+        &self,
+        target: Option<String>,
+        format: weir_api::snapshot::SnapshotFormat,
+        drain: bool,
+    ) -> Result<String, String> {
+        self.trigger_snapshot(target, true, format, drain)
+    }
+
+    fn trigger_snapshot(
+        &self,
+        target: Option<String>,
+        terminate: bool,
+        format: weir_api::snapshot::SnapshotFormat,
+        drain: bool,
+    ) -> Result<String, String> {
         let status = self.status();
         if status != JobStatus::Running {
             return Err(format!("job {} is {status}; savepoints are taken of RUNNING jobs only", self.job_id));
@@ -315,6 +338,7 @@ impl JobMaster {
             target,
             terminate,
             format,
+            drain,
         });
         Ok(request_id)
     }

@@ -35,6 +35,7 @@ pub(super) struct WaitingSavepoint {
     target: Option<String>,
     terminate: bool,
     format: weir_api::snapshot::SnapshotFormat,
+    drain: bool,
     deadline: Instant,
 }
 
@@ -560,6 +561,7 @@ impl JobRun {
                     waiting.target,
                     waiting.terminate,
                     waiting.format,
+                    waiting.drain,
                 );
             } else if now >= waiting.deadline {
                 let states: Vec<String> = record
@@ -610,6 +612,7 @@ impl JobRun {
         target: Option<String>,
         terminate: bool,
         format: weir_api::snapshot::SnapshotFormat,
+        drain: bool,
     ) {
         if self.sup.any_finished || self.sup.finishing {
             let cause = format!(
@@ -626,6 +629,7 @@ impl JobRun {
                 target,
                 terminate,
                 format,
+                drain,
                 deadline: Instant::now() + SAVEPOINT_WAITS_FOR_RUNNING,
             });
             return;
@@ -636,7 +640,7 @@ impl JobRun {
             return self.savepoint_failed(record, &request_id, error.to_string());
         }
         let root = target.or_else(|| self.sup.savepoints_url.clone());
-        let request = SnapshotRequest::Savepoint { request_id: request_id.clone(), terminate, format };
+        let request = SnapshotRequest::Savepoint { request_id: request_id.clone(), terminate, format, drain };
         match self.sup.coordinator.trigger(request, root.as_deref()) {
             Ok(barrier) => {
                 record.savepoint_checkpoints.insert(request_id.clone(), barrier.checkpoint_id);
@@ -708,6 +712,24 @@ impl JobRun {
             self.sup.send_to_all(TaskControl::CheckpointAborted(failure.checkpoint_id));
             if let SnapshotRequest::Savepoint { request_id, .. } = &failure.request {
                 self.savepoint_failed(record, request_id, failure.reason.clone());
+            }
+            if matches!(failure.request, SnapshotRequest::Savepoint { drain: true, .. })
+                && record.history.current() == JobStatus::Running
+            {
+                // The final watermark already went out: every window fired and event time is
+                // over, so the job cannot simply go on (Flink fails over too). What the drain
+                // emitted is uncommitted and is discarded; the job restarts from its newest
+                // checkpoint under its restart strategy.
+                let error = format!("stop --drain failed after the final watermark: {}", failure.reason);
+                record.exceptions.push(ExceptionEntry {
+                    name: "StopWithSavepointFailure".into(),
+                    message: error.clone(),
+                    timestamp_ms: now_ms(),
+                    task_name: "checkpoint coordinator".into(),
+                    location: self.master.location.clone(),
+                });
+                self.on_failure(record, None, "stop-with-savepoint (drain)", &error);
+                continue;
             }
             if failure.fail_job && record.history.current() == JobStatus::Running {
                 let message = format!(

@@ -46,8 +46,8 @@ pub(super) fn run(run: &mut JobRun) -> State {
                     }
                     run.on_task_event(&mut record, task);
                 }
-                Incoming::Event(MasterEvent::TriggerSavepoint { request_id, target, terminate, format }) => {
-                    run.on_trigger_savepoint(&mut record, request_id, target, terminate, format)
+                Incoming::Event(MasterEvent::TriggerSavepoint { request_id, target, terminate, format, drain }) => {
+                    run.on_trigger_savepoint(&mut record, request_id, target, terminate, format, drain)
                 }
                 Incoming::Event(MasterEvent::TriggerCheckpoint { request_id }) => {
                     run.on_trigger_checkpoint(&mut record, request_id)
