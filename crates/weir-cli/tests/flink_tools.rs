@@ -66,28 +66,17 @@ fn assert_conforms(home: &Path, rest: &str, label: &str, args: &[String]) {
 /// `flink ARGS -m REST` with Flink's CLI, bounded in time.
 fn flink(home: &Path, rest: &str, args: &[&str]) -> Output {
     let address = rest.trim_start_matches("http://");
-    let mut child = Command::new("bash")
+    let mut command = Command::new("bash");
+    command
         .arg(home.join("bin/flink"))
         .args(args.iter().take(1))
         .args(["-m", address])
         .args(args.iter().skip(1))
         .env("FLINK_HOME", home)
-        .env("FLINK_CONF_DIR", home.join("conf"))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("bash runs Flink's CLI");
-    let deadline = Instant::now() + Duration::from_secs(90);
-    while child.try_wait().ok().flatten().is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let output = child.wait_with_output().expect("flink ends");
-            panic!("flink {args:?} did not end in 90 s: {}", text(&output));
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    child.wait_with_output().expect("flink ends")
+        .env("FLINK_CONF_DIR", home.join("conf"));
+    let (output, ended) = common::output_within(command, Duration::from_secs(90));
+    assert!(ended, "flink {args:?} did not end in 90 s: {}", text(&output));
+    output
 }
 
 /// The first vertex id and the newest checkpoint id of `job` (waiting for a checkpoint).

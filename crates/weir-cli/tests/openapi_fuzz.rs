@@ -8,8 +8,8 @@
 mod common;
 
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 use common::start_running;
 
@@ -44,25 +44,14 @@ fn schemathesis_finds_no_failure_in_the_openapi_document() {
         "--output",
         "none",
     ]);
-    let mut child = Command::new(&schemathesis)
+    let mut command = Command::new(&schemathesis);
+    command
         .args(["run", &format!("{rest}/openapi.json"), "--max-examples", "20", "--seed", "20261201"])
         .arg("--generation-deterministic")
         .current_dir(dir.path())
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("schemathesis starts");
-    let deadline = Instant::now() + Duration::from_secs(300);
-    while child.try_wait().ok().flatten().is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let output = child.wait_with_output().expect("schemathesis ends");
+        .env("NO_COLOR", "1");
+    let (output, ended) = common::output_within(command, Duration::from_secs(300));
+    assert!(ended, "schemathesis did not end in 300 s");
     let report = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
     assert!(output.status.success(), "schemathesis found failures:\n{report}");
     // It really tested: every operation, many cases, none failing.

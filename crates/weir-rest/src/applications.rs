@@ -20,9 +20,9 @@ pub struct ApplicationsOverview {
     pub applications: Vec<ApplicationOverview>,
 }
 
-/// One entry of [`ApplicationsOverview`].
+/// What every view of an application has: its id, name, state and times.
 #[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
-pub struct ApplicationOverview {
+pub struct ApplicationSummary {
     /// The application's id: its job's.
     pub id: String,
     /// Its job's name.
@@ -37,6 +37,27 @@ pub struct ApplicationOverview {
     pub end_time: i64,
     /// Milliseconds from start to end (or now).
     pub duration: u64,
+}
+
+impl ApplicationSummary {
+    fn of(overview: &JobOverview) -> ApplicationSummary {
+        ApplicationSummary {
+            id: overview.jid.clone(),
+            name: overview.name.clone(),
+            status: overview.state.name().to_string(),
+            start_time: overview.start_time,
+            end_time: overview.end_time,
+            duration: overview.duration,
+        }
+    }
+}
+
+/// One entry of [`ApplicationsOverview`].
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ApplicationOverview {
+    /// Id, name, state and times.
+    #[serde(flatten)]
+    pub summary: ApplicationSummary,
     /// Its jobs per state: its one job.
     pub jobs: BTreeMap<String, u32>,
 }
@@ -44,20 +65,9 @@ pub struct ApplicationOverview {
 /// `GET /applications/{applicationid}`, as Flink's `ApplicationDetailsInfo`.
 #[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ApplicationDetails {
-    /// The application's id: its job's.
-    pub id: String,
-    /// Its job's name.
-    pub name: String,
-    /// Its job's state.
-    pub status: String,
-    /// When it was submitted, epoch ms.
-    #[serde(rename = "start-time")]
-    pub start_time: u64,
-    /// When it ended, epoch ms; -1 while it runs.
-    #[serde(rename = "end-time")]
-    pub end_time: i64,
-    /// Milliseconds from start to end (or now).
-    pub duration: u64,
+    /// Id, name, state and times.
+    #[serde(flatten)]
+    pub summary: ApplicationSummary,
     /// For each state the job entered, when it last entered it.
     pub timestamps: BTreeMap<String, u64>,
     /// Its job, as `/jobs/overview` shows it.
@@ -66,15 +76,7 @@ pub struct ApplicationDetails {
 
 fn overview_of(job: &JobMaster) -> ApplicationOverview {
     let o = job.overview();
-    ApplicationOverview {
-        id: o.jid.clone(),
-        name: o.name.clone(),
-        status: o.state.name().to_string(),
-        start_time: o.start_time,
-        end_time: o.end_time,
-        duration: o.duration,
-        jobs: BTreeMap::from([(o.state.name().to_string(), 1)]),
-    }
+    ApplicationOverview { summary: ApplicationSummary::of(&o), jobs: BTreeMap::from([(o.state.name().to_string(), 1)]) }
 }
 
 #[utoipa::path(get, path = "/applications/overview", tag = "jobs", summary = "Every application (one per job)", responses((status = 200, body = ApplicationsOverview)))]
@@ -92,12 +94,7 @@ pub(crate) async fn application(
     let details = job.details();
     let overview = job.overview();
     Ok(Json(ApplicationDetails {
-        id: overview.jid.clone(),
-        name: overview.name.clone(),
-        status: overview.state.name().to_string(),
-        start_time: overview.start_time,
-        end_time: overview.end_time,
-        duration: overview.duration,
+        summary: ApplicationSummary::of(&overview),
         timestamps: details.timestamps,
         jobs: vec![overview],
     }))

@@ -294,3 +294,25 @@ pub fn kill_processes_naming(dir: &std::path::Path) {
         }
     }
 }
+
+/// Runs `command` (its output piped) to its end, killing it after `limit`; its output, and
+/// whether it ended by itself.
+pub fn output_within(mut command: Command, limit: Duration) -> (Output, bool) {
+    let mut child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {command:?}: {e}"));
+    let deadline = Instant::now() + limit;
+    let mut ended = true;
+    while child.try_wait().ok().flatten().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            ended = false;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    (child.wait_with_output().expect("the process ends"), ended)
+}
