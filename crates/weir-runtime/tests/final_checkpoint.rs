@@ -129,3 +129,52 @@ fn checkpoints_go_on_after_one_pipeline_ended_and_commit_its_last_records() {
     lines.sort_unstable();
     assert_eq!(lines, (0..1_000).collect::<Vec<_>>(), "every bounded record exactly once");
 }
+
+/// Without periodic checkpoints a finished subtask is gone (nothing waits for a final
+/// checkpoint): a savepoint asked for after one pipeline of the job ended fails at once with a
+/// message that says why, rather than waiting for acknowledgements that never come.
+#[test]
+fn a_savepoint_after_a_pipeline_ended_without_checkpoints_fails_with_the_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let env = StreamExecutionEnvironment::new();
+    env.from_source(VecSource::new((0..100u64).collect()))
+        .uid("bounded-source")
+        .sink_to(CollectSink::default())
+        .uid("bounded-sink");
+    env.from_source(EndlessSource::paced(16, Duration::from_millis(2)))
+        .uid("endless-source")
+        .sink_to(CollectSink::default())
+        .uid("endless-sink");
+    let mut settings = JobSettings::with_parallelism(1);
+    settings.checkpointing.savepoints_url = Some(format!("file://{}/savepoints", dir.path().display()));
+    let dispatcher = Dispatcher::new("localhost");
+    let job = dispatcher.submit(env.build("one ends early, no checkpoints").unwrap(), settings).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !job
+        .details()
+        .vertices
+        .iter()
+        .any(|v| v.subtasks.iter().all(|s| s.status == weir_types::ExecutionState::Finished))
+    {
+        assert!(std::time::Instant::now() < deadline, "the bounded pipeline never finished: {:?}", job.details());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let request = job.trigger_savepoint(None, false).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        match job.savepoint_status(&request) {
+            Some(weir_runtime::job_master::SavepointStatus::Failed(cause)) => {
+                assert!(cause.contains("finish"), "{cause}");
+                break;
+            }
+            Some(weir_runtime::job_master::SavepointStatus::InProgress) => {
+                assert!(std::time::Instant::now() < deadline, "the savepoint hangs");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(job.status(), JobStatus::Running);
+    job.cancel().unwrap();
+    assert_eq!(job.wait_terminal(Some(Duration::from_secs(20))), JobStatus::Canceled);
+}
