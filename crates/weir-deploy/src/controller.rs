@@ -328,7 +328,12 @@ impl Controller {
         {
             let restore = match running.job.upgrade_mode {
                 UpgradeMode::Stateless => None,
-                _ => status.job_status.last_checkpoint_path.clone().or_else(|| status.job_status.restored_from.clone()),
+                _ => status
+                    .job_status
+                    .last_checkpoint_path
+                    .clone()
+                    .map(|path| newest_retained(&path))
+                    .or_else(|| status.job_status.restored_from.clone()),
             };
             if restore.is_none() && running.job.upgrade_mode != UpgradeMode::Stateless {
                 let error = format!(
@@ -1055,6 +1060,35 @@ fn wait_terminal(api: &ClusterApi, job_id: &str) -> Result<JobView, String> {
     }
 }
 
+/// The checkpoint to restore for a last observed `chk-<n>` at `location`: itself while it is
+/// there, else the newest `chk-<m>` beside it that is. Between two observations a newer
+/// checkpoint may complete and retention delete the observed one, just before the cluster
+/// dies; its successor holds at least as much. Other locations are returned as they are.
+fn newest_retained(location: &str) -> String {
+    if snapshot_exists(location) {
+        return location.to_string();
+    }
+    let trimmed = location.trim_end_matches('/');
+    let Some((parent, name)) = trimmed.rsplit_once('/') else { return location.to_string() };
+    let Some(observed) = name.strip_prefix("chk-").and_then(|n| n.parse::<u64>().ok()) else {
+        return location.to_string();
+    };
+    let Some(dir) = parent.strip_prefix("file://").or(if parent.contains("://") { None } else { Some(parent) }) else {
+        return location.to_string();
+    };
+    let Ok(entries) = std::fs::read_dir(dir) else { return location.to_string() };
+    entries
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().to_string();
+            let id = name.strip_prefix("chk-")?.parse::<u64>().ok()?;
+            (id > observed && e.path().join("_metadata").is_file()).then_some(id)
+        })
+        .max()
+        .map(|id| format!("{parent}/chk-{id}"))
+        .unwrap_or_else(|| location.to_string())
+}
+
 /// Whether the snapshot at `location` is still there (its `_metadata` reads).
 fn snapshot_exists(location: &str) -> bool {
     let Ok(storage) = weir_checkpoint::SnapshotStorage::from_url(location) else { return false };
@@ -1066,4 +1100,26 @@ fn dispose(location: &str) -> Result<(), String> {
     let storage = weir_checkpoint::SnapshotStorage::from_url(location).map_err(|e| e.to_string())?;
     let blocking = storage.blocking();
     blocking.block_on(weir_checkpoint::dispose(&storage)).map(|_| ()).map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::newest_retained;
+
+    #[test]
+    fn a_checkpoint_deleted_since_it_was_observed_gives_way_to_the_newest_one_beside_it() {
+        let dir = tempfile::tempdir().unwrap();
+        for id in [3, 5] {
+            std::fs::create_dir_all(dir.path().join(format!("chk-{id}"))).unwrap();
+            std::fs::write(dir.path().join(format!("chk-{id}/_metadata")), b"x").unwrap();
+        }
+        // chk-7 was begun but never completed: no _metadata.
+        std::fs::create_dir_all(dir.path().join("chk-7")).unwrap();
+        let parent = format!("file://{}", dir.path().display());
+        assert_eq!(newest_retained(&format!("{parent}/chk-2")), format!("{parent}/chk-5"));
+        // Nothing newer than what was observed: the observed one stands (and its restore says
+        // what is wrong with it).
+        assert_eq!(newest_retained(&format!("{parent}/chk-5")), format!("{parent}/chk-5"));
+        assert_eq!(newest_retained(&format!("{parent}/savepoint-x")), format!("{parent}/savepoint-x"));
+    }
 }
