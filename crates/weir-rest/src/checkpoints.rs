@@ -799,7 +799,7 @@ pub struct AlignmentSummary {
 }
 
 /// One subtask of [`TaskCheckpointDetails`], as Flink's `SubtaskCheckpointStatistics`.
-#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Default, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct SubtaskCheckpointStatistics {
     /// Flink's type tag: `completed` or `pending_or_failed`.
     #[serde(rename = "className")]
@@ -911,15 +911,7 @@ pub(crate) async fn checkpoint_subtasks(
                 class_name: "pending_or_failed".into(),
                 index: i,
                 status: "pending_or_failed".into(),
-                ack_timestamp: None,
-                end_to_end_duration: None,
-                checkpointed_size: None,
-                state_size: None,
-                checkpoint: None,
-                alignment: None,
-                start_delay: None,
-                unaligned_checkpoint: None,
-                aborted: None,
+                ..SubtaskCheckpointStatistics::default()
             },
         })
         .collect();

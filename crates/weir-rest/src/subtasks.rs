@@ -175,7 +175,7 @@ pub(crate) async fn vertex_taskmanagers(
             let states: Vec<ExecutionState> = subtasks.iter().map(|s| s.status).collect();
             VertexTaskManager {
                 endpoint: subtasks.first().map(|s| s.endpoint.clone()).unwrap_or_default(),
-                status: least_advanced(&states),
+                status: weir_runtime::status::aggregate_state(&states),
                 start_time: start,
                 end_time: end.unwrap_or(-1),
                 duration: end.map(|e| (e as u64).saturating_sub(start)).unwrap_or_else(|| now.saturating_sub(start)),
@@ -187,15 +187,6 @@ pub(crate) async fn vertex_taskmanagers(
         })
         .collect();
     Ok(Json(VertexTaskManagers { id: vertex.id, name: vertex.name, now, taskmanagers }))
-}
-
-/// Flink's aggregate of subtask states: a failure wins, then the least advanced state.
-fn least_advanced(states: &[ExecutionState]) -> ExecutionState {
-    use ExecutionState::*;
-    [Failed, Canceling, Canceled, Created, Scheduled, Deploying, Initializing, Reconciling, Running, Finished]
-        .into_iter()
-        .find(|candidate| states.contains(candidate))
-        .unwrap_or(Created)
 }
 
 /// `GET /jobs/{jobid}/accumulators`, as Flink's `JobAccumulatorsInfo`: weir jobs have no

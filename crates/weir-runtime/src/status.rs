@@ -479,7 +479,7 @@ fn end_and_duration(start: u64, terminal_at: Option<u64>) -> (i64, u64) {
 }
 
 /// Flink's aggregate vertex state: any failure wins, then the least advanced state.
-fn aggregate_state(states: &[ExecutionState]) -> ExecutionState {
+pub fn aggregate_state(states: &[ExecutionState]) -> ExecutionState {
     use ExecutionState::*;
     let order =
         [Failed, Canceling, Canceled, Created, Scheduled, Deploying, Initializing, Reconciling, Running, Finished];
