@@ -172,6 +172,24 @@ pub fn restart_strategy(config: &Configuration, checkpointing: bool) -> Result<R
 }
 
 /// The job's checkpointing options from Flink's keys.
+/// Where a backend with a local store keeps it (the first of `io.tmp.dirs`), and its memory
+/// budget from `budget`.
+fn disk_state_options(
+    config: &Configuration,
+    layout: weir_state::spill::DiskLayout,
+    budget: &weir_config::ConfigOption<usize>,
+) -> Result<weir_state::spill::SpillOptions, CliError> {
+    Ok(weir_state::spill::SpillOptions {
+        dir: config
+            .get(&weir_config::options::IO_TMP_DIRS)
+            .map_err(CliError::usage)?
+            .and_then(|dirs| dirs.split([',', ':']).find(|d| !d.trim().is_empty()).map(|d| d.trim().into()))
+            .unwrap_or_else(std::env::temp_dir),
+        memory_budget: config.get(budget).map_err(CliError::usage)?,
+        layout,
+    })
+}
+
 pub fn checkpoint_settings(config: &Configuration) -> Result<CheckpointSettings, CliError> {
     // Validated here so a bad backend name is a usage error even though only one exists.
     config.get(&STATE_BACKEND_TYPE).map_err(CliError::usage)?;
@@ -205,16 +223,16 @@ pub fn checkpoint_settings(config: &Configuration) -> Result<CheckpointSettings,
             None
         },
         spill: match config.get(&STATE_BACKEND_TYPE).map_err(CliError::usage)? {
-            weir_config::StateBackendType::Spillable => Some(weir_state::spill::SpillOptions {
-                dir: config
-                    .get(&weir_config::options::IO_TMP_DIRS)
-                    .map_err(CliError::usage)?
-                    .and_then(|dirs| dirs.split([',', ':']).find(|d| !d.trim().is_empty()).map(|d| d.trim().into()))
-                    .unwrap_or_else(std::env::temp_dir),
-                memory_budget: config
-                    .get(&weir_config::options::STATE_BACKEND_SPILLABLE_MEMORY)
-                    .map_err(CliError::usage)?,
-            }),
+            weir_config::StateBackendType::Spillable => Some(disk_state_options(
+                config,
+                weir_state::spill::DiskLayout::KeyGroups,
+                &weir_config::options::STATE_BACKEND_SPILLABLE_MEMORY,
+            )?),
+            weir_config::StateBackendType::Fjall => Some(disk_state_options(
+                config,
+                weir_state::spill::DiskLayout::Entries,
+                &weir_config::options::STATE_BACKEND_FJALL_MEMORY,
+            )?),
             _ => None,
         },
         claim_restored: matches!(

@@ -309,12 +309,12 @@ pub const SAVEPOINTS_DIR: ConfigOption<Option<String>> = ConfigOption {
     default: || None,
 };
 
-/// `state.backend.type`: the keyed state backend; only `hashmap` exists in this build.
+/// `state.backend.type`: the keyed state backend.
 pub const STATE_BACKEND_TYPE: ConfigOption<StateBackendType> = ConfigOption {
     key: "state.backend.type",
     fallback_keys: &["state.backend"],
     default_description: "hashmap",
-    description: "state backend for keyed state: hashmap (in memory), spillable (hash maps, cold key groups spilled to a local LSM store)",
+    description: "state backend for keyed state: hashmap (in memory), spillable (hash maps, cold key groups spilled to a local LSM store), fjall (every entry in a local LSM store, the ones in use cached)",
     parse: |text| text.parse(),
     default: || StateBackendType::HashMap,
 };
@@ -330,13 +330,23 @@ pub const STATE_BACKEND_SPILLABLE_MEMORY: ConfigOption<usize> = ConfigOption {
     default: || 256 << 20,
 };
 
+/// `state.backend.fjall.memory`: cached entries of the process's `fjall` backends.
+pub const STATE_BACKEND_FJALL_MEMORY: ConfigOption<usize> = ConfigOption {
+    key: "state.backend.fjall.memory",
+    fallback_keys: &[],
+    default_description: "256mb",
+    description: "with state.backend.type fjall: the estimated memory of the entries all subtasks of the process cache in hash maps; every entry is in the LSM store under io.tmp.dirs, and its block cache (32 MiB) and memtables (up to 64 MiB) per keyed operator subtask come on top",
+    parse: memory_size,
+    default: || 256 << 20,
+};
+
 /// `io.tmp.dirs`: local directories for scratch data (the spillable backend's store); the
 /// first is used.
 pub const IO_TMP_DIRS: ConfigOption<Option<String>> = ConfigOption {
     key: "io.tmp.dirs",
     fallback_keys: &[],
     default_description: "the system's temporary directory",
-    description: "local directories for scratch data (the spillable backend's store), separated by ',' or ':'; the first is used",
+    description: "local directories for scratch data (the spillable and fjall backends' stores), separated by ',' or ':'; the first is used",
     parse: |text| Ok(Some(text.trim().to_string())),
     default: || None,
 };

@@ -97,6 +97,11 @@ pub enum StateBackendType {
     /// `state.backend.spillable.memory` is used: state larger than memory.
     #[serde(rename = "spillable")]
     Spillable,
+    /// Every entry in a local LSM store (fjall), one store entry per key as Flink's RocksDB
+    /// backend keeps it, the entries in use cached in hash maps up to
+    /// `state.backend.fjall.memory`: state far larger than memory.
+    #[serde(rename = "fjall")]
+    Fjall,
 }
 
 impl FromStr for StateBackendType {
@@ -110,14 +115,17 @@ impl FromStr for StateBackendType {
         if text.eq_ignore_ascii_case("spillable") {
             return Ok(StateBackendType::Spillable);
         }
+        if text.eq_ignore_ascii_case("fjall") {
+            return Ok(StateBackendType::Fjall);
+        }
         for unavailable in ["rocksdb", "forst"] {
             if text.eq_ignore_ascii_case(unavailable) {
                 return Err(format!(
-                    "state backend '{unavailable}' is not available in this build; use 'hashmap', or 'spillable' for state larger than memory"
+                    "state backend '{unavailable}' is not available in this build; use 'fjall' (every entry in a local LSM store, as RocksDB keeps it) for state larger than memory, or 'hashmap'"
                 ));
             }
         }
-        Err("expected 'hashmap' or 'spillable'".to_string())
+        Err("expected 'hashmap', 'spillable' or 'fjall'".to_string())
     }
 }
 
@@ -126,6 +134,7 @@ impl fmt::Display for StateBackendType {
         f.write_str(match self {
             StateBackendType::HashMap => "hashmap",
             StateBackendType::Spillable => "spillable",
+            StateBackendType::Fjall => "fjall",
         })
     }
 }
@@ -286,10 +295,11 @@ mod tests {
         assert_eq!("HashMap".parse(), Ok(StateBackendType::HashMap));
         assert_eq!(
             "rocksdb".parse::<StateBackendType>(),
-            Err("state backend 'rocksdb' is not available in this build; use 'hashmap', or 'spillable' for state larger than memory".into())
+            Err("state backend 'rocksdb' is not available in this build; use 'fjall' (every entry in a local LSM store, as RocksDB keeps it) for state larger than memory, or 'hashmap'".into())
         );
-        assert_eq!("memory".parse::<StateBackendType>(), Err("expected 'hashmap' or 'spillable'".into()));
+        assert_eq!("memory".parse::<StateBackendType>(), Err("expected 'hashmap', 'spillable' or 'fjall'".into()));
         assert_eq!("spillable".parse(), Ok(StateBackendType::Spillable));
+        assert_eq!("FJALL".parse(), Ok(StateBackendType::Fjall));
     }
 
     #[test]

@@ -14,7 +14,8 @@ use crate::handles::{
     ListAccess, ListState, MapAccess, MapState, ReducingAccess, ReducingState, StateData, StateDeclaration, StateKind,
     ValueAccess, ValueState,
 };
-use crate::spill::{SpillOptions, SpillStore};
+use crate::lsm::{LsmStore, LsmTable};
+use crate::spill::{DiskLayout, SpillOptions, SpillStore};
 use crate::table::{Cell, ListCell, MapCell, RestoredTable, StateTable, Table, TableSnapshot, ValueCell};
 
 /// A copy of a backend's tables taken at a checkpoint barrier.
@@ -36,6 +37,17 @@ pub struct KeyedStateBackend<K> {
     declared: Option<Vec<StateDeclaration>>,
     /// The `spillable` backend: cold key groups go to a local LSM store.
     spill: Option<Spilling>,
+    /// The `fjall` backend: every entry in a local LSM store, hot ones cached.
+    lsm: Option<Lsm>,
+}
+
+/// The store side of a `fjall` backend.
+struct Lsm {
+    options: SpillOptions,
+    /// Opened with the first table.
+    store: Option<Arc<LsmStore>>,
+    /// Dirty keys of a table between two write batches.
+    flush_every: usize,
 }
 
 /// The spilling side of a `spillable` backend.
@@ -56,15 +68,57 @@ const BUDGET_CHECK_EVERY: u32 = 4096;
 impl<K: Key> KeyedStateBackend<K> {
     /// An empty backend owning `range` of `max_parallelism` key groups.
     pub fn new(range: KeyGroupRange, max_parallelism: u32) -> KeyedStateBackend<K> {
-        KeyedStateBackend { range, max_parallelism, tables: Vec::new(), declared: None, spill: None }
+        KeyedStateBackend { range, max_parallelism, tables: Vec::new(), declared: None, spill: None, lsm: None }
     }
 
     /// A `spillable` backend: once the resident key groups of every spillable backend of the
     /// process pass `options.memory_budget`, key groups go to a local LSM store until the
     /// next access loads them back.
+    ///
+    /// With `options.layout` [`DiskLayout::Entries`], the `fjall` backend instead: every
+    /// entry in a local LSM store, the ones in use cached in hash maps ([`crate::lsm`]).
     pub fn with_spill(mut self, options: SpillOptions) -> KeyedStateBackend<K> {
-        self.spill = Some(Spilling { options, store: None, counted: 0, cursor: (0, 0), accesses: 0 });
+        match options.layout {
+            DiskLayout::KeyGroups => {
+                self.spill = Some(Spilling { options, store: None, counted: 0, cursor: (0, 0), accesses: 0 })
+            }
+            DiskLayout::Entries => self.lsm = Some(Lsm { options, store: None, flush_every: crate::lsm::FLUSH_EVERY }),
+        }
         self
+    }
+
+    /// The `fjall` backend's store reads on cache misses and entries written (0 for the
+    /// others).
+    pub fn store_counts(&self) -> (u64, u64) {
+        self.lsm.as_ref().and_then(|l| l.store.as_ref()).map_or((0, 0), |store| store.counts())
+    }
+
+    /// The `fjall` backend's store, opened at the first call.
+    fn lsm_store(&mut self) -> Result<Option<Arc<LsmStore>>, StateError> {
+        let Some(lsm) = &mut self.lsm else { return Ok(None) };
+        if let Some(store) = &lsm.store {
+            return Ok(Some(Arc::clone(store)));
+        }
+        let store = LsmStore::open(lsm.options.clone(), lsm.flush_every)?;
+        lsm.store = Some(Arc::clone(&store));
+        Ok(Some(store))
+    }
+
+    /// Writes of a `fjall` backend's tables go to the store every `dirty_keys` dirty keys
+    /// (tests: small batches exercise the cache's eviction). Before the first state access.
+    #[cfg(test)]
+    fn flush_every(mut self, dirty_keys: usize) -> Self {
+        if let Some(lsm) = &mut self.lsm {
+            lsm.flush_every = dirty_keys;
+        }
+        self
+    }
+
+    /// The id of table `index` in the `fjall` store.
+    fn table_id(index: usize, name: &str) -> Result<u16, StateError> {
+        u16::try_from(index).map_err(|_| StateError::Spill {
+            reason: format!("state '{name}': an operator of the fjall backend holds at most 65536 states"),
+        })
     }
 
     /// Key groups spilled and loaded back so far (0 for the hashmap backend).
@@ -215,18 +269,35 @@ impl<K: Key> KeyedStateBackend<K> {
                 Some(_) => {}
             }
         }
+        let store = self.lsm_store()?;
         let mut found = None;
         for (index, table) in self.tables.iter_mut().enumerate() {
             if table.name() != name {
                 continue;
             }
             if let Some(restored) = table.as_restored() {
-                let typed = Self::claim_restored::<C>(restored, name, kind, self.range, self.max_parallelism)?;
-                *table = Box::new(typed);
+                *table = match &store {
+                    Some(store) => {
+                        let table_id = Self::table_id(index, name)?;
+                        let typed = Self::claim_restored_into_store::<C>(
+                            restored,
+                            (name, kind),
+                            self.range,
+                            self.max_parallelism,
+                            (Arc::clone(store), table_id),
+                        )?;
+                        Box::new(typed)
+                    }
+                    None => {
+                        Box::new(Self::claim_restored::<C>(restored, name, kind, self.range, self.max_parallelism)?)
+                    }
+                };
                 found = Some(index);
                 break;
             }
-            let same_type = table.kind() == kind && table.as_any_mut().is::<Table<K, C>>();
+            let same_kind = table.kind() == kind;
+            let any = table.as_any_mut();
+            let same_type = same_kind && (any.is::<Table<K, C>>() || any.is::<LsmTable<K, C>>());
             if !same_type {
                 return Err(StateError::TypeMismatch {
                     name: name.to_string(),
@@ -240,8 +311,15 @@ impl<K: Key> KeyedStateBackend<K> {
         let index = match found {
             Some(index) => index,
             None => {
-                self.tables.push(Box::new(Table::<K, C>::new(name, kind, self.range)));
-                self.tables.len() - 1
+                let index = self.tables.len();
+                match store {
+                    Some(store) => {
+                        let table_id = Self::table_id(index, name)?;
+                        self.tables.push(Box::new(LsmTable::<K, C>::new(name, kind, self.range, store, table_id)));
+                    }
+                    None => self.tables.push(Box::new(Table::<K, C>::new(name, kind, self.range))),
+                }
+                index
             }
         };
         let _ = slot.set(index);
@@ -272,8 +350,31 @@ impl<K: Key> KeyedStateBackend<K> {
         Ok(table)
     }
 
+    /// As [`Self::claim_restored`], into table `table_id` of a `fjall` store.
+    fn claim_restored_into_store<C: Cell>(
+        restored: &RestoredTable,
+        (name, kind): (&str, StateKind),
+        range: KeyGroupRange,
+        max_parallelism: u32,
+        (store, table_id): (Arc<LsmStore>, u16),
+    ) -> Result<LsmTable<K, C>, StateError> {
+        let declared_type = std::any::type_name::<C>();
+        if restored.kind != kind || restored.cell_type != declared_type {
+            return Err(StateError::RestoredTypeMismatch {
+                name: name.to_string(),
+                recorded: format!("{} state of {}", restored.kind, restored.cell_type),
+                declared: format!("{kind} state of {declared_type}"),
+            });
+        }
+        let mut table = LsmTable::<K, C>::new(name, kind, range, store, table_id);
+        for (key_group, (bytes, entries)) in &restored.key_groups {
+            table.restore_key_group(*key_group, bytes, max_parallelism, *entries)?;
+        }
+        Ok(table)
+    }
+
     /// Every table as it is now, for a canonical snapshot (see [`Self::snapshot_in`]).
-    pub fn snapshot(&self) -> KeyedBackendSnapshot {
+    pub fn snapshot(&mut self) -> Result<KeyedBackendSnapshot, StateError> {
         self.snapshot_in(false, 0)
     }
 
@@ -285,12 +386,18 @@ impl<K: Key> KeyedStateBackend<K> {
     ///
     /// `checkpoint_id` is the snapshot's id: each key group records the newest snapshot taken
     /// before its last write, which tells an incremental checkpoint what it may reuse.
-    pub fn snapshot_in(&self, native: bool, checkpoint_id: u64) -> KeyedBackendSnapshot {
-        KeyedBackendSnapshot {
+    ///
+    /// The `fjall` backend first writes its dirty entries to its store, whose MVCC snapshot
+    /// the writer then reads; that write is the only thing here that can fail.
+    pub fn snapshot_in(&mut self, native: bool, checkpoint_id: u64) -> Result<KeyedBackendSnapshot, StateError> {
+        for table in &mut self.tables {
+            table.prepare_snapshot()?;
+        }
+        Ok(KeyedBackendSnapshot {
             key_type: std::any::type_name::<K>().to_string(),
             range: self.range,
             tables: self.tables.iter().map(|t| t.snapshot(native, checkpoint_id)).collect(),
-        }
+        })
     }
 
     /// Loads restored state; each table becomes typed when a handle first declares it.
@@ -315,6 +422,27 @@ impl<K: Key> KeyedStateBackend<K> {
         }
     }
 
+    fn lsm_table<C: Cell>(&mut self, index: usize) -> &mut LsmTable<K, C> {
+        match self.tables[index].as_any_mut().downcast_mut::<LsmTable<K, C>>() {
+            Some(table) => table,
+            // resolve() made every table of a fjall backend an LsmTable.
+            None => unreachable!("state slot {index} of a fjall backend is not in its store"),
+        }
+    }
+
+    /// The map of `key`'s group in table `index`, with `key`'s entry in it if it has one.
+    #[inline]
+    fn cells<C: Cell>(
+        &mut self,
+        index: usize,
+        key: KeyRef<'_, K>,
+    ) -> Result<&mut crate::keymap::KeyMap<K, C>, StateError> {
+        if self.lsm.is_some() {
+            return self.lsm_table::<C>(index).access(key);
+        }
+        self.table::<C>(index).group_mut(key.group_index)
+    }
+
     /// The value state `handle` for `key` (located with [`Self::locate`]).
     #[inline]
     pub fn value<'a, V: StateData>(
@@ -324,7 +452,7 @@ impl<K: Key> KeyedStateBackend<K> {
     ) -> Result<ValueAccess<'a, K, V>, StateError> {
         self.tick()?;
         let index = self.resolve::<ValueCell<V>>(handle.name, StateKind::Value, &handle.slot)?;
-        let map = self.table::<ValueCell<V>>(index).group_mut(key.group_index)?;
+        let map = self.cells::<ValueCell<V>>(index, key)?;
         Ok(ValueAccess { map, key })
     }
 
@@ -337,7 +465,7 @@ impl<K: Key> KeyedStateBackend<K> {
     ) -> Result<ListAccess<'a, K, V>, StateError> {
         self.tick()?;
         let index = self.resolve::<ListCell<V>>(handle.name, StateKind::List, &handle.slot)?;
-        let map = self.table::<ListCell<V>>(index).group_mut(key.group_index)?;
+        let map = self.cells::<ListCell<V>>(index, key)?;
         Ok(ListAccess { map, key })
     }
 
@@ -350,7 +478,7 @@ impl<K: Key> KeyedStateBackend<K> {
     ) -> Result<MapAccess<'a, K, UK, UV>, StateError> {
         self.tick()?;
         let index = self.resolve::<MapCell<UK, UV>>(handle.name, StateKind::Map, &handle.slot)?;
-        let map = self.table::<MapCell<UK, UV>>(index).group_mut(key.group_index)?;
+        let map = self.cells::<MapCell<UK, UV>>(index, key)?;
         Ok(MapAccess { map, key })
     }
 
@@ -363,7 +491,7 @@ impl<K: Key> KeyedStateBackend<K> {
     ) -> Result<ReducingAccess<'a, K, V>, StateError> {
         self.tick()?;
         let index = self.resolve::<ValueCell<V>>(handle.name, StateKind::Reducing, &handle.slot)?;
-        let map = self.table::<ValueCell<V>>(index).group_mut(key.group_index)?;
+        let map = self.cells::<ValueCell<V>>(index, key)?;
         Ok(ReducingAccess { map, key, reduce: handle.reduce })
     }
 
@@ -374,6 +502,9 @@ impl<K: Key> KeyedStateBackend<K> {
         mut f: impl FnMut(&K, &V),
     ) -> Result<(), StateError> {
         let index = self.resolve::<ValueCell<V>>(handle.name, StateKind::Value, &handle.slot)?;
+        if self.lsm.is_some() {
+            return self.lsm_table::<ValueCell<V>>(index).for_each(|key, cell| f(key, &cell.0));
+        }
         let count = self.table::<ValueCell<V>>(index).group_count();
         for group_index in 0..count {
             // Loads a spilled group; the budget is looked at between groups.
@@ -498,7 +629,11 @@ mod tests {
         // A handle caches its table's slot: one per backend.
         let counts =
             [ValueState::<u64>::new("count"), ValueState::<u64>::new("count"), ValueState::<u64>::new("count")];
-        let options = crate::spill::SpillOptions { dir: std::env::temp_dir(), memory_budget: 64 * 1024 };
+        let options = crate::spill::SpillOptions {
+            dir: std::env::temp_dir(),
+            memory_budget: 64 * 1024,
+            layout: DiskLayout::KeyGroups,
+        };
         let mut spilling = KeyedStateBackend::<u64>::new(KeyGroupRange::new(0, 127), 128).with_spill(options);
         let mut heap = KeyedStateBackend::<u64>::new(KeyGroupRange::new(0, 127), 128);
         let update = |backend: &mut KeyedStateBackend<u64>, count: &ValueState<u64>, key: u64| {
@@ -520,14 +655,14 @@ mod tests {
         assert_eq!(spilling.entry_count(), heap.entry_count());
         // A snapshot of spilled and resident groups, then every key changes: the snapshot
         // still holds the barrier's state, byte for byte what the heap backend writes.
-        let frozen = spilling.snapshot_in(false, 1);
-        let expected = canonical_groups(&heap.snapshot(), 128);
+        let frozen = spilling.snapshot_in(false, 1).unwrap();
+        let expected = canonical_groups(&heap.snapshot().unwrap(), 128);
         for key in 0..20_000u64 {
             update(&mut spilling, &counts[0], key * 7);
         }
         assert_eq!(canonical_groups(&frozen, 128), expected);
         // Native snapshots hold the same entries.
-        let native = spilling.snapshot_in(true, 2);
+        let native = spilling.snapshot_in(true, 2).unwrap();
         for key in 0..20_000u64 {
             update(&mut heap, &counts[1], key * 7);
         }
@@ -547,6 +682,160 @@ mod tests {
         assert_eq!(crate::spill::resident_bytes(), 0);
     }
 
+    fn fjall_backend(range: KeyGroupRange, max_parallelism: u32, budget: usize) -> KeyedStateBackend<u64> {
+        let options = crate::spill::SpillOptions {
+            dir: std::env::temp_dir(),
+            memory_budget: budget,
+            layout: DiskLayout::Entries,
+        };
+        KeyedStateBackend::<u64>::new(range, max_parallelism).with_spill(options).flush_every(16)
+    }
+
+    /// Every key group's canonical bytes of every table of `snapshot`.
+    fn all_groups(snapshot: &KeyedBackendSnapshot) -> Vec<(String, Vec<Vec<u8>>)> {
+        snapshot
+            .tables
+            .iter()
+            .map(|table| {
+                let groups = snapshot
+                    .range
+                    .iter()
+                    .map(|g| {
+                        let mut bytes = Vec::new();
+                        table.write_key_group(g, &mut bytes).unwrap();
+                        bytes
+                    })
+                    .collect();
+                (table.name().to_string(), groups)
+            })
+            .collect()
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(24))]
+        /// The fjall backend, with write batches of 16 keys and a cache budget that evicts at
+        /// every batch, holds exactly the heap backend's state: the same canonical bytes at
+        /// every snapshot (each taken while later writes go on), the same counts, and it
+        /// restores at another parallelism into the heap backend and back.
+        #[test]
+        fn the_fjall_backend_holds_the_heap_backend_s_state(
+            ops in proptest::collection::vec((0u8..6, 0u64..300, 0u64..1000), 1..600),
+        ) {
+            let range = KeyGroupRange::new(0, 31);
+            let handles = |_: ()| (ValueState::<u64>::new("value"), ListState::<u64>::new("list"), ReducingState::<u64>::new("sum", |a, b| a + b));
+            let (lsm_value, lsm_list, lsm_sum) = handles(());
+            let (heap_value, heap_list, heap_sum) = handles(());
+            let mut lsm = fjall_backend(range, 32, 1024);
+            let mut heap = KeyedStateBackend::<u64>::new(range, 32);
+            let mut pending: Vec<(KeyedBackendSnapshot, Vec<(String, Vec<Vec<u8>>)>)> = Vec::new();
+            for (step, (op, key, value)) in ops.into_iter().enumerate() {
+                let at = lsm.locate(&key).unwrap();
+                let at_heap = heap.locate(&key).unwrap();
+                match op {
+                    0 => {
+                        lsm.value(&lsm_value, at).unwrap().set(value);
+                        heap.value(&heap_value, at_heap).unwrap().set(value);
+                    }
+                    1 => {
+                        lsm.value(&lsm_value, at).unwrap().clear();
+                        heap.value(&heap_value, at_heap).unwrap().clear();
+                        lsm.list(&lsm_list, at).unwrap().clear();
+                        heap.list(&heap_list, at_heap).unwrap().clear();
+                    }
+                    2 => {
+                        lsm.list(&lsm_list, at).unwrap().add(value);
+                        heap.list(&heap_list, at_heap).unwrap().add(value);
+                        lsm.reducing(&lsm_sum, at).unwrap().add(value);
+                        heap.reducing(&heap_sum, at_heap).unwrap().add(value);
+                    }
+                    3 => {
+                        let snapshot = lsm.snapshot_in(step % 2 == 0, step as u64 + 1).unwrap();
+                        let expected = all_groups(&heap.snapshot().unwrap());
+                        pending.push((snapshot, expected));
+                    }
+                    _ => {
+                        let got = lsm.value(&lsm_value, at).unwrap().get().copied();
+                        prop_assert_eq!(got, heap.value(&heap_value, at_heap).unwrap().get().copied());
+                        let got = lsm.list(&lsm_list, at).unwrap().get().to_vec();
+                        prop_assert_eq!(got, heap.list(&heap_list, at_heap).unwrap().get().to_vec());
+                    }
+                }
+                prop_assert_eq!(lsm.entry_count(), heap.entry_count());
+            }
+            // Snapshots written after later changes still hold their barrier's state.
+            for (snapshot, expected) in &pending {
+                prop_assert_eq!(&all_groups(snapshot), expected);
+            }
+            // Into the heap backend at parallelism 2, and back into fjall at 1.
+            let snapshot = lsm.snapshot().unwrap();
+            let expected = all_groups(&heap.snapshot().unwrap());
+            prop_assert_eq!(&all_groups(&snapshot), &expected);
+            let mut back = fjall_backend(range, 32, 1 << 20);
+            let mut restored_tables: Vec<RestoredTable> = Vec::new();
+            for half in [KeyGroupRange::new(0, 15), KeyGroupRange::new(16, 31)] {
+                let (value, list, sum) = handles(());
+                let mut part = KeyedStateBackend::<u64>::new(half, 32);
+                let tables = restored_from(&snapshot).into_iter().map(|mut t| { t.key_groups.retain(|g, _| half.contains(*g)); t }).collect();
+                part.restore("u64", tables).unwrap();
+                part.declare(vec![value.declaration(), list.declaration(), sum.declaration()]).unwrap();
+                for key in 0u64..300 {
+                    let Ok(at) = part.locate(&key) else { continue };
+                    let _ = part.value(&value, at).unwrap().get();
+                    let _ = part.list(&list, at).unwrap().get();
+                    let _ = part.reducing(&sum, at).unwrap().get();
+                }
+                let part_snapshot = part.snapshot().unwrap();
+                for (index, table) in restored_from(&part_snapshot).into_iter().enumerate() {
+                    match restored_tables.get_mut(index) {
+                        Some(all) => all.key_groups.extend(table.key_groups),
+                        None => restored_tables.push(table),
+                    }
+                }
+            }
+            back.restore("u64", restored_tables).unwrap();
+            let (value, list, sum) = handles(());
+            for key in 0u64..300 {
+                let at = back.locate(&key).unwrap();
+                let _ = back.value(&value, at).unwrap().get();
+                let _ = back.list(&list, at).unwrap().get();
+                let _ = back.reducing(&sum, at).unwrap().get();
+            }
+            // States that only the restore's reads created are empty: leave them out.
+            let non_empty = |mut groups: Vec<(String, Vec<Vec<u8>>)>| {
+                groups.retain(|(_, g)| g.iter().any(|bytes| bytes != &[0]));
+                groups.sort();
+                groups
+            };
+            let names_in_order = non_empty(all_groups(&back.snapshot().unwrap()));
+            let expected_sorted = non_empty(expected);
+            prop_assert_eq!(names_in_order, expected_sorted);
+        }
+    }
+
+    #[test]
+    fn the_fjall_backend_counts_reads_and_writes_and_keeps_its_cache_budget() {
+        let count = ValueState::<u64>::new("count");
+        let mut backend = fjall_backend(KeyGroupRange::new(0, 127), 128, 16 * 1024);
+        for round in 0..3u64 {
+            for key in 0..5_000u64 {
+                let at = backend.locate(&key).unwrap();
+                let mut value = backend.value(&count, at).unwrap();
+                let next = value.get().copied().unwrap_or(0) + round;
+                value.set(next);
+            }
+        }
+        let (reads, writes) = backend.store_counts();
+        // Every first access of a round misses: the budget holds far fewer than 5 000 keys.
+        assert!(reads > 10_000, "reads {reads}");
+        // Every access but the last batch's (at most 16 keys) was written.
+        assert!(writes >= 15_000 - 16, "writes {writes}");
+        assert!(crate::lsm::cached_bytes() <= 64 * 1024, "{}", crate::lsm::cached_bytes());
+        assert_eq!(backend.entry_count(), 5_000);
+        let mut sum = 0;
+        backend.for_each_value(&count, |_, value| sum += *value).unwrap();
+        assert_eq!(sum, 5_000 * 3);
+    }
+
     #[test]
     fn each_key_group_knows_the_newest_snapshot_before_its_last_write() {
         let count = ValueState::<u64>::new("count");
@@ -559,21 +848,21 @@ mod tests {
         for key in 0..200 {
             write(&mut backend, key);
         }
-        let first = backend.snapshot_in(true, 5);
+        let first = backend.snapshot_in(true, 5).unwrap();
         assert!((0..16).all(|g| first.tables[0].written_after(g) == 0), "written before any snapshot");
         write(&mut backend, 7);
-        let second = backend.snapshot_in(true, 6);
+        let second = backend.snapshot_in(true, 6).unwrap();
         for group in 0..16 {
             // Unchanged since checkpoint 5 unless written after it.
             let expected = if group == group_of(7) { 5 } else { 0 };
             assert_eq!(second.tables[0].written_after(group), expected, "key group {group}");
         }
         // No write between 6 and 7: every group is unchanged since 6.
-        let third = backend.snapshot_in(true, 7);
+        let third = backend.snapshot_in(true, 7).unwrap();
         assert!((0..16).all(|g| third.tables[0].written_after(g) < 6));
         write(&mut backend, 7);
         write(&mut backend, 7);
-        let fourth = backend.snapshot_in(true, 8);
+        let fourth = backend.snapshot_in(true, 8).unwrap();
         assert_eq!(fourth.tables[0].written_after(group_of(7)), 7);
     }
 
@@ -586,7 +875,7 @@ mod tests {
                 let located = backend.locate(&key).unwrap();
                 backend.value(&count, located).unwrap().set(key);
             }
-            let mut snapshot = backend.snapshot_in(native, 1);
+            let mut snapshot = backend.snapshot_in(native, 1).unwrap();
             // Half the groups written before the task touches them, half after.
             let mut written = std::collections::BTreeMap::new();
             for key_group in 0..8 {
@@ -635,7 +924,7 @@ mod tests {
         backend.declare(vec![count.declaration()]).unwrap();
         let located = backend.locate(&7).unwrap();
         backend.value(&count, located).unwrap().set(3);
-        let snapshot = backend.snapshot();
+        let snapshot = backend.snapshot().unwrap();
 
         // The same declaration restores.
         let mut same = KeyedStateBackend::<u64>::new(KeyGroupRange::new(0, 127), 128);
@@ -682,7 +971,7 @@ mod tests {
             let located = backend.locate(&key).unwrap();
             backend.value(&count, located).unwrap().set(key * 3);
         }
-        let snapshot = backend.snapshot();
+        let snapshot = backend.snapshot().unwrap();
         // Changes after the barrier are not in the copy.
         let zero = 0u64;
         let located = backend.locate(&zero).unwrap();
@@ -739,8 +1028,8 @@ mod tests {
                 let located = backend.locate(key).unwrap();
                 backend.value(&count, located).unwrap().set(*value);
             }
-            let snapshot = backend.snapshot();
-            let native_snapshot = backend.snapshot_in(true, 1);
+            let snapshot = backend.snapshot().unwrap();
+            let native_snapshot = backend.snapshot_in(true, 1).unwrap();
             let mut total = 0;
             for key_group in 0..8 {
                 let (mut canonical, mut native) = (Vec::new(), Vec::new());
@@ -827,7 +1116,7 @@ mod decode_speed {
             let located = backend.locate(&key).unwrap();
             backend.value(&count, located).unwrap().set(key);
         }
-        let snapshot = backend.snapshot();
+        let snapshot = backend.snapshot().unwrap();
         let started = std::time::Instant::now();
         let mut key_groups = std::collections::BTreeMap::new();
         for key_group in 0..128 {

@@ -1,5 +1,6 @@
-//! weir's keyed state: the heap state backend (`state.backend.type: hashmap`), and the same
-//! tables spilling cold key groups to a local LSM store (`spillable`, [`spill`]).
+//! weir's keyed state: the heap state backend (`state.backend.type: hashmap`), the same
+//! tables spilling cold key groups to a local LSM store (`spillable`, [`spill`]), and every
+//! entry in a local LSM store with the hot ones cached in those tables (`fjall`, [`lsm`]).
 //!
 //! Keyed state lives in key groups. Each state a function declares is a table holding one
 //! hash map per key group of the subtask's [`KeyGroupRange`](weir_types::KeyGroupRange), so
@@ -15,6 +16,7 @@ pub mod backend;
 pub mod error;
 pub mod handles;
 pub mod keymap;
+pub mod lsm;
 pub mod spill;
 pub mod table;
 pub mod timers;

@@ -16,14 +16,40 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use crate::error::StateError;
 
-/// Where and how much: the options of the `spillable` backend.
+/// Where and how much: the options of the backends that keep state on local disk
+/// (`spillable` and `fjall`).
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SpillOptions {
     /// The directory under which each backend makes its store (`io.tmp.dirs`).
     pub dir: PathBuf,
-    /// Bytes of resident key groups (an estimate of their maps' memory) the process keeps
-    /// before it spills (`state.backend.spillable.memory`).
+    /// Bytes of resident key groups or cached entries (an estimate of their maps' memory)
+    /// the process keeps in hash maps (`state.backend.spillable.memory`,
+    /// `state.backend.fjall.memory`).
     pub memory_budget: usize,
+    /// How state is laid out on disk.
+    #[serde(default)]
+    pub layout: DiskLayout,
+}
+
+/// How a backend with a local store keeps its state there.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum DiskLayout {
+    /// `spillable`: every key group in a hash map, cold key groups spilled whole.
+    #[default]
+    KeyGroups,
+    /// `fjall`: every entry in the LSM store, the hot ones cached in hash maps
+    /// ([`crate::lsm`]).
+    Entries,
+}
+
+impl SpillOptions {
+    /// The backend's name as `state.backend.type` and snapshots spell it.
+    pub fn backend_name(&self) -> &'static str {
+        match self.layout {
+            DiskLayout::KeyGroups => "spillable",
+            DiskLayout::Entries => "fjall",
+        }
+    }
 }
 
 /// The estimated bytes of resident state of every spillable backend of the process: the
@@ -176,7 +202,7 @@ mod tests {
     #[test]
     fn a_spilled_group_reads_back_and_goes_with_its_last_holder() {
         let dir = std::env::temp_dir();
-        let store = SpillStore::open(SpillOptions { dir, memory_budget: 0 }).unwrap();
+        let store = SpillStore::open(SpillOptions { dir, memory_budget: 0, layout: DiskLayout::KeyGroups }).unwrap();
         let first = Arc::new(store.put(b"abc", 3).unwrap());
         let held = Arc::clone(&first);
         let second = store.put(b"defg", 4).unwrap();

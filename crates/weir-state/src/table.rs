@@ -33,6 +33,11 @@ pub trait StateTable<K>: Send {
     fn read_key_group(&mut self, key_group: u32, bytes: &[u8]) -> Result<(), StateError>;
     /// For typed access through a handle.
     fn as_any_mut(&mut self) -> &mut dyn Any;
+    /// Called before [`Self::snapshot`]: a table with writes not yet in its store (the
+    /// `fjall` backend) writes them.
+    fn prepare_snapshot(&mut self) -> Result<(), StateError> {
+        Ok(())
+    }
     /// A copy for checkpoint `checkpoint_id`, serialized later on another thread, in the
     /// native format (the table's own order) or the canonical one (sorted by key bytes).
     fn snapshot(&self, native: bool, checkpoint_id: u64) -> Box<dyn TableSnapshot>;
@@ -221,7 +226,6 @@ fn decode_group<K: Key, C: Cell>(bytes: &[u8], name: &str, key_group: u32) -> Re
     Ok(map)
 }
 
-/// Appends `value` as an unsigned LEB128 varint, postcard's integer and length encoding.
 /// Writes one key group's entries in canonical form: postcard's encoding of
 /// `Vec<(Vec<u8>, Vec<u8>)>`, sorted by key bytes.
 fn write_group<K: Key, C: Cell>(
@@ -306,7 +310,36 @@ fn sort_by_key_bytes(buffer: &[u8], spans: &mut Vec<(usize, usize, usize)>) {
     spans.extend(keyed.into_iter().map(|(_, span)| span));
 }
 
-fn write_varint(out: &mut Vec<u8>, mut value: u64) {
+/// A restored key group's entries (key and cell bytes), checked against what the snapshot
+/// claims: every key hashes to `key_group` under `max_parallelism`, and there are
+/// `expected_entries` of them (when recorded, that is above 0).
+pub(crate) fn verified_entries<'a>(
+    bytes: &'a [u8],
+    name: &str,
+    key_group: u32,
+    max_parallelism: u32,
+    expected_entries: u64,
+) -> Result<Vec<(&'a [u8], &'a [u8])>, StateError> {
+    let corrupt = |reason: String| StateError::Corrupt { name: name.to_string(), key_group, reason };
+    let entries: Vec<(&[u8], &[u8])> =
+        postcard::from_bytes(bytes).map_err(|e| corrupt(format!("cannot decode entries: {e}")))?;
+    if expected_entries > 0 && entries.len() as u64 != expected_entries {
+        return Err(corrupt(format!(
+            "the snapshot records {expected_entries} entries but the block holds {}",
+            entries.len()
+        )));
+    }
+    for (key_bytes, _) in &entries {
+        let owner = key_group_for_hash(murmur3_32(key_bytes), max_parallelism);
+        if owner != key_group {
+            return Err(corrupt(format!("a key of key group {owner} is stored in key group {key_group}")));
+        }
+    }
+    Ok(entries)
+}
+
+/// Appends `value` as an unsigned LEB128 varint, postcard's integer and length encoding.
+pub(crate) fn write_varint(out: &mut Vec<u8>, mut value: u64) {
     while value >= 0x80 {
         out.push((value as u8) | 0x80);
         value >>= 7;
@@ -579,21 +612,10 @@ impl<K: Key, C: Clone> Table<K, C> {
         C: Cell,
     {
         let index = self.index_of(key_group)?;
+        let entries = verified_entries(bytes, &self.name, key_group, max_parallelism, expected_entries)?;
         let corrupt = |reason: String| StateError::Corrupt { name: self.name.clone(), key_group, reason };
-        let entries: Vec<(&[u8], &[u8])> =
-            postcard::from_bytes(bytes).map_err(|e| corrupt(format!("cannot decode entries: {e}")))?;
-        if expected_entries > 0 && entries.len() as u64 != expected_entries {
-            return Err(corrupt(format!(
-                "the snapshot records {expected_entries} entries but the block holds {}",
-                entries.len()
-            )));
-        }
         let mut map = KeyMap::with_capacity(entries.len());
         for (key_bytes, cell_bytes) in entries {
-            let owner = key_group_for_hash(murmur3_32(key_bytes), max_parallelism);
-            if owner != key_group {
-                return Err(corrupt(format!("a key of key group {owner} is stored in key group {key_group}")));
-            }
             let key: K = postcard::from_bytes(key_bytes).map_err(|e| corrupt(format!("cannot decode a key: {e}")))?;
             let cell = C::decode(cell_bytes).map_err(|e| corrupt(format!("cannot decode a value: {e}")))?;
             map.insert_owned(key, cell);

@@ -360,7 +360,10 @@ where
     fn snapshot_state(&mut self, barrier: &Barrier, snapshot: &mut TaskSnapshot) -> Result<(), TaskError> {
         self.side.snapshot_state(barrier, snapshot)?;
         let native = barrier.kind.format() == crate::snapshot::SnapshotFormat::Native;
-        let mut keyed = self.backend.snapshot_in(native, barrier.checkpoint_id);
+        let mut keyed = self
+            .backend
+            .snapshot_in(native, barrier.checkpoint_id)
+            .map_err(|e| TaskError::external(format!("{}: snapshotting keyed state", self.name), e))?;
         // Timers are keyed state too: restored with their keys' groups after a rescale.
         for timers in [&self.time.processing, &self.time.event] {
             if !timers.is_empty() {

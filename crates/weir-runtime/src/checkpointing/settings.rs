@@ -30,15 +30,15 @@ pub struct CheckpointSettings {
     /// `execution.state-recovery.claim-mode: CLAIM`: a restored checkpoint becomes the job's
     /// and is disposed once the job's own checkpoints subsume it.
     pub claim_restored: bool,
-    /// `state.backend.type: spillable`: where and from how much resident state key groups
-    /// spill; `None` for `hashmap`.
+    /// `state.backend.type: spillable` or `fjall`: the local store's directory, memory
+    /// budget and layout; `None` for `hashmap`.
     pub spill: Option<weir_state::spill::SpillOptions>,
 }
 
 impl CheckpointSettings {
     /// The state backend's name, as snapshots record it.
     pub fn state_backend(&self) -> &'static str {
-        if self.spill.is_some() { "spillable" } else { super::coordinator::STATE_BACKEND }
+        self.spill.as_ref().map_or(super::coordinator::STATE_BACKEND, |spill| spill.backend_name())
     }
 }
 
