@@ -39,11 +39,14 @@ impl<K> Copy for KeyRef<'_, K> {}
 #[derive(Clone)]
 pub struct KeyMap<K, C> {
     table: HashTable<(K, C)>,
+    /// Keys removed from the map since tombstones were enabled (the `fjall` backend: a
+    /// group whose entries are also in the store must delete them there too).
+    tombstones: Option<Box<HashTable<(u64, K)>>>,
 }
 
 impl<K, C> Default for KeyMap<K, C> {
     fn default() -> Self {
-        KeyMap { table: HashTable::new() }
+        KeyMap { table: HashTable::new(), tombstones: None }
     }
 }
 
@@ -57,14 +60,27 @@ impl<K, C> KeyMap<K, C> {
     /// allocate on the heap themselves).
     pub fn table_bytes(&self) -> usize {
         let capacity = self.table.capacity();
-        if capacity == 0 { 0 } else { capacity * (std::mem::size_of::<(K, C)>() + 1) + 16 }
+        let entries = if capacity == 0 { 0 } else { capacity * (std::mem::size_of::<(K, C)>() + 1) + 16 };
+        let tombstones = self.tombstones.as_ref().map_or(0, |t| t.capacity() * (std::mem::size_of::<(u64, K)>() + 1));
+        entries + tombstones
+    }
+
+    /// An empty map that records the keys removed from it.
+    pub fn with_tombstones() -> KeyMap<K, C> {
+        KeyMap { table: HashTable::new(), tombstones: Some(Box::default()) }
+    }
+
+    /// The keys removed since the map was made [`Self::with_tombstones`] (and not added
+    /// again since, or added again: the map's entries win).
+    pub fn tombstones(&self) -> impl Iterator<Item = &K> {
+        self.tombstones.iter().flat_map(|t| t.iter().map(|(_, key)| key))
     }
 }
 
 impl<K: Key, C> KeyMap<K, C> {
     /// An empty map with room for `capacity` keys.
     pub fn with_capacity(capacity: usize) -> KeyMap<K, C> {
-        KeyMap { table: HashTable::with_capacity(capacity) }
+        KeyMap { table: HashTable::with_capacity(capacity), tombstones: None }
     }
 
     /// The cell of `key` (whose memory hash is `hash`).
@@ -114,9 +130,28 @@ impl<K: Key, C> KeyMap<K, C> {
     #[inline]
     pub fn remove(&mut self, hash: u64, key: &K) -> Option<C> {
         match self.table.find_entry(hash, |(k, _)| k == key) {
-            Ok(entry) => Some(entry.remove().0.1),
+            Ok(entry) => {
+                let ((removed_key, cell), _) = entry.remove();
+                if let Some(tombstones) = &mut self.tombstones {
+                    Self::add_tombstone(tombstones, hash, removed_key);
+                }
+                Some(cell)
+            }
             Err(_) => None,
         }
+    }
+
+    #[cold]
+    fn add_tombstone(tombstones: &mut HashTable<(u64, K)>, hash: u64, key: K) {
+        if tombstones.find(hash, |(_, k)| *k == key).is_none() {
+            tombstones.insert_unique(hash, (hash, key), |(h, _)| *h);
+        }
+    }
+
+    /// True when `key` was removed from the map since tombstones were enabled.
+    #[inline]
+    pub fn is_tombstoned(&self, hash: u64, key: &K) -> bool {
+        self.tombstones.as_ref().is_some_and(|t| t.find(hash, |(_, k)| k == key).is_some())
     }
 
     /// Every entry, in no particular order.

@@ -228,7 +228,7 @@ fn decode_group<K: Key, C: Cell>(bytes: &[u8], name: &str, key_group: u32) -> Re
 
 /// Writes one key group's entries in canonical form: postcard's encoding of
 /// `Vec<(Vec<u8>, Vec<u8>)>`, sorted by key bytes.
-fn write_group<K: Key, C: Cell>(
+pub(crate) fn write_group<K: Key, C: Cell>(
     group: &KeyMap<K, C>,
     key_group: u32,
     name: &str,
@@ -310,6 +310,9 @@ fn sort_by_key_bytes(buffer: &[u8], spans: &mut Vec<(usize, usize, usize)>) {
     spans.extend(keyed.into_iter().map(|(_, span)| span));
 }
 
+/// One entry of an encoded key group: its key's and its cell's bytes.
+pub(crate) type EncodedEntry<'a> = (&'a [u8], &'a [u8]);
+
 /// A restored key group's entries (key and cell bytes), checked against what the snapshot
 /// claims: every key hashes to `key_group` under `max_parallelism`, and there are
 /// `expected_entries` of them (when recorded, that is above 0).
@@ -319,7 +322,7 @@ pub(crate) fn verified_entries<'a>(
     key_group: u32,
     max_parallelism: u32,
     expected_entries: u64,
-) -> Result<Vec<(&'a [u8], &'a [u8])>, StateError> {
+) -> Result<Vec<EncodedEntry<'a>>, StateError> {
     let corrupt = |reason: String| StateError::Corrupt { name: name.to_string(), key_group, reason };
     let entries: Vec<(&[u8], &[u8])> =
         postcard::from_bytes(bytes).map_err(|e| corrupt(format!("cannot decode entries: {e}")))?;
