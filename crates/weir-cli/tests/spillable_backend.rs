@@ -9,39 +9,15 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::{
-    RunningWeir, assert_counts_exactly_once, committed_lines, newest_checkpoint, poll_json, run_weir,
-    savepoint_location,
+    assert_counts_exactly_once, committed_lines, entries_starting_with, newest_checkpoint, poll_json, run_weir,
+    start_checkpointed as start, stop_with_savepoint as stop,
 };
 
 const USERS: u64 = 5000;
 const EVENTS: u64 = 60_000;
 
 fn spill_dirs(tmp: &Path) -> Vec<String> {
-    std::fs::read_dir(tmp)
-        .map(|entries| {
-            entries
-                .filter_map(|e| e.ok()?.file_name().into_string().ok())
-                .filter(|name| name.starts_with("weir-spill-"))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// Starts the counter; waits until it runs and has completed `checkpoints` checkpoints.
-fn start(args: &[&str], checkpoints: u64) -> (RunningWeir, String, String) {
-    let mut weir = RunningWeir::start(args);
-    let rest = weir.rest_url();
-    let job_id = weir.job_id();
-    poll_json(&format!("{rest}/jobs/{job_id}/checkpoints"), |c| c["counts"]["completed"].as_u64() >= Some(checkpoints));
-    (weir, rest, job_id)
-}
-
-fn stop(rest: &str, job_id: &str, dir: &Path) -> String {
-    let address = rest.trim_start_matches("http://");
-    let output = run_weir(&["stop", "-m", address, "--savepoint-path", dir.to_str().unwrap(), job_id]);
-    let stdout = String::from_utf8_lossy(&output.stdout).to_string();
-    assert!(output.status.success(), "{stdout}{}", String::from_utf8_lossy(&output.stderr));
-    savepoint_location(&stdout)
+    entries_starting_with(tmp, "weir-spill-")
 }
 
 #[test]

@@ -338,6 +338,16 @@ impl<K: Key> KeyedStateBackend<K> {
         range: KeyGroupRange,
         max_parallelism: u32,
     ) -> Result<Table<K, C>, StateError> {
+        Self::check_restored_type::<C>(restored, name, kind)?;
+        let mut table = Table::<K, C>::new(name, kind, range);
+        for (key_group, (bytes, entries)) in &restored.key_groups {
+            table.read_key_group_verified(*key_group, bytes, max_parallelism, *entries)?;
+        }
+        Ok(table)
+    }
+
+    /// Errors unless the snapshot recorded `restored` with the kind and cell type declared.
+    fn check_restored_type<C: Cell>(restored: &RestoredTable, name: &str, kind: StateKind) -> Result<(), StateError> {
         let declared_type = std::any::type_name::<C>();
         if restored.kind != kind || restored.cell_type != declared_type {
             return Err(StateError::RestoredTypeMismatch {
@@ -346,11 +356,7 @@ impl<K: Key> KeyedStateBackend<K> {
                 declared: format!("{kind} state of {declared_type}"),
             });
         }
-        let mut table = Table::<K, C>::new(name, kind, range);
-        for (key_group, (bytes, entries)) in &restored.key_groups {
-            table.read_key_group_verified(*key_group, bytes, max_parallelism, *entries)?;
-        }
-        Ok(table)
+        Ok(())
     }
 
     /// As [`Self::claim_restored`], into table `table_id` of a `fjall` store.
@@ -361,14 +367,7 @@ impl<K: Key> KeyedStateBackend<K> {
         max_parallelism: u32,
         (store, table_id): (Arc<LsmStore>, u16),
     ) -> Result<LsmTable<K, C>, StateError> {
-        let declared_type = std::any::type_name::<C>();
-        if restored.kind != kind || restored.cell_type != declared_type {
-            return Err(StateError::RestoredTypeMismatch {
-                name: name.to_string(),
-                recorded: format!("{} state of {}", restored.kind, restored.cell_type),
-                declared: format!("{kind} state of {declared_type}"),
-            });
-        }
+        Self::check_restored_type::<C>(restored, name, kind)?;
         let mut table = LsmTable::<K, C>::new(name, kind, range, store, table_id);
         for (key_group, (bytes, entries)) in &restored.key_groups {
             table.restore_key_group(*key_group, bytes, max_parallelism, *entries)?;

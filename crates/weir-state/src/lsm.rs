@@ -34,7 +34,7 @@ use crate::error::StateError;
 use crate::handles::StateKind;
 use crate::keymap::{KeyMap, KeyRef, memory_hash};
 use crate::spill::SpillOptions;
-use crate::table::{Cell, StateTable, TableSnapshot, verified_entries, write_group, write_varint};
+use crate::table::{Cell, StateTable, TableSnapshot, lock, verified_entries, write_group, write_varint};
 
 /// State accesses between two looks at the memory budget.
 pub const BUDGET_CHECK_EVERY: usize = 4096;
@@ -631,10 +631,6 @@ struct LsmSnapshot<K, C> {
     written_after: Vec<u64>,
     /// The group last encoded to count its entries, kept for the write that follows.
     encoded: std::sync::Mutex<Option<(u32, u64, Vec<u8>)>>,
-}
-
-fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl<K: Key, C: Cell> LsmSnapshot<K, C> {

@@ -756,7 +756,9 @@ pub(crate) struct FrozenGroups<K, C> {
     released: std::sync::atomic::AtomicUsize,
 }
 
-fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+/// A snapshot's slot lock; a writer that panicked mid-write leaves nothing half-changed in a
+/// slot, so a poisoned lock is taken as it is.
+pub(crate) fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 

@@ -234,6 +234,37 @@ pub fn start_running(args: &[&str]) -> (RunningWeir, String, String) {
     (weir, rest, job_id)
 }
 
+/// Starts `weir args`; waits until the job runs and has completed `checkpoints` checkpoints;
+/// the process, the REST URL and the job id.
+pub fn start_checkpointed(args: &[&str], checkpoints: u64) -> (RunningWeir, String, String) {
+    let mut weir = RunningWeir::start(args);
+    let rest = weir.rest_url();
+    let job_id = weir.job_id();
+    poll_json(&format!("{rest}/jobs/{job_id}/checkpoints"), |c| c["counts"]["completed"].as_u64() >= Some(checkpoints));
+    (weir, rest, job_id)
+}
+
+/// `weir stop --savepoint-path DIR JOB` against the REST API at `rest`; the savepoint's path.
+pub fn stop_with_savepoint(rest: &str, job_id: &str, dir: &std::path::Path) -> String {
+    let address = rest.trim_start_matches("http://");
+    let output = run_weir(&["stop", "-m", address, "--savepoint-path", dir.to_str().unwrap(), job_id]);
+    let stdout = String::from_utf8_lossy(&output.stdout).to_string();
+    assert!(output.status.success(), "{stdout}{}", String::from_utf8_lossy(&output.stderr));
+    savepoint_location(&stdout)
+}
+
+/// The names of the entries of `dir` that start with `prefix` (a backend's local stores).
+pub fn entries_starting_with(dir: &std::path::Path, prefix: &str) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .filter_map(|e| e.ok()?.file_name().into_string().ok())
+                .filter(|name| name.starts_with(prefix))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// The location in `weir savepoint`/`weir stop`'s "Savepoint completed. Path: ..." line.
 pub fn savepoint_location(stdout: &str) -> String {
     let line =
