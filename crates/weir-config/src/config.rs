@@ -275,6 +275,7 @@ impl Configuration {
         self.get(&SAVEPOINTS_DIR)?;
         self.get(&STATE_BACKEND_TYPE)?;
         self.get(&STATE_BACKEND_SPILLABLE_MEMORY)?;
+        self.get(&STATE_BACKEND_FJALL_MEMORY)?;
         self.get(&IO_TMP_DIRS)?;
         let restart_strategy = self.get(&RESTART_STRATEGY_TYPE)?;
         self.get(&RESTART_FIXED_DELAY_ATTEMPTS)?;

@@ -115,6 +115,8 @@ impl SpillStore {
         let keyspace = fjall::Config::new(&dir)
             // Scratch data: nothing needs to survive a crash, so no journal syncing.
             .manual_journal_persist(true)
+            // fjall deletes the directory when the last handle goes (removing it ourselves
+            // first made fjall print "Failed to clean up path").
             .temporary(true)
             // The point is to use less memory: small write buffers and block cache.
             .cache_size(STORE_CACHE_BYTES)
@@ -158,13 +160,6 @@ impl SpillStore {
     /// Bytes the store holds on disk.
     pub fn disk_space(&self) -> u64 {
         self.keyspace.disk_space()
-    }
-}
-
-impl Drop for SpillStore {
-    fn drop(&mut self) {
-        // `temporary` removes the directory when the keyspace goes; make sure of it.
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
