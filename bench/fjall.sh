@@ -5,7 +5,7 @@
 # with a 512 MB budget and incremental checkpoints every 10 s (peak RSS). Release build.
 #
 #   bench/fjall.sh            # 10 M keys only
-#   BIG=1 bench/fjall.sh      # also 200 M keys (about 20 minutes, 10+ GB under $TMPDIR)
+#   BIG=1 bench/fjall.sh      # also 200 M keys (about 35 minutes, 7+ GB under $TMPDIR)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release -p weir-cli >/dev/null 2>&1
