@@ -34,7 +34,7 @@ use crate::error::StateError;
 use crate::handles::StateKind;
 use crate::keymap::{KeyMap, KeyRef, memory_hash};
 use crate::spill::SpillOptions;
-use crate::table::{Cell, StateTable, TableSnapshot, lock, verified_entries, write_group, write_varint};
+use crate::table::{Cell, StateTable, TableSnapshot, group_index, lock, verified_entries, write_group, write_varint};
 
 /// State accesses between two looks at the memory budget.
 pub const BUDGET_CHECK_EVERY: usize = 4096;
@@ -135,11 +135,6 @@ impl LsmStore {
             check_every: check_every.max(1),
             options,
         }))
-    }
-
-    /// Bytes the store holds on disk.
-    pub fn disk_space(&self) -> u64 {
-        self.keyspace.disk_space()
     }
 
     /// Store reads on cache misses and entries written, so far.
@@ -437,10 +432,7 @@ impl<K: Key, C: Cell> LsmTable<K, C> {
     }
 
     fn index_of(&self, key_group: u32) -> Result<usize, StateError> {
-        if !self.range.contains(key_group) {
-            return Err(StateError::KeyGroupOutOfRange { key_group, range: self.range.to_string() });
-        }
-        Ok((key_group - self.range.start) as usize)
+        group_index(self.range, key_group)
     }
 }
 
@@ -630,10 +622,7 @@ struct LsmSnapshot<K, C> {
 
 impl<K: Key, C: Cell> LsmSnapshot<K, C> {
     fn index(&self, key_group: u32) -> Result<usize, StateError> {
-        if !self.range.contains(key_group) {
-            return Err(StateError::KeyGroupOutOfRange { key_group, range: self.range.to_string() });
-        }
-        Ok((key_group - self.range.start) as usize)
+        group_index(self.range, key_group)
     }
 
     /// The group's count and body, encoded once for the count and the write.

@@ -310,6 +310,14 @@ fn sort_by_key_bytes(buffer: &[u8], spans: &mut Vec<(usize, usize, usize)>) {
     spans.extend(keyed.into_iter().map(|(_, span)| span));
 }
 
+/// The index of `key_group` within `range`, or the error naming both.
+pub(crate) fn group_index(range: KeyGroupRange, key_group: u32) -> Result<usize, StateError> {
+    if !range.contains(key_group) {
+        return Err(StateError::KeyGroupOutOfRange { key_group, range: range.to_string() });
+    }
+    Ok((key_group - range.start) as usize)
+}
+
 /// One entry of an encoded key group: its key's and its cell's bytes.
 pub(crate) type EncodedEntry<'a> = (&'a [u8], &'a [u8]);
 
@@ -628,10 +636,7 @@ impl<K: Key, C: Clone> Table<K, C> {
     }
 
     fn index_of(&self, key_group: u32) -> Result<usize, StateError> {
-        if !self.range.contains(key_group) {
-            return Err(StateError::KeyGroupOutOfRange { key_group, range: self.range.to_string() });
-        }
-        Ok((key_group - self.range.start) as usize)
+        group_index(self.range, key_group)
     }
 }
 
@@ -798,10 +803,7 @@ pub struct FrozenTable<K, C> {
 
 impl<K: Key, C: Cell> FrozenTable<K, C> {
     fn index(&self, key_group: u32) -> Result<usize, StateError> {
-        if !self.range.contains(key_group) {
-            return Err(StateError::KeyGroupOutOfRange { key_group, range: self.range.to_string() });
-        }
-        Ok((key_group - self.range.start) as usize)
+        group_index(self.range, key_group)
     }
 }
 
