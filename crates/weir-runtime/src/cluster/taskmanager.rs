@@ -85,7 +85,15 @@ impl Uplink {
     /// Sends `message`, or keeps it for the next JobManager (task events and snapshot
     /// outcomes; counters and heartbeats are only worth sending now).
     fn send(&self, message: ToJobManager) -> bool {
+        self.send_built(|| message)
+    }
+
+    /// Sends the message `build` makes while holding the link, so that counters read by two
+    /// threads reach the JobManager in the order they were read: a periodic report read
+    /// before a subtask's final counters can never overwrite them.
+    fn send_built(&self, build: impl FnOnce() -> ToJobManager) -> bool {
         let mut inner = lock(&self.inner);
+        let message = build();
         if let Some(link) = &mut inner.link {
             if send(link, &message).is_ok() {
                 return true;
@@ -457,12 +465,14 @@ fn start_attempt(spec: &DeploySpec, state: &Arc<TaskManagerState>) -> Result<Att
             // A subtask's final counters go ahead of its terminal event, while the JobManager
             // still routes this attempt's reports.
             if !matches!(event.kind, TaskEventKind::Initializing | TaskEventKind::Running) {
-                let subtasks: Vec<SubtaskCounters> = local
-                    .iter()
-                    .filter(|(vertex, subtask, _)| *vertex == event.vertex && *subtask == event.subtask)
-                    .map(|(vertex, subtask, m)| counters(*vertex, *subtask, m))
-                    .collect();
-                uplink.send(ToJobManager::Metrics { job_id: event_job.clone(), attempt, subtasks });
+                uplink.send_built(|| {
+                    let subtasks: Vec<SubtaskCounters> = local
+                        .iter()
+                        .filter(|(vertex, subtask, _)| *vertex == event.vertex && *subtask == event.subtask)
+                        .map(|(vertex, subtask, m)| counters(*vertex, *subtask, m))
+                        .collect();
+                    ToJobManager::Metrics { job_id: event_job.clone(), attempt, subtasks }
+                });
             }
             uplink.send(ToJobManager::TaskEvent { job_id: event_job.clone(), attempt, event });
         }
@@ -551,8 +561,10 @@ fn report_metrics(spec: &DeploySpec, uplink: &Arc<Uplink>, local: LocalCounters,
     std::thread::spawn(move || {
         while !ended.load(Ordering::SeqCst) {
             if uplink.connected() {
-                let subtasks = local.iter().map(|(vertex, subtask, m)| counters(*vertex, *subtask, m)).collect();
-                uplink.send(ToJobManager::Metrics { job_id: job_id.clone(), attempt, subtasks });
+                uplink.send_built(|| {
+                    let subtasks = local.iter().map(|(vertex, subtask, m)| counters(*vertex, *subtask, m)).collect();
+                    ToJobManager::Metrics { job_id: job_id.clone(), attempt, subtasks }
+                });
             }
             std::thread::sleep(METRICS_INTERVAL);
         }
