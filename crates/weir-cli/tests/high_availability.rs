@@ -162,12 +162,19 @@ fn a_leader_dying_during_a_stop_a_submit_or_a_taskmanager_failover_loses_nothing
     cluster.wait_job(&job, "RUNNING", JOB_WAIT_MAX);
     std::thread::sleep(Duration::from_millis(random_ms(300, 600)));
     let savepoints = cluster.output("savepoints");
-    let first_stop =
-        common::run_weir(&["stop", "-m", &cluster.rest(), "--savepoint-path", savepoints.to_str().unwrap(), &job]);
-    assert!(!first_stop.status.success(), "the stop survived its leader's crash?");
-    cluster.forget_exited();
+    let body = serde_json::json!({ "targetDirectory": savepoints.to_str().unwrap() }).to_string();
+    let (status, trigger) = cluster.post(&format!("/jobs/{job}/stop"), &body);
+    assert_eq!(status, 202, "{trigger}");
+    let request_id = trigger["request-id"].as_str().unwrap().to_string();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while cluster.forget_exited() == 0 {
+        assert!(Instant::now() < deadline, "the leader did not crash during the stop");
+        std::thread::sleep(Duration::from_millis(20));
+    }
     cluster.start_jobmanager(&[]);
     cluster.wait_job(&job, "RUNNING", JOB_WAIT_MAX);
+    // The new leader answers the orphaned stop: failed, with a message, and forgotten in etcd.
+    assert_orphaned_request_failed(&cluster, &job, &request_id);
     let second_stop = loop {
         let output =
             common::run_weir(&["stop", "-m", &cluster.rest(), "--savepoint-path", savepoints.to_str().unwrap(), &job]);
@@ -290,4 +297,135 @@ fn etcd_restarted_under_a_running_cluster_and_a_late_jobmanager_taking_over() {
     cluster.wait_job(&job, "FINISHED", JOB_WAIT_MAX);
     assert_exactly_once(&committed_lines(&out), 20, Some(1500));
     assert_eq!(attempts(&out), [0].into(), "the late leader restarted tasks");
+}
+
+/// Polls the status of savepoint/stop request `request_id` until it is no longer
+/// IN_PROGRESS, then checks that it failed with the new leader's message and that etcd
+/// forgot it.
+fn assert_orphaned_request_failed(cluster: &HaCluster, job: &str, request_id: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let answer = loop {
+        if let Some(answer) = cluster.get(&format!("/jobs/{job}/savepoints/{request_id}"))
+            && answer["status"]["id"] != "IN_PROGRESS"
+        {
+            break answer;
+        }
+        assert!(Instant::now() < deadline, "the orphaned request stayed IN_PROGRESS");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(answer["status"]["id"], "COMPLETED", "{answer}");
+    let cause = answer["operation"]["failure-cause"]["stack-trace"].as_str().unwrap_or_default();
+    assert!(cause.contains("lost its leadership") && cause.contains("trigger the savepoint again"), "{answer}");
+    assert_eq!(cluster.etcd_keys(&format!("jobs/{job}/savepoints/")), Vec::<String>::new());
+}
+
+#[test]
+fn a_stop_orphaned_by_the_leader_fails_cleanly_when_reconciling_times_out_and_the_job_restarts() {
+    let _serial = serial();
+    let mut cluster = HaCluster::start(0, 0, &[]);
+    cluster.start_jobmanager(&[("FAILPOINTS", "stop-savepoint-triggered=return")]);
+    cluster.wait_for_leader(None);
+    cluster.start_jobmanager(&[]);
+    cluster.start_taskmanager();
+    let out = cluster.output("out");
+    let out_arg = out.to_str().unwrap().to_string();
+    let job = cluster.submit(&["-p", "2", "counter", "--users", "20", "--rate", "2000", "--output", &out_arg]);
+    cluster.wait_job(&job, "RUNNING", JOB_WAIT_MAX);
+    // A checkpoint or two complete first, so that the restart has one to restore.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while cluster.etcd_keys(&format!("jobs/{job}/checkpoints/")).is_empty() {
+        assert!(Instant::now() < deadline, "no checkpoint completed");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let savepoints = cluster.output("savepoints");
+    let body = serde_json::json!({ "targetDirectory": savepoints.to_str().unwrap() }).to_string();
+    let (status, trigger) = cluster.post(&format!("/jobs/{job}/stop"), &body);
+    assert_eq!(status, 202, "{trigger}");
+    let request_id = trigger["request-id"].as_str().unwrap().to_string();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while cluster.forget_exited() == 0 {
+        assert!(Instant::now() < deadline, "the leader did not crash during the stop");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The TaskManager that ran the job dies too: nobody reports the attempt, so the new leader's
+    // reconciling times out (high-availability.reconcile-timeout: 3s) and it restarts the job
+    // from its newest checkpoint on a fresh TaskManager.
+    let mut taskmanager = cluster.taskmanagers.remove(0);
+    taskmanager.kill_hard();
+    cluster.start_taskmanager();
+    assert_orphaned_request_failed(&cluster, &job, &request_id);
+    cluster.wait_job(&job, "RUNNING", JOB_WAIT_MAX);
+    let details = cluster.get(&format!("/jobs/{job}")).unwrap();
+    assert!(details["numRestarts"].as_u64().unwrap_or(0) >= 1, "{details}");
+    let exceptions = cluster.get(&format!("/jobs/{job}/exceptions")).unwrap().to_string();
+    assert!(exceptions.contains("high-availability.reconcile-timeout"), "{exceptions}");
+    // The restarted job stops cleanly and its output is exactly once.
+    let stopped = loop {
+        let output =
+            common::run_weir(&["stop", "-m", &cluster.rest(), "--savepoint-path", savepoints.to_str().unwrap(), &job]);
+        if output.status.success() {
+            break output;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(String::from_utf8_lossy(&stopped.stdout).contains("Savepoint completed"));
+    cluster.wait_job(&job, "FINISHED", JOB_WAIT_MAX);
+    assert_exactly_once(&committed_lines(&out), 20, None);
+}
+
+/// Bytes in the files of `dir` (staged and committed part files alike).
+fn bytes_written(dir: &std::path::Path) -> u64 {
+    std::fs::read_dir(dir).map(|e| e.flatten().filter_map(|f| f.metadata().ok()).map(|m| m.len()).sum()).unwrap_or(0)
+}
+
+#[test]
+fn a_new_leader_commits_the_checkpoint_its_predecessor_recorded_but_never_committed() {
+    let _serial = serial();
+    // Periodic checkpoints effectively off: only the checkpoint triggered below completes, so
+    // nothing but the takeover's re-sent completion can commit its files.
+    let mut cluster = HaCluster::start(0, 0, &["execution.checkpointing.interval: 1h"]);
+    cluster.start_jobmanager(&[("FAILPOINTS", "checkpoint-after-pointer=return")]);
+    cluster.wait_for_leader(None);
+    cluster.start_jobmanager(&[]);
+    cluster.start_taskmanager();
+    cluster.start_taskmanager();
+    let out = cluster.output("out");
+    let out_arg = out.to_str().unwrap().to_string();
+    let job = cluster.submit(&["-p", "2", "counter", "--users", "20", "--rate", "2000", "--output", &out_arg]);
+    cluster.wait_job(&job, "RUNNING", JOB_WAIT_MAX);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while bytes_written(&out) == 0 {
+        assert!(Instant::now() < deadline, "the sink staged nothing");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (status, answer) = cluster.post(&format!("/jobs/{job}/checkpoints"), "{}");
+    assert_eq!(status, 202, "{answer}");
+    // The leader records the checkpoint's pointer in etcd and aborts before sending a commit.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while cluster.forget_exited() == 0 {
+        assert!(Instant::now() < deadline, "the leader never reached checkpoint-after-pointer");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(cluster.etcd_keys(&format!("jobs/{job}/checkpoints/")).len(), 1, "the pointer is not in etcd");
+    assert!(committed_lines(&out).is_empty(), "something was committed before the takeover");
+    cluster.wait_job(&job, "RUNNING", JOB_WAIT_MAX);
+    let running = Instant::now();
+    while committed_lines(&out).is_empty() {
+        assert!(
+            running.elapsed() < Duration::from_secs(5),
+            "the new leader did not commit the checkpoint its predecessor recorded"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(cluster.job_state(&job).as_deref(), Some("RUNNING"));
+    let details = cluster.get(&format!("/jobs/{job}")).unwrap();
+    assert_eq!(details["numRestarts"].as_u64().unwrap_or(0), 0, "{details}");
+    // What was committed is a prefix of each user's counts; the stop commits the rest.
+    let savepoints = cluster.output("savepoints");
+    let stopped =
+        common::run_weir(&["stop", "-m", &cluster.rest(), "--savepoint-path", savepoints.to_str().unwrap(), &job]);
+    assert!(stopped.status.success(), "{}", String::from_utf8_lossy(&stopped.stderr));
+    cluster.wait_job(&job, "FINISHED", JOB_WAIT_MAX);
+    assert_exactly_once(&committed_lines(&out), 20, None);
+    assert_eq!(attempts(&out), [0].into(), "the takeover restarted tasks");
 }

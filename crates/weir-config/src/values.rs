@@ -218,7 +218,7 @@ impl fmt::Display for FailoverStrategy {
     }
 }
 
-/// The high-availability service (`high-availability.type`); only `none` exists so far.
+/// The high-availability service (`high-availability.type`): `none` or `etcd`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[non_exhaustive]
 pub enum HighAvailabilityType {

@@ -202,6 +202,31 @@ impl HaCluster {
         }
     }
 
+    /// The keys etcd holds under the cluster's root whose rest starts with `prefix`
+    /// (`jobs/<id>/savepoints/`, say).
+    pub fn etcd_keys(&self, prefix: &str) -> Vec<String> {
+        let full = format!("/weir/test/{prefix}");
+        self.ha.client().get_prefix(&full).unwrap().into_iter().map(|kv| kv.key).collect()
+    }
+
+    /// `POST path` with a JSON `body` to the leader: the answer's status and JSON body.
+    pub fn post(&self, path: &str, body: &str) -> (u16, serde_json::Value) {
+        let (leader, _) = self.wait_for_leader(None);
+        let agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(10)))
+            .build()
+            .new_agent();
+        let mut response = agent
+            .post(&format!("http://{}{path}", leader.rest_address))
+            .header("Content-Type", "application/json")
+            .send(body)
+            .unwrap();
+        let status = response.status().as_u16();
+        let text = response.body_mut().read_to_string().unwrap();
+        (status, serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text)))
+    }
+
     /// Where the jobs' checkpoints go.
     pub fn checkpoints_dir(&self) -> PathBuf {
         self.dir.path().join("chk")

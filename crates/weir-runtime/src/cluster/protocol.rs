@@ -164,16 +164,24 @@ pub struct SubtaskCounters {
     pub input_watermark: u64,
 }
 
-/// Messages to a TaskManager.
+/// One message to a TaskManager with the leadership epoch of the JobManager that sent it (0
+/// without high availability): every message carries it, and a TaskManager refuses (drops)
+/// any whose epoch is lower than the highest it has seen.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Frame<M> {
+    /// The sender's leadership epoch.
+    pub epoch: i64,
+    /// The message.
+    pub message: M,
+}
+
+/// Messages to a TaskManager, each sent in a [`Frame`] with the leader's epoch.
 #[derive(Debug, Serialize, Deserialize)]
 pub enum ToTaskManager {
-    /// The first answer to a registration: the JobManager's leadership epoch (0 without high
-    /// availability). A TaskManager refuses a JobManager whose epoch is lower than one it
-    /// already followed, and with it every message of that connection.
-    Welcome {
-        /// The leadership epoch.
-        epoch: i64,
-    },
+    /// The first answer to a registration. A TaskManager refuses a JobManager whose epoch (the
+    /// frame's) is lower than one it already followed, and with it every message of that
+    /// connection.
+    Welcome,
     /// Run the subtasks of these slots.
     Deploy(Box<DeploySpec>),
     /// A control message for one subtask.

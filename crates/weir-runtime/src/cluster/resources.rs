@@ -16,7 +16,7 @@ use weir_api::graph::StreamGraph;
 use weir_api::operator::TaskMetrics;
 use weir_api::snapshot::TaskControl;
 
-use super::protocol::{DeploySpec, JobSubmission, RunningAttempt, ToJobManager, ToTaskManager, receive, send};
+use super::protocol::{DeploySpec, Frame, JobSubmission, RunningAttempt, ToJobManager, ToTaskManager, receive, send};
 use crate::execution::{TaskEvent, TaskEventKind};
 use crate::executor::{AttemptHandle, AttemptSpec, Executor, ReportedAttempt};
 use crate::job_master::MasterEvent;
@@ -132,8 +132,8 @@ pub struct ClusterResources {
     /// Attempts reported at registration and not taken over yet, by (job, attempt).
     reported: Mutex<HashMap<(String, u32), Reported>>,
     heartbeat_timeout: Duration,
-    /// This JobManager's leadership epoch (0 without high availability), sent to every
-    /// TaskManager that registers.
+    /// This JobManager's leadership epoch (0 without high availability), sent with every
+    /// message to a TaskManager.
     epoch: i64,
     /// Set when this JobManager stops leading: the TaskManagers' connections close.
     stopped: AtomicBool,
@@ -253,7 +253,7 @@ impl ClusterResources {
             return;
         }
         let link = Arc::new(Mutex::new(BufWriter::new(writer)));
-        if send(&mut *lock(&link), &ToTaskManager::Welcome { epoch: self.epoch }).is_err() {
+        if send(&mut *lock(&link), &Frame { epoch: self.epoch, message: ToTaskManager::Welcome }).is_err() {
             return;
         }
         tracing::info!(taskmanager = %taskmanager_id, slots, %data_address, running = running.len(), "TaskManager registered");
@@ -535,7 +535,7 @@ impl ClusterResources {
     fn send_to(&self, taskmanager_id: &str, message: &ToTaskManager) {
         let link = lock(&self.taskmanagers).get(taskmanager_id).map(|tm| Arc::clone(&tm.link));
         if let Some(link) = link {
-            let _ = send(&mut *lock(&link), message);
+            let _ = send(&mut *lock(&link), &Frame { epoch: self.epoch, message });
         }
     }
 }

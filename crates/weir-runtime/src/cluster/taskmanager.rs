@@ -22,7 +22,7 @@ use weir_checkpoint::SnapshotStorage;
 use weir_types::{ExecutionState, JobId};
 
 use super::GraphBuilder;
-use super::protocol::{DeploySpec, RunningAttempt, SubtaskCounters, ToJobManager, ToTaskManager, receive, send};
+use super::protocol::{DeploySpec, Frame, RunningAttempt, SubtaskCounters, ToJobManager, ToTaskManager, receive, send};
 use crate::checkpointing::RestoreSource;
 use crate::checkpointing::coordinator::SnapshotDirs;
 use crate::checkpointing::writer::{SnapshotWriter, WriteOutcome};
@@ -231,8 +231,8 @@ fn follow(
     send(&mut writer, &register)?;
     stream.set_read_timeout(Some(WELCOME_WAIT_MAX))?;
     let mut reader = BufReader::new(stream.try_clone()?);
-    let epoch = match receive::<ToTaskManager>(&mut reader)? {
-        Some(ToTaskManager::Welcome { epoch }) => epoch,
+    let epoch = match receive::<Frame<ToTaskManager>>(&mut reader)? {
+        Some(Frame { epoch, message: ToTaskManager::Welcome }) => epoch,
         _ => return Err(std::io::Error::other("the JobManager did not answer the registration")),
     };
     stream.set_read_timeout(None)?;
@@ -310,10 +310,27 @@ fn running_attempts(state: &TaskManagerState) -> Vec<RunningAttempt> {
     running
 }
 
+/// The message of `frame`, unless a JobManager of an older leadership than the newest one
+/// this TaskManager has seen sent it: that one is refused (dropped, with a warning).
+fn admit(max_epoch: &AtomicI64, frame: Frame<ToTaskManager>) -> Option<ToTaskManager> {
+    let highest = max_epoch.fetch_max(frame.epoch, Ordering::SeqCst);
+    if frame.epoch < highest {
+        tracing::warn!(
+            epoch = frame.epoch,
+            highest,
+            "refused a message from the JobManager of epoch {}: this TaskManager follows epoch {highest}",
+            frame.epoch
+        );
+        return None;
+    }
+    Some(frame.message)
+}
+
 fn serve_jobmanager(state: &Arc<TaskManagerState>, mut reader: BufReader<TcpStream>) {
-    while let Ok(Some(message)) = receive::<ToTaskManager>(&mut reader) {
+    while let Ok(Some(frame)) = receive::<Frame<ToTaskManager>>(&mut reader) {
+        let Some(message) = admit(&state.max_epoch, frame) else { continue };
         match message {
-            ToTaskManager::Welcome { .. } => {}
+            ToTaskManager::Welcome => {}
             ToTaskManager::Deploy(spec) => {
                 // A new attempt replaces the job's attempts it overlaps: all of them for a whole
                 // job deploy, the same region's for a region deploy.
@@ -599,5 +616,22 @@ mod tests {
         assert!(!uplink.send(ToJobManager::Heartbeat));
         assert!(!uplink.send(ToJobManager::Metrics { job_id: "j".into(), attempt: 0, subtasks: Vec::new() }));
         assert_eq!(lock(&uplink.inner).outbox.len(), 1);
+    }
+
+    #[test]
+    fn messages_of_an_older_leader_epoch_are_refused() {
+        let max_epoch = AtomicI64::new(0);
+        let cancel = |epoch| Frame { epoch, message: ToTaskManager::Cancel { job_id: "j".into(), attempt: 0 } };
+        assert!(admit(&max_epoch, cancel(7)).is_some());
+        assert_eq!(max_epoch.load(Ordering::SeqCst), 7);
+        assert!(admit(&max_epoch, cancel(7)).is_some(), "the leader followed");
+        assert!(admit(&max_epoch, cancel(3)).is_none(), "an older leader's message was accepted");
+        assert!(admit(&max_epoch, Frame { epoch: 6, message: ToTaskManager::Welcome }).is_none());
+        assert_eq!(max_epoch.load(Ordering::SeqCst), 7, "an older message lowered the epoch followed");
+        assert!(admit(&max_epoch, cancel(9)).is_some(), "a newer leader's message was refused");
+        assert_eq!(max_epoch.load(Ordering::SeqCst), 9);
+        // On the wire: the epoch travels with the message.
+        let line = serde_json::to_string(&cancel(9)).unwrap();
+        assert!(line.starts_with(r#"{"epoch":9,"message":{"Cancel""#), "{line}");
     }
 }

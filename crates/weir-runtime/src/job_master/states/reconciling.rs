@@ -28,6 +28,9 @@ const RECONCILE_POLL: Duration = Duration::from_millis(50);
 
 pub(super) fn run(run: &mut JobRun) -> State {
     let master = Arc::clone(&run.master);
+    // Whatever happens next (a takeover, a restart, a first deploy, a cancel), the old
+    // leader's savepoints and stops never complete: their checkpoints are abandoned.
+    fail_orphaned_savepoints(run);
     if run.sup.next_attempt == 0 {
         // Recorded, but its leader died before deploying anything: deploy it now.
         master.update(|record| master.transition_job(record, JobStatus::Running));
@@ -106,6 +109,25 @@ pub(super) fn run(run: &mut JobRun) -> State {
             return state_of(master.status(), run);
         }
     }
+}
+
+/// Fails the savepoint and stop requests the old leader recorded in the HA store, and
+/// deletes their keys: their checkpoints are abandoned on every path out of RECONCILING.
+fn fail_orphaned_savepoints(run: &mut JobRun) {
+    let orphans = std::mem::take(&mut run.orphaned_savepoints);
+    if orphans.is_empty() {
+        return;
+    }
+    let master = Arc::clone(&run.master);
+    master.update(|record| {
+        for request_id in orphans {
+            let cause = format!(
+                "the JobManager that was taking this savepoint lost its leadership before it completed; a new leader recovered job {} — trigger the savepoint again",
+                master.job_id
+            );
+            run.savepoint_failed(record, &request_id, cause);
+        }
+    });
 }
 
 /// What the reports cover of the job graph.
@@ -187,14 +209,6 @@ fn take_over(run: &mut JobRun, reported: &[ReportedAttempt], started: Instant) -
         let first_abandoned = latest.map_or(1, |id| id + 1).max(next_id.saturating_sub(ABORTED_AFTER_TAKEOVER_MAX));
         for id in first_abandoned..next_id {
             run.sup.send_to_all(TaskControl::CheckpointAborted(id));
-        }
-        let orphans = std::mem::take(&mut run.orphaned_savepoints);
-        for request_id in orphans {
-            let cause = format!(
-                "the JobManager that was taking this savepoint lost its leadership before it completed; a new leader took over job {} without restarting it — trigger the savepoint again",
-                master.job_id
-            );
-            run.savepoint_failed(record, &request_id, cause);
         }
     });
     tracing::info!(
