@@ -429,3 +429,100 @@ fn a_new_leader_commits_the_checkpoint_its_predecessor_recorded_but_never_commit
     assert_exactly_once(&committed_lines(&out), 20, None);
     assert_eq!(attempts(&out), [0].into(), "the takeover restarted tasks");
 }
+
+#[test]
+fn a_standby_jobmanagers_rest_api_answers_with_the_leaders_data() {
+    let _serial = serial();
+    let cluster = HaCluster::start(2, 1, &[]);
+    let leader = cluster.leader_index();
+    let standby = 1 - leader;
+    let (leader_rest, standby_rest) = (&cluster.jobmanagers[leader].rest, &cluster.jobmanagers[standby].rest);
+    assert_ne!(cluster.wait_for_leader(None).0.rest_address, *standby_rest);
+    let out = cluster.output("out");
+    let job = cluster.submit(&bounded_counter(out.to_str().unwrap(), "1000000", "2000"));
+    cluster.wait_job(&job, "RUNNING", JOB_WAIT_MAX);
+    let overview = common::get(&format!("http://{standby_rest}/overview"));
+    assert_eq!(overview.status, 200, "{}", overview.body);
+    let overview = overview.json();
+    assert_eq!(
+        overview["high-availability"]["leader-pid"].as_u64(),
+        Some(u64::from(cluster.jobmanagers[leader].process.pid())),
+        "{overview}"
+    );
+    assert_eq!(
+        overview["high-availability"]["leader-address"].as_str(),
+        Some(format!("http://{leader_rest}").as_str()),
+        "{overview}"
+    );
+    for path in ["/jobs", "/jobs/overview"] {
+        let through_standby = common::get(&format!("http://{standby_rest}{path}"));
+        assert_eq!(through_standby.status, 200, "{path}: {}", through_standby.body);
+        assert!(through_standby.body.contains(&job), "{path} via the standby: {}", through_standby.body);
+    }
+    let through_standby = common::get(&format!("http://{standby_rest}/jobs/{job}")).json();
+    let from_leader = common::get(&format!("http://{leader_rest}/jobs/{job}")).json();
+    assert_eq!(through_standby["jid"], from_leader["jid"]);
+    assert_eq!(through_standby["state"], "RUNNING", "{through_standby}");
+    assert_eq!(through_standby["vertices"].as_array().map(Vec::len), from_leader["vertices"].as_array().map(Vec::len));
+    // A request with a body: a stop through the standby, and its status through the standby.
+    let savepoints = cluster.output("savepoints");
+    let agent = ureq::Agent::config_builder().http_status_as_error(false).build().new_agent();
+    let mut response = agent
+        .post(&format!("http://{standby_rest}/jobs/{job}/stop"))
+        .header("Content-Type", "application/json")
+        .send(serde_json::json!({ "targetDirectory": savepoints.to_str().unwrap() }).to_string())
+        .unwrap();
+    let body = response.body_mut().read_to_string().unwrap();
+    assert_eq!(response.status().as_u16(), 202, "{body}");
+    let request_id =
+        serde_json::from_str::<serde_json::Value>(&body).unwrap()["request-id"].as_str().unwrap().to_string();
+    let status = common::poll_json(&format!("http://{standby_rest}/jobs/{job}/savepoints/{request_id}"), |status| {
+        status["status"]["id"] == "COMPLETED"
+    });
+    assert!(status["operation"]["location"].is_string(), "{status}");
+    cluster.wait_job(&job, "FINISHED", JOB_WAIT_MAX);
+}
+
+#[test]
+fn reconciling_that_times_out_restarts_the_job_from_its_newest_checkpoint() {
+    let _serial = serial();
+    // high-availability.reconcile-timeout is 3s in the test configuration.
+    let mut cluster = HaCluster::start(2, 1, &[]);
+    let out = cluster.output("out");
+    let job = cluster.submit(&bounded_counter(out.to_str().unwrap(), "30000", "3000"));
+    cluster.wait_job(&job, "RUNNING", JOB_WAIT_MAX);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while cluster.etcd_keys(&format!("jobs/{job}/checkpoints/")).is_empty() {
+        assert!(Instant::now() < deadline, "no checkpoint completed");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The leader dies, then the only TaskManager: nobody will report the running attempt.
+    let epoch = cluster.kill_leader();
+    let mut taskmanager = cluster.taskmanagers.remove(0);
+    taskmanager.kill_hard();
+    cluster.start_taskmanager();
+    cluster.wait_for_leader(Some(epoch));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while cluster.job_state(&job).as_deref() != Some("RECONCILING") {
+        assert!(Instant::now() < deadline, "the new leader never reconciled: {:?}", cluster.job_state(&job));
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let reconciling = Instant::now();
+    while cluster.job_state(&job).as_deref() == Some("RECONCILING") {
+        assert!(reconciling.elapsed() < Duration::from_secs(20), "reconciling never timed out");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let waited = reconciling.elapsed();
+    assert!(waited >= Duration::from_millis(2500), "reconciling gave up after {waited:?}, before its 3 s timeout");
+    cluster.wait_job(&job, "FINISHED", JOB_WAIT_MAX);
+    let details = cluster.get(&format!("/jobs/{job}")).unwrap();
+    assert!(details["numRestarts"].as_u64().unwrap_or(0) >= 1, "{details}");
+    let exceptions = cluster.get(&format!("/jobs/{job}/exceptions")).unwrap().to_string();
+    assert!(exceptions.contains("high-availability.reconcile-timeout"), "{exceptions}");
+    assert_exactly_once(&committed_lines(&out), 20, Some(1500));
+    assert!(
+        attempts(&out).iter().any(|attempt| *attempt > 0),
+        "no restarted attempt wrote output: {:?}",
+        attempts(&out)
+    );
+}

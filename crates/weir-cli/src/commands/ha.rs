@@ -160,11 +160,11 @@ pub fn jobmanager(
         rest_address: rest.local_addr().to_string(),
         rpc_address: rpc_address.to_string(),
     };
+    follow_leader(Arc::clone(&ha), id.clone(), Arc::clone(&term), Arc::clone(&route));
     eprintln!(
         "JobManager {id}: REST API at http://{}, TaskManagers connect to {rpc_address}; high availability on etcd at {endpoints} (cluster-id '{cluster_id}'): standing by until elected",
         rest.local_addr()
     );
-    follow_leader(Arc::clone(&ha), id.clone(), Arc::clone(&term), Arc::clone(&route));
 
     let never = std::sync::atomic::AtomicBool::new(false);
     loop {
@@ -203,22 +203,28 @@ pub fn jobmanager(
     }
 }
 
-/// Keeps the REST forwarding pointed at the leader while this process does not lead.
+/// Keeps the REST forwarding pointed at the leader while this process does not lead. The
+/// first lookup happens before it returns: a standby that just started answers through the
+/// leader rather than with 503 for its first interval.
 fn follow_leader(ha: Arc<HaServices>, id: String, term: Arc<Mutex<Option<Term>>>, route: Arc<Mutex<LeaderRoute>>) {
+    let refresh = move || {
+        let leading = lock(&term).as_ref().is_some_and(|term| term.store.guard().is_held());
+        let next = if leading {
+            LeaderRoute::Here
+        } else {
+            match ha.leader() {
+                Ok(Some((leader, _))) if leader.id != id => LeaderRoute::Elsewhere(leader.rest_address),
+                Ok(_) => LeaderRoute::Unknown,
+                Err(_) => lock(&route).clone(),
+            }
+        };
+        *lock(&route) = next;
+    };
+    refresh();
     std::thread::spawn(move || {
         loop {
             std::thread::sleep(LEADER_LOOKUP_INTERVAL);
-            let leading = lock(&term).as_ref().is_some_and(|term| term.store.guard().is_held());
-            let next = if leading {
-                LeaderRoute::Here
-            } else {
-                match ha.leader() {
-                    Ok(Some((leader, _))) if leader.id != id => LeaderRoute::Elsewhere(leader.rest_address),
-                    Ok(_) => LeaderRoute::Unknown,
-                    Err(_) => lock(&route).clone(),
-                }
-            };
-            *lock(&route) = next;
+            refresh();
         }
     });
 }
