@@ -250,7 +250,23 @@ fn a_leader_frozen_past_its_lease_writes_and_commits_nothing_when_it_wakes() {
     assert!(std::process::Command::new("kill").args(["-CONT", &pid]).status().unwrap().success());
     // Awake, it sees its leadership gone and stands by; the new leader stays the leader.
     cluster.jobmanagers[frozen].process.stderr_line("lost its leadership");
-    assert_eq!(cluster.wait_for_leader(None).1, epoch);
+    let leadership_lines = |cluster: &HaCluster| -> Vec<String> {
+        let mut lines = Vec::new();
+        for (index, jm) in cluster.jobmanagers.iter().enumerate() {
+            for line in jm.process.stderr_lines() {
+                if line.contains("leads cluster") || line.contains("lost its leadership") {
+                    lines.push(format!("JobManager {index}: {line}"));
+                }
+            }
+        }
+        lines
+    };
+    assert_eq!(
+        cluster.wait_for_leader(None).1,
+        epoch,
+        "the leadership changed again: {:#?}",
+        leadership_lines(&cluster)
+    );
     assert!(!cluster.jobmanagers[frozen].process.exited(), "the woken JobManager should stand by");
     cluster.wait_job(&job, "FINISHED", JOB_WAIT_MAX);
     // Had it committed anything after waking, records would be lost or twice in the output.
