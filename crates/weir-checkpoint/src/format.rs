@@ -873,6 +873,61 @@ mod tests {
         build_snapshot(&SnapshotSpec::sample()).0
     }
 
+    /// No single allocation of a decode may be larger: far above any test document.
+    const ALLOCATION_CAP: usize = 64 << 20;
+
+    /// The path (array index or object key) of every number in `value`.
+    fn number_paths(
+        value: &serde_json::Value,
+        at: &mut Vec<Result<usize, String>>,
+        out: &mut Vec<Vec<Result<usize, String>>>,
+    ) {
+        match value {
+            serde_json::Value::Number(_) => out.push(at.clone()),
+            serde_json::Value::Array(items) => {
+                for (index, item) in items.iter().enumerate() {
+                    at.push(Ok(index));
+                    number_paths(item, at, out);
+                    at.pop();
+                }
+            }
+            serde_json::Value::Object(fields) => {
+                for (key, item) in fields {
+                    at.push(Err(key.clone()));
+                    number_paths(item, at, out);
+                    at.pop();
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// What a reader does with decoded metadata: plan a restore at the recorded parallelisms
+    /// (at most 4) and at 1, inspect it, list its shared files; errors are fine.
+    fn use_metadata(metadata: &SnapshotMetadata) -> Result<(), TestCaseError> {
+        for cap in [4, 1] {
+            let request = crate::restore::RestoreRequest {
+                operators: metadata
+                    .operators
+                    .iter()
+                    .map(|old| crate::restore::NewOperator {
+                        uid: old.uid.clone(),
+                        parallelism: old.parallelism.clamp(1, cap),
+                        keyed: old.key_type.is_some(),
+                        inputs: Vec::new(),
+                    })
+                    .collect(),
+                max_parallelism: None,
+                allow_non_restored_state: true,
+            };
+            let _ = crate::restore::plan_restore(metadata, &request);
+        }
+        let _ = crate::inspect::inspect_text(metadata, LOCATION);
+        let _ = crate::inspect::inspect_json(metadata, LOCATION);
+        let _ = crate::dispose::shared_files_of(metadata);
+        Ok(())
+    }
+
     #[test]
     fn round_trip_and_envelope_shape() {
         let metadata = sample();
@@ -1068,6 +1123,81 @@ mod tests {
             validate_metadata(&metadata, LOCATION).unwrap();
             let decoded = decode_metadata(&encode_metadata(&metadata), LOCATION).unwrap();
             prop_assert_eq!(decoded, metadata);
+        }
+
+        /// A valid `_metadata` with flipped, inserted, deleted or truncated bytes, or a huge
+        /// varint-like run written in: an error naming the file, or a document that passes
+        /// validation; never a panic or an allocation of a claimed size.
+        #[test]
+        fn mutated_metadata_bytes_decode_or_fail_cleanly(
+            spec in arb_spec(),
+            mutations in proptest::collection::vec(any::<weir_types::fuzzing::Mutation>(), 1..6),
+        ) {
+            let (metadata, _files) = build_snapshot(&spec);
+            let bytes = weir_types::fuzzing::mutate(&encode_metadata(&metadata), &mutations);
+            let result = weir_types::fuzzing::with_allocation_cap(ALLOCATION_CAP, || decode_metadata(&bytes, LOCATION));
+            match result {
+                Err(refused) => prop_assert!(false, "decoding asked for {} bytes at once", refused),
+                Ok(Err(error)) => prop_assert!(error.to_string().contains(LOCATION), "{}", error),
+                Ok(Ok(decoded)) => use_metadata(&decoded)?,
+            }
+        }
+
+        /// A valid `_metadata` whose numbers (offsets, lengths, counts, parallelisms, key
+        /// groups, shared-file indexes, versions) are set to huge or odd values, with the
+        /// checksum recomputed so the document gets past it: decoding, planning a restore,
+        /// inspecting and listing shared files are errors or results, never a panic or an
+        /// allocation of a claimed size.
+        #[test]
+        fn metadata_with_crafted_numbers_and_a_valid_checksum_is_checked(
+            spec in arb_spec(),
+            incremental in any::<bool>(),
+            crafted in proptest::collection::vec((any::<prop::sample::Index>(), any::<prop::sample::Index>(), any::<u64>()), 1..5),
+        ) {
+            let (metadata, _files) = build_snapshot(&spec);
+            let mut document: serde_json::Value = serde_json::from_slice(&encode_metadata(&metadata)).unwrap();
+            if incremental {
+                // An incremental subtask: a shared file and a block that names it.
+                let subtasks = document["metadata"]["operators"].as_array_mut().unwrap().iter_mut()
+                    .flat_map(|operator| operator["subtasks"].as_array_mut().unwrap().iter_mut());
+                for subtask in subtasks {
+                    let Some(group) = subtask["keyed_states"].get_mut(0).and_then(|s| s["key_groups"].get_mut(0)) else { continue };
+                    group["shared_file"] = serde_json::json!(0);
+                    subtask["shared_files"] = serde_json::json!(["0000000000000001-a.bin"]);
+                    break;
+                }
+            }
+            for (which, value_index, seed) in crafted {
+                let mut numbers = Vec::new();
+                number_paths(&document["metadata"], &mut Vec::new(), &mut numbers);
+                prop_assume!(!numbers.is_empty());
+                let path = &numbers[which.index(numbers.len())];
+                let odd = [serde_json::json!(seed), serde_json::json!(-1), serde_json::json!(0), serde_json::json!(u32::MAX)];
+                let value = match value_index.index(weir_types::fuzzing::HUGE.len() + odd.len()) {
+                    i if i < weir_types::fuzzing::HUGE.len() => serde_json::json!(weir_types::fuzzing::HUGE[i]),
+                    i => odd[i - weir_types::fuzzing::HUGE.len()].clone(),
+                };
+                let mut at = &mut document["metadata"];
+                for step in path {
+                    at = match step {
+                        Ok(index) => &mut at[*index],
+                        Err(key) => &mut at[key.as_str()],
+                    };
+                }
+                *at = value;
+            }
+            if let Ok(crafted) = serde_json::from_value::<SnapshotMetadata>(document["metadata"].clone()) {
+                document["crc32"] = serde_json::json!(metadata_crc(&crafted));
+            }
+            let bytes = serde_json::to_vec(&document).unwrap();
+            let result = weir_types::fuzzing::with_allocation_cap(ALLOCATION_CAP, || {
+                decode_metadata(&bytes, LOCATION).map(|decoded| use_metadata(&decoded))
+            });
+            match result {
+                Err(refused) => prop_assert!(false, "decoding asked for {} bytes at once", refused),
+                Ok(Err(error)) => prop_assert!(error.to_string().contains(LOCATION), "{}", error),
+                Ok(Ok(used)) => used?,
+            }
         }
 
         #[test]

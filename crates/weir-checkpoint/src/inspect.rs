@@ -47,9 +47,11 @@ fn format_bytes(bytes: u64) -> String {
     format!("{bytes} bytes ({value:.1} {})", UNITS[unit])
 }
 
-/// (bytes, entries) of blocks.
+/// (bytes, entries) of blocks; saturating, as a crafted snapshot may record any lengths.
 fn sum<'a>(blocks: impl IntoIterator<Item = &'a BlockRef>) -> (u64, u64) {
-    blocks.into_iter().fold((0, 0), |(bytes, entries), block| (bytes + block.length, entries + block.entries))
+    blocks.into_iter().fold((0, 0), |(bytes, entries), block| {
+        (bytes.saturating_add(block.length), entries.saturating_add(block.entries))
+    })
 }
 
 /// One operator's report: its states (per name, in first-appearance order, summed over
@@ -111,7 +113,7 @@ fn operator_summary(operator: &OperatorSnapshot) -> Value {
             })
         })
         .collect();
-    let total: u64 = subtasks_json.iter().filter_map(|subtask| subtask["bytes"].as_u64()).sum();
+    let total = subtasks_json.iter().filter_map(|subtask| subtask["bytes"].as_u64()).fold(0u64, u64::saturating_add);
     json!({
         "uid": operator.uid,
         "name": operator.name,
@@ -129,7 +131,7 @@ fn operator_summary(operator: &OperatorSnapshot) -> Value {
 /// states (with entries and bytes summed over subtasks) and subtasks.
 pub fn inspect_json(metadata: &SnapshotMetadata, location: &str) -> Value {
     let operators: Vec<Value> = metadata.operators.iter().map(operator_summary).collect();
-    let total: u64 = operators.iter().filter_map(|operator| operator["bytes"].as_u64()).sum();
+    let total = operators.iter().filter_map(|operator| operator["bytes"].as_u64()).fold(0u64, u64::saturating_add);
     json!({
         "location": location,
         "kind": metadata.kind,

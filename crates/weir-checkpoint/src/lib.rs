@@ -19,6 +19,11 @@ pub mod storage;
 #[cfg(test)]
 mod testutil;
 
+/// Decoders under test may not allocate a claimed size: see [`weir_types::fuzzing`].
+#[cfg(test)]
+#[global_allocator]
+static ALLOCATOR: weir_types::fuzzing::CappedAlloc = weir_types::fuzzing::CappedAlloc;
+
 use bytes::Bytes;
 
 pub use dispose::{Disposed, dispose, live_shared_files, shared_files_of, sweep_shared};
@@ -235,6 +240,15 @@ mod tests {
 
     use proptest::prelude::*;
     use std::sync::atomic::{AtomicU64, Ordering};
+
+    /// The mutation tests' allocator is installed: a request above the cap is refused.
+    #[test]
+    fn the_allocation_cap_is_installed() {
+        let refused =
+            weir_types::fuzzing::with_allocation_cap(1 << 20, || Vec::<u8>::new().try_reserve_exact(1 << 30).is_err());
+        assert_eq!(refused, Err(1 << 30));
+        assert_eq!(weir_types::fuzzing::with_allocation_cap(1 << 20, || vec![0u8; 1 << 10].len()), Ok(1 << 10));
+    }
 
     static CASE: AtomicU64 = AtomicU64::new(0);
 

@@ -439,4 +439,29 @@ mod tests {
         let error = source.blocking().block_on(rewrite_max_parallelism(&source, &target, 40_000)).unwrap_err();
         assert!(error.to_string().contains("between 1 and 32768"), "{error}");
     }
+
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(128))]
+
+        /// A valid keyed block (cells or timers), mutated: decoding is an error or entries,
+        /// never a panic or an allocation of a claimed length.
+        #[test]
+        fn mutated_keyed_blocks_decode_or_fail_cleanly(
+            entries in proptest::collection::vec((proptest::collection::vec(any::<u8>(), 0..12), proptest::collection::vec(any::<u64>(), 0..4)), 0..8),
+            timers in any::<bool>(),
+            mutations in proptest::collection::vec(any::<weir_types::fuzzing::Mutation>(), 1..6),
+        ) {
+            let kind = if timers { TIMERS_KIND } else { "value" };
+            let cells = entries.into_iter().map(|(key, values)| {
+                let cell = if timers { Cell::Timers(values) } else { Cell::Bytes(postcard::to_allocvec(&values).unwrap()) };
+                (key, cell)
+            }).collect();
+            let valid = encode_entries(cells, kind).unwrap();
+            let bytes = weir_types::fuzzing::mutate(&valid, &mutations);
+            let decoded = weir_types::fuzzing::with_allocation_cap(64 << 20, || decode_entries(&bytes, kind).map(|e| e.len()));
+            prop_assert!(decoded.is_ok(), "decoding asked for {:?} bytes at once", decoded.err());
+        }
+    }
 }

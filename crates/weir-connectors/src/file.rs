@@ -365,4 +365,53 @@ mod tests {
             prop_assert_eq!(got, expected);
         }
     }
+
+    proptest! {
+        /// The positions of a reader that read some lines, one element mutated (offsets
+        /// past the end, ranges that end before they start, huge lengths): restoring and
+        /// reading are errors or lines of the file, never a panic or a claimed-size
+        /// allocation.
+        #[test]
+        fn mutated_positions_restore_or_fail_cleanly(
+            read in 0usize..6,
+            parallelism in 1u32..=3,
+            element in any::<prop::sample::Index>(),
+            mutations in proptest::collection::vec(any::<weir_types::fuzzing::Mutation>(), 1..6),
+        ) {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("in.txt");
+            let lines: Vec<String> = (0..12).map(|i| format!("line {i}")).collect();
+            fs::write(&path, lines.join("\n")).unwrap();
+            let source = TextLineSource::new(&path);
+            let mut elements = Vec::new();
+            for index in 0..parallelism {
+                let mut reader = source.create_reader(&TaskContext::for_test(index, parallelism, 8)).unwrap();
+                let mut batch = Vec::new();
+                let _ = reader.poll_next(&mut batch, read.max(1)).unwrap();
+                elements.extend(reader.snapshot_positions().elements);
+            }
+            prop_assume!(!elements.is_empty());
+            let at = element.index(elements.len());
+            elements[at] = weir_types::fuzzing::mutate(&elements[at], &mutations);
+            let restored = weir_types::fuzzing::with_allocation_cap(64 << 20, || {
+                let _ = source.check_restore(&elements);
+                let Ok(mut reader) = source.restore_reader(&TaskContext::for_test(0, 1, 8), elements) else { return Vec::new() };
+                let mut got = Vec::new();
+                for _ in 0..1000 {
+                    let mut batch = Vec::new();
+                    match reader.poll_next(&mut batch, BATCH_RECORDS_MAX) {
+                        Ok(SourcePoll::Data) => got.append(&mut batch),
+                        Ok(SourcePoll::Idle(_)) => {}
+                        Ok(SourcePoll::End) | Err(_) => break,
+                    }
+                }
+                got
+            });
+            match restored {
+                Err(refused) => prop_assert!(false, "restoring asked for {} bytes at once", refused),
+                // A crafted offset may start inside a line: its tail is read as a line.
+                Ok(got) => prop_assert!(got.iter().all(|line| lines.iter().any(|l| l.ends_with(line.as_str()))), "{:?}", got),
+            }
+        }
+    }
 }

@@ -7,6 +7,11 @@
 //! names the file and what to do about it.
 #![warn(missing_docs)]
 
+/// Decoders under test may not allocate a claimed size: see [`weir_types::fuzzing`].
+#[cfg(test)]
+#[global_allocator]
+static ALLOCATOR: weir_types::fuzzing::CappedAlloc = weir_types::fuzzing::CappedAlloc;
+
 pub mod discard;
 pub mod file;
 pub mod file_sink;

@@ -723,4 +723,53 @@ mod tests {
         eprintln!("sequence source: {:.1} M records/s (checksum {checksum})", per_second / 1e6);
         assert!(per_second > 20e6);
     }
+
+    proptest! {
+        /// The positions of a reader that read part of its splits, one element mutated:
+        /// restoring is an error or a reader that produces at most the source's indices,
+        /// never a panic or a claimed-size allocation.
+        #[test]
+        fn mutated_positions_restore_or_fail_cleanly(
+            read in 0usize..40,
+            old_version in any::<bool>(),
+            element in any::<prop::sample::Index>(),
+            mutations in proptest::collection::vec(any::<weir_types::fuzzing::Mutation>(), 1..6),
+        ) {
+            let source = SequenceSource::new(Some(100), None, identity);
+            let ctx = TaskContext::for_test(0, 1, 8);
+            let mut reader = source.create_reader(&ctx).unwrap();
+            let mut batch = Vec::new();
+            let _ = reader.poll_next(&mut batch, read).unwrap();
+            let mut elements = reader.snapshot_positions().elements;
+            if old_version {
+                // weir 0.1's (split, next) elements.
+                elements = SequenceSource::<u64>::decode_positions(&elements).unwrap().into_iter().map(|p| postcard::to_allocvec(&(p.split, p.next)).unwrap()).collect();
+            }
+            let at = element.index(elements.len());
+            elements[at] = weir_types::fuzzing::mutate(&elements[at], &mutations);
+            let restored = weir_types::fuzzing::with_allocation_cap(64 << 20, || {
+                let _ = source.check_restore(&elements);
+                let Ok(mut reader) = source.restore_reader(&ctx, elements) else { return Ok(0) };
+                let mut produced = 0;
+                for _ in 0..1000 {
+                    let mut batch = Vec::new();
+                    match reader.poll_next(&mut batch, BATCH_RECORDS_MAX) {
+                        Ok(SourcePoll::Data) => {
+                            if batch.iter().any(|i| *i >= 100) {
+                                return Err(format!("an index past the count: {batch:?}"));
+                            }
+                            produced += batch.len();
+                        }
+                        Ok(SourcePoll::Idle(_)) => {}
+                        Ok(SourcePoll::End) | Err(_) => break,
+                    }
+                }
+                Ok(produced)
+            });
+            match restored {
+                Err(refused) => prop_assert!(false, "restoring asked for {} bytes at once", refused),
+                Ok(result) => prop_assert!(result.is_ok(), "{:?}", result),
+            }
+        }
+    }
 }

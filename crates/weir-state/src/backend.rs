@@ -246,7 +246,7 @@ impl<K: Key> KeyedStateBackend<K> {
 
     /// Number of keyed entries across all tables.
     pub fn entry_count(&self) -> usize {
-        self.tables.iter().map(|t| t.entry_count()).sum()
+        self.tables.iter().fold(0usize, |sum, table| sum.saturating_add(table.entry_count()))
     }
 
     fn resolve<C: Cell>(
@@ -1105,6 +1105,79 @@ mod tests {
             let result = backend.tables_mut()[0].read_key_group(0, &bytes[..cut]);
             prop_assert!(result.is_err());
         }
+    }
+
+    proptest! {
+        // A case with the fjall backend opens a store (about a second): few of them by
+        // default; a long run by hand sets WEIR_FUZZ_CASES.
+        #![proptest_config(ProptestConfig::with_cases(fuzz_cases(48)))]
+
+        /// A valid snapshot (heap or fjall backend, canonical or native) with one key group's
+        /// bytes mutated and maybe its recorded entry count crafted: restoring and reading
+        /// every key of every state (value, list of strings, map) and the timers is an
+        /// error or a result, never a panic or an allocation of a claimed length.
+        #[test]
+        fn mutated_key_group_bytes_restore_or_fail_cleanly(
+            keys in proptest::collection::vec(0u64..64, 1..24),
+            fjall in prop::bool::weighted(0.15),
+            native in any::<bool>(),
+            table in any::<prop::sample::Index>(),
+            group in any::<prop::sample::Index>(),
+            crafted_entries in prop_oneof![Just(None), Just(Some(1u64 << 36)), Just(Some(u64::MAX)), (0u64..30).prop_map(Some)],
+            mutations in proptest::collection::vec(any::<weir_types::fuzzing::Mutation>(), 1..6),
+        ) {
+            let range = KeyGroupRange::new(0, 7);
+            let handles = || (ValueState::<u64>::new("value"), ListState::<String>::new("list"), MapState::<u64, u64>::new("map"));
+            let backend = || if fjall { fjall_backend(range, 8, 1 << 20) } else { KeyedStateBackend::<u64>::new(range, 8) };
+            let (value, list, map) = handles();
+            let mut source = backend();
+            let mut timers = crate::timers::TimerService::<u64>::named("timers");
+            for (i, key) in keys.iter().enumerate() {
+                let at = source.locate(key).unwrap();
+                source.value(&value, at).unwrap().set(*key);
+                source.list(&list, at).unwrap().add(format!("item {i}"));
+                source.map(&map, at).unwrap().put(i as u64, *key);
+                timers.register(key, i as u64);
+            }
+            let snapshot = source.snapshot_in(native, 1).unwrap();
+            let mut tables = restored_from(&snapshot);
+            let timers_snapshot = timers.snapshot(range, 8);
+            let mut timer_groups = std::collections::BTreeMap::new();
+            for key_group in range.iter() {
+                let mut bytes = Vec::new();
+                timers_snapshot.write_key_group(key_group, &mut bytes).unwrap();
+                timer_groups.insert(key_group, (bytes, timers_snapshot.key_group_entries(key_group)));
+            }
+            tables.push(RestoredTable { name: "timers".into(), kind: StateKind::Timers, cell_type: timers_snapshot.cell_type().into(), key_groups: timer_groups });
+            let target = table.index(tables.len());
+            let groups: Vec<u32> = tables[target].key_groups.keys().copied().collect();
+            let entry = tables[target].key_groups.get_mut(&groups[group.index(groups.len())]).unwrap();
+            entry.0 = weir_types::fuzzing::mutate(&entry.0, &mutations);
+            if let Some(entries) = crafted_entries {
+                entry.1 = entries;
+            }
+            let timers_table = tables.pop().unwrap();
+            let restored = weir_types::fuzzing::with_allocation_cap(64 << 20, || {
+                let mut restoring = crate::timers::TimerService::<u64>::named("timers");
+                let _ = restoring.restore(&timers_table);
+                let (value, list, map) = handles();
+                let mut target = backend();
+                target.restore("u64", tables).unwrap();
+                for key in 0u64..64 {
+                    let at = target.locate(&key).unwrap();
+                    let _ = target.value(&value, at).map(|v| v.get().copied());
+                    let _ = target.list(&list, at).map(|l| l.get().len());
+                    let _ = target.map(&map, at).map(|m| m.iter().count());
+                }
+                target.entry_count()
+            });
+            prop_assert!(restored.is_ok(), "restoring asked for {:?} bytes at once", restored.err());
+        }
+    }
+
+    /// `WEIR_FUZZ_CASES` when set (a long run by hand), else `default`.
+    fn fuzz_cases(default: u32) -> u32 {
+        std::env::var("WEIR_FUZZ_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(default)
     }
 }
 

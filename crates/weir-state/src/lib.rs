@@ -12,6 +12,11 @@
 //! here locks.
 #![warn(missing_docs)]
 
+/// Decoders under test may not allocate a claimed size: see [`weir_types::fuzzing`].
+#[cfg(test)]
+#[global_allocator]
+static ALLOCATOR: weir_types::fuzzing::CappedAlloc = weir_types::fuzzing::CappedAlloc;
+
 pub mod backend;
 pub mod error;
 pub mod handles;

@@ -158,9 +158,10 @@ impl KeyGroupRange {
     /// The empty range.
     pub const EMPTY: KeyGroupRange = KeyGroupRange { start: 1, end: 0 };
 
-    /// Number of key groups in the range.
+    /// Number of key groups in the range (`u32::MAX` for `0..=u32::MAX`, which no valid
+    /// max parallelism allows but a crafted snapshot may record).
     pub fn len(&self) -> u32 {
-        if self.end < self.start { 0 } else { self.end - self.start + 1 }
+        if self.end < self.start { 0 } else { (self.end - self.start).saturating_add(1) }
     }
 
     /// True when the range holds no key group.
@@ -215,6 +216,13 @@ pub fn compute_key_group_range_for_operator_index(
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn the_widest_range_has_a_length_without_overflow() {
+        // A crafted snapshot may record it; printing it in the error must not panic.
+        assert_eq!(KeyGroupRange::new(0, u32::MAX).len(), u32::MAX);
+        assert!(!KeyGroupRange::new(0, u32::MAX).to_string().is_empty());
+    }
 
     #[test]
     fn murmur3_matches_reference_vectors() {

@@ -5,6 +5,7 @@
 #![warn(missing_docs)]
 
 pub mod format;
+pub mod fuzzing;
 pub mod ids;
 pub mod key;
 pub mod keygroups;

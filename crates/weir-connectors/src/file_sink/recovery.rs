@@ -376,4 +376,27 @@ mod tests {
             let _ = Committable::decode(&bytes);
         }
     }
+
+    proptest! {
+        /// A valid pending commit, mutated: an error, or a commit of one of the sink's own
+        /// plain names in an absolute directory; never a panic or a claimed-size allocation.
+        #[test]
+        fn mutated_committables_decode_or_fail_cleanly(
+            counter in 0u64..1000,
+            mutations in proptest::collection::vec(any::<weir_types::fuzzing::Mutation>(), 1..6),
+        ) {
+            let valid = Committable { dir: Some("/data/out".into()), name: name(JOB_A, 1, counter) }.encode();
+            let bytes = weir_types::fuzzing::mutate(&valid, &mutations);
+            let decoded = weir_types::fuzzing::with_allocation_cap(64 << 20, || Committable::decode(&bytes));
+            match decoded {
+                Err(refused) => prop_assert!(false, "decoding asked for {} bytes at once", refused),
+                Ok(Err(_)) => {}
+                Ok(Ok(committable)) => {
+                    let committed = committable.name.committed();
+                    prop_assert!(!committed.contains('/') && !committed.contains(".."), "{}", committed);
+                    prop_assert!(committable.dir.is_none_or(|dir| dir.is_absolute()));
+                }
+            }
+        }
+    }
 }

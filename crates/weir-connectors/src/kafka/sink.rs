@@ -594,4 +594,31 @@ mod tests {
         assert_eq!("at-least-once".parse::<DeliveryGuarantee>().unwrap(), DeliveryGuarantee::AtLeastOnce);
         assert!("twice".parse::<DeliveryGuarantee>().unwrap_err().contains("none, at-least-once, exactly-once"));
     }
+
+    proptest! {
+        /// Valid committables, mutated: decoding is an error or a consistent committable,
+        /// never a panic or a claimed-size allocation.
+        #[test]
+        fn mutated_committables_decode_or_fail_cleanly(
+            prefix in "[a-z-]{1,12}",
+            parallelism in 1u32..64,
+            seq in 0u64..1_000_000,
+            staged in any::<bool>(),
+            mutations in proptest::collection::vec(any::<weir_types::fuzzing::Mutation>(), 1..6),
+        ) {
+            let subtask = parallelism - 1;
+            let committable = Committable {
+                version: COMMITTABLE_VERSION,
+                transactional_id: staged.then(|| transactional_id(&prefix, subtask, seq)),
+                prefix, subtask, parallelism, seq,
+            };
+            let bytes = weir_types::fuzzing::mutate(&postcard::to_allocvec(&committable).unwrap(), &mutations);
+            let decoded = weir_types::fuzzing::with_allocation_cap(64 << 20, || decode_committables(std::slice::from_ref(&bytes)));
+            match decoded {
+                Err(refused) => prop_assert!(false, "decoding asked for {} bytes at once", refused),
+                Ok(Err(_)) => {}
+                Ok(Ok(found)) => prop_assert!(found.iter().all(|c| c.subtask < c.parallelism)),
+            }
+        }
+    }
 }

@@ -1009,4 +1009,28 @@ mod tests {
         assert_eq!(json.deserialize(&record(br#"{"user":3}"#)).unwrap()["user"], 3);
         assert!(json.deserialize(&record(b"nope")).is_err());
     }
+
+    proptest! {
+        /// Valid checkpointed offsets, mutated: decoding and the restore check are errors or
+        /// valid positions, never a panic or a claimed-size allocation.
+        #[test]
+        fn mutated_positions_decode_or_fail_cleanly(
+            topic in "[a-z]{1,10}",
+            partition in 0i32..1000,
+            offset in 0i64..1_000_000,
+            stop in proptest::option::of(0i64..1_000_000),
+            mutations in proptest::collection::vec(any::<weir_types::fuzzing::Mutation>(), 1..6),
+        ) {
+            let position = PartitionPosition { version: POSITION_VERSION, topic, partition, next_offset: offset, stop_offset: stop };
+            let bytes = weir_types::fuzzing::mutate(&postcard::to_allocvec(&position).unwrap(), &mutations);
+            let decoded = weir_types::fuzzing::with_allocation_cap(64 << 20, || decode_positions(std::slice::from_ref(&bytes)));
+            match decoded {
+                Err(refused) => prop_assert!(false, "decoding asked for {} bytes at once", refused),
+                Ok(Err(_)) => {}
+                Ok(Ok(positions)) => {
+                    prop_assert!(positions.iter().all(|p| !p.topic.is_empty() && p.partition >= 0 && p.next_offset >= 0));
+                }
+            }
+        }
+    }
 }
