@@ -178,6 +178,66 @@ fn the_web_ui_shows_a_running_job_in_a_real_browser() {
     run.kill_hard();
 }
 
+/// The operator's Web UI (`weir operator`): the deployments page lists a deployment with its
+/// lifecycle, job state and mode, and the deployment's page shows its job (linked to its own
+/// cluster's Web UI), reconciliation and savepoint history.
+#[test]
+fn the_operator_web_ui_shows_a_deployment_its_status_and_savepoint_history() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let operator_data = data.clone();
+    let mut operator = RunningWeir::start_with(
+        move |mut command| {
+            command.env("WEIR_DATA_DIR", &operator_data);
+            command
+        },
+        &["operator", "-D", "operator.rest.port=0"],
+    );
+    let line = operator.stderr_line("REST API and Web UI at ");
+    let rest = line.split("REST API and Web UI at ").nth(1).unwrap().trim().to_string();
+    let spec = format!(
+        "apiVersion: weir.dev/v1\nkind: WeirDeployment\nmetadata:\n  name: orders\nspec:\n  binary: {}\n  configuration:\n    execution.checkpointing.interval: 300ms\n  taskManager:\n    replicas: 1\n    slots: 2\n  job:\n    name: counter\n    args: [--users, \"100\", --rate, \"200\", --output, none]\n    parallelism: 2\n    upgradeMode: savepoint\n    savepointTriggerNonce: 1\n",
+        env!("CARGO_BIN_EXE_weir")
+    );
+    let file = dir.path().join("orders.yaml");
+    std::fs::write(&file, spec).unwrap();
+    let applied =
+        common::weir().env("WEIR_DATA_DIR", &data).args(["deployment", "apply", "-f"]).arg(&file).output().unwrap();
+    assert!(applied.status.success(), "{applied:?}");
+    let deployment = poll_json(&format!("{rest}/deployments/orders"), |d| {
+        d["status"]["lifecycleState"] == "STABLE"
+            && d["status"]["savepointHistory"]
+                .as_array()
+                .is_some_and(|h| h.iter().any(|r| r["triggerType"] == "MANUAL"))
+    });
+    let job_id = deployment["status"]["jobStatus"]["jobId"].as_str().unwrap().to_string();
+    let cluster = deployment["status"]["clusterInfo"]["restAddress"].as_str().unwrap().to_string();
+    let savepoint = deployment["status"]["savepointHistory"][0]["location"].as_str().unwrap().to_string();
+
+    let page = rendered(&format!("{rest}/#/deployments"));
+    assert!(page.contains("data-page=\"deployments\""), "the deployments page did not render: {page}");
+    assert!(page.contains("<a href=\"#/deployment/orders\">orders</a>"), "deployment missing: {page}");
+    assert!(page.contains("<span class=\"state st-RUNNING\">STABLE</span>"), "no lifecycle: {page}");
+    assert!(page.contains("<span class=\"state st-RUNNING\">RUNNING</span>"), "no job state: {page}");
+    assert!(page.contains("counter <span class=\"muted\">p=2</span>") && page.contains("<td>savepoint</td>"), "{page}");
+
+    let page = rendered(&format!("{rest}/#/deployment/orders"));
+    assert!(page.contains("data-page=\"deployment\""), "the deployment page did not render: {page}");
+    assert!(page.contains(&format!("href=\"{cluster}/#/job/{job_id}\"")), "no link to the cluster's job: {page}");
+    assert!(page.contains("<h2>Reconciliation</h2>") && page.contains("Last stable spec"), "{page}");
+    assert!(page.contains("<h2>Savepoint history</h2>") && page.contains(&savepoint), "no history: {page}");
+    assert!(page.contains("<span class=\"state st-MANUAL\">MANUAL</span>"), "no trigger type: {page}");
+
+    if let Some(screenshots) = std::env::var_os("WEIR_UI_SCREENSHOT_DIR") {
+        screenshot(&PathBuf::from(screenshots), "web-ui-deployment.png", &format!("{rest}/#/deployment/orders"));
+    }
+    let deleted = common::weir().env("WEIR_DATA_DIR", &data).args(["deployment", "delete", "orders"]).output().unwrap();
+    assert!(deleted.status.success(), "{deleted:?}");
+    operator.kill_hard();
+    // Whatever the delete left of the deployment's cluster.
+    common::kill_processes_naming(&data);
+}
+
 /// Headless Chromium driven over the DevTools protocol: navigate, evaluate, click.
 struct Browser {
     child: std::process::Child,

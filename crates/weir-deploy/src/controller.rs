@@ -164,7 +164,16 @@ impl Controller {
         mode: UpgradeMode,
         step: Step,
     ) -> Operation {
-        Operation { kind, generation, target, mode, step, restore_from: None, started_ms: now_ms() }
+        Operation {
+            kind,
+            generation,
+            target,
+            mode,
+            step,
+            restore_from: None,
+            allow_non_restored_state: false,
+            started_ms: now_ms(),
+        }
     }
 
     /// The spec whose job runs now: the last stable one after a rollback, else the last
@@ -308,7 +317,14 @@ impl Controller {
             && (waited > readiness || job_failed || (cluster_gone && waited > Duration::from_secs(2)))
         {
             let target = reconciliation.last_stable_spec.clone();
-            tracing::info!(deployment = %name, "the new spec did not get ready within {readiness:?}: rolling back");
+            let reason = if job_failed {
+                "its job FAILED".to_string()
+            } else if waited > readiness {
+                format!("it did not get ready within the readiness timeout ({readiness:?})")
+            } else {
+                "its cluster is gone".to_string()
+            };
+            tracing::info!(deployment = %name, "the new spec is not running, {reason}: rolling back to the last stable spec");
             let mut operation = self.operation(
                 OperationKind::Rollback,
                 status.observed_generation,
@@ -366,7 +382,8 @@ impl Controller {
         };
         let api = ClusterApi::new(&cluster.rest_address);
         let Ok(Some(job)) = api.job(&job_id) else { return };
-        if status.job_status.state.as_deref() != Some(&job.state) {
+        let changed = status.job_status.state.as_deref() != Some(&job.state);
+        if changed {
             tracing::info!(deployment = %name, job_id = %job_id, "job {}", job.state);
             status.job_status.state = Some(job.state.clone());
             status.job_status.update_time = Some(now_ms());
@@ -374,7 +391,8 @@ impl Controller {
         if let Some(path) = &job.latest_checkpoint {
             status.job_status.last_checkpoint_path = Some(path.clone());
         }
-        if job.state == "FAILED" {
+        // Once, as it fails: a later error (an upgrade that needs a manual restore) stays.
+        if job.state == "FAILED" && (changed || status.error.is_none()) {
             let cause = api.root_exception(&job_id).unwrap_or_else(|| "no cause recorded".into());
             status.error = Some(format!("job {job_id} FAILED: {cause}"));
         }
@@ -820,22 +838,35 @@ impl Controller {
                 status.job_status.last_checkpoint_path = Some(path.clone());
             }
         }
-        let newest_checkpoint = view
-            .as_ref()
-            .and_then(|v| v.latest_checkpoint.clone())
-            .or_else(|| status.job_status.last_checkpoint_path.clone());
+        // The job's newest state: its own newest checkpoint (the one last observed only if it
+        // is of this job: an earlier job's is older than what this one started from), else
+        // what it started from.
+        let own_checkpoint = view.as_ref().and_then(|v| v.latest_checkpoint.clone()).or_else(|| {
+            let job_id = status.job_status.job_id.as_deref()?;
+            let observed = status.job_status.last_checkpoint_path.as_deref()?;
+            observed.contains(&format!("/{job_id}/")).then(|| newest_retained(observed))
+        });
+        let newest_checkpoint = own_checkpoint.clone().or_else(|| status.job_status.restored_from.clone());
         match operation.kind {
             OperationKind::Delete => {}
-            OperationKind::Rollback | OperationKind::Recover => {
-                // The failing job's own newest checkpoint if it completed one, else where
-                // the upgrade (or the job) started.
+            OperationKind::Recover => {
+                // The job's own newest checkpoint if it completed one, else where it started.
                 if let Some(view) = &view
                     && view.completed_checkpoints > 0
                     && let Some(path) = &view.latest_checkpoint
                 {
                     operation.restore_from = Some(path.clone());
-                } else if operation.kind == OperationKind::Recover {
+                } else {
                     operation.restore_from = operation.restore_from.clone().or(newest_checkpoint);
+                }
+            }
+            OperationKind::Rollback => {
+                // The failed job's own newest checkpoint, if it completed one and the last
+                // stable spec can start from it; else where the upgrade started.
+                if let Some(checkpoint) = own_checkpoint
+                    && Some(&checkpoint) != status.job_status.restored_from.as_ref()
+                {
+                    self.rollback_start_point(name, operation, &checkpoint);
                 }
             }
             _ => match operation.mode {
@@ -892,8 +923,11 @@ impl Controller {
         Ok(Some(Step::StopCluster))
     }
 
-    /// The job stopped but nothing is known to start it from: the operation ends with the
-    /// error, and a person decides (the status says how).
+    /// The job is not running and nothing is known to start it from: the operation is given
+    /// up with the error, as a refusal (the old spec stays the reconciled one, the same
+    /// generation is not tried again), and a person decides (the status says how). A job
+    /// gets here after it ended by itself (FAILED): a last-state cancel is refused before it
+    /// acts when no checkpoint is known.
     fn stalled(
         &self,
         name: &str,
@@ -901,15 +935,84 @@ impl Controller {
         operation: &Operation,
         error: String,
     ) -> Result<Option<Step>, String> {
-        tracing::warn!(deployment = %name, "{error}");
-        status.error = Some(error);
-        status.operation = None;
-        if let Some(target) = &operation.target {
-            status.reconciliation_status.last_reconciled_spec = Some(target.clone());
+        self.refuse(name, status, operation, error)
+    }
+
+    /// A dry run of `target`'s binary against `snapshot` (with `-n` when `allow_non_restored`
+    /// or the spec says so): the lines of its report, or why it cannot start from it.
+    fn dry_run(
+        &self,
+        name: &str,
+        target: &DeploymentSpec,
+        snapshot: Option<&str>,
+        allow_non_restored: bool,
+    ) -> Result<Vec<String>, String> {
+        let dirs = self.dirs(name);
+        let config = processes::cluster_configuration(target, name, &dirs, processes::Ports { rest: 0, rpc: 0 });
+        let config_path = processes::write_configuration(&dirs.root().join("pre-flight"), &config)?;
+        let mut spec = target.clone();
+        spec.job.allow_non_restored_state |= allow_non_restored;
+        processes::dry_run(&target.binary, &spec, &config_path, snapshot)
+    }
+
+    /// Where a rollback starts the last stable spec when the failed job completed
+    /// `checkpoint`: that checkpoint when the stable spec can start from it (so nothing the
+    /// failed job committed is written again), with `-n` when the only state it cannot
+    /// take is that of operators the failed spec added; else (no change to
+    /// `operation.restore_from`) where the upgrade started, its savepoint.
+    ///
+    /// The checkpoint is refused when an operator that restores its state from the upgrade's
+    /// start point would find none in it (the failed spec renamed or dropped it): starting
+    /// that operator empty would lose its state.
+    fn rollback_start_point(&self, name: &str, operation: &mut Operation, checkpoint: &str) {
+        let Some(target) = operation.target.clone() else { return };
+        let restoring = |lines: &[String]| -> Vec<String> {
+            lines
+                .iter()
+                .filter_map(|l| l.trim().strip_prefix("operator '"))
+                .filter_map(|l| l.split_once("' restores its state").map(|(uid, _)| uid.to_string()))
+                .collect()
+        };
+        let start = operation.restore_from.clone();
+        let baseline = match &start {
+            Some(path) => self
+                .dry_run(name, &target, Some(path), target.job.allow_non_restored_state)
+                .map(|lines| restoring(&lines))
+                .unwrap_or_default(),
+            None => Vec::new(),
+        };
+        let mut reason = String::new();
+        let attempts: &[bool] = if target.job.allow_non_restored_state { &[true] } else { &[false, true] };
+        for &allow in attempts {
+            match self.dry_run(name, &target, Some(checkpoint), allow) {
+                Ok(lines) => {
+                    let restored = restoring(&lines);
+                    if let Some(lost) = baseline.iter().find(|uid| !restored.contains(uid)) {
+                        reason = format!("operator '{lost}' has no state in it");
+                        break;
+                    }
+                    let dropped: Vec<&str> = lines
+                        .iter()
+                        .filter_map(|l| l.trim().strip_prefix("operator '"))
+                        .filter_map(|l| l.split_once("' is only in the snapshot").map(|(uid, _)| uid))
+                        .collect();
+                    if dropped.is_empty() {
+                        tracing::info!(deployment = %name, "rolling back from the failed job's newest checkpoint {checkpoint}");
+                    } else {
+                        tracing::info!(deployment = %name, "rolling back from the failed job's newest checkpoint {checkpoint}, dropping the state of the operators only the failed spec has ({}) (-n)", dropped.join(", "));
+                    }
+                    operation.restore_from = Some(checkpoint.to_string());
+                    operation.allow_non_restored_state = allow && !target.job.allow_non_restored_state;
+                    return;
+                }
+                Err(error) => reason = error,
+            }
         }
-        status.reconciliation_status.state = ReconciliationState::Deployed;
-        self.save(name, status)?;
-        Ok(None)
+        tracing::warn!(
+            deployment = %name,
+            "the last stable spec cannot start from the failed job's newest checkpoint {checkpoint} ({reason}): rolling back from {}; what the failed job committed after it is written again",
+            start.as_deref().unwrap_or("empty state")
+        );
     }
 
     fn start_cluster(
@@ -943,6 +1046,9 @@ impl Controller {
             job_name: Some(target.job.name.clone()),
             upgrade_savepoint_path: status.job_status.upgrade_savepoint_path.clone(),
             last_checkpoint_path: status.job_status.last_checkpoint_path.clone(),
+            // Where the new spec starts, known before its job is: a rollback of a spec whose
+            // job never started goes back there.
+            restored_from: operation.restore_from.clone(),
             ..Default::default()
         };
         Ok(())
@@ -962,9 +1068,11 @@ impl Controller {
             Some((id, _)) => id.clone(),
             None => {
                 let config = dirs.cluster(seq).join("config.yaml");
+                let mut target = target.clone();
+                target.job.allow_non_restored_state |= operation.allow_non_restored_state;
                 processes::submit(
                     &target.binary,
-                    target,
+                    &target,
                     &config,
                     &cluster.rest_address,
                     operation.restore_from.as_deref(),
@@ -1010,6 +1118,9 @@ impl Controller {
             OperationKind::Deploy | OperationKind::Upgrade | OperationKind::Resume => {
                 reconciliation.last_reconciled_spec = operation.target.clone();
                 reconciliation.state = ReconciliationState::Deployed;
+                // Also when its cluster or job could not be started: a rollback goes back
+                // to where it started.
+                status.job_status.restored_from = operation.restore_from.clone();
             }
             OperationKind::Suspend => {
                 if let Some(last) = &mut reconciliation.last_reconciled_spec {

@@ -233,6 +233,10 @@ pub struct Operation {
     /// The snapshot the new job starts from, once known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restore_from: Option<String>,
+    /// `-n` for the new job whatever its spec says: a rollback from the failed job's
+    /// checkpoint drops the state of the operators only the failed spec had.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_non_restored_state: bool,
     /// When it began, epoch ms.
     pub started_ms: u64,
 }
@@ -399,6 +403,7 @@ mod tests {
                 mode: UpgradeMode::LastState,
                 step: Step::StopJob { request_id: Some("r1".into()) },
                 restore_from: None,
+                allow_non_restored_state: false,
                 started_ms: 5,
             }),
             ..Default::default()

@@ -6,7 +6,10 @@
 //!   starts empty, everything else is restored.
 //! - v3 (`my-weir-v3`): the counter's `count` becomes an i64: its snapshots cannot be read,
 //!   which the pre-flight finds before the old job stops.
-//! - v4 (`my-weir-v4`): fails on its first record (a broken release to roll back from).
+//! - v4 (`my-weir-v4`): fails on its first record (a broken release to roll back from); with
+//!   `--crash-at-start` its TaskManager process exits (status 70) as soon as the job's source
+//!   starts, before any record is counted or any checkpoint taken: a release whose job never
+//!   gets ready (its pre-flight, which runs no job, passes).
 
 use weir_api::catalog::{ArgSpec, JobArgs, JobBuildError, JobDefinition};
 use weir_api::prelude::*;
@@ -22,7 +25,7 @@ pub enum Version {
     V2,
     /// Changes a state's value type.
     V3,
-    /// Crashes at start.
+    /// Fails on its first record, or (`--crash-at-start`) crashes at start.
     V4,
 }
 
@@ -85,16 +88,25 @@ impl JobDefinition for VersionedCounter {
             Version::V1 => "v1: a running count per user into part files",
             Version::V2 => "v2: v1 plus a stateful enrich stage (uid enrich) before the counter",
             Version::V3 => "v3: the counter's state becomes an i64 (incompatible with v1 and v2 snapshots)",
-            Version::V4 => "v4: fails on its first record (a broken release)",
+            Version::V4 => {
+                "v4: fails on its first record, or with --crash-at-start its process exits as the job starts (a broken release)"
+            }
         }
     }
 
     fn args(&self) -> Vec<ArgSpec> {
-        vec![
+        let mut args = vec![
             ArgSpec::required("users", "U", "number of users; event i belongs to user i mod U"),
             ArgSpec::optional("rate", "R", "events per second overall; unlimited when absent"),
             ArgSpec::required("output", "DIR", "part files in DIR"),
-        ]
+        ];
+        if self.0 == Version::V4 {
+            args.push(ArgSpec::flag(
+                "crash-at-start",
+                "the process running the job exits with status 70 as its first record comes",
+            ));
+        }
+        args
     }
 
     fn build(&self, args: &JobArgs, env: &StreamExecutionEnvironment) -> Result<(), JobBuildError> {
@@ -104,10 +116,17 @@ impl JobDefinition for VersionedCounter {
         }
         let rate: Option<f64> = args.get("rate")?;
         let output: String = args.required("output")?;
-        let events = env
-            .from_source(SequenceSource::new(None, rate, |i| i))
-            .uid("source")
-            .map(move |index: u64| Event { index, user: index % users });
+        let crash_at_start = self.0 == Version::V4 && args.flag("crash-at-start");
+        let events = env.from_source(SequenceSource::new(None, rate, |i| i)).uid("source").map(move |index: u64| {
+            if crash_at_start {
+                // The broken release: its process dies as soon as the job runs, skipping
+                // every destructor as a crash does.
+                eprintln!("versioned-counter v4 --crash-at-start: exiting");
+                #[allow(clippy::disallowed_methods)]
+                std::process::exit(70);
+            }
+            Event { index, user: index % users }
+        });
         let events = match self.0 {
             Version::V2 => events.key_by(|e: &Event| e.user).process(FirstSeen::default()).uid("enrich"),
             _ => events,

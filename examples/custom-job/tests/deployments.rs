@@ -1,8 +1,9 @@
 //! Declarative deployments with real processes: `weir operator` (here `my-weir operator`)
 //! moves `versioned-counter` between the four versions of the binary (v2 adds an operator,
-//! v3 changes a state's type, v4 fails at once), in each upgrade mode, with parallelism
-//! changes, suspends and resumes, a pre-flight refusal, a rollback, and the controller
-//! killed at random points of upgrades. Every time: the counts carry on exactly once (no
+//! v3 changes a state's type, v4 fails at once or crashes at start), in each upgrade mode,
+//! with parallelism changes, suspends and resumes, a pre-flight refusal, rollbacks (after the
+//! readiness timeout, from the upgrade savepoint or the failed job's checkpoint), upgrades of
+//! a failed job, and the controller killed at random points of upgrades. Every time: the counts carry on exactly once (no
 //! user's count lost or repeated in the committed output), and no two clusters of one
 //! deployment ever run at once.
 
@@ -36,6 +37,8 @@ struct Spec {
     output: PathBuf,
     extra_configuration: Vec<(&'static str, &'static str)>,
     nonce: Option<i64>,
+    /// More job arguments (v4's `--crash-at-start`).
+    flags: Vec<&'static str>,
 }
 
 impl Spec {
@@ -48,18 +51,22 @@ impl Spec {
             output: output.to_path_buf(),
             extra_configuration: Vec::new(),
             nonce: None,
+            flags: Vec::new(),
         }
     }
 
     fn yaml(&self) -> String {
-        let mut configuration =
-            String::from("    execution.checkpointing.interval: 300ms\n    restart-strategy.type: none\n");
+        let mut configuration = String::from("    execution.checkpointing.interval: 300ms\n");
+        if !self.extra_configuration.iter().any(|(key, _)| *key == "restart-strategy.type") {
+            configuration.push_str("    restart-strategy.type: none\n");
+        }
         for (key, value) in &self.extra_configuration {
             configuration.push_str(&format!("    {key}: \"{value}\"\n"));
         }
         let nonce = self.nonce.map(|n| format!("    savepointTriggerNonce: {n}\n")).unwrap_or_default();
+        let flags: String = self.flags.iter().map(|f| format!(", {f}")).collect();
         format!(
-            "apiVersion: weir.dev/v1\nkind: WeirDeployment\nmetadata:\n  name: counts\nspec:\n  binary: {}\n  configuration:\n{configuration}  taskManager:\n    replicas: 2\n    slots: 2\n  job:\n    name: versioned-counter\n    args: [--users, \"{USERS}\", --rate, \"400\", --output, {}]\n    parallelism: {}\n    upgradeMode: {}\n    state: {}\n{nonce}",
+            "apiVersion: weir.dev/v1\nkind: WeirDeployment\nmetadata:\n  name: counts\nspec:\n  binary: {}\n  configuration:\n{configuration}  taskManager:\n    replicas: 2\n    slots: 2\n  job:\n    name: versioned-counter\n    args: [--users, \"{USERS}\", --rate, \"400\", --output, {}{flags}]\n    parallelism: {}\n    upgradeMode: {}\n    state: {}\n{nonce}",
             binary(self.version),
             self.output.display(),
             self.parallelism,
@@ -666,4 +673,186 @@ fn last_state_without_any_checkpoint_needs_a_manual_restore_and_touches_nothing(
     assert_eq!(job_id(&refused), job_id(&first));
     assert_eq!(refused["status"]["jobStatus"]["state"], "RUNNING", "the job was touched: {refused:#}");
     assert_eq!(refused["status"]["lifecycleState"], "FAILED");
+}
+
+/// Kills the TaskManagers of the cluster in `dir` (its JobManager stays): their job fails.
+fn kill_taskmanagers(dir: &Path) {
+    let jobmanagers = weir_deploy::processes::jobmanagers_of(dir);
+    for pid in weir_deploy::processes::processes_of(dir) {
+        if !jobmanagers.contains(&pid) {
+            let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+        }
+    }
+}
+
+fn operator_log(harness: &Harness) -> String {
+    std::fs::read_to_string(harness.dir.path().join("operator.log")).unwrap_or_default()
+}
+
+fn history_locations(status: &Value) -> Vec<String> {
+    status["status"]["savepointHistory"]
+        .as_array()
+        .map(|h| h.iter().filter_map(|r| r["location"].as_str().map(str::to_string)).collect())
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_release_that_crashes_at_start_rolls_back_after_the_readiness_timeout_from_the_upgrade_savepoint() {
+    let harness = Harness::new();
+    let out = harness.out("out");
+    let mut spec = Spec::new(&out);
+    spec.extra_configuration = vec![
+        ("kubernetes.operator.deployment.rollback.enabled", "true"),
+        ("kubernetes.operator.deployment.readiness.timeout", "3s"),
+        // The crashing job restarts (and waits for TaskManagers) instead of failing: only the
+        // readiness timeout can end it.
+        ("restart-strategy.type", "fixed-delay"),
+        ("restart-strategy.fixed-delay.attempts", "1000"),
+        ("restart-strategy.fixed-delay.delay", "200ms"),
+    ];
+    harness.apply(&spec);
+    harness.wait_stable(1);
+    let counts = wait_counts_beyond(&out, &BTreeMap::new());
+
+    // v4 --crash-at-start: its pre-flight passes (it runs no job), then every process that
+    // runs its job exits at the first record.
+    spec.version = 4;
+    spec.flags = vec!["--crash-at-start"];
+    let applied = Instant::now();
+    harness.apply(&spec);
+    let upgraded = harness.wait("the upgrade to v4", |s| {
+        s["status"]["clusterInfo"]["binary"] == binary(4) && s["status"].get("operation").is_none()
+    });
+    let savepoint = upgraded["status"]["jobStatus"]["upgradeSavepointPath"].as_str().unwrap().to_string();
+    assert_eq!(upgraded["status"]["jobStatus"]["restoredFrom"], savepoint.as_str(), "{upgraded:#}");
+    assert_eq!(upgraded["status"]["lifecycleState"], "DEPLOYED", "{upgraded:#}");
+    let rolled_back = harness.wait("ROLLED_BACK", |s| {
+        s["status"]["lifecycleState"] == "ROLLED_BACK"
+            && s["status"]["jobStatus"]["state"] == "RUNNING"
+            && s["status"]["jobStatus"]["ready"] == true
+    });
+    assert!(applied.elapsed() >= Duration::from_secs(3), "rolled back before the readiness timeout");
+    let log = operator_log(&harness);
+    assert!(log.contains("did not get ready within the readiness timeout (3s): rolling back"), "{log}");
+    assert_eq!(rolled_back["status"]["clusterInfo"]["binary"], binary(1));
+    assert_eq!(rolled_back["status"]["reconciliationStatus"]["state"], "ROLLED_BACK");
+    // Back to v1 from the upgrade savepoint, which stays in the history.
+    assert_eq!(rolled_back["status"]["jobStatus"]["restoredFrom"], savepoint.as_str(), "{rolled_back:#}");
+    assert_eq!(history_locations(&rolled_back), vec![savepoint.clone()]);
+    assert_eq!(rolled_back["status"]["savepointHistory"][0]["triggerType"], "UPGRADE");
+    // Exactly once: every user's committed counts go on 1, 2, 3, ... (committed_counts checks).
+    wait_counts_beyond(&out, &counts);
+    assert_eq!(harness.most_clusters_alive_at_once(), 1, "two clusters of the deployment ran at once");
+}
+
+#[test]
+fn a_rollback_after_the_failed_job_checkpointed_starts_from_that_checkpoint_without_the_operator_it_added() {
+    let mut harness = Harness::new();
+    let out = harness.out("out");
+    let mut spec = Spec::new(&out);
+    spec.extra_configuration = vec![("kubernetes.operator.deployment.rollback.enabled", "true")];
+    harness.apply(&spec);
+    let first = harness.wait_stable(1);
+    let counts = wait_counts_beyond(&out, &BTreeMap::new());
+
+    // The upgrade to v2 (one more stateful operator, `enrich`) while nobody watches: the
+    // controller dies right after submitting, so the new spec never becomes stable.
+    harness.kill_operator();
+    harness.start_operator_with(&[("FAILPOINTS", "operator-after-submit=return")]);
+    spec.version = 2;
+    spec.parallelism = 3;
+    harness.apply(&spec);
+    harness.wait_operator_exit();
+    let status = harness.status();
+    let dir = PathBuf::from(status["status"]["clusterInfo"]["dir"].as_str().unwrap());
+    let api =
+        weir_deploy::cluster_api::ClusterApi::new(status["status"]["clusterInfo"]["restAddress"].as_str().unwrap());
+    let deadline = Instant::now() + WAIT_MAX;
+    let v2_job = loop {
+        let job = api.jobs().ok().and_then(|jobs| jobs.first().map(|(id, _)| id.clone()));
+        if let Some(id) = job
+            && api.job(&id).ok().flatten().is_some_and(|v| v.completed_checkpoints >= 2)
+        {
+            break id;
+        }
+        assert!(Instant::now() < deadline, "the v2 job completed no checkpoints");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_ne!(v2_job, job_id(&first));
+    // v2 committed counts of its own...
+    let counts = wait_counts_beyond(&out, &counts);
+    // ...then its TaskManagers die and (restart-strategy none) its job FAILS.
+    kill_taskmanagers(&dir);
+    let deadline = Instant::now() + WAIT_MAX;
+    while api.job(&v2_job).ok().flatten().is_none_or(|v| v.state != "FAILED") {
+        assert!(Instant::now() < deadline, "the v2 job did not fail");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    harness.start_operator();
+    let rolled_back = harness.wait("ROLLED_BACK", |s| {
+        s["status"]["lifecycleState"] == "ROLLED_BACK"
+            && s["status"]["jobStatus"]["state"] == "RUNNING"
+            && s["status"]["jobStatus"]["ready"] == true
+    });
+    assert_eq!(rolled_back["status"]["clusterInfo"]["binary"], binary(1));
+    // From v2's newest checkpoint, not the upgrade savepoint: nothing v2 committed is
+    // written again. v1 has no `enrich`: its state is dropped (-n).
+    let restored = rolled_back["status"]["jobStatus"]["restoredFrom"].as_str().unwrap();
+    assert!(restored.contains(&format!("/{v2_job}/chk-")), "{rolled_back:#}");
+    let log = operator_log(&harness);
+    assert!(log.contains("dropping the state of the operators only the failed spec has (enrich) (-n)"), "{log}");
+    wait_counts_beyond(&out, &counts);
+}
+
+#[test]
+fn a_savepoint_upgrade_of_a_failed_job_falls_back_to_its_newest_checkpoint_or_needs_a_manual_restore() {
+    // With a checkpoint: the upgrade starts from it (last-state-fallback, on by default).
+    let harness = Harness::new();
+    let out = harness.out("out");
+    let mut spec = Spec::new(&out);
+    harness.apply(&spec);
+    let first = harness.wait_stable(1);
+    let counts = wait_counts_beyond(&out, &BTreeMap::new());
+    kill_taskmanagers(Path::new(first["status"]["clusterInfo"]["dir"].as_str().unwrap()));
+    let failed = harness.wait("FAILED", |s| s["status"]["lifecycleState"] == "FAILED");
+    assert_eq!(failed["status"]["jobStatus"]["state"], "FAILED");
+    let counts_at_failure = committed_counts(&out);
+    assert!(counts_at_failure.values().zip(counts.values()).all(|(now, before)| now.1 >= before.1));
+    spec.parallelism = 3;
+    harness.apply(&spec);
+    let upgraded = harness.wait_stable(2);
+    let restored = upgraded["status"]["jobStatus"]["restoredFrom"].as_str().unwrap();
+    assert!(restored.contains(&format!("/{}/chk-", job_id(&first))), "{upgraded:#}");
+    // No savepoint could be taken of a failed job.
+    assert!(history_locations(&upgraded).is_empty(), "{upgraded:#}");
+    wait_counts_beyond(&out, &counts_at_failure);
+    drop(harness);
+
+    // Without any checkpoint: nothing to start from; the status says so and nothing changes.
+    let harness = Harness::new();
+    let mut spec = Spec::new(&harness.out("out"));
+    let file = harness.dir.path().join("counts.yaml");
+    std::fs::write(&file, spec.yaml().replace("    execution.checkpointing.interval: 300ms\n", "")).unwrap();
+    let output = harness.weir().args(["deployment", "apply", "-f"]).arg(&file).output().unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let first = harness.wait("STABLE", |s| s["status"]["lifecycleState"] == "STABLE");
+    kill_taskmanagers(Path::new(first["status"]["clusterInfo"]["dir"].as_str().unwrap()));
+    harness.wait("FAILED", |s| s["status"]["jobStatus"]["state"] == "FAILED");
+    spec.parallelism = 3;
+    std::fs::write(&file, spec.yaml().replace("    execution.checkpointing.interval: 300ms\n", "")).unwrap();
+    harness.weir().args(["deployment", "apply", "-f"]).arg(&file).output().unwrap();
+    let refused = harness
+        .wait("the refusal", |s| s["status"]["error"].as_str().is_some_and(|e| e.contains("Manual restore required")));
+    assert_eq!(refused["status"]["lifecycleState"], "FAILED", "{refused:#}");
+    assert_eq!(job_id(&refused), job_id(&first));
+    // The error stays (the failed job does not overwrite it), and the deployed spec is still
+    // the old one: nothing of the new one ran.
+    std::thread::sleep(Duration::from_millis(500));
+    let later = harness.status();
+    assert!(later["status"]["error"].as_str().unwrap().contains("Manual restore required"), "{later:#}");
+    assert_eq!(later["status"]["lifecycleState"], "FAILED", "{later:#}");
+    assert_eq!(later["status"]["reconciliationStatus"]["lastReconciledSpec"]["job"]["parallelism"], 2);
+    assert!(refused["status"].get("operation").is_none(), "{refused:#}");
+    let dirs = weir_deploy::processes::DeploymentDirs::new(harness.deployment_dir());
+    assert_eq!(dirs.clusters().len(), 1, "a new cluster was started");
 }
