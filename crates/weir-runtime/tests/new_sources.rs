@@ -2,11 +2,16 @@
 //! changed) starts exactly as in a fresh job: it reads everything. Before, it was restored
 //! with no positions and read nothing.
 
+#[path = "../../weir-cli/tests/common/kafka.rs"]
+#[allow(dead_code)]
+mod kafka;
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use weir_api::prelude::*;
 use weir_checkpoint::{SnapshotStorage, load_metadata, plan_restore};
+use weir_connectors::kafka::{KafkaSource, StartingOffsets, Topics, Utf8Lines};
 use weir_connectors::{SequenceSource, TextLineSource};
 use weir_runtime::checkpointing::RestoreSource;
 use weir_runtime::checkpointing::restore::restore_request;
@@ -91,4 +96,27 @@ fn every_built_in_source_absent_from_the_snapshot_reads_from_its_beginning() {
         .uid("sink");
     run_restored(env, &location);
     assert_eq!(collected.records().len(), 300, "vector source");
+}
+
+/// The Kafka source under a uid the snapshot does not have reads from its configured start
+/// (here the earliest offsets) to the end, as in a fresh job; the broker is noida-db.
+#[test]
+fn a_kafka_source_absent_from_the_snapshot_reads_from_its_configured_start() {
+    let broker = kafka::Broker::start();
+    broker.create_topic("events", 2);
+    broker.produce("events", 2, (0..200).map(|i| i.to_string()));
+    broker.wait_for_end("events", 2, 200);
+    let dir = tempfile::tempdir().unwrap();
+    let location = savepoint_of_an_endless_job(dir.path());
+
+    let collected = CollectSink::default();
+    let env = StreamExecutionEnvironment::new();
+    let source = KafkaSource::new(&broker.bootstrap, Topics::Names(vec!["events".into()]), Utf8Lines)
+        .starting_offsets(StartingOffsets::Earliest)
+        .bounded();
+    env.from_source(source).uid("kafka").sink_to(collected.clone()).uid("sink");
+    run_restored(env, &location);
+    let mut got: Vec<u64> = collected.records().iter().map(|s: &String| s.parse().unwrap()).collect();
+    got.sort_unstable();
+    assert_eq!(got, (0..200).collect::<Vec<u64>>(), "kafka source");
 }
