@@ -178,3 +178,54 @@ fn a_savepoint_after_a_pipeline_ended_without_checkpoints_fails_with_the_reason(
     job.cancel().unwrap();
     assert_eq!(job.wait_terminal(Some(Duration::from_secs(20))), JobStatus::Canceled);
 }
+
+/// Passes records on; every checkpoint of a subtask takes 60 ms.
+#[derive(Clone)]
+struct SlowSnapshots;
+
+impl ProcessFunction<u64, u64> for SlowSnapshots {
+    fn process_element(&mut self, record: u64, out: &mut Collector<'_, u64>) -> FnResult {
+        out.collect(record);
+        Ok(())
+    }
+
+    fn snapshot_state(&mut self, _state: &mut OperatorStateContext) -> FnResult {
+        std::thread::sleep(Duration::from_millis(60));
+        Ok(())
+    }
+}
+
+/// `execution.checkpointing.max-concurrent-checkpoints` (1) binds the final checkpoint too:
+/// with checkpoints back to back (each takes 60 ms, the interval is 5 ms) one is in flight
+/// when the input ends, and the final one starts only after it completed.
+#[test]
+fn the_final_checkpoint_waits_for_a_free_slot_under_max_concurrent_checkpoints() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let env = StreamExecutionEnvironment::new();
+    env.from_source(weir_connectors::SequenceSource::new(Some(600), Some(2_000.0), |i| i))
+        .uid("source")
+        .process(SlowSnapshots)
+        .uid("slow")
+        .sink_to(FileSink::new(&out, |v: &u64, s: &mut String| s.push_str(&v.to_string())))
+        .uid("sink");
+    let mut settings = JobSettings::with_parallelism(2);
+    settings.checkpointing.interval = Some(Duration::from_millis(5));
+    settings.checkpointing.max_concurrent = 1;
+    settings.checkpointing.checkpoints_url = format!("file://{}/checkpoints", dir.path().display());
+    let job = Dispatcher::new("localhost").submit(env.build("slow snapshots").unwrap(), settings).unwrap();
+    assert_eq!(job.wait_terminal(Some(Duration::from_secs(30))), JobStatus::Finished, "{:?}", job.failure_cause());
+    assert_eq!(committed_lines(&out).len(), 600, "every record committed");
+    let history = job.checkpoint_stats().history;
+    assert!(history.len() >= 2, "too few checkpoints to overlap: {history:?}");
+    let mut spans: Vec<(u64, u64, u64)> =
+        history.iter().map(|c| (c.trigger_timestamp, c.trigger_timestamp + c.end_to_end_duration, c.id)).collect();
+    spans.sort_unstable();
+    for pair in spans.windows(2) {
+        let ((_, ended, earlier), (started, _, later)) = (pair[0], pair[1]);
+        assert!(
+            started >= ended,
+            "checkpoint {later} started at {started} before {earlier} ended at {ended}: {history:?}"
+        );
+    }
+}

@@ -219,6 +219,35 @@ pub fn sync_dir(dir: &Path) {
     if let Ok(handle) = File::open(dir) {
         let _ = handle.sync_all();
     }
+    #[cfg(test)]
+    synced::record(dir);
+}
+
+/// Tests see each directory sync of their thread, with the directory's file names then.
+#[cfg(test)]
+pub(crate) mod synced {
+    use std::cell::RefCell;
+    use std::path::{Path, PathBuf};
+
+    thread_local! {
+        static SYNCS: RefCell<Vec<(PathBuf, Vec<String>)>> = const { RefCell::new(Vec::new()) };
+    }
+
+    pub(crate) fn record(dir: &Path) {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|entry| entry.file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        SYNCS.with(|syncs| syncs.borrow_mut().push((dir.to_path_buf(), names)));
+    }
+
+    /// The syncs of this thread since the last call.
+    pub(crate) fn take() -> Vec<(PathBuf, Vec<String>)> {
+        SYNCS.with(|syncs| std::mem::take(&mut *syncs.borrow_mut()))
+    }
 }
 
 /// The pre-flight report of a restore: what committing `committables` into `current` would

@@ -131,6 +131,25 @@ fn two_phase_commit_stages_at_the_barrier_and_commits_on_completion() {
     assert_eq!(names(dir.path()), vec![part(0, 0, 0).committed(), part(0, 0, 1).committed()]);
 }
 
+/// The rename `.inprogress` -> `.pending` of the pre-commit is made durable: the directory
+/// is synced after it (the sync sees the pending name, not the in-progress one).
+#[test]
+fn the_pre_commit_rename_is_followed_by_a_directory_sync() {
+    let dir = tempfile::tempdir().unwrap();
+    let sink = FileSink::new(dir.path(), format_line);
+    let mut writer = sink.create_writer(&TaskContext::for_test(0, 1, 8)).unwrap();
+    writer.write_batch(&mut vec!["a".to_string()]).unwrap();
+    recovery::synced::take();
+    writer.prepare_commit(1).unwrap();
+    let syncs = recovery::synced::take();
+    let synced_after_rename = syncs.iter().any(|(synced, names)| {
+        synced == dir.path()
+            && names.contains(&part(0, 0, 0).pending())
+            && !names.contains(&part(0, 0, 0).in_progress())
+    });
+    assert!(synced_after_rename, "no sync of {} after the rename: {syncs:?}", dir.path().display());
+}
+
 #[test]
 fn a_restore_discards_files_written_after_the_checkpoint() {
     let dir = tempfile::tempdir().unwrap();

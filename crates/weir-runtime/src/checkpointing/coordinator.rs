@@ -1035,4 +1035,40 @@ mod tests {
         assert!(completion.location.contains("savepoint-012345-"), "{}", completion.location);
         assert!(coordinator.latest_retained().is_none());
     }
+
+    /// The slot the job master asks for before the final checkpoint (and every periodic one):
+    /// taken while `max-concurrent-checkpoints` periodic checkpoints are in flight, not by
+    /// savepoints, and free again once one completes or is declined.
+    #[test]
+    fn the_final_checkpoint_s_slot_follows_max_concurrent_checkpoints() {
+        let mut one = coordinator(settings("memory://coordinator-final-slot"));
+        assert_eq!(one.settings().max_concurrent, 1, "the default");
+        assert!(one.periodic_slot_free());
+        let first = one.trigger(SnapshotRequest::Periodic, None).unwrap().checkpoint_id;
+        assert!(!one.periodic_slot_free(), "one periodic checkpoint in flight of at most 1");
+        assert!(!one.periodic_due(Instant::now() + Duration::from_secs(60)));
+        let savepoint = SnapshotRequest::Savepoint {
+            request_id: "r".into(),
+            terminate: false,
+            format: weir_api::snapshot::SnapshotFormat::Canonical,
+            drain: false,
+        };
+        let savepoint = one.trigger(savepoint, Some("memory://coordinator-final-slot-sp")).unwrap();
+        one.acknowledge(ack(first, 0));
+        one.acknowledge(ack(first, 1)).unwrap().unwrap();
+        assert!(one.periodic_slot_free(), "a savepoint in flight takes no periodic slot");
+        one.acknowledge(ack(savepoint.checkpoint_id, 0));
+        one.acknowledge(ack(savepoint.checkpoint_id, 1)).unwrap().unwrap();
+
+        let mut settings = settings("memory://coordinator-final-slot-2");
+        settings.max_concurrent = 2;
+        settings.tolerable_failures = 5;
+        let mut two = coordinator(settings);
+        let first = two.trigger(SnapshotRequest::Periodic, None).unwrap().checkpoint_id;
+        assert!(two.periodic_slot_free(), "one of two");
+        two.trigger(SnapshotRequest::Periodic, None).unwrap();
+        assert!(!two.periodic_slot_free(), "two of two");
+        two.decline(first, "declined".into()).unwrap();
+        assert!(two.periodic_slot_free(), "a declined one frees its slot");
+    }
 }
