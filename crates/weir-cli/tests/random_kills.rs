@@ -8,6 +8,11 @@
 //! else the restore point the killed job started from. The last job runs to the end. Every
 //! count must then be in the output exactly once.
 //!
+//! Every third round (an odd seed) aims its first kill at the end-of-input phase: the fresh
+//! job takes a savepoint while it runs, and is killed within 150 ms of its sources having
+//! emitted the whole input (while its final checkpoint and end-of-input results are under
+//! way, or just after).
+//!
 //! The seed of each round is printed; `WEIR_RANDOM_KILL_SEED` replays one, and
 //! `WEIR_RANDOM_KILL_ROUNDS` runs more rounds (CI runs the default).
 
@@ -99,6 +104,8 @@ fn one_round(seed: u64) {
     let checkpoints = format!("state.checkpoints.dir=file://{}", chk_root.display());
     let (events, rate, users) = (EVENTS.to_string(), RATE.to_string(), USERS.to_string());
     let job = ["counter", "--users", &users, "--events", &events, "--rate", &rate, "--output", &out_arg];
+    // Odd seeds aim the first kill at the end-of-input phase (module docs).
+    let aim_at_end = seed % 2 == 1;
     let killed_jobs = 1 + random.below(2);
     let mut restore: Option<RestorePoint> = None;
     for index in 0..=killed_jobs {
@@ -124,12 +131,21 @@ fn one_round(seed: u64) {
         let job_id = weir.job_id();
         let ran = poll_running(&rest, &job_id);
         let before_savepoint = random.below(900);
-        let take_savepoint = random.below(2) == 0;
+        let aimed = aim_at_end && index == 0;
+        let take_savepoint = random.below(2) == 0 || aimed;
         // A third of the kills come right after the savepoint, before the next checkpoint.
         let after = if random.below(3) == 0 { random.below(40) } else { random.below(1200) };
-        eprintln!(
-            "seed {seed}: job {index} {job_id} at -p {parallelism} from {restore_path:?}: savepoint {take_savepoint} after {before_savepoint} ms, kill {after} ms later"
-        );
+        // Aimed: the kill comes this long after the sources emitted the whole input.
+        let after_end = random.below(150);
+        if aimed {
+            eprintln!(
+                "seed {seed}: job {index} {job_id} at -p {parallelism}: savepoint after {before_savepoint} ms, kill {after_end} ms after the input ended"
+            );
+        } else {
+            eprintln!(
+                "seed {seed}: job {index} {job_id} at -p {parallelism} from {restore_path:?}: savepoint {take_savepoint} after {before_savepoint} ms, kill {after} ms later"
+            );
+        }
         std::thread::sleep(Duration::from_millis(before_savepoint));
         let mut savepoint = None;
         if take_savepoint && ran {
@@ -143,7 +159,14 @@ fn one_round(seed: u64) {
                 savepoint = Some(RestorePoint { checkpoint_id: checkpoint_id_of(&path), path });
             }
         }
-        std::thread::sleep(Duration::from_millis(after));
+        if aimed {
+            if ran && !wait_for_input_end(&rest, &job_id, EVENTS) {
+                eprintln!("seed {seed}: job {index} finished before the kill");
+            }
+            std::thread::sleep(Duration::from_millis(after_end));
+        } else {
+            std::thread::sleep(Duration::from_millis(after));
+        }
         drop(weir.stdout_lines());
         weir.kill_hard();
         let newest =
@@ -185,13 +208,41 @@ fn poll_running(rest: &str, job_id: &str) -> bool {
     panic!("job {job_id} never ran");
 }
 
+/// Waits until the job's sources (its first vertex) emitted `events` records, that is until
+/// its input ended; false when the job finished (its REST API went away) first.
+fn wait_for_input_end(rest: &str, job_id: &str, events: u64) -> bool {
+    let agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(5)))
+        .build()
+        .new_agent();
+    let deadline = std::time::Instant::now() + common::WAIT_MAX;
+    while std::time::Instant::now() < deadline {
+        let Ok(mut response) = agent.get(&format!("{rest}/jobs/{job_id}")).call() else {
+            return false;
+        };
+        let job: serde_json::Value =
+            response.body_mut().read_to_string().ok().and_then(|b| serde_json::from_str(&b).ok()).unwrap_or_default();
+        if job["state"] == "FINISHED" {
+            return false;
+        }
+        if job["vertices"][0]["metrics"]["write-records"].as_u64().is_some_and(|written| written >= events) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    panic!("the input of job {job_id} never ended");
+}
+
 #[test]
 fn random_kills_and_restores_into_new_jobs_with_savepoints_taken_while_running_stay_exactly_once() {
     let rounds = std::env::var("WEIR_RANDOM_KILL_ROUNDS").ok().and_then(|r| r.parse().ok()).unwrap_or(ROUNDS_DEFAULT);
     let replay: Option<u64> = std::env::var("WEIR_RANDOM_KILL_SEED").ok().and_then(|s| s.parse().ok());
     let base = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64;
     for round in 0..rounds {
-        let seed = replay.unwrap_or(base.wrapping_add(round.wrapping_mul(0x9e37_79b9)));
+        // Every third round's seed is odd: it aims a kill at the end-of-input phase.
+        let seed = (base.wrapping_add(round.wrapping_mul(0x9e37_79b9)) & !1) | u64::from(round % 3 == 2);
+        let seed = replay.unwrap_or(seed);
         one_round(seed);
         if replay.is_some() {
             break;
