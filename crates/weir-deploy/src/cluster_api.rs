@@ -15,6 +15,9 @@ pub struct JobView {
     pub state: String,
     /// Every subtask is RUNNING.
     pub all_running: bool,
+    /// Some subtask is neither RUNNING nor FINISHED (created, scheduled, deploying,
+    /// initializing): the job is starting, or restarting and maybe waiting for slots.
+    pub starting: bool,
     /// Completed checkpoints of the job.
     pub completed_checkpoints: u64,
     /// The newest completed checkpoint's path.
@@ -112,11 +115,17 @@ impl ClusterApi {
                     !subtasks.is_empty() && subtasks.iter().all(|s| s["status"].as_str() == Some("RUNNING"))
                 })
             });
+        let starting = vertices.iter().any(|vertex| {
+            vertex["subtasks"].as_array().is_some_and(|subtasks| {
+                subtasks.iter().any(|s| !matches!(s["status"].as_str(), Some("RUNNING" | "FINISHED")))
+            })
+        });
         let (_, checkpoints) = self.get(&format!("/jobs/{job_id}/checkpoints"))?;
         let path = |value: &Value| value["external_path"].as_str().map(str::to_string);
         Ok(Some(JobView {
             state,
             all_running,
+            starting,
             completed_checkpoints: checkpoints["counts"]["completed"].as_u64().unwrap_or(0),
             latest_checkpoint: path(&checkpoints["latest"]["completed"]),
             latest_savepoint: path(&checkpoints["latest"]["savepoint"]),

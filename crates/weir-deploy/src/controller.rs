@@ -691,6 +691,41 @@ impl Controller {
                 crash::point("operator-after-job-cancelled");
                 self.after_stop(name, status, operation, Some(view))
             }
+            (_, UpgradeMode::Savepoint)
+                if request_id.is_none()
+                    && (matches!(view.state.as_str(), "RESTARTING" | "FAILING" | "CREATED" | "INITIALIZING")
+                        || (view.state == "RUNNING" && view.starting)) =>
+            {
+                // The Flink operator's rule: a job that is not running takes no savepoint;
+                // with last-state-fallback it is upgraded from its newest state (its own
+                // newest checkpoint, else what it started from), which is what its restart
+                // would restore anyway. Without either, nothing is touched. A RUNNING job
+                // whose subtasks are not all running yet (a restart waiting for slots, a
+                // crash loop) is not running either: a stop-with-savepoint of it could only
+                // fail.
+                let newest = view.latest_checkpoint.clone().or_else(|| status.job_status.restored_from.clone());
+                let error = match (fallback, &newest) {
+                    (true, Some(_)) => None,
+                    (true, None) => Some(format!(
+                        "job {job_id} is {} and no checkpoint or savepoint of it is known. {MANUAL_RESTORE_REQUIRED} The job was not touched; set spec.job.initialSavepointPath and apply again",
+                        view.state
+                    )),
+                    (false, _) => Some(format!(
+                        "job {job_id} is {}, so it takes no savepoint, and kubernetes.operator.job.upgrade.last-state-fallback.enabled is false. The job was not touched; apply the spec again once it runs",
+                        view.state
+                    )),
+                };
+                if let Some(error) = error {
+                    return self.refuse(name, status, operation, error);
+                }
+                tracing::info!(deployment = %name, "job {job_id} is {}: last-state fallback, cancelling it to upgrade from its newest state", view.state);
+                api.cancel(&job_id).map_err(|e| format!("cannot cancel job {job_id}: {e}"))?;
+                let mut ended = wait_terminal(&api, &job_id)?;
+                ended.latest_checkpoint = ended.latest_checkpoint.or(view.latest_checkpoint);
+                crash::point("operator-after-job-cancelled");
+                operation.mode = UpgradeMode::LastState;
+                self.after_stop(name, status, operation, Some(ended))
+            }
             (_, UpgradeMode::Savepoint) => {
                 let target = match running.as_ref().or(operation.target.as_ref()) {
                     Some(spec) => savepoint_dir(spec, dirs),

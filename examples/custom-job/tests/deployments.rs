@@ -856,3 +856,39 @@ fn a_savepoint_upgrade_of_a_failed_job_falls_back_to_its_newest_checkpoint_or_ne
     let dirs = weir_deploy::processes::DeploymentDirs::new(harness.deployment_dir());
     assert_eq!(dirs.clusters().len(), 1, "a new cluster was started");
 }
+
+#[test]
+fn a_savepoint_upgrade_of_a_restarting_job_falls_back_to_its_newest_checkpoint_at_once() {
+    let harness = Harness::new();
+    let out = harness.out("out");
+    let mut spec = Spec::new(&out);
+    // The job restarts for ever once its TaskManagers are gone (nothing to run it on).
+    spec.extra_configuration = vec![
+        ("restart-strategy.type", "fixed-delay"),
+        ("restart-strategy.fixed-delay.attempts", "100000"),
+        // Long enough for the controller (every 100 ms) to see it RESTARTING.
+        ("restart-strategy.fixed-delay.delay", "1s"),
+    ];
+    harness.apply(&spec);
+    let first = harness.wait_stable(1);
+    let counts = wait_counts_beyond(&out, &BTreeMap::new());
+    kill_taskmanagers(Path::new(first["status"]["clusterInfo"]["dir"].as_str().unwrap()));
+    let restarting = harness.wait("a job that is not running", |s| {
+        s["status"]["jobStatus"]["state"].as_str().is_some_and(|state| state != "RUNNING")
+    });
+    let state = restarting["status"]["jobStatus"]["state"].as_str().unwrap().to_string();
+    assert_ne!(state, "FAILED", "{restarting:#}");
+    let counts_before = committed_counts(&out);
+    assert!(counts_before.values().zip(counts.values()).all(|(now, before)| now.1 >= before.1));
+    spec.parallelism = 3;
+    let applied = Instant::now();
+    harness.apply(&spec);
+    let upgraded = harness.wait_stable(2);
+    // At once: no stop-with-savepoint is tried (and retried) on a job that cannot take one.
+    assert!(applied.elapsed() < Duration::from_secs(20), "the fallback took {:?}", applied.elapsed());
+    let restored = upgraded["status"]["jobStatus"]["restoredFrom"].as_str().unwrap();
+    assert!(restored.contains(&format!("/{}/chk-", job_id(&first))), "{upgraded:#}");
+    assert!(history_locations(&upgraded).is_empty(), "{upgraded:#}");
+    assert!(operator_log(&harness).contains("last-state fallback, cancelling it"), "{}", operator_log(&harness));
+    wait_counts_beyond(&out, &counts_before);
+}
