@@ -1,6 +1,7 @@
 //! The Web UI in a real browser: headless Chromium loads the pages the JobManager serves
 //! while a job runs, and the rendered DOM must show the job RUNNING, its operator graph,
-//! its subtasks and its checkpoints.
+//! its subtasks and its checkpoints; and the pages the deployment controller (`weir
+//! operator`) serves, with a deployment's lifecycle, job and savepoint history.
 //!
 //! Needs Chromium (`apt-get install -y chromium`; `.ci/test` installs it). `WEIR_CHROMIUM`
 //! names another binary. With `WEIR_UI_SCREENSHOT_DIR=dir` the test also saves screenshots
