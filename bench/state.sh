@@ -5,10 +5,13 @@
 # and stop-with-savepoint of 1 M keys. Release build; takes about 3 minutes.
 #
 #   bench/state.sh            # ROUNDS=3 by default
+#   WEIR=/path/to/weir bench/state.sh   # another build (to compare two in one run)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release -p weir-cli >/dev/null 2>&1
-W=$PWD/target/release/weir
+if [ -z "${WEIR:-}" ]; then
+  cargo build --release -p weir-cli >/dev/null 2>&1
+fi
+W=${WEIR:-$PWD/target/release/weir}
 ROUNDS=${ROUNDS:-3}
 WORK=$(mktemp -d)
 trap 'pkill -f "rest.port=18998" || true; rm -rf "$WORK"' EXIT

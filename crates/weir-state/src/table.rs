@@ -241,32 +241,37 @@ pub(crate) fn write_group<K: Key, C: Cell>(
         key_group,
         reason: format!("cannot encode: {e}"),
     };
-    // Encode every entry into one buffer (no allocation per entry), sort by key bytes,
-    // then emit the canonical form.
-    let mut buffer = Vec::with_capacity(group.len() * 16);
-    let mut spans: Vec<(usize, usize, usize)> = Vec::with_capacity(group.len());
-    for (key, cell) in group.iter() {
-        let start = buffer.len();
-        buffer = postcard::to_extend(key, buffer).map_err(corrupt)?;
-        let key_end = buffer.len();
-        cell.encode(&mut buffer).map_err(corrupt)?;
-        spans.push((start, key_end, buffer.len()));
+    // Every entry goes into one buffer in its final form (length-prefixed key and cell: no
+    // allocation per entry); the entries are sorted as (key prefix, index) pairs and copied
+    // out whole.
+    let mut buffer = Vec::with_capacity(group.len() * 12);
+    let mut starts: Vec<usize> = Vec::with_capacity(group.len() + 1);
+    let mut entries: Vec<SortEntry> = Vec::with_capacity(group.len());
+    let mut scratch = Vec::with_capacity(64);
+    for (index, (key, cell)) in group.iter().enumerate() {
+        starts.push(buffer.len());
+        scratch.clear();
+        scratch = postcard::to_extend(key, scratch).map_err(corrupt)?;
+        entries.push(SortEntry { prefix: key_prefix(&scratch), index });
+        write_varint(&mut buffer, scratch.len() as u64);
+        buffer.extend_from_slice(&scratch);
+        scratch.clear();
+        cell.encode(&mut scratch).map_err(corrupt)?;
+        write_varint(&mut buffer, scratch.len() as u64);
+        buffer.extend_from_slice(&scratch);
     }
-    sort_by_key_bytes(&buffer, &mut spans);
-    out.reserve(buffer.len() + spans.len() * 4 + 10);
-    write_varint(out, spans.len() as u64);
-    for (start, key_end, end) in spans {
-        write_varint(out, (key_end - start) as u64);
-        out.extend_from_slice(&buffer[start..key_end]);
-        write_varint(out, (end - key_end) as u64);
-        out.extend_from_slice(&buffer[key_end..end]);
+    starts.push(buffer.len());
+    sort_entries(&buffer, &starts, &mut entries);
+    out.reserve(buffer.len() + 10);
+    write_varint(out, entries.len() as u64);
+    for entry in &entries {
+        out.extend_from_slice(&buffer[starts[entry.index]..starts[entry.index + 1]]);
     }
     Ok(())
 }
 
 /// Writes one key group's entries as [`write_group`] does, in the map's own order: no sort,
-/// and straight into `out` (each entry's key and value go through one small scratch buffer
-/// for their length prefixes).
+/// and straight into `out`.
 fn write_group_native<K: Key, C: Cell>(
     group: &KeyMap<K, C>,
     key_group: u32,
@@ -294,22 +299,94 @@ fn write_group_native<K: Key, C: Cell>(
     Ok(())
 }
 
-/// Sorts entry spans `(start, key_end, end)` of `buffer` by their key bytes. Most keys differ
-/// in their first 8 bytes: sorting by those as a big-endian integer (with the length to break
-/// ties of a shorter key that is a prefix) is a plain integer sort; only equal prefixes compare
-/// the whole keys.
-fn sort_by_key_bytes(buffer: &[u8], spans: &mut Vec<(usize, usize, usize)>) {
-    let prefix = |&(start, key_end, _): &(usize, usize, usize)| -> u64 {
-        let key = &buffer[start..key_end];
-        let mut bytes = [0u8; 8];
-        let n = key.len().min(8);
-        bytes[..n].copy_from_slice(&key[..n]);
-        u64::from_be_bytes(bytes)
-    };
-    let mut keyed: Vec<(u64, (usize, usize, usize))> = spans.iter().map(|s| (prefix(s), *s)).collect();
-    keyed.sort_unstable_by(|a, b| a.0.cmp(&b.0).then_with(|| buffer[a.1.0..a.1.1].cmp(&buffer[b.1.0..b.1.1])));
-    spans.clear();
-    spans.extend(keyed.into_iter().map(|(_, span)| span));
+/// The key bytes of an entry `[varint key length][key][varint cell length][cell]` that this
+/// module wrote itself.
+fn entry_key(entry: &[u8]) -> &[u8] {
+    let (len, used) = read_varint_prefix(entry);
+    entry.get(used..used + len).unwrap_or(&[])
+}
+
+/// A varint at the start of `bytes` and the bytes it took (0 and 0 for a malformed one, which
+/// only this module's own output reaches).
+fn read_varint_prefix(bytes: &[u8]) -> (usize, usize) {
+    let mut value = 0usize;
+    for (i, byte) in bytes.iter().enumerate().take(10) {
+        value |= usize::from(byte & 0x7f).checked_shl(7 * i as u32).unwrap_or(0);
+        if byte & 0x80 == 0 {
+            return (value, i + 1);
+        }
+    }
+    (0, 0)
+}
+
+/// An entry of a key group being sorted: the first 8 key bytes as a big-endian integer, and
+/// the entry's index in the map's order.
+#[derive(Clone, Copy, Default)]
+struct SortEntry {
+    prefix: u64,
+    index: usize,
+}
+
+/// The first 8 bytes of `key` as a big-endian integer, zero-padded.
+fn key_prefix(key: &[u8]) -> u64 {
+    let mut bytes = [0u8; 8];
+    let n = key.len().min(8);
+    bytes[..n].copy_from_slice(&key[..n]);
+    u64::from_be_bytes(bytes)
+}
+
+/// Sorts `entries` by their key bytes in `buffer`. Most keys differ in their first 8 bytes:
+/// a least-significant-digit radix sort by those as a big-endian integer, over only the byte
+/// positions in which the prefixes differ, orders them in a few linear passes; only runs of
+/// equal prefixes (longer keys that share 8 bytes, or a key and its zero-padded extension)
+/// compare whole keys.
+fn sort_entries(buffer: &[u8], starts: &[usize], entries: &mut Vec<SortEntry>) {
+    let compare = |a: &SortEntry, b: &SortEntry| compare_entries(buffer, starts, a, b);
+    let (all, any) = entries.iter().fold((u64::MAX, 0u64), |(all, any), e| (all & e.prefix, any | e.prefix));
+    let differing = all ^ any;
+    if entries.len() < 256 {
+        entries.sort_unstable_by(compare);
+        return;
+    }
+    let mut scratch = vec![SortEntry::default(); entries.len()];
+    for shift in (0..64).step_by(8) {
+        if (differing >> shift) & 0xff == 0 {
+            continue;
+        }
+        let digit = |e: &SortEntry| ((e.prefix >> shift) & 0xff) as usize;
+        let mut next = [0usize; 256];
+        for entry in entries.iter() {
+            next[digit(entry)] += 1;
+        }
+        let mut sum = 0;
+        for slot in next.iter_mut() {
+            let count = *slot;
+            *slot = sum;
+            sum += count;
+        }
+        for entry in entries.iter() {
+            let d = digit(entry);
+            scratch[next[d]] = *entry;
+            next[d] += 1;
+        }
+        std::mem::swap(entries, &mut scratch);
+    }
+    let mut run = 0;
+    while run < entries.len() {
+        let mut end = run + 1;
+        while end < entries.len() && entries[end].prefix == entries[run].prefix {
+            end += 1;
+        }
+        if end - run > 1 {
+            entries[run..end].sort_unstable_by(compare);
+        }
+        run = end;
+    }
+}
+
+fn compare_entries(buffer: &[u8], starts: &[usize], a: &SortEntry, b: &SortEntry) -> std::cmp::Ordering {
+    let key = |e: &SortEntry| entry_key(&buffer[starts[e.index]..starts[e.index + 1]]);
+    a.prefix.cmp(&b.prefix).then_with(|| key(a).cmp(key(b)))
 }
 
 /// The index of `key_group` within `range`, or the error naming both.
@@ -872,5 +949,52 @@ impl<K: Key, C: Cell> TableSnapshot for FrozenTable<K, C> {
                 self.groups.released.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The canonical form is postcard's `Vec<(Vec<u8>, Vec<u8>)>` sorted by whole key
+        /// bytes, also for keys that share their first 8 bytes or are a zero-padded
+        /// extension of another, and for groups large enough for the radix passes.
+        #[test]
+        fn canonical_groups_are_sorted_by_whole_key_bytes(
+            keys in proptest::collection::hash_set("(user-|a|\\x00){0,4}[0-9a]{0,3}", 0..700),
+            wide in proptest::collection::hash_set(any::<u64>(), 0..400),
+        ) {
+            let mut strings: KeyMap<String, ValueCell<u32>> = KeyMap::default();
+            for (i, key) in keys.iter().enumerate() {
+                strings.insert(crate::keymap::memory_hash(key.stable_hash()), key, ValueCell(i as u32));
+            }
+            let mut numbers: KeyMap<u64, ValueCell<u32>> = KeyMap::default();
+            for (i, key) in wide.iter().enumerate() {
+                numbers.insert(crate::keymap::memory_hash(key.stable_hash()), key, ValueCell(i as u32));
+            }
+            prop_assert_eq!(canonical(&strings), reference(&strings));
+            prop_assert_eq!(canonical(&numbers), reference(&numbers));
+        }
+    }
+
+    fn canonical<K: Key, C: Cell>(map: &KeyMap<K, C>) -> Vec<u8> {
+        let mut out = Vec::new();
+        write_group(map, 0, "t", &mut out).unwrap();
+        out
+    }
+
+    fn reference<K: Key, C: Cell>(map: &KeyMap<K, C>) -> Vec<u8> {
+        let mut entries: Vec<(Vec<u8>, Vec<u8>)> = map
+            .iter()
+            .map(|(key, cell)| {
+                let mut value = Vec::new();
+                cell.encode(&mut value).unwrap();
+                (postcard::to_allocvec(key).unwrap(), value)
+            })
+            .collect();
+        entries.sort();
+        postcard::to_allocvec(&entries).unwrap()
     }
 }
