@@ -1,10 +1,12 @@
-//! Flink 2's applications: every weir job is its own application, with the job's id.
+//! Flink 2's applications: every weir job is its own application, with the job's id;
+//! cancelling an application cancels its job.
 
 use std::collections::BTreeMap;
 
 use axum::Json;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
+use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
 use weir_runtime::JobMaster;
 use weir_runtime::status::JobOverview;
@@ -160,4 +162,23 @@ pub(crate) async fn application_jobmanager_config(
     let Path(id) = id?;
     find_job(&state.dispatcher, &id)?;
     Ok(Json(crate::routes::config_entries(&state)))
+}
+
+#[utoipa::path(post, path = "/applications/{applicationid}/cancel", tag = "jobs", summary = "Cancel an application: its job", params(("applicationid" = String, Path, description = "Application id: its job's id, 32 hex characters", pattern = "^[0-9a-f]{32}$")), responses((status = 202, description = "Cancel requested: `{}`"), (status = 400, description = "Not an application id", body = ErrorResponse), (status = 404, description = "No such application", body = ErrorResponse), (status = 409, description = "The application's job already ended", body = ErrorResponse)))]
+pub(crate) async fn cancel_application(
+    State(state): State<AppState>,
+    id: Result<Path<String>, PathRejection>,
+) -> Result<(StatusCode, Json<serde_json::Map<String, serde_json::Value>>), ApiError> {
+    let Path(id) = id?;
+    let job = find_job(&state.dispatcher, &id)?;
+    match job.cancel() {
+        Ok(()) => {
+            tracing::info!(job_id = %job.job_id(), "application cancel requested over REST");
+            Ok((StatusCode::ACCEPTED, Json(serde_json::Map::new())))
+        }
+        Err(status) => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            format!("Application {} is already {status}; only running applications can be cancelled", job.job_id()),
+        )),
+    }
 }

@@ -73,7 +73,7 @@ pub(crate) async fn job_jobmanager_config(
 /// `GET /jobmanager/thread-dump`, as Flink's `ThreadDumpInfo`.
 #[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ThreadDumpInfo {
-    /// Every thread of the JobManager process.
+    /// Every thread of the process.
     #[serde(rename = "threadInfos")]
     pub thread_infos: Vec<ThreadInfo>,
 }
@@ -91,7 +91,7 @@ pub struct ThreadInfo {
 }
 
 /// This process's threads from `/proc/self/task` (empty where there is no procfs).
-fn threads() -> Vec<ThreadInfo> {
+pub(crate) fn threads() -> Vec<ThreadInfo> {
     let Ok(entries) = std::fs::read_dir("/proc/self/task") else { return Vec::new() };
     let mut threads: Vec<(u64, ThreadInfo)> = entries
         .flatten()

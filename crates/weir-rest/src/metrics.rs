@@ -5,8 +5,9 @@
 //! Two sets of names: weir's own (`weir_*`), and Flink's PrometheusReporter names
 //! (`flink_<scope>_<metric>` with Flink's labels, [`flink`]) for what weir measures with the
 //! same meaning, so dashboards built for Flink work. The only state kept between scrapes is
-//! the last readings of each subtask's blocked milliseconds, for Flink's per-second
-//! backpressure gauge.
+//! the last readings of each subtask's blocked milliseconds and record counts (and its
+//! operators'), for Flink's per-second gauges (`backPressuredTimeMsPerSecond`,
+//! `numRecordsInPerSecond`, `numRecordsOutPerSecond`).
 
 use std::sync::atomic::AtomicU64;
 
@@ -261,7 +262,22 @@ mod flink {
     use weir_types::lifecycle::now_ms;
     use weir_types::{ExecutionState, JobStatus, Lifecycle};
 
+    use std::sync::atomic::AtomicU64;
+
+    use prometheus_client::metrics::family::Family;
+    use prometheus_client::metrics::gauge::Gauge;
+
     use super::{Gauges, Labels, gauge_value};
+
+    /// Gauges of rates (Flink's meters), which are not whole numbers.
+    type RateGauges = Family<Labels, Gauge<f64, AtomicU64>>;
+
+    /// One Flink metric family of a scrape.
+    #[derive(Debug)]
+    enum FlinkFamily {
+        Whole(Gauges),
+        Rate(RateGauges),
+    }
     use crate::routes::AppState;
 
     const JOBMANAGER: &str = "jobmanager";
@@ -294,8 +310,12 @@ mod flink {
     /// One attempt of one subtask: job id, vertex id, subtask index, when it was created.
     type SubtaskKey = (String, String, u32, u64);
 
-    /// A subtask's blocked milliseconds at the latest scrape at least [`RATE_WINDOW_MIN`]
-    /// after the one before, and at that one before.
+    /// One counter of one subtask attempt: `backPressuredTimeMs`, `numRecordsIn`,
+    /// `numRecordsOut`, or `<operator position>.numRecordsIn` / `.numRecordsOut`.
+    type CounterKey = (SubtaskKey, String);
+
+    /// A counter's value at the latest scrape at least [`RATE_WINDOW_MIN`] after the one
+    /// before, and at that one before.
     struct Readings {
         newest: (Instant, u64),
         before: Option<(Instant, u64)>,
@@ -303,31 +323,46 @@ mod flink {
 
     /// Readings by subtask attempt, of every REST server of this process (keys carry job
     /// ids, so servers never share one).
-    static READINGS: Mutex<BTreeMap<SubtaskKey, Readings>> = Mutex::new(BTreeMap::new());
+    static READINGS: Mutex<BTreeMap<CounterKey, Readings>> = Mutex::new(BTreeMap::new());
 
-    /// Milliseconds per second `key` was blocked on full output channels since an earlier
-    /// scrape (at least [`RATE_WINDOW_MIN`] ago), Flink's `backPressuredTimeMsPerSecond`;
-    /// `None` at a subtask's first scrape.
-    fn backpressure_per_second(key: SubtaskKey, now: Instant, blocked_ms: u64) -> Option<i64> {
+    /// How fast the counter `key` grew per second since an earlier scrape (at least
+    /// [`RATE_WINDOW_MIN`] ago); `None` at its first scrape, or when it shrank (another
+    /// attempt's).
+    fn per_second(key: CounterKey, now: Instant, count: u64) -> Option<f64> {
         let mut readings = READINGS.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let base = match readings.get_mut(&key) {
             None => {
-                readings.insert(key, Readings { newest: (now, blocked_ms), before: None });
+                readings.insert(key, Readings { newest: (now, count), before: None });
                 return None;
             }
             Some(entry) if now.saturating_duration_since(entry.newest.0) >= RATE_WINDOW_MIN => {
                 let base = entry.newest;
-                *entry = Readings { newest: (now, blocked_ms), before: Some(base) };
+                *entry = Readings { newest: (now, count), before: Some(base) };
                 base
             }
             Some(entry) => entry.before?,
         };
         let window = now.saturating_duration_since(base.0);
-        if window < RATE_WINDOW_MIN || window > RATE_WINDOW_MAX || blocked_ms < base.1 {
+        if window < RATE_WINDOW_MIN || window > RATE_WINDOW_MAX || count < base.1 {
             return None;
         }
-        let per_second = (blocked_ms - base.1) as f64 / window.as_secs_f64();
-        Some(per_second.round().clamp(0.0, 1000.0) as i64)
+        Some((count - base.1) as f64 / window.as_secs_f64())
+    }
+
+    /// Milliseconds per second `key` was blocked on full output channels since an earlier
+    /// scrape (at least [`RATE_WINDOW_MIN`] ago), Flink's `backPressuredTimeMsPerSecond`;
+    /// `None` at a subtask's first scrape.
+    fn backpressure_per_second(key: SubtaskKey, now: Instant, blocked_ms: u64) -> Option<i64> {
+        let rate = per_second((key, "backPressuredTimeMs".to_string()), now, blocked_ms)?;
+        Some(rate.round().clamp(0.0, 1000.0) as i64)
+    }
+
+    /// Records per second a counter of `key` grew, Flink's `numRecordsInPerSecond` and
+    /// `numRecordsOutPerSecond` meters (Flink's average over its last minute; here over the
+    /// time since an earlier scrape at least a second before), to a thousandth.
+    fn records_per_second(key: &SubtaskKey, counter: String, now: Instant, records: u64) -> Option<f64> {
+        let rate = per_second((key.clone(), counter), now, records)?;
+        Some((rate * 1000.0).round() / 1000.0)
     }
 
     /// A label value as Flink's reporter filters it: `[a-zA-Z0-9:_]` kept, the rest `_`.
@@ -362,7 +397,7 @@ mod flink {
     /// The Flink gauges of one scrape.
     pub(super) struct FlinkMetrics {
         /// Gauges by (scope, metric name), in the order they are exposed.
-        gauges: BTreeMap<(&'static str, &'static str), Gauges>,
+        gauges: BTreeMap<(&'static str, &'static str), FlinkFamily>,
         /// The JobManager's host: `jobmanager.rpc.address` when set, else Flink's default
         /// for it, `localhost`.
         host: String,
@@ -418,7 +453,18 @@ mod flink {
         }
 
         fn set(&mut self, scope: &'static str, name: &'static str, labels: &Labels, value: i64) {
-            self.gauges.entry((scope, name)).or_default().get_or_create(labels).set(value);
+            let family = self.gauges.entry((scope, name)).or_insert_with(|| FlinkFamily::Whole(Gauges::default()));
+            if let FlinkFamily::Whole(family) = family {
+                family.get_or_create(labels).set(value);
+            }
+        }
+
+        /// A rate (a meter in Flink), which need not be a whole number.
+        fn set_rate(&mut self, scope: &'static str, name: &'static str, labels: &Labels, value: f64) {
+            let family = self.gauges.entry((scope, name)).or_insert_with(|| FlinkFamily::Rate(RateGauges::default()));
+            if let FlinkFamily::Rate(family) = family {
+                family.get_or_create(labels).set(value);
+            }
         }
 
         /// A job's gauges (`flink_jobmanager_job_*`) and its subtasks'.
@@ -506,7 +552,14 @@ mod flink {
                     self.set(TASK, "numRecordsOut", &task_labels, gauge_value(io.write_records));
                     self.set(TASK, "currentInputWatermark", &task_labels, watermark);
                     let key = (details.jid.clone(), vertex.id.clone(), subtask.subtask, subtask.start_time);
-                    if let Some(per_second) = backpressure_per_second(key, self.now, io.backpressured_ms) {
+                    let now = self.now;
+                    if let Some(rate) = records_per_second(&key, "numRecordsIn".into(), now, io.read_records) {
+                        self.set_rate(TASK, "numRecordsInPerSecond", &task_labels, rate);
+                    }
+                    if let Some(rate) = records_per_second(&key, "numRecordsOut".into(), now, io.write_records) {
+                        self.set_rate(TASK, "numRecordsOutPerSecond", &task_labels, rate);
+                    }
+                    if let Some(per_second) = backpressure_per_second(key.clone(), now, io.backpressured_ms) {
                         self.set(TASK, "backPressuredTimeMsPerSecond", &task_labels, per_second);
                     }
                     let late_dropped =
@@ -526,6 +579,14 @@ mod flink {
                             if position == 0 && is_source { io.read_records } else { operator.read_records };
                         self.set(OPERATOR, "numRecordsIn", &operator_labels, gauge_value(records_in));
                         self.set(OPERATOR, "numRecordsOut", &operator_labels, gauge_value(operator.write_records));
+                        let counter = format!("{position}.numRecordsIn");
+                        if let Some(rate) = records_per_second(&key, counter, now, records_in) {
+                            self.set_rate(OPERATOR, "numRecordsInPerSecond", &operator_labels, rate);
+                        }
+                        let counter = format!("{position}.numRecordsOut");
+                        if let Some(rate) = records_per_second(&key, counter, now, operator.write_records) {
+                            self.set_rate(OPERATOR, "numRecordsOutPerSecond", &operator_labels, rate);
+                        }
                         if position == 0 {
                             // The task's input watermark is its first operator's; weir does not
                             // track watermarks between chained operators.
@@ -558,15 +619,23 @@ mod flink {
     /// The gauges of one scrape as a collector: a registered metric's help gets a full stop
     /// appended, and Flink's help text has none.
     #[derive(Debug)]
-    struct FlinkGauges(BTreeMap<(&'static str, &'static str), Gauges>);
+    struct FlinkGauges(BTreeMap<(&'static str, &'static str), FlinkFamily>);
 
     impl Collector for FlinkGauges {
         fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
             for ((scope, name), family) in &self.0 {
                 let full_name = format!("flink_{scope}_{name}");
                 let help = format!("{name} (scope: {scope})");
-                let metric = encoder.encode_descriptor(&full_name, &help, None, family.metric_type())?;
-                family.encode(metric)?;
+                match family {
+                    FlinkFamily::Whole(family) => {
+                        let metric = encoder.encode_descriptor(&full_name, &help, None, family.metric_type())?;
+                        family.encode(metric)?;
+                    }
+                    FlinkFamily::Rate(family) => {
+                        let metric = encoder.encode_descriptor(&full_name, &help, None, family.metric_type())?;
+                        family.encode(metric)?;
+                    }
+                }
             }
             Ok(())
         }
@@ -595,6 +664,17 @@ mod flink {
             assert_eq!(backpressure_per_second(key.clone(), two + Duration::from_millis(500), 1100), Some(400));
             // A smaller count than before is another attempt's: no rate from it.
             assert_eq!(backpressure_per_second(key, two + Duration::from_secs(3), 0), None);
+        }
+
+        #[test]
+        fn record_rates_are_per_counter_and_not_whole() {
+            let key = ("job".to_string(), "vertex".to_string(), 1, 1);
+            let start = Instant::now();
+            assert_eq!(records_per_second(&key, "numRecordsIn".into(), start, 10), None);
+            assert_eq!(records_per_second(&key, "numRecordsOut".into(), start, 0), None, "its own readings");
+            let later = start + Duration::from_millis(1500);
+            assert_eq!(records_per_second(&key, "numRecordsIn".into(), later, 11), Some(0.667));
+            assert_eq!(records_per_second(&key, "numRecordsOut".into(), later, 3000), Some(2000.0));
         }
     }
 }

@@ -17,6 +17,8 @@ use weir_types::lifecycle::now_ms;
 
 use crate::checkpoints;
 use crate::error::ApiError;
+use crate::jobmanager::ThreadDumpInfo;
+use crate::metric_queries::{AggregatedMetric, MetricValue};
 use crate::responses::{
     AggregatedTaskDetails, ClusterOverview, ConfigEntry, DashboardConfiguration, DashboardFeatures, ErrorResponse,
     ExceptionHistory, JobExceptionsInfo, JobIdWithStatus, JobIdsWithStatus, JobPlanInfo, JobStatusInfo,
@@ -90,7 +92,7 @@ pub fn router(dispatcher: Arc<Dispatcher>, cluster: ClusterInfo) -> Router {
     let state =
         AppState { dispatcher, cluster: Arc::new(cluster), backpressure: Arc::default(), disposals: Arc::default() };
     use crate::{applications, disposal, jobmanager, subtasks};
-    let routes: [(&str, MethodRouter<AppState>); 50] = [
+    let routes: [(&str, MethodRouter<AppState>); 56] = [
         ("/deployments", get(crate::deployments::deployments)),
         ("/deployments/{name}", get(crate::deployments::deployment)),
         ("/jobmanager/config", get(jobmanager_config)),
@@ -103,6 +105,9 @@ pub fn router(dispatcher: Arc<Dispatcher>, cluster: ClusterInfo) -> Router {
         ("/jobs", if state.cluster.submitter.is_some() { get(jobs).post(submit_job) } else { get(jobs) }),
         ("/taskmanagers", get(taskmanagers)),
         ("/taskmanagers/{taskmanagerid}", get(taskmanager_details)),
+        ("/taskmanagers/metrics", get(taskmanagers_metrics)),
+        ("/taskmanagers/{taskmanagerid}/metrics", get(taskmanager_metrics)),
+        ("/taskmanagers/{taskmanagerid}/thread-dump", get(taskmanager_thread_dump)),
         ("/jobs/overview", get(jobs_overview)),
         ("/jobs/{jobid}", get(job_details).patch(job_patch)),
         ("/jobs/{jobid}/status", get(job_status)),
@@ -137,6 +142,11 @@ pub fn router(dispatcher: Arc<Dispatcher>, cluster: ClusterInfo) -> Router {
             "/jobs/{jobid}/vertices/{vertexid}/subtasks/{subtaskindex}/attempts/{attempt}",
             get(subtasks::subtask_attempt),
         ),
+        (
+            "/jobs/{jobid}/vertices/{vertexid}/subtasks/{subtaskindex}/attempts/{attempt}/accumulators",
+            get(subtasks::subtask_attempt_accumulators),
+        ),
+        ("/jobs/{jobid}/resource-requirements", get(subtasks::resource_requirements)),
         ("/jobs/{jobid}/vertices/{vertexid}/subtasks/{subtaskindex}/metrics", get(subtasks::one_subtask_metrics)),
         ("/jobs/{jobid}/vertices/{vertexid}/subtasktimes", get(subtasks::subtask_times)),
         ("/jobs/{jobid}/vertices/{vertexid}/taskmanagers", get(subtasks::vertex_taskmanagers)),
@@ -145,6 +155,7 @@ pub fn router(dispatcher: Arc<Dispatcher>, cluster: ClusterInfo) -> Router {
         ("/applications/{applicationid}", get(applications::application)),
         ("/applications/{applicationid}/exceptions", get(applications::application_exceptions)),
         ("/applications/{applicationid}/jobmanager/config", get(applications::application_jobmanager_config)),
+        ("/applications/{applicationid}/cancel", post(applications::cancel_application)),
         ("/jobs/{jobid}/clientHeartbeat", axum::routing::patch(client_heartbeat)),
     ];
     // Prometheus scrapes `/metrics` and the Web UI is at `/` (no `/v1` twins: neither is
@@ -409,9 +420,7 @@ async fn taskmanager_details(
     id: Result<Path<String>, PathRejection>,
 ) -> Result<Json<TaskManagerDetails>, ApiError> {
     let Path(id) = id?;
-    let info = taskmanager_list(&state).into_iter().find(|tm| tm.id == id).ok_or_else(|| {
-        ApiError::not_found(format!("TaskManager {id} not found; GET /taskmanagers lists the registered ones"))
-    })?;
+    let info = find_taskmanager(&state, &id)?;
     let embedded = state.cluster.taskmanager_list.is_none();
     let mut tasks = Vec::new();
     let mut slots: Vec<SlotInfo> = Vec::new();
@@ -455,6 +464,49 @@ async fn taskmanager_details(
         metrics: TaskManagerMetrics::default(),
         tasks,
     }))
+}
+
+/// The TaskManager `id` names: 404 if none is registered under it.
+fn find_taskmanager(state: &AppState, id: &str) -> Result<TaskManagerInfo, ApiError> {
+    taskmanager_list(state).into_iter().find(|tm| tm.id == id).ok_or_else(|| {
+        ApiError::not_found(format!("TaskManager {id} not found; GET /taskmanagers lists the registered ones"))
+    })
+}
+
+/// `GET /taskmanagers/metrics`: Flink's TaskManager metrics aggregated over TaskManagers.
+/// Flink's are its JVM's, network's and managed memory's, none of which a weir TaskManager
+/// has, so there are no ids and no values: `[]`, in Flink's shape.
+#[utoipa::path(get, path = "/taskmanagers/metrics", tag = "metrics", summary = "TaskManager metrics aggregated over TaskManagers (weir's TaskManagers have none of Flink's JVM metrics: `[]`)", params(("get" = Option<String>, Query, description = "Comma-separated metric ids"), ("agg" = Option<String>, Query, description = "Comma-separated aggregations: min, max, avg, sum, skew (default all)", pattern = "^(min|max|avg|sum|skew)(,(min|max|avg|sum|skew))*$"), ("taskmanagers" = Option<String>, Query, description = "Comma-separated TaskManager ids (default all)")), responses((status = 200, body = [AggregatedMetric]), (status = 400, description = "An unknown aggregation", body = ErrorResponse)))]
+async fn taskmanagers_metrics(params: Params) -> Result<Json<Vec<AggregatedMetric>>, ApiError> {
+    let Query(params) = params?;
+    Ok(Json(crate::metric_queries::aggregate(Vec::new(), &params)?))
+}
+
+/// `GET /taskmanagers/{taskmanagerid}/metrics`: none (see [`taskmanagers_metrics`]).
+#[utoipa::path(get, path = "/taskmanagers/{taskmanagerid}/metrics", tag = "metrics", summary = "One TaskManager's metrics (none of Flink's JVM metrics exist in weir: `[]`)", params(("taskmanagerid" = String, Path, description = "TaskManager id (`embedded` on an embedded cluster)"), ("get" = Option<String>, Query, description = "Comma-separated metric ids whose values to answer")), responses((status = 200, body = [MetricValue]), (status = 404, description = "No such TaskManager", body = ErrorResponse)))]
+async fn taskmanager_metrics(
+    State(state): State<AppState>,
+    id: Result<Path<String>, PathRejection>,
+    params: Params,
+) -> Result<Json<Vec<MetricValue>>, ApiError> {
+    let Path(id) = id?;
+    let Query(params) = params?;
+    find_taskmanager(&state, &id)?;
+    Ok(Json(crate::metric_queries::query(Vec::new(), &params)))
+}
+
+/// `GET /taskmanagers/{taskmanagerid}/thread-dump`: the embedded cluster's TaskManager is
+/// this process, so its threads; a standalone cluster's TaskManagers are other processes,
+/// which do not report their threads to the JobManager: an empty list.
+#[utoipa::path(get, path = "/taskmanagers/{taskmanagerid}/thread-dump", tag = "cluster", summary = "A TaskManager's threads (the embedded one's: this process's; a standalone cluster's: none reported)", params(("taskmanagerid" = String, Path, description = "TaskManager id (`embedded` on an embedded cluster)")), responses((status = 200, body = ThreadDumpInfo), (status = 404, description = "No such TaskManager", body = ErrorResponse)))]
+async fn taskmanager_thread_dump(
+    State(state): State<AppState>,
+    id: Result<Path<String>, PathRejection>,
+) -> Result<Json<ThreadDumpInfo>, ApiError> {
+    let Path(id) = id?;
+    find_taskmanager(&state, &id)?;
+    let thread_infos = if state.cluster.taskmanager_list.is_none() { crate::jobmanager::threads() } else { Vec::new() };
+    Ok(Json(ThreadDumpInfo { thread_infos }))
 }
 
 /// `GET /jobmanager/config`: `[{"key","value"}]`, as Flink.

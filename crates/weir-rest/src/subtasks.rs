@@ -1,6 +1,7 @@
 //! A vertex's subtasks in Flink's shapes: one subtask (current attempt), the subtasks' state
-//! times, the subtasks per TaskManager, accumulators (weir has none: empty lists) and the
-//! task metrics of a vertex and of a subtask.
+//! times, the subtasks per TaskManager, accumulators (weir has none: empty lists), the
+//! task metrics of a vertex and of a subtask, and the job's resource requirements (each
+//! vertex's parallelism).
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -45,8 +46,19 @@ pub(crate) async fn subtask_attempt(
     ids: Result<Path<(String, String, String, String)>, PathRejection>,
 ) -> Result<Json<SubtaskDetails>, ApiError> {
     let Path((jobid, vertexid, index, attempt)) = ids?;
-    let vertex = find_vertex(&state.dispatcher, &jobid, &vertexid)?;
-    let subtask = subtask_of(&vertex, &index)?;
+    Ok(Json(attempt_of(&state, &jobid, &vertexid, &index, &attempt)?))
+}
+
+/// Attempt `attempt` of subtask `index` of the vertex: 404 unless it is the current one.
+fn attempt_of(
+    state: &AppState,
+    jobid: &str,
+    vertexid: &str,
+    index: &str,
+    attempt: &str,
+) -> Result<SubtaskDetails, ApiError> {
+    let vertex = find_vertex(&state.dispatcher, jobid, vertexid)?;
+    let subtask = subtask_of(&vertex, index)?;
     let attempt: u32 = attempt
         .parse()
         .map_err(|_| ApiError::bad_request(format!("attempt '{attempt}' is not a non-negative integer")))?;
@@ -56,7 +68,7 @@ pub(crate) async fn subtask_attempt(
             subtask.attempt
         )));
     }
-    Ok(Json(subtask))
+    Ok(subtask)
 }
 
 /// `GET .../subtasktimes`, as Flink's `SubtasksTimesInfo`.
@@ -242,8 +254,7 @@ pub struct SubtasksAccumulators {
     pub subtasks: Vec<SubtaskAccumulators>,
 }
 
-/// One subtask of [`SubtasksAccumulators`], and Flink's
-/// `SubtaskExecutionAttemptAccumulatorsInfo`.
+/// One subtask of [`SubtasksAccumulators`].
 #[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct SubtaskAccumulators {
     /// Subtask index.
@@ -278,6 +289,72 @@ pub(crate) async fn subtasks_accumulators(
             })
             .collect(),
     }))
+}
+
+/// `GET .../subtasks/{subtaskindex}/attempts/{attempt}/accumulators`, as Flink's
+/// `SubtaskExecutionAttemptAccumulatorsInfo`.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct SubtaskAttemptAccumulators {
+    /// Subtask index.
+    pub subtask: u32,
+    /// Attempt number.
+    pub attempt: u32,
+    /// The attempt's id: `<vertex id>_<subtask>_<attempt>` (the `task_attempt_id` of
+    /// `/metrics`).
+    pub id: String,
+    /// Always empty.
+    #[serde(rename = "user-accumulators")]
+    pub user_accumulators: Vec<serde_json::Value>,
+}
+
+#[utoipa::path(get, path = "/jobs/{jobid}/vertices/{vertexid}/subtasks/{subtaskindex}/attempts/{attempt}/accumulators", tag = "jobs", summary = "One attempt's accumulators (weir has none; it keeps the current attempt)", params(("jobid" = String, Path, description = "Job id: 32 hex characters", pattern = "^[0-9a-f]{32}$"), ("vertexid" = String, Path, description = "Vertex id: 32 hex characters", pattern = "^[0-9a-f]{32}$"), ("subtaskindex" = u32, Path, description = "Subtask index"), ("attempt" = u32, Path, description = "Attempt number")), responses((status = 200, body = SubtaskAttemptAccumulators), (status = 400, description = "Not a job id, index or attempt", body = ErrorResponse), (status = 404, description = "No such job, vertex, subtask or attempt", body = ErrorResponse)))]
+pub(crate) async fn subtask_attempt_accumulators(
+    State(state): State<AppState>,
+    ids: Result<Path<(String, String, String, String)>, PathRejection>,
+) -> Result<Json<SubtaskAttemptAccumulators>, ApiError> {
+    let Path((jobid, vertexid, index, attempt)) = ids?;
+    let subtask = attempt_of(&state, &jobid, &vertexid, &index, &attempt)?;
+    Ok(Json(SubtaskAttemptAccumulators {
+        id: format!("{vertexid}_{}_{}", subtask.subtask, subtask.attempt),
+        subtask: subtask.subtask,
+        attempt: subtask.attempt,
+        user_accumulators: Vec::new(),
+    }))
+}
+
+/// One vertex of `GET /jobs/{jobid}/resource-requirements` (Flink's
+/// `JobVertexResourceRequirements`).
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct VertexResourceRequirements {
+    /// How many slots the vertex can run with.
+    pub parallelism: ParallelismBounds,
+}
+
+/// The `parallelism` of [`VertexResourceRequirements`].
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ParallelismBounds {
+    /// Always 1.
+    #[serde(rename = "lowerBound")]
+    pub lower_bound: u32,
+    /// The vertex's parallelism (weir runs a vertex at exactly it).
+    #[serde(rename = "upperBound")]
+    pub upper_bound: u32,
+}
+
+#[utoipa::path(get, path = "/jobs/{jobid}/resource-requirements", tag = "jobs", summary = "Each vertex's parallelism bounds, by vertex id (Flink's `JobResourceRequirementsBody`)", params(("jobid" = String, Path, description = "Job id: 32 hex characters", pattern = "^[0-9a-f]{32}$")), responses((status = 200, body = BTreeMap<String, VertexResourceRequirements>), (status = 400, description = "Not a job id", body = ErrorResponse), (status = 404, description = "No such job", body = ErrorResponse)))]
+pub(crate) async fn resource_requirements(
+    crate::routes::PathJob(job): crate::routes::PathJob,
+) -> Result<Json<BTreeMap<String, VertexResourceRequirements>>, ApiError> {
+    Ok(Json(
+        job.details()
+            .vertices
+            .into_iter()
+            .map(|v| {
+                let bounds = ParallelismBounds { lower_bound: 1, upper_bound: v.parallelism };
+                (v.id, VertexResourceRequirements { parallelism: bounds })
+            })
+            .collect(),
+    ))
 }
 
 /// A subtask's task metrics under Flink's names.

@@ -127,10 +127,25 @@ fn flink_names_and_labels_describe_a_running_job() {
         assert!(Instant::now() < deadline, "no running job with late records and a checkpoint: {details:?}");
         std::thread::sleep(Duration::from_millis(50));
     }
-    // Flink's per-second backpressure needs two scrapes at least a second apart.
-    get(&server, "/metrics");
+    // Flink's per-second gauges need two scrapes at least a second apart. The second
+    // scrape's window is within what the client saw of the two.
+    let first_sent = Instant::now();
+    let first = get(&server, "/metrics");
+    let first_answered = Instant::now();
     std::thread::sleep(Duration::from_millis(1100));
+    let second_sent = Instant::now();
     let text = get(&server, "/metrics");
+    let second_answered = Instant::now();
+    let shortest = second_sent.duration_since(first_answered).as_secs_f64();
+    let longest = second_answered.duration_since(first_sent).as_secs_f64();
+    // A rate from two counts: within the growth over the longest and the shortest window
+    // (rounded to a thousandth).
+    let assert_rate = |rate: f64, before: f64, after: f64, what: &str| {
+        let growth = after - before;
+        assert!(growth >= 0.0, "{what}: {before} -> {after}");
+        let (low, high) = (growth / longest - 0.001, growth / shortest + 0.001);
+        assert!((low..=high).contains(&rate), "{what}: {rate}/s, from {before} to {after} in {shortest}-{longest} s");
+    };
     let details = json(&server, &format!("/jobs/{jid}"));
 
     // Every Flink family is a gauge, helped as Flink's reporter does.
@@ -155,6 +170,10 @@ fn flink_names_and_labels_describe_a_running_job() {
         ("numRecordsIn", "taskmanager_job_task"),
         ("numRecordsOut", "taskmanager_job_task"),
         ("backPressuredTimeMsPerSecond", "taskmanager_job_task"),
+        ("numRecordsInPerSecond", "taskmanager_job_task"),
+        ("numRecordsOutPerSecond", "taskmanager_job_task"),
+        ("numRecordsInPerSecond", "taskmanager_job_task_operator"),
+        ("numRecordsOutPerSecond", "taskmanager_job_task_operator"),
         ("currentInputWatermark", "taskmanager_job_task"),
         ("numRecordsIn", "taskmanager_job_task_operator"),
         ("numRecordsOut", "taskmanager_job_task_operator"),
@@ -166,7 +185,7 @@ fn flink_names_and_labels_describe_a_running_job() {
         assert!(text.contains(&format!("# HELP {family} {name} (scope: {scope})\n")), "{family} help: {text}");
     }
     // Names weir does not measure are not served.
-    for absent in ["busyTimeMsPerSecond", "idleTimeMsPerSecond", "numRecordsInPerSecond", "numRecordsOutPerSecond"] {
+    for absent in ["busyTimeMsPerSecond", "idleTimeMsPerSecond", "numBytesInPerSecond", "numBytesOutPerSecond"] {
         assert!(!text.contains(absent), "{absent} is served: {text}");
     }
 
@@ -234,6 +253,16 @@ fn flink_names_and_labels_describe_a_running_job() {
             assert_eq!(records_in.value, one(&text, "weir_task_records_in_total", &weir).value, "{vertex_id} {index}");
             let records_out = one(&text, "flink_taskmanager_job_task_numRecordsOut", &labels).value;
             assert_eq!(records_out, one(&text, "weir_task_records_out_total", &weir).value);
+            // Records per second, from the growth of the counts between the two scrapes.
+            for (rate, count) in [
+                ("flink_taskmanager_job_task_numRecordsInPerSecond", "flink_taskmanager_job_task_numRecordsIn"),
+                ("flink_taskmanager_job_task_numRecordsOutPerSecond", "flink_taskmanager_job_task_numRecordsOut"),
+            ] {
+                let (before, after) = (one(&first, count, &labels).value, one(&text, count, &labels).value);
+                assert_rate(one(&text, rate, &labels).value, before, after, &format!("{rate} {vertex_id} {index}"));
+            }
+            let in_rate = one(&text, "flink_taskmanager_job_task_numRecordsInPerSecond", &labels).value;
+            assert!(in_rate > 0.0, "the job is running: {in_rate}");
             let blocked = one(&text, "flink_taskmanager_job_task_backPressuredTimeMsPerSecond", &labels).value;
             assert!((0.0..=1000.0).contains(&blocked), "{blocked}");
             let watermark = one(&text, "flink_taskmanager_job_task_currentInputWatermark", &labels).value;
@@ -251,6 +280,20 @@ fn flink_names_and_labels_describe_a_running_job() {
                 assert!(id.len() == 32 && id.chars().all(|c| c.is_ascii_hexdigit()), "{operator:?}");
                 let operator_name = &operator.labels["operator_name"];
                 assert!(names.iter().any(|n| flink_label(n) == *operator_name), "{operator_name} in {names:?}");
+                let with: Vec<(&str, &str)> = operator.labels.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+                for (rate, count) in [
+                    (
+                        "flink_taskmanager_job_task_operator_numRecordsInPerSecond",
+                        "flink_taskmanager_job_task_operator_numRecordsIn",
+                    ),
+                    (
+                        "flink_taskmanager_job_task_operator_numRecordsOutPerSecond",
+                        "flink_taskmanager_job_task_operator_numRecordsOut",
+                    ),
+                ] {
+                    let (before, after) = (one(&first, count, &with).value, one(&text, count, &with).value);
+                    assert_rate(one(&text, rate, &with).value, before, after, &format!("{rate} {operator_name}"));
+                }
             }
             let head_name = flink_label(names[0]);
             let head = [labels.as_slice(), &[("operator_name", head_name.as_str())]].concat();

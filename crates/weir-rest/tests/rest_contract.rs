@@ -257,6 +257,11 @@ fn a_running_job_is_cancelled_over_rest() {
 
     let (status, body) = client.patch(&format!("/v1/jobs/{id}?mode=cancel"));
     assert_error(status, &body, 409, &format!("Job {id} is already CANCELED; only running jobs can be cancelled"));
+    // Flink 2's application cancel: the application of an ended job cannot be.
+    let (status, body) = client.post(&format!("/applications/{id}/cancel"));
+    assert_error(status, &body, 409, &format!("Application {id} is already CANCELED"));
+    let (status, body) = client.post("/applications/00000000000000000000000000000000/cancel");
+    assert_error(status, &body, 404, "not found");
 
     let cluster = client.get_ok("/overview");
     assert_eq!(cluster["jobs-running"], 0);
@@ -513,6 +518,9 @@ fn openapi_documents_every_route() {
         ("/jobs/{jobid}/stop", &["post"]),
         ("/taskmanagers", &["get"]),
         ("/taskmanagers/{taskmanagerid}", &["get"]),
+        ("/taskmanagers/metrics", &["get"]),
+        ("/taskmanagers/{taskmanagerid}/metrics", &["get"]),
+        ("/taskmanagers/{taskmanagerid}/thread-dump", &["get"]),
         ("/metrics", &["get"]),
         ("/deployments", &["get"]),
         ("/deployments/{name}", &["get"]),
@@ -533,6 +541,8 @@ fn openapi_documents_every_route() {
         ("/jobs/{jobid}/vertices/{vertexid}/subtasks/metrics", &["get"]),
         ("/jobs/{jobid}/vertices/{vertexid}/subtasks/{subtaskindex}", &["get"]),
         ("/jobs/{jobid}/vertices/{vertexid}/subtasks/{subtaskindex}/attempts/{attempt}", &["get"]),
+        ("/jobs/{jobid}/vertices/{vertexid}/subtasks/{subtaskindex}/attempts/{attempt}/accumulators", &["get"]),
+        ("/jobs/{jobid}/resource-requirements", &["get"]),
         ("/jobs/{jobid}/vertices/{vertexid}/subtasks/{subtaskindex}/metrics", &["get"]),
         ("/jobs/{jobid}/vertices/{vertexid}/subtasktimes", &["get"]),
         ("/jobs/{jobid}/vertices/{vertexid}/taskmanagers", &["get"]),
@@ -541,6 +551,7 @@ fn openapi_documents_every_route() {
         ("/applications/{applicationid}", &["get"]),
         ("/applications/{applicationid}/exceptions", &["get"]),
         ("/applications/{applicationid}/jobmanager/config", &["get"]),
+        ("/applications/{applicationid}/cancel", &["post"]),
     ];
     let mut documented: Vec<&String> = paths.keys().collect();
     documented.sort();
@@ -617,6 +628,45 @@ fn plan_backpressure_and_taskmanager_details_describe_a_running_job() {
     assert!(tasks.iter().all(|t| t["jid"] == jid.as_str() && t["status"] == "RUNNING"), "{tm}");
     let (status, body) = client.get("/taskmanagers/nope");
     assert_error(status, &body, 404, "TaskManager nope not found");
+
+    // Flink's TaskManager metrics are its JVM's: weir's TaskManagers have none.
+    assert_eq!(client.get_ok("/taskmanagers/metrics"), serde_json::json!([]));
+    assert_eq!(client.get_ok("/taskmanagers/metrics?get=Status.JVM.CPU.Load&agg=max"), serde_json::json!([]));
+    assert_eq!(client.get_ok("/taskmanagers/embedded/metrics"), serde_json::json!([]));
+    assert_eq!(client.get_ok("/taskmanagers/embedded/metrics?get=Status.JVM.CPU.Load"), serde_json::json!([]));
+    let (status, body) = client.get("/taskmanagers/nope/metrics");
+    assert_error(status, &body, 404, "TaskManager nope not found");
+    // The embedded TaskManager is this process: its threads.
+    let dump = client.get_ok("/taskmanagers/embedded/thread-dump");
+    let threads = dump["threadInfos"].as_array().unwrap();
+    assert!(!threads.is_empty(), "{dump}");
+    assert!(threads.iter().all(|t| t["threadName"].is_string() && t["stringifiedThreadInfo"].is_string()), "{dump}");
+    let (status, body) = client.get("/taskmanagers/nope/thread-dump");
+    assert_error(status, &body, 404, "TaskManager nope not found");
+
+    // Each vertex runs at its parallelism.
+    let requirements = client.get_ok(&format!("/jobs/{jid}/resource-requirements"));
+    assert_eq!(requirements.as_object().unwrap().len(), vertices.len(), "{requirements}");
+    for v in vertices {
+        let id = v["id"].as_str().unwrap();
+        let want = serde_json::json!({"parallelism": {"lowerBound": 1, "upperBound": v["parallelism"]}});
+        assert_eq!(requirements[id], want, "{requirements}");
+    }
+    // One attempt's accumulators: none; only the current attempt is kept.
+    let attempt = client.get_ok(&format!("/jobs/{jid}/vertices/{vertex}/subtasks/1"))["attempt"].as_u64().unwrap();
+    let accumulators =
+        client.get_ok(&format!("/jobs/{jid}/vertices/{vertex}/subtasks/1/attempts/{attempt}/accumulators"));
+    let want = serde_json::json!({"subtask": 1, "attempt": attempt, "id": format!("{vertex}_1_{attempt}"), "user-accumulators": []});
+    assert_eq!(accumulators, want);
+    let (status, body) =
+        client.get(&format!("/jobs/{jid}/vertices/{vertex}/subtasks/1/attempts/{}/accumulators", attempt + 1));
+    assert_error(status, &body, 404, "weir keeps only the current attempt");
+
+    // Cancelling the application cancels its job.
+    let (status, body) = client.post(&format!("/applications/{jid}/cancel"));
+    assert_eq!(status, 202, "{body}");
+    assert_eq!(body, serde_json::json!({}));
+    client.wait_for_state(&jid, "CANCELED");
 }
 
 /// What the CLI passes for a secret: already masked.
