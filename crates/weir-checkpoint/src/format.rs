@@ -76,7 +76,8 @@
 //!
 //! ```text
 //! offset 0   8 bytes  magic "WEIRDATA"
-//! offset 8   4 bytes  format version, u32 little-endian (2; 1 is read too)
+//! offset 8   4 bytes  format version, u32 little-endian: FORMAT_VERSION when written
+//!                     (every version from 1 up is read, a newer one refused)
 //! offset 12  blocks, concatenated, no padding
 //! ```
 //!
@@ -1114,11 +1115,28 @@ mod tests {
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(64))]
 
+        /// Also version 4's incremental checkpoints, whose subtasks name shared files
+        /// instead of a data file of their own.
         #[test]
-        fn metadata_round_trips(spec in arb_spec(), native in any::<bool>()) {
+        fn metadata_round_trips(spec in arb_spec(), native in any::<bool>(), shared in any::<bool>()) {
             let (mut metadata, _files) = build_snapshot(&spec);
             if native {
                 metadata.format = SnapshotFormat::Native;
+            }
+            if shared {
+                metadata.kind = SnapshotKind::Checkpoint;
+                for operator in &mut metadata.operators {
+                    for (index, subtask) in operator.subtasks.iter_mut().enumerate() {
+                        if subtask.file.take().is_some() {
+                            subtask.shared_files = vec![format!("chk-7-task-{}-{index}.state", operator.uid)];
+                            let blocks = subtask.keyed_states.iter_mut().flat_map(|k| k.key_groups.iter_mut());
+                            let elements = subtask.operator_states.iter_mut().flat_map(|o| o.elements.iter_mut());
+                            for block in blocks.chain(elements) {
+                                block.shared_file = Some(0);
+                            }
+                        }
+                    }
+                }
             }
             validate_metadata(&metadata, LOCATION).unwrap();
             let decoded = decode_metadata(&encode_metadata(&metadata), LOCATION).unwrap();

@@ -197,13 +197,16 @@ fn disposal_and_claim_delete_only_the_files_nothing_else_uses() {
 /// checkpoint with a `_metadata` under CLAIM at another parallelism and runs to the end:
 /// every file a complete checkpoint names was there after the crash, the counts are exactly
 /// once, and the files the crashed checkpoint wrote are gone once the claim subsumed it.
-fn crash_at_and_recover(point: &str) {
+/// `backend` is the state backend of both runs (`fjall`'s checkpoints are native: they
+/// restore only into `fjall`).
+fn crash_at_and_recover(point: &str, backend: &str) {
+    let backend_arg = format!("state.backend.type={backend}");
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
     let out_arg = out.to_str().unwrap().to_string();
     let chk_root = dir.path().join("chk");
     let checkpoints = format!("state.checkpoints.dir=file://{}", chk_root.display());
-    let mut args = vec!["run", "-p", "2"];
+    let mut args = vec!["run", "-p", "2", "-D", &backend_arg];
     args.extend(job_args(&checkpoints, &out_arg));
     let failpoints = format!("{point}=6*off->return");
     let mut weir = RunningWeir::start_with(
@@ -243,8 +246,17 @@ fn crash_at_and_recover(point: &str) {
     }
 
     let newest_dir = job_dir.join(format!("chk-{newest}"));
-    let mut args =
-        vec!["run", "-p", "3", "-s", newest_dir.to_str().unwrap(), "-D", "execution.state-recovery.claim-mode=CLAIM"];
+    let mut args = vec![
+        "run",
+        "-p",
+        "3",
+        "-s",
+        newest_dir.to_str().unwrap(),
+        "-D",
+        "execution.state-recovery.claim-mode=CLAIM",
+        "-D",
+        &backend_arg,
+    ];
     args.extend(job_args(&checkpoints, &out_arg));
     let output = run_weir(&args);
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
@@ -257,10 +269,21 @@ fn crash_at_and_recover(point: &str) {
 
 #[test]
 fn a_crash_after_the_files_before_the_metadata_recovers_exactly_once() {
-    crash_at_and_recover("checkpoint-before-metadata");
+    crash_at_and_recover("checkpoint-before-metadata", "hashmap");
 }
 
 #[test]
 fn a_crash_after_the_metadata_before_the_acknowledgement_recovers_exactly_once() {
-    crash_at_and_recover("checkpoint-after-metadata");
+    crash_at_and_recover("checkpoint-after-metadata", "hashmap");
+}
+
+/// The native path: the `fjall` backend's incremental checkpoints, read from its store.
+#[test]
+fn a_fjall_crash_after_the_files_before_the_metadata_recovers_exactly_once() {
+    crash_at_and_recover("checkpoint-before-metadata", "fjall");
+}
+
+#[test]
+fn a_fjall_crash_after_the_metadata_before_the_acknowledgement_recovers_exactly_once() {
+    crash_at_and_recover("checkpoint-after-metadata", "fjall");
 }

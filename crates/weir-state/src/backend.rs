@@ -389,12 +389,11 @@ impl<K: Key> KeyedStateBackend<K> {
     /// `checkpoint_id` is the snapshot's id: each key group records the newest snapshot taken
     /// before its last write, which tells an incremental checkpoint what it may reuse.
     ///
-    /// The `fjall` backend first writes its dirty entries to its store, whose MVCC snapshot
-    /// the writer then reads; that write is the only thing here that can fail.
+    /// The `fjall` backend's snapshot holds its cached groups the same way, plus an MVCC
+    /// snapshot of its store for the groups on disk, which the writer reads. Nothing here
+    /// fails today (encoding errors surface in the writer); the `Result` is the caller's
+    /// single place to report a backend that cannot freeze its state.
     pub fn snapshot_in(&mut self, native: bool, checkpoint_id: u64) -> Result<KeyedBackendSnapshot, StateError> {
-        for table in &mut self.tables {
-            table.prepare_snapshot()?;
-        }
         Ok(KeyedBackendSnapshot {
             key_type: std::any::type_name::<K>().to_string(),
             range: self.range,

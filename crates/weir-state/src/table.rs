@@ -33,11 +33,6 @@ pub trait StateTable<K>: Send {
     fn read_key_group(&mut self, key_group: u32, bytes: &[u8]) -> Result<(), StateError>;
     /// For typed access through a handle.
     fn as_any_mut(&mut self) -> &mut dyn Any;
-    /// Called before [`Self::snapshot`]: a table with writes not yet in its store (the
-    /// `fjall` backend) writes them.
-    fn prepare_snapshot(&mut self) -> Result<(), StateError> {
-        Ok(())
-    }
     /// A copy for checkpoint `checkpoint_id`, serialized later on another thread, in the
     /// native format (the table's own order) or the canonical one (sorted by key bytes).
     fn snapshot(&self, native: bool, checkpoint_id: u64) -> Box<dyn TableSnapshot>;
