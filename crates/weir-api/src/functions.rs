@@ -38,6 +38,18 @@ impl<'a, O> Collector<'a, O> {
         self
     }
 
+    /// The same collector (and side outputs), giving what it collects event timestamp
+    /// `timestamp` instead of the current one: a window that fires while a record is processed
+    /// emits at its last millisecond, as Flink's `TimestampedCollector` does. On a stream
+    /// without timestamps the records stay without one.
+    pub(crate) fn at_timestamp(&mut self, timestamp: i64) -> Collector<'_, O> {
+        Collector {
+            buffer: &mut *self.buffer,
+            timestamps: self.timestamps.as_mut().map(|(column, _)| (&mut **column, timestamp)),
+            side: self.side.as_deref_mut(),
+        }
+    }
+
     /// Emits `value` to side output `tag` (with the current record's timestamp); dropped
     /// when no `get_side_output(&tag)` reads it, as in Flink.
     pub fn output<S: 'static>(&mut self, tag: &crate::side_output::OutputTag<S>, value: S) -> FnResult {

@@ -394,7 +394,8 @@ pub struct WindowEntry<A> {
     pub window: TimeWindow,
     /// Records added (count windows fire on it).
     pub count: u64,
-    /// Whether it fired already (late records then fire it again at once).
+    /// Whether it fired already (kept for the state's shape and for inspection: whether a
+    /// record fires a window at once depends only on the watermark, as in Flink).
     pub fired: bool,
     /// The accumulator.
     pub acc: A,
@@ -445,7 +446,8 @@ impl<K: Key, T, O, L: WindowLogic<K, T, O>> WindowFunction<K, T, O, L> {
         }
     }
 
-    /// When a window's state goes: its end plus the allowed lateness (event time).
+    /// When a window's state goes: its end plus the allowed lateness (event time; Flink's
+    /// `cleanupTime`, saturating instead of overflowing).
     fn cleanup_time(&self, window: &TimeWindow) -> i64 {
         if self.assigner.is_event_time() {
             window.max_timestamp().saturating_add(self.allowed_lateness)
@@ -454,11 +456,22 @@ impl<K: Key, T, O, L: WindowLogic<K, T, O>> WindowFunction<K, T, O, L> {
         }
     }
 
-    fn register(&self, ctx: &mut KeyedContext<'_, K>, window: &TimeWindow) {
+    /// Flink's `isWindowLate`: an event-time window whose cleanup time the watermark reached.
+    fn is_window_late(&self, window: &TimeWindow, watermark: i64) -> bool {
+        self.assigner.is_event_time() && self.cleanup_time(window) <= watermark
+    }
+
+    /// The timers of `window`: where it fires (Flink's `EventTimeTrigger` registers that only
+    /// while the watermark has not passed it: a window past it fires at once instead) and
+    /// where its state goes (`registerCleanupTimer`). Timers are a set per key and
+    /// timestamp, so registering again is harmless.
+    fn register(&self, ctx: &mut KeyedContext<'_, K>, window: &TimeWindow, watermark: i64) {
         match self.assigner {
             WindowAssigner::Count { .. } => {}
             _ if self.assigner.is_event_time() => {
-                ctx.register_event_time_timer(window.max_timestamp());
+                if window.max_timestamp() > watermark {
+                    ctx.register_event_time_timer(window.max_timestamp());
+                }
                 if self.allowed_lateness > 0 {
                     ctx.register_event_time_timer(self.cleanup_time(window));
                 }
@@ -475,6 +488,24 @@ impl<K: Key, T, O, L: WindowLogic<K, T, O>> WindowFunction<K, T, O, L> {
             }
         } else if !matches!(self.assigner, WindowAssigner::Count { .. }) {
             ctx.delete_processing_time_timer(window.max_timestamp().max(0) as u64);
+        }
+    }
+
+    /// A record too late for every window it belongs to: to the late-data side output (with
+    /// its own timestamp), or dropped; counted either way.
+    fn late(&self, record: T, ctx: &mut KeyedContext<'_, K>, out: &mut Collector<'_, O>) -> FnResult
+    where
+        T: 'static,
+    {
+        match &self.late_tag {
+            Some(tag) => {
+                ctx.count_late_record_sent_aside();
+                out.output(tag, record)
+            }
+            None => {
+                ctx.count_late_record();
+                Ok(())
+            }
         }
     }
 
@@ -513,83 +544,21 @@ where
         let watermark = ctx.current_watermark();
         let mut windows = std::mem::take(&mut self.windows);
         self.assigner.assign_into(time, &mut windows);
-        // Late: the watermark passed the window's end plus the allowed lateness.
-        if event_time {
-            windows.retain(|w| self.cleanup_time(w) > watermark);
-            if windows.is_empty() {
-                self.windows = windows;
-                match &self.late_tag {
-                    Some(tag) => {
-                        ctx.count_late_record_sent_aside();
-                        out.output(tag, record)?;
-                    }
-                    None => ctx.count_late_record(),
+        let result = match self.assigner {
+            WindowAssigner::Tumbling { .. } | WindowAssigner::Sliding { .. } => {
+                // Late: the watermark passed the window's end plus the allowed lateness.
+                windows.retain(|w| !self.is_window_late(w, watermark));
+                if windows.is_empty() {
+                    self.late(record, ctx, out)
+                } else {
+                    self.add_to_time_windows(record, &windows, watermark, event_time, ctx, out)
                 }
-                return Ok(());
             }
-        }
-        if matches!(self.assigner, WindowAssigner::Tumbling { .. } | WindowAssigner::Sliding { .. }) {
-            let result = self.add_to_time_windows(record, &windows, watermark, event_time, ctx, out);
-            self.windows = windows;
-            return result;
-        }
-        // Sessions and count windows: taken out of the state (a move, not a copy) and put back.
-        let mut entries = std::mem::take(ctx.value(&self.contents)?.get_or_insert_with(Vec::new));
-        let mut fire_now = Vec::new();
-        for window in windows {
-            let index = match entries.iter().position(|e| e.window == window) {
-                Some(index) => {
-                    let entry = &mut entries[index];
-                    entry.count += 1;
-                    if let Some(acc) = self.logic.add(Some(&mut entry.acc), record.clone()) {
-                        entry.acc = acc;
-                    }
-                    index
-                }
-                None => {
-                    let Some(acc) = self.logic.add(None, record.clone()) else {
-                        return Err("a window function made no accumulator for a new window".into());
-                    };
-                    entries.push(WindowEntry { window, count: 1, fired: false, acc });
-                    self.register(ctx, &window);
-                    entries.len() - 1
-                }
-            };
-            if matches!(self.assigner, WindowAssigner::Session { .. }) {
-                continue;
-            }
-            let entry = &entries[index];
-            let due = match self.assigner {
-                WindowAssigner::Count { count } => entry.count >= count,
-                // A late record within the allowed lateness fires its window again at once.
-                _ => event_time && entry.fired && entry.window.max_timestamp() <= watermark,
-            };
-            if due {
-                fire_now.push(index);
-            }
-        }
-        if matches!(self.assigner, WindowAssigner::Session { .. }) {
-            entries = self.merge_sessions(entries, ctx, watermark);
-        }
-        for &index in &fire_now {
-            let entry = &entries[index];
-            self.logic.emit(ctx.current_key(), &Self::context(&entry.window, ctx), &entry.acc, out)?;
-        }
-        if let WindowAssigner::Count { .. } = self.assigner {
-            // A count window is purged when it fires (Flink's PurgingTrigger(CountTrigger)).
-            let mut fired = fire_now;
-            fired.sort_unstable();
-            for index in fired.into_iter().rev() {
-                entries.remove(index);
-            }
-        }
-        let mut state = ctx.value(&self.contents)?;
-        if entries.is_empty() {
-            state.clear()
-        } else {
-            state.set(entries)
-        }
-        Ok(())
+            WindowAssigner::Session { .. } => self.add_to_sessions(record, &windows, watermark, event_time, ctx, out),
+            WindowAssigner::Count { count } => self.add_to_count_window(record, count, ctx, out),
+        };
+        self.windows = windows;
+        result
     }
 
     fn on_timer(&mut self, timestamp: i64, ctx: &mut KeyedContext<'_, K>, out: &mut Collector<'_, O>) -> FnResult {
@@ -618,10 +587,12 @@ where
     }
 }
 
-impl<K: Key, T: Clone, O, L: WindowLogic<K, T, O>> WindowFunction<K, T, O, L> {
-    /// Tumbling and sliding windows: adds `record` to each of `windows` in place (one state
-    /// access), registers the timers of the windows new to the key, and fires again a window
-    /// that a record within the allowed lateness reached after it fired.
+impl<K: Key, T: Clone + 'static, O, L: WindowLogic<K, T, O>> WindowFunction<K, T, O, L> {
+    /// Tumbling and sliding windows: adds `record` to each of `windows` (none of them late)
+    /// in place (one state access) and registers the timers of the windows new to the key.
+    /// A window the watermark already passed (the record is within the allowed lateness)
+    /// fires at once, at its last millisecond, whether it is new or fired before (Flink's
+    /// `EventTimeTrigger.onElement`): each such record fires it once more.
     fn add_to_time_windows(
         &mut self,
         record: T,
@@ -633,7 +604,7 @@ impl<K: Key, T: Clone, O, L: WindowLogic<K, T, O>> WindowFunction<K, T, O, L> {
     ) -> FnResult {
         let mut new_windows = std::mem::take(&mut self.new_windows);
         new_windows.clear();
-        let mut refire = false;
+        let fire_now = event_time && windows.iter().any(|w| w.max_timestamp() <= watermark);
         {
             let mut state = ctx.value(&self.contents)?;
             let entries = state.get_or_insert_with(Vec::new);
@@ -649,7 +620,6 @@ impl<K: Key, T: Clone, O, L: WindowLogic<K, T, O>> WindowFunction<K, T, O, L> {
                         if let Some(acc) = self.logic.add(Some(&mut entry.acc), value) {
                             entry.acc = acc;
                         }
-                        refire |= event_time && entry.fired && entry.window.max_timestamp() <= watermark;
                     }
                     None => {
                         let Some(acc) = self.logic.add(None, value) else {
@@ -662,68 +632,171 @@ impl<K: Key, T: Clone, O, L: WindowLogic<K, T, O>> WindowFunction<K, T, O, L> {
             }
         }
         for window in &new_windows {
-            self.register(ctx, window);
+            self.register(ctx, window, watermark);
         }
         self.new_windows = new_windows;
-        if refire {
+        if fire_now {
             let key = ctx.current_key().clone();
             let (current_watermark, current_processing_time) = (ctx.current_watermark(), ctx.current_processing_time());
             let mut state = ctx.value(&self.contents)?;
-            for entry in state.get_or_insert_with(Vec::new).iter() {
-                let hit = windows.contains(&entry.window) && entry.fired && entry.window.max_timestamp() <= watermark;
-                if hit {
+            let entries = state.get_or_insert_with(Vec::new);
+            // In the order of the record's windows, as Flink fires them.
+            for window in windows.iter().filter(|w| w.max_timestamp() <= watermark) {
+                if let Some(entry) = entries.iter_mut().find(|e| e.window == *window) {
                     let context = WindowContext { window: &entry.window, current_watermark, current_processing_time };
-                    self.logic.emit(&key, &context, &entry.acc, out)?;
+                    self.logic.emit(&key, &context, &entry.acc, &mut out.at_timestamp(window.max_timestamp()))?;
+                    entry.fired = true;
                 }
             }
         }
         Ok(())
     }
-}
 
-impl<K: Key, T, O, L: WindowLogic<K, T, O>> WindowFunction<K, T, O, L> {
-    /// Merges a key's overlapping sessions into one window each, combining accumulators and
-    /// moving timers; a merged session the watermark already passed (within the allowed
-    /// lateness) fires at once.
-    fn merge_sessions(
+    /// Session windows, as Flink's `WindowOperator` with its `MergingWindowSet`: the record's
+    /// window `[t, t + gap)` merges first with every session of the key it overlaps or
+    /// touches (combining accumulators and moving timers), and only the merged window is
+    /// checked for lateness, so a record whose own window the watermark passed still joins
+    /// a session that is not late. A merged window the watermark already passed fires at
+    /// once, at its last millisecond.
+    fn add_to_sessions(
         &mut self,
-        entries: Vec<WindowEntry<L::Acc>>,
-        ctx: &mut KeyedContext<'_, K>,
+        record: T,
+        windows: &[TimeWindow],
         watermark: i64,
-    ) -> Vec<WindowEntry<L::Acc>> {
-        let windows: Vec<TimeWindow> = entries.iter().map(|e| e.window).collect();
-        let groups = merge_windows(&windows);
-        if groups.len() == entries.len() {
-            return entries;
-        }
-        let mut slots: Vec<Option<WindowEntry<L::Acc>>> = entries.into_iter().map(Some).collect();
-        let mut merged = Vec::with_capacity(groups.len());
-        for (window, members) in groups {
-            let mut combined: Option<WindowEntry<L::Acc>> = None;
-            for member in members {
-                let Some(entry) = slots[member].take() else { continue };
-                self.unregister(ctx, &entry.window);
-                combined = Some(match combined {
-                    None => entry,
-                    Some(mut acc) => {
-                        acc.count += entry.count;
-                        acc.fired |= entry.fired;
-                        acc.acc = self.logic.merge(acc.acc, entry.acc);
-                        acc
-                    }
-                });
+        event_time: bool,
+        ctx: &mut KeyedContext<'_, K>,
+        out: &mut Collector<'_, O>,
+    ) -> FnResult {
+        // Taken out of the state (a move, not a copy) and put back.
+        let mut entries = std::mem::take(ctx.value(&self.contents)?.get_or_insert_with(Vec::new));
+        let mut kept = false;
+        let mut fire = Vec::new();
+        for &window in windows {
+            let mut all: Vec<TimeWindow> = entries.iter().map(|e| e.window).collect();
+            all.push(window);
+            let new_index = entries.len();
+            let (merged, mut members) = merge_windows(&all)
+                .into_iter()
+                .find(|(_, members)| members.contains(&new_index))
+                .unwrap_or((window, vec![new_index]));
+            members.retain(|&m| m != new_index);
+            if self.is_window_late(&merged, watermark) {
+                // Flink adds it to the set, sees it late and retires it: nothing changes.
+                continue;
             }
-            if let Some(mut entry) = combined {
-                entry.window = window;
-                self.register(ctx, &window);
-                if self.assigner.is_event_time() && window.max_timestamp() <= watermark {
-                    // Already past its end: fire on the next watermark's timers at once.
-                    ctx.register_event_time_timer(window.max_timestamp());
+            kept = true;
+            let (index, fresh) = match members.as_slice() {
+                [] => {
+                    let Some(acc) = self.logic.add(None, record.clone()) else {
+                        return Err("a window function made no accumulator for a new window".into());
+                    };
+                    entries.push(WindowEntry { window, count: 1, fired: false, acc });
+                    (entries.len() - 1, true)
                 }
-                merged.push(entry);
+                // Inside a session already: nothing merges, no timer moves.
+                [only] if entries[*only].window == merged => (*only, false),
+                _ => {
+                    members.sort_unstable();
+                    let mut taken: Vec<WindowEntry<L::Acc>> =
+                        members.iter().rev().map(|&m| entries.remove(m)).collect();
+                    taken.sort_by_key(|e| e.window.start);
+                    let mut combined: Option<WindowEntry<L::Acc>> = None;
+                    for entry in taken {
+                        self.unregister(ctx, &entry.window);
+                        combined = Some(match combined {
+                            None => entry,
+                            Some(mut acc) => {
+                                acc.count += entry.count;
+                                acc.fired |= entry.fired;
+                                acc.acc = self.logic.merge(acc.acc, entry.acc);
+                                acc
+                            }
+                        });
+                    }
+                    let Some(mut entry) = combined else {
+                        return Err("a session merge found none of its sessions".into());
+                    };
+                    entry.window = merged;
+                    // A deleted timer may have been another session's too (timers are per
+                    // key and timestamp): the others keep theirs.
+                    for other in &entries {
+                        self.register(ctx, &other.window, watermark);
+                    }
+                    entries.push(entry);
+                    (entries.len() - 1, false)
+                }
+            };
+            let entry = &mut entries[index];
+            if !fresh {
+                entry.count += 1;
+                if let Some(acc) = self.logic.add(Some(&mut entry.acc), record.clone()) {
+                    entry.acc = acc;
+                }
+            }
+            let window = entry.window;
+            self.register(ctx, &window, watermark);
+            if event_time && window.max_timestamp() <= watermark {
+                fire.push(window);
             }
         }
-        merged
+        for window in &fire {
+            if let Some(entry) = entries.iter_mut().find(|e| e.window == *window) {
+                self.logic.emit(
+                    ctx.current_key(),
+                    &Self::context(&entry.window, ctx),
+                    &entry.acc,
+                    &mut out.at_timestamp(window.max_timestamp()),
+                )?;
+                entry.fired = true;
+            }
+        }
+        let mut state = ctx.value(&self.contents)?;
+        if entries.is_empty() {
+            state.clear()
+        } else {
+            state.set(entries)
+        }
+        if kept { Ok(()) } else { self.late(record, ctx, out) }
+    }
+
+    /// Count windows: one global window per key that fires and is purged every `count`
+    /// records (Flink's `PurgingTrigger(CountTrigger)`).
+    fn add_to_count_window(
+        &mut self,
+        record: T,
+        count: u64,
+        ctx: &mut KeyedContext<'_, K>,
+        out: &mut Collector<'_, O>,
+    ) -> FnResult {
+        let mut entries = std::mem::take(ctx.value(&self.contents)?.get_or_insert_with(Vec::new));
+        let index = match entries.iter().position(|e| e.window == TimeWindow::GLOBAL) {
+            Some(index) => {
+                let entry = &mut entries[index];
+                entry.count += 1;
+                if let Some(acc) = self.logic.add(Some(&mut entry.acc), record) {
+                    entry.acc = acc;
+                }
+                index
+            }
+            None => {
+                let Some(acc) = self.logic.add(None, record) else {
+                    return Err("a window function made no accumulator for a new window".into());
+                };
+                entries.push(WindowEntry { window: TimeWindow::GLOBAL, count: 1, fired: false, acc });
+                entries.len() - 1
+            }
+        };
+        if entries[index].count >= count {
+            let entry = entries.remove(index);
+            self.logic.emit(ctx.current_key(), &Self::context(&entry.window, ctx), &entry.acc, out)?;
+        }
+        let mut state = ctx.value(&self.contents)?;
+        if entries.is_empty() {
+            state.clear()
+        } else {
+            state.set(entries)
+        }
+        Ok(())
     }
 }
 
@@ -738,7 +811,8 @@ pub struct WindowedStream<K, T> {
 
 impl<K: Key, T: crate::Data + StateData> WindowedStream<K, T> {
     /// Records up to `lateness` behind the watermark still update their windows (each such
-    /// record fires the window again); later ones are dropped and counted as late.
+    /// record fires its window at once, once more, as Flink's `EventTimeTrigger`); later
+    /// ones are dropped and counted as late.
     pub fn allowed_lateness(mut self, lateness: Duration) -> Self {
         self.allowed_lateness = millis(lateness);
         self
@@ -943,8 +1017,16 @@ mod operator_tests {
         lateness_ms: i64,
         logic: L,
     ) -> (Box<dyn Operator<Event>>, Seen, Arc<crate::operator::TaskMetrics>) {
+        operator_in(TaskContext::for_test(0, 1, 128), assigner, lateness_ms, logic)
+    }
+
+    fn operator_in<O: Send + std::fmt::Debug + 'static, L: WindowLogic<u64, Event, O>>(
+        ctx: TaskContext,
+        assigner: WindowAssigner,
+        lateness_ms: i64,
+        logic: L,
+    ) -> (Box<dyn Operator<Event>>, Seen, Arc<crate::operator::TaskMetrics>) {
         let seen = Seen::default();
-        let ctx = TaskContext::for_test(0, 1, 128);
         let metrics = Arc::clone(&ctx.metrics);
         let function = WindowFunction::new(assigner, lateness_ms, logic);
         let mut op = KeyedProcessOperator::new(&ctx, function, Arc::new(|e: &Event| e.0), Box::new(seen.clone()));
@@ -990,7 +1072,7 @@ mod operator_tests {
         op.process_watermark(9).unwrap();
         assert_eq!(seen.take(), ["(1, 3)@9", "W9"]);
         send(&mut op, &[(1, 10, 8)]);
-        assert_eq!(seen.take(), ["(1, 13)@8"], "a late record within the lateness fires again");
+        assert_eq!(seen.take(), ["(1, 13)@9"], "a late record within the lateness fires again, at the window's end");
         op.process_watermark(14).unwrap();
         assert_eq!(seen.take(), ["W14"]);
         send(&mut op, &[(1, 100, 9)]);
@@ -1078,6 +1160,202 @@ mod operator_tests {
         let mut batch: Vec<Event> = (1..=7).map(|v| (1, v)).collect();
         op.process_batch(&mut batch).unwrap();
         assert_eq!(seen.take(), ["(1, 6)", "(1, 15)"]);
+    }
+
+    fn late_records(metrics: &crate::operator::TaskMetrics) -> u64 {
+        metrics.records_late.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    #[test]
+    fn a_late_record_that_opens_a_window_the_watermark_passed_fires_it_at_once_each_time() {
+        // Flink's EventTimeTrigger.onElement: FIRE when window.maxTimestamp() <= watermark.
+        let (mut op, seen, metrics) = operator(TumblingEventTimeWindows::of(ms(10)), 10, sum());
+        op.process_watermark(15).unwrap();
+        assert_eq!(seen.take(), ["W15"]);
+        // [0, 10) is new, past the watermark, within the lateness (cleanup at 19).
+        send(&mut op, &[(1, 5, 5), (1, 7, 7), (2, 1, 3)]);
+        assert_eq!(seen.take(), ["(1, 5)@9", "(1, 12)@9", "(2, 1)@9"], "each record fires at once");
+        // No timer at 9 was left behind: the next watermarks fire nothing again.
+        op.process_watermark(16).unwrap();
+        assert_eq!(seen.take(), ["W16"]);
+        op.process_watermark(19).unwrap();
+        assert_eq!(seen.take(), ["W19"]);
+        send(&mut op, &[(1, 100, 8)]);
+        assert_eq!(seen.take(), Vec::<String>::new(), "past the cleanup time: late");
+        assert_eq!(late_records(&metrics), 1);
+        // Sliding: both windows past the watermark fire, each at its own end.
+        let assigner = SlidingEventTimeWindows::of(ms(10), ms(5));
+        let (mut op, seen, _) = operator(assigner, 25, ProcessLogic(Describe));
+        op.process_watermark(30).unwrap();
+        send(&mut op, &[(1, 1, 7)]);
+        assert_eq!(seen.take(), ["W30", "\"1 [5, 15) [(1, 1)]\"@14", "\"1 [0, 10) [(1, 1)]\"@9"]);
+    }
+
+    #[test]
+    fn a_late_record_that_extends_a_session_the_watermark_passed_fires_the_merged_session_at_once() {
+        let assigner = EventTimeSessionWindows::with_gap(ms(5));
+        let (mut op, seen, metrics) = operator(assigner, 20, AggregateLogic(CountAndSum, std::marker::PhantomData));
+        op.process_watermark(20).unwrap();
+        send(&mut op, &[(1, 1, 3)]);
+        assert_eq!(seen.take(), ["W20", "\"1x1\"@7"], "[3, 8): past the watermark, fires at once");
+        send(&mut op, &[(1, 2, 6)]);
+        assert_eq!(seen.take(), ["\"2x3\"@10"], "merged into [3, 11), which fires at once");
+        op.process_watermark(26).unwrap();
+        assert_eq!(seen.take(), ["W26"], "no timer of [3, 8) or [3, 11) fires again");
+        // Inside [3, 11): no merge, and it fires once more. Its cleanup timer moved with the
+        // merge: it goes at 10 + 20.
+        send(&mut op, &[(1, 4, 4)]);
+        assert_eq!(seen.take(), ["\"3x7\"@10"]);
+        op.process_watermark(30).unwrap();
+        assert_eq!(seen.take(), ["W30"]);
+        send(&mut op, &[(1, 8, 2)]);
+        assert_eq!(seen.take(), Vec::<String>::new(), "[2, 7) is late and nothing is left to merge with");
+        assert_eq!(late_records(&metrics), 1);
+    }
+
+    #[test]
+    fn session_lateness_is_decided_on_the_merged_window() {
+        // Flink's WindowOperator: merge first, then isWindowLate(the merged window).
+        let assigner = EventTimeSessionWindows::with_gap(ms(5));
+        let (mut op, seen, metrics) = operator(assigner, 3, AggregateLogic(CountAndSum, std::marker::PhantomData));
+        send(&mut op, &[(1, 10, 10)]);
+        op.process_watermark(14).unwrap();
+        assert_eq!(seen.take(), ["\"1x10\"@14", "W14"]);
+        // [5, 10) alone would be late (cleanup 9 + 3 <= 14), but it touches [10, 15): the
+        // merged [5, 15) (cleanup 17) is not late, so the record is kept and fires it.
+        send(&mut op, &[(1, 2, 5)]);
+        assert_eq!(seen.take(), ["\"2x12\"@14"]);
+        send(&mut op, &[(1, 3, 1)]);
+        assert_eq!(seen.take(), ["\"3x15\"@14"], "[1, 6) overlaps [5, 15)");
+        assert_eq!(late_records(&metrics), 0);
+        // [-10, -5) touches nothing: late on its own.
+        send(&mut op, &[(1, 100, -10)]);
+        assert_eq!(seen.take(), Vec::<String>::new());
+        assert_eq!(late_records(&metrics), 1);
+        op.process_watermark(17).unwrap();
+        assert_eq!(seen.take(), ["W17"]);
+        send(&mut op, &[(1, 4, 9)]);
+        assert_eq!(seen.take(), Vec::<String>::new());
+        assert_eq!(late_records(&metrics), 2, "[1, 15) is gone at 14 + 3, and [9, 14) alone is late");
+    }
+
+    /// Processing time under the test's control.
+    #[derive(Default)]
+    struct TestClock(std::sync::atomic::AtomicU64);
+    impl TestClock {
+        fn set(&self, now_ms: u64) {
+            self.0.store(now_ms, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+    impl crate::operator::Clock for TestClock {
+        fn now_ms(&self) -> u64 {
+            self.0.load(std::sync::atomic::Ordering::Relaxed)
+        }
+    }
+
+    fn context_at(now_ms: u64) -> (TaskContext, Arc<TestClock>) {
+        let clock = Arc::new(TestClock::default());
+        clock.set(now_ms);
+        let mut ctx = TaskContext::for_test(0, 1, 128);
+        ctx.clock = clock.clone();
+        (ctx, clock)
+    }
+
+    #[test]
+    fn processing_time_tumbling_windows_fire_on_the_clock_not_the_watermark() {
+        let (ctx, clock) = context_at(1_003);
+        let (mut op, seen, _) = operator_in(ctx, TumblingProcessingTimeWindows::of(ms(10)), 0, sum());
+        op.process_batch(&mut vec![(1, 1), (2, 4)]).unwrap();
+        clock.set(1_009);
+        op.process_batch(&mut vec![(1, 2)]).unwrap();
+        assert_eq!(op.next_timer(), Some(1_009), "[1000, 1010) fires at its last millisecond");
+        op.process_watermark(5_000).unwrap();
+        op.fire_timers(1_008).unwrap();
+        assert_eq!(seen.take(), ["W5000"]);
+        clock.set(1_012);
+        op.process_batch(&mut vec![(1, 8)]).unwrap();
+        op.fire_timers(1_012).unwrap();
+        let mut fired = seen.take();
+        fired.sort();
+        assert_eq!(fired, ["(1, 3)", "(2, 4)"]);
+        op.fire_timers(1_019).unwrap();
+        assert_eq!(seen.take(), ["(1, 8)"]);
+        assert_eq!(op.next_timer(), None);
+    }
+
+    #[derive(Clone)]
+    struct Clocks;
+    impl KeyedProcessFunction<u64, Event, String> for Clocks {
+        fn process_element(
+            &mut self,
+            _: Event,
+            ctx: &mut KeyedContext<'_, u64>,
+            out: &mut Collector<'_, String>,
+        ) -> FnResult {
+            out.collect(format!("element {:?}", ctx.time_domain()));
+            ctx.register_processing_time_timer(1_050);
+            if let Some(at) = ctx.timestamp() {
+                ctx.register_event_time_timer(at + 10);
+            }
+            Ok(())
+        }
+        fn on_timer(
+            &mut self,
+            timestamp: i64,
+            ctx: &mut KeyedContext<'_, u64>,
+            out: &mut Collector<'_, String>,
+        ) -> FnResult {
+            out.collect(format!("{timestamp} {:?}", ctx.time_domain()));
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn on_timer_tells_the_time_domain_of_the_timer() {
+        let (ctx, _clock) = context_at(1_000);
+        let seen = Seen::default();
+        let mut op = KeyedProcessOperator::new(&ctx, Clocks, Arc::new(|e: &Event| e.0), Box::new(seen.clone()));
+        op.declare_states().unwrap();
+        let mut op: Box<dyn Operator<Event>> = Box::new(op);
+        send(&mut op, &[(1, 0, 5)]);
+        op.process_watermark(20).unwrap();
+        op.fire_timers(1_050).unwrap();
+        assert_eq!(
+            seen.take(),
+            ["\"element None\"@5", "\"15 Some(EventTime)\"@15", "W20", "\"1050 Some(ProcessingTime)\""]
+        );
+    }
+
+    /// A watermark strategy (timestamps from the value) in front of a tumbling window, with
+    /// `pipeline.auto-watermark-interval` = `interval_ms`; what came out at each clock time.
+    fn watermarks_every(interval_ms: u64, at: &[u64]) -> Vec<Vec<String>> {
+        let (mut ctx, clock) = context_at(1_000);
+        ctx.auto_watermark_interval_ms = interval_ms;
+        let (window, seen, _) = operator(TumblingEventTimeWindows::of(ms(10)), 0, sum());
+        let strategy = crate::watermarks::WatermarkStrategy::<Event>::for_monotonous_timestamps()
+            .with_timestamp_assigner(|e: &Event, _| e.1 as i64);
+        let mut op = crate::operators::TimestampsAndWatermarksOperator::new(&ctx, &strategy, window);
+        op.process_batch(&mut vec![(1, 5), (1, 12)]).unwrap();
+        at.iter()
+            .map(|&now| {
+                clock.set(now);
+                op.fire_timers(now).unwrap();
+                seen.take()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn auto_watermark_interval_decides_when_watermarks_and_so_windows_come() {
+        let fired = || vec!["(1, 5)@9".to_string(), "W11".to_string()];
+        let none = Vec::<String>::new;
+        assert_eq!(watermarks_every(100, &[1_050, 1_100, 1_300]), [none(), fired(), none()]);
+        assert_eq!(watermarks_every(300, &[1_050, 1_100, 1_300]), [none(), none(), fired()]);
+        assert_eq!(
+            watermarks_every(0, &[1_050, 1_100, 1_300, 100_000]),
+            [none(), none(), none(), none()],
+            "0: only the final one"
+        );
     }
 
     #[test]
