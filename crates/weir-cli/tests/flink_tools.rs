@@ -1,7 +1,7 @@
 //! Apache Flink's own tools against weir: Flink 2.3's REST classes read every GET path weir
 //! serves (on a running job, a finished one and a standalone cluster with TaskManagers),
 //! and the real `flink` CLI lists, checkpoints, savepoints, disposes, stops and cancels weir
-//! jobs.
+//! jobs on a standalone cluster and on the embedded one of `weir run`.
 //!
 //! Both need Apache Flink's distribution from PyPI (`apache-flink` and
 //! `apache-flink-libraries`, which `.ci/test` installs) at `WEIR_FLINK_HOME`, and Java 17.
@@ -60,7 +60,7 @@ fn assert_conforms(home: &Path, rest: &str, label: &str, args: &[String]) {
         .lines()
         .find_map(|l| l.strip_prefix("checked ").and_then(|r| r.split(' ').next()).and_then(|n| n.parse().ok()))
         .unwrap_or_else(|| panic!("{report}"));
-    assert!(checked >= 37, "only {checked} paths checked:\n{report}");
+    assert!(checked >= 45, "only {checked} paths checked:\n{report}");
 }
 
 /// `flink ARGS -m REST` with Flink's CLI, bounded in time.
@@ -347,18 +347,33 @@ fn the_flink_cli_lists_checkpoints_savepoints_disposes_stops_and_cancels() {
     let to_cancel = submit_running(&cluster.rest, &job_args);
     flink_cli_round(&home, &cluster.rest, &running, &to_cancel, dir.path());
 
-    // The embedded cluster: `weir run` serves one job; Flink's CLI savepoints and cancels it.
-    let (mut embedded, rest, job) =
-        start_running(&["run", "-D", "rest.port=0", "counter", "--users", "50", "--rate", "1000", "--output", "none"]);
-    let list = flink(&home, &rest, &["list"]);
-    assert!(listed(&text(&list), "Running/Restarting Jobs").contains(&job), "{}", text(&list));
+    // The embedded cluster: `weir run` serves one job. Flink's CLI lists it, savepoints it,
+    // disposes that savepoint and cancels it; a second `weir run` is stopped with a savepoint
+    // (without drain), which ends it.
+    let embedded_args = ["run", "-D", "rest.port=0", "counter", "--users", "50", "--rate", "1000", "--output", "none"];
+    let (mut embedded, rest, job) = start_running(&embedded_args);
+    let (mut to_stop, stop_rest, stop_job) = start_running(&embedded_args);
+    for args in [&["list"][..], &["list", "-r"], &["list", "-a"]] {
+        let list = flink(&home, &rest, args);
+        let out = text(&list);
+        assert!(list.status.success() && listed(&out, "Running/Restarting Jobs").contains(&job), "{args:?}: {out}");
+    }
     let target = dir.path().join("embedded-savepoints");
     let savepoint = flink(&home, &rest, &["savepoint", &job, target.to_str().unwrap()]);
-    assert!(
-        savepoint.status.success() && text(&savepoint).contains("Savepoint completed. Path: "),
-        "{}",
-        text(&savepoint)
-    );
+    let out = text(&savepoint);
+    assert!(savepoint.status.success(), "{out}");
+    let location = out
+        .lines()
+        .find_map(|l| l.strip_prefix("Savepoint completed. Path: "))
+        .unwrap_or_else(|| panic!("{out}"))
+        .trim()
+        .to_string();
+    let on_disk = PathBuf::from(location.trim_start_matches("file://"));
+    assert!(on_disk.join("_metadata").is_file(), "{out}");
+    let dispose = flink(&home, &rest, &["savepoint", "-d", &location]);
+    let out = text(&dispose);
+    assert!(dispose.status.success() && out.contains("disposed"), "{out}");
+    assert!(!on_disk.join("_metadata").exists(), "flink savepoint -d left {}", on_disk.display());
     let cancel = flink(&home, &rest, &["cancel", &job]);
     assert!(cancel.status.success() && text(&cancel).contains(&format!("Cancelled job {job}.")), "{}", text(&cancel));
     let deadline = Instant::now() + WAIT_MAX;
@@ -366,4 +381,19 @@ fn the_flink_cli_lists_checkpoints_savepoints_disposes_stops_and_cancels() {
         assert!(Instant::now() < deadline, "weir run did not end after flink cancel");
         std::thread::sleep(Duration::from_millis(50));
     }
+
+    let stop_target = dir.path().join("embedded-stop");
+    let stop = flink(&home, &stop_rest, &["stop", "--savepointPath", stop_target.to_str().unwrap(), &stop_job]);
+    let out = text(&stop);
+    assert!(stop.status.success(), "{out}");
+    let stopped_at = out
+        .lines()
+        .find_map(|l| l.strip_prefix("Savepoint completed. Path: "))
+        .unwrap_or_else(|| panic!("{out}"))
+        .trim()
+        .to_string();
+    assert!(PathBuf::from(stopped_at.trim_start_matches("file://")).join("_metadata").is_file(), "{out}");
+    assert_eq!(to_stop.wait(), Some(0), "weir run ends after flink stop: {:?}", to_stop.stdout_lines());
+    let stdout = to_stop.stdout_lines().join("\n");
+    assert!(stdout.contains("ended with state FINISHED"), "{stdout}");
 }

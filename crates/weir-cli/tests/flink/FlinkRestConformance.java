@@ -4,8 +4,9 @@
 // flink-runtime: each names a path, a method and the Java class of its response body. This
 // checker loads those classes from a real Flink distribution and reads weir's responses the
 // way Flink's own RestClient (and so the `flink` CLI) reads them: with Flink's flexible object
-// mapper, which fails on a missing creator property, a null for a primitive, a wrong type or
-// an unknown enum value, and (as OpenAPI allows) accepts fields Flink does not know. It then
+// mapper, which fails on a null for a primitive or an unknown enum value and (as OpenAPI
+// allows) accepts fields Flink does not know, made strict (see `strict`): no coercion of
+// one JSON type into another. It then
 // writes the parsed body back with the same mapper and reports every field Flink would send
 // that weir's answer lacks.
 //
@@ -33,7 +34,12 @@ import org.apache.flink.runtime.rest.messages.MessageHeaders;
 import org.apache.flink.runtime.rest.util.RestMapperUtils;
 import org.apache.flink.shaded.jackson2.com.fasterxml.jackson.databind.JavaType;
 import org.apache.flink.shaded.jackson2.com.fasterxml.jackson.databind.JsonNode;
+import org.apache.flink.shaded.jackson2.com.fasterxml.jackson.databind.DeserializationFeature;
+import org.apache.flink.shaded.jackson2.com.fasterxml.jackson.databind.MapperFeature;
 import org.apache.flink.shaded.jackson2.com.fasterxml.jackson.databind.ObjectMapper;
+import org.apache.flink.shaded.jackson2.com.fasterxml.jackson.databind.cfg.CoercionAction;
+import org.apache.flink.shaded.jackson2.com.fasterxml.jackson.databind.cfg.CoercionInputShape;
+import org.apache.flink.shaded.jackson2.com.fasterxml.jackson.databind.type.LogicalType;
 
 public class FlinkRestConformance {
     public static void main(String[] args) throws Exception {
@@ -52,7 +58,7 @@ public class FlinkRestConformance {
             if (k.startsWith("/")) concrete.put(k, v); else params.put(k, v);
         }
         HttpClient http = HttpClient.newBuilder().connectTimeout(Duration.ofSeconds(5)).build();
-        ObjectMapper mapper = RestMapperUtils.getFlexibleObjectMapper();
+        ObjectMapper mapper = strict(RestMapperUtils.getFlexibleObjectMapper());
 
         JsonNode openapi = mapper.readTree(get(http, base + "/openapi.json").body());
         Set<String> weirGets = new TreeSet<>();
@@ -106,6 +112,29 @@ public class FlinkRestConformance {
                 + "); not served by weir: " + notServed);
         System.out.println(failures == 0 ? "CONFORMS " + label : "DOES NOT CONFORM " + label + ": " + failures + " failure(s)");
         System.exit(failures == 0 ? 0 : 1);
+    }
+
+    /**
+     * Flink's flexible mapper made strict about types: Jackson's default coercions (a string
+     * read as a number or boolean, a number or boolean as a string, a fraction as a whole
+     * number) fail. Missing fields are not refused here (Flink's own server leaves out its
+     * null ones, and its mapper reads them as null); `missingFields` reports those Flink
+     * would send with a value.
+     */
+    static ObjectMapper strict(ObjectMapper flexible) {
+        ObjectMapper mapper = flexible.copy();
+        mapper.configure(MapperFeature.ALLOW_COERCION_OF_SCALARS, false);
+        mapper.disable(DeserializationFeature.ACCEPT_FLOAT_AS_INT);
+        mapper.enable(DeserializationFeature.FAIL_ON_NULL_FOR_PRIMITIVES);
+        for (LogicalType t : new LogicalType[] {LogicalType.Integer, LogicalType.Float, LogicalType.Boolean}) {
+            mapper.coercionConfigFor(t).setCoercion(CoercionInputShape.String, CoercionAction.Fail);
+        }
+        mapper.coercionConfigFor(LogicalType.Integer).setCoercion(CoercionInputShape.Float, CoercionAction.Fail);
+        for (CoercionInputShape shape : new CoercionInputShape[] {
+                CoercionInputShape.Integer, CoercionInputShape.Float, CoercionInputShape.Boolean}) {
+            mapper.coercionConfigFor(LogicalType.Textual).setCoercion(shape, CoercionAction.Fail);
+        }
+        return mapper;
     }
 
     /** Fields Flink's serialisation of the parsed body has that weir's response lacks. */
