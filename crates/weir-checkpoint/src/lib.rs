@@ -11,6 +11,7 @@
 pub mod dispose;
 pub mod format;
 pub mod inspect;
+pub mod leftovers;
 pub mod paths;
 pub mod restore;
 pub mod rewrite;
@@ -34,6 +35,7 @@ pub use format::{
     encode_metadata, read_block, validate_metadata, verify_block,
 };
 pub use inspect::{inspect_json, inspect_text};
+pub use leftovers::{JOB_LOCK_FILE, JobDirLock, SweptJobs, sweep_dead_jobs};
 pub use paths::METADATA_FILE;
 pub use restore::{NewOperator, RestoreError, RestorePlan, RestoreRequest, SubtaskRestore, plan_restore};
 pub use rewrite::{RewriteError, rewrite_max_parallelism};

@@ -516,7 +516,7 @@ impl SnapshotStorage {
     }
 
     /// The local directory of the prefix, for a local store.
-    fn local_directory(&self) -> Option<PathBuf> {
+    pub(crate) fn local_directory(&self) -> Option<PathBuf> {
         let (store, root) = self.local.as_ref()?;
         if self.prefix.as_ref().is_empty() {
             return Some(root.clone());

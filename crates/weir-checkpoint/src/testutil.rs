@@ -206,3 +206,23 @@ pub(crate) fn arb_spec() -> impl Strategy<Value = SnapshotSpec> {
         operators.prop_map(move |operators| SnapshotSpec { max_parallelism: max_p, operators })
     })
 }
+
+/// The encoded `_metadata` of an incremental checkpoint whose subtasks' blocks are all in
+/// the shared files `names` (every subtask names all of them).
+pub(crate) fn metadata_naming_shared(names: &[&str]) -> Vec<u8> {
+    let (mut metadata, _files) = build_snapshot(&SnapshotSpec::sample());
+    metadata.kind = crate::format::SnapshotKind::Checkpoint;
+    for operator in &mut metadata.operators {
+        for subtask in &mut operator.subtasks {
+            if subtask.file.take().is_some() {
+                subtask.shared_files = names.iter().map(|n| n.to_string()).collect();
+                let blocks = subtask.keyed_states.iter_mut().flat_map(|k| k.key_groups.iter_mut());
+                let elements = subtask.operator_states.iter_mut().flat_map(|o| o.elements.iter_mut());
+                for block in blocks.chain(elements) {
+                    block.shared_file = Some(0);
+                }
+            }
+        }
+    }
+    crate::format::encode_metadata(&metadata).to_vec()
+}

@@ -287,3 +287,55 @@ fn a_fjall_crash_after_the_files_before_the_metadata_recovers_exactly_once() {
 fn a_fjall_crash_after_the_metadata_before_the_acknowledgement_recovers_exactly_once() {
     crash_at_and_recover("checkpoint-after-metadata", "fjall");
 }
+
+/// A crash between a checkpoint's shared files and its `_metadata` leaves shared files no
+/// checkpoint names (and any incomplete `chk-7`); the next job that starts with the same
+/// `state.checkpoints.dir` (a fresh one, not a restore, so nothing claims the old one)
+/// removes them and keeps every complete checkpoint and the files those name.
+#[test]
+fn the_next_job_to_start_removes_what_a_crashed_job_left() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let out_arg = out.to_str().unwrap().to_string();
+    let chk_root = dir.path().join("chk");
+    let checkpoints = format!("state.checkpoints.dir=file://{}", chk_root.display());
+    let mut args = vec!["run", "-p", "2"];
+    args.extend(job_args(&checkpoints, &out_arg));
+    let mut weir = RunningWeir::start_with(
+        |mut command| {
+            command.env("FAILPOINTS", "checkpoint-before-metadata=6*off->return");
+            command
+        },
+        &args,
+    );
+    let crashed = weir.job_id();
+    assert_ne!(weir.wait(), Some(0), "the run did not crash");
+    let job_dir = chk_root.join(&crashed);
+    let complete = checkpoints_and_their_files(&job_dir);
+    let named: BTreeSet<String> = complete.values().flatten().cloned().collect();
+    assert!(!job_dir.join("chk-7/_metadata").exists(), "chk-7 completed");
+    assert!(shared_files_on_disk(&job_dir).iter().any(|f| f.starts_with("chk-7-")), "chk-7 wrote no shared file");
+    assert!(job_dir.join(".weir-job.lock").exists(), "the crashed job left no lock file");
+
+    let second_out = dir.path().join("out2");
+    let second_out_arg = second_out.to_str().unwrap().to_string();
+    let mut args = vec!["run", "-p", "2"];
+    args.extend(job_args(&checkpoints, &second_out_arg));
+    let output = run_weir(&args);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+
+    assert_eq!(checkpoints_and_their_files(&job_dir), complete, "a complete checkpoint of the crashed job changed");
+    assert_eq!(shared_files_on_disk(&job_dir), named, "files no checkpoint of the crashed job names stayed");
+    assert!(!job_dir.join("chk-7").exists(), "the incomplete chk-7 stayed");
+    assert!(!job_dir.join(".weir-job.lock").exists());
+    // The second job ended cleanly: its own directory keeps no lock file either, and its
+    // output is whole.
+    let second: Vec<PathBuf> = std::fs::read_dir(&chk_root)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.file_name().is_some_and(|n| n != crashed.as_str()))
+        .collect();
+    assert_eq!(second.len(), 1, "{second:?}");
+    assert!(!second[0].join(".weir-job.lock").exists());
+    assert_counts_exactly_once(&committed_lines(&second_out), USERS, EVENTS);
+}

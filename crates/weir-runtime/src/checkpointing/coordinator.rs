@@ -132,6 +132,9 @@ pub struct CheckpointCoordinator {
     /// A snapshot the job claimed (`execution.state-recovery.claim-mode: CLAIM`): disposed,
     /// with what its own job no longer needs, once the job's checkpoints subsume it.
     claimed: Option<u64>,
+    /// The lock on the job's local checkpoint directory while the job runs (without high
+    /// availability): see [`weir_checkpoint::leftovers`].
+    job_dir_lock: Option<weir_checkpoint::JobDirLock>,
 }
 
 impl CheckpointCoordinator {
@@ -173,7 +176,40 @@ impl CheckpointCoordinator {
             released: BTreeMap::new(),
             shared_dir,
             claimed: None,
+            job_dir_lock: None,
         })
+    }
+
+    /// Locks the job's checkpoint directory for as long as the job runs, and removes what
+    /// jobs that died left under `state.checkpoints.dir` (incomplete checkpoints, shared files
+    /// no complete checkpoint names): "clean up on the next start". For jobs without high
+    /// availability, on local file systems; a failure to do either is a warning, never the
+    /// job's failure.
+    pub fn guard_job_dir(&mut self) {
+        let job_dir = self.checkpoints_root.child(&job_checkpoints_dir(&self.job_id));
+        match weir_checkpoint::JobDirLock::acquire(&job_dir) {
+            Ok(lock) => self.job_dir_lock = lock,
+            Err(error) => tracing::warn!(%error, "cannot lock the job's checkpoint directory"),
+        }
+        let root = self.checkpoints_root.clone();
+        let own = job_checkpoints_dir(&self.job_id);
+        match self.shared_dir.block_on(weir_checkpoint::sweep_dead_jobs(&root, &own)) {
+            Ok(swept) if !swept.jobs.is_empty() => tracing::info!(
+                jobs = ?swept.jobs,
+                incomplete_checkpoints = swept.incomplete_checkpoints,
+                shared_files = swept.shared_files,
+                "removed what jobs that died left in state.checkpoints.dir"
+            ),
+            Ok(_) => {}
+            Err(error) => tracing::warn!(%error, "cannot remove what jobs that died left in state.checkpoints.dir"),
+        }
+    }
+
+    /// The job's run ended here: its directory holds nothing a later start should remove.
+    pub fn release_job_dir(&mut self) {
+        if let Some(lock) = self.job_dir_lock.take() {
+            lock.release();
+        }
     }
 
     /// Takes over the snapshot the job was restored from (claim mode CLAIM): it is retained

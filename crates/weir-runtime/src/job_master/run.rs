@@ -888,6 +888,7 @@ impl JobRun {
     /// Stops the writer threads and joins every attempt (the job's run ended here).
     pub(super) fn shutdown(&mut self) {
         self.sup.coordinator.release_shared();
+        self.sup.coordinator.release_job_dir();
         self.join_handles();
         if let Some(writer) = self.writer.take() {
             writer.shutdown();

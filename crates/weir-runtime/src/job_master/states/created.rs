@@ -119,6 +119,8 @@ pub(super) fn run(
     };
     if let Some(ha) = &settings.ha {
         coordinator = coordinator.with_ha(ha.store.clone());
+    } else if settings.checkpointing.interval.is_some() {
+        coordinator.guard_job_dir();
     }
     if let Some(recovered) = &recovered
         && let Err(error) = coordinator.adopt_retained(&recovered.checkpoints)
