@@ -876,11 +876,27 @@ impl Controller {
         // The job's newest state: its own newest checkpoint (the one last observed only if it
         // is of this job: an earlier job's is older than what this one started from), else
         // what it started from.
-        let own_checkpoint = view.as_ref().and_then(|v| v.latest_checkpoint.clone()).or_else(|| {
-            let job_id = status.job_status.job_id.as_deref()?;
-            let observed = status.job_status.last_checkpoint_path.as_deref()?;
-            observed.contains(&format!("/{job_id}/")).then(|| newest_retained(observed))
-        });
+        let own_checkpoint = view
+            .as_ref()
+            .and_then(|v| v.latest_checkpoint.clone())
+            .or_else(|| {
+                let job_id = status.job_status.job_id.as_deref()?;
+                let observed = status.job_status.last_checkpoint_path.as_deref()?;
+                observed.contains(&format!("/{job_id}/")).then(|| newest_retained(observed))
+            })
+            .or_else(|| {
+                // None observed (the cluster died before the controller saw one): the job's
+                // directory under its cluster's state.checkpoints.dir says what completed,
+                // as the HA store would.
+                let job_id = status.job_status.job_id.as_deref()?;
+                let spec = status.reconciliation_status.last_reconciled_spec.as_ref()?;
+                let root = spec
+                    .configuration
+                    .get("state.checkpoints.dir")
+                    .cloned()
+                    .unwrap_or_else(|| format!("file://{}", self.dirs(name).checkpoints().display()));
+                newest_complete_checkpoint(&root, job_id)
+            });
         let newest_checkpoint = own_checkpoint.clone().or_else(|| status.job_status.restored_from.clone());
         match operation.kind {
             OperationKind::Delete => {}
@@ -1235,6 +1251,20 @@ fn newest_retained(location: &str) -> String {
         .unwrap_or_else(|| location.to_string())
 }
 
+/// The newest `chk-<n>` of job `job_id` under the checkpoints root `root` whose `_metadata`
+/// reads, if any (any store `state.checkpoints.dir` accepts).
+fn newest_complete_checkpoint(root: &str, job_id: &str) -> Option<String> {
+    let job_dir = weir_checkpoint::SnapshotStorage::from_url(root).ok()?.child(job_id);
+    let blocking = job_dir.blocking();
+    let mut ids: Vec<u64> =
+        blocking.list_dirs().ok()?.iter().filter_map(|name| name.strip_prefix("chk-")?.parse().ok()).collect();
+    ids.sort_unstable();
+    ids.into_iter()
+        .rev()
+        .map(|id| job_dir.child(&format!("chk-{id}")))
+        .find_map(|dir| blocking.block_on(weir_checkpoint::load_metadata(&dir)).ok().map(|_| dir.url().to_string()))
+}
+
 /// Whether the snapshot at `location` is still there (its `_metadata` reads).
 fn snapshot_exists(location: &str) -> bool {
     let Ok(storage) = weir_checkpoint::SnapshotStorage::from_url(location) else { return false };
@@ -1250,7 +1280,45 @@ fn dispose(location: &str) -> Result<(), String> {
 
 #[cfg(test)]
 mod tests {
-    use super::newest_retained;
+    use super::{newest_complete_checkpoint, newest_retained};
+
+    /// A valid `_metadata` of checkpoint `id` with no operators.
+    fn metadata(id: u64) -> Vec<u8> {
+        use weir_checkpoint::format::{FORMAT_VERSION, SnapshotKind, SnapshotMetadata};
+        let metadata = SnapshotMetadata {
+            format_version: FORMAT_VERSION,
+            kind: SnapshotKind::Checkpoint,
+            job_id: "0123456789abcdef0123456789abcdef".into(),
+            job_name: "job".into(),
+            checkpoint_id: id,
+            timestamp_ms: 1,
+            max_parallelism: 128,
+            operators: Vec::new(),
+            format: weir_checkpoint::SnapshotFormat::Native,
+            state_backend: Some("hashmap".into()),
+        };
+        weir_checkpoint::format::encode_metadata(&metadata).to_vec()
+    }
+
+    #[test]
+    fn the_newest_complete_checkpoint_of_a_job_is_found_in_its_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let job = dir.path().join("0123456789abcdef0123456789abcdef");
+        for id in [4, 9, 12] {
+            std::fs::create_dir_all(job.join(format!("chk-{id}"))).unwrap();
+        }
+        std::fs::write(job.join("chk-4/_metadata"), metadata(4)).unwrap();
+        std::fs::write(job.join("chk-9/_metadata"), metadata(9)).unwrap();
+        // chk-12 was begun but never completed, and chk-10 is junk: neither is a restore point.
+        std::fs::create_dir_all(job.join("chk-10")).unwrap();
+        std::fs::write(job.join("chk-10/_metadata"), b"junk").unwrap();
+        let root = format!("file://{}", dir.path().display());
+        assert_eq!(
+            newest_complete_checkpoint(&root, "0123456789abcdef0123456789abcdef"),
+            Some(format!("{root}/0123456789abcdef0123456789abcdef/chk-9"))
+        );
+        assert_eq!(newest_complete_checkpoint(&root, "ffffffffffffffffffffffffffffffff"), None);
+    }
 
     #[test]
     fn a_checkpoint_deleted_since_it_was_observed_gives_way_to_the_newest_one_beside_it() {
