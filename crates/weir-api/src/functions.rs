@@ -260,14 +260,6 @@ pub trait KeyedProcessFunction<K, I, O>: Clone + Send + 'static {
         Ok(())
     }
 
-    /// True when every output record carries a timestamp the function sets, even on a stream
-    /// without event time (window results: `window.maxTimestamp()`, as Flink's
-    /// `WindowOperator`). The operator then keeps a timestamp column for its output.
-    #[doc(hidden)]
-    fn stamps_output(&self) -> bool {
-        false
-    }
-
     /// False for records without a key (the broadcast side of a keyed broadcast function):
     /// they go to [`process_unkeyed`](Self::process_unkeyed) instead.
     fn is_keyed(&self, _record: &I) -> bool {

@@ -529,12 +529,6 @@ where
         vec![self.contents.declaration()]
     }
 
-    /// Every window result carries `window.max_timestamp()` (Flink's `WindowOperator`, also in
-    /// processing time; a count window's `GlobalWindow`: `i64::MAX`).
-    fn stamps_output(&self) -> bool {
-        true
-    }
-
     fn process_element(&mut self, record: T, ctx: &mut KeyedContext<'_, K>, out: &mut Collector<'_, O>) -> FnResult {
         let event_time = self.assigner.is_event_time();
         let time = if event_time {
@@ -580,7 +574,7 @@ where
         for entry in entries.iter_mut() {
             if entry.window.max_timestamp() == timestamp {
                 let context = WindowContext { window: &entry.window, current_watermark, current_processing_time };
-                self.logic.emit(&key, &context, &entry.acc, &mut out.at_timestamp(timestamp))?;
+                self.logic.emit(&key, &context, &entry.acc, out)?;
                 entry.fired = true;
             }
         }
@@ -794,14 +788,7 @@ impl<K: Key, T: Clone + 'static, O, L: WindowLogic<K, T, O>> WindowFunction<K, T
         };
         if entries[index].count >= count {
             let entry = entries.remove(index);
-            // Flink's GlobalWindow.maxTimestamp(): Long.MAX_VALUE.
-            let at = i64::MAX;
-            self.logic.emit(
-                ctx.current_key(),
-                &Self::context(&entry.window, ctx),
-                &entry.acc,
-                &mut out.at_timestamp(at),
-            )?;
+            self.logic.emit(ctx.current_key(), &Self::context(&entry.window, ctx), &entry.acc, out)?;
         }
         let mut state = ctx.value(&self.contents)?;
         if entries.is_empty() {
@@ -1172,11 +1159,7 @@ mod operator_tests {
         let (mut op, seen, _) = operator(WindowAssigner::Count { count: 3 }, 0, sum());
         let mut batch: Vec<Event> = (1..=7).map(|v| (1, v)).collect();
         op.process_batch(&mut batch).unwrap();
-        let max = i64::MAX;
-        assert_eq!(seen.take(), [format!("(1, 6)@{max}"), format!("(1, 15)@{max}")], "GlobalWindow.maxTimestamp()");
-        // With event time too: not the triggering record's timestamp.
-        send(&mut op, &[(1, 1, 5), (1, 2, 6), (1, 3, 7)]);
-        assert_eq!(seen.take(), [format!("(1, 10)@{max}")], "7 was left over: 7 + 1 + 2");
+        assert_eq!(seen.take(), ["(1, 6)", "(1, 15)"]);
     }
 
     fn late_records(metrics: &crate::operator::TaskMetrics) -> u64 {
@@ -1294,31 +1277,10 @@ mod operator_tests {
         op.fire_timers(1_012).unwrap();
         let mut fired = seen.take();
         fired.sort();
-        assert_eq!(fired, ["(1, 3)@1009", "(2, 4)@1009"], "at window.maxTimestamp(), as Flink");
+        assert_eq!(fired, ["(1, 3)", "(2, 4)"]);
         op.fire_timers(1_019).unwrap();
-        assert_eq!(seen.take(), ["(1, 8)@1019"]);
+        assert_eq!(seen.take(), ["(1, 8)"]);
         assert_eq!(op.next_timer(), None);
-    }
-
-    #[test]
-    fn processing_time_sliding_and_session_results_carry_the_window_end_minus_one() {
-        let (ctx, clock) = context_at(1_003);
-        let (mut op, seen, _) =
-            operator_in(ctx, SlidingProcessingTimeWindows::of(ms(10), ms(5)), 0, ProcessLogic(Describe));
-        op.process_batch(&mut vec![(1, 1)]).unwrap();
-        clock.set(1_020);
-        op.fire_timers(1_020).unwrap();
-        assert_eq!(seen.take(), ["\"1 [995, 1005) [(1, 1)]\"@1004", "\"1 [1000, 1010) [(1, 1)]\"@1009"]);
-        let (ctx, clock) = context_at(1_000);
-        let assigner = ProcessingTimeSessionWindows::with_gap(ms(5));
-        let (mut op, seen, _) = operator_in(ctx, assigner, 0, AggregateLogic(CountAndSum, std::marker::PhantomData));
-        op.process_batch(&mut vec![(1, 1)]).unwrap();
-        clock.set(1_003);
-        // Timestamped input too: the result's timestamp is the session's, not the record's.
-        send(&mut op, &[(1, 2, 77)]);
-        clock.set(1_100);
-        op.fire_timers(1_100).unwrap();
-        assert_eq!(seen.take(), ["\"2x3\"@1007"], "[1000, 1008) merged");
     }
 
     #[derive(Clone)]

@@ -34,8 +34,6 @@ pub struct KeyedProcessOperator<K, I, O, F> {
     /// Restored operator state (broadcast state), handed to the function once.
     restored_operator_states: std::collections::HashMap<String, Vec<Vec<u8>>>,
     subtask: (u32, u32),
-    /// The function stamps every output record (windows): keep a timestamp column.
-    stamped: bool,
     _input: PhantomData<fn(I)>,
 }
 
@@ -62,7 +60,6 @@ impl<K: Key, I, O, F> KeyedProcessOperator<K, I, O, F> {
             finished_on_restore: false,
             restored_operator_states: Default::default(),
             subtask: (ctx.subtask_index, ctx.parallelism),
-            stamped: false,
             _input: PhantomData,
         }
     }
@@ -116,7 +113,6 @@ where
         if let Err(e) = self.func.initialize_operator_state(&mut state) {
             return Err(TaskError::user(&self.name, format!("initializing operator state of '{}': {e}", self.uid)));
         }
-        self.stamped = self.func.stamps_output();
         let declarations = self.func.states();
         self.backend
             .declare(declarations)
@@ -147,7 +143,7 @@ where
         let mut out = if plain {
             Collector::new(&mut self.out)
         } else {
-            output(&mut self.out, &mut self.out_timestamps, timestamp, &mut self.side, self.stamped)
+            output(&mut self.out, &mut self.out_timestamps, timestamp, &mut self.side)
         };
         match self.func.process_element(record, &mut ctx, &mut out) {
             Ok(()) => Ok(()),
@@ -177,11 +173,11 @@ where
     /// True when this batch's output needs no timestamp column and no side output: the
     /// cheapest collector does (checked once per batch).
     fn plain(&self) -> bool {
-        self.out_timestamps.is_empty() && self.side.is_empty() && !self.stamped
+        self.out_timestamps.is_empty() && self.side.is_empty()
     }
 
     fn process_unkeyed(&mut self, record: I, timestamp: Option<i64>) -> Result<(), TaskError> {
-        let mut out = output(&mut self.out, &mut self.out_timestamps, timestamp, &mut self.side, self.stamped);
+        let mut out = output(&mut self.out, &mut self.out_timestamps, timestamp, &mut self.side);
         self.func.process_unkeyed(record, &mut out).map_err(|e| TaskError::user(&self.name, e))
     }
 
@@ -205,7 +201,7 @@ where
             self.time.timestamp = timestamp;
             self.time.domain = Some(domain);
             let mut ctx = KeyedContext { backend: &mut self.backend, time: &mut self.time, key: located, now_ms };
-            let mut out = output(&mut self.out, &mut self.out_timestamps, timestamp, &mut self.side, self.stamped);
+            let mut out = output(&mut self.out, &mut self.out_timestamps, timestamp, &mut self.side);
             let result = self.func.on_timer(fired_at, &mut ctx, &mut out);
             self.time.domain = None;
             self.time.timestamp = None;
@@ -225,18 +221,14 @@ fn output<'a, O>(
     timestamps: &'a mut Vec<i64>,
     timestamp: Option<i64>,
     side: &'a mut crate::side_output::SideOutputs,
-    stamped: bool,
 ) -> Collector<'a, O> {
     let collector = match timestamp {
-        None if timestamps.is_empty() && !stamped => Collector::new(out),
+        None if timestamps.is_empty() => Collector::new(out),
         Some(timestamp) => {
             timestamps.resize(out.len(), NO_TIMESTAMP);
             Collector::timestamped(out, timestamps, timestamp)
         }
-        None => {
-            timestamps.resize(out.len(), NO_TIMESTAMP);
-            Collector::timestamped(out, timestamps, NO_TIMESTAMP)
-        }
+        None => Collector::timestamped(out, timestamps, NO_TIMESTAMP),
     };
     collector.with_side(side)
 }
@@ -351,7 +343,7 @@ where
             return self.next.end_input();
         }
         let mut ctx = EndOfInputContext { backend: &mut self.backend };
-        let mut out = output(&mut self.out, &mut self.out_timestamps, None, &mut self.side, self.stamped);
+        let mut out = output(&mut self.out, &mut self.out_timestamps, None, &mut self.side);
         if let Err(e) = self.func.on_end_of_input(&mut ctx, &mut out) {
             return Err(TaskError::user(&self.name, e));
         }
