@@ -1124,19 +1124,9 @@ mod tests {
                 metadata.format = SnapshotFormat::Native;
             }
             if shared {
-                metadata.kind = SnapshotKind::Checkpoint;
-                for operator in &mut metadata.operators {
-                    for (index, subtask) in operator.subtasks.iter_mut().enumerate() {
-                        if subtask.file.take().is_some() {
-                            subtask.shared_files = vec![format!("chk-7-task-{}-{index}.state", operator.uid)];
-                            let blocks = subtask.keyed_states.iter_mut().flat_map(|k| k.key_groups.iter_mut());
-                            let elements = subtask.operator_states.iter_mut().flat_map(|o| o.elements.iter_mut());
-                            for block in blocks.chain(elements) {
-                                block.shared_file = Some(0);
-                            }
-                        }
-                    }
-                }
+                crate::testutil::move_blocks_to_shared(&mut metadata, |uid, index| {
+                    vec![format!("chk-7-task-{uid}-{index}.state")]
+                });
             }
             validate_metadata(&metadata, LOCATION).unwrap();
             let decoded = decode_metadata(&encode_metadata(&metadata), LOCATION).unwrap();

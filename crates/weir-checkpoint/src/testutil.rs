@@ -207,15 +207,14 @@ pub(crate) fn arb_spec() -> impl Strategy<Value = SnapshotSpec> {
     })
 }
 
-/// The encoded `_metadata` of an incremental checkpoint whose subtasks' blocks are all in
-/// the shared files `names` (every subtask names all of them).
-pub(crate) fn metadata_naming_shared(names: &[&str]) -> Vec<u8> {
-    let (mut metadata, _files) = build_snapshot(&SnapshotSpec::sample());
+/// Makes `metadata` an incremental checkpoint: each subtask with a data file names the shared
+/// files `names(operator uid, subtask index)` instead, and all its blocks are in the first.
+pub(crate) fn move_blocks_to_shared(metadata: &mut SnapshotMetadata, names: impl Fn(&str, usize) -> Vec<String>) {
     metadata.kind = crate::format::SnapshotKind::Checkpoint;
     for operator in &mut metadata.operators {
-        for subtask in &mut operator.subtasks {
+        for (index, subtask) in operator.subtasks.iter_mut().enumerate() {
             if subtask.file.take().is_some() {
-                subtask.shared_files = names.iter().map(|n| n.to_string()).collect();
+                subtask.shared_files = names(&operator.uid, index);
                 let blocks = subtask.keyed_states.iter_mut().flat_map(|k| k.key_groups.iter_mut());
                 let elements = subtask.operator_states.iter_mut().flat_map(|o| o.elements.iter_mut());
                 for block in blocks.chain(elements) {
@@ -224,5 +223,12 @@ pub(crate) fn metadata_naming_shared(names: &[&str]) -> Vec<u8> {
             }
         }
     }
+}
+
+/// The encoded `_metadata` of an incremental checkpoint whose subtasks' blocks are all in
+/// the shared files `names` (every subtask names all of them).
+pub(crate) fn metadata_naming_shared(names: &[&str]) -> Vec<u8> {
+    let (mut metadata, _files) = build_snapshot(&SnapshotSpec::sample());
+    move_blocks_to_shared(&mut metadata, |_, _| names.iter().map(|n| n.to_string()).collect());
     crate::format::encode_metadata(&metadata).to_vec()
 }
