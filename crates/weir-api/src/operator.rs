@@ -248,6 +248,9 @@ pub struct TaskContext {
     /// `state.backend.type: spillable`: keyed state spills cold key groups to a local
     /// store; `None` for the `hashmap` backend.
     pub spill: Option<weir_state::spill::SpillOptions>,
+    /// Incremental checkpoints (`execution.checkpointing.incremental`): keyed state records
+    /// what is written after each snapshot, so a checkpoint writes only that (entry deltas).
+    pub incremental: bool,
     /// Which run of the job this is: 0 first, +1 for every restart after a failure.
     pub attempt: u32,
     /// How often watermark strategies emit watermarks, ms (`pipeline.auto-watermark-interval`;
@@ -316,6 +319,7 @@ impl TaskContext {
             snapshots: None,
             exactly_once: true,
             spill: None,
+            incremental: false,
             attempt: 0,
             auto_watermark_interval_ms: 200,
             side_outputs: None,

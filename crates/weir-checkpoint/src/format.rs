@@ -100,7 +100,7 @@ pub use weir_types::SnapshotFormat;
 use weir_types::{KeyGroupRange, MAX_PARALLELISM_UPPER_BOUND, compute_key_group_range_for_operator_index};
 
 /// The version of the snapshot format this weir writes.
-pub const FORMAT_VERSION: u32 = 4;
+pub const FORMAT_VERSION: u32 = 5;
 
 /// The oldest version this weir reads (every version up to [`FORMAT_VERSION`] is read).
 pub const FORMAT_VERSION_OLDEST: u32 = 1;
@@ -335,6 +335,12 @@ pub struct BlockRef {
     /// checkpoint), not in its `file`. Absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shared_file: Option<u32>,
+    /// Version 5: the block is an entry delta of its key group (the keys removed and the
+    /// entries written since the block before it in the list, which holds the same key
+    /// group), applied over that one at restore; `entries` then counts the group's entries
+    /// after it. Written only when `true`, in incremental checkpoints only.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub delta: bool,
 }
 
 impl BlockRef {
@@ -665,7 +671,14 @@ pub fn validate_metadata(metadata: &SnapshotMetadata, location: &str) -> Result<
                             state.name
                         ));
                     }
-                    if previous.is_some_and(|previous| previous >= group) {
+                    if block.delta {
+                        if previous != Some(group) {
+                            return fail(format!(
+                                "{at} keyed state '{}' has an entry delta of key group {group} that follows no block of that key group",
+                                state.name
+                            ));
+                        }
+                    } else if previous.is_some_and(|previous| previous >= group) {
                         return fail(format!(
                             "{at} keyed state '{}' lists key groups out of order or twice (key group {group})",
                             state.name
@@ -733,6 +746,7 @@ impl DataFileWriter {
             crc32: crc32fast::hash(bytes),
             entries,
             shared_file: None,
+            delta: false,
         }
     }
 
@@ -759,6 +773,7 @@ impl DataFileWriter {
             crc32: crc32fast::hash(bytes),
             entries,
             shared_file: None,
+            delta: false,
         })
     }
 
@@ -935,7 +950,7 @@ mod tests {
         let bytes = encode_metadata(&metadata);
         let value: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
         assert_eq!(value["magic"], "weir-snapshot");
-        assert_eq!(value["format_version"], 4);
+        assert_eq!(value["format_version"], 5);
         assert_eq!(value["metadata"]["kind"], "savepoint");
         assert_eq!(value["metadata"]["operators"][0]["subtasks"][0]["operator_states"][0]["mode"], "split");
         assert_eq!(value["metadata"]["state_backend"], "hashmap");
@@ -995,7 +1010,7 @@ mod tests {
         let mut value = original.clone();
         value["format_version"] = 7.into();
         let error = decode_metadata(&serde_json::to_vec(&value).unwrap(), LOCATION).unwrap_err();
-        assert!(error.to_string().contains("written by a newer weir (format 7); this weir reads format 4"), "{error}");
+        assert!(error.to_string().contains("written by a newer weir (format 7); this weir reads format 5"), "{error}");
 
         let mut value = original.clone();
         value["metadata"]["job_name"] = "renamed".into();
@@ -1029,6 +1044,16 @@ mod tests {
         let mut bad = good.clone();
         bad.operators[1].subtasks[0].keyed_states[0].key_groups[0].key_group = Some(good.max_parallelism - 1);
         cases.push((bad, "outside its range"));
+
+        // An entry delta must follow a block of its own key group.
+        let mut bad = good.clone();
+        bad.operators[1].subtasks[0].keyed_states[0].key_groups[0].delta = true;
+        cases.push((bad, "follows no block of that key group"));
+        let mut bad = good.clone();
+        let groups = &mut bad.operators[1].subtasks[0].keyed_states[0].key_groups;
+        let delta = BlockRef { delta: true, key_group: groups[0].key_group.map(|g| g + 1), ..groups[0] };
+        groups.insert(1, delta);
+        cases.push((bad, "follows no block of that key group"));
 
         let mut bad = good.clone();
         bad.operators[1].uid = bad.operators[0].uid.clone();
@@ -1080,8 +1105,8 @@ mod tests {
         wrong[0] = b'X';
         assert!(matches!(check_data_header(&wrong, location), Err(FormatError::BadDataFile { .. })));
         wrong[0] = b'W';
-        wrong[8] = 5;
-        assert!(matches!(check_data_header(&wrong, location), Err(FormatError::NewerVersion { version: 5, .. })));
+        wrong[8] = 6;
+        assert!(matches!(check_data_header(&wrong, location), Err(FormatError::NewerVersion { version: 6, .. })));
         wrong[8] = 1;
         check_data_header(&wrong, location).unwrap();
     }

@@ -48,9 +48,14 @@ fn format_bytes(bytes: u64) -> String {
 }
 
 /// (bytes, entries) of blocks; saturating, as a crafted snapshot may record any lengths.
+/// A key group whose blocks are a chain (a full block and entry deltas) counts the entries
+/// of its last block only: each block records the group's entries after it.
 fn sum<'a>(blocks: impl IntoIterator<Item = &'a BlockRef>) -> (u64, u64) {
-    blocks.into_iter().fold((0, 0), |(bytes, entries), block| {
-        (bytes.saturating_add(block.length), entries.saturating_add(block.entries))
+    let blocks: Vec<&BlockRef> = blocks.into_iter().collect();
+    blocks.iter().enumerate().fold((0, 0), |(bytes, entries), (index, block)| {
+        let superseded = blocks.get(index + 1).is_some_and(|next| next.delta);
+        let counted = if superseded { 0 } else { block.entries };
+        (bytes.saturating_add(block.length), entries.saturating_add(counted))
     })
 }
 
@@ -82,8 +87,14 @@ fn operator_summary(operator: &OperatorSnapshot) -> Value {
         .iter()
         .map(|(name, kind, value_type, blocks)| {
             let (bytes, entries) = sum(blocks);
-            json!({"name": name, "kind": kind, "value_type": value_type, "key_groups": blocks.len(),
-                   "entries": entries, "bytes": bytes})
+            let deltas = blocks.iter().filter(|block| block.delta).count();
+            let mut state = json!({"name": name, "kind": kind, "value_type": value_type,
+                   "key_groups": blocks.len() - deltas, "entries": entries, "bytes": bytes});
+            if deltas > 0 {
+                // Incremental checkpoints: blocks that are entry deltas of a key group.
+                state["entry_deltas"] = json!(deltas);
+            }
+            state
         })
         .collect();
     let states_json: Vec<Value> = states

@@ -290,6 +290,7 @@ pub fn deploy<E: From<TaskEvent> + Send + 'static>(
                 })),
                 exactly_once: checkpointing.exactly_once,
                 spill: checkpointing.spill.clone(),
+                incremental: checkpointing.incremental.is_some(),
                 attempt: job_ctx.attempt,
                 auto_watermark_interval_ms: job.auto_watermark_interval_ms,
                 side_outputs: None,

@@ -39,6 +39,9 @@ pub struct KeyedStateBackend<K> {
     spill: Option<Spilling>,
     /// The `fjall` backend: every entry in a local LSM store, hot ones cached.
     lsm: Option<Lsm>,
+    /// The `hashmap` backend of an incremental job: tables record what is written for
+    /// entry deltas.
+    track_changes: bool,
 }
 
 /// The store side of a `fjall` backend.
@@ -68,7 +71,29 @@ const BUDGET_CHECK_EVERY: u32 = 4096;
 impl<K: Key> KeyedStateBackend<K> {
     /// An empty backend owning `range` of `max_parallelism` key groups.
     pub fn new(range: KeyGroupRange, max_parallelism: u32) -> KeyedStateBackend<K> {
-        KeyedStateBackend { range, max_parallelism, tables: Vec::new(), declared: None, spill: None, lsm: None }
+        KeyedStateBackend {
+            range,
+            max_parallelism,
+            tables: Vec::new(),
+            declared: None,
+            spill: None,
+            lsm: None,
+            track_changes: false,
+        }
+    }
+
+    /// For incremental checkpoints: the `hashmap` backend's tables record the entries written
+    /// after each snapshot, so a checkpoint writes only those for a key group where few
+    /// changed (an entry delta). The `spillable` and `fjall` backends write changed key
+    /// groups whole.
+    pub fn tracking_changes(mut self, on: bool) -> KeyedStateBackend<K> {
+        self.track_changes = on;
+        self
+    }
+
+    /// True when tables record what is written ([`Self::tracking_changes`], `hashmap` only).
+    fn tracks_changes(&self) -> bool {
+        self.track_changes && self.spill.is_none() && self.lsm.is_none()
     }
 
     /// A `spillable` backend: once the resident key groups of every spillable backend of the
@@ -258,6 +283,7 @@ impl<K: Key> KeyedStateBackend<K> {
         if let Some(index) = slot.get() {
             return Ok(*index);
         }
+        let track_changes = self.tracks_changes();
         if let Some(declared) = &self.declared {
             let requested = || format!("{kind} state of {}", std::any::type_name::<C>());
             match declared.iter().find(|d| d.name == name) {
@@ -291,9 +317,10 @@ impl<K: Key> KeyedStateBackend<K> {
                         )?;
                         Box::new(typed)
                     }
-                    None => {
-                        Box::new(Self::claim_restored::<C>(restored, name, kind, self.range, self.max_parallelism)?)
-                    }
+                    None => Box::new(
+                        Self::claim_restored::<C>(restored, name, kind, self.range, self.max_parallelism)?
+                            .tracking_changes(track_changes),
+                    ),
                 };
                 found = Some(index);
                 break;
@@ -320,7 +347,9 @@ impl<K: Key> KeyedStateBackend<K> {
                         let table_id = Self::table_id(index, name)?;
                         self.tables.push(Box::new(LsmTable::<K, C>::new(name, kind, self.range, store, table_id)));
                     }
-                    None => self.tables.push(Box::new(Table::<K, C>::new(name, kind, self.range))),
+                    None => self
+                        .tables
+                        .push(Box::new(Table::<K, C>::new(name, kind, self.range).tracking_changes(track_changes))),
                 }
                 index
             }
@@ -868,6 +897,76 @@ mod tests {
         write(&mut backend, 7);
         let fourth = backend.snapshot_in(true, 8).unwrap();
         assert_eq!(fourth.tables[0].written_after(group_of(7)), 7);
+    }
+
+    /// The entry delta of a key group, applied over its block of the snapshot before, is its
+    /// block of now: whether the writer reads the group after the task wrote to it again
+    /// (the task serialized it first) or before; removals included. Untracked backends and
+    /// groups written after a later snapshot have none.
+    #[test]
+    fn an_entry_delta_over_the_previous_snapshot_is_the_group_of_now() {
+        // A handle remembers its slot: one per backend.
+        let write = |backend: &mut KeyedStateBackend<u64>, key: u64, value: Option<u64>| {
+            let count = ValueState::<u64>::new("count");
+            let located = backend.locate(&key).unwrap();
+            let mut state = backend.value(&count, located).unwrap();
+            match value {
+                Some(value) => state.set(value),
+                None => state.clear(),
+            }
+        };
+        let block = |snapshot: &KeyedBackendSnapshot, group: u32| {
+            let mut out = Vec::new();
+            snapshot.tables[0].write_key_group(group, &mut out).unwrap();
+            out
+        };
+        let group = weir_types::keygroups::assign_to_key_group(&7u64, 4);
+        for task_writes_first in [false, true] {
+            let mut backend = KeyedStateBackend::<u64>::new(KeyGroupRange::new(0, 3), 4).tracking_changes(true);
+            for key in 0..2_000 {
+                write(&mut backend, key, Some(key));
+            }
+            let first = backend.snapshot_in(true, 1).unwrap();
+            let base = block(&first, group);
+            drop(first);
+            // Touches every group once, so each starts recording after snapshot 1.
+            for key in 0..8 {
+                write(&mut backend, key, Some(key + 1));
+            }
+            let keys_of_group: Vec<u64> =
+                (0..2_000).filter(|k| weir_types::keygroups::assign_to_key_group(k, 4) == group).collect();
+            for key in keys_of_group.iter().take(20) {
+                write(&mut backend, *key, Some(99));
+            }
+            write(&mut backend, keys_of_group[30], None);
+            let second = backend.snapshot_in(true, 2).unwrap();
+            let changed = second.tables[0].changed_entries(group).unwrap();
+            assert!((21..=23).contains(&changed), "{changed}");
+            let expected = {
+                let mut canonical = Vec::new();
+                let table = &backend.tables[0];
+                table.write_key_group(group, &mut canonical).unwrap();
+                crate::apply_deltas(&canonical, &[], "count", group).unwrap()
+            };
+            if task_writes_first {
+                // The task's next write makes it serialize the group (and its delta) first.
+                write(&mut backend, keys_of_group[0], Some(1_000));
+            }
+            let mut delta = Vec::new();
+            assert!(second.tables[0].write_key_group_delta(group, &mut delta).unwrap());
+            assert!(delta.len() * 20 < base.len(), "delta {} of {}", delta.len(), base.len());
+            assert_eq!(crate::apply_deltas(&base, &[&delta], "count", group).unwrap(), expected);
+            assert_eq!(second.tables[0].written_after(group), 1);
+        }
+        let mut untracked = KeyedStateBackend::<u64>::new(KeyGroupRange::new(0, 3), 4);
+        for key in 0..100 {
+            write(&mut untracked, key, Some(key));
+        }
+        drop(untracked.snapshot_in(true, 1).unwrap());
+        write(&mut untracked, 7, Some(0));
+        let snapshot = untracked.snapshot_in(true, 2).unwrap();
+        assert_eq!(snapshot.tables[0].changed_entries(group), None);
+        assert!(!snapshot.tables[0].write_key_group_delta(group, &mut Vec::new()).unwrap());
     }
 
     #[test]

@@ -42,11 +42,61 @@ pub struct KeyMap<K, C> {
     /// Keys removed from the map since tombstones were enabled (the `fjall` backend: a
     /// group whose entries are also in the store must delete them there too).
     tombstones: Option<Box<HashTable<(u64, K)>>>,
+    /// What was written since tracking (re)started, for entry deltas of incremental
+    /// checkpoints; `None`: not tracked (everything counts as changed).
+    changes: Option<Box<ChangeSet<K>>>,
+}
+
+/// The entries of a map written since [`KeyMap::track_changes`]: a bitmap over the table's
+/// buckets (a write marks its entry's bucket) and the keys removed. Bucket indices stay valid
+/// as long as the table keeps its layout, which only an insertion that grows or rehashes the
+/// table changes; such an insertion marks everything changed instead.
+#[derive(Clone)]
+pub struct ChangeSet<K> {
+    buckets: Vec<u64>,
+    marked: usize,
+    /// The table's layout changed: every entry counts as changed.
+    everything: bool,
+    removed: Vec<K>,
+}
+
+impl<K> ChangeSet<K> {
+    fn new(buckets: usize) -> ChangeSet<K> {
+        ChangeSet { buckets: vec![0; buckets.div_ceil(64)], marked: 0, everything: false, removed: Vec::new() }
+    }
+
+    #[inline]
+    fn mark(&mut self, bucket: usize) {
+        if let Some(word) = self.buckets.get_mut(bucket / 64) {
+            let bit = 1u64 << (bucket % 64);
+            if *word & bit == 0 {
+                *word |= bit;
+                self.marked += 1;
+            }
+        } else {
+            self.everything = true;
+        }
+    }
+
+    /// The buckets written, ascending.
+    fn marked_buckets(&self) -> impl Iterator<Item = usize> + '_ {
+        self.buckets.iter().enumerate().flat_map(|(word_index, &word)| {
+            let mut rest = word;
+            std::iter::from_fn(move || {
+                if rest == 0 {
+                    return None;
+                }
+                let bit = rest.trailing_zeros() as usize;
+                rest &= rest - 1;
+                Some(word_index * 64 + bit)
+            })
+        })
+    }
 }
 
 impl<K, C> Default for KeyMap<K, C> {
     fn default() -> Self {
-        KeyMap { table: HashTable::new(), tombstones: None }
+        KeyMap { table: HashTable::new(), tombstones: None, changes: None }
     }
 }
 
@@ -67,7 +117,35 @@ impl<K, C> KeyMap<K, C> {
 
     /// An empty map that records the keys removed from it.
     pub fn with_tombstones() -> KeyMap<K, C> {
-        KeyMap { table: HashTable::new(), tombstones: Some(Box::default()) }
+        KeyMap { table: HashTable::new(), tombstones: Some(Box::default()), changes: None }
+    }
+
+    /// Starts (or restarts) recording what is written: [`Self::changed`] then names every
+    /// entry written and key removed from now on.
+    pub fn track_changes(&mut self) {
+        self.changes = Some(Box::new(ChangeSet::new(self.table.num_buckets())));
+    }
+
+    /// Stops recording what is written.
+    pub fn untrack_changes(&mut self) {
+        self.changes = None;
+    }
+
+    /// The entries written and the keys removed since [`Self::track_changes`] (the current
+    /// entries and cells of the keys written, in bucket order; a key removed and added again
+    /// is in both), or `None` when that is not known (not tracked, or the table was
+    /// reorganized since).
+    pub fn changed(&self) -> Option<(impl Iterator<Item = (&K, &C)>, &[K])> {
+        let changes = self.changes.as_ref().filter(|c| !c.everything)?;
+        let written = changes.marked_buckets().filter_map(|bucket| self.table.get_bucket(bucket)).map(|(k, c)| (k, c));
+        Some((written, changes.removed.as_slice()))
+    }
+
+    /// How many entries [`Self::changed`] names, at most (written buckets plus removed keys);
+    /// `None` when it is not known.
+    pub fn changed_count(&self) -> Option<usize> {
+        let changes = self.changes.as_ref().filter(|c| !c.everything)?;
+        Some(changes.marked + changes.removed.len())
     }
 
     /// The keys removed since the map was made [`Self::with_tombstones`] (and not added
@@ -80,7 +158,18 @@ impl<K, C> KeyMap<K, C> {
 impl<K: Key, C> KeyMap<K, C> {
     /// An empty map with room for `capacity` keys.
     pub fn with_capacity(capacity: usize) -> KeyMap<K, C> {
-        KeyMap { table: HashTable::with_capacity(capacity), tombstones: None }
+        KeyMap { table: HashTable::with_capacity(capacity), tombstones: None, changes: None }
+    }
+
+    /// Before an insertion: when the table is full it grows or rehashes, moving entries to
+    /// other buckets, and the tracked changes can no longer be told apart.
+    #[inline]
+    fn before_insert(&mut self) {
+        if let Some(changes) = &mut self.changes
+            && self.table.len() == self.table.capacity()
+        {
+            changes.everything = true;
+        }
     }
 
     /// The cell of `key` (whose memory hash is `hash`).
@@ -92,31 +181,50 @@ impl<K: Key, C> KeyMap<K, C> {
     /// The cell of `key`, mutable.
     #[inline]
     pub fn get_mut(&mut self, hash: u64, key: &K) -> Option<&mut C> {
-        self.table.find_mut(hash, |(k, _)| k == key).map(|(_, cell)| cell)
+        let Some(changes) = &mut self.changes else {
+            return self.table.find_mut(hash, |(k, _)| k == key).map(|(_, cell)| cell);
+        };
+        let bucket = self.table.find_bucket_index(hash, |(k, _)| k == key)?;
+        changes.mark(bucket);
+        self.table.get_bucket_mut(bucket).map(|(_, cell)| cell)
     }
 
     /// The cell of `key`, inserting `init()` first (the key is cloned only then).
     #[inline]
     pub fn get_or_insert_with(&mut self, hash: u64, key: &K, init: impl FnOnce() -> C) -> &mut C {
-        match self.table.entry(hash, |(k, _)| k == key, rehash::<K, C>) {
-            Entry::Occupied(entry) => &mut entry.into_mut().1,
-            Entry::Vacant(entry) => &mut entry.insert((key.clone(), init())).into_mut().1,
+        self.before_insert();
+        let entry = match self.table.entry(hash, |(k, _)| k == key, rehash::<K, C>) {
+            Entry::Occupied(entry) => entry,
+            Entry::Vacant(entry) => entry.insert((key.clone(), init())),
+        };
+        if let Some(changes) = &mut self.changes {
+            changes.mark(entry.bucket_index());
         }
+        &mut entry.into_mut().1
     }
 
     /// Sets the cell of `key`.
     #[inline]
     pub fn insert(&mut self, hash: u64, key: &K, cell: C) {
-        match self.table.entry(hash, |(k, _)| k == key, rehash::<K, C>) {
-            Entry::Occupied(mut entry) => entry.get_mut().1 = cell,
-            Entry::Vacant(entry) => {
-                entry.insert((key.clone(), cell));
+        self.before_insert();
+        let entry = match self.table.entry(hash, |(k, _)| k == key, rehash::<K, C>) {
+            Entry::Occupied(mut entry) => {
+                entry.get_mut().1 = cell;
+                entry
             }
+            Entry::Vacant(entry) => entry.insert((key.clone(), cell)),
+        };
+        if let Some(changes) = &mut self.changes {
+            changes.mark(entry.bucket_index());
         }
     }
 
     /// Sets the cell of an owned key, computing its hash (restores).
     pub fn insert_owned(&mut self, key: K, cell: C) {
+        // Restores build untracked maps; a tracked one stops telling its changes apart.
+        if let Some(changes) = &mut self.changes {
+            changes.everything = true;
+        }
         let hash = memory_hash(key.stable_hash());
         match self.table.entry(hash, |(k, _)| *k == key, rehash::<K, C>) {
             Entry::Occupied(mut entry) => entry.get_mut().1 = cell,
@@ -132,6 +240,9 @@ impl<K: Key, C> KeyMap<K, C> {
         match self.table.find_entry(hash, |(k, _)| k == key) {
             Ok(entry) => {
                 let ((removed_key, cell), _) = entry.remove();
+                if let Some(changes) = &mut self.changes {
+                    changes.removed.push(removed_key.clone());
+                }
                 if let Some(tombstones) = &mut self.tombstones {
                     Self::add_tombstone(tombstones, hash, removed_key);
                 }

@@ -18,6 +18,7 @@
 static ALLOCATOR: weir_types::fuzzing::CappedAlloc = weir_types::fuzzing::CappedAlloc;
 
 pub mod backend;
+mod delta;
 pub mod error;
 pub mod handles;
 pub mod keymap;
@@ -27,6 +28,7 @@ pub mod table;
 pub mod timers;
 
 pub use backend::{KeyedBackendSnapshot, KeyedStateBackend};
+pub use delta::apply_deltas;
 pub use error::StateError;
 pub use handles::{ListState, MapState, ReducingState, StateDeclaration, StateKind, ValueState};
 pub use keymap::{KeyRef, memory_hash};

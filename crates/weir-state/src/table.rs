@@ -75,6 +75,18 @@ pub trait TableSnapshot: Send {
     fn written_after(&self, _key_group: u32) -> u64 {
         u64::MAX
     }
+    /// How many entries of the key group were written or removed since the snapshot
+    /// [`Self::written_after`] names, when the table tracked that (the `hashmap` backend of
+    /// an incremental job); `None` otherwise.
+    fn changed_entries(&self, _key_group: u32) -> Option<u64> {
+        None
+    }
+    /// Serializes what [`Self::changed_entries`] counts as an entry delta ([`crate::apply_deltas`]
+    /// applies it over the block of snapshot [`Self::written_after`]); `false` when not known,
+    /// and then nothing is written.
+    fn write_key_group_delta(&self, _key_group: u32, _out: &mut Vec<u8>) -> Result<bool, StateError> {
+        Ok(false)
+    }
 }
 
 /// A state read back from a snapshot, kept as canonical bytes per key group until the
@@ -512,6 +524,9 @@ pub struct Table<K, C> {
     frozen: std::cell::RefCell<Option<Arc<FrozenGroups<K, C>>>>,
     /// The id of the newest snapshot taken of the table (0: none yet).
     last_snapshot_id: Flag<u64>,
+    /// Each group records the entries written since the snapshot before its first write
+    /// (incremental checkpoints write them as entry deltas).
+    track_changes: bool,
 }
 
 /// One key group's map and whether a snapshot may share it.
@@ -589,6 +604,7 @@ impl<K: Clone, C: Clone> Clone for Table<K, C> {
                 .collect(),
             frozen: std::cell::RefCell::new(None),
             last_snapshot_id: Flag::new(self.last_snapshot_id.get()),
+            track_changes: self.track_changes,
         }
     }
 }
@@ -607,7 +623,16 @@ impl<K: Key, C: Clone> Table<K, C> {
             groups,
             frozen: std::cell::RefCell::new(None),
             last_snapshot_id: Flag::new(0),
+            track_changes: false,
         }
+    }
+
+    /// Makes every key group record what is written to it from its first write after each
+    /// snapshot on, so an incremental checkpoint can write only that
+    /// ([`TableSnapshot::write_key_group_delta`]).
+    pub fn tracking_changes(mut self, on: bool) -> Table<K, C> {
+        self.track_changes = on;
+        self
     }
 
     /// The map of one key group, by its index within the range.
@@ -619,6 +644,16 @@ impl<K: Key, C: Clone> Table<K, C> {
         let group = &self.groups[group_index];
         if group.shared.get() || group.spilled.is_some() {
             self.first_access(group_index)?;
+            let track = self.track_changes && self.groups[group_index].spilled.is_none();
+            let map = self.groups[group_index].get_mut();
+            if track {
+                // What is written from now on is what changed since the snapshot
+                // `written_after` names (nothing was written since it was taken).
+                map.track_changes();
+            } else {
+                map.untrack_changes();
+            }
+            return Ok(map);
         }
         Ok(self.groups[group_index].get_mut())
     }
@@ -805,6 +840,12 @@ impl<K: Key, C: Cell> StateTable<K> for Table<K, C> {
     }
 }
 
+/// True when an entry delta of `changed` entries is worth writing for a group of `entries`:
+/// at most half of them changed (past that, a chain costs the restore more than it saves).
+fn delta_pays(changed: usize, entries: usize) -> bool {
+    changed.saturating_mul(2) <= entries
+}
+
 /// One key group of a snapshot in progress.
 enum FrozenGroup<K, C> {
     /// Not written yet: the map as it was at the barrier, shared with the live table.
@@ -818,6 +859,9 @@ enum FrozenGroup<K, C> {
         entries: u64,
         /// The group in the snapshot's format.
         bytes: Vec<u8>,
+        /// The group's entry delta and what it counts, when its changes were tracked and
+        /// few.
+        delta: Option<(u64, Vec<u8>)>,
     },
     /// Written out by the writer.
     Released,
@@ -862,7 +906,18 @@ impl<K: Key, C: Cell> FrozenGroups<K, C> {
         let mut bytes = Vec::new();
         // On an encoding error the writer meets (and reports) it; the group is copied.
         if self.encode(map, key_group, name, &mut bytes).is_ok() {
-            *slot = FrozenGroup::Serialized { entries: map.len() as u64, bytes };
+            // The writer decides between the two: the delta is a fraction of the group.
+            let delta = match map.changed_count() {
+                Some(changed) if delta_pays(changed, map.len()) => {
+                    let mut delta = Vec::new();
+                    match crate::delta::write_group_delta(map, key_group, name, &mut delta) {
+                        Ok(true) => Some((changed as u64, delta)),
+                        _ => None,
+                    }
+                }
+                _ => None,
+            };
+            *slot = FrozenGroup::Serialized { entries: map.len() as u64, bytes, delta };
         }
     }
 }
@@ -935,6 +990,32 @@ impl<K: Key, C: Cell> TableSnapshot for FrozenTable<K, C> {
     }
     fn written_after(&self, key_group: u32) -> u64 {
         self.index(key_group).map_or(u64::MAX, |index| self.groups.written_after[index])
+    }
+    fn changed_entries(&self, key_group: u32) -> Option<u64> {
+        let index = self.index(key_group).ok()?;
+        match &*lock(&self.groups.slots[index]) {
+            FrozenGroup::Shared(map) => {
+                map.changed_count().filter(|changed| delta_pays(*changed, map.len())).map(|changed| changed as u64)
+            }
+            FrozenGroup::Serialized { delta, .. } => delta.as_ref().map(|(changed, _)| *changed),
+            FrozenGroup::Spilled(_) | FrozenGroup::Released => None,
+        }
+    }
+    fn write_key_group_delta(&self, key_group: u32, out: &mut Vec<u8>) -> Result<bool, StateError> {
+        let index = self.index(key_group)?;
+        let slot = lock(&self.groups.slots[index]);
+        match &*slot {
+            FrozenGroup::Shared(map) => {
+                let map = Arc::clone(map);
+                drop(slot);
+                crate::delta::write_group_delta(&map, key_group, &self.name, out)
+            }
+            FrozenGroup::Serialized { delta: Some((_, bytes)), .. } => {
+                out.extend_from_slice(bytes);
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
     }
     fn release_key_group(&mut self, key_group: u32) {
         if let Ok(index) = self.index(key_group) {

@@ -48,7 +48,7 @@ impl<K: Key, I, O, F> KeyedProcessOperator<K, I, O, F> {
             key_selector,
             backend: match &ctx.spill {
                 Some(options) => KeyedStateBackend::new(range, ctx.max_parallelism).with_spill(options.clone()),
-                None => KeyedStateBackend::new(range, ctx.max_parallelism),
+                None => KeyedStateBackend::new(range, ctx.max_parallelism).tracking_changes(ctx.incremental),
             },
             time: TimeState::new(),
             clock: Arc::clone(&ctx.clock),

@@ -941,6 +941,7 @@ mod tests {
             crc32: 0,
             entries: 1,
             shared_file: Some(0),
+            delta: false,
         };
         let elements = (0..files.len() as u32).map(|i| weir_checkpoint::BlockRef { shared_file: Some(i), ..block });
         snapshot.operator_states = vec![weir_checkpoint::OperatorStateHandle {

@@ -17,8 +17,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use weir_checkpoint::format::BlockRef;
 
-/// Per key group of one keyed state: the shared file holding its block, and the block.
-pub type KeyGroupBlocks = BTreeMap<u32, (Arc<str>, BlockRef)>;
+/// Per key group of one keyed state: its blocks with the shared file holding each, a full
+/// block and the entry deltas after it, oldest first.
+pub type KeyGroupBlocks = BTreeMap<u32, Vec<(Arc<str>, BlockRef)>>;
 
 /// Where the blocks of one written checkpoint of one subtask are.
 #[derive(Debug, Default)]
@@ -27,8 +28,9 @@ pub struct WrittenCheckpoint {
     pub checkpoint_id: u64,
     /// Checkpoints since the last full one (0: this one was full).
     pub since_full: u32,
-    /// Per (operator uid, keyed state name): key group -> (shared file name, block). The
-    /// blocks' `shared_file` index is left unset: each checkpoint numbers its own files.
+    /// Per (operator uid, keyed state name): key group -> its chain of (shared file name,
+    /// block). The blocks' `shared_file` index is left unset: each checkpoint numbers its
+    /// own files.
     pub keyed: HashMap<(String, String), KeyGroupBlocks>,
 }
 

@@ -85,9 +85,25 @@ impl RestoreSource {
             for (name, kind, value_type, blocks) in &share.keyed {
                 let kind: StateKind = kind.parse().map_err(|e| format!("operator '{uid}' state '{name}': {e}"))?;
                 let mut key_groups = BTreeMap::new();
+                // A key group of an incremental checkpoint may be a chain: a full block and
+                // the entry deltas after it (validation put them in order), applied here.
+                let mut deltas: BTreeMap<u32, Vec<Vec<u8>>> = BTreeMap::new();
                 for ((_, block), bytes) in blocks.iter().zip(self.read_blocks(blocks, progress)?) {
                     let key_group = block.key_group.unwrap_or_default();
-                    key_groups.insert(key_group, (bytes, block.entries));
+                    if block.delta {
+                        deltas.entry(key_group).or_default().push(bytes);
+                        if let Some((_, entries)) = key_groups.get_mut(&key_group) {
+                            *entries = block.entries;
+                        }
+                    } else {
+                        key_groups.insert(key_group, (bytes, block.entries));
+                    }
+                }
+                for (key_group, chain) in deltas {
+                    let Some((full, _)) = key_groups.get_mut(&key_group) else { continue };
+                    let chain: Vec<&[u8]> = chain.iter().map(Vec::as_slice).collect();
+                    *full = weir_state::apply_deltas(full, &chain, name, key_group)
+                        .map_err(|e| format!("operator '{uid}': {e}"))?;
                 }
                 operator.keyed.push(RestoredTable {
                     name: name.clone(),

@@ -211,28 +211,52 @@ fn write_subtask(job: WriteJob) -> Result<SubtaskAck, String> {
                         table.release_key_group(key_group);
                         continue;
                     }
-                    if let Some(groups) = reusable
-                        && table.written_after(key_group) < base_id
-                        && let Some((in_file, block)) = groups.get(&key_group)
-                        && block.entries == entries
+                    let chain = reusable.and_then(|groups| groups.get(&key_group));
+                    let written_after = table.written_after(key_group);
+                    if let Some(chain) = chain
+                        && written_after < base_id
+                        && chain.last().is_some_and(|(_, last)| last.entries == entries)
                     {
-                        // Unchanged since the base: name its block.
+                        // Unchanged since the base: name its blocks.
                         table.release_key_group(key_group);
-                        let index = shared_index(in_file, &mut shared_files);
-                        blocks.push(BlockRef { shared_file: Some(index), ..*block });
-                        recorded.insert(key_group, (Arc::clone(in_file), *block));
-                        reused_bytes += block.length;
+                        for (in_file, block) in chain {
+                            let index = shared_index(in_file, &mut shared_files);
+                            blocks.push(BlockRef { shared_file: Some(index), ..*block });
+                            reused_bytes += block.length;
+                        }
+                        recorded.insert(key_group, chain.clone());
                         continue;
                     }
-                    // In the snapshot's format (native or canonical), chosen when the task took it.
-                    let block =
-                        data.add_block_with(Some(key_group), entries, |out| table.write_key_group(key_group, out));
+                    // Changed since the base, and only since it: an entry delta over the
+                    // base's blocks when few entries changed (the hashmap backend tracks them).
+                    let delta_over =
+                        chain.filter(|_| written_after == base_id && table.changed_entries(key_group).is_some());
+                    let mut delta_written = false;
+                    let block = data.add_block_with(Some(key_group), entries, |out| match delta_over {
+                        Some(_) => {
+                            delta_written = table.write_key_group_delta(key_group, out)?;
+                            if delta_written { Ok(()) } else { table.write_key_group(key_group, out) }
+                        }
+                        // In the snapshot's format (native or canonical), chosen when the task took it.
+                        None => table.write_key_group(key_group, out),
+                    });
                     let mut block = block.map_err(|e| format!("operator '{}': {e}", operator.uid))?;
                     own_blocks += 1;
                     // The task's next write to this key group needs no copy.
                     table.release_key_group(key_group);
+                    let mut links = Vec::new();
+                    if let Some(chain) = delta_over.filter(|_| delta_written) {
+                        block.delta = true;
+                        for (in_file, link) in chain {
+                            let index = shared_index(in_file, &mut shared_files);
+                            blocks.push(BlockRef { shared_file: Some(index), ..*link });
+                            reused_bytes += link.length;
+                        }
+                        links.clone_from(chain);
+                    }
                     if incremental.is_some() {
-                        recorded.insert(key_group, (Arc::clone(&own_file), block));
+                        links.push((Arc::clone(&own_file), block));
+                        recorded.insert(key_group, links);
                         block.shared_file = Some(shared_index(&own_file, &mut shared_files));
                     }
                     blocks.push(block);
