@@ -573,6 +573,19 @@ pub fn validate_metadata(metadata: &SnapshotMetadata, location: &str) -> Result<
             metadata.kind, metadata.format_version
         ));
     }
+    let deltas = metadata
+        .operators
+        .iter()
+        .flat_map(|o| &o.subtasks)
+        .flat_map(|s| &s.keyed_states)
+        .flat_map(|state| &state.key_groups)
+        .any(|block| block.delta);
+    if deltas && (metadata.format_version < 5 || !incremental) {
+        return fail(format!(
+            "a {} of format version {} holds entry deltas; only incremental checkpoints of version 5 and later do",
+            metadata.kind, metadata.format_version
+        ));
+    }
     let max_p = metadata.max_parallelism;
     if max_p == 0 || max_p > MAX_PARALLELISM_UPPER_BOUND {
         return fail(format!("max parallelism {max_p} is outside 1..={MAX_PARALLELISM_UPPER_BOUND}"));
@@ -1045,11 +1058,32 @@ mod tests {
         bad.operators[1].subtasks[0].keyed_states[0].key_groups[0].key_group = Some(good.max_parallelism - 1);
         cases.push((bad, "outside its range"));
 
-        // An entry delta must follow a block of its own key group.
+        // Entry deltas are in incremental checkpoints only, each after a block of its own
+        // key group.
         let mut bad = good.clone();
         bad.operators[1].subtasks[0].keyed_states[0].key_groups[0].delta = true;
+        cases.push((bad, "holds entry deltas"));
+        let mut incremental = good.clone();
+        incremental.kind = SnapshotKind::Checkpoint;
+        let subtask = &mut incremental.operators[1].subtasks[0];
+        subtask.shared_files = vec!["chk-1-task-1-0.state".into()];
+        subtask.file = None;
+        for block in subtask.keyed_states.iter_mut().flat_map(|s| s.key_groups.iter_mut()) {
+            block.shared_file = Some(0);
+        }
+        for block in subtask.operator_states.iter_mut().flat_map(|s| s.elements.iter_mut()) {
+            block.shared_file = Some(0);
+        }
+        validate_metadata(&incremental, LOCATION).unwrap();
+        let mut chained = incremental.clone();
+        let groups = &mut chained.operators[1].subtasks[0].keyed_states[0].key_groups;
+        groups.insert(1, BlockRef { delta: true, ..groups[0] });
+        groups.insert(2, BlockRef { delta: true, ..groups[0] });
+        validate_metadata(&chained, LOCATION).unwrap();
+        let mut bad = incremental.clone();
+        bad.operators[1].subtasks[0].keyed_states[0].key_groups[0].delta = true;
         cases.push((bad, "follows no block of that key group"));
-        let mut bad = good.clone();
+        let mut bad = incremental.clone();
         let groups = &mut bad.operators[1].subtasks[0].keyed_states[0].key_groups;
         let delta = BlockRef { delta: true, key_group: groups[0].key_group.map(|g| g + 1), ..groups[0] };
         groups.insert(1, delta);

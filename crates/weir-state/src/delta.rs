@@ -143,6 +143,40 @@ mod tests {
         }
     }
 
+    proptest! {
+        /// A mutated delta (or full block under it) applies or fails with an error, never
+        /// a panic or an allocation of a claimed length.
+        #[test]
+        fn mutated_deltas_apply_or_fail_cleanly(
+            keys in proptest::collection::vec(0u64..500, 1..200),
+            changed in proptest::collection::vec(0u64..500, 1..40),
+            mutate_full in any::<bool>(),
+            mutations in proptest::collection::vec(any::<weir_types::fuzzing::Mutation>(), 1..6),
+        ) {
+            let mut map: KeyMap<u64, ValueCell<u32>> = KeyMap::with_capacity(1024);
+            for key in &keys {
+                map.insert(memory_hash(key.stable_hash()), key, ValueCell(*key as u32));
+            }
+            let mut base = full(&map);
+            map.track_changes();
+            for key in &changed {
+                let hash = memory_hash(key.stable_hash());
+                if key % 3 == 0 { map.remove(hash, key); } else { map.insert(hash, key, ValueCell(7)); }
+            }
+            let mut delta = Vec::new();
+            prop_assert!(write_group_delta(&map, 0, "t", &mut delta).unwrap());
+            if mutate_full {
+                base = weir_types::fuzzing::mutate(&base, &mutations);
+            } else {
+                delta = weir_types::fuzzing::mutate(&delta, &mutations);
+            }
+            let applied = weir_types::fuzzing::with_allocation_cap(64 << 20, || {
+                apply_deltas(&base, &[&delta], "t", 0).map(|bytes| bytes.len())
+            });
+            prop_assert!(applied.is_ok(), "applying asked for {:?} bytes at once", applied.err());
+        }
+    }
+
     fn delta_items(delta: &[u8]) -> usize {
         let (removed, written): DecodedDelta<'_> = postcard::from_bytes(delta).unwrap();
         removed.len() + written.len()
