@@ -360,3 +360,72 @@ fn the_next_job_to_start_removes_what_a_crashed_job_left() {
     assert!(!second[0].join(".weir-job.lock").exists());
     assert_counts_exactly_once(&committed_lines(&second_out), USERS, EVENTS);
 }
+
+/// Every file of a snapshot directory and of the shared files its `_metadata` names, with
+/// its bytes.
+fn snapshot_bytes(snapshot: &Path, job_dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    let mut files = BTreeMap::new();
+    for entry in std::fs::read_dir(snapshot).unwrap() {
+        let path = entry.unwrap().path();
+        files.insert(path.clone(), std::fs::read(&path).unwrap());
+    }
+    let text = std::fs::read_to_string(snapshot.join("_metadata")).unwrap();
+    let value: serde_json::Value = serde_json::from_str(&text).unwrap();
+    for operator in value["metadata"]["operators"].as_array().unwrap() {
+        for subtask in operator["subtasks"].as_array().unwrap() {
+            for file in subtask["shared_files"].as_array().into_iter().flatten() {
+                let path = job_dir.join("shared").join(file.as_str().unwrap());
+                files.insert(path.clone(), std::fs::read(&path).unwrap());
+            }
+        }
+    }
+    files
+}
+
+/// Flink's claim modes on what a job is restored from: under NO_CLAIM (the default) an
+/// incremental checkpoint, its `_metadata` and every shared file it names, is byte for byte
+/// as it was after the restored job ran to its end (its first checkpoint was full, and its
+/// retention deleted only its own); under CLAIM a savepoint is the job's, disposed once the
+/// job's own checkpoints subsume it.
+#[test]
+fn no_claim_leaves_the_restored_checkpoint_as_it_was_and_claim_disposes_a_savepoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let out_arg = out.to_str().unwrap().to_string();
+    let chk_root = dir.path().join("chk");
+    let checkpoints = format!("state.checkpoints.dir=file://{}", chk_root.display());
+    let mut args = vec!["run", "-p", "2"];
+    args.extend(job_args(&checkpoints, &out_arg));
+    let mut weir = RunningWeir::start(&args);
+    let rest = weir.rest_url();
+    let job_id = weir.job_id();
+    poll_json(&format!("{rest}/jobs/{job_id}/checkpoints"), |c| c["counts"]["completed"].as_u64() >= Some(5));
+    let savepoints = dir.path().join("sp");
+    let output =
+        run_weir(&["savepoint", "-m", rest.trim_start_matches("http://"), &job_id, savepoints.to_str().unwrap()]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let savepoint = PathBuf::from(
+        common::savepoint_location(&String::from_utf8_lossy(&output.stdout)).trim_start_matches("file://"),
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    drop(weir.stdout_lines());
+    weir.kill_hard();
+
+    let job_dir = chk_root.join(&job_id);
+    let newest = common::newest_checkpoint(&job_dir).unwrap();
+    let before = snapshot_bytes(&newest, &job_dir);
+    assert!(before.keys().any(|path| path.starts_with(job_dir.join("shared"))), "{before:?}");
+    let mut args = vec!["run", "-p", "3", "-s", newest.to_str().unwrap()];
+    args.extend(job_args(&checkpoints, &out_arg));
+    let output = run_weir(&args);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert_eq!(snapshot_bytes(&newest, &job_dir), before, "NO_CLAIM changed the restored checkpoint");
+
+    assert!(savepoint.join("_metadata").exists());
+    let mut args =
+        vec!["run", "-p", "2", "-s", savepoint.to_str().unwrap(), "-D", "execution.state-recovery.claim-mode=CLAIM"];
+    args.extend(job_args(&checkpoints, &out_arg));
+    let output = run_weir(&args);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(!savepoint.join("_metadata").exists(), "the claimed savepoint is still there");
+}
