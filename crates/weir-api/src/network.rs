@@ -89,6 +89,16 @@ pub fn write_frame(stream: &mut impl Write, payload: &[u8]) -> std::io::Result<(
 
 /// Reads one length-prefixed frame into `buffer`; `Ok(false)` at a clean end of stream.
 pub fn read_frame(stream: &mut impl Read, buffer: &mut Vec<u8>) -> std::io::Result<bool> {
+    read_frame_of_at_most(stream, buffer, FRAME_BYTES_MAX)
+}
+
+/// Bytes a frame's buffer grows by while its payload arrives, past the buffer's capacity.
+const FRAME_READ_STEP: usize = 64 * 1024;
+
+/// [`read_frame`] for frames of at most `max` bytes. The buffer grows with the bytes that
+/// arrive, not to the length the peer claims: a peer that claims 256 MiB and sends nothing
+/// makes no 256 MiB allocation.
+pub fn read_frame_of_at_most(stream: &mut impl Read, buffer: &mut Vec<u8>, max: usize) -> std::io::Result<bool> {
     let mut length = [0u8; 4];
     match stream.read_exact(&mut length) {
         Ok(()) => {}
@@ -96,14 +106,24 @@ pub fn read_frame(stream: &mut impl Read, buffer: &mut Vec<u8>) -> std::io::Resu
         Err(e) => return Err(e),
     }
     let length = u32::from_le_bytes(length) as usize;
-    if length > FRAME_BYTES_MAX {
+    if length > max {
         return Err(std::io::Error::new(
             std::io::ErrorKind::InvalidData,
-            format!("frame of {length} bytes exceeds {FRAME_BYTES_MAX}"),
+            format!("frame of {length} bytes exceeds {max}"),
         ));
     }
-    buffer.resize(length, 0);
-    stream.read_exact(buffer)?;
+    if length <= buffer.capacity() {
+        // Memory the connection already holds: read it at once (the hot path).
+        buffer.resize(length, 0);
+        return stream.read_exact(buffer).map(|()| true);
+    }
+    buffer.clear();
+    while buffer.len() < length {
+        let start = buffer.len();
+        // Doubles what arrived so far: at most twice the bytes received, plus one step.
+        buffer.resize(length.min((start * 2).max(FRAME_READ_STEP)), 0);
+        stream.read_exact(&mut buffer[start..])?;
+    }
     Ok(true)
 }
 
@@ -240,6 +260,33 @@ mod tests {
         let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
         let (server, _) = listener.accept().unwrap();
         (client, server)
+    }
+
+    /// A frame's buffer grows with what arrives: a claimed 200 MiB followed by 10 bytes and
+    /// the end is an error, having held about what came; an honest large frame reads whole.
+    #[test]
+    fn a_claimed_frame_length_is_not_allocated_before_its_bytes_arrive() {
+        let mut claimed = (200u32 << 20).to_le_bytes().to_vec();
+        claimed.extend_from_slice(&[7; 10]);
+        let mut buffer = Vec::new();
+        let error = read_frame(&mut claimed.as_slice(), &mut buffer).unwrap_err();
+        assert_eq!(error.kind(), std::io::ErrorKind::UnexpectedEof);
+        assert!(buffer.capacity() <= 4 * FRAME_READ_STEP, "{}", buffer.capacity());
+
+        let payload: Vec<u8> = (0..3_000_000u32).map(|i| i as u8).collect();
+        let mut framed = Vec::new();
+        write_frame(&mut framed, &payload).unwrap();
+        write_frame(&mut framed, b"next").unwrap();
+        let mut reader = framed.as_slice();
+        assert!(read_frame(&mut reader, &mut buffer).unwrap());
+        assert_eq!(buffer, payload);
+        assert!(read_frame(&mut reader, &mut buffer).unwrap());
+        assert_eq!(buffer, b"next");
+        assert!(!read_frame(&mut reader, &mut buffer).unwrap());
+        let mut small = (5000u32).to_le_bytes().to_vec();
+        small.extend_from_slice(&[0; 5000]);
+        let error = read_frame_of_at_most(&mut small.as_slice(), &mut buffer, 4096).unwrap_err();
+        assert_eq!(error.kind(), std::io::ErrorKind::InvalidData);
     }
 
     #[test]

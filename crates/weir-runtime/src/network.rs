@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use weir_api::error::TaskError;
-use weir_api::network::{read_frame, write_frame};
+use weir_api::network::{read_frame_of_at_most, write_frame};
 
 use crate::execution::NetworkWiring;
 
@@ -42,6 +42,31 @@ pub struct DataServer {
     registry: Registry,
 }
 
+/// A data connection must name its channel within this time, in a header of at most
+/// [`CHANNEL_HEADER_BYTES_MAX`] bytes, or it is dropped.
+const CHANNEL_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+const CHANNEL_HEADER_BYTES_MAX: usize = 4096;
+
+/// Reads the header naming a connection's channel and files the connection under it; a
+/// connection that does not name its channel in time is dropped.
+fn register_channel(mut stream: TcpStream, registry: &Registry) {
+    if stream.set_read_timeout(Some(CHANNEL_HEADER_TIMEOUT)).is_err() {
+        return;
+    }
+    let mut header = Vec::new();
+    let Ok(true) = read_frame_of_at_most(&mut stream, &mut header, CHANNEL_HEADER_BYTES_MAX) else { return };
+    let Ok(key) = serde_json::from_slice::<ChannelKey>(&header) else { return };
+    // Records may pause for any time: the bridge waits as long as the connection lives.
+    if stream.set_read_timeout(None).is_err() {
+        return;
+    }
+    let (streams, arrived) = &**registry;
+    if let Ok(mut streams) = streams.lock() {
+        streams.insert(key, stream);
+    }
+    arrived.notify_all();
+}
+
 impl DataServer {
     /// Listens on `bind` (port 0: any free port) and accepts connections on a thread.
     pub fn start(bind: &str) -> std::io::Result<Arc<DataServer>> {
@@ -51,16 +76,16 @@ impl DataServer {
         let accepted = Arc::clone(&registry);
         std::thread::Builder::new().name("weir-data-server".into()).spawn(move || {
             for stream in listener.incoming() {
-                let Ok(mut stream) = stream else { continue };
-                let mut header = Vec::new();
-                // A connection that does not name its channel is dropped.
-                let Ok(true) = read_frame(&mut stream, &mut header) else { continue };
-                let Ok(key) = serde_json::from_slice::<ChannelKey>(&header) else { continue };
-                let (streams, arrived) = &*accepted;
-                if let Ok(mut streams) = streams.lock() {
-                    streams.insert(key, stream);
+                let Ok(stream) = stream else { continue };
+                // Each connection names its channel on a thread of its own: a peer that
+                // connects and then sends nothing holds up no other channel.
+                let registry = Arc::clone(&accepted);
+                let named = std::thread::Builder::new()
+                    .name("weir-data-accept".into())
+                    .spawn(move || register_channel(stream, &registry));
+                if let Err(error) = named {
+                    tracing::warn!(%error, "cannot start a thread for a data connection; it is dropped");
                 }
-                arrived.notify_all();
             }
         })?;
         Ok(Arc::new(DataServer { address, registry }))
@@ -137,5 +162,33 @@ impl NetworkWiring for TcpNetwork {
     fn accept(&self, edge: usize, producer: u32, consumer: u32) -> Result<TcpStream, TaskError> {
         let key = ChannelKey { job_id: self.job_id.clone(), attempt: self.attempt, edge, producer, consumer };
         self.server.wait_for(&key, CHANNEL_CONNECT_TIMEOUT)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+
+    /// Connections that send nothing, or a header claiming more than a header may hold,
+    /// keep no channel from being named: the producer that names its channel after them is
+    /// accepted at once.
+    #[test]
+    fn a_silent_or_oversized_connection_holds_up_no_channel() {
+        let server = DataServer::start("127.0.0.1:0").unwrap();
+        let _silent = TcpStream::connect(server.address()).unwrap();
+        let mut oversized = TcpStream::connect(server.address()).unwrap();
+        oversized.write_all(&(1u32 << 27).to_le_bytes()).unwrap();
+        let key = ChannelKey { job_id: "job".into(), attempt: 0, edge: 1, producer: 2, consumer: 3 };
+        let mut producer = TcpStream::connect(server.address()).unwrap();
+        write_frame(&mut producer, &serde_json::to_vec(&key).unwrap()).unwrap();
+        producer.write_all(b"records").unwrap();
+        let mut accepted = server.wait_for(&key, Duration::from_secs(5)).unwrap();
+        let mut bytes = [0u8; 7];
+        accepted.read_exact(&mut bytes).unwrap();
+        assert_eq!(&bytes, b"records");
+        // The oversized one was dropped: its peer sees the end.
+        oversized.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        assert_eq!(oversized.read(&mut [0u8; 1]).unwrap(), 0);
     }
 }
