@@ -229,10 +229,23 @@ pub fn bridge_receiver<T: Data>(local: Sender<StreamElement<T>>, stream: TcpStre
         // still delivered, so credit write failures only stop further credits.
         let mut credits_open = write_frame(&mut credit_stream, &(CHANNEL_BATCHES_MAX as u32).to_le_bytes()).is_ok();
         let mut buffer = Vec::new();
-        while let Ok(true) = read_frame(&mut read_stream, &mut buffer) {
+        let peer = read_stream.peer_addr().map_or_else(|_| "an unknown peer".to_string(), |a| a.to_string());
+        loop {
+            match read_frame(&mut read_stream, &mut buffer) {
+                Ok(true) => {}
+                Ok(false) => break,
+                Err(error) => {
+                    // The consumer then fails as for a vanished peer; this says why.
+                    tracing::warn!(%peer, %error, "data connection broken");
+                    break;
+                }
+            }
             let wire: WireElement<T> = match postcard::from_bytes(&buffer) {
                 Ok(wire) => wire,
-                Err(_) => break,
+                Err(error) => {
+                    tracing::warn!(%peer, %error, bytes = buffer.len(), "undecodable frame on a data connection (a producer of another weir version?); the connection is closed");
+                    break;
+                }
             };
             let element: StreamElement<T> = wire.into();
             if local.send(element).is_err() {
