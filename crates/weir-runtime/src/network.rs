@@ -62,6 +62,10 @@ fn register_channel(mut stream: TcpStream, registry: &Registry) {
     }
     let (streams, arrived) = &**registry;
     if let Ok(mut streams) = streams.lock() {
+        // A job's attempts only go up: a connection of a newer attempt means the older ones
+        // are over, and what of theirs no subtask claimed is closed rather than kept open
+        // for as long as the process lives.
+        streams.retain(|old, _| old.job_id != key.job_id || old.attempt >= key.attempt);
         streams.insert(key, stream);
     }
     arrived.notify_all();
@@ -190,5 +194,36 @@ mod tests {
         // The oversized one was dropped: its peer sees the end.
         oversized.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
         assert_eq!(oversized.read(&mut [0u8; 1]).unwrap(), 0);
+    }
+
+    /// What an earlier attempt of a job left unclaimed is closed once a newer attempt's
+    /// connection arrives; other jobs' and the same attempt's stay.
+    #[test]
+    fn a_newer_attempt_closes_what_older_attempts_left_unclaimed() {
+        let server = DataServer::start("127.0.0.1:0").unwrap();
+        let key = |job: &str, attempt: u32, producer: u32| ChannelKey {
+            job_id: job.into(),
+            attempt,
+            edge: 0,
+            producer,
+            consumer: 0,
+        };
+        let connect = |key: &ChannelKey| {
+            let mut stream = TcpStream::connect(server.address()).unwrap();
+            write_frame(&mut stream, &serde_json::to_vec(key).unwrap()).unwrap();
+            stream
+        };
+        let mut stale = connect(&key("a", 0, 0));
+        let _other_job = connect(&key("b", 0, 0));
+        let _same_attempt = connect(&key("a", 1, 1));
+        // Registered in order: each is claimable before the next one connects.
+        std::thread::sleep(Duration::from_millis(200));
+        let _newer = connect(&key("a", 1, 0));
+        server.wait_for(&key("a", 1, 0), Duration::from_secs(5)).unwrap();
+        stale.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        assert_eq!(stale.read(&mut [0u8; 1]).unwrap(), 0, "the stale connection is still open");
+        assert!(server.wait_for(&key("a", 0, 0), Duration::from_millis(50)).is_err());
+        server.wait_for(&key("b", 0, 0), Duration::from_secs(5)).unwrap();
+        server.wait_for(&key("a", 1, 1), Duration::from_secs(5)).unwrap();
     }
 }
