@@ -91,6 +91,40 @@ fn job_args<'a>(checkpoints: &'a str, out: &'a str) -> Vec<&'a str> {
     ]
 }
 
+/// A test's directories: the job's output and its checkpoint root.
+struct TestDirs {
+    dir: tempfile::TempDir,
+    out: PathBuf,
+    out_arg: String,
+    chk_root: PathBuf,
+    checkpoints: String,
+}
+
+impl TestDirs {
+    fn new() -> TestDirs {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("out");
+        let out_arg = out.to_str().unwrap().to_string();
+        let chk_root = dir.path().join("chk");
+        let checkpoints = format!("state.checkpoints.dir=file://{}", chk_root.display());
+        TestDirs { dir, out, out_arg, chk_root, checkpoints }
+    }
+
+    /// Starts the job at p=2 and waits for `completed` checkpoints; returns it, its REST
+    /// address and its id.
+    fn start_checkpointed(&self, completed: u64) -> (RunningWeir, String, String) {
+        let mut args = vec!["run", "-p", "2"];
+        args.extend(job_args(&self.checkpoints, &self.out_arg));
+        let mut weir = RunningWeir::start(&args);
+        let rest = weir.rest_url();
+        let job_id = weir.job_id();
+        poll_json(&format!("{rest}/jobs/{job_id}/checkpoints"), |c| {
+            c["counts"]["completed"].as_u64() >= Some(completed)
+        });
+        (weir, rest, job_id)
+    }
+}
+
 /// A checkpointed run is killed at a random point, then restored from its newest checkpoint
 /// (which names files of older checkpoints) at another parallelism, and killed and restored
 /// once more: every count exactly once, every file a complete checkpoint names is there, and
@@ -161,17 +195,9 @@ fn kill_9_and_restore_from_incremental_checkpoints_is_exactly_once_and_leaves_no
 /// writing).
 #[test]
 fn disposal_and_claim_delete_only_the_files_nothing_else_uses() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("out");
-    let out_arg = out.to_str().unwrap().to_string();
-    let chk_root = dir.path().join("chk");
-    let checkpoints = format!("state.checkpoints.dir=file://{}", chk_root.display());
-    let mut args = vec!["run", "-p", "2"];
-    args.extend(job_args(&checkpoints, &out_arg));
-    let mut weir = RunningWeir::start(&args);
-    let rest = weir.rest_url();
-    let job_id = weir.job_id();
-    poll_json(&format!("{rest}/jobs/{job_id}/checkpoints"), |c| c["counts"]["completed"].as_u64() >= Some(6));
+    let dirs = TestDirs::new();
+    let TestDirs { out, out_arg, chk_root, checkpoints, .. } = &dirs;
+    let (mut weir, _, job_id) = dirs.start_checkpointed(6);
     std::thread::sleep(random_delay(50, 300));
     drop(weir.stdout_lines());
     weir.kill_hard();
@@ -389,18 +415,10 @@ fn snapshot_bytes(snapshot: &Path, job_dir: &Path) -> BTreeMap<PathBuf, Vec<u8>>
 /// job's own checkpoints subsume it.
 #[test]
 fn no_claim_leaves_the_restored_checkpoint_as_it_was_and_claim_disposes_a_savepoint() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("out");
-    let out_arg = out.to_str().unwrap().to_string();
-    let chk_root = dir.path().join("chk");
-    let checkpoints = format!("state.checkpoints.dir=file://{}", chk_root.display());
-    let mut args = vec!["run", "-p", "2"];
-    args.extend(job_args(&checkpoints, &out_arg));
-    let mut weir = RunningWeir::start(&args);
-    let rest = weir.rest_url();
-    let job_id = weir.job_id();
-    poll_json(&format!("{rest}/jobs/{job_id}/checkpoints"), |c| c["counts"]["completed"].as_u64() >= Some(5));
-    let savepoints = dir.path().join("sp");
+    let dirs = TestDirs::new();
+    let TestDirs { out_arg, chk_root, checkpoints, .. } = &dirs;
+    let (mut weir, rest, job_id) = dirs.start_checkpointed(5);
+    let savepoints = dirs.dir.path().join("sp");
     let output =
         run_weir(&["savepoint", "-m", rest.trim_start_matches("http://"), &job_id, savepoints.to_str().unwrap()]);
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));

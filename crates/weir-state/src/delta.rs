@@ -10,7 +10,7 @@
 
 use crate::error::StateError;
 use crate::keymap::KeyMap;
-use crate::table::{Cell, write_varint};
+use crate::table::{Cell, write_entry, write_varint};
 use weir_types::Key;
 
 /// Writes the changes of `map` since it started tracking them as a delta block into `out`;
@@ -39,14 +39,7 @@ pub(crate) fn write_group_delta<K: Key, C: Cell>(
     let mut entries = Vec::new();
     let mut count = 0u64;
     for (key, cell) in written {
-        scratch.clear();
-        scratch = postcard::to_extend(key, scratch).map_err(corrupt)?;
-        write_varint(&mut entries, scratch.len() as u64);
-        entries.extend_from_slice(&scratch);
-        scratch.clear();
-        cell.encode(&mut scratch).map_err(corrupt)?;
-        write_varint(&mut entries, scratch.len() as u64);
-        entries.extend_from_slice(&scratch);
+        write_entry(key, cell, &mut scratch, &mut entries).map_err(corrupt)?;
         count += 1;
     }
     write_varint(out, count);

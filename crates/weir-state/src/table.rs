@@ -294,15 +294,27 @@ fn write_group_native<K: Key, C: Cell>(
     write_varint(out, group.len() as u64);
     let mut scratch = Vec::with_capacity(64);
     for (key, cell) in group.iter() {
-        scratch.clear();
-        scratch = postcard::to_extend(key, scratch).map_err(corrupt)?;
-        write_varint(out, scratch.len() as u64);
-        out.extend_from_slice(&scratch);
-        scratch.clear();
-        cell.encode(&mut scratch).map_err(corrupt)?;
-        write_varint(out, scratch.len() as u64);
-        out.extend_from_slice(&scratch);
+        write_entry(key, cell, &mut scratch, out).map_err(corrupt)?;
     }
+    Ok(())
+}
+
+/// Appends one entry as blocks hold it, `[varint key length][key][varint cell length][cell]`
+/// (`scratch`: a reused buffer for the parts).
+pub(crate) fn write_entry<K: Key, C: Cell>(
+    key: &K,
+    cell: &C,
+    scratch: &mut Vec<u8>,
+    out: &mut Vec<u8>,
+) -> Result<(), postcard::Error> {
+    scratch.clear();
+    *scratch = postcard::to_extend(key, std::mem::take(scratch))?;
+    write_varint(out, scratch.len() as u64);
+    out.extend_from_slice(scratch);
+    scratch.clear();
+    cell.encode(scratch)?;
+    write_varint(out, scratch.len() as u64);
+    out.extend_from_slice(scratch);
     Ok(())
 }
 
@@ -840,10 +852,11 @@ impl<K: Key, C: Cell> StateTable<K> for Table<K, C> {
     }
 }
 
-/// True when an entry delta of `changed` entries is worth writing for a group of `entries`:
-/// at most half of them changed (past that, a chain costs the restore more than it saves).
-fn delta_pays(changed: usize, entries: usize) -> bool {
-    changed.saturating_mul(2) <= entries
+/// The entries of `map` an entry delta would hold, when one is worth writing: the changes
+/// are known and at most half the entries changed (past that, a chain costs the restore
+/// more than it saves).
+fn worth_a_delta<K: Key, C>(map: &KeyMap<K, C>) -> Option<usize> {
+    map.changed_count().filter(|changed| changed.saturating_mul(2) <= map.len())
 }
 
 /// One key group of a snapshot in progress.
@@ -907,15 +920,15 @@ impl<K: Key, C: Cell> FrozenGroups<K, C> {
         // On an encoding error the writer meets (and reports) it; the group is copied.
         if self.encode(map, key_group, name, &mut bytes).is_ok() {
             // The writer decides between the two: the delta is a fraction of the group.
-            let delta = match map.changed_count() {
-                Some(changed) if delta_pays(changed, map.len()) => {
+            let delta = match worth_a_delta(map) {
+                Some(changed) => {
                     let mut delta = Vec::new();
                     match crate::delta::write_group_delta(map, key_group, name, &mut delta) {
                         Ok(true) => Some((changed as u64, delta)),
                         _ => None,
                     }
                 }
-                _ => None,
+                None => None,
             };
             *slot = FrozenGroup::Serialized { entries: map.len() as u64, bytes, delta };
         }
@@ -994,9 +1007,7 @@ impl<K: Key, C: Cell> TableSnapshot for FrozenTable<K, C> {
     fn changed_entries(&self, key_group: u32) -> Option<u64> {
         let index = self.index(key_group).ok()?;
         match &*lock(&self.groups.slots[index]) {
-            FrozenGroup::Shared(map) => {
-                map.changed_count().filter(|changed| delta_pays(*changed, map.len())).map(|changed| changed as u64)
-            }
+            FrozenGroup::Shared(map) => worth_a_delta(map).map(|changed| changed as u64),
             FrozenGroup::Serialized { delta, .. } => delta.as_ref().map(|(changed, _)| *changed),
             FrozenGroup::Spilled(_) | FrozenGroup::Released => None,
         }

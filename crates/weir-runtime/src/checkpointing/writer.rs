@@ -147,6 +147,28 @@ fn mode_of(mode: Redistribution) -> RedistributionMode {
 /// Bytes of a data file collected before they are handed to the stream.
 const STREAM_CHUNK_BYTES: usize = 4 * 1024 * 1024;
 
+/// The index of shared file `name` among `files`, added if it is not there yet.
+fn shared_index(name: &Arc<str>, files: &mut Vec<Arc<str>>) -> u32 {
+    match files.iter().position(|f| f == name) {
+        Some(index) => index as u32,
+        None => {
+            files.push(Arc::clone(name));
+            (files.len() - 1) as u32
+        }
+    }
+}
+
+/// Names the blocks of a base's key-group chain (its full block and entry deltas) in this
+/// checkpoint, each with its shared file; returns their bytes.
+fn name_chain(chain: &[(Arc<str>, BlockRef)], files: &mut Vec<Arc<str>>, blocks: &mut Vec<BlockRef>) -> u64 {
+    let mut bytes = 0;
+    for (in_file, block) in chain {
+        blocks.push(BlockRef { shared_file: Some(shared_index(in_file, files)), ..*block });
+        bytes += block.length;
+    }
+    bytes
+}
+
 /// Serializes every operator's state of one subtask into one data file and writes it.
 ///
 /// For a checkpoint of an incremental job the file goes to the job's `shared/` directory,
@@ -187,15 +209,7 @@ fn write_subtask(job: WriteJob) -> Result<SubtaskAck, String> {
         let mut key_type = None;
         // Incremental: the files this operator's blocks are in (its own first).
         let mut shared_files: Vec<Arc<str>> = Vec::new();
-        let shared_index = |name: &Arc<str>, files: &mut Vec<Arc<str>>| -> u32 {
-            match files.iter().position(|f| f == name) {
-                Some(index) => index as u32,
-                None => {
-                    files.push(Arc::clone(name));
-                    (files.len() - 1) as u32
-                }
-            }
-        };
+
         if let Some(keyed) = &mut operator.keyed {
             key_group_range = Some(keyed.range);
             key_type = Some(keyed.key_type.clone());
@@ -214,11 +228,7 @@ fn write_subtask(job: WriteJob) -> Result<SubtaskAck, String> {
                         // Not accessed since the base: name its blocks. Not counted first:
                         // the fjall backend reads a stored group whole to count it.
                         table.release_key_group(key_group);
-                        for (in_file, block) in chain {
-                            let index = shared_index(in_file, &mut shared_files);
-                            blocks.push(BlockRef { shared_file: Some(index), ..*block });
-                            reused_bytes += block.length;
-                        }
+                        reused_bytes += name_chain(chain, &mut shared_files, &mut blocks);
                         recorded.insert(key_group, chain.clone());
                         continue;
                     }
@@ -247,11 +257,7 @@ fn write_subtask(job: WriteJob) -> Result<SubtaskAck, String> {
                     let mut links = Vec::new();
                     if let Some(chain) = delta_over.filter(|_| delta_written) {
                         block.delta = true;
-                        for (in_file, link) in chain {
-                            let index = shared_index(in_file, &mut shared_files);
-                            blocks.push(BlockRef { shared_file: Some(index), ..*link });
-                            reused_bytes += link.length;
-                        }
+                        reused_bytes += name_chain(chain, &mut shared_files, &mut blocks);
                         links.clone_from(chain);
                     }
                     if incremental.is_some() {
