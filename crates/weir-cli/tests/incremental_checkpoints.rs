@@ -231,13 +231,13 @@ fn disposal_and_claim_delete_only_the_files_nothing_else_uses() {
     let newest_dir = job_dir.join(format!("chk-{newest}"));
     let mut args =
         vec!["run", "-p", "2", "-s", newest_dir.to_str().unwrap(), "-D", "execution.state-recovery.claim-mode=CLAIM"];
-    args.extend(job_args(&checkpoints, &out_arg));
+    args.extend(job_args(checkpoints, out_arg));
     let output = run_weir(&args);
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     assert!(!newest_dir.join("_metadata").exists(), "the claimed checkpoint is still there");
     let named: BTreeSet<String> = checkpoints_and_their_files(&job_dir).into_values().flatten().collect();
     assert_eq!(shared_files_on_disk(&job_dir), named, "the old job's unnamed files stayed");
-    assert_counts_exactly_once(&committed_lines(&out), USERS, EVENTS);
+    assert_counts_exactly_once(&committed_lines(out), USERS, EVENTS);
 }
 
 /// Crashes an incremental run at `point` on its seventh checkpoint, then restores the newest
@@ -434,7 +434,7 @@ fn no_claim_leaves_the_restored_checkpoint_as_it_was_and_claim_disposes_a_savepo
     let before = snapshot_bytes(&newest, &job_dir);
     assert!(before.keys().any(|path| path.starts_with(job_dir.join("shared"))), "{before:?}");
     let mut args = vec!["run", "-p", "3", "-s", newest.to_str().unwrap()];
-    args.extend(job_args(&checkpoints, &out_arg));
+    args.extend(job_args(checkpoints, out_arg));
     let output = run_weir(&args);
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     assert_eq!(snapshot_bytes(&newest, &job_dir), before, "NO_CLAIM changed the restored checkpoint");
@@ -442,7 +442,7 @@ fn no_claim_leaves_the_restored_checkpoint_as_it_was_and_claim_disposes_a_savepo
     assert!(savepoint.join("_metadata").exists());
     let mut args =
         vec!["run", "-p", "2", "-s", savepoint.to_str().unwrap(), "-D", "execution.state-recovery.claim-mode=CLAIM"];
-    args.extend(job_args(&checkpoints, &out_arg));
+    args.extend(job_args(checkpoints, out_arg));
     let output = run_weir(&args);
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     assert!(!savepoint.join("_metadata").exists(), "the claimed savepoint is still there");
