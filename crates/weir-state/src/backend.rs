@@ -82,18 +82,18 @@ impl<K: Key> KeyedStateBackend<K> {
         }
     }
 
-    /// For incremental checkpoints: the `hashmap` backend's tables record the entries written
-    /// after each snapshot, so a checkpoint writes only those for a key group where few
-    /// changed (an entry delta). The `spillable` and `fjall` backends write changed key
-    /// groups whole.
+    /// For incremental checkpoints: the `hashmap` and `fjall` backends' tables record the
+    /// entries written after each snapshot, so a checkpoint writes only those for a key group
+    /// where few changed (an entry delta). The `spillable` backend writes changed key groups
+    /// whole.
     pub fn tracking_changes(mut self, on: bool) -> KeyedStateBackend<K> {
         self.track_changes = on;
         self
     }
 
-    /// True when tables record what is written ([`Self::tracking_changes`], `hashmap` only).
+    /// True when tables record what is written ([`Self::tracking_changes`]; not `spillable`).
     fn tracks_changes(&self) -> bool {
-        self.track_changes && self.spill.is_none() && self.lsm.is_none()
+        self.track_changes && self.spill.is_none()
     }
 
     /// A `spillable` backend: once the resident key groups of every spillable backend of the
@@ -315,7 +315,7 @@ impl<K: Key> KeyedStateBackend<K> {
                             self.max_parallelism,
                             (Arc::clone(store), table_id),
                         )?;
-                        Box::new(typed)
+                        Box::new(typed.tracking_changes(track_changes))
                     }
                     None => Box::new(
                         Self::claim_restored::<C>(restored, name, kind, self.range, self.max_parallelism)?
@@ -345,7 +345,10 @@ impl<K: Key> KeyedStateBackend<K> {
                 match store {
                     Some(store) => {
                         let table_id = Self::table_id(index, name)?;
-                        self.tables.push(Box::new(LsmTable::<K, C>::new(name, kind, self.range, store, table_id)));
+                        self.tables.push(Box::new(
+                            LsmTable::<K, C>::new(name, kind, self.range, store, table_id)
+                                .tracking_changes(track_changes),
+                        ));
                     }
                     None => self
                         .tables
@@ -843,6 +846,165 @@ mod tests {
             let expected_sorted = non_empty(expected);
             prop_assert_eq!(names_in_order, expected_sorted);
         }
+    }
+
+    /// What an incremental checkpoint's writer keeps per table and key group: the blocks a
+    /// restore reads, a full one and the entry deltas after it.
+    type Chains = std::collections::BTreeMap<(usize, u32), Vec<Vec<u8>>>;
+
+    /// Writes `snapshot` (taken at `id`) as the checkpoint writer does over `base`'s
+    /// chains (reuse, entry delta or full block), and checks that every key group's chain
+    /// is `expected` (canonical blocks per table, from the heap backend at the barrier).
+    /// Returns how many deltas it wrote.
+    fn write_incrementally(
+        snapshot: &mut KeyedBackendSnapshot,
+        base: u64,
+        chains: &mut Chains,
+        expected: &TableBytes,
+    ) -> Result<usize, TestCaseError> {
+        let mut deltas = 0;
+        for (index, table) in snapshot.tables.iter_mut().enumerate() {
+            let want = &expected.iter().find(|(name, _)| name == table.name()).expect("the heap has the table").1;
+            for group in snapshot.range.iter() {
+                let written_after = table.written_after(group);
+                let chain = chains.get(&(index, group)).filter(|_| base > 0);
+                if chain.is_none() || written_after >= base {
+                    let entries = table.key_group_entries(group);
+                    let mut block = Vec::new();
+                    let delta = chain.is_some() && written_after == base && table.changed_entries(group).is_some();
+                    if entries == 0 {
+                        chains.remove(&(index, group));
+                    } else if delta && table.write_key_group_delta(group, &mut block).unwrap() {
+                        deltas += 1;
+                        chains.get_mut(&(index, group)).unwrap().push(block);
+                    } else {
+                        table.write_key_group(group, &mut block).unwrap();
+                        chains.insert((index, group), vec![block]);
+                    }
+                    table.release_key_group(group);
+                    let counted = crate::apply_deltas(&want[group as usize], &[], "t", group).unwrap();
+                    prop_assert_eq!(entries, table_entries(&counted), "key group {} counted", group);
+                }
+                let now = match chains.get(&(index, group)) {
+                    Some(chain) => {
+                        let rest: Vec<&[u8]> = chain[1..].iter().map(Vec::as_slice).collect();
+                        crate::apply_deltas(&chain[0], &rest, "t", group).unwrap()
+                    }
+                    None => vec![0],
+                };
+                let want = crate::apply_deltas(&want[group as usize], &[], "t", group).unwrap();
+                prop_assert_eq!(now, want, "key group {} of {}", group, table.name());
+            }
+        }
+        Ok(deltas)
+    }
+
+    fn table_entries(canonical: &[u8]) -> u64 {
+        let entries: Vec<(&[u8], &[u8])> = postcard::from_bytes(canonical).unwrap();
+        entries.len() as u64
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(32))]
+        /// Incremental checkpoints of either tracking backend (fjall with a cache that goes
+        /// to the store every 16 accesses) restore, chain by chain, exactly the state of each
+        /// barrier: writes, removals, growth, evictions, and writes between a barrier and its
+        /// write included.
+        #[test]
+        fn incremental_chains_of_both_backends_restore_each_barrier_s_state(
+            ops in proptest::collection::vec((0u8..8, 0u64..400, 0u64..1000), 1..900),
+            fjall in any::<bool>(),
+        ) {
+            let range = KeyGroupRange::new(0, 7);
+            let (value, list) = (ValueState::<u64>::new("value"), ListState::<u64>::new("list"));
+            let (heap_value, heap_list) = (ValueState::<u64>::new("value"), ListState::<u64>::new("list"));
+            let mut backend = if fjall { fjall_backend(range, 8, 2048) } else { KeyedStateBackend::<u64>::new(range, 8) }
+                .tracking_changes(true);
+            let mut heap = KeyedStateBackend::<u64>::new(range, 8);
+            let mut chains = Chains::new();
+            let mut pending: Option<(KeyedBackendSnapshot, u64, TableBytes)> = None;
+            let mut last_id = 0u64;
+            for (step, (op, key, v)) in ops.into_iter().enumerate() {
+                let at = backend.locate(&key).unwrap();
+                let at_heap = heap.locate(&key).unwrap();
+                match op {
+                    0..=2 => {
+                        backend.value(&value, at).unwrap().set(v);
+                        heap.value(&heap_value, at_heap).unwrap().set(v);
+                    }
+                    3 => {
+                        backend.value(&value, at).unwrap().clear();
+                        heap.value(&heap_value, at_heap).unwrap().clear();
+                    }
+                    4 => {
+                        backend.list(&list, at).unwrap().add(v);
+                        heap.list(&heap_list, at_heap).unwrap().add(v);
+                    }
+                    5 => {
+                        let got = backend.value(&value, at).unwrap().get().copied();
+                        prop_assert_eq!(got, heap.value(&heap_value, at_heap).unwrap().get().copied());
+                    }
+                    _ => {
+                        // The previous checkpoint completes, then the next barrier.
+                        if let Some((mut snapshot, base, expected)) = pending.take() {
+                            write_incrementally(&mut snapshot, base, &mut chains, &expected)?;
+                        }
+                        let id = step as u64 + 1;
+                        let snapshot = backend.snapshot_in(false, id).unwrap();
+                        pending = Some((snapshot, last_id, all_groups(&heap.snapshot().unwrap())));
+                        last_id = id;
+                    }
+                }
+            }
+            if let Some((mut snapshot, base, expected)) = pending.take() {
+                write_incrementally(&mut snapshot, base, &mut chains, &expected)?;
+            }
+        }
+    }
+
+    /// Few changes between two barriers are written as deltas by the fjall backend too,
+    /// while its cache goes to the store and back between them.
+    #[test]
+    fn the_fjall_backend_writes_few_changes_as_entry_deltas_across_evictions() {
+        let count = ValueState::<u64>::new("count");
+        let heap_count = ValueState::<u64>::new("count");
+        let range = KeyGroupRange::new(0, 7);
+        let mut backend = fjall_backend(range, 8, 16 << 10).tracking_changes(true);
+        let mut heap = KeyedStateBackend::<u64>::new(range, 8);
+        let mut set = |key: u64, value: u64| {
+            let at = backend.locate(&key).unwrap();
+            backend.value(&count, at).unwrap().set(value);
+            let at = heap.locate(&key).unwrap();
+            heap.value(&heap_count, at).unwrap().set(value);
+        };
+        for key in 0..4_000 {
+            set(key, key);
+        }
+        drop(set);
+        let mut chains = Chains::new();
+        let mut base = 0;
+        let mut deltas = 0;
+        for round in 1..=4u64 {
+            let mut snapshot = backend.snapshot_in(false, round).unwrap();
+            let expected = all_groups(&heap.snapshot().unwrap());
+            deltas += write_incrementally(&mut snapshot, base, &mut chains, &expected).unwrap();
+            base = round;
+            drop(snapshot);
+            // 2 % of the keys, spread over every group; the 16 KB cache evicts meanwhile.
+            for key in (0..4_000).step_by(50) {
+                let key = key + round;
+                let at = backend.locate(&key).unwrap();
+                backend.value(&count, at).unwrap().set(round);
+                let at = heap.locate(&key).unwrap();
+                heap.value(&heap_count, at).unwrap().set(round);
+            }
+            for key in 0..2_000 {
+                let at = backend.locate(&key).unwrap();
+                let _ = backend.value(&count, at).unwrap().get();
+            }
+        }
+        assert!(backend.store_counts().1 > 4_000, "the cache went to the store: {:?}", backend.store_counts());
+        assert_eq!(deltas, 3 * 8, "every group of every checkpoint after the first is a delta");
     }
 
     #[test]

@@ -47,6 +47,162 @@ pub(crate) fn write_group_delta<K: Key, C: Cell>(
     Ok(true)
 }
 
+/// What a `fjall` key group wrote to its store since the first access after the last
+/// snapshot, in order: each eviction of the group's cache appends the entries the cache had
+/// written and the keys it had removed. With the cache's own changes after it, the log names
+/// every key changed since that snapshot, each with its value at the last change (or as
+/// removed): an entry delta once [`write_delta`] keeps each key's last change.
+///
+/// Records: `0, key` (removed) or `1, key, value`, lengths as varints.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct ChangeLog {
+    bytes: Vec<u8>,
+    changes: u64,
+}
+
+impl ChangeLog {
+    /// Changes recorded (a key changed twice counts twice).
+    pub(crate) fn changes(&self) -> u64 {
+        self.changes
+    }
+
+    /// Bytes the log holds.
+    pub(crate) fn memory_bytes(&self) -> usize {
+        self.bytes.capacity()
+    }
+
+    pub(crate) fn put(&mut self, key: &[u8], value: &[u8]) {
+        self.bytes.push(1);
+        write_varint(&mut self.bytes, key.len() as u64);
+        self.bytes.extend_from_slice(key);
+        write_varint(&mut self.bytes, value.len() as u64);
+        self.bytes.extend_from_slice(value);
+        self.changes += 1;
+    }
+
+    pub(crate) fn remove(&mut self, key: &[u8]) {
+        self.bytes.push(0);
+        write_varint(&mut self.bytes, key.len() as u64);
+        self.bytes.extend_from_slice(key);
+        self.changes += 1;
+    }
+
+    /// Appends what `map` names as changed since it started tracking (removals first: a key
+    /// removed and written again is written); `false`, appending nothing, when the map does
+    /// not know.
+    pub(crate) fn append_map<K: Key, C: Cell>(
+        &mut self,
+        map: &KeyMap<K, C>,
+        key_group: u32,
+        name: &str,
+    ) -> Result<bool, StateError> {
+        let corrupt = |e: postcard::Error| StateError::Corrupt {
+            name: name.to_string(),
+            key_group,
+            reason: format!("cannot encode: {e}"),
+        };
+        let Some((written, removed)) = map.changed() else { return Ok(false) };
+        let mut key_bytes = Vec::with_capacity(32);
+        let mut value = Vec::with_capacity(32);
+        for key in removed {
+            key_bytes.clear();
+            key_bytes = postcard::to_extend(key, key_bytes).map_err(corrupt)?;
+            self.remove(&key_bytes);
+        }
+        for (key, cell) in written {
+            key_bytes.clear();
+            key_bytes = postcard::to_extend(key, key_bytes).map_err(corrupt)?;
+            value.clear();
+            cell.encode(&mut value).map_err(corrupt)?;
+            self.put(&key_bytes, &value);
+        }
+        Ok(true)
+    }
+
+    /// The records, in order: (key, `None` removed or `Some(value)`).
+    fn records(&self) -> impl Iterator<Item = Option<(&[u8], Option<&[u8]>)>> + '_ {
+        let mut at = 0usize;
+        std::iter::from_fn(move || {
+            if at >= self.bytes.len() {
+                return None;
+            }
+            let record = read_record(&self.bytes, &mut at);
+            if record.is_none() {
+                at = self.bytes.len();
+            }
+            Some(record)
+        })
+    }
+}
+
+fn read_bytes<'a>(bytes: &'a [u8], at: &mut usize) -> Option<&'a [u8]> {
+    let (length, used) = read_varint(bytes.get(*at..)?)?;
+    let start = at.checked_add(used)?;
+    let end = start.checked_add(usize::try_from(length).ok()?)?;
+    let slice = bytes.get(start..end)?;
+    *at = end;
+    Some(slice)
+}
+
+fn read_varint(bytes: &[u8]) -> Option<(u64, usize)> {
+    let mut value = 0u64;
+    for (i, byte) in bytes.iter().enumerate().take(10) {
+        value |= u64::from(byte & 0x7f).checked_shl(7 * i as u32)?;
+        if byte & 0x80 == 0 {
+            return Some((value, i + 1));
+        }
+    }
+    None
+}
+
+fn read_record<'a>(bytes: &'a [u8], at: &mut usize) -> Option<(&'a [u8], Option<&'a [u8]>)> {
+    let tag = *bytes.get(*at)?;
+    *at += 1;
+    let key = read_bytes(bytes, at)?;
+    match tag {
+        0 => Some((key, None)),
+        1 => Some((key, Some(read_bytes(bytes, at)?))),
+        _ => None,
+    }
+}
+
+/// Writes the entry delta of `logs`, in order (each key's last change wins), into `out`:
+/// the removed keys and the written entries, sorted by key bytes.
+pub(crate) fn write_delta(
+    logs: &[&ChangeLog],
+    out: &mut Vec<u8>,
+    name: &str,
+    key_group: u32,
+) -> Result<(), StateError> {
+    let mut last: std::collections::BTreeMap<&[u8], Option<&[u8]>> = std::collections::BTreeMap::new();
+    for log in logs {
+        for record in log.records() {
+            let (key, value) = record.ok_or_else(|| StateError::Corrupt {
+                name: name.to_string(),
+                key_group,
+                reason: "a change log of the fjall backend does not decode (a bug: please report it)".into(),
+            })?;
+            last.insert(key, value);
+        }
+    }
+    let removed = last.values().filter(|value| value.is_none()).count();
+    write_varint(out, removed as u64);
+    for (key, _) in last.iter().filter(|(_, value)| value.is_none()) {
+        write_varint(out, key.len() as u64);
+        out.extend_from_slice(key);
+    }
+    write_varint(out, (last.len() - removed) as u64);
+    for (key, value) in &last {
+        if let Some(value) = value {
+            write_varint(out, key.len() as u64);
+            out.extend_from_slice(key);
+            write_varint(out, value.len() as u64);
+            out.extend_from_slice(value);
+        }
+    }
+    Ok(())
+}
+
 /// A delta block decoded: the keys removed and the entries written.
 type DecodedDelta<'a> = (Vec<&'a [u8]>, Vec<(&'a [u8], &'a [u8])>);
 
@@ -95,21 +251,20 @@ mod tests {
     proptest! {
         /// A map's full block before some writes, with the delta of those writes applied,
         /// is the full block after them: also across removals, re-insertions, and growth
-        /// (which makes the delta unknown, so the whole group is written instead).
+        /// (the marks move with the entries).
         #[test]
         fn a_full_block_and_the_deltas_after_it_are_the_full_block_of_now(
             initial in proptest::collection::vec((0u64..300, any::<u32>()), 0..300),
             rounds in proptest::collection::vec(proptest::collection::vec((0u8..4, 0u64..300, any::<u32>()), 0..120), 1..4),
             grow in any::<bool>(),
         ) {
-            // Room for every key, so deltas are known unless removals used the room up.
+            // With room for every key, or growing from empty.
             let mut map: KeyMap<u64, ValueCell<u32>> = KeyMap::with_capacity(if grow { 0 } else { 1024 });
             for (key, value) in &initial {
                 map.insert(memory_hash(key.stable_hash()), key, ValueCell(*value));
             }
             let start = full(&map);
             let mut deltas: Vec<Vec<u8>> = Vec::new();
-            let mut chain_known = true;
             for ops in rounds {
                 map.track_changes();
                 for (op, key, value) in ops {
@@ -122,17 +277,12 @@ mod tests {
                     }
                 }
                 let mut delta = Vec::new();
-                if write_group_delta(&map, 0, "t", &mut delta).unwrap() {
-                    prop_assert!(map.changed_count().unwrap() >= delta_items(&delta));
-                    deltas.push(delta);
-                } else {
-                    chain_known = false;
-                }
+                prop_assert!(write_group_delta(&map, 0, "t", &mut delta).unwrap(), "growth lost the changes");
+                prop_assert!(map.changed_count().unwrap() >= delta_items(&delta));
+                deltas.push(delta);
             }
-            if chain_known {
-                let refs: Vec<&[u8]> = deltas.iter().map(Vec::as_slice).collect();
-                prop_assert_eq!(apply_deltas(&start, &refs, "t", 0).unwrap(), full(&map));
-            }
+            let refs: Vec<&[u8]> = deltas.iter().map(Vec::as_slice).collect();
+            prop_assert_eq!(apply_deltas(&start, &refs, "t", 0).unwrap(), full(&map));
         }
     }
 
@@ -181,8 +331,8 @@ mod tests {
         let mut out = Vec::new();
         assert!(!write_group_delta(&map, 0, "t", &mut out).unwrap());
         map.track_changes();
-        // Empty: the first insertion grows the table.
-        map.insert(memory_hash(1u64.stable_hash()), &1, ValueCell(1));
+        // A restore's insertion reorganizes what the map knows.
+        map.insert_owned(1, ValueCell(1));
         assert!(!write_group_delta(&map, 0, "t", &mut out).unwrap());
         map.track_changes();
         map.insert(memory_hash(1u64.stable_hash()), &1, ValueCell(2));

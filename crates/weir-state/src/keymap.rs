@@ -50,7 +50,8 @@ pub struct KeyMap<K, C> {
 /// The entries of a map written since [`KeyMap::track_changes`]: a bitmap over the table's
 /// buckets (a write marks its entry's bucket) and the keys removed. Bucket indices stay valid
 /// as long as the table keeps its layout, which only an insertion that grows or rehashes the
-/// table changes; such an insertion marks everything changed instead.
+/// table changes; before such an insertion the marked keys are found again in the new
+/// layout ([`KeyMap::grow_keeping_marks`]).
 #[derive(Clone)]
 pub struct ChangeSet<K> {
     buckets: Vec<u64>,
@@ -75,6 +76,18 @@ impl<K> ChangeSet<K> {
             }
         } else {
             self.everything = true;
+        }
+    }
+
+    /// A bucket emptied: what lands in it next is marked only if written.
+    #[inline]
+    fn unmark(&mut self, bucket: usize) {
+        if let Some(word) = self.buckets.get_mut(bucket / 64) {
+            let bit = 1u64 << (bucket % 64);
+            if *word & bit != 0 {
+                *word &= !bit;
+                self.marked -= 1;
+            }
         }
     }
 
@@ -162,14 +175,39 @@ impl<K: Key, C> KeyMap<K, C> {
     }
 
     /// Before an insertion: when the table is full it grows or rehashes, moving entries to
-    /// other buckets, and the tracked changes can no longer be told apart.
+    /// other buckets; a tracked map then grows first and marks its written keys again.
     #[inline]
     fn before_insert(&mut self) {
-        if let Some(changes) = &mut self.changes
-            && self.table.len() == self.table.capacity()
-        {
-            changes.everything = true;
+        if self.changes.is_some() && self.table.len() == self.table.capacity() {
+            self.grow_keeping_marks();
         }
+    }
+
+    /// Grows the full table of a tracked map and marks the buckets its written keys moved to
+    /// (a cost in proportion to the growth's own: the `fjall` backend's cache maps grow with
+    /// every load, and marking everything changed then would make every delta whole).
+    #[cold]
+    fn grow_keeping_marks(&mut self) {
+        let Some(changes) = &mut self.changes else { return };
+        if changes.everything {
+            self.table.reserve(1, rehash::<K, C>);
+            return;
+        }
+        let written: Vec<(u64, K)> = changes
+            .marked_buckets()
+            .filter_map(|bucket| self.table.get_bucket(bucket))
+            .map(|(key, _)| (memory_hash(key.stable_hash()), key.clone()))
+            .collect();
+        self.table.reserve(1, rehash::<K, C>);
+        let mut moved = ChangeSet::new(self.table.num_buckets());
+        moved.removed = std::mem::take(&mut changes.removed);
+        for (hash, key) in &written {
+            match self.table.find_bucket_index(*hash, |(k, _)| k == key) {
+                Some(bucket) => moved.mark(bucket),
+                None => moved.everything = true,
+            }
+        }
+        **changes = moved;
     }
 
     /// The cell of `key` (whose memory hash is `hash`).
@@ -219,6 +257,19 @@ impl<K: Key, C> KeyMap<K, C> {
         }
     }
 
+    /// Sets the cell of `key` as it already is elsewhere (the `fjall` backend's read from
+    /// its store into the cache): not a change.
+    #[inline]
+    pub fn insert_unchanged(&mut self, hash: u64, key: &K, cell: C) {
+        self.before_insert();
+        match self.table.entry(hash, |(k, _)| k == key, rehash::<K, C>) {
+            Entry::Occupied(mut entry) => entry.get_mut().1 = cell,
+            Entry::Vacant(entry) => {
+                entry.insert((key.clone(), cell));
+            }
+        }
+    }
+
     /// Sets the cell of an owned key, computing its hash (restores).
     pub fn insert_owned(&mut self, key: K, cell: C) {
         // Restores build untracked maps; a tracked one stops telling its changes apart.
@@ -239,8 +290,10 @@ impl<K: Key, C> KeyMap<K, C> {
     pub fn remove(&mut self, hash: u64, key: &K) -> Option<C> {
         match self.table.find_entry(hash, |(k, _)| k == key) {
             Ok(entry) => {
+                let bucket = entry.bucket_index();
                 let ((removed_key, cell), _) = entry.remove();
                 if let Some(changes) = &mut self.changes {
+                    changes.unmark(bucket);
                     changes.removed.push(removed_key.clone());
                 }
                 if let Some(tombstones) = &mut self.tombstones {
@@ -302,6 +355,36 @@ mod tests {
                 }
                 prop_assert_eq!(map.len(), model.len());
             }
+        }
+
+        /// Through growth: a tracked map names exactly the keys written since tracking
+        /// started (and still there), and every key removed; reads from elsewhere
+        /// ([`KeyMap::insert_unchanged`]) are not changes.
+        #[test]
+        fn tracked_changes_survive_growth(
+            before in proptest::collection::vec(0u64..300, 0..200),
+            ops in proptest::collection::vec((0u8..3, 0u64..300), 0..600),
+        ) {
+            let mut map: KeyMap<u64, u32> = KeyMap::default();
+            for key in &before {
+                map.insert(memory_hash(key.stable_hash()), key, 0);
+            }
+            map.track_changes();
+            let mut written = std::collections::BTreeSet::new();
+            let mut removed = std::collections::BTreeSet::new();
+            for (op, key) in ops {
+                let hash = memory_hash(key.stable_hash());
+                match op {
+                    0 => { map.insert(hash, &key, 1); written.insert(key); }
+                    1 => if map.remove(hash, &key).is_some() { written.remove(&key); removed.insert(key); },
+                    _ => if map.get(hash, &key).is_none() { map.insert_unchanged(hash, &key, 2); },
+                }
+            }
+            let (named, named_removed) = map.changed().expect("tracked, never reorganized without its marks");
+            let named: std::collections::BTreeSet<u64> = named.map(|(k, _)| *k).collect();
+            prop_assert_eq!(named, written);
+            let named_removed: std::collections::BTreeSet<u64> = named_removed.iter().copied().collect();
+            prop_assert_eq!(named_removed, removed);
         }
     }
 }
