@@ -131,6 +131,26 @@ impl TestDirs {
 /// once the job finished nothing in `shared/` is left that no checkpoint names.
 #[test]
 fn kill_9_and_restore_from_incremental_checkpoints_is_exactly_once_and_leaves_no_garbage() {
+    kill_9_and_restore_rounds(&[]);
+}
+
+/// The same with the `fjall` backend and a 16 KB cache: its entries go to the store and come
+/// back between checkpoints, and its entry deltas hold what evictions wrote.
+#[test]
+fn kill_9_and_restore_from_fjall_incremental_checkpoints_is_exactly_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let tmp_dirs = format!("io.tmp.dirs={}", tmp.path().display());
+    kill_9_and_restore_rounds(&[
+        "-D",
+        "state.backend.type=fjall",
+        "-D",
+        "state.backend.fjall.memory=16kb",
+        "-D",
+        &tmp_dirs,
+    ]);
+}
+
+fn kill_9_and_restore_rounds(backend: &[&str]) {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
     let out_arg = out.to_str().unwrap().to_string();
@@ -144,6 +164,7 @@ fn kill_9_and_restore_from_incremental_checkpoints_is_exactly_once_and_leaves_no
         if let Some(latest) = &restore_from {
             args.extend(["-s", latest.as_str()]);
         }
+        args.extend(backend);
         args.extend(job_args(&checkpoints, &out_arg));
         if round == 2 {
             // The last round runs to the end.

@@ -39,7 +39,7 @@ pub struct KeyedStateBackend<K> {
     spill: Option<Spilling>,
     /// The `fjall` backend: every entry in a local LSM store, hot ones cached.
     lsm: Option<Lsm>,
-    /// The `hashmap` backend of an incremental job: tables record what is written for
+    /// The `hashmap` or `fjall` backend of an incremental job: tables record what is written for
     /// entry deltas.
     track_changes: bool,
 }

@@ -166,15 +166,13 @@ fn read_record<'a>(bytes: &'a [u8], at: &mut usize) -> Option<(&'a [u8], Option<
     }
 }
 
-/// Writes the entry delta of `logs`, in order (each key's last change wins), into `out`:
-/// the removed keys and the written entries, sorted by key bytes.
-pub(crate) fn write_delta(
-    logs: &[&ChangeLog],
-    out: &mut Vec<u8>,
+/// Each key's last change in `logs`, in order.
+fn last_changes<'a>(
+    logs: &[&'a ChangeLog],
     name: &str,
     key_group: u32,
-) -> Result<(), StateError> {
-    let mut last: std::collections::BTreeMap<&[u8], Option<&[u8]>> = std::collections::BTreeMap::new();
+) -> Result<std::collections::BTreeMap<&'a [u8], Option<&'a [u8]>>, StateError> {
+    let mut last = std::collections::BTreeMap::new();
     for log in logs {
         for record in log.records() {
             let (key, value) = record.ok_or_else(|| StateError::Corrupt {
@@ -184,6 +182,39 @@ pub(crate) fn write_delta(
             })?;
             last.insert(key, value);
         }
+    }
+    Ok(last)
+}
+
+impl ChangeLog {
+    /// Keeps each key's last change only (evictions of a group log a key each time it
+    /// changed in between).
+    pub(crate) fn compact(&mut self, name: &str, key_group: u32) -> Result<(), StateError> {
+        let mut compacted = ChangeLog::default();
+        for (key, value) in last_changes(&[self], name, key_group)? {
+            match value {
+                Some(value) => compacted.put(key, value),
+                None => compacted.remove(key),
+            }
+        }
+        *self = compacted;
+        Ok(())
+    }
+}
+
+/// Writes the entry delta of `logs`, in order (each key's last change wins), into `out`:
+/// the removed keys and the written entries, sorted by key bytes. `false`, writing nothing,
+/// when more than `at_most` keys changed.
+pub(crate) fn write_delta(
+    logs: &[&ChangeLog],
+    at_most: u64,
+    out: &mut Vec<u8>,
+    name: &str,
+    key_group: u32,
+) -> Result<bool, StateError> {
+    let last = last_changes(logs, name, key_group)?;
+    if last.len() as u64 > at_most {
+        return Ok(false);
     }
     let removed = last.values().filter(|value| value.is_none()).count();
     write_varint(out, removed as u64);
@@ -200,7 +231,7 @@ pub(crate) fn write_delta(
             out.extend_from_slice(value);
         }
     }
-    Ok(())
+    Ok(true)
 }
 
 /// A delta block decoded: the keys removed and the entries written.

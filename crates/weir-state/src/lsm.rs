@@ -396,7 +396,13 @@ impl<K: Key, C: Cell> LsmTable<K, C> {
         {
             log = None;
         }
-        // Past half the group's entries a delta is not written: the log can go.
+        // Past half the group's entries a delta is not written: the log can go, once it
+        // holds each key once.
+        if let Some(known) = &mut log
+            && known.changes().saturating_mul(2) > entries
+        {
+            known.compact(&self.name, key_group)?;
+        }
         let log = log.filter(|log| log.changes().saturating_mul(2) <= entries);
         let mut fresh = KeyMap::with_tombstones();
         if log.is_some() {
@@ -786,11 +792,13 @@ impl<K: Key, C: Cell> TableSnapshot for LsmSnapshot<K, C> {
             FrozenGroup::Serialized { changes: Some(log), .. } => Some(log.changes()),
             _ => None,
         }?;
-        // Past half the group, a chain costs the restore more than it saves.
-        (changed.saturating_mul(2) <= self.frozen.entries[index]).then_some(changed)
+        // At most: a key changed twice counts twice. The delta's write counts exactly.
+        Some(changed)
     }
     fn write_key_group_delta(&self, key_group: u32, out: &mut Vec<u8>) -> Result<bool, StateError> {
         let index = self.index(key_group)?;
+        // Past half the group, a chain costs the restore more than it saves.
+        let half = self.frozen.entries[index] / 2;
         let slot = lock(&self.frozen.slots[index]);
         match &*slot {
             FrozenGroup::Shared { map, written_out: Some(log) } => {
@@ -800,13 +808,9 @@ impl<K: Key, C: Cell> TableSnapshot for LsmSnapshot<K, C> {
                 if !cached.append_map(&map, key_group, &self.name)? {
                     return Ok(false);
                 }
-                write_delta(&[&log, &cached], out, &self.name, key_group)?;
-                Ok(true)
+                write_delta(&[&log, &cached], half, out, &self.name, key_group)
             }
-            FrozenGroup::Serialized { changes: Some(log), .. } => {
-                write_delta(&[log], out, &self.name, key_group)?;
-                Ok(true)
-            }
+            FrozenGroup::Serialized { changes: Some(log), .. } => write_delta(&[log], half, out, &self.name, key_group),
             _ => Ok(false),
         }
     }

@@ -76,14 +76,14 @@ pub trait TableSnapshot: Send {
         u64::MAX
     }
     /// How many entries of the key group were written or removed since the snapshot
-    /// [`Self::written_after`] names, when the table tracked that (the `hashmap` backend of
+    /// [`Self::written_after`] names, when the table tracked that (the `hashmap` and `fjall` backends of
     /// an incremental job); `None` otherwise.
     fn changed_entries(&self, _key_group: u32) -> Option<u64> {
         None
     }
     /// Serializes what [`Self::changed_entries`] counts as an entry delta ([`crate::apply_deltas`]
-    /// applies it over the block of snapshot [`Self::written_after`]); `false` when not known,
-    /// and then nothing is written.
+    /// applies it over the block of snapshot [`Self::written_after`]); `false` when not known
+    /// or not worth it (more than half the group changed), and then nothing is written.
     fn write_key_group_delta(&self, _key_group: u32, _out: &mut Vec<u8>) -> Result<bool, StateError> {
         Ok(false)
     }

@@ -48,8 +48,9 @@ impl<K: Key, I, O, F> KeyedProcessOperator<K, I, O, F> {
             key_selector,
             backend: match &ctx.spill {
                 Some(options) => KeyedStateBackend::new(range, ctx.max_parallelism).with_spill(options.clone()),
-                None => KeyedStateBackend::new(range, ctx.max_parallelism).tracking_changes(ctx.incremental),
-            },
+                None => KeyedStateBackend::new(range, ctx.max_parallelism),
+            }
+            .tracking_changes(ctx.incremental),
             time: TimeState::new(),
             clock: Arc::clone(&ctx.clock),
             out: Vec::new(),

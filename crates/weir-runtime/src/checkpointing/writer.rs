@@ -225,8 +225,8 @@ fn write_subtask(job: WriteJob) -> Result<SubtaskAck, String> {
                     if let Some(chain) = chain
                         && written_after < base_id
                     {
-                        // Not accessed since the base: name its blocks. Not counted first:
-                        // the fjall backend reads a stored group whole to count it.
+                        // Not accessed since the base: name its blocks (nothing of the group
+                        // is read).
                         table.release_key_group(key_group);
                         reused_bytes += name_chain(chain, &mut shared_files, &mut blocks);
                         recorded.insert(key_group, chain.clone());
@@ -238,7 +238,7 @@ fn write_subtask(job: WriteJob) -> Result<SubtaskAck, String> {
                         continue;
                     }
                     // Changed since the base, and only since it: an entry delta over the
-                    // base's blocks when few entries changed (the hashmap backend tracks them).
+                    // base's blocks when few entries changed (the hashmap and fjall backends track them).
                     let delta_over =
                         chain.filter(|_| written_after == base_id && table.changed_entries(key_group).is_some());
                     let mut delta_written = false;
