@@ -32,7 +32,33 @@ run "fjall 64mb, incremental checkpoints 3s" -D state.backend.type=fjall -D stat
 
 if [ "${BIG:-0}" = 1 ]; then
   echo "== counter, 200 M keys, 200 M events, p=2, fjall 512mb, incremental checkpoints 10s"
-  run "fjall 200M keys" -D state.backend.type=fjall -D state.backend.fjall.memory=512mb \
+  # In the background, with its checkpoints read from the REST API every 20 s (history
+  # keeps the newest 10).
+  /usr/bin/time -f "fjall 200M keys: %e s wall, %M KB peak RSS" -o "$WORK/time" "$W" run -p 2 -D "io.tmp.dirs=$WORK" \
+    -D rest.port=18931 -D state.backend.type=fjall -D state.backend.fjall.memory=512mb \
     -D execution.checkpointing.interval=10s -D execution.checkpointing.incremental=true \
-    -D "state.checkpoints.dir=file://$WORK/chk" counter --users 200000000 --events 200000000 --output none
+    -D "state.checkpoints.dir=file://$WORK/chk" counter --users 200000000 --events 200000000 --output none \
+    >"$WORK/out" 2>&1 &
+  RUN=$!
+  while kill -0 $RUN 2>/dev/null; do
+    sleep 20
+    curl -sf http://127.0.0.1:18931/jobs/overview >"$WORK/jobs" 2>/dev/null || continue
+    JOB_ID=$(python3 -c 'import json,sys; j=json.load(open(sys.argv[1]))["jobs"]; print(j[0]["jid"] if j else "")' "$WORK/jobs")
+    [ -n "$JOB_ID" ] && curl -sf "http://127.0.0.1:18931/jobs/$JOB_ID/checkpoints" >>"$WORK/checkpoints.jsonl" 2>/dev/null && echo >>"$WORK/checkpoints.jsonl"
+  done
+  wait $RUN || true
+  cat "$WORK/time"
+  python3 - "$WORK/checkpoints.jsonl" <<'PY'
+import json, sys
+seen = {}
+for line in open(sys.argv[1]):
+    line = line.strip()
+    if not line:
+        continue
+    for c in json.loads(line).get("history", []):
+        if c["status"] == "COMPLETED":
+            seen[c["id"]] = c
+for id, c in sorted(seen.items()):
+    print(f"checkpoint {id}: {c['end_to_end_duration'] / 1000:.1f} s, wrote {c['checkpointed_size'] / 1e6:.1f} MB of {c['state_size'] / 1e6:.1f} MB")
+PY
 fi
