@@ -971,16 +971,12 @@ mod tests {
         let range = KeyGroupRange::new(0, 7);
         let mut backend = fjall_backend(range, 8, 16 << 10).tracking_changes(true);
         let mut heap = KeyedStateBackend::<u64>::new(range, 8);
-        let mut set = |key: u64, value: u64| {
+        for key in 0..4_000u64 {
             let at = backend.locate(&key).unwrap();
-            backend.value(&count, at).unwrap().set(value);
+            backend.value(&count, at).unwrap().set(key);
             let at = heap.locate(&key).unwrap();
-            heap.value(&heap_count, at).unwrap().set(value);
-        };
-        for key in 0..4_000 {
-            set(key, key);
+            heap.value(&heap_count, at).unwrap().set(key);
         }
-        drop(set);
         let mut chains = Chains::new();
         let mut base = 0;
         let mut deltas = 0;
