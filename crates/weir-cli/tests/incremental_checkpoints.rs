@@ -50,6 +50,28 @@ fn entry_deltas(job_dir: &Path) -> usize {
     deltas
 }
 
+/// The most blocks any key group of any keyed state has in a complete checkpoint of
+/// `job_dir` (a full block and the entry deltas over it).
+fn longest_chain(job_dir: &Path) -> usize {
+    let mut longest = 0;
+    for (id, _) in checkpoints_and_their_files(job_dir) {
+        let text = std::fs::read_to_string(job_dir.join(format!("chk-{id}/_metadata"))).unwrap();
+        let value: serde_json::Value = serde_json::from_str(&text).unwrap();
+        for operator in value["metadata"]["operators"].as_array().unwrap() {
+            for subtask in operator["subtasks"].as_array().unwrap() {
+                for state in subtask["keyed_states"].as_array().into_iter().flatten() {
+                    let mut chains: BTreeMap<u64, usize> = BTreeMap::new();
+                    for block in state["key_groups"].as_array().unwrap() {
+                        *chains.entry(block["key_group"].as_u64().unwrap()).or_default() += 1;
+                    }
+                    longest = longest.max(chains.into_values().max().unwrap_or(0));
+                }
+            }
+        }
+    }
+    longest
+}
+
 fn shared_files_on_disk(job_dir: &Path) -> BTreeSet<String> {
     std::fs::read_dir(job_dir.join("shared"))
         .map(|entries| entries.map(|e| e.unwrap().file_name().to_string_lossy().to_string()).collect())
@@ -200,6 +222,9 @@ fn kill_9_and_restore_rounds(backend: &[&str]) {
         let latest = job_dir.join(format!("chk-{latest}"));
         deltas_restored += std::fs::read_to_string(latest.join("_metadata")).unwrap().matches("\"delta\":true").count();
         eprintln!("entry deltas in the complete checkpoints: {}", entry_deltas(&job_dir));
+        // materialize-every=4: each key group is written whole once in 4 checkpoints.
+        let longest = longest_chain(&job_dir);
+        assert!(longest <= 4, "a key group's chain has {longest} blocks, more than materialize-every (4)");
         restore_from = Some(latest.to_str().unwrap().to_string());
     }
     assert!(reused_somewhere, "no checkpoint reused an older checkpoint's file");

@@ -258,13 +258,13 @@ pub const CHECKPOINTING_INCREMENTAL: ConfigOption<bool> = ConfigOption {
     default: || false,
 };
 
-/// `execution.checkpointing.incremental.materialize-every`: every n-th checkpoint of a
-/// subtask writes its whole state again.
+/// `execution.checkpointing.incremental.materialize-every`: each key group is written whole
+/// again once every n checkpoints of its subtask, staggered across key groups.
 pub const CHECKPOINTING_INCREMENTAL_MATERIALIZE_EVERY: ConfigOption<u32> = ConfigOption {
     key: "execution.checkpointing.incremental.materialize-every",
     fallback_keys: &[],
     default_description: "10",
-    description: "with incremental checkpoints, every n-th checkpoint of a subtask writes its whole state again (periodic full materialization), so old shared files are released",
+    description: "with incremental checkpoints, each key group is written whole again once every n checkpoints of its subtask (periodic materialization, spread so that each checkpoint rewrites about 1/n of the state), so old shared files are released and chains stay short",
     parse: positive_u32,
     default: || 10,
 };

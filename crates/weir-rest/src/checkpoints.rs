@@ -670,7 +670,7 @@ pub(crate) async fn trigger_checkpoint(
         Some("FULL") if job.checkpoint_settings().incremental.is_some() => {
             return Err(ApiError::bad_request(
                 "checkpointType FULL: this job takes incremental checkpoints, and weir cannot force a full one yet \
-                 (every execution.checkpointing.incremental.materialize-every-th checkpoint is full); \
+                 (each key group is written whole once every execution.checkpointing.incremental.materialize-every checkpoints); \
                  take a savepoint for a full, self-contained snapshot",
             ));
         }

@@ -6,8 +6,12 @@
 //! since the *base*, the newest checkpoint this subtask heard completed, into one new file of
 //! the job's `shared/` directory, and names the base's blocks for the rest. The base is a
 //! completed checkpoint, never one merely written, so nothing names the files of a checkpoint
-//! that was aborted (and deleted). Every n-th checkpoint writes everything again (full
-//! materialization), so the files of old checkpoints are released as the job goes on.
+//! that was aborted (and deleted). Each key group is written whole again once every n
+//! checkpoints (periodic materialization, staggered: key group `g` at the checkpoints whose
+//! sequence `s` has `(s + g) mod n == 0`, so each checkpoint rewrites about 1/n of the state
+//! rather than every n-th rewriting all of it). No chain is longer than n blocks and no
+//! block older than n checkpoints stays named, so the files of old checkpoints are released
+//! as the job goes on.
 //!
 //! A new attempt (a restart, a restore) starts without a base: its first checkpoint is full
 //! and names no file it did not write (Flink's NO_CLAIM first checkpoint).
@@ -26,8 +30,9 @@ pub type KeyGroupBlocks = BTreeMap<u32, Vec<(Arc<str>, BlockRef)>>;
 pub struct WrittenCheckpoint {
     /// Its id.
     pub checkpoint_id: u64,
-    /// Checkpoints since the last full one (0: this one was full).
-    pub since_full: u32,
+    /// Its place among this attempt's checkpoints of the subtask: 0 for the first (full) one,
+    /// its base's plus one otherwise.
+    pub sequence: u64,
     /// Per (operator uid, keyed state name): key group -> its chain of (shared file name,
     /// block). The blocks' `shared_file` index is left unset: each checkpoint numbers its
     /// own files.
@@ -51,7 +56,7 @@ struct Inner {
 
 /// The incremental bookkeeping of one subtask in one attempt.
 pub struct IncrementalTracker {
-    /// Every n-th checkpoint is full.
+    /// Every key group is written whole once every n checkpoints.
     pub materialize_every: u32,
     inner: Mutex<Inner>,
 }
@@ -68,6 +73,15 @@ impl IncrementalTracker {
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Whether the checkpoint after `base` writes key group `key_group` whole (without a
+    /// base, every group is).
+    pub fn materializes(&self, base: Option<&WrittenCheckpoint>, key_group: u32) -> bool {
+        match base {
+            None => true,
+            Some(base) => (base.sequence + 1 + u64::from(key_group)) % u64::from(self.materialize_every) == 0,
+        }
     }
 
     /// The newest completed checkpoint this subtask wrote, if any.
@@ -103,6 +117,34 @@ mod tests {
 
     fn written(id: u64) -> WrittenCheckpoint {
         WrittenCheckpoint { checkpoint_id: id, ..WrittenCheckpoint::default() }
+    }
+
+    #[test]
+    fn every_key_group_is_materialized_once_in_every_n_checkpoints() {
+        let tracker = IncrementalTracker::new(4);
+        let mut base: Option<WrittenCheckpoint> = None;
+        let mut since = [0u32; 10];
+        for sequence in 0..40u64 {
+            let mut count = 0;
+            for (key_group, since) in since.iter_mut().enumerate() {
+                if tracker.materializes(base.as_ref(), key_group as u32) {
+                    *since = 0;
+                    count += 1;
+                } else {
+                    *since += 1;
+                }
+                assert!(*since < 4, "key group {key_group} went 4 checkpoints without being written whole");
+            }
+            if sequence == 0 {
+                assert_eq!(count, 10, "the first checkpoint is full");
+            } else {
+                assert!((2..=3).contains(&count), "a quarter of 10 groups, not {count}");
+            }
+            base = Some(WrittenCheckpoint { checkpoint_id: sequence + 1, sequence, ..WrittenCheckpoint::default() });
+        }
+        // One in every checkpoint with n = 1.
+        let every = IncrementalTracker::new(1);
+        assert!((0..5).all(|g| every.materializes(base.as_ref(), g)));
     }
 
     #[test]

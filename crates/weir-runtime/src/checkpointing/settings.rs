@@ -23,8 +23,8 @@ pub struct CheckpointSettings {
     pub checkpoints_url: String,
     /// Default target of savepoints (`state.savepoints.dir`).
     pub savepoints_url: Option<String>,
-    /// Incremental checkpoints (`execution.checkpointing.incremental`): `Some(n)`, every
-    /// n-th checkpoint of a subtask writing its whole state again
+    /// Incremental checkpoints (`execution.checkpointing.incremental`): `Some(n)`, each key
+    /// group written whole again once every n checkpoints of its subtask
     /// (`execution.checkpointing.incremental.materialize-every`).
     pub incremental: Option<u32>,
     /// `execution.state-recovery.claim-mode: CLAIM`: a restored checkpoint becomes the job's

@@ -184,14 +184,13 @@ fn write_subtask(job: WriteJob) -> Result<SubtaskAck, String> {
         None => (Arc::clone(&dir), data_file_name(vertex, subtask)),
     };
     let base = incremental.as_ref().and_then(|tracker| tracker.base());
-    let full = match (&incremental, &base) {
-        (Some(tracker), Some(base)) => base.since_full + 1 >= tracker.materialize_every,
-        _ => true,
-    };
+    // A key group due for materialization is written whole; the rest may reuse the base.
+    let materializes =
+        |key_group: u32| incremental.as_ref().is_none_or(|tracker| tracker.materializes(base.as_deref(), key_group));
     let own_file: Arc<str> = Arc::from(file.as_str());
     let mut written = WrittenCheckpoint {
         checkpoint_id,
-        since_full: if full { 0 } else { base.as_ref().map_or(0, |b| b.since_full + 1) },
+        sequence: base.as_ref().map_or(0, |b| b.sequence + 1),
         keyed: Default::default(),
     };
     let mut data = DataFileWriter::new();
@@ -215,12 +214,12 @@ fn write_subtask(job: WriteJob) -> Result<SubtaskAck, String> {
             key_type = Some(keyed.key_type.clone());
             for table in &mut keyed.tables {
                 let name = table.name().to_string();
-                let reusable = if full { None } else { base.as_ref().and_then(|b| b.state(&operator.uid, &name)) };
+                let reusable = base.as_ref().and_then(|b| b.state(&operator.uid, &name));
                 let base_id = base.as_ref().map_or(0, |b| b.checkpoint_id);
                 let mut blocks = Vec::new();
                 let mut recorded = BTreeMap::new();
                 for key_group in keyed.range.iter() {
-                    let chain = reusable.and_then(|groups| groups.get(&key_group));
+                    let chain = reusable.filter(|_| !materializes(key_group)).and_then(|groups| groups.get(&key_group));
                     let written_after = table.written_after(key_group);
                     if let Some(chain) = chain
                         && written_after < base_id
