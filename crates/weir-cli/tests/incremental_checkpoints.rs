@@ -13,8 +13,8 @@ use common::{RunningWeir, assert_counts_exactly_once, committed_lines, poll_json
 const USERS: u64 = 2000;
 const EVENTS: u64 = 30_000;
 
-/// The shared files each complete checkpoint of `job_dir` names, by checkpoint id.
-fn checkpoints_and_their_files(job_dir: &Path) -> BTreeMap<u64, BTreeSet<String>> {
+/// The `_metadata` of each complete checkpoint of `job_dir`, by checkpoint id.
+fn complete_metadata(job_dir: &Path) -> BTreeMap<u64, serde_json::Value> {
     let mut found = BTreeMap::new();
     for entry in std::fs::read_dir(job_dir).unwrap() {
         let path = entry.unwrap().path();
@@ -22,51 +22,56 @@ fn checkpoints_and_their_files(job_dir: &Path) -> BTreeMap<u64, BTreeSet<String>
             continue;
         };
         let Ok(text) = std::fs::read_to_string(path.join("_metadata")) else { continue };
-        let value: serde_json::Value = serde_json::from_str(&text).unwrap();
-        let mut files = BTreeSet::new();
-        for operator in value["metadata"]["operators"].as_array().unwrap() {
-            for subtask in operator["subtasks"].as_array().unwrap() {
-                for file in subtask["shared_files"].as_array().into_iter().flatten() {
-                    files.insert(file.as_str().unwrap().to_string());
-                }
-            }
-        }
-        found.insert(id, files);
+        found.insert(id, serde_json::from_str(&text).unwrap());
     }
     found
 }
 
+/// Every subtask snapshot of one checkpoint's metadata.
+fn subtasks(metadata: &serde_json::Value) -> impl Iterator<Item = &serde_json::Value> {
+    metadata["metadata"]["operators"].as_array().unwrap().iter().flat_map(|o| o["subtasks"].as_array().unwrap())
+}
+
+/// Every keyed state's list of blocks in one checkpoint's metadata.
+fn keyed_block_lists(metadata: &serde_json::Value) -> impl Iterator<Item = &Vec<serde_json::Value>> {
+    subtasks(metadata)
+        .flat_map(|s| s["keyed_states"].as_array().into_iter().flatten())
+        .map(|state| state["key_groups"].as_array().unwrap())
+}
+
+/// The shared files each complete checkpoint of `job_dir` names, by checkpoint id.
+fn checkpoints_and_their_files(job_dir: &Path) -> BTreeMap<u64, BTreeSet<String>> {
+    complete_metadata(job_dir)
+        .into_iter()
+        .map(|(id, metadata)| {
+            let files = subtasks(&metadata)
+                .flat_map(|s| s["shared_files"].as_array().into_iter().flatten())
+                .map(|f| f.as_str().unwrap().to_string())
+                .collect();
+            (id, files)
+        })
+        .collect()
+}
+
 /// Blocks of the complete checkpoints of `job_dir` that are entry deltas of a key group.
 fn entry_deltas(job_dir: &Path) -> usize {
-    let mut deltas = 0;
-    for entry in std::fs::read_dir(job_dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("chk-"))
-            && let Ok(text) = std::fs::read_to_string(path.join("_metadata"))
-        {
-            deltas += text.matches("\"delta\":true").count();
-        }
-    }
-    deltas
+    complete_metadata(job_dir)
+        .values()
+        .map(|metadata| keyed_block_lists(metadata).flatten().filter(|b| b["delta"] == true).count())
+        .sum()
 }
 
 /// The most blocks any key group of any keyed state has in a complete checkpoint of
 /// `job_dir` (a full block and the entry deltas over it).
 fn longest_chain(job_dir: &Path) -> usize {
     let mut longest = 0;
-    for (id, _) in checkpoints_and_their_files(job_dir) {
-        let text = std::fs::read_to_string(job_dir.join(format!("chk-{id}/_metadata"))).unwrap();
-        let value: serde_json::Value = serde_json::from_str(&text).unwrap();
-        for operator in value["metadata"]["operators"].as_array().unwrap() {
-            for subtask in operator["subtasks"].as_array().unwrap() {
-                for state in subtask["keyed_states"].as_array().into_iter().flatten() {
-                    let mut chains: BTreeMap<u64, usize> = BTreeMap::new();
-                    for block in state["key_groups"].as_array().unwrap() {
-                        *chains.entry(block["key_group"].as_u64().unwrap()).or_default() += 1;
-                    }
-                    longest = longest.max(chains.into_values().max().unwrap_or(0));
-                }
+    for metadata in complete_metadata(job_dir).values() {
+        for blocks in keyed_block_lists(metadata) {
+            let mut chains: BTreeMap<u64, usize> = BTreeMap::new();
+            for block in blocks {
+                *chains.entry(block["key_group"].as_u64().unwrap()).or_default() += 1;
             }
+            longest = longest.max(chains.into_values().max().unwrap_or(0));
         }
     }
     longest
