@@ -178,7 +178,6 @@ impl<T: Clone + Send> ChannelOutput<T> {
         };
         // Backpressure: wait for room, checking for cancellation between waits. The start of
         // the wait is published so the metric grows while the sender is still blocked.
-        let blocked_at = Instant::now();
         let since = weir_types::lifecycle::now_ms().max(1);
         self.ctx.metrics.backpressured_since_ms.store(since, std::sync::atomic::Ordering::Relaxed);
         let result = loop {
@@ -191,7 +190,8 @@ impl<T: Clone + Send> ChannelOutput<T> {
                 Err(SendTimeoutError::Disconnected(_)) => break Err(self.consumer_gone(target)),
             }
         };
-        let blocked_ms = blocked_at.elapsed().as_millis() as u64;
+        // On the clock `since` is on, so the metric never shrinks as a wait ends.
+        let blocked_ms = weir_types::lifecycle::now_ms().saturating_sub(since);
         self.ctx.metrics.backpressured_ms.fetch_add(blocked_ms, std::sync::atomic::Ordering::Relaxed);
         self.ctx.metrics.backpressured_since_ms.store(0, std::sync::atomic::Ordering::Relaxed);
         result
@@ -1050,7 +1050,7 @@ mod tests {
     }
 
     fn barrier(checkpoint_id: u64) -> Barrier {
-        Barrier { checkpoint_id, timestamp_ms: 0, kind: BarrierKind::Checkpoint }
+        Barrier { checkpoint_id, timestamp_ms: 0, kind: BarrierKind::Checkpoint { full: false } }
     }
 
     fn context(control: Receiver<TaskControl>, snapshots: &Arc<Snapshots>) -> TaskContext {

@@ -313,7 +313,11 @@ mod tests {
             for batch in 0..200u64 {
                 producer_tx.send(StreamElement::Records((batch * 10..batch * 10 + 10).collect())).unwrap();
                 if batch % 50 == 0 {
-                    let barrier = Barrier { checkpoint_id: batch, timestamp_ms: 0, kind: BarrierKind::Checkpoint };
+                    let barrier = Barrier {
+                        checkpoint_id: batch,
+                        timestamp_ms: 0,
+                        kind: BarrierKind::Checkpoint { full: false },
+                    };
                     producer_tx.send(StreamElement::Barrier(barrier)).unwrap();
                 }
             }

@@ -10,8 +10,12 @@ pub use weir_types::SnapshotFormat;
 /// What a barrier asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum BarrierKind {
-    /// A periodic checkpoint (native format).
-    Checkpoint,
+    /// A checkpoint (native format), periodic or asked for.
+    Checkpoint {
+        /// Every key group written whole, none reused from an earlier checkpoint (Flink's
+        /// `checkpointType: FULL`); the next incremental checkpoints build on it.
+        full: bool,
+    },
     /// A savepoint; with `terminate`, the job stops once it completes (stop-with-savepoint).
     Savepoint {
         /// Stop after this savepoint.
@@ -31,7 +35,7 @@ impl BarrierKind {
     /// The format this snapshot is written in.
     pub fn format(&self) -> SnapshotFormat {
         match self {
-            BarrierKind::Checkpoint => SnapshotFormat::Native,
+            BarrierKind::Checkpoint { .. } => SnapshotFormat::Native,
             BarrierKind::Savepoint { format, .. } => *format,
         }
     }

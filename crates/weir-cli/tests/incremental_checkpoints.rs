@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::{RunningWeir, assert_counts_exactly_once, committed_lines, poll_json, run_weir};
+use common::{RunningWeir, assert_counts_exactly_once, committed_lines, poll_json, post_json, run_weir};
 
 const USERS: u64 = 2000;
 const EVENTS: u64 = 30_000;
@@ -237,6 +237,45 @@ fn kill_9_and_restore_rounds(backend: &[&str]) {
     // change by one key of two, which is an entry delta.
     assert!(deltas_restored > 0, "no restored checkpoint held an entry delta");
     assert_counts_exactly_once(&committed_lines(&out), USERS, EVENTS);
+}
+
+/// `POST /jobs/{id}/checkpoints` with `checkpointType: FULL` (what `flink checkpoint -full`
+/// sends) of an incremental job: that checkpoint names only its own files and holds no entry
+/// delta, while the checkpoints around it reuse older files; the run is exactly once.
+#[test]
+fn a_full_checkpoint_on_request_names_no_earlier_file() {
+    let dirs = TestDirs::new();
+    let mut args = vec!["run", "-p", "2"];
+    // Keep every checkpoint, to read the full one and the ones around it.
+    args.extend(
+        job_args(&dirs.checkpoints, &dirs.out_arg)
+            .into_iter()
+            .map(|a| if a == "state.checkpoints.num-retained=2" { "state.checkpoints.num-retained=1000" } else { a }),
+    );
+    let mut weir = RunningWeir::start(&args);
+    let rest = weir.rest_url();
+    let job_id = weir.job_id();
+    poll_json(&format!("{rest}/jobs/{job_id}/checkpoints"), |c| c["counts"]["completed"].as_u64() >= Some(3));
+
+    let answer = post_json(&format!("{rest}/jobs/{job_id}/checkpoints"), r#"{"checkpointType": "FULL"}"#);
+    assert_eq!(answer.status, 202, "{}", answer.body);
+    let request_id = answer.json()["request-id"].as_str().unwrap().to_string();
+    let done =
+        poll_json(&format!("{rest}/jobs/{job_id}/checkpoints/{request_id}"), |r| r["status"]["id"] == "COMPLETED");
+    let full = done["operation"]["checkpointId"].as_u64().unwrap_or_else(|| panic!("no checkpoint: {done}"));
+    assert_eq!(weir.wait(), Some(0));
+
+    let job_dir = dirs.chk_root.join(&job_id);
+    let files = checkpoints_and_their_files(&job_dir);
+    let own = format!("chk-{full}-");
+    let full_files = &files[&full];
+    assert!(!full_files.is_empty() && full_files.iter().all(|f| f.starts_with(&own)), "{full}: {full_files:?}");
+    let metadata = &complete_metadata(&job_dir)[&full];
+    assert!(keyed_block_lists(metadata).flatten().all(|b| b["delta"] != true), "the full checkpoint holds deltas");
+    let reuses = |id: u64| files.get(&id).is_some_and(|f| f.iter().any(|f| !f.starts_with(&format!("chk-{id}-"))));
+    assert!(reuses(full - 1), "the checkpoint before the full one reused nothing: the test proves nothing");
+    assert!(files.range(full + 1..).any(|(id, _)| reuses(*id)), "no checkpoint after the full one is incremental");
+    assert_counts_exactly_once(&committed_lines(&dirs.out), USERS, EVENTS);
 }
 
 /// `weir savepoint --dispose` of an incremental checkpoint deletes its `_metadata` and the

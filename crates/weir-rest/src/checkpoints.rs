@@ -638,8 +638,9 @@ pub(crate) async fn checkpoint_config(PathJob(job): PathJob) -> Result<Json<Chec
 /// `POST /jobs/{jobid}/checkpoints` body (optional), as Flink's `CheckpointTriggerRequestBody`.
 #[derive(Debug, Default, Deserialize, Serialize, utoipa::ToSchema)]
 pub struct CheckpointTriggerRequest {
-    /// `CONFIGURED` (default: as the job is configured), `FULL`, or `INCREMENTAL`. `FULL` of
-    /// a job with incremental checkpoints is refused: weir cannot force one yet.
+    /// `CONFIGURED` (default: as the job is configured), `FULL`, or `INCREMENTAL`. `FULL`
+    /// writes every key group whole (of a job with incremental checkpoints too: it names no
+    /// file of an earlier checkpoint); `INCREMENTAL` is as configured.
     #[serde(rename = "checkpointType", default)]
     #[schema(pattern = "^(CONFIGURED|FULL|INCREMENTAL)$")]
     pub checkpoint_type: Option<String>,
@@ -665,28 +666,21 @@ pub(crate) async fn trigger_checkpoint(
         Err(e) => return Err(ApiError::bad_request(format!("bad checkpoint request body: {e}"))),
     };
     let job = find_job(&state.dispatcher, &jobid)?;
-    match body.checkpoint_type.as_deref().map(str::to_ascii_uppercase).as_deref() {
-        None | Some("CONFIGURED") | Some("INCREMENTAL") => {}
-        Some("FULL") if job.checkpoint_settings().incremental.is_some() => {
-            return Err(ApiError::bad_request(
-                "checkpointType FULL: this job takes incremental checkpoints, and weir cannot force a full one yet \
-                 (each key group is written whole once every execution.checkpointing.incremental.materialize-every checkpoints); \
-                 take a savepoint for a full, self-contained snapshot",
-            ));
-        }
-        Some("FULL") => {}
+    let full = match body.checkpoint_type.as_deref().map(str::to_ascii_uppercase).as_deref() {
+        None | Some("CONFIGURED") | Some("INCREMENTAL") => false,
+        Some("FULL") => true,
         Some(other) => {
             return Err(ApiError::bad_request(format!(
                 "checkpointType '{other}' is not one of CONFIGURED, FULL, INCREMENTAL"
             )));
         }
-    }
+    };
     if let Some(id) = &body.trigger_id
         && !(id.len() == 32 && id.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)))
     {
         return Err(ApiError::bad_request(format!("triggerId '{id}' is not 32 lower-case hex characters")));
     }
-    match job.trigger_checkpoint(body.trigger_id) {
+    match job.trigger_checkpoint(body.trigger_id, full) {
         Ok(request_id) => Ok((StatusCode::ACCEPTED, Json(TriggerResponse { request_id }))),
         Err(message) => Err(ApiError::new(StatusCode::CONFLICT, message)),
     }

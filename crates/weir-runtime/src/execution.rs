@@ -147,7 +147,7 @@ impl SnapshotSink for SubtaskSnapshotSink {
             let registry = Arc::clone(&self.dirs);
             // Savepoints are always whole and self-contained.
             let incremental = match snapshot.barrier.kind {
-                weir_api::snapshot::BarrierKind::Checkpoint => self.incremental.clone(),
+                weir_api::snapshot::BarrierKind::Checkpoint { .. } => self.incremental.clone(),
                 _ => None,
             };
             let _ = self.writer.send(WriteJob {

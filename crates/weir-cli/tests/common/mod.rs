@@ -187,6 +187,13 @@ pub fn patch(url: &str) -> Http {
     Http { status, body: response.body_mut().read_to_string().unwrap() }
 }
 
+/// POST `url` with a JSON `body`.
+pub fn post_json(url: &str, body: &str) -> Http {
+    let mut response = agent().post(url).header("Content-Type", "application/json").send(body).expect("REST answers");
+    let status = response.status().as_u16();
+    Http { status, body: response.body_mut().read_to_string().unwrap() }
+}
+
 /// Polls `GET url` until `done(json)` or [`WAIT_MAX`].
 pub fn poll_json(url: &str, mut done: impl FnMut(&serde_json::Value) -> bool) -> serde_json::Value {
     let deadline = Instant::now() + WAIT_MAX;

@@ -337,15 +337,27 @@ impl CheckpointCoordinator {
         wakeup
     }
 
+    /// Starts a checkpoint a user asked for; `full` (Flink's `checkpointType: FULL`) has
+    /// every subtask write each key group whole, whatever an earlier checkpoint holds.
+    pub fn trigger_requested(&mut self, full: bool) -> Result<Barrier, String> {
+        let mut barrier = self.trigger(SnapshotRequest::Periodic, None)?;
+        barrier.kind = BarrierKind::Checkpoint { full };
+        if let Some(pending) = self.pending.get_mut(&barrier.checkpoint_id) {
+            pending.barrier.kind = barrier.kind;
+        }
+        Ok(barrier)
+    }
+
     /// Starts a checkpoint or savepoint; returns the barrier the sources must emit.
     ///
     /// `savepoint_root` is the savepoint target directory for savepoints.
     pub fn trigger(&mut self, request: SnapshotRequest, savepoint_root: Option<&str>) -> Result<Barrier, String> {
         let id = self.next_id;
         let (dir, kind) = match &request {
-            SnapshotRequest::Periodic => {
-                (self.checkpoints_root.child(&checkpoint_dir(&self.job_id, id)), BarrierKind::Checkpoint)
-            }
+            SnapshotRequest::Periodic => (
+                self.checkpoints_root.child(&checkpoint_dir(&self.job_id, id)),
+                BarrierKind::Checkpoint { full: false },
+            ),
             SnapshotRequest::Savepoint { terminate, format, drain, .. } => {
                 let root = savepoint_root.ok_or_else(|| {
                     "no savepoint directory: give one (weir savepoint JOBID DIR, --savepoint-path) or set state.savepoints.dir"

@@ -7,7 +7,7 @@ use std::thread::JoinHandle;
 
 use bytes::Bytes;
 use crossbeam_channel::{Receiver, Sender};
-use weir_api::snapshot::{Redistribution, TaskSnapshot};
+use weir_api::snapshot::{BarrierKind, Redistribution, TaskSnapshot};
 use weir_checkpoint::format::{
     BlockRef, DataFileWriter, KeyedStateHandle, OperatorStateHandle, RedistributionMode, SubtaskSnapshot,
 };
@@ -185,8 +185,11 @@ fn write_subtask(job: WriteJob) -> Result<SubtaskAck, String> {
     };
     let base = incremental.as_ref().and_then(|tracker| tracker.base());
     // A key group due for materialization is written whole; the rest may reuse the base.
-    let materializes =
-        |key_group: u32| incremental.as_ref().is_none_or(|tracker| tracker.materializes(base.as_deref(), key_group));
+    // A full checkpoint (asked for with `checkpointType: FULL`) materializes every group.
+    let full = matches!(snapshot.barrier.kind, BarrierKind::Checkpoint { full: true });
+    let materializes = |key_group: u32| {
+        full || incremental.as_ref().is_none_or(|tracker| tracker.materializes(base.as_deref(), key_group))
+    };
     let own_file: Arc<str> = Arc::from(file.as_str());
     let mut written = WrittenCheckpoint {
         checkpoint_id,

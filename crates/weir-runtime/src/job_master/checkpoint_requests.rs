@@ -7,14 +7,18 @@
 
 use super::run::JobRun;
 use super::{CheckpointRequestStatus, JobRecord};
-use crate::checkpointing::coordinator::{Failure, SnapshotRequest};
+use crate::checkpointing::coordinator::Failure;
 use weir_api::snapshot::TaskControl;
 
 impl JobRun {
     /// A user's checkpoint request: triggered now when a slot is free and every subtask
     /// runs, else waiting for that.
-    pub(super) fn on_trigger_checkpoint(&mut self, record: &mut JobRecord, request_id: String) {
+    ///
+    /// `full` (Flink's `checkpointType: FULL`) writes every key group whole, so it reuses
+    /// no file of an earlier checkpoint.
+    pub(super) fn on_trigger_checkpoint(&mut self, record: &mut JobRecord, request_id: String, full: bool) {
         self.sup.waiting_checkpoints.push(request_id);
+        self.sup.waiting_full_checkpoint |= full;
         self.on_waiting_checkpoints(record);
     }
 
@@ -29,6 +33,7 @@ impl JobRun {
                 "job {} is finishing: its input ended and it takes its final checkpoint; no other checkpoint starts",
                 self.master.job_id
             );
+            self.sup.waiting_full_checkpoint = false;
             for request_id in std::mem::take(&mut self.sup.waiting_checkpoints) {
                 record.checkpoint_requests.insert(request_id, CheckpointRequestStatus::Failed(cause.clone()));
             }
@@ -37,9 +42,10 @@ impl JobRun {
         if !Self::all_running(record) || !self.leading() || !self.sup.coordinator.periodic_slot_free() {
             return;
         }
-        match self.sup.coordinator.trigger(SnapshotRequest::Periodic, None) {
+        let full = std::mem::take(&mut self.sup.waiting_full_checkpoint);
+        match self.sup.coordinator.trigger_requested(full) {
             Ok(barrier) => {
-                tracing::info!(job_id = %self.master.job_id, checkpoint = barrier.checkpoint_id, "checkpoint triggered by a user");
+                tracing::info!(job_id = %self.master.job_id, checkpoint = barrier.checkpoint_id, full, "checkpoint triggered by a user");
                 for request_id in std::mem::take(&mut self.sup.waiting_checkpoints) {
                     self.sup.manual_checkpoints.push((barrier.checkpoint_id, request_id));
                 }
@@ -81,6 +87,7 @@ impl JobRun {
 
     /// The job left RUNNING: no waiting request can start any more.
     pub(super) fn fail_waiting_checkpoints(&mut self, record: &mut JobRecord, state: weir_types::JobStatus) {
+        self.sup.waiting_full_checkpoint = false;
         for request_id in std::mem::take(&mut self.sup.waiting_checkpoints) {
             let cause = format!("job {} went {state} before the checkpoint started", self.master.job_id);
             record.checkpoint_requests.insert(request_id, CheckpointRequestStatus::Failed(cause));

@@ -61,6 +61,8 @@ pub enum MasterEvent {
     TriggerCheckpoint {
         /// The request id the user polls.
         request_id: String,
+        /// `checkpointType: FULL`: every key group written whole.
+        full: bool,
     },
 }
 
@@ -346,7 +348,7 @@ impl JobMaster {
     /// Asks for a checkpoint now (Flink's `POST /jobs/{id}/checkpoints`): its request id, or
     /// why the job cannot take one. `request_id` is the client's own trigger id, if it chose
     /// one.
-    pub fn trigger_checkpoint(&self, request_id: Option<String>) -> Result<String, String> {
+    pub fn trigger_checkpoint(&self, request_id: Option<String>, full: bool) -> Result<String, String> {
         let status = self.status();
         if status != JobStatus::Running {
             return Err(format!("job {} is {status}; checkpoints are taken of RUNNING jobs only", self.job_id));
@@ -368,7 +370,7 @@ impl JobMaster {
         if !fresh {
             return Err(format!("trigger id {request_id} was already used; choose another or leave it out"));
         }
-        let _ = self.control.send(MasterEvent::TriggerCheckpoint { request_id: request_id.clone() });
+        let _ = self.control.send(MasterEvent::TriggerCheckpoint { request_id: request_id.clone(), full });
         Ok(request_id)
     }
 

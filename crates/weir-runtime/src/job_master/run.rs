@@ -65,6 +65,9 @@ pub(super) struct Supervisor {
     pub(super) waiting_savepoints: Vec<WaitingSavepoint>,
     /// Users' checkpoint requests waiting for a free checkpoint slot or running subtasks.
     pub(super) waiting_checkpoints: Vec<String>,
+    /// One of the waiting requests asked for a full checkpoint (the one checkpoint that
+    /// serves them all is then full).
+    pub(super) waiting_full_checkpoint: bool,
     /// Triggered checkpoints of users' requests: (checkpoint id, request id).
     pub(super) manual_checkpoints: Vec<(u64, String)>,
     /// The final checkpoint: the first one triggered after every subtask's input ended.

@@ -105,7 +105,7 @@ fn drain_until_ended(run: &mut JobRun) {
                 );
                 run.savepoint_failed(record, &request_id, cause);
             }
-            Incoming::Event(MasterEvent::TriggerCheckpoint { request_id }) => {
+            Incoming::Event(MasterEvent::TriggerCheckpoint { request_id, .. }) => {
                 let cause = format!(
                     "job {} is {}; checkpoints are taken of RUNNING jobs only",
                     master.job_id,

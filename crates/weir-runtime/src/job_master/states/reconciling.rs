@@ -55,7 +55,7 @@ pub(super) fn run(run: &mut JobRun) -> State {
                 );
                 run.savepoint_failed(record, &request_id, cause);
             }),
-            Incoming::Event(MasterEvent::TriggerCheckpoint { request_id }) => master.update(|record| {
+            Incoming::Event(MasterEvent::TriggerCheckpoint { request_id, .. }) => master.update(|record| {
                 let cause = format!(
                     "job {job_id} is RECONCILING (a new leader JobManager takes it over); ask for the checkpoint once it is RUNNING"
                 );

@@ -65,7 +65,7 @@ fn wait_before_restart(run: &mut JobRun, delay: Duration) -> bool {
                 let cause = format!("job {} is RESTARTING; take the savepoint once it runs again", master.job_id);
                 run.savepoint_failed(record, &request_id, cause);
             }),
-            Ok(MasterEvent::TriggerCheckpoint { request_id }) => master.update(|record| {
+            Ok(MasterEvent::TriggerCheckpoint { request_id, .. }) => master.update(|record| {
                 let cause = format!("job {} is RESTARTING; ask for the checkpoint once it runs again", master.job_id);
                 record
                     .checkpoint_requests

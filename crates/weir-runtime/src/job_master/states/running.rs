@@ -49,8 +49,8 @@ pub(super) fn run(run: &mut JobRun) -> State {
                 Incoming::Event(MasterEvent::TriggerSavepoint { request_id, target, terminate, format, drain }) => {
                     run.on_trigger_savepoint(&mut record, request_id, target, terminate, format, drain)
                 }
-                Incoming::Event(MasterEvent::TriggerCheckpoint { request_id }) => {
-                    run.on_trigger_checkpoint(&mut record, request_id)
+                Incoming::Event(MasterEvent::TriggerCheckpoint { request_id, full }) => {
+                    run.on_trigger_checkpoint(&mut record, request_id, full)
                 }
                 Incoming::Event(MasterEvent::Snapshot(outcome)) => run.on_snapshot(&mut record, outcome),
                 Incoming::Nothing | Incoming::TasksClosed => {}
