@@ -169,6 +169,46 @@ fn name_chain(chain: &[(Arc<str>, BlockRef)], files: &mut Vec<Arc<str>>, blocks:
     bytes
 }
 
+/// What an incremental checkpoint did with each key group it holds, logged at debug: why
+/// groups were written whole is what makes a checkpoint large.
+#[derive(Debug, Default)]
+struct GroupOutcomes {
+    /// Unchanged since the base: its blocks named.
+    reused: u32,
+    /// Changed: an entry delta over the base's blocks.
+    deltas: u32,
+    /// Written whole: due for materialization (or a full checkpoint).
+    materialized: u32,
+    /// Written whole: the base holds no block of it (the attempt's first checkpoint, a new group).
+    no_base_block: u32,
+    /// Written whole: changed since a checkpoint newer than the base (whose completion the
+    /// subtask had not heard of when it wrote).
+    changed_after_base: u32,
+    /// Written whole: the table counts no changes for it (no change log kept, or not worth a delta).
+    no_change_log: u32,
+    /// Written whole: the table declined the delta (not known, or more than half the group changed).
+    delta_declined: u32,
+}
+
+impl GroupOutcomes {
+    fn count_written(&mut self, had_chain: bool, due: bool, changed_after_base: bool, tried: bool, delta: bool) {
+        let counter = if delta {
+            &mut self.deltas
+        } else if due {
+            &mut self.materialized
+        } else if !had_chain {
+            &mut self.no_base_block
+        } else if changed_after_base {
+            &mut self.changed_after_base
+        } else if !tried {
+            &mut self.no_change_log
+        } else {
+            &mut self.delta_declined
+        };
+        *counter += 1;
+    }
+}
+
 /// Serializes every operator's state of one subtask into one data file and writes it.
 ///
 /// For a checkpoint of an incremental job the file goes to the job's `shared/` directory,
@@ -203,6 +243,7 @@ fn write_subtask(job: WriteJob) -> Result<SubtaskAck, String> {
     let mut operators = Vec::with_capacity(snapshot.operators.len());
     let finished = snapshot.finished;
     let mut own_blocks = 0usize;
+    let mut groups = GroupOutcomes::default();
     for operator in &mut snapshot.operators {
         let before = data.len();
         let mut reused_bytes = 0u64;
@@ -232,6 +273,7 @@ fn write_subtask(job: WriteJob) -> Result<SubtaskAck, String> {
                         table.release_key_group(key_group);
                         reused_bytes += name_chain(chain, &mut shared_files, &mut blocks);
                         recorded.insert(key_group, chain.clone());
+                        groups.reused += 1;
                         continue;
                     }
                     let entries = table.key_group_entries(key_group);
@@ -254,6 +296,15 @@ fn write_subtask(job: WriteJob) -> Result<SubtaskAck, String> {
                     });
                     let mut block = block.map_err(|e| format!("operator '{}': {e}", operator.uid))?;
                     own_blocks += 1;
+                    if incremental.is_some() {
+                        groups.count_written(
+                            chain.is_some(),
+                            materializes(key_group),
+                            written_after > base_id,
+                            delta_over.is_some(),
+                            delta_written,
+                        );
+                    }
                     // The task's next write to this key group needs no copy.
                     table.release_key_group(key_group);
                     let mut links = Vec::new();
@@ -343,6 +394,7 @@ fn write_subtask(job: WriteJob) -> Result<SubtaskAck, String> {
     }
     if let Some(tracker) = &incremental {
         tracker.written(written);
+        tracing::debug!(checkpoint = checkpoint_id, vertex, subtask, ?groups, "incremental checkpoint written");
     }
     Ok(SubtaskAck { checkpoint_id, vertex, subtask, operators, finished: snapshot.finished })
 }
