@@ -427,18 +427,19 @@ fn kafka_on_a_cluster_is_exactly_once_through_taskmanager_and_leader_kills() {
             cluster.wait_job(&job, "RUNNING", Duration::from_secs(60));
         } else {
             // A TaskManager that runs some of the job's subtasks (asked again while the
-            // JobManagers do not answer: one may just have taken over).
+            // JobManagers do not answer, or name no TaskManager yet: a leader that just took
+            // over shows its subtasks' hosts once their TaskManagers report).
             let deadline = std::time::Instant::now() + Duration::from_secs(30);
+            let running_one = |hosts: &std::collections::BTreeSet<String>| {
+                cluster.taskmanagers.iter().position(|tm| hosts.contains(&taskmanager_id(tm)))
+            };
             let mut hosts = subtask_hosts(&cluster, &job);
-            while hosts.is_empty() && std::time::Instant::now() < deadline {
+            while running_one(&hosts).is_none() && std::time::Instant::now() < deadline {
                 std::thread::sleep(Duration::from_millis(50));
                 hosts = subtask_hosts(&cluster, &job);
             }
-            let index = cluster
-                .taskmanagers
-                .iter()
-                .position(|tm| hosts.contains(&taskmanager_id(tm)))
-                .unwrap_or_else(|| panic!("no TaskManager runs the job's subtasks: {hosts:?}"));
+            let index =
+                running_one(&hosts).unwrap_or_else(|| panic!("no TaskManager runs the job's subtasks: {hosts:?}"));
             let mut victim = cluster.taskmanagers.remove(index);
             let id = taskmanager_id(&victim);
             victim.kill_hard();
