@@ -296,15 +296,6 @@ fn write_subtask(job: WriteJob) -> Result<SubtaskAck, String> {
                     });
                     let mut block = block.map_err(|e| format!("operator '{}': {e}", operator.uid))?;
                     own_blocks += 1;
-                    if incremental.is_some() {
-                        groups.count_written(
-                            chain.is_some(),
-                            materializes(key_group),
-                            written_after > base_id,
-                            delta_over.is_some(),
-                            delta_written,
-                        );
-                    }
                     // The task's next write to this key group needs no copy.
                     table.release_key_group(key_group);
                     let mut links = Vec::new();
@@ -314,6 +305,13 @@ fn write_subtask(job: WriteJob) -> Result<SubtaskAck, String> {
                         links.clone_from(chain);
                     }
                     if incremental.is_some() {
+                        groups.count_written(
+                            chain.is_some(),
+                            materializes(key_group),
+                            written_after > base_id,
+                            delta_over.is_some(),
+                            delta_written,
+                        );
                         links.push((Arc::clone(&own_file), block));
                         recorded.insert(key_group, links);
                         block.shared_file = Some(shared_index(&own_file, &mut shared_files));

@@ -17,8 +17,7 @@ impl JobRun {
     /// `full` (Flink's `checkpointType: FULL`) writes every key group whole, so it reuses
     /// no file of an earlier checkpoint.
     pub(super) fn on_trigger_checkpoint(&mut self, record: &mut JobRecord, request_id: String, full: bool) {
-        self.sup.waiting_checkpoints.push(request_id);
-        self.sup.waiting_full_checkpoint |= full;
+        self.sup.waiting_checkpoints.push((request_id, full));
         self.on_waiting_checkpoints(record);
     }
 
@@ -33,8 +32,7 @@ impl JobRun {
                 "job {} is finishing: its input ended and it takes its final checkpoint; no other checkpoint starts",
                 self.master.job_id
             );
-            self.sup.waiting_full_checkpoint = false;
-            for request_id in std::mem::take(&mut self.sup.waiting_checkpoints) {
+            for (request_id, _) in std::mem::take(&mut self.sup.waiting_checkpoints) {
                 record.checkpoint_requests.insert(request_id, CheckpointRequestStatus::Failed(cause.clone()));
             }
             return;
@@ -42,17 +40,18 @@ impl JobRun {
         if !Self::all_running(record) || !self.leading() || !self.sup.coordinator.periodic_slot_free() {
             return;
         }
-        let full = std::mem::take(&mut self.sup.waiting_full_checkpoint);
+        // One checkpoint serves every waiting request: full if any of them asked for it.
+        let full = self.sup.waiting_checkpoints.iter().any(|(_, full)| *full);
         match self.sup.coordinator.trigger_requested(full) {
             Ok(barrier) => {
                 tracing::info!(job_id = %self.master.job_id, checkpoint = barrier.checkpoint_id, full, "checkpoint triggered by a user");
-                for request_id in std::mem::take(&mut self.sup.waiting_checkpoints) {
+                for (request_id, _) in std::mem::take(&mut self.sup.waiting_checkpoints) {
                     self.sup.manual_checkpoints.push((barrier.checkpoint_id, request_id));
                 }
                 self.sup.send_to_sources(TaskControl::TriggerCheckpoint(barrier));
             }
             Err(cause) => {
-                for request_id in std::mem::take(&mut self.sup.waiting_checkpoints) {
+                for (request_id, _) in std::mem::take(&mut self.sup.waiting_checkpoints) {
                     record.checkpoint_requests.insert(request_id, CheckpointRequestStatus::Failed(cause.clone()));
                 }
             }
@@ -87,8 +86,7 @@ impl JobRun {
 
     /// The job left RUNNING: no waiting request can start any more.
     pub(super) fn fail_waiting_checkpoints(&mut self, record: &mut JobRecord, state: weir_types::JobStatus) {
-        self.sup.waiting_full_checkpoint = false;
-        for request_id in std::mem::take(&mut self.sup.waiting_checkpoints) {
+        for (request_id, _) in std::mem::take(&mut self.sup.waiting_checkpoints) {
             let cause = format!("job {} went {state} before the checkpoint started", self.master.job_id);
             record.checkpoint_requests.insert(request_id, CheckpointRequestStatus::Failed(cause));
         }

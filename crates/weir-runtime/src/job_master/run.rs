@@ -63,11 +63,9 @@ pub(super) struct Supervisor {
     /// Savepoints asked for while subtasks were still starting: they are taken once every
     /// subtask runs, or fail at their deadline.
     pub(super) waiting_savepoints: Vec<WaitingSavepoint>,
-    /// Users' checkpoint requests waiting for a free checkpoint slot or running subtasks.
-    pub(super) waiting_checkpoints: Vec<String>,
-    /// One of the waiting requests asked for a full checkpoint (the one checkpoint that
-    /// serves them all is then full).
-    pub(super) waiting_full_checkpoint: bool,
+    /// Users' checkpoint requests waiting for a free checkpoint slot or running subtasks:
+    /// (request id, asked for a full checkpoint).
+    pub(super) waiting_checkpoints: Vec<(String, bool)>,
     /// Triggered checkpoints of users' requests: (checkpoint id, request id).
     pub(super) manual_checkpoints: Vec<(u64, String)>,
     /// The final checkpoint: the first one triggered after every subtask's input ended.

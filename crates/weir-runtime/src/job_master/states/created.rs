@@ -168,7 +168,6 @@ pub(super) fn run(
         next_attempt: recovered.as_ref().map_or(0, |r| r.next_attempt),
         waiting_savepoints: Vec::new(),
         waiting_checkpoints: Vec::new(),
-        waiting_full_checkpoint: false,
         manual_checkpoints: Vec::new(),
         final_checkpoint: None,
         finishing: false,
