@@ -858,6 +858,17 @@ impl<T: Send> InputBody<T> {
         on_completion(self.head.as_mut(), &mut self.stopping, control)
     }
 
+    /// Before a barrier is handled, applies the control messages queued meanwhile (a step may
+    /// take many slow batches after its one poll). The completion of the previous checkpoint
+    /// is usually among them, as the job master sends it before it triggers the next one: an
+    /// incremental snapshot that has heard it writes deltas on it instead of whole key groups.
+    fn poll_control_before_barrier(&mut self, element: &StreamElement<T>) -> Result<Option<Step>, TaskError> {
+        if !matches!(element, StreamElement::Barrier(_)) {
+            return Ok(None);
+        }
+        poll_control(self.ctx.control.clone(), false, |message| self.on_control(message))
+    }
+
     /// The producer of `input` is gone: fine after its end of partition, a failure before.
     fn on_disconnected(&mut self, input: usize) -> Result<(), TaskError> {
         if self.ended[input] {
@@ -923,6 +934,9 @@ impl<T: Send> TaskBody for InputBody<T> {
             }
             match self.inputs[input].try_recv() {
                 Ok(element) => {
+                    if let Some(step) = self.poll_control_before_barrier(&element)? {
+                        return Ok(step);
+                    }
                     self.handle(input, element)?;
                     taken += 1;
                     empty_in_a_row = 0;
@@ -971,6 +985,9 @@ impl<T: Send> TaskBody for InputBody<T> {
         let input = indices[operation.index()];
         match operation.recv(&self.inputs[input]) {
             Ok(element) => {
+                if let Some(step) = self.poll_control_before_barrier(&element)? {
+                    return Ok(step);
+                }
                 self.handle(input, element)?;
                 Ok(Step::Worked)
             }
@@ -1039,13 +1056,55 @@ mod tests {
         }
     }
 
-    /// Records the checkpoint ids snapshots were submitted for.
+    /// Records the checkpoint ids snapshots were submitted for, and (in `1`) the order of
+    /// submissions and completions heard.
     #[derive(Default)]
-    struct Snapshots(Mutex<Vec<u64>>);
+    struct Snapshots(Mutex<Vec<u64>>, Mutex<Vec<String>>);
 
     impl SnapshotSink for Snapshots {
         fn submit(&self, snapshot: TaskSnapshot) {
             self.0.lock().unwrap().push(snapshot.barrier.checkpoint_id);
+            self.1.lock().unwrap().push(format!("snapshot {}", snapshot.barrier.checkpoint_id));
+        }
+        fn checkpoint_complete(&self, checkpoint_id: u64) {
+            self.1.lock().unwrap().push(format!("complete {checkpoint_id}"));
+        }
+    }
+
+    /// Passes batches on to `Collect`, sending `message` on the control channel at the first
+    /// one: a completion that arrives while a (slow) batch is processed.
+    struct ControlDuringBatch(Collect, Option<(crossbeam_channel::Sender<TaskControl>, TaskControl)>);
+
+    impl Operator<u64> for ControlDuringBatch {
+        fn process_batch(&mut self, batch: &mut Vec<u64>) -> Result<(), TaskError> {
+            if let Some((control, message)) = self.1.take() {
+                control.send(message).unwrap();
+            }
+            self.0.process_batch(batch)
+        }
+        fn process_watermark(&mut self, watermark: i64) -> Result<(), TaskError> {
+            self.0.process_watermark(watermark)
+        }
+        fn process_watermark_status(&mut self, idle: bool) -> Result<(), TaskError> {
+            self.0.process_watermark_status(idle)
+        }
+        fn fire_timers(&mut self, now_ms: u64) -> Result<(), TaskError> {
+            self.0.fire_timers(now_ms)
+        }
+        fn next_timer(&self) -> Option<u64> {
+            self.0.next_timer()
+        }
+        fn end_input(&mut self) -> Result<(), TaskError> {
+            self.0.end_input()
+        }
+        fn flush(&mut self) -> Result<(), TaskError> {
+            self.0.flush()
+        }
+        fn snapshot_state(&mut self, barrier: &Barrier, snapshot: &mut TaskSnapshot) -> Result<(), TaskError> {
+            self.0.snapshot_state(barrier, snapshot)
+        }
+        fn notify_checkpoint_complete(&mut self, checkpoint_id: u64) -> Result<(), TaskError> {
+            self.0.notify_checkpoint_complete(checkpoint_id)
         }
     }
 
@@ -1092,6 +1151,32 @@ mod tests {
         in1_tx.send(StreamElement::Barrier(barrier(2))).unwrap();
         run(&mut body);
         assert_eq!(*snapshots.0.lock().unwrap(), vec![2]);
+    }
+
+    #[test]
+    fn a_completion_queued_during_a_step_is_heard_before_the_next_barrier_is_snapshotted() {
+        let (control_tx, control) = crossbeam_channel::unbounded();
+        let snapshots = Arc::new(Snapshots::default());
+        let ctx = context(control, &snapshots);
+        let (in_tx, input) = channel::<u64>();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let head = ControlDuringBatch(
+            Collect(Arc::clone(&seen)),
+            Some((control_tx.clone(), TaskControl::CheckpointComplete(1))),
+        );
+        let mut body = InputBody::new(vec![input], Box::new(head), &ctx);
+        // One step takes both: the completion of 1 comes while the batch is processed, after
+        // the step's poll of its control channel and before barrier 2.
+        in_tx.send(StreamElement::Records(vec![1, 2])).unwrap();
+        in_tx.send(StreamElement::Barrier(barrier(2))).unwrap();
+        body.step().unwrap();
+        assert_eq!(
+            *snapshots.1.lock().unwrap(),
+            vec!["complete 1".to_string(), "snapshot 2".to_string()],
+            "checkpoint 2 was snapshotted before the subtask heard that 1 completed: an incremental \
+             snapshot could not build on 1"
+        );
+        assert_eq!(*seen.lock().unwrap(), vec![1, 2]);
     }
 
     /// A reader of `1, 2, 3 ...` forever.
