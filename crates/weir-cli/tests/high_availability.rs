@@ -88,7 +88,8 @@ fn leaders_killed_at_random_points_are_replaced_without_restarting_a_task() {
     }
     cluster.wait_job(&job, "FINISHED", JOB_WAIT_MAX);
     assert_exactly_once(&committed_lines(&out), 20, Some(3750));
-    assert_eq!(attempts(&out), [0].into(), "a takeover restarted tasks");
+    let exceptions = cluster.get(&format!("/jobs/{job}/exceptions"));
+    assert_eq!(attempts(&out), [0].into(), "a takeover restarted tasks; the job's exceptions: {exceptions:?}");
     assert!(takeovers.len() >= 6, "only {} kills happened", takeovers.len());
     let details = cluster.get(&format!("/jobs/{job}")).unwrap();
     assert_eq!(details["numRestarts"].as_u64().unwrap_or(0), 0, "{details}");
