@@ -39,7 +39,7 @@ pub(crate) fn write_group_delta<K: Key, C: Cell>(
     let mut entries = Vec::new();
     let mut count = 0u64;
     for (key, cell) in written {
-        write_entry(key, cell, &mut scratch, &mut entries).map_err(corrupt)?;
+        write_entry(key, cell, &mut entries).map_err(corrupt)?;
         count += 1;
     }
     write_varint(out, count);

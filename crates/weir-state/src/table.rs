@@ -254,18 +254,10 @@ pub(crate) fn write_group<K: Key, C: Cell>(
     let mut buffer = Vec::with_capacity(group.len() * 12);
     let mut starts: Vec<usize> = Vec::with_capacity(group.len() + 1);
     let mut entries: Vec<SortEntry> = Vec::with_capacity(group.len());
-    let mut scratch = Vec::with_capacity(64);
     for (index, (key, cell)) in group.iter().enumerate() {
         starts.push(buffer.len());
-        scratch.clear();
-        scratch = postcard::to_extend(key, scratch).map_err(corrupt)?;
-        entries.push(SortEntry { prefix: key_prefix(&scratch), index });
-        write_varint(&mut buffer, scratch.len() as u64);
-        buffer.extend_from_slice(&scratch);
-        scratch.clear();
-        cell.encode(&mut scratch).map_err(corrupt)?;
-        write_varint(&mut buffer, scratch.len() as u64);
-        buffer.extend_from_slice(&scratch);
+        let key_bytes = write_entry(key, cell, &mut buffer).map_err(corrupt)?;
+        entries.push(SortEntry { prefix: key_prefix(&buffer[key_bytes]), index });
     }
     starts.push(buffer.len());
     sort_entries(&buffer, &starts, &mut entries);
@@ -292,30 +284,47 @@ fn write_group_native<K: Key, C: Cell>(
     };
     out.reserve(group.len() * 8 + 10);
     write_varint(out, group.len() as u64);
-    let mut scratch = Vec::with_capacity(64);
     for (key, cell) in group.iter() {
-        write_entry(key, cell, &mut scratch, out).map_err(corrupt)?;
+        write_entry(key, cell, out).map_err(corrupt)?;
     }
     Ok(())
 }
 
-/// Appends one entry as blocks hold it, `[varint key length][key][varint cell length][cell]`
-/// (`scratch`: a reused buffer for the parts).
+/// Appends one entry as blocks hold it, `[varint key length][key][varint cell length][cell]`;
+/// returns where the key's bytes are in `out`. Both parts are encoded straight into `out`.
 pub(crate) fn write_entry<K: Key, C: Cell>(
     key: &K,
     cell: &C,
-    scratch: &mut Vec<u8>,
     out: &mut Vec<u8>,
-) -> Result<(), postcard::Error> {
-    scratch.clear();
-    *scratch = postcard::to_extend(key, std::mem::take(scratch))?;
-    write_varint(out, scratch.len() as u64);
-    out.extend_from_slice(scratch);
-    scratch.clear();
-    cell.encode(scratch)?;
-    write_varint(out, scratch.len() as u64);
-    out.extend_from_slice(scratch);
-    Ok(())
+) -> Result<std::ops::Range<usize>, postcard::Error> {
+    let key_bytes = write_prefixed(out, |out| postcard::to_io(key, out).map(|_| ()))?;
+    write_prefixed(out, |out| cell.encode(out))?;
+    Ok(key_bytes)
+}
+
+/// Appends what `encode` writes, preceded by its length as a varint; returns where the
+/// encoded bytes are. One byte is set aside for the length (below 128 for nearly every key
+/// and cell) and widened afterwards when the part is longer: no copy through a buffer.
+fn write_prefixed(
+    out: &mut Vec<u8>,
+    encode: impl FnOnce(&mut Vec<u8>) -> Result<(), postcard::Error>,
+) -> Result<std::ops::Range<usize>, postcard::Error> {
+    let at = out.len();
+    out.push(0);
+    if let Err(error) = encode(out) {
+        out.truncate(at);
+        return Err(error);
+    }
+    let len = out.len() - at - 1;
+    if len < 0x80 {
+        out[at] = len as u8;
+        return Ok(at + 1..out.len());
+    }
+    let mut prefix = Vec::with_capacity(10);
+    write_varint(&mut prefix, len as u64);
+    let widened = prefix.len() - 1;
+    out.splice(at..at + 1, prefix);
+    Ok(at + 1 + widened..out.len())
 }
 
 /// The key bytes of an entry `[varint key length][key][varint cell length][cell]` that this
@@ -1045,6 +1054,21 @@ mod tests {
     use proptest::prelude::*;
 
     proptest! {
+        /// An entry is postcard's `(Vec<u8>, Vec<u8>)` of its key's and cell's bytes, for
+        /// parts shorter than 128 bytes (the length in the byte set aside) and longer ones
+        /// (the length widened), and the returned range holds the key's bytes.
+        #[test]
+        fn an_entry_is_its_length_prefixed_key_and_cell(key in ".{0,300}", value in proptest::collection::vec(any::<u8>(), 0..300), before in proptest::collection::vec(any::<u8>(), 0..4)) {
+            let mut out = before.clone();
+            let key_bytes = write_entry(&key, &ValueCell(value.clone()), &mut out).unwrap();
+            let expected_key = postcard::to_allocvec(&key).unwrap();
+            let expected_cell = postcard::to_allocvec(&value).unwrap();
+            let mut expected = before.clone();
+            expected.extend(postcard::to_allocvec(&(&expected_key, &expected_cell)).unwrap());
+            prop_assert_eq!(&out[key_bytes], &expected_key[..]);
+            prop_assert_eq!(out, expected);
+        }
+
         /// The canonical form is postcard's `Vec<(Vec<u8>, Vec<u8>)>` sorted by whole key
         /// bytes, also for keys that share their first 8 bytes or are a zero-padded
         /// extension of another, and for groups large enough for the radix passes.
