@@ -1022,11 +1022,16 @@ mod tests {
     use crate::snapshot::{BarrierKind, SnapshotSink};
     use std::sync::Mutex;
 
-    /// Collects the records reaching the end of a chain.
-    struct Collect(Arc<Mutex<Vec<u64>>>);
+    /// Collects the records reaching the end of a chain; sends `on_first_batch` on its
+    /// control channel when the first batch comes (a message that arrives while a slow batch
+    /// is processed).
+    struct Collect(Arc<Mutex<Vec<u64>>>, Option<(crossbeam_channel::Sender<TaskControl>, TaskControl)>);
 
     impl Operator<u64> for Collect {
         fn process_batch(&mut self, batch: &mut Vec<u64>) -> Result<(), TaskError> {
+            if let Some((control, message)) = self.1.take() {
+                control.send(message).unwrap();
+            }
             self.0.lock().unwrap().append(batch);
             Ok(())
         }
@@ -1071,43 +1076,6 @@ mod tests {
         }
     }
 
-    /// Passes batches on to `Collect`, sending `message` on the control channel at the first
-    /// one: a completion that arrives while a (slow) batch is processed.
-    struct ControlDuringBatch(Collect, Option<(crossbeam_channel::Sender<TaskControl>, TaskControl)>);
-
-    impl Operator<u64> for ControlDuringBatch {
-        fn process_batch(&mut self, batch: &mut Vec<u64>) -> Result<(), TaskError> {
-            if let Some((control, message)) = self.1.take() {
-                control.send(message).unwrap();
-            }
-            self.0.process_batch(batch)
-        }
-        fn process_watermark(&mut self, watermark: i64) -> Result<(), TaskError> {
-            self.0.process_watermark(watermark)
-        }
-        fn process_watermark_status(&mut self, idle: bool) -> Result<(), TaskError> {
-            self.0.process_watermark_status(idle)
-        }
-        fn fire_timers(&mut self, now_ms: u64) -> Result<(), TaskError> {
-            self.0.fire_timers(now_ms)
-        }
-        fn next_timer(&self) -> Option<u64> {
-            self.0.next_timer()
-        }
-        fn end_input(&mut self) -> Result<(), TaskError> {
-            self.0.end_input()
-        }
-        fn flush(&mut self) -> Result<(), TaskError> {
-            self.0.flush()
-        }
-        fn snapshot_state(&mut self, barrier: &Barrier, snapshot: &mut TaskSnapshot) -> Result<(), TaskError> {
-            self.0.snapshot_state(barrier, snapshot)
-        }
-        fn notify_checkpoint_complete(&mut self, checkpoint_id: u64) -> Result<(), TaskError> {
-            self.0.notify_checkpoint_complete(checkpoint_id)
-        }
-    }
-
     fn barrier(checkpoint_id: u64) -> Barrier {
         Barrier { checkpoint_id, timestamp_ms: 0, kind: BarrierKind::Checkpoint { full: false } }
     }
@@ -1127,7 +1095,7 @@ mod tests {
         let (in0_tx, in0) = channel::<u64>();
         let (in1_tx, in1) = channel::<u64>();
         let seen = Arc::new(Mutex::new(Vec::new()));
-        let mut body = InputBody::new(vec![in0, in1], Box::new(Collect(Arc::clone(&seen))), &ctx);
+        let mut body = InputBody::new(vec![in0, in1], Box::new(Collect(Arc::clone(&seen), None)), &ctx);
         let run = |body: &mut InputBody<u64>| {
             for _ in 0..8 {
                 body.step().unwrap();
@@ -1160,10 +1128,7 @@ mod tests {
         let ctx = context(control, &snapshots);
         let (in_tx, input) = channel::<u64>();
         let seen = Arc::new(Mutex::new(Vec::new()));
-        let head = ControlDuringBatch(
-            Collect(Arc::clone(&seen)),
-            Some((control_tx.clone(), TaskControl::CheckpointComplete(1))),
-        );
+        let head = Collect(Arc::clone(&seen), Some((control_tx.clone(), TaskControl::CheckpointComplete(1))));
         let mut body = InputBody::new(vec![input], Box::new(head), &ctx);
         // One step takes both: the completion of 1 comes while the batch is processed, after
         // the step's poll of its control channel and before barrier 2.
@@ -1201,7 +1166,7 @@ mod tests {
         let snapshots = Arc::new(Snapshots::default());
         let ctx = context(control, &snapshots);
         let seen = Arc::new(Mutex::new(Vec::new()));
-        let mut body = SourceBody::new(Box::new(Counting(0)), Box::new(Collect(Arc::clone(&seen))), &ctx);
+        let mut body = SourceBody::new(Box::new(Counting(0)), Box::new(Collect(Arc::clone(&seen), None)), &ctx);
         for id in 1..=3 {
             control_tx.send(TaskControl::TriggerCheckpoint(barrier(id))).unwrap();
             if id < 3 {
