@@ -1022,9 +1022,9 @@ mod tests {
     use crate::snapshot::{BarrierKind, SnapshotSink};
     use std::sync::Mutex;
 
-    /// Collects the records reaching the end of a chain; sends `on_first_batch` on its
-    /// control channel when the first batch comes (a message that arrives while a slow batch
-    /// is processed).
+    /// Collects the records reaching the end of a chain. With a channel and a message, sends
+    /// the message when the first batch comes: a control message that arrives while a (slow)
+    /// batch is processed.
     struct Collect(Arc<Mutex<Vec<u64>>>, Option<(crossbeam_channel::Sender<TaskControl>, TaskControl)>);
 
     impl Operator<u64> for Collect {
