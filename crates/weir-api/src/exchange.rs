@@ -17,7 +17,8 @@ use crate::operator::{
     BATCH_RECORDS_MAX, IDLE_WAIT_MAX, MAX_WATERMARK, MIN_WATERMARK, NO_TIMESTAMP, Operator, Step, TaskBody, TaskContext,
 };
 use crate::snapshot::{
-    Barrier, OperatorSnapshotData, OperatorStateData, SOURCE_POSITIONS_STATE, TaskControl, TaskSnapshot,
+    Barrier, OperatorSnapshotData, OperatorStateData, SOURCE_POSITIONS_STATE, SnapshotTimings, TaskControl,
+    TaskSnapshot,
 };
 use crate::source::{SourcePoll, SourceReader};
 
@@ -498,18 +499,26 @@ const CONTROL_BATCH_MAX: usize = 256;
 /// the chain's end of input already ran.
 fn take_snapshot<T>(
     head: &mut dyn Operator<T>,
-    barrier: &Barrier,
+    (barrier, mut timings): (&Barrier, SnapshotTimings),
     first: Option<OperatorSnapshotData>,
     finished: bool,
     ctx: &TaskContext,
 ) -> Result<(), TaskError> {
+    let started = Instant::now();
     let mut snapshot = TaskSnapshot::new(*barrier);
     snapshot.finished = finished;
     if let Some(first) = first {
         snapshot.operators.push(first);
     }
     head.snapshot_state(barrier, &mut snapshot)?;
+    timings.sync_ms = started.elapsed().as_millis() as u64;
+    snapshot.timings = timings;
     ctx.submit_snapshot(snapshot)
+}
+
+/// Milliseconds from `barrier`'s trigger (the job master's clock) to now.
+fn since_trigger(barrier: &Barrier) -> u64 {
+    weir_types::lifecycle::now_ms().saturating_sub(barrier.timestamp_ms)
 }
 
 /// A source subtask: polls its reader and pushes batches through its chain; on a trigger
@@ -566,7 +575,8 @@ impl<T: Send> SourceBody<T> {
                 elements: positions.elements,
             }],
         };
-        take_snapshot(self.head.as_mut(), barrier, Some(source_state), self.data_ended, &self.ctx)?;
+        let timings = SnapshotTimings { start_delay_ms: since_trigger(barrier), ..SnapshotTimings::default() };
+        take_snapshot(self.head.as_mut(), (barrier, timings), Some(source_state), self.data_ended, &self.ctx)?;
         if barrier.terminates() {
             self.stopping = Some(barrier.checkpoint_id);
         }
@@ -638,6 +648,9 @@ impl<T: Send> TaskBody for SourceBody<T> {
 struct Alignment {
     barrier: Barrier,
     received: Vec<bool>,
+    /// When the first of its barriers came, and how long after the trigger.
+    started: Instant,
+    start_delay_ms: u64,
 }
 
 /// A subtask fed by channels: receives batches from every upstream subtask into its chain,
@@ -813,7 +826,12 @@ impl<T: Send> InputBody<T> {
     }
 
     fn start_alignment(&mut self, barrier: Barrier) {
-        self.alignment = Some(Alignment { barrier, received: vec![false; self.inputs.len()] });
+        self.alignment = Some(Alignment {
+            barrier,
+            received: vec![false; self.inputs.len()],
+            started: Instant::now(),
+            start_delay_ms: since_trigger(&barrier),
+        });
     }
 
     fn abort_alignment(&mut self) {
@@ -830,10 +848,15 @@ impl<T: Send> InputBody<T> {
             return Ok(());
         }
         let barrier = alignment.barrier;
+        let timings = SnapshotTimings {
+            start_delay_ms: alignment.start_delay_ms,
+            alignment_ms: alignment.started.elapsed().as_millis() as u64,
+            ..SnapshotTimings::default()
+        };
         self.abort_alignment();
         self.last_snapshot = barrier.checkpoint_id;
         self.aborted = self.aborted.split_off(&(barrier.checkpoint_id + 1));
-        take_snapshot(self.head.as_mut(), &barrier, None, self.input_ended, &self.ctx)?;
+        take_snapshot(self.head.as_mut(), (&barrier, timings), None, self.input_ended, &self.ctx)?;
         if barrier.terminates() {
             self.stopping = Some(barrier.checkpoint_id);
         }
@@ -1064,11 +1087,12 @@ mod tests {
     /// Records the checkpoint ids snapshots were submitted for, and (in `1`) the order of
     /// submissions and completions heard.
     #[derive(Default)]
-    struct Snapshots(Mutex<Vec<u64>>, Mutex<Vec<String>>);
+    struct Snapshots(Mutex<Vec<u64>>, Mutex<Vec<String>>, Mutex<Vec<SnapshotTimings>>);
 
     impl SnapshotSink for Snapshots {
         fn submit(&self, snapshot: TaskSnapshot) {
             self.0.lock().unwrap().push(snapshot.barrier.checkpoint_id);
+            self.2.lock().unwrap().push(snapshot.timings);
             self.1.lock().unwrap().push(format!("snapshot {}", snapshot.barrier.checkpoint_id));
         }
         fn checkpoint_complete(&self, checkpoint_id: u64) {
@@ -1142,6 +1166,30 @@ mod tests {
              snapshot could not build on 1"
         );
         assert_eq!(*seen.lock().unwrap(), vec![1, 2]);
+    }
+
+    #[test]
+    fn a_snapshot_times_its_start_delay_and_alignment() {
+        let (_control_tx, control) = crossbeam_channel::unbounded();
+        let snapshots = Arc::new(Snapshots::default());
+        let ctx = context(control, &snapshots);
+        let (in0_tx, in0) = channel::<u64>();
+        let (in1_tx, in1) = channel::<u64>();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let mut body = InputBody::new(vec![in0, in1], Box::new(Collect(Arc::clone(&seen), None)), &ctx);
+        // Triggered 300 ms ago; the second input's barrier comes 100 ms after the first's.
+        let triggered = Barrier { timestamp_ms: weir_types::lifecycle::now_ms() - 300, ..barrier(1) };
+        in0_tx.send(StreamElement::Barrier(triggered)).unwrap();
+        body.step().unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        in1_tx.send(StreamElement::Barrier(triggered)).unwrap();
+        body.step().unwrap();
+        let timings = snapshots.2.lock().unwrap().clone();
+        assert_eq!(timings.len(), 1, "{timings:?}");
+        let timings = timings[0];
+        assert!((300..5_000).contains(&timings.start_delay_ms), "{timings:?}");
+        assert!((100..5_000).contains(&timings.alignment_ms), "{timings:?}");
+        assert!(timings.sync_ms < 5_000 && timings.async_ms == 0, "{timings:?}");
     }
 
     /// A reader of `1, 2, 3 ...` forever.

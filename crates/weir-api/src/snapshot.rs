@@ -105,13 +105,30 @@ pub struct TaskSnapshot {
     /// The subtask's input had ended and its chain's end-of-input output went out before the
     /// barrier: a restore must not run it again (Flink's finished tasks, FLIP-147).
     pub finished: bool,
+    /// How long the subtask's parts of the checkpoint took (the writer adds `async_ms`).
+    pub timings: SnapshotTimings,
 }
 
 impl TaskSnapshot {
     /// An empty snapshot for `barrier`.
     pub fn new(barrier: Barrier) -> TaskSnapshot {
-        TaskSnapshot { barrier, operators: Vec::new(), finished: false }
+        TaskSnapshot { barrier, operators: Vec::new(), finished: false, timings: SnapshotTimings::default() }
     }
+}
+
+/// The parts of one subtask's checkpoint, in milliseconds, as Flink's checkpoint statistics
+/// show them per subtask.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SnapshotTimings {
+    /// From the trigger to the subtask's first barrier (or, at a source, to the trigger
+    /// reaching it): the time the barrier spent behind records.
+    pub start_delay_ms: u64,
+    /// From the first barrier to the last, across the subtask's inputs (0 at a source).
+    pub alignment_ms: u64,
+    /// The synchronous part at the barrier: the chain's `snapshot_state`.
+    pub sync_ms: u64,
+    /// The asynchronous part: serializing and writing the state.
+    pub async_ms: u64,
 }
 
 /// Receives the snapshots of one subtask (the runtime writes them asynchronously).

@@ -303,6 +303,21 @@ fn flink_cli_round(home: &Path, rest: &str, running: &str, to_cancel: &str, dir:
     let details = get(&format!("{rest}/jobs/{running}/checkpoints/details/{id}")).json();
     assert_eq!(details["status"], "COMPLETED", "{details}");
     assert_eq!(details["is_savepoint"], false, "{details}");
+    // Each subtask's parts as Flink's web UI shows them: the delay until its first barrier,
+    // the alignment, the synchronous and asynchronous parts, all within its end-to-end time.
+    let vertex = details["tasks"].as_object().and_then(|tasks| tasks.keys().next().cloned()).expect("a vertex");
+    let parts = get(&format!("{rest}/jobs/{running}/checkpoints/details/{id}/subtasks/{vertex}")).json();
+    let subtasks = parts["subtasks"].as_array().unwrap_or_else(|| panic!("{parts}"));
+    assert!(!subtasks.is_empty(), "{parts}");
+    for subtask in subtasks {
+        let ms = |value: &serde_json::Value| value.as_u64().unwrap_or_else(|| panic!("{subtask}"));
+        let timed = ms(&subtask["start_delay"])
+            + ms(&subtask["alignment"]["duration"])
+            + ms(&subtask["checkpoint"]["sync"])
+            + ms(&subtask["checkpoint"]["async"]);
+        // Each part is rounded down to a millisecond on its own.
+        assert!(timed <= ms(&subtask["end_to_end_duration"]) + 4, "{subtask}");
+    }
     let full = flink(home, rest, &["checkpoint", "-full", running]);
     assert!(full.status.success() && text(&full).contains("Checkpoint(FULL) "), "{}", text(&full));
 

@@ -760,35 +760,36 @@ pub struct TaskCheckpointSummary {
     pub state_size: StatsSummary,
     /// Milliseconds from the trigger to each subtask's acknowledgement.
     pub end_to_end_duration: StatsSummary,
-    /// weir does not time the synchronous and asynchronous parts apart: `sync` is 0 and
-    /// `async` the end-to-end duration.
+    /// Milliseconds of each subtask's synchronous part (its chain's snapshot at the barrier)
+    /// and asynchronous part (serializing and writing its state).
     pub checkpoint_duration: SyncAsyncSummary,
-    /// Zeros: aligned checkpoints buffer and persist nothing, and alignment is not timed.
+    /// Milliseconds from each subtask's first barrier to its last (`duration`); aligned
+    /// checkpoints buffer and persist nothing, so the byte counts are zeros.
     pub alignment: AlignmentSummary,
-    /// Zeros: the delay until a subtask saw the barrier is not measured.
+    /// Milliseconds from the trigger to each subtask's first barrier.
     pub start_delay: StatsSummary,
 }
 
 /// `checkpoint_duration` of [`TaskCheckpointSummary`].
 #[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct SyncAsyncSummary {
-    /// Zeros.
+    /// The synchronous parts.
     pub sync: StatsSummary,
-    /// The end-to-end durations.
+    /// The asynchronous parts.
     #[serde(rename = "async")]
     pub async_part: StatsSummary,
 }
 
-/// `alignment` of [`TaskCheckpointSummary`]: zeros.
+/// `alignment` of [`TaskCheckpointSummary`].
 #[derive(Debug, Default, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct AlignmentSummary {
-    /// Zeros.
+    /// Zeros (aligned checkpoints buffer nothing).
     pub buffered: StatsSummary,
     /// Zeros.
     pub processed: StatsSummary,
     /// Zeros.
     pub persisted: StatsSummary,
-    /// Zeros.
+    /// Milliseconds from the first barrier to the last.
     pub duration: StatsSummary,
 }
 
@@ -814,13 +815,13 @@ pub struct SubtaskCheckpointStatistics {
     /// Bytes of its state.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state_size: Option<u64>,
-    /// `sync` 0, `async` the end-to-end duration (not timed apart).
+    /// Milliseconds of its synchronous and asynchronous parts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checkpoint: Option<SyncAsync>,
-    /// Zeros (aligned checkpoints).
+    /// Its alignment: milliseconds from its first barrier to its last (bytes: zeros).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub alignment: Option<Alignment>,
-    /// 0: not measured.
+    /// Milliseconds from the trigger to its first barrier.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_delay: Option<u64>,
     /// Always false: checkpoints are aligned.
@@ -841,16 +842,16 @@ pub struct SyncAsync {
     pub async_part: u64,
 }
 
-/// `alignment` of [`SubtaskCheckpointStatistics`]: zeros.
+/// `alignment` of [`SubtaskCheckpointStatistics`].
 #[derive(Debug, Default, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Alignment {
-    /// 0.
+    /// 0 (aligned checkpoints buffer nothing).
     pub buffered: u64,
     /// 0.
     pub processed: u64,
     /// 0.
     pub persisted: u64,
-    /// 0.
+    /// Milliseconds from the first barrier to the last.
     pub duration: u64,
 }
 
@@ -895,9 +896,9 @@ pub(crate) async fn checkpoint_subtasks(
                 end_to_end_duration: Some(end_to_end(s)),
                 checkpointed_size: Some(s.checkpointed_size),
                 state_size: Some(s.state_size),
-                checkpoint: Some(SyncAsync { sync: 0, async_part: end_to_end(s) }),
-                alignment: Some(Alignment::default()),
-                start_delay: Some(0),
+                checkpoint: Some(SyncAsync { sync: s.timings.sync_ms, async_part: s.timings.async_ms }),
+                alignment: Some(Alignment { duration: s.timings.alignment_ms, ..Alignment::default() }),
+                start_delay: Some(s.timings.start_delay_ms),
                 unaligned_checkpoint: Some(false),
                 aborted: Some(aborted),
             },
@@ -915,11 +916,14 @@ pub(crate) async fn checkpoint_subtasks(
         state_size: StatsSummary::of(acked.iter().map(|s| s.state_size).collect()),
         end_to_end_duration: StatsSummary::of(durations.clone()),
         checkpoint_duration: SyncAsyncSummary {
-            sync: StatsSummary::of(vec![0; durations.len()]),
-            async_part: StatsSummary::of(durations),
+            sync: StatsSummary::of(acked.iter().map(|s| s.timings.sync_ms).collect()),
+            async_part: StatsSummary::of(acked.iter().map(|s| s.timings.async_ms).collect()),
         },
-        alignment: AlignmentSummary::default(),
-        start_delay: StatsSummary::default(),
+        alignment: AlignmentSummary {
+            duration: StatsSummary::of(acked.iter().map(|s| s.timings.alignment_ms).collect()),
+            ..AlignmentSummary::default()
+        },
+        start_delay: StatsSummary::of(acked.iter().map(|s| s.timings.start_delay_ms).collect()),
     };
     let task = TaskCheckpointStatistics {
         num_acknowledged_subtasks: acked.len() as u32,

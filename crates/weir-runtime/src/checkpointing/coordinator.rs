@@ -440,6 +440,7 @@ impl CheckpointCoordinator {
             ack_timestamp: now_ms(),
             checkpointed_size: ack.operators.iter().map(|o| o.bytes).sum(),
             state_size: ack.operators.iter().map(|o| o.full_bytes.max(o.bytes)).sum(),
+            timings: ack.timings,
         };
         pending.acks.insert((ack.vertex, ack.subtask), ack);
         let acked = pending.acks.len();
@@ -835,6 +836,7 @@ mod tests {
                 full_bytes: 10,
             }],
             finished: false,
+            timings: Default::default(),
         }
     }
 

@@ -69,6 +69,9 @@ pub struct SubtaskCheckpoint {
     pub checkpointed_size: u64,
     /// Bytes of its state (reused blocks of an incremental checkpoint included).
     pub state_size: u64,
+    /// How long its parts took (zeros from a weir before they were timed).
+    #[serde(default)]
+    pub timings: weir_api::snapshot::SnapshotTimings,
 }
 
 /// Counts and history kept by the coordinator.

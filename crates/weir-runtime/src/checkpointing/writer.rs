@@ -50,6 +50,9 @@ pub struct SubtaskAck {
     /// The subtask's end of input had run before the barrier.
     #[serde(default)]
     pub finished: bool,
+    /// How long its parts took, the writer's (`async_ms`) included.
+    #[serde(default)]
+    pub timings: weir_api::snapshot::SnapshotTimings,
 }
 
 /// What the writer reports.
@@ -215,6 +218,7 @@ impl GroupOutcomes {
 /// and a key group unchanged since the subtask's base checkpoint is not written again: the
 /// metadata names the base's block.
 fn write_subtask(job: WriteJob) -> Result<SubtaskAck, String> {
+    let started = std::time::Instant::now();
     let WriteJob { dir, registry, vertex, subtask, mut snapshot, incremental } = job;
     let checkpoint_id = snapshot.barrier.checkpoint_id;
     let (out_dir, file) = match &incremental {
@@ -394,5 +398,7 @@ fn write_subtask(job: WriteJob) -> Result<SubtaskAck, String> {
         tracker.written(written);
         tracing::debug!(checkpoint = checkpoint_id, vertex, subtask, ?groups, "incremental checkpoint written");
     }
-    Ok(SubtaskAck { checkpoint_id, vertex, subtask, operators, finished: snapshot.finished })
+    let timings =
+        weir_api::snapshot::SnapshotTimings { async_ms: started.elapsed().as_millis() as u64, ..snapshot.timings };
+    Ok(SubtaskAck { checkpoint_id, vertex, subtask, operators, finished: snapshot.finished, timings })
 }
