@@ -1111,15 +1111,31 @@ mod tests {
         ctx
     }
 
-    #[test]
-    fn a_barrier_arriving_after_its_checkpoint_was_aborted_blocks_no_input() {
+    /// An input body over two channels that collects into `seen`, with its control channel
+    /// and its snapshots.
+    struct TwoInputs {
+        control_tx: crossbeam_channel::Sender<TaskControl>,
+        snapshots: Arc<Snapshots>,
+        in0_tx: Sender<StreamElement<u64>>,
+        in1_tx: Sender<StreamElement<u64>>,
+        seen: Arc<Mutex<Vec<u64>>>,
+        body: InputBody<u64>,
+    }
+
+    fn two_inputs() -> TwoInputs {
         let (control_tx, control) = crossbeam_channel::unbounded();
         let snapshots = Arc::new(Snapshots::default());
         let ctx = context(control, &snapshots);
         let (in0_tx, in0) = channel::<u64>();
         let (in1_tx, in1) = channel::<u64>();
         let seen = Arc::new(Mutex::new(Vec::new()));
-        let mut body = InputBody::new(vec![in0, in1], Box::new(Collect(Arc::clone(&seen), None)), &ctx);
+        let body = InputBody::new(vec![in0, in1], Box::new(Collect(Arc::clone(&seen), None)), &ctx);
+        TwoInputs { control_tx, snapshots, in0_tx, in1_tx, seen, body }
+    }
+
+    #[test]
+    fn a_barrier_arriving_after_its_checkpoint_was_aborted_blocks_no_input() {
+        let TwoInputs { control_tx, snapshots, in0_tx, in1_tx, seen, mut body } = two_inputs();
         let run = |body: &mut InputBody<u64>| {
             for _ in 0..8 {
                 body.step().unwrap();
@@ -1170,13 +1186,7 @@ mod tests {
 
     #[test]
     fn a_snapshot_times_its_start_delay_and_alignment() {
-        let (_control_tx, control) = crossbeam_channel::unbounded();
-        let snapshots = Arc::new(Snapshots::default());
-        let ctx = context(control, &snapshots);
-        let (in0_tx, in0) = channel::<u64>();
-        let (in1_tx, in1) = channel::<u64>();
-        let seen = Arc::new(Mutex::new(Vec::new()));
-        let mut body = InputBody::new(vec![in0, in1], Box::new(Collect(Arc::clone(&seen), None)), &ctx);
+        let TwoInputs { snapshots, in0_tx, in1_tx, mut body, .. } = two_inputs();
         // Triggered 300 ms ago; the second input's barrier comes 100 ms after the first's.
         let triggered = Barrier { timestamp_ms: weir_types::lifecycle::now_ms() - 300, ..barrier(1) };
         in0_tx.send(StreamElement::Barrier(triggered)).unwrap();

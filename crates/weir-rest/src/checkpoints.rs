@@ -914,7 +914,7 @@ pub(crate) async fn checkpoint_subtasks(
     let summary = TaskCheckpointSummary {
         checkpointed_size: StatsSummary::of(acked.iter().map(|s| s.checkpointed_size).collect()),
         state_size: StatsSummary::of(acked.iter().map(|s| s.state_size).collect()),
-        end_to_end_duration: StatsSummary::of(durations.clone()),
+        end_to_end_duration: StatsSummary::of(durations),
         checkpoint_duration: SyncAsyncSummary {
             sync: StatsSummary::of(acked.iter().map(|s| s.timings.sync_ms).collect()),
             async_part: StatsSummary::of(acked.iter().map(|s| s.timings.async_ms).collect()),

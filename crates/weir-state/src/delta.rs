@@ -10,7 +10,7 @@
 
 use crate::error::StateError;
 use crate::keymap::KeyMap;
-use crate::table::{Cell, write_entry, write_varint};
+use crate::table::{Cell, write_entry, write_prefixed, write_varint};
 use weir_types::Key;
 
 /// Writes the changes of `map` since it started tracking them as a delta block into `out`;
@@ -27,13 +27,9 @@ pub(crate) fn write_group_delta<K: Key, C: Cell>(
         reason: format!("cannot encode: {e}"),
     };
     let Some((written, removed)) = map.changed() else { return Ok(false) };
-    let mut scratch = Vec::with_capacity(64);
     write_varint(out, removed.len() as u64);
     for key in removed {
-        scratch.clear();
-        scratch = postcard::to_extend(key, scratch).map_err(corrupt)?;
-        write_varint(out, scratch.len() as u64);
-        out.extend_from_slice(&scratch);
+        write_prefixed(out, |out| postcard::to_io(key, out).map(|_| ())).map_err(corrupt)?;
     }
     // The count goes first: the entries are encoded into a buffer and counted as they go.
     let mut entries = Vec::new();

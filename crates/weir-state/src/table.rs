@@ -305,7 +305,7 @@ pub(crate) fn write_entry<K: Key, C: Cell>(
 /// Appends what `encode` writes, preceded by its length as a varint; returns where the
 /// encoded bytes are. One byte is set aside for the length (below 128 for nearly every key
 /// and cell) and widened afterwards when the part is longer: no copy through a buffer.
-fn write_prefixed(
+pub(crate) fn write_prefixed(
     out: &mut Vec<u8>,
     encode: impl FnOnce(&mut Vec<u8>) -> Result<(), postcard::Error>,
 ) -> Result<std::ops::Range<usize>, postcard::Error> {
