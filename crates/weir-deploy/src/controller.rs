@@ -24,6 +24,7 @@ use weir_config::options::{
 use weir_runtime::crash;
 
 use crate::cluster_api::{ClusterApi, JobView, SavepointState};
+use crate::fence::Fence;
 use crate::history::{HistoryLimits, trim};
 use crate::processes::{self, DeploymentDirs};
 use crate::spec::{DeploymentSpec, DesiredState, UpgradeMode, upgrade_diff};
@@ -59,23 +60,37 @@ pub struct Controller {
     root: PathBuf,
     /// Failed start attempts of the operation under way, per deployment.
     start_failures: std::sync::Mutex<std::collections::HashMap<String, u32>>,
+    /// The leadership every status write and process action is conditioned on.
+    fence: Fence,
 }
 
 /// What a reconcile pass did, for the loop's logging.
 type Outcome = Result<(), String>;
 
 impl Controller {
-    /// A controller of `store`'s deployments, with their processes under `root`.
-    pub fn new(store: Arc<dyn DeploymentStore>, config: Configuration, root: PathBuf) -> Controller {
-        Controller { store, config, root, start_failures: Default::default() }
+    /// A controller of `store`'s deployments, with their processes under `root`, acting
+    /// while `fence`'s leadership holds.
+    pub fn new(store: Arc<dyn DeploymentStore>, config: Configuration, root: PathBuf, fence: Fence) -> Controller {
+        Controller { store, config, root, start_failures: Default::default(), fence }
     }
 
-    /// Reconciles every deployment each [`TICK`] until `stop` is set.
+    /// Reconciles every deployment each [`TICK`] until `stop` is set or the leadership is
+    /// lost.
     pub fn run(&self, stop: &AtomicBool) {
         while !stop.load(Ordering::Relaxed) {
+            if !self.fence.is_held() {
+                tracing::warn!("the operator's leadership is lost: the controller stops acting");
+                return;
+            }
             self.reconcile_all();
             std::thread::sleep(TICK);
         }
+    }
+
+    /// Ok while this controller may act; call before every process action (a cancel, a
+    /// stop, a cluster stopped or started, a job submitted, a savepoint disposed).
+    fn acting(&self) -> Outcome {
+        self.fence.check().map_err(|lost| lost.to_string())
     }
 
     /// One pass over every deployment.
@@ -88,6 +103,9 @@ impl Controller {
             }
         };
         for stored in deployments {
+            if !self.fence.is_held() {
+                return;
+            }
             let name = stored.deployment.metadata.name.clone();
             if let Err(error) = self.reconcile(stored) {
                 tracing::warn!(deployment = %name, "{error}");
@@ -113,7 +131,7 @@ impl Controller {
 
     fn save(&self, name: &str, status: &mut DeploymentStatus) -> Outcome {
         status.lifecycle_state = lifecycle_state(status);
-        self.store.put_status(name, status).map_err(|e| e.to_string())
+        self.store.put_status(name, status, &self.fence).map_err(|e| e.to_string())
     }
 
     /// Looks at one deployment and takes its next step, if any.
@@ -127,8 +145,14 @@ impl Controller {
         if stored.delete_requested && status.operation.as_ref().is_none_or(|op| op.kind != OperationKind::Delete) {
             status.deleting = true;
             let mode = UpgradeMode::Stateless;
-            status.operation =
-                Some(self.operation(OperationKind::Delete, generation, None, mode, Step::StopJob { request_id: None }));
+            status.operation = Some(self.operation(
+                &name,
+                OperationKind::Delete,
+                generation,
+                None,
+                mode,
+                Step::StopJob { request_id: None },
+            ));
             self.save(&name, &mut status)?;
         }
         if let Some(operation) = status.operation.clone() {
@@ -158,6 +182,7 @@ impl Controller {
 
     fn operation(
         &self,
+        name: &str,
         kind: OperationKind,
         generation: u64,
         target: Option<DeploymentSpec>,
@@ -173,6 +198,7 @@ impl Controller {
             restore_from: None,
             allow_non_restored_state: false,
             started_ms: now_ms(),
+            newest_cluster: Some(self.dirs(name).clusters().last().map_or(0, |(seq, _)| *seq)),
         }
     }
 
@@ -202,6 +228,7 @@ impl Controller {
                 return None;
             }
             let mut operation = self.operation(
+                name,
                 OperationKind::Deploy,
                 generation,
                 Some(spec.clone()),
@@ -219,6 +246,7 @@ impl Controller {
                     status.observed_generation = generation;
                     tracing::info!(deployment = %name, "spec changed ({}): upgrade in {} mode", diff.join(", "), spec.job.upgrade_mode.as_str());
                     let mut operation = self.operation(
+                        name,
                         OperationKind::Upgrade,
                         generation,
                         Some(spec.clone()),
@@ -246,6 +274,7 @@ impl Controller {
             (DesiredState::Running, DesiredState::Suspended) => {
                 status.observed_generation = generation;
                 Some(self.operation(
+                    name,
                     OperationKind::Suspend,
                     generation,
                     None,
@@ -256,6 +285,7 @@ impl Controller {
             (DesiredState::Suspended, DesiredState::Running) => {
                 status.observed_generation = generation;
                 let mut operation = self.operation(
+                    name,
                     OperationKind::Resume,
                     generation,
                     Some(spec.clone()),
@@ -326,6 +356,7 @@ impl Controller {
             };
             tracing::info!(deployment = %name, "the new spec is not running, {reason}: rolling back to the last stable spec");
             let mut operation = self.operation(
+                name,
                 OperationKind::Rollback,
                 status.observed_generation,
                 target,
@@ -363,6 +394,7 @@ impl Controller {
             }
             tracing::info!(deployment = %name, "its JobManager is gone: starting its cluster again");
             let mut operation = self.operation(
+                name,
                 OperationKind::Recover,
                 status.observed_generation,
                 Some(running),
@@ -449,7 +481,9 @@ impl Controller {
                 (None, Some(_)) => Some((TriggerType::Periodic, None)),
                 _ => None,
             };
-            if let Some((trigger_type, nonce)) = trigger {
+            if let Some((trigger_type, nonce)) = trigger
+                && self.fence.is_held()
+            {
                 match api.trigger_savepoint(&job_id, &target) {
                     Ok(request_id) => {
                         status.pending_savepoint =
@@ -485,6 +519,9 @@ impl Controller {
         if disposed.is_empty() {
             return;
         }
+        if !self.fence.is_held() {
+            return;
+        }
         for record in &disposed {
             match dispose(&record.location) {
                 Ok(()) => tracing::info!(deployment = %name, "savepoint {} disposed (history limits)", record.location),
@@ -500,11 +537,19 @@ impl Controller {
     fn advance(&self, name: &str, status: &mut DeploymentStatus, mut operation: Operation) -> Outcome {
         let dirs = self.dirs(name);
         loop {
+            self.acting()?;
             let next = match operation.step.clone() {
                 Step::PreFlight => self.pre_flight(name, &dirs, status, &mut operation)?,
                 Step::StopJob { request_id } => self.stop_job(name, &dirs, status, &mut operation, request_id)?,
                 Step::StopCluster => {
-                    for (_, dir) in dirs.clusters() {
+                    for (seq, dir) in dirs.clusters() {
+                        if operation.newest_cluster.is_some_and(|newest| seq > newest) {
+                            // Started after this operation began, so by another controller:
+                            // not this operation's to stop.
+                            tracing::warn!(deployment = %name, "cluster {seq} is newer than this operation; left alone");
+                            continue;
+                        }
+                        self.acting()?;
                         processes::stop_cluster(&dir)?;
                     }
                     crash::point("operator-after-cluster-stopped");
@@ -512,11 +557,11 @@ impl Controller {
                     match operation.kind {
                         OperationKind::Suspend => return self.finish(name, status, operation),
                         OperationKind::Delete => {
-                            self.store.remove(name).map_err(|e| e.to_string())?;
+                            self.store.remove(name, &self.fence).map_err(|e| e.to_string())?;
                             tracing::info!(deployment = %name, "deleted");
                             return Ok(());
                         }
-                        _ => Some(Step::StartCluster { seq: dirs.clusters().last().map_or(1, |(seq, _)| seq + 1) }),
+                        _ => Some(Step::StartCluster { seq: next_cluster(&operation, &dirs) }),
                     }
                 }
                 Step::StartCluster { seq } => match self.start_cluster(name, &dirs, status, &operation, seq) {
@@ -584,6 +629,7 @@ impl Controller {
             }
             _ => None,
         };
+        crash::point("operator-in-pre-flight");
         let config_dir = dirs.root().join("pre-flight");
         let config = processes::cluster_configuration(&target, name, dirs, processes::Ports { rest: 0, rpc: 0 });
         let config_path = processes::write_configuration(&config_dir, &config)?;
@@ -609,7 +655,7 @@ impl Controller {
                 }
                 Ok(Some(match operation.kind {
                     OperationKind::Upgrade => Step::StopJob { request_id: None },
-                    _ => Step::StartCluster { seq: dirs.clusters().last().map_or(1, |(seq, _)| seq + 1) },
+                    _ => Step::StartCluster { seq: next_cluster(operation, dirs) },
                 }))
             }
             Err(reason) => {
@@ -686,8 +732,9 @@ impl Controller {
                     );
                     return self.refuse(name, status, operation, error);
                 }
+                self.acting()?;
                 api.cancel(&job_id).map_err(|e| format!("cannot cancel job {job_id}: {e}"))?;
-                let view = wait_terminal(&api, &job_id)?;
+                let view = wait_terminal(&api, &job_id, &self.fence)?;
                 crash::point("operator-after-job-cancelled");
                 self.after_stop(name, status, operation, Some(view))
             }
@@ -719,8 +766,9 @@ impl Controller {
                     return self.refuse(name, status, operation, error);
                 }
                 tracing::info!(deployment = %name, "job {job_id} is {}: last-state fallback, cancelling it to upgrade from its newest state", view.state);
+                self.acting()?;
                 api.cancel(&job_id).map_err(|e| format!("cannot cancel job {job_id}: {e}"))?;
-                let mut ended = wait_terminal(&api, &job_id)?;
+                let mut ended = wait_terminal(&api, &job_id, &self.fence)?;
                 ended.latest_checkpoint = ended.latest_checkpoint.or(view.latest_checkpoint);
                 crash::point("operator-after-job-cancelled");
                 operation.mode = UpgradeMode::LastState;
@@ -736,6 +784,7 @@ impl Controller {
                     None => {
                         let started = Instant::now();
                         let id = loop {
+                            self.acting()?;
                             match api.stop_with_savepoint(&job_id, &target) {
                                 Ok(id) => break id,
                                 Err(error) if started.elapsed() < TRIGGER_RETRY_MAX => {
@@ -762,6 +811,7 @@ impl Controller {
                     .unwrap_or(Duration::from_secs(600));
                 let started = Instant::now();
                 loop {
+                    self.acting()?;
                     match api.savepoint(&job_id, &request_id) {
                         Ok(SavepointState::InProgress) if started.elapsed() < timeout => std::thread::sleep(POLL),
                         Ok(SavepointState::InProgress) => {
@@ -778,7 +828,7 @@ impl Controller {
                         Ok(SavepointState::Completed(location)) => {
                             self.record_upgrade_savepoint(name, status, operation, &location)?;
                             crash::point("operator-after-savepoint-recorded");
-                            let view = wait_terminal(&api, &job_id)?;
+                            let view = wait_terminal(&api, &job_id, &self.fence)?;
                             return self.after_stop(name, status, operation, Some(view));
                         }
                         Ok(SavepointState::Failed(cause)) => {
@@ -1079,12 +1129,14 @@ impl Controller {
         };
         // Whatever an interrupted earlier attempt of this step left.
         let dir = dirs.cluster(seq);
+        self.acting()?;
         processes::stop_cluster(&dir)?;
         let _ = std::fs::remove_dir_all(dir.join("cluster"));
         let ports = processes::free_ports(target.job_manager.replicas.min(u32::from(u16::MAX)) as u16)?;
         let config = processes::cluster_configuration(target, name, dirs, ports);
         processes::write_configuration(&dir, &config)?;
         let started = Instant::now();
+        self.acting()?;
         processes::start_cluster(&target.binary, target, &dir)?;
         tracing::info!(deployment = %name, "cluster {seq} started in {} ms", started.elapsed().as_millis());
         status.cluster_info = Some(ClusterInfo {
@@ -1121,6 +1173,7 @@ impl Controller {
                 let config = dirs.cluster(seq).join("config.yaml");
                 let mut target = target.clone();
                 target.job.allow_non_restored_state |= operation.allow_non_restored_state;
+                self.acting()?;
                 processes::submit(
                     &target.binary,
                     &target,
@@ -1207,10 +1260,17 @@ fn processes_config_checkpointing(spec: &DeploymentSpec) -> bool {
     crate::spec::configuration(spec).get(&CHECKPOINTING_INTERVAL).ok().flatten().is_some()
 }
 
-/// Waits for the job to end after a cancel or a stop.
-fn wait_terminal(api: &ClusterApi, job_id: &str) -> Result<JobView, String> {
+/// The cluster an operation starts: the one after the newest it knew of when it began.
+fn next_cluster(operation: &Operation, dirs: &DeploymentDirs) -> u64 {
+    let newest = operation.newest_cluster.unwrap_or_else(|| dirs.clusters().last().map_or(0, |(seq, _)| *seq));
+    newest + 1
+}
+
+/// Waits for the job to end after a cancel or a stop, while `fence` holds.
+fn wait_terminal(api: &ClusterApi, job_id: &str, fence: &Fence) -> Result<JobView, String> {
     let started = Instant::now();
     loop {
+        fence.check().map_err(|lost| lost.to_string())?;
         match api.job(job_id) {
             Ok(Some(view)) if matches!(view.state.as_str(), "FINISHED" | "CANCELED" | "FAILED") => return Ok(view),
             Ok(None) => return Err(format!("job {job_id} disappeared from its cluster while stopping")),

@@ -7,6 +7,7 @@
 //! - [`spec`]: the spec and its parsing, with field paths in every error.
 //! - [`status`]: the status, the lifecycle rules, the operation in progress.
 //! - [`store`]: where specs and statuses live (the data directory, or etcd).
+//! - [`fence`]: the leadership every controller write and process action is conditioned on.
 //! - [`controller`]: the reconcile loop and its operations (deploy, upgrade, suspend,
 //!   resume, rollback, recover, delete).
 //! - [`processes`]: a deployment's clusters as processes of its binary.
@@ -16,6 +17,7 @@
 
 pub mod cluster_api;
 pub mod controller;
+pub mod fence;
 pub mod history;
 pub mod lock;
 pub mod processes;
@@ -24,6 +26,7 @@ pub mod status;
 pub mod store;
 
 pub use controller::Controller;
+pub use fence::{Fence, LeadershipLost};
 pub use spec::{DeploymentSpec, SpecError, UpgradeMode, WeirDeployment};
 pub use status::{DeploymentStatus, LifecycleState};
 pub use store::{ApplyOutcome, DeploymentStore, EtcdStore, FileStore, StoredDeployment};

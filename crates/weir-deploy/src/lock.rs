@@ -12,25 +12,9 @@ use weir_ha::{Election, EtcdClient, LeaderInfo, Leadership};
 /// The lease of an operator's leadership in etcd.
 const OPERATOR_LEASE_TTL: Duration = Duration::from_secs(2);
 
-/// Held while this process is the controller.
-pub enum OperatorLock {
-    /// The data directory's lock file, locked.
-    File(std::fs::File),
-    /// The operator leadership in etcd.
-    Etcd(Leadership),
-}
-
-impl OperatorLock {
-    /// Waits until the leadership is lost (never, for a file lock); true when lost.
-    pub fn wait_lost(&self, timeout: Duration) -> bool {
-        match self {
-            OperatorLock::File(_) => {
-                std::thread::sleep(timeout);
-                false
-            }
-            OperatorLock::Etcd(leadership) => leadership.wait_lost(timeout),
-        }
-    }
+/// The data directory's lock file, held while this process is the controller.
+pub struct OperatorLock {
+    _file: std::fs::File,
 }
 
 fn lock_path(root: &Path) -> PathBuf {
@@ -64,7 +48,7 @@ pub fn lock_file(root: &Path) -> Result<OperatorLock, String> {
     let _ = file.set_len(0);
     let _ = file.rewind();
     let _ = write!(file, "{}", std::process::id());
-    Ok(OperatorLock::File(file))
+    Ok(OperatorLock { _file: file })
 }
 
 /// Whether some process holds the lock file under `root`.
@@ -85,7 +69,7 @@ pub fn election(client: Arc<EtcdClient>, cluster_id: &str) -> Election {
 }
 
 /// Waits to lead the operators of `cluster_id` in etcd, publishing its REST address.
-pub fn lead(client: Arc<EtcdClient>, cluster_id: &str, rest_address: &str) -> Result<OperatorLock, String> {
+pub fn lead(client: Arc<EtcdClient>, cluster_id: &str, rest_address: &str) -> Result<Leadership, String> {
     let info = LeaderInfo {
         id: format!("operator-{}", std::process::id()),
         rest_address: rest_address.to_string(),
@@ -93,7 +77,7 @@ pub fn lead(client: Arc<EtcdClient>, cluster_id: &str, rest_address: &str) -> Re
     };
     let never = AtomicBool::new(false);
     match election(client, cluster_id).campaign(&info, &never) {
-        Ok(Some(leadership)) => Ok(OperatorLock::Etcd(leadership)),
+        Ok(Some(leadership)) => Ok(leadership),
         Ok(None) => Err("the campaign for the operator's leadership stopped".into()),
         Err(error) => Err(error.to_string()),
     }

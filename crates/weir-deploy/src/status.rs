@@ -239,6 +239,11 @@ pub struct Operation {
     pub allow_non_restored_state: bool,
     /// When it began, epoch ms.
     pub started_ms: u64,
+    /// The newest cluster of the deployment when the operation began (0: none): the
+    /// operation stops the clusters up to it and starts the one after it, never a cluster
+    /// it did not know of. `None` in a status written before this field existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub newest_cluster: Option<u64>,
 }
 
 /// Why the controller changes a deployment.
@@ -405,6 +410,7 @@ mod tests {
                 restore_from: None,
                 allow_non_restored_state: false,
                 started_ms: 5,
+                newest_cluster: None,
             }),
             ..Default::default()
         };

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use weir_ha::etcd::{Compare, EtcdClient, Op};
 
+use crate::fence::{Fence, LeadershipLost};
 use crate::spec::WeirDeployment;
 use crate::status::DeploymentStatus;
 
@@ -67,6 +68,9 @@ pub enum StoreError {
         /// What is wrong.
         reason: String,
     },
+    /// The controller writing lost its leadership: nothing was written.
+    #[error(transparent)]
+    LeadershipLost(#[from] LeadershipLost),
     /// Applying a deployment that is being deleted.
     #[error("deployment '{0}' is being deleted; apply it again once `weir deployment get` no longer lists it")]
     Deleting(String),
@@ -84,10 +88,12 @@ pub trait DeploymentStore: Send + Sync {
     /// Marks a deployment for deletion (the controller stops its job and cluster, then
     /// removes it); false when there is none.
     fn request_delete(&self, name: &str) -> Result<bool, StoreError>;
-    /// Removes a deployment's record.
-    fn remove(&self, name: &str) -> Result<(), StoreError>;
-    /// Writes the controller's status of a deployment.
-    fn put_status(&self, name: &str, status: &DeploymentStatus) -> Result<(), StoreError>;
+    /// Removes a deployment's record, if `fence`'s leadership still holds.
+    fn remove(&self, name: &str, fence: &Fence) -> Result<(), StoreError>;
+    /// Writes the controller's status of a deployment, if `fence`'s leadership still holds
+    /// (in etcd: a transaction compared on the leader key, so a controller that lost its
+    /// lease while frozen cannot write its stale status over its successor's).
+    fn put_status(&self, name: &str, status: &DeploymentStatus, fence: &Fence) -> Result<(), StoreError>;
     /// Where it keeps things, for messages.
     fn describe(&self) -> String;
 }
@@ -214,7 +220,8 @@ impl DeploymentStore for FileStore {
         Ok(true)
     }
 
-    fn remove(&self, name: &str) -> Result<(), StoreError> {
+    fn remove(&self, name: &str, fence: &Fence) -> Result<(), StoreError> {
+        fence.check()?;
         let dir = self.dir(name);
         // The record goes first, so a half-removed deployment is never listed.
         for file in ["deployment.json", "status.json", "delete-requested"] {
@@ -227,7 +234,8 @@ impl DeploymentStore for FileStore {
         Ok(())
     }
 
-    fn put_status(&self, name: &str, status: &DeploymentStatus) -> Result<(), StoreError> {
+    fn put_status(&self, name: &str, status: &DeploymentStatus, fence: &Fence) -> Result<(), StoreError> {
+        fence.check()?;
         let bytes = serde_json::to_vec_pretty(status).map_err(|e| StoreError::Io(e.to_string()))?;
         write_atomically(&self.dir(name).join("status.json"), &bytes)
     }
@@ -276,6 +284,23 @@ impl EtcdStore {
         };
         Ok(Some(StoredDeployment { deployment, status, delete_requested: value("delete").is_some() }))
     }
+
+    /// Runs `op` if `fence`'s leadership holds: checked locally, then by etcd (the leader
+    /// key's create revision must still be the fence's epoch). A write etcd refuses marks
+    /// the leadership lost.
+    fn fenced_write(&self, fence: &Fence, op: Op) -> Result<(), StoreError> {
+        fence.check()?;
+        let compares: Vec<Compare> = match fence.etcd_condition() {
+            Some((key, epoch)) => vec![Compare::CreateRevision(key.to_string(), epoch)],
+            None => Vec::new(),
+        };
+        let result = self.client.txn(&compares, &[op], &[]).map_err(Self::etcd)?;
+        if !result.succeeded {
+            fence.mark_lost();
+            return Err(StoreError::LeadershipLost(LeadershipLost));
+        }
+        Ok(())
+    }
 }
 
 impl DeploymentStore for EtcdStore {
@@ -322,16 +347,13 @@ impl DeploymentStore for EtcdStore {
         Ok(true)
     }
 
-    fn remove(&self, name: &str) -> Result<(), StoreError> {
-        self.client
-            .txn(&[] as &[Compare], &[Op::Delete { key: format!("{}{name}/", self.prefix), prefix: true }], &[])
-            .map_err(Self::etcd)?;
-        Ok(())
+    fn remove(&self, name: &str, fence: &Fence) -> Result<(), StoreError> {
+        self.fenced_write(fence, Op::Delete { key: format!("{}{name}/", self.prefix), prefix: true })
     }
 
-    fn put_status(&self, name: &str, status: &DeploymentStatus) -> Result<(), StoreError> {
+    fn put_status(&self, name: &str, status: &DeploymentStatus, fence: &Fence) -> Result<(), StoreError> {
         let bytes = serde_json::to_vec(status).map_err(|e| StoreError::Io(e.to_string()))?;
-        self.client.put(&self.key(name, "status"), &bytes, 0).map_err(Self::etcd)
+        self.fenced_write(fence, Op::Put { key: self.key(name, "status"), value: bytes, lease: 0 })
     }
 
     fn describe(&self) -> String {
@@ -363,16 +385,45 @@ mod tests {
         assert_eq!(stored.status, DeploymentStatus::default());
 
         let status = DeploymentStatus { observed_generation: 2, ..Default::default() };
-        store.put_status("orders", &status).unwrap();
+        store.put_status("orders", &status, &Fence::lock_file()).unwrap();
         assert_eq!(store.list().unwrap()[0].status.observed_generation, 2);
 
         assert!(store.request_delete("orders").unwrap());
         assert!(matches!(store.apply(deployment(4), false), Err(StoreError::Deleting(_))));
         assert!(store.get("orders").unwrap().unwrap().delete_requested);
-        store.remove("orders").unwrap();
+        store.remove("orders", &Fence::lock_file()).unwrap();
         assert!(store.get("orders").unwrap().is_none());
         assert!(store.list().unwrap().is_empty());
         assert!(!store.request_delete("orders").unwrap());
+    }
+
+    /// A controller that lost its leadership to another writes nothing over its successor's
+    /// status, even before it noticed the loss itself: etcd compares the leader key.
+    #[test]
+    fn a_status_write_of_a_superseded_leadership_is_refused_by_etcd() {
+        let etcd = weir_ha::testing::EtcdServer::start();
+        let client = Arc::new(EtcdClient::new(&[etcd.endpoint()], std::time::Duration::from_secs(2)));
+        let store = EtcdStore::new(Arc::clone(&client), "fenced");
+        store.apply(deployment(2), false).unwrap();
+        let old = crate::lock::lead(Arc::clone(&client), "fenced", "old:1").unwrap();
+        let old_fence = Fence::etcd(&old);
+        store.put_status("orders", &DeploymentStatus { observed_generation: 1, ..Default::default() }, &old_fence).unwrap();
+
+        // Another operator takes the leader key (as after the old one's lease expired while
+        // it was frozen); the old one has not noticed yet.
+        client.txn(&[], &[Op::Delete { key: old.key().to_string(), prefix: false }], &[]).unwrap();
+        let new = crate::lock::lead(Arc::clone(&client), "fenced", "new:1").unwrap();
+        let new_fence = Fence::etcd(&new);
+        let successor = DeploymentStatus { observed_generation: 7, ..Default::default() };
+        store.put_status("orders", &successor, &new_fence).unwrap();
+
+        let stale = DeploymentStatus { observed_generation: 1, ..Default::default() };
+        let refused = store.put_status("orders", &stale, &old_fence).unwrap_err();
+        assert!(matches!(refused, StoreError::LeadershipLost(_)), "{refused}");
+        assert!(!old_fence.is_held(), "a refused write marks the leadership lost");
+        assert!(matches!(store.remove("orders", &old_fence), Err(StoreError::LeadershipLost(_))));
+        let stored = store.get("orders").unwrap().unwrap();
+        assert_eq!(stored.status, successor);
     }
 
     #[test]

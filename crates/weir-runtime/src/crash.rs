@@ -10,7 +10,9 @@
 //! not started). The deployment controller's, between the steps of an upgrade:
 //! `operator-after-stop-triggered`, `operator-after-savepoint-recorded`,
 //! `operator-after-job-cancelled`, `operator-after-cluster-stopped`,
-//! `operator-after-cluster-started`, `operator-after-submit`.
+//! `operator-after-cluster-started`, `operator-after-submit`, and `operator-in-pre-flight`
+//! (before the pre-flight's dry run; armed with the `fail` crate's `sleep(ms)` instead of
+//! `return`, it holds the controller there, for the tests that freeze it mid-upgrade).
 
 /// Aborts the process here when the crash point `name` is armed.
 pub fn point(name: &str) {

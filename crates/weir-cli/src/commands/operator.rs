@@ -40,37 +40,63 @@ fn run(args: &OperatorArgs) -> Result<ExitCode, CliError> {
         Some(_) => None,
     };
     let rest = start_rest(&config, &deployments)?;
-    let lock = match (&deployments.etcd, file_lock) {
-        (None, Some(lock)) => lock,
-        (Some((client, cluster_id)), _) => {
-            eprintln!(
-                "Deployment controller: standing by until it leads the operators of cluster-id '{cluster_id}' in etcd"
+    let (client, cluster_id) = match (&deployments.etcd, file_lock) {
+        (None, Some(lock)) => {
+            announce(&deployments, &rest);
+            // The lock file is held until this process ends: nothing can take over from it.
+            let controller = weir_deploy::Controller::new(
+                Arc::clone(&deployments.store),
+                config,
+                deployments.root.clone(),
+                weir_deploy::Fence::lock_file(),
             );
-            weir_deploy::lock::lead(Arc::clone(client), cluster_id, &rest.url()).map_err(CliError::runtime)?
+            controller.run(&AtomicBool::new(false));
+            drop(lock);
+            return Err(CliError::runtime("the deployment controller stopped"));
         }
+        (Some((client, cluster_id)), _) => (Arc::clone(client), cluster_id.clone()),
         (None, None) => return Err(CliError::runtime("no operator lock was taken")),
     };
+    // With etcd: lead while the lease holds; a lost lease (frozen, cut off from etcd, etcd
+    // restarted) stops the controller at once and the operator stands by and campaigns
+    // again, so a hiccup never leaves the deployments without an operator.
+    loop {
+        eprintln!(
+            "Deployment controller: standing by until it leads the operators of cluster-id '{cluster_id}' in etcd"
+        );
+        let leadership =
+            weir_deploy::lock::lead(Arc::clone(&client), &cluster_id, &rest.url()).map_err(CliError::runtime)?;
+        announce(&deployments, &rest);
+        let stop = Arc::new(AtomicBool::new(false));
+        let controller = weir_deploy::Controller::new(
+            Arc::clone(&deployments.store),
+            config.clone(),
+            deployments.root.clone(),
+            weir_deploy::Fence::etcd(&leadership),
+        );
+        let loop_stop = Arc::clone(&stop);
+        let worker = std::thread::Builder::new()
+            .name("weir-operator".into())
+            .spawn(move || controller.run(&loop_stop))
+            .map_err(|e| CliError::runtime(format!("cannot start the controller: {e}")))?;
+        while !leadership.wait_lost(Duration::from_secs(3600)) {}
+        stop.store(true, Ordering::Relaxed);
+        let _ = worker.join();
+        drop(leadership);
+        tracing::warn!(
+            "this operator lost its leadership in etcd (another took over, or etcd was unreachable past the lease); it stands by"
+        );
+        eprintln!("Deployment controller: lost the leadership in etcd; it made no further change");
+    }
+}
+
+fn announce(deployments: &deployment::Deployments, rest: &RestServer) {
     eprintln!(
         "Deployment controller: deployments in {}, their processes under {}; REST API and Web UI at {}",
         deployments.store.describe(),
         deployments.root.display(),
         rest.url()
     );
-    let stop = Arc::new(AtomicBool::new(false));
-    let controller = weir_deploy::Controller::new(Arc::clone(&deployments.store), config, deployments.root.clone());
-    let loop_stop = Arc::clone(&stop);
-    let worker = std::thread::Builder::new()
-        .name("weir-operator".into())
-        .spawn(move || controller.run(&loop_stop))
-        .map_err(|e| CliError::runtime(format!("cannot start the controller: {e}")))?;
-    // Lost leadership (etcd) stops the controller: the next leader resumes what it was doing.
-    while !lock.wait_lost(Duration::from_secs(3600)) {}
-    stop.store(true, Ordering::Relaxed);
-    let _ = worker.join();
-    drop(rest);
-    Err(CliError::runtime(
-        "this operator lost its leadership in etcd (another took over, or etcd was unreachable past the lease); start it again to stand by",
-    ))
 }
 
 fn start_rest(
