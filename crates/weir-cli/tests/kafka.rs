@@ -227,6 +227,61 @@ fn the_transaction_of_a_checkpoint_that_never_completed_never_becomes_visible() 
     assert_counts_exactly_once(&counts, EVENTS);
 }
 
+/// Two jobs write one topic with the default transactional id prefix. Job A crashes after a
+/// checkpoint's `_metadata` and before it committed the checkpoint's transactions; job B
+/// starts on the same topic and runs to the end; A restored from that checkpoint commits
+/// them. B must not have aborted A's pre-committed transactions: every count exactly once.
+#[test]
+fn a_second_job_on_the_same_topic_never_aborts_the_first_jobs_pre_committed_transactions() {
+    let _serial = serial();
+    const EVENTS: usize = 6_000;
+    let broker = Broker::start();
+    broker.create_topic("events", 2);
+    broker.create_topic("lines", 1);
+    broker.create_topic("counts", 1);
+    let dir = tempfile::tempdir().unwrap();
+    let chk_root = dir.path().join("chk");
+    let checkpoints = format!("state.checkpoints.dir=file://{}", chk_root.display());
+    let input = format!("kafka://{}/events?group=first", broker.bootstrap);
+    let output = format!("kafka://{}/counts", broker.bootstrap);
+    let producer = produce_in_background(&broker, 2, 30, 25, Duration::from_millis(60));
+    let args = counter_args("2", &checkpoints, &input, &output);
+    let mut first = RunningWeir::start_with(
+        |mut command| {
+            command.env("FAILPOINTS", "checkpoint-after-metadata=3*off->return");
+            command
+        },
+        &args,
+    );
+    let job_id = first.job_id();
+    assert_ne!(first.wait(), Some(0));
+    let newest = newest_checkpoint(&chk_root.join(&job_id)).expect("a checkpoint completed before the crash");
+    assert!(newest.ends_with("chk-4"), "{newest:?}");
+
+    // Another job writes the same topic while the first one is down.
+    broker.produce("lines", 1, (0..50).map(|_| "apple banana".to_string()));
+    broker.wait_for_end("lines", 1, 50);
+    let lines = format!("kafka://{}/lines", broker.bootstrap);
+    let second = run_weir(&["run", "-D", "rest.port=0", "wordcount", "--input", &lines, "--output", &output]);
+    assert!(second.status.success(), "{}", String::from_utf8_lossy(&second.stderr));
+
+    producer.join().unwrap();
+    broker.wait_for_end("events", 2, EVENTS as i64);
+    let bounded_input = format!("{input}&bounded=true");
+    let mut args = counter_args("2", &checkpoints, &bounded_input, &output);
+    args.splice(3..3, ["-s", newest.to_str().unwrap()]);
+    let result = run_weir(&args);
+    let stderr = String::from_utf8_lossy(&result.stderr);
+    assert!(result.status.success(), "{stderr}");
+    assert!(!stderr.contains("can no longer be committed"), "a pre-committed transaction was lost: {stderr}");
+    let all = broker.read_committed("counts", EVENTS + 2, Duration::from_secs(30));
+    let (words, counts): (Vec<String>, Vec<String>) = all.into_iter().partition(|l| l.starts_with(char::is_alphabetic));
+    let mut words = words;
+    words.sort();
+    assert_eq!(words, ["apple\t50", "banana\t50"]);
+    assert_counts_exactly_once(&counts, EVENTS);
+}
+
 #[test]
 fn errors_name_the_topic_the_servers_and_the_schemes_weir_knows() {
     let _serial = serial();

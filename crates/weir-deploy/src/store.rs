@@ -407,7 +407,9 @@ mod tests {
         store.apply(deployment(2), false).unwrap();
         let old = crate::lock::lead(Arc::clone(&client), "fenced", "old:1").unwrap();
         let old_fence = Fence::etcd(&old);
-        store.put_status("orders", &DeploymentStatus { observed_generation: 1, ..Default::default() }, &old_fence).unwrap();
+        store
+            .put_status("orders", &DeploymentStatus { observed_generation: 1, ..Default::default() }, &old_fence)
+            .unwrap();
 
         // Another operator takes the leader key (as after the old one's lease expired while
         // it was frozen); the old one has not noticed yet.

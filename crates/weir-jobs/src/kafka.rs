@@ -89,10 +89,10 @@ pub fn sink<T: Send + 'static>(
 ) -> Result<KafkaSink<T>, String> {
     let guarantee: DeliveryGuarantee =
         url.options.get("delivery").map(|d| d.parse()).transpose()?.unwrap_or(DeliveryGuarantee::ExactlyOnce);
-    let prefix = url.options.get("transactional-id-prefix").cloned().unwrap_or_else(|| format!("weir-{}", url.topic));
-    let mut sink = KafkaSink::new(&url.bootstrap, &url.topic, serializer)
-        .delivery_guarantee(guarantee)
-        .transactional_id_prefix(&prefix);
+    let mut sink = KafkaSink::new(&url.bootstrap, &url.topic, serializer).delivery_guarantee(guarantee);
+    if let Some(prefix) = url.options.get("transactional-id-prefix") {
+        sink = sink.transactional_id_prefix(prefix);
+    }
     for (key, value) in &url.options {
         if !matches!(key.as_str(), "delivery" | "transactional-id-prefix") {
             sink = sink.property(key, value);

@@ -31,7 +31,11 @@ fn clone_client(etcd: &weir_ha::EtcdClient) -> weir_ha::EtcdClient {
 fn wait_leader(etcd: &weir_ha::EtcdClient, pid: u32) {
     let deadline = Instant::now() + WAIT_MAX;
     while operator_leader(etcd) != Some(pid) {
-        assert!(Instant::now() < deadline, "operator {pid} did not lead within {WAIT_MAX:?}; leader: {:?}", operator_leader(etcd));
+        assert!(
+            Instant::now() < deadline,
+            "operator {pid} did not lead within {WAIT_MAX:?}; leader: {:?}",
+            operator_leader(etcd)
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }

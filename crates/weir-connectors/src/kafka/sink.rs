@@ -1,8 +1,13 @@
 //! [`KafkaSink`] with Flink's delivery guarantees.
 //!
 //! `exactly-once`: each subtask writes into one transaction per checkpoint. Its id is
-//! `<prefix>-<subtask>-<n>`, `n` counting the subtask's transactions, so every id is used once
-//! and the ids a crashed run may have left open follow the last one a snapshot names. At the
+//! `<prefix>-<job id>-<subtask>-<n>`, `n` counting the subtask's transactions, so every id is
+//! used once and the ids a crashed run may have left open follow the last one a snapshot
+//! names. The job id makes the ids the job's own: two jobs writing one topic, even with the
+//! same configured prefix, never abort or commit each other's transactions (a job only ever
+//! aborts ids of its own job id, or ids after the last one the snapshot it restores names,
+//! which only the job that wrote that snapshot opened). The configured prefix stays the
+//! ids' prefix, for brokers whose ACLs grant transactional ids by prefix. At the
 //! barrier the transaction is flushed and its id goes into the snapshot (pre-committed); when
 //! the checkpoint completes it is committed. A restore commits the pre-committed transactions
 //! of the snapshot through [`super::protocol`] (their producer is gone), then aborts every
@@ -104,8 +109,8 @@ impl<T: Send + 'static> KafkaSink<T> {
         self.guarantee = guarantee;
         self
     }
-    /// The transactional id prefix (exactly-once): unique to this job, and the same across its
-    /// restores, so a restore finds what an earlier attempt left open.
+    /// The transactional id prefix (exactly-once; `weir-<topic>` unless set): the ids are
+    /// `<prefix>-<job id>-<subtask>-<n>`, so they are the job's own whatever the prefix.
     pub fn transactional_id_prefix(mut self, prefix: &str) -> Self {
         self.prefix = Some(prefix.to_string());
         self
@@ -127,26 +132,29 @@ impl<T: Send + 'static> KafkaSink<T> {
         properties
     }
 
-    fn prefix(&self) -> Result<&str, TaskError> {
-        self.prefix.as_deref().filter(|p| !p.is_empty()).ok_or_else(|| {
-            TaskError::external(
-                format!("kafka sink to '{}'", self.topic),
-                "exactly-once needs a transactional id prefix unique to the job (transactional_id_prefix, or transactional-id-prefix= in a kafka:// URL)",
-            )
-        })
+    /// The prefix of this job's transactional ids: the configured prefix (`weir-<topic>` by
+    /// default) and the job id, which no other job has (16 random bytes). Every attempt of
+    /// the job (restarts, a leader's takeover) shares it; a job restored from a snapshot has
+    /// a new id, and finishes the snapshot's transactions under the prefix they name.
+    fn job_prefix(&self, ctx: &TaskContext) -> String {
+        let base = match self.prefix.as_deref().filter(|p| !p.is_empty()) {
+            Some(prefix) => prefix.to_string(),
+            None => format!("weir-{}", self.topic),
+        };
+        format!("{base}-{}", ctx.job_id)
     }
 
     fn admin(&self) -> TransactionAdmin {
         TransactionAdmin::new(&self.bootstrap, TRANSACTION_TIMEOUT)
     }
 
-    fn writer(&self, ctx: &TaskContext, next_seq: u64) -> Result<KafkaWriter<T>, TaskError> {
+    fn writer(&self, ctx: &TaskContext, prefix: String, next_seq: u64) -> Result<KafkaWriter<T>, TaskError> {
         let writer = KafkaWriter {
             bootstrap: self.bootstrap.clone(),
             topic: self.topic.clone(),
             properties: self.producer_properties(),
             guarantee: self.guarantee,
-            prefix: self.prefix.clone().unwrap_or_default(),
+            prefix,
             serializer: Arc::clone(&self.serializer),
             subtask: ctx.subtask_index,
             parallelism: ctx.parallelism,
@@ -207,12 +215,15 @@ fn transactional_id(prefix: &str, subtask: u32, seq: u64) -> String {
 
 impl<T: Send + 'static> Sink<T> for KafkaSink<T> {
     fn create_writer(&self, ctx: &TaskContext) -> Result<Box<dyn SinkWriter<T>>, TaskError> {
+        let prefix = self.job_prefix(ctx);
         let mut next_seq = 0;
         if self.guarantee == DeliveryGuarantee::ExactlyOnce {
-            // A fresh start: abort what an earlier job with this prefix left open here.
-            next_seq = abort_lingering(&self.admin(), self.prefix()?, ctx.subtask_index, 0)?;
+            // A start without a snapshot: abort what an earlier attempt of this job (a restart
+            // before its first checkpoint) left open here. The ids carry the job id, so no
+            // other job's transaction is ever among them.
+            next_seq = abort_lingering(&self.admin(), &prefix, ctx.subtask_index, 0)?;
         }
-        Ok(Box::new(self.writer(ctx, next_seq)?))
+        Ok(Box::new(self.writer(ctx, prefix, next_seq)?))
     }
 
     fn restore_writer(
@@ -223,6 +234,7 @@ impl<T: Send + 'static> Sink<T> for KafkaSink<T> {
         let committables =
             decode_committables(&committables).map_err(|e| TaskError::external("kafka sink: restoring", e))?;
         let admin = self.admin();
+        let prefix = self.job_prefix(ctx);
         let (subtask, parallelism) = (ctx.subtask_index, ctx.parallelism);
         // Old subtask s goes to new subtask s mod p: it commits s's pre-committed transactions
         // and aborts what s may have opened after them.
@@ -239,18 +251,18 @@ impl<T: Send + 'static> Sink<T> for KafkaSink<T> {
             }
         }
         let mut own_next = None;
-        for ((prefix, old_subtask), next) in &next_by_old {
-            let after = abort_lingering(&admin, prefix, *old_subtask, *next)?;
-            if *old_subtask == subtask && Some(prefix.as_str()) == self.prefix.as_deref() {
+        for ((old_prefix, old_subtask), next) in &next_by_old {
+            let after = abort_lingering(&admin, old_prefix, *old_subtask, *next)?;
+            if *old_subtask == subtask && *old_prefix == prefix {
                 own_next = Some(after);
             }
         }
         let next_seq = match (own_next, self.guarantee) {
             (Some(next), _) => next,
-            (None, DeliveryGuarantee::ExactlyOnce) => abort_lingering(&admin, self.prefix()?, subtask, 0)?,
+            (None, DeliveryGuarantee::ExactlyOnce) => abort_lingering(&admin, &prefix, subtask, 0)?,
             (None, _) => 0,
         };
-        Ok(Box::new(self.writer(ctx, next_seq)?))
+        Ok(Box::new(self.writer(ctx, prefix, next_seq)?))
     }
 
     fn check_restore(&self, committables: &[Vec<u8>]) -> Result<Vec<String>, String> {
@@ -281,7 +293,7 @@ fn commit_restored(admin: &TransactionAdmin, id: &str) -> Result<(), TaskError> 
             tracing::error!(
                 transaction = id,
                 state = %state,
-                "kafka sink: a transaction the restored checkpoint pre-committed can no longer be committed; its records are lost. Raise transaction.timeout.ms (and the broker's transaction.max.timeout.ms) above the longest time a job may be down"
+                "kafka sink: a transaction the restored checkpoint pre-committed can no longer be committed; its records are lost. Either the broker timed it out (raise transaction.timeout.ms, and the broker's transaction.max.timeout.ms, above the longest time a job may be down) or another writer aborted it: a copy of this job restored from the same snapshot while it ran, or a client using the same transactional ids"
             );
         }
     }
