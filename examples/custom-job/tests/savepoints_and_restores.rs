@@ -1,8 +1,9 @@
 //! A savepoint taken while a job runs commits nothing (Flink since 1.15, FLINK-25191): the
 //! failover after it restores the newest checkpoint, or nothing, and the output stays exactly
 //! once. Before, the sink committed on the savepoint's completion and the replay after the
-//! crash wrote those records a second time. And a source that is new in a restored job reads
-//! its input, as in a fresh run.
+//! crash wrote those records a second time. The parts the savepoint staged survive that
+//! failover, so a later restore of the savepoint commits them. And a source that is new in a
+//! restored job reads its input, as in a fresh run.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -89,10 +90,17 @@ fn assert_exactly_once(dir: &std::path::Path, users: u64, events: u64) {
     assert_eq!((duplicated, lost), (0, 0), "records duplicated and lost in {}", dir.display());
 }
 
+/// What [`savepoint_then_crash`] leaves: its directory, the output directory, the savepoint.
+struct SavedAndCrashed {
+    dir: tempfile::TempDir,
+    out: std::path::PathBuf,
+    savepoint: String,
+}
+
 /// Runs `flaky-counter` (50 users, `events` at 10 000/s, one crash at `fail_at`) with
 /// periodic checkpoints every `interval`; takes a savepoint once `checkpoints_before` periodic
 /// checkpoints completed, then lets the job crash, restart and finish.
-fn savepoint_then_crash(interval: &str, checkpoints_before: u64, events: u64, fail_at: u64) {
+fn savepoint_then_crash(interval: &str, checkpoints_before: u64, events: u64, fail_at: u64) -> SavedAndCrashed {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
     let marker = dir.path().join("crashed");
@@ -149,19 +157,102 @@ fn savepoint_then_crash(interval: &str, checkpoints_before: u64, events: u64, fa
     assert!(status.success(), "the job did not finish");
     assert!(marker.exists(), "the injected crash did not happen");
     assert_exactly_once(&out, 50, events);
+    let stdout = String::from_utf8_lossy(&savepoint.stdout);
+    let savepoint =
+        stdout.lines().find_map(|line| line.split("Path: ").nth(1)).expect("the savepoint's path").trim().to_string();
+    SavedAndCrashed { dir, out, savepoint }
+}
+
+/// Each user's counts in the committed part files of `dir` named in `names`.
+fn counts_in(dir: &std::path::Path, names: &[String]) -> std::collections::BTreeMap<u64, Vec<u64>> {
+    let mut per_user: std::collections::BTreeMap<u64, Vec<u64>> = std::collections::BTreeMap::new();
+    for name in names {
+        for line in std::fs::read_to_string(dir.join(name)).unwrap().lines() {
+            let (user, count) = line.split_once('\t').unwrap();
+            per_user.entry(user.parse().unwrap()).or_default().push(count.parse().unwrap());
+        }
+    }
+    per_user
+}
+
+fn committed_names(dir: &std::path::Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.starts_with("part-"))
+        .collect();
+    names.sort();
+    names
+}
+
+/// The savepoint of [`savepoint_then_crash`] staged part files that its own restore commits
+/// (intermediate savepoints commit nothing themselves). The failover that restarted the job
+/// from the older checkpoint must not delete them: restored later into the same directory,
+/// the savepoint finds every part pending, and what it commits plus what the restored job
+/// writes are exactly the counts after the checkpoint the crash went back to.
+#[test]
+fn a_failover_keeps_the_part_files_an_intermediate_savepoint_staged_for_its_later_restore() {
+    const EVENTS: u64 = 36_000;
+    let run = savepoint_then_crash("2s", 1, EVENTS, 29_000);
+    let job_args = |marker: &std::path::Path| {
+        let mut args: Vec<String> =
+            ["flaky-counter", "--users", "50", "--events", &EVENTS.to_string(), "--rate", "100000"]
+                .iter()
+                .map(|a| a.to_string())
+                .collect();
+        args.extend(["--fail-at".to_string(), (EVENTS + 1).to_string(), "--marker".to_string()]);
+        args.push(marker.display().to_string());
+        args.extend(["--output".to_string(), run.out.display().to_string()]);
+        args
+    };
+    let marker = run.dir.path().join("never");
+    let report =
+        my_weir().args(["run", "--dry-run", "-p", "2", "-s", &run.savepoint]).args(job_args(&marker)).output().unwrap();
+    let report_text = format!("{}{}", String::from_utf8_lossy(&report.stdout), String::from_utf8_lossy(&report.stderr));
+    assert!(report.status.success(), "{report_text}");
+    let pending_line = report_text
+        .lines()
+        .find(|l| l.contains("pending part file(s) of the snapshot"))
+        .unwrap_or_else(|| panic!("the savepoint staged no part file: {report_text}"));
+    assert!(pending_line.contains("0 already committed, 0 missing"), "{pending_line}");
+
+    // Before the restore: the committed counts of attempt 0 of the first job end where the
+    // checkpoint the crash went back to ended (the savepoint's staged parts are hidden).
+    let before = committed_names(&run.out);
+    let first_attempt: Vec<String> = before.iter().filter(|n| n.split('-').nth(2) == Some("0")).cloned().collect();
+    let at_checkpoint: std::collections::BTreeMap<u64, u64> = counts_in(&run.out, &first_attempt)
+        .into_iter()
+        .map(|(user, counts)| (user, counts.into_iter().max().unwrap_or(0)))
+        .collect();
+
+    let restored = my_weir()
+        .args(["run", "-p", "2", "-D", "rest.port=0", "-s", &run.savepoint])
+        .args(job_args(&marker))
+        .output()
+        .unwrap();
+    assert!(restored.status.success(), "{}", String::from_utf8_lossy(&restored.stderr));
+    let new: Vec<String> = committed_names(&run.out).into_iter().filter(|n| !before.contains(n)).collect();
+    let per_user = counts_in(&run.out, &new);
+    assert_eq!(per_user.len(), 50);
+    for (user, mut counts) in per_user {
+        counts.sort_unstable();
+        let from = at_checkpoint.get(&user).copied().unwrap_or(0) + 1;
+        let expected: Vec<u64> = (from..=EVENTS / 50).collect();
+        assert_eq!(counts, expected, "user {user}: the savepoint's restore lost or repeated counts");
+    }
 }
 
 /// A periodic checkpoint, then the savepoint, then the crash before the next checkpoint: the
 /// restart restores the checkpoint, older than the savepoint.
 #[test]
 fn a_savepoint_between_a_checkpoint_and_a_crash_commits_nothing_the_restart_replays() {
-    savepoint_then_crash("2s", 1, 36_000, 29_000);
+    let _ = savepoint_then_crash("2s", 1, 36_000, 29_000);
 }
 
 /// No periodic checkpoint before the crash at all: the restart starts from nothing.
 #[test]
 fn a_savepoint_before_any_checkpoint_and_a_crash_commits_nothing_the_restart_replays() {
-    savepoint_then_crash("30s", 0, 20_000, 12_000);
+    let _ = savepoint_then_crash("30s", 0, 20_000, 12_000);
 }
 
 /// A savepoint of another job restored with `-n` into `sensor-stats`: its source is new and

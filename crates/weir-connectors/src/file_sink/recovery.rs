@@ -1,6 +1,13 @@
 //! What the file sink keeps in snapshots, and what a restored job does with it: commit the
-//! pending parts of the restored checkpoint where they were written, and remove hidden files
-//! that no run will ever need, without touching a file another live job is writing.
+//! pending parts of the restored checkpoint where they were written, and remove in-progress
+//! files that no run will ever need, without touching a file another live job is writing.
+//!
+//! Pending files the restored snapshot does not name are never removed: another snapshot may
+//! name them (an intermediate savepoint taken after the restored checkpoint, whose parts
+//! only its own restore commits, or a newer retained checkpoint the user may restore
+//! instead), and nothing here can tell which snapshots still exist. Flink's `FileSink` keeps
+//! them too. In-progress files are never named by any snapshot (a part is renamed pending
+//! before its barrier is snapshotted), so an orphaned one is provably garbage.
 //!
 //! A snapshot is untrusted input (its checksums catch corruption, not intent): every name it
 //! holds must be a part name this sink writes, and every directory an absolute, normalized
@@ -12,7 +19,7 @@ use std::path::{Component, Path, PathBuf};
 
 use weir_api::error::TaskError;
 
-use super::names::PartName;
+use super::names::{HiddenKind, PartName};
 
 /// A pending commit as the snapshot stores it (postcard): the output directory, the pending
 /// name and the committed name. Written by weir 0.2; snapshots of 0.1 hold only the two names
@@ -150,9 +157,9 @@ fn commit_restored_part(current: &Path, committable: &Committable) -> Result<(Co
 }
 
 /// Commits the pending parts of a restored checkpoint (idempotent), then removes the orphans
-/// of `current`: hidden part files of the restored job (`snapshot_job`) and of this job's
-/// earlier attempts that the restored checkpoint does not list and that no live writer holds.
-/// Their records come again from the restored sources. Files of any other job are left alone.
+/// of `current`: in-progress part files of the restored job (`snapshot_job`) and of this
+/// job's earlier attempts that no live writer holds. Their records come again from the
+/// restored sources. Pending files stay (module docs); files of any other job are left alone.
 pub fn commit_restored(
     current: &Path,
     committables: &[Committable],
@@ -175,18 +182,22 @@ pub fn commit_restored(
     Ok(())
 }
 
-/// Removes the hidden part files of `dir` written by `snapshot_job` (any attempt) or by `job`
-/// before `attempt`, except `listed` ones and those a live writer holds (each writer keeps an
-/// exclusive lock on its in-progress and pending files until they are committed).
+/// Removes the in-progress part files of `dir` written by `snapshot_job` (any attempt) or by
+/// `job` before `attempt`, except `listed` ones and those a live writer holds (each writer
+/// keeps an exclusive lock on its in-progress and pending files until they are committed).
+/// Pending files are kept: a snapshot other than the restored one may name them.
 pub fn remove_orphans(dir: &Path, listed: &BTreeSet<PartName>, snapshot_job: Option<&str>, job: &str, attempt: u32) {
     let Ok(entries) = fs::read_dir(dir) else {
         return;
     };
     for entry in entries.flatten() {
         let file_name = entry.file_name();
-        let Some((name, _)) = file_name.to_str().and_then(PartName::parse_hidden) else {
+        let Some((name, kind)) = file_name.to_str().and_then(PartName::parse_hidden) else {
             continue;
         };
+        if kind == HiddenKind::Pending {
+            continue;
+        }
         let ours_before = name.written_by(job) && name.attempt < attempt;
         let restored_job =
             snapshot_job.is_some_and(|snapshot_job| snapshot_job != job && name.written_by(snapshot_job));
@@ -374,7 +385,7 @@ mod tests {
     }
 
     #[test]
-    fn orphans_are_removed_but_live_writers_and_other_jobs_are_left_alone() {
+    fn in_progress_orphans_are_removed_but_pending_files_live_writers_and_other_jobs_are_left_alone() {
         let dir = tempfile::tempdir().unwrap();
         let dir = dir.path();
         let dead_a = name(JOB_A, 0, 0).in_progress();
@@ -393,7 +404,15 @@ mod tests {
         let mut left: Vec<String> =
             fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
         left.sort();
-        let mut expected = vec![live_a.clone(), other_job.clone(), ours_now.clone(), "unrelated.txt".to_string()];
+        // The pending ones stay: a savepoint or a newer retained checkpoint may name them.
+        let mut expected = vec![
+            live_a.clone(),
+            other_job.clone(),
+            ours_now.clone(),
+            dead_a_pending.clone(),
+            ours_earlier.clone(),
+            "unrelated.txt".to_string(),
+        ];
         expected.sort();
         assert_eq!(left, expected);
         drop(held);

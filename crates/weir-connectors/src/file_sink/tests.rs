@@ -150,22 +150,30 @@ fn the_pre_commit_rename_is_followed_by_a_directory_sync() {
     assert!(synced_after_rename, "no sync of {} after the rename: {syncs:?}", dir.path().display());
 }
 
+/// A restore from checkpoint 1 removes what was being written after it, and keeps the part
+/// staged for barrier 2 (an intermediate savepoint, say): restoring that snapshot later
+/// commits it.
 #[test]
-fn a_restore_discards_files_written_after_the_checkpoint() {
+fn a_restore_discards_in_progress_files_and_keeps_parts_a_later_snapshot_names() {
     let dir = tempfile::tempdir().unwrap();
     let sink = FileSink::new(dir.path(), format_line);
     let ctx = TaskContext::for_test(0, 1, 8);
     let mut writer = sink.create_writer(&ctx).unwrap();
     writer.write_batch(&mut vec!["kept".to_string()]).unwrap();
     let snapshot = writer.prepare_commit(1).unwrap();
-    writer.write_batch(&mut vec!["replayed later".to_string()]).unwrap();
-    let _after_the_checkpoint = writer.prepare_commit(2).unwrap();
-    writer.write_batch(&mut vec!["also replayed".to_string()]).unwrap();
+    writer.write_batch(&mut vec!["staged for the savepoint".to_string()]).unwrap();
+    let savepoint = writer.prepare_commit(2).unwrap();
+    writer.write_batch(&mut vec!["replayed".to_string()]).unwrap();
     writer.flush().unwrap();
     drop(writer);
     let _ = sink.restore_writer(&restored_ctx(u128::MAX, 0, TEST_JOB), snapshot).unwrap();
-    assert_eq!(names(dir.path()), vec![part(0, 0, 0).committed()]);
+    assert_eq!(names(dir.path()), vec![part(0, 0, 1).pending(), part(0, 0, 0).committed()]);
     assert_eq!(fs::read_to_string(dir.path().join(part(0, 0, 0).committed())).unwrap(), "kept\n");
+
+    // Later, a new job restores the savepoint into the same directory.
+    let _ = sink.restore_writer(&restored_ctx(u128::MAX - 1, 0, TEST_JOB), savepoint).unwrap();
+    assert_eq!(names(dir.path()), vec![part(0, 0, 0).committed(), part(0, 0, 1).committed()]);
+    assert_eq!(fs::read_to_string(dir.path().join(part(0, 0, 1).committed())).unwrap(), "staged for the savepoint\n");
 }
 
 #[test]
