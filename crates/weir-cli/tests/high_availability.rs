@@ -543,3 +543,84 @@ fn reconciling_that_times_out_restarts_the_job_from_its_newest_checkpoint() {
         attempts(&out)
     );
 }
+
+/// Waits until etcd holds a completed checkpoint of `job`.
+fn wait_checkpointed(cluster: &HaCluster, job: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while cluster.etcd_keys(&format!("jobs/{job}/checkpoints/")).is_empty() {
+        assert!(Instant::now() < deadline, "no checkpoint completed");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The leader and a TaskManager running half of the job die together (one slot per
+/// TaskManager, a replacement TaskManager starts). The new leader cannot take the attempt
+/// over, half of it being gone: after the reconcile timeout it restarts the job. The
+/// surviving TaskManager's half, reported but not taken over, must be cancelled there and
+/// free its slot, or the restart waits for a slot that never comes and the job FAILS.
+#[test]
+fn the_leader_and_a_taskmanager_dying_together_restart_the_job_in_the_surviving_slot() {
+    let _serial = serial();
+    let mut cluster = HaCluster::start(2, 2, &["taskmanager.numberOfTaskSlots: 1"]);
+    let out = cluster.output("out");
+    let job = cluster.submit(&bounded_counter(out.to_str().unwrap(), "30000", "3000"));
+    cluster.wait_job(&job, "RUNNING", JOB_WAIT_MAX);
+    wait_checkpointed(&cluster, &job);
+    let index = cluster.taskmanager_running(&job);
+    let mut taskmanager = cluster.taskmanagers.remove(index);
+    let epoch = cluster.kill_leader();
+    taskmanager.kill_hard();
+    cluster.start_taskmanager();
+    cluster.wait_for_leader(Some(epoch));
+    // Reconciling gives up after 3 s; the restart needs both slots at once.
+    cluster.wait_job(&job, "FINISHED", Duration::from_secs(60));
+    let details = cluster.get(&format!("/jobs/{job}")).unwrap();
+    assert!(details["numRestarts"].as_u64().unwrap_or(0) >= 1, "{details}");
+    assert_exactly_once(&committed_lines(&out), 20, Some(1500));
+}
+
+/// A TaskManager frozen (SIGSTOP) past `heartbeat.timeout`: the leader counts it lost and
+/// restarts its subtasks elsewhere. Woken, it registers again and reports the attempt it
+/// still runs. That attempt is stale: the leader cancels it at once, so the TaskManager's
+/// slot is free again (it stayed reserved for nobody before).
+#[test]
+fn a_taskmanager_woken_after_its_subtasks_restarted_elsewhere_has_its_stale_attempt_cancelled() {
+    let _serial = serial();
+    let cluster = HaCluster::start(
+        1,
+        3,
+        &["taskmanager.numberOfTaskSlots: 1", "heartbeat.interval: 200ms", "heartbeat.timeout: 2s"],
+    );
+    let out = cluster.output("out");
+    let job = cluster.submit(&bounded_counter(out.to_str().unwrap(), "30000", "3000"));
+    cluster.wait_job(&job, "RUNNING", JOB_WAIT_MAX);
+    wait_checkpointed(&cluster, &job);
+    let index = cluster.taskmanager_running(&job);
+    let id = common::ha::taskmanager_id(&cluster.taskmanagers[index]);
+    let pid = cluster.taskmanagers[index].pid().to_string();
+    let frozen = std::process::Command::new("kill").args(["-STOP", &pid]).status().unwrap();
+    assert!(frozen.success());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while cluster.subtask_hosts(&job).contains(&id) || cluster.job_state(&job).as_deref() != Some("RUNNING") {
+        assert!(Instant::now() < deadline, "the frozen TaskManager's subtasks were not restarted elsewhere");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let woken = std::process::Command::new("kill").args(["-CONT", &pid]).status().unwrap();
+    assert!(woken.success());
+    let free_slots = |cluster: &HaCluster| {
+        let list = cluster.get("/taskmanagers").unwrap_or_default();
+        let entry =
+            list["taskmanagers"].as_array().and_then(|tms| tms.iter().find(|tm| tm["id"] == id.as_str()).cloned());
+        entry.and_then(|tm| tm["freeSlots"].as_u64())
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while free_slots(&cluster).is_none() {
+        assert!(Instant::now() < deadline, "the woken TaskManager did not register again");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Registered again: its stale attempt holds no slot, now or a little later.
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(free_slots(&cluster), Some(1), "the woken TaskManager's slot stays reserved for its stale attempt");
+    cluster.wait_job(&job, "FINISHED", JOB_WAIT_MAX);
+    assert_exactly_once(&committed_lines(&out), 20, Some(1500));
+}

@@ -486,17 +486,17 @@ fn kafka_on_a_cluster_is_exactly_once_through_taskmanager_and_leader_kills() {
             // over shows its subtasks' hosts once their TaskManagers report).
             let deadline = std::time::Instant::now() + Duration::from_secs(30);
             let running_one = |hosts: &std::collections::BTreeSet<String>| {
-                cluster.taskmanagers.iter().position(|tm| hosts.contains(&taskmanager_id(tm)))
+                cluster.taskmanagers.iter().position(|tm| hosts.contains(&common::ha::taskmanager_id(tm)))
             };
-            let mut hosts = subtask_hosts(&cluster, &job);
+            let mut hosts = cluster.subtask_hosts(&job);
             while running_one(&hosts).is_none() && std::time::Instant::now() < deadline {
                 std::thread::sleep(Duration::from_millis(50));
-                hosts = subtask_hosts(&cluster, &job);
+                hosts = cluster.subtask_hosts(&job);
             }
             let index =
                 running_one(&hosts).unwrap_or_else(|| panic!("no TaskManager runs the job's subtasks: {hosts:?}"));
             let mut victim = cluster.taskmanagers.remove(index);
-            let id = taskmanager_id(&victim);
+            let id = common::ha::taskmanager_id(&victim);
             victim.kill_hard();
             cluster.start_taskmanager();
             kills.push(format!("taskmanager {id}"));
@@ -504,7 +504,7 @@ fn kafka_on_a_cluster_is_exactly_once_through_taskmanager_and_leader_kills() {
             let deadline = std::time::Instant::now() + Duration::from_secs(60);
             loop {
                 cluster.wait_job(&job, "RUNNING", Duration::from_secs(60));
-                if !subtask_hosts(&cluster, &job).contains(&id) {
+                if !cluster.subtask_hosts(&job).contains(&id) {
                     break;
                 }
                 assert!(std::time::Instant::now() < deadline, "the job never left TaskManager {id}");
@@ -532,23 +532,6 @@ fn kafka_on_a_cluster_is_exactly_once_through_taskmanager_and_leader_kills() {
 }
 
 /// The TaskManager ids the job's subtasks run on, as the leader reports them.
-fn subtask_hosts(cluster: &common::ha::HaCluster, job: &str) -> std::collections::BTreeSet<String> {
-    let details = cluster.get(&format!("/jobs/{job}")).unwrap_or_default();
-    let vertices = details["vertices"].as_array().cloned().unwrap_or_default();
-    vertices
-        .iter()
-        .flat_map(|v| v["subtasks"].as_array().cloned().unwrap_or_default())
-        .filter_map(|s| s["host"].as_str().map(str::to_string))
-        .collect()
-}
-
-/// A TaskManager process's id, from the line it prints once registered.
-fn taskmanager_id(process: &RunningWeir) -> String {
-    let lines = process.stderr_lines();
-    let line = lines.iter().find(|l| l.contains(" registered at ")).expect("the TaskManager registered");
-    line.split("TaskManager ").nth(1).and_then(|rest| rest.split(' ').next()).unwrap_or_default().to_string()
-}
-
 /// A deployment controller and what it started: on drop the deployment is deleted, the
 /// controller stopped, and any process still naming the data directory killed.
 struct Operator {

@@ -114,6 +114,11 @@ pub trait Executor: Send + Sync {
 
     /// Stops a reported attempt nobody takes over (an older one of the same region).
     fn cancel_attempt(&self, _job_id: &str, _attempt: u32) {}
+
+    /// The job master of `job_id` left RECONCILING: whatever of the job is still reported
+    /// (not taken over) is stopped and its slots freed, and later reports of the job (a
+    /// TaskManager that was frozen or cut off) are stopped at once.
+    fn reconciled(&self, _job_id: &str) {}
 }
 
 /// Runs every subtask as a thread of this process.

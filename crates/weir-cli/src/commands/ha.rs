@@ -246,6 +246,7 @@ fn recover_jobs(catalog: &JobCatalog, config: &Configuration, term: &Term, dispa
             return;
         }
     };
+    let mut recovered = Vec::new();
     for job in jobs {
         if ended.contains(&job.job_id) {
             continue;
@@ -289,9 +290,17 @@ fn recover_jobs(catalog: &JobCatalog, config: &Configuration, term: &Term, dispa
         };
         match dispatcher.submit_as(parsed_id, graph, settings) {
             Ok(_) => {
-                eprintln!("JobManager recovered job {job_id} ('{}'): RECONCILING with the TaskManagers", submission.job)
+                eprintln!(
+                    "JobManager recovered job {job_id} ('{}'): RECONCILING with the TaskManagers",
+                    submission.job
+                );
+                recovered.push(job_id.clone());
             }
             Err(error) => fail(error.to_string()),
         }
     }
+    // From now on a TaskManager's report of an attempt is kept only for these jobs while
+    // they reconcile; any other (a job that ended, a TaskManager back from a freeze) is
+    // cancelled on it at once.
+    term.resources.recovered(&recovered);
 }

@@ -81,6 +81,31 @@ impl HaCluster {
         self.jobmanagers.last().unwrap()
     }
 
+    /// The TaskManagers the leader names as hosts of `job`'s subtasks.
+    pub fn subtask_hosts(&self, job: &str) -> std::collections::BTreeSet<String> {
+        let details = self.get(&format!("/jobs/{job}")).unwrap_or_default();
+        let vertices = details["vertices"].as_array().cloned().unwrap_or_default();
+        vertices
+            .iter()
+            .flat_map(|v| v["subtasks"].as_array().cloned().unwrap_or_default())
+            .filter_map(|s| s["host"].as_str().map(str::to_string))
+            .collect()
+    }
+
+    /// The index in `taskmanagers` of one that runs some of `job`'s subtasks (asked again
+    /// while the leader names no host yet).
+    pub fn taskmanager_running(&self, job: &str) -> usize {
+        let deadline = Instant::now() + WAIT_MAX;
+        loop {
+            let hosts = self.subtask_hosts(job);
+            if let Some(index) = self.taskmanagers.iter().position(|tm| hosts.contains(&taskmanager_id(tm))) {
+                return index;
+            }
+            assert!(Instant::now() < deadline, "no TaskManager runs the subtasks of {job}: {hosts:?}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// One more TaskManager; returns once it registered with the leader.
     pub fn start_taskmanager(&mut self) {
         let config = self.config.to_str().unwrap().to_string();
@@ -248,4 +273,11 @@ pub fn attempts(dir: &Path) -> std::collections::BTreeSet<u32> {
         }
     }
     attempts
+}
+
+/// A TaskManager process's id, from the line it prints once registered.
+pub fn taskmanager_id(process: &RunningWeir) -> String {
+    let lines = process.stderr_lines();
+    let line = lines.iter().find(|l| l.contains(" registered at ")).expect("the TaskManager registered");
+    line.split("TaskManager ").nth(1).and_then(|rest| rest.split(' ').next()).unwrap_or_default().to_string()
 }

@@ -2,7 +2,7 @@
 //! detection (a lost connection at once, silence past the heartbeat timeout), and the
 //! executor that deploys job attempts onto TaskManagers.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io::{BufReader, BufWriter};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -99,6 +99,27 @@ impl Reported {
     }
 }
 
+/// Which reports of running attempts a registering TaskManager's are kept for a job master
+/// to take over; the others are cancelled on that TaskManager at once, so they hold no slot
+/// and no thread.
+#[derive(Default)]
+struct ReportPolicy {
+    /// A new leader has not recovered its jobs from the HA store yet: every report is kept
+    /// (its job may be among them).
+    recovering: bool,
+    /// Jobs recovered RECONCILING: their master takes reported attempts over.
+    reconciling: HashSet<String>,
+    /// Jobs whose master left RECONCILING in this term: a report of theirs is stale (a
+    /// TaskManager frozen or cut off past the takeover), whatever it says.
+    settled: HashSet<String>,
+}
+
+impl ReportPolicy {
+    fn keeps(&self, job_id: &str) -> bool {
+        !self.settled.contains(job_id) && (self.recovering || self.reconciling.contains(job_id))
+    }
+}
+
 /// The slots a job's attempts share: subtask `i` of every pipelined region runs in the job's
 /// slot `i`, as in Flink's default slot sharing group, so a job needs as many slots as its
 /// highest parallelism however many regions it has.
@@ -131,6 +152,8 @@ pub struct ClusterResources {
     routes: Mutex<HashMap<(String, u32), Route>>,
     /// Attempts reported at registration and not taken over yet, by (job, attempt).
     reported: Mutex<HashMap<(String, u32), Reported>>,
+    /// Which reports are kept. Locked before `reported` when both are needed.
+    report_policy: Mutex<ReportPolicy>,
     heartbeat_timeout: Duration,
     /// This JobManager's leadership epoch (0 without high availability), sent with every
     /// message to a TaskManager.
@@ -156,7 +179,11 @@ impl ClusterResources {
     ) -> std::io::Result<(Arc<ClusterResources>, std::net::SocketAddr)> {
         let listener = TcpListener::bind(rpc_bind)?;
         let address = listener.local_addr()?;
-        Ok((ClusterResources::start_term(listener, heartbeat_timeout, 0)?, address))
+        let resources = ClusterResources::start_term(listener, heartbeat_timeout, 0)?;
+        // Without high availability this JobManager never takes a job over: every attempt a
+        // TaskManager reports (it lost its connection and came back) is stale.
+        lock(&resources.report_policy).recovering = false;
+        Ok((resources, address))
     }
 
     /// Accepts TaskManagers on `listener` for one leadership term with `epoch`, until
@@ -173,6 +200,7 @@ impl ClusterResources {
             next_allocation: std::sync::atomic::AtomicU64::new(0),
             routes: Mutex::new(HashMap::new()),
             reported: Mutex::new(HashMap::new()),
+            report_policy: Mutex::new(ReportPolicy { recovering: true, ..ReportPolicy::default() }),
             heartbeat_timeout,
             epoch,
             stopped: AtomicBool::new(false),
@@ -257,12 +285,16 @@ impl ClusterResources {
             return;
         }
         tracing::info!(taskmanager = %taskmanager_id, slots, %data_address, running = running.len(), "TaskManager registered");
-        let reserved = self.take_reports(&taskmanager_id, running);
+        let (reserved, stale) = self.take_reports(&taskmanager_id, running);
         let used = reserved.values().sum();
         lock(&self.taskmanagers).insert(
             taskmanager_id.clone(),
             TaskManager { slots, used, reserved, data_address, link, connection, last_heartbeat: Instant::now() },
         );
+        for (job_id, attempt) in stale {
+            tracing::info!(taskmanager = %taskmanager_id, job_id = %job_id, attempt, "cancelling a reported attempt no job master takes over");
+            self.send_to(&taskmanager_id, &ToTaskManager::Cancel { job_id, attempt });
+        }
         while let Ok(Some(message)) = receive::<ToJobManager>(&mut reader) {
             match message {
                 ToJobManager::Heartbeat | ToJobManager::Register { .. } => {
@@ -314,12 +346,23 @@ impl ClusterResources {
         self.lost(&taskmanager_id);
     }
 
-    /// Records the attempts a registering TaskManager kept running; returns the slots it
-    /// holds for them, per job.
-    fn take_reports(&self, taskmanager_id: &str, running: Vec<RunningAttempt>) -> HashMap<String, u32> {
+    /// Records the attempts a registering TaskManager kept running that a job master may take
+    /// over; returns the slots it holds for them, per job, and the attempts to cancel on it
+    /// at once (no job master takes them over: [`ReportPolicy`]).
+    fn take_reports(
+        &self,
+        taskmanager_id: &str,
+        running: Vec<RunningAttempt>,
+    ) -> (HashMap<String, u32>, Vec<(String, u32)>) {
         let mut slots_per_job: HashMap<String, std::collections::BTreeSet<u32>> = HashMap::new();
+        let mut stale = Vec::new();
+        let policy = lock(&self.report_policy);
         let mut reported = lock(&self.reported);
         for RunningAttempt { job_id, mut attempt } in running {
+            if !policy.keeps(&job_id) {
+                stale.push((job_id, attempt.attempt));
+                continue;
+            }
             for subtask in &mut attempt.subtasks {
                 subtask.taskmanager = taskmanager_id.to_string();
                 slots_per_job.entry(job_id.clone()).or_default().insert(subtask.subtask);
@@ -334,7 +377,54 @@ impl ClusterResources {
             entry.attempt.subtasks.retain(|s| s.taskmanager != taskmanager_id);
             entry.attempt.subtasks.extend(attempt.subtasks);
         }
-        slots_per_job.into_iter().map(|(job, slots)| (job, slots.len() as u32)).collect()
+        (slots_per_job.into_iter().map(|(job, slots)| (job, slots.len() as u32)).collect(), stale)
+    }
+
+    /// A new leader recovered `jobs` from the HA store, each RECONCILING: from now on only
+    /// their reports are kept (until each settles), and what else was reported is
+    /// cancelled on its TaskManagers, its reserved slots freed.
+    pub fn recovered(&self, jobs: &[String]) {
+        let stale: Vec<(String, u32)> = {
+            let mut policy = lock(&self.report_policy);
+            policy.recovering = false;
+            for job in jobs {
+                if !policy.settled.contains(job) {
+                    policy.reconciling.insert(job.clone());
+                }
+            }
+            lock(&self.reported).keys().filter(|(job, _)| !policy.keeps(job)).cloned().collect()
+        };
+        for (job_id, attempt) in stale {
+            self.cancel_reported(&job_id, attempt);
+        }
+    }
+
+    /// `job_id`'s master left RECONCILING (it took the reported attempts over, or gave up and
+    /// restarts): every attempt of it still reported is cancelled on its TaskManagers, its
+    /// reserved slots freed, and later reports of it are cancelled at once.
+    fn settle(&self, job_id: &str) {
+        let left: Vec<u32> = {
+            let mut policy = lock(&self.report_policy);
+            policy.reconciling.remove(job_id);
+            policy.settled.insert(job_id.to_string());
+            lock(&self.reported).keys().filter(|(job, _)| job == job_id).map(|(_, attempt)| *attempt).collect()
+        };
+        for attempt in left {
+            tracing::info!(job_id = %job_id, attempt, "cancelling a reported attempt that was not taken over");
+            self.cancel_reported(job_id, attempt);
+        }
+        self.release_reservations(job_id);
+    }
+
+    /// Stops a reported attempt on the TaskManagers running it and forgets it.
+    fn cancel_reported(&self, job_id: &str, attempt: u32) {
+        let Some(reported) = lock(&self.reported).remove(&(job_id.to_string(), attempt)) else {
+            return;
+        };
+        for taskmanager in &reported.taskmanagers {
+            self.send_to(taskmanager, &ToTaskManager::Cancel { job_id: job_id.to_string(), attempt });
+        }
+        self.release_reservations(job_id);
     }
 
     /// A TaskManager is gone: every subtask it ran fails at once.
@@ -484,7 +574,8 @@ impl ClusterResources {
         if job.by_index.len() < slot_addresses.len() {
             job.by_index.resize(slot_addresses.len(), None);
         }
-        let mut slots = Vec::with_capacity(slot_addresses.len());
+        // Every slot's TaskManager first: a failure takes nothing (no slot held for nobody).
+        let mut owners = Vec::with_capacity(slot_addresses.len());
         for (index, address) in slot_addresses.iter().enumerate() {
             let owner = taskmanagers.iter().find(|(_, tm)| tm.data_address == *address).map(|(id, _)| id.clone());
             let Some(owner) = owner else {
@@ -493,6 +584,10 @@ impl ClusterResources {
                     format!("the TaskManager at {address} has not registered with this JobManager"),
                 ));
             };
+            owners.push(owner);
+        }
+        let mut slots = Vec::with_capacity(slot_addresses.len());
+        for (index, (address, owner)) in slot_addresses.iter().zip(owners).enumerate() {
             let held = job.by_index[index].filter(|id| job.held.get(id).is_some_and(|slot| slot.taskmanager == owner));
             let allocation = match held {
                 Some(allocation) => allocation,
@@ -670,13 +765,11 @@ impl Executor for RemoteExecutor {
     }
 
     fn cancel_attempt(&self, job_id: &str, attempt: u32) {
-        let Some(reported) = lock(&self.resources.reported).remove(&(job_id.to_string(), attempt)) else {
-            return;
-        };
-        for taskmanager in &reported.taskmanagers {
-            self.resources.send_to(taskmanager, &ToTaskManager::Cancel { job_id: job_id.to_string(), attempt });
-        }
-        self.resources.release_reservations(job_id);
+        self.resources.cancel_reported(job_id, attempt);
+    }
+
+    fn reconciled(&self, job_id: &str) {
+        self.resources.settle(job_id);
     }
 }
 
@@ -797,6 +890,7 @@ mod tests {
             next_allocation: std::sync::atomic::AtomicU64::new(0),
             routes: Mutex::new(HashMap::new()),
             reported: Mutex::new(HashMap::new()),
+            report_policy: Mutex::new(ReportPolicy::default()),
             heartbeat_timeout: Duration::from_secs(60),
             epoch: 0,
             stopped: AtomicBool::new(false),
@@ -807,6 +901,102 @@ mod tests {
 
     fn free(resources: &ClusterResources) -> u32 {
         lock(&resources.taskmanagers).values().map(|tm| tm.slots - tm.used).sum()
+    }
+
+    /// A TaskManager `id` with two slots registers at `address`, reporting `running`; its
+    /// side of the connection, after the welcome.
+    fn register(address: std::net::SocketAddr, id: &str, running: Vec<RunningAttempt>) -> BufReader<TcpStream> {
+        let mut stream = TcpStream::connect(address).unwrap();
+        stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let register =
+            ToJobManager::Register { taskmanager_id: id.into(), slots: 2, data_address: format!("{id}:1"), running };
+        send(&mut stream, &register).unwrap();
+        let mut reader = BufReader::new(stream);
+        let welcome: Option<Frame<ToTaskManager>> = receive(&mut reader).unwrap();
+        assert!(matches!(welcome, Some(Frame { message: ToTaskManager::Welcome, .. })));
+        reader
+    }
+
+    fn running(job: &str, attempt: u32, taskmanager: &str) -> RunningAttempt {
+        let subtask = crate::executor::ReportedSubtask {
+            vertex: 0,
+            subtask: 0,
+            state: weir_types::ExecutionState::Running,
+            data_ended: false,
+            taskmanager: taskmanager.into(),
+        };
+        RunningAttempt {
+            job_id: job.into(),
+            attempt: ReportedAttempt {
+                attempt,
+                region: None,
+                slot_addresses: vec![format!("{taskmanager}:1")],
+                subtasks: vec![subtask],
+            },
+        }
+    }
+
+    /// The next message on a TaskManager's connection is the cancellation of `attempt` of
+    /// `job`.
+    fn expect_cancel(reader: &mut BufReader<TcpStream>, job: &str, attempt: u32) {
+        let frame: Option<Frame<ToTaskManager>> = receive(reader).unwrap();
+        match frame.map(|f| f.message) {
+            Some(ToTaskManager::Cancel { job_id, attempt: cancelled }) => {
+                assert_eq!((job_id.as_str(), cancelled), (job, attempt))
+            }
+            other => panic!("expected the cancellation of {job}/{attempt}, got {other:?}"),
+        }
+    }
+
+    fn wait_free(resources: &ClusterResources, expected: u32) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while free(resources) != expected {
+            assert!(Instant::now() < deadline, "free slots {} instead of {expected}", free(resources));
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Without high availability no job is ever taken over: a TaskManager that comes back
+    /// with a running attempt has it cancelled at once and reserves nothing.
+    #[test]
+    fn a_standalone_jobmanager_cancels_every_reported_attempt_at_once() {
+        let (resources, address) = ClusterResources::start("127.0.0.1:0", Duration::from_secs(60)).unwrap();
+        let mut tm = register(address, "a", vec![running("job", 4, "a")]);
+        expect_cancel(&mut tm, "job", 4);
+        wait_free(&resources, 2);
+        assert!(lock(&resources.reported).is_empty());
+        resources.stop();
+    }
+
+    /// A new leader keeps reports until it recovered its jobs; then only those of jobs that
+    /// reconcile. When a job's master leaves RECONCILING, what of it was not taken over is
+    /// cancelled and its slots freed, and a TaskManager that reports it later (it was frozen)
+    /// has it cancelled at once.
+    #[test]
+    fn reports_a_leader_does_not_take_over_are_cancelled_and_free_their_slots() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = listener.local_addr().unwrap();
+        let resources = ClusterResources::start_term(listener, Duration::from_secs(60), 7).unwrap();
+        let mut a = register(address, "a", vec![running("recovered", 3, "a"), running("ended", 1, "a")]);
+        wait_free(&resources, 0);
+        assert_eq!(lock(&resources.reported).len(), 2, "kept while the leader recovers its jobs");
+
+        resources.recovered(&["recovered".to_string()]);
+        expect_cancel(&mut a, "ended", 1);
+        wait_free(&resources, 1);
+
+        // Its master gave up on the takeover (the other half of the attempt is gone).
+        resources.settle("recovered");
+        expect_cancel(&mut a, "recovered", 3);
+        wait_free(&resources, 2);
+        assert!(lock(&resources.reported).is_empty());
+
+        // A TaskManager frozen through all this comes back with the stale attempt.
+        let mut b = register(address, "b", vec![running("recovered", 3, "b")]);
+        expect_cancel(&mut b, "recovered", 3);
+        wait_free(&resources, 4);
+        assert!(lock(&resources.reported).is_empty());
+        resources.stop();
     }
 
     const NEVER: fn() -> bool = || false;

@@ -162,14 +162,13 @@ impl Harness {
         for (key, value) in env {
             command.env(key, value);
         }
-        let child = command
+        command
             .args(["operator", "-D", "operator.rest.port=0"])
             .env("WEIR_LOG", "info")
             .stdout(Stdio::from(log.try_clone().unwrap()))
             .stderr(Stdio::from(log))
             .spawn()
-            .unwrap();
-        child
+            .unwrap()
     }
 
     /// Waits for the operator to end by itself (a crash point aborted it).

@@ -31,8 +31,11 @@ pub(super) fn run(run: &mut JobRun) -> State {
     // Whatever happens next (a takeover, a restart, a first deploy, a cancel), the old
     // leader's savepoints and stops never complete: their checkpoints are abandoned.
     fail_orphaned_savepoints(run);
+    let job_id = master.job_id.to_string();
     if run.sup.next_attempt == 0 {
-        // Recorded, but its leader died before deploying anything: deploy it now.
+        // Recorded, but its leader died before deploying anything: deploy it now (anything
+        // reported of it is stale).
+        run.dep.executor.reconciled(&job_id);
         master.update(|record| master.transition_job(record, JobStatus::Running));
         return match super::created::first_deploy(run) {
             Ok(()) => State::Running,
@@ -41,7 +44,6 @@ pub(super) fn run(run: &mut JobRun) -> State {
     }
     let started = Instant::now();
     let deadline = started + run.reconcile_timeout;
-    let job_id = master.job_id.to_string();
     loop {
         if !run.leading() {
             return State::Suspended;
@@ -68,7 +70,9 @@ pub(super) fn run(run: &mut JobRun) -> State {
         let coverage = coverage(run, &reported);
         let timed_out = Instant::now() >= deadline;
         if coverage.complete && !coverage.failed && !cancel {
-            return take_over(run, &reported, started);
+            let next = take_over(run, &reported, started);
+            run.dep.executor.reconciled(&job_id);
+            return next;
         }
         if cancel || coverage.failed || timed_out {
             // Take over what is there, so that it can be stopped, then treat it as a failure.
@@ -77,9 +81,12 @@ pub(super) fn run(run: &mut JobRun) -> State {
             run.sup.controls = vec![Vec::new(); run.dep.job_graph.vertices.len()];
             for attempt in &reported {
                 if let Err(error) = run.adopt(attempt, task_events.clone()) {
-                    tracing::warn!(job_id = %job_id, attempt = attempt.attempt, %error, "cannot take over a reported attempt");
+                    tracing::warn!(job_id = %job_id, attempt = attempt.attempt, %error, "cannot take over a reported attempt; it is cancelled");
                 }
             }
+            // What could not be taken over (a TaskManager of it is gone) is cancelled where it
+            // still runs, so it holds neither slots nor threads while the job restarts.
+            run.dep.executor.reconciled(&job_id);
             run.sup.task_events = Some(task_events);
             let reason = if coverage.failed {
                 "a subtask failed while no JobManager led".to_string()
