@@ -137,3 +137,91 @@ fn an_operator_frozen_mid_upgrade_wakes_after_the_takeover_and_changes_nothing()
     wait_counts_beyond(&out, &counts);
     assert_eq!(harness.most_clusters_alive_at_once(), 1, "two clusters of the deployment ran at once");
 }
+
+/// xorshift64: reproducible delays from a printed seed.
+struct Random(u64);
+
+impl Random {
+    fn below(&mut self, bound: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % bound
+    }
+}
+
+/// Rounds of upgrades (parallelism and mode change each round) with two operators on one
+/// etcd store: the leader is frozen at a random moment of the upgrade and woken at a random
+/// time later, before or after its lease expired (so sometimes it leads on, sometimes the
+/// other one has taken over). Whoever leads finishes every upgrade; the counts stay exactly
+/// once, no two clusters of the deployment ever run at once, and both operators survive.
+/// `WEIR_OPERATOR_FREEZE_SEED` replays a run, `WEIR_OPERATOR_FREEZE_ROUNDS` sets the rounds.
+#[test]
+fn operators_frozen_and_woken_at_random_points_of_upgrades_never_act_twice() {
+    let rounds: u64 = std::env::var("WEIR_OPERATOR_FREEZE_ROUNDS").ok().and_then(|r| r.parse().ok()).unwrap_or(4);
+    let seed: u64 = std::env::var("WEIR_OPERATOR_FREEZE_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64
+    });
+    eprintln!("WEIR_OPERATOR_FREEZE_SEED={seed}");
+    let mut random = Random(seed | 1);
+    let etcd_server = weir_ha::testing::EtcdServer::start();
+    let etcd = weir_ha::EtcdClient::new(&[etcd_server.endpoint()], Duration::from_secs(2));
+    let storage = tempfile::tempdir().unwrap();
+    let config = format!(
+        "high-availability.type: etcd\nhigh-availability.etcd.endpoints: {}\nhigh-availability.cluster-id: {CLUSTER_ID}\nhigh-availability.storageDir: file://{}\n",
+        etcd_server.endpoint(),
+        storage.path().display()
+    );
+    let mut harness = Harness::with_configuration(Some(&config));
+    wait_leader(&etcd, harness.operator.as_ref().unwrap().id());
+    let mut other = Operator(harness.spawn_operator("operator-2.log", &[]));
+    let out = harness.out("out");
+    let mut spec = Spec::new(&out);
+    harness.apply(&spec);
+    harness.wait_stable(1);
+    let mut counts = wait_counts_beyond(&out, &BTreeMap::new());
+    let mut story = Vec::new();
+    for round in 0..rounds {
+        spec.parallelism = 2 + ((round + 1) % 3) as u32;
+        spec.mode = if random.below(2) == 0 { "savepoint" } else { "last-state" };
+        let frozen_after = Duration::from_millis(random.below(300));
+        let woken_after = Duration::from_millis(500 + random.below(5500));
+        let leader = operator_leader(&etcd).expect("an operator leads");
+        harness.apply(&spec);
+        std::thread::sleep(frozen_after);
+        signal(leader, "STOP");
+        // The frozen leader changes nothing more, and a standby takes over only after its
+        // lease: this is the step it was frozen in.
+        let step = harness.status()["status"]["operation"]["step"]["name"].as_str().unwrap_or("none").to_string();
+        story.push(format!(
+            "round {round}: {} mode, leader {leader} frozen {frozen_after:?} after the apply (step {step}), woken {woken_after:?} later",
+            spec.mode
+        ));
+        std::thread::sleep(woken_after);
+        signal(leader, "CONT");
+        let stable = harness.wait_stable(round + 2);
+        let settled_state = settled(&stable);
+        counts = wait_counts_beyond(&out, &counts);
+        // Whoever lost the lease while frozen makes no change once woken.
+        std::thread::sleep(Duration::from_secs(2));
+        let later = harness.status();
+        assert_eq!(
+            settled(&later),
+            settled_state,
+            "{}\nthe deployment changed after it was stable: {later:#}",
+            story.join("\n")
+        );
+        assert_eq!(later["metadata"]["generation"], round + 2);
+        let main = harness.operator.as_mut().unwrap();
+        assert!(main.try_wait().unwrap().is_none(), "{}\nan operator exited", story.join("\n"));
+        assert!(other.0.try_wait().unwrap().is_none(), "{}\nan operator exited", story.join("\n"));
+    }
+    eprintln!("{}", story.join("\n"));
+    wait_counts_beyond(&out, &counts);
+    assert_eq!(
+        harness.most_clusters_alive_at_once(),
+        1,
+        "{}\ntwo clusters of the deployment ran at once",
+        story.join("\n")
+    );
+}
