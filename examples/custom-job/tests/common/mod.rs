@@ -2,6 +2,8 @@
 //! test deployment, and checks of its committed output.
 #![allow(dead_code)]
 
+pub mod runs;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
