@@ -13,8 +13,13 @@
 //! emitted the whole input (while its final checkpoint and end-of-input results are under
 //! way, or just after).
 //!
-//! The seed of each round is printed; `WEIR_RANDOM_KILL_SEED` replays one, and
-//! `WEIR_RANDOM_KILL_ROUNDS` runs more rounds (CI runs the default).
+//! Every other round runs two such chains at once into the same output directory (two jobs
+//! sharing an external resource): each chain's part files (named by its jobs' ids) must hold
+//! its counts exactly once, whatever the other chain's kills and restores did.
+//!
+//! The seed of each round is printed; `WEIR_RANDOM_KILL_SEED` replays one (with
+//! `WEIR_RANDOM_KILL_CHAINS=2` for a round of two chains), and `WEIR_RANDOM_KILL_ROUNDS` runs
+//! more rounds (CI runs the default).
 
 mod common;
 
@@ -45,6 +50,21 @@ impl Random {
     fn below(&mut self, bound: u64) -> u64 {
         self.next() % bound
     }
+}
+
+/// The committed lines of `dir` in part files written by one of `jobs`.
+fn committed_lines_of(dir: &Path, jobs: &[String]) -> Vec<String> {
+    let mut lines = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else { return lines };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let written_by_chain =
+            name.strip_prefix("part-").is_some_and(|rest| jobs.iter().any(|j| rest.starts_with(j.as_str())));
+        if written_by_chain {
+            lines.extend(std::fs::read_to_string(entry.path()).unwrap().lines().map(str::to_string));
+        }
+    }
+    lines
 }
 
 fn assert_exactly_once(lines: &[String], seed: u64) {
@@ -95,12 +115,35 @@ fn newest_checkpoint(root: &Path, job_id: &str) -> Option<RestorePoint> {
         .map(|(checkpoint_id, path)| RestorePoint { path, checkpoint_id })
 }
 
-fn one_round(seed: u64) {
-    let mut random = Random(seed);
+/// One round: `chains` chains of jobs into one output directory, at once.
+fn one_round(seed: u64, chains: u64) {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
+    if chains == 1 {
+        chain(seed, dir.path(), &out);
+        assert_exactly_once(&committed_lines(&out), seed);
+        return;
+    }
+    let runs: Vec<_> = (0..chains)
+        .map(|index| {
+            // The second chain's seed differs (even: it aims no kill at the end of input).
+            let seed = if index == 0 { seed } else { seed.wrapping_mul(31).wrapping_add(index) & !1 };
+            let (dir, out) = (dir.path().to_path_buf(), out.clone());
+            (seed, std::thread::spawn(move || chain(seed, &dir, &out)))
+        })
+        .collect();
+    for (seed, run) in runs {
+        let jobs = run.join().unwrap_or_else(|_| panic!("seed {seed}: a chain failed"));
+        assert_exactly_once(&committed_lines_of(&out, &jobs), seed);
+    }
+}
+
+/// A chain of jobs of seed `seed` into `out` (module docs); the ids of its jobs.
+fn chain(seed: u64, dir: &Path, out: &Path) -> Vec<String> {
+    let mut random = Random(seed);
+    let mut jobs = Vec::new();
     let out_arg = out.to_str().unwrap().to_string();
-    let chk_root = dir.path().join("chk");
+    let chk_root = dir.join("chk");
     let checkpoints = format!("state.checkpoints.dir=file://{}", chk_root.display());
     let (events, rate, users) = (EVENTS.to_string(), RATE.to_string(), USERS.to_string());
     let job = ["counter", "--users", &users, "--events", &events, "--rate", &rate, "--output", &out_arg];
@@ -124,11 +167,15 @@ fn one_round(seed: u64) {
             eprintln!("seed {seed}: job {index} at -p {parallelism} from {restore_path:?} runs to the end");
             let output = run_weir(&args);
             assert!(output.status.success(), "seed {seed}: {}", String::from_utf8_lossy(&output.stderr));
+            let stdout = String::from_utf8_lossy(&output.stdout);
+            let id = stdout.lines().find_map(|l| l.strip_prefix("Job has been submitted with JobID "));
+            jobs.push(id.unwrap_or_else(|| panic!("seed {seed}: no job id in {stdout}")).trim().to_string());
             break;
         }
         let mut weir = RunningWeir::start(&args);
         let rest = weir.rest_url();
         let job_id = weir.job_id();
+        jobs.push(job_id.clone());
         let ran = poll_running(&rest, &job_id);
         let before_savepoint = random.below(900);
         let aimed = aim_at_end && index == 0;
@@ -149,7 +196,7 @@ fn one_round(seed: u64) {
         std::thread::sleep(Duration::from_millis(before_savepoint));
         let mut savepoint = None;
         if take_savepoint && ran {
-            let target = dir.path().join("savepoints");
+            let target = dir.join("savepoints");
             let output =
                 run_weir(&["savepoint", "-m", rest.trim_start_matches("http://"), &job_id, target.to_str().unwrap()]);
             let stdout = String::from_utf8_lossy(&output.stdout).to_string();
@@ -176,7 +223,7 @@ fn one_round(seed: u64) {
             restore = Some(newest);
         }
     }
-    assert_exactly_once(&committed_lines(&out), seed);
+    jobs
 }
 
 /// Waits until every subtask runs; false when the job ended first (restored from a final
@@ -243,7 +290,13 @@ fn random_kills_and_restores_into_new_jobs_with_savepoints_taken_while_running_s
         // Every third round's seed is odd: it aims a kill at the end-of-input phase.
         let seed = (base.wrapping_add(round.wrapping_mul(0x9e37_79b9)) & !1) | u64::from(round % 3 == 2);
         let seed = replay.unwrap_or(seed);
-        one_round(seed);
+        // A replayed seed runs as many chains as WEIR_RANDOM_KILL_CHAINS says (1 by default).
+        let chains = match replay {
+            Some(_) => std::env::var("WEIR_RANDOM_KILL_CHAINS").ok().and_then(|c| c.parse().ok()).unwrap_or(1),
+            None => 1 + round % 2,
+        };
+        eprintln!("round {round}: seed {seed}, {chains} chain(s)");
+        one_round(seed, chains);
         if replay.is_some() {
             break;
         }
