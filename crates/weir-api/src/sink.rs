@@ -2,6 +2,7 @@
 
 use crate::error::TaskError;
 use crate::operator::TaskContext;
+use crate::snapshot::Barrier;
 
 /// A sink: creates one writer per subtask.
 pub trait Sink<T>: Send + Sync + 'static {
@@ -67,6 +68,13 @@ pub trait SinkWriter<T>: Send {
     /// pending commits (stored in the snapshot so a restore can finish them).
     fn prepare_commit(&mut self, _checkpoint_id: u64) -> Result<Vec<Vec<u8>>, TaskError> {
         Ok(Vec::new())
+    }
+
+    /// A barrier, checkpoint or savepoint: [`SinkWriter::prepare_commit`] unless the sink
+    /// needs to tell them apart (a savepoint's staged output may be needed long after the job
+    /// moved on: only the savepoint's own restore commits it).
+    fn prepare_commit_at(&mut self, barrier: &Barrier) -> Result<Vec<Vec<u8>>, TaskError> {
+        self.prepare_commit(barrier.checkpoint_id)
     }
 
     /// Checkpoint `checkpoint_id` completed: make what was staged up to it visible.

@@ -81,7 +81,7 @@ fn leaders_killed_or_frozen_at_random_points_are_replaced_without_restarting_a_t
         let mut z = seed;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        (z ^ (z >> 31)) % 3 == 0
+        (z ^ (z >> 31)).is_multiple_of(3)
     };
     for kill in 0..10 {
         std::thread::sleep(Duration::from_millis(random_ms(300, 1200)));

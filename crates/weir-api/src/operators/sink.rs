@@ -47,7 +47,7 @@ impl<T: Send> Operator<T> for SinkOperator<T> {
         self.writer.flush()
     }
     fn snapshot_state(&mut self, barrier: &Barrier, snapshot: &mut TaskSnapshot) -> Result<(), TaskError> {
-        let committables = self.writer.prepare_commit(barrier.checkpoint_id)?;
+        let committables = self.writer.prepare_commit_at(barrier)?;
         snapshot.operators.push(OperatorSnapshotData {
             uid: self.uid.clone(),
             keyed: None,

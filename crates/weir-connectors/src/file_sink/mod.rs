@@ -12,6 +12,10 @@
 //! still needs, until the file is committed: a restore removes only hidden files of the runs
 //! it takes over, and of those only the ones no live process holds, so a job restored from
 //! another job's savepoint into the same directory never disturbs the other job.
+//!
+//! A savepoint's barrier also writes a [`SavepointMarker`] listing the parts staged then: the
+//! savepoint names them and only its restore commits them, so a restore keeps the pending
+//! files a marker lists; the writer removes the marker once those parts are committed.
 
 pub mod names;
 pub mod recovery;
@@ -23,8 +27,9 @@ use std::path::{Path, PathBuf};
 use weir_api::error::TaskError;
 use weir_api::operator::TaskContext;
 use weir_api::sink::{Sink, SinkWriter};
+use weir_api::snapshot::{Barrier, BarrierKind};
 
-pub use names::PartName;
+pub use names::{PartName, SavepointMarker};
 use recovery::{Committable, commit_part, sync_dir};
 
 /// Write buffer of a part file.
@@ -76,6 +81,7 @@ impl<T> FileSink<T> {
             text: String::new(),
             part: None,
             staged: Vec::new(),
+            markers: Vec::new(),
             finished: false,
             commit_at_end: !ctx.waits_for_final_checkpoint(),
         }
@@ -212,6 +218,8 @@ struct FileSinkWriter<T> {
     part: Option<InProgressPart>,
     /// Closed parts waiting for their checkpoint.
     staged: Vec<StagedPart>,
+    /// Savepoint markers written, by savepoint id, until their parts are committed.
+    markers: Vec<(u64, PathBuf)>,
     finished: bool,
     /// Without periodic checkpoints the end of input commits; with them the job's final
     /// checkpoint does, so a failure before it replays nothing twice.
@@ -261,6 +269,57 @@ impl<T> FileSinkWriter<T> {
                 );
             }
         }
+        // A marker lists parts staged up to its savepoint: all committed now.
+        let mut removed = false;
+        self.markers.retain(|(savepoint, path)| {
+            if *savepoint > checkpoint_id {
+                return true;
+            }
+            if let Err(error) = fs::remove_file(path)
+                && error.kind() != std::io::ErrorKind::NotFound
+            {
+                tracing::warn!(file = %path.display(), %error, "file sink: cannot remove a savepoint marker");
+            }
+            removed = true;
+            false
+        });
+        if removed {
+            sync_dir(&self.dir);
+        }
+        Ok(())
+    }
+
+    /// Writes the marker of savepoint `savepoint`, listing every part staged now (synced, as
+    /// the pre-commit is: the savepoint completes only after this returns).
+    fn mark_savepoint(&mut self, savepoint: u64) -> Result<(), TaskError> {
+        if self.staged.is_empty() {
+            return Ok(());
+        }
+        let marker = SavepointMarker {
+            job: self.job.clone(),
+            attempt: self.attempt,
+            subtask: self.subtask,
+            checkpoint_id: savepoint,
+        };
+        let path = self.dir.join(marker.file_name());
+        let mut text = String::new();
+        for staged in &self.staged {
+            text.push_str(&staged.name.committed());
+            text.push('\n');
+        }
+        let failed = |e: std::io::Error| {
+            TaskError::external(
+                format!("file sink: writing the savepoint marker {}", path.display()),
+                format!("{e}; check free space and permissions of the output directory"),
+            )
+        };
+        let temporary = self.dir.join(format!("{}.tmp", marker.file_name()));
+        let mut file = File::create(&temporary).map_err(failed)?;
+        file.write_all(text.as_bytes()).map_err(failed)?;
+        file.sync_all().map_err(failed)?;
+        fs::rename(&temporary, &path).map_err(failed)?;
+        sync_dir(&self.dir);
+        self.markers.push((savepoint, path));
         Ok(())
     }
 }
@@ -319,6 +378,14 @@ impl<T: Send> SinkWriter<T> for FileSinkWriter<T> {
         let mut committables = Vec::with_capacity(self.staged.len());
         for staged in &self.staged {
             committables.push(Committable { dir: Some(self.dir.clone()), name: staged.name.clone() }.encode());
+        }
+        Ok(committables)
+    }
+
+    fn prepare_commit_at(&mut self, barrier: &Barrier) -> Result<Vec<Vec<u8>>, TaskError> {
+        let committables = self.prepare_commit(barrier.checkpoint_id)?;
+        if matches!(barrier.kind, BarrierKind::Savepoint { .. }) {
+            self.mark_savepoint(barrier.checkpoint_id)?;
         }
         Ok(committables)
     }

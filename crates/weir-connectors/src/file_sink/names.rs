@@ -84,6 +84,46 @@ impl PartName {
     }
 }
 
+/// The hidden file a subtask writes when a savepoint's barrier passes it while it has staged
+/// parts: `.savepoint-<job>-<attempt>-<subtask>-<checkpoint id>.parts`, one committed part name
+/// per line. The savepoint names those parts and only its own restore commits them (an
+/// intermediate savepoint commits nothing), so a failover that goes back to an older
+/// checkpoint must keep them; the writer removes the file once the parts are committed.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct SavepointMarker {
+    /// The job id that wrote it.
+    pub job: String,
+    /// The deploy (attempt) of that job.
+    pub attempt: u32,
+    /// The subtask.
+    pub subtask: u32,
+    /// The savepoint's checkpoint id.
+    pub checkpoint_id: u64,
+}
+
+const MARKER_PREFIX: &str = ".savepoint-";
+const MARKER_SUFFIX: &str = ".parts";
+
+impl SavepointMarker {
+    /// Its file name.
+    pub fn file_name(&self) -> String {
+        format!("{MARKER_PREFIX}{}-{}-{}-{}{MARKER_SUFFIX}", self.job, self.attempt, self.subtask, self.checkpoint_id)
+    }
+
+    /// Parses a marker's file name; `None` for anything else.
+    pub fn parse(name: &str) -> Option<SavepointMarker> {
+        let inner = name.strip_prefix(MARKER_PREFIX)?.strip_suffix(MARKER_SUFFIX)?;
+        // The same fields as a committed part name.
+        let fields = PartName::parse_committed(&format!("{COMMITTED_PREFIX}{inner}"))?;
+        Some(SavepointMarker {
+            job: fields.job,
+            attempt: fields.attempt,
+            subtask: fields.subtask,
+            checkpoint_id: fields.counter,
+        })
+    }
+}
+
 /// A plain decimal number (digits only, as this sink writes them).
 fn decimal(text: &str) -> Option<u64> {
     if text.is_empty() || text.len() > 20 || !text.bytes().all(|b| b.is_ascii_digit()) {
@@ -131,9 +171,28 @@ mod tests {
         }
     }
 
+    #[test]
+    fn savepoint_markers_round_trip() {
+        let marker = SavepointMarker {
+            job: "0123456789abcdef0123456789abcdef".into(),
+            attempt: 1,
+            subtask: 2,
+            checkpoint_id: 9,
+        };
+        assert_eq!(marker.file_name(), ".savepoint-0123456789abcdef0123456789abcdef-1-2-9.parts");
+        assert_eq!(SavepointMarker::parse(&marker.file_name()), Some(marker));
+        for stranger in [".savepoint-x-1-2-9.parts", ".savepoint-0123456789abcdef0123456789abcdef-1-2.parts", "part-1"]
+        {
+            assert_eq!(SavepointMarker::parse(stranger), None, "{stranger}");
+        }
+    }
+
     proptest! {
         #[test]
         fn parsing_never_panics_and_accepts_only_what_it_prints(name in ".{0,60}") {
+            if let Some(marker) = SavepointMarker::parse(&name) {
+                prop_assert_eq!(marker.file_name(), name.clone());
+            }
             if let Some(parsed) = PartName::parse_committed(&name) {
                 prop_assert_eq!(parsed.committed(), name.clone());
             }

@@ -2,12 +2,15 @@
 //! pending parts of the restored checkpoint where they were written, and remove in-progress
 //! files that no run will ever need, without touching a file another live job is writing.
 //!
-//! Pending files the restored snapshot does not name are never removed: another snapshot may
-//! name them (an intermediate savepoint taken after the restored checkpoint, whose parts
-//! only its own restore commits, or a newer retained checkpoint the user may restore
-//! instead), and nothing here can tell which snapshots still exist. Flink's `FileSink` keeps
-//! them too. In-progress files are never named by any snapshot (a part is renamed pending
-//! before its barrier is snapshotted), so an orphaned one is provably garbage.
+//! Pending files the restored snapshot does not name are removed only when no savepoint names
+//! them either: every savepoint barrier left a [`SavepointMarker`] beside the parts it staged
+//! (an intermediate savepoint commits nothing, so its parts wait for its own restore, maybe
+//! long after a failover went back to an older checkpoint). A pending part no snapshot and no
+//! marker names was staged for a checkpoint that never completed: garbage. In-progress files
+//! are never named by any snapshot (a part is renamed pending before its barrier is
+//! snapshotted), so an orphaned one is garbage too. What this cannot know: a completed
+//! checkpoint newer than the one restored, when the user restores an older one on purpose
+//! (its pending parts go; restoring it afterwards would repeat output anyway).
 //!
 //! A snapshot is untrusted input (its checksums catch corruption, not intent): every name it
 //! holds must be a part name this sink writes, and every directory an absolute, normalized
@@ -19,7 +22,7 @@ use std::path::{Component, Path, PathBuf};
 
 use weir_api::error::TaskError;
 
-use super::names::{HiddenKind, PartName};
+use super::names::{HiddenKind, PartName, SavepointMarker};
 
 /// A pending commit as the snapshot stores it (postcard): the output directory, the pending
 /// name and the committed name. Written by weir 0.2; snapshots of 0.1 hold only the two names
@@ -182,26 +185,66 @@ pub fn commit_restored(
     Ok(())
 }
 
-/// Removes the in-progress part files of `dir` written by `snapshot_job` (any attempt) or by
-/// `job` before `attempt`, except `listed` ones and those a live writer holds (each writer
-/// keeps an exclusive lock on its in-progress and pending files until they are committed).
-/// Pending files are kept: a snapshot other than the restored one may name them.
+/// The longest savepoint marker read (it lists the parts one subtask had staged).
+const MARKER_BYTES_MAX: u64 = 1 << 20;
+
+/// Every part a savepoint marker in `dir` lists; `None` when a marker cannot be read (then no
+/// pending file may be taken for garbage).
+fn savepoint_parts(dir: &Path) -> Option<BTreeSet<PartName>> {
+    let mut parts = BTreeSet::new();
+    for entry in fs::read_dir(dir).ok()?.flatten() {
+        let file_name = entry.file_name();
+        if file_name.to_str().and_then(SavepointMarker::parse).is_none() {
+            continue;
+        }
+        let path = entry.path();
+        let small = fs::metadata(&path).is_ok_and(|m| m.len() <= MARKER_BYTES_MAX);
+        let text = if small { fs::read_to_string(&path).ok() } else { None };
+        let Some(text) = text else {
+            tracing::warn!(file = %path.display(), "file sink: a savepoint marker cannot be read; every pending part is kept");
+            return None;
+        };
+        for line in text.lines().filter(|line| !line.is_empty()) {
+            let Some(name) = PartName::parse_committed(line) else {
+                tracing::warn!(file = %path.display(), "file sink: a savepoint marker names something that is no part; every pending part is kept");
+                return None;
+            };
+            parts.insert(name);
+        }
+    }
+    Some(parts)
+}
+
+/// Removes the hidden part files of `dir` written by `snapshot_job` (any attempt) or by `job`
+/// before `attempt`: in-progress ones, and pending ones that neither the restored snapshot
+/// (`listed`) nor a savepoint marker names; never one a live writer holds (each writer keeps
+/// an exclusive lock on its in-progress and pending files until they are committed). A marker
+/// of those runs whose parts are all gone (committed) is removed too.
 pub fn remove_orphans(dir: &Path, listed: &BTreeSet<PartName>, snapshot_job: Option<&str>, job: &str, attempt: u32) {
     let Ok(entries) = fs::read_dir(dir) else {
         return;
     };
+    let in_savepoints = savepoint_parts(dir);
+    let taken_over = |name_job: &PartName| {
+        let ours_before = name_job.written_by(job) && name_job.attempt < attempt;
+        let restored_job =
+            snapshot_job.is_some_and(|snapshot_job| snapshot_job != job && name_job.written_by(snapshot_job));
+        ours_before || restored_job
+    };
+    let mut markers = Vec::new();
     for entry in entries.flatten() {
         let file_name = entry.file_name();
+        if let Some(marker) = file_name.to_str().and_then(SavepointMarker::parse) {
+            markers.push((marker, entry.path()));
+            continue;
+        }
         let Some((name, kind)) = file_name.to_str().and_then(PartName::parse_hidden) else {
             continue;
         };
-        if kind == HiddenKind::Pending {
+        if !taken_over(&name) || listed.contains(&name) {
             continue;
         }
-        let ours_before = name.written_by(job) && name.attempt < attempt;
-        let restored_job =
-            snapshot_job.is_some_and(|snapshot_job| snapshot_job != job && name.written_by(snapshot_job));
-        if !(ours_before || restored_job) || listed.contains(&name) {
+        if kind == HiddenKind::Pending && in_savepoints.as_ref().is_none_or(|parts| parts.contains(&name)) {
             continue;
         }
         let path = entry.path();
@@ -210,6 +253,19 @@ pub fn remove_orphans(dir: &Path, listed: &BTreeSet<PartName>, snapshot_job: Opt
         }
         if let Err(error) = fs::remove_file(&path) {
             tracing::warn!(file = %path.display(), %error, "file sink: cannot remove a leftover part file");
+        }
+    }
+    for (marker, path) in markers {
+        let as_part =
+            PartName { job: marker.job.clone(), attempt: marker.attempt, subtask: marker.subtask, counter: 0 };
+        if !taken_over(&as_part) {
+            continue;
+        }
+        let Ok(text) = fs::read_to_string(&path) else { continue };
+        let still_pending =
+            text.lines().filter_map(PartName::parse_committed).any(|part| dir.join(part.pending()).exists());
+        if !still_pending && let Err(error) = fs::remove_file(&path) {
+            tracing::warn!(file = %path.display(), %error, "file sink: cannot remove a savepoint marker");
         }
     }
     sync_dir(dir);
@@ -385,7 +441,7 @@ mod tests {
     }
 
     #[test]
-    fn in_progress_orphans_are_removed_but_pending_files_live_writers_and_other_jobs_are_left_alone() {
+    fn orphans_are_removed_but_savepoint_parts_live_writers_and_other_jobs_are_left_alone() {
         let dir = tempfile::tempdir().unwrap();
         let dir = dir.path();
         let dead_a = name(JOB_A, 0, 0).in_progress();
@@ -400,22 +456,34 @@ mod tests {
         fs::write(dir.join("unrelated.txt"), "keep").unwrap();
         let held = File::open(dir.join(&live_a)).unwrap();
         held.try_lock().unwrap();
+        // A savepoint of job A named one of its pending parts.
+        let in_savepoint = name(JOB_A, 0, 3);
+        fs::write(dir.join(in_savepoint.pending()), "x").unwrap();
+        let marker = SavepointMarker { job: JOB_A.into(), attempt: 0, subtask: 0, checkpoint_id: 7 }.file_name();
+        fs::write(dir.join(&marker), format!("{}\n", in_savepoint.committed())).unwrap();
         remove_orphans(dir, &BTreeSet::new(), Some(JOB_A), JOB_B, 1);
         let mut left: Vec<String> =
             fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
         left.sort();
-        // The pending ones stay: a savepoint or a newer retained checkpoint may name them.
+        // The pending parts no snapshot names went; the savepoint's stays, with its marker.
         let mut expected = vec![
             live_a.clone(),
             other_job.clone(),
             ours_now.clone(),
-            dead_a_pending.clone(),
-            ours_earlier.clone(),
+            in_savepoint.pending(),
+            marker.clone(),
             "unrelated.txt".to_string(),
         ];
         expected.sort();
         assert_eq!(left, expected);
         drop(held);
+
+        // An unreadable marker keeps every pending part.
+        let another = name(JOB_A, 0, 4).pending();
+        fs::write(dir.join(&another), "x").unwrap();
+        fs::write(dir.join(&marker), "not a part name\n").unwrap();
+        remove_orphans(dir, &BTreeSet::new(), Some(JOB_A), JOB_B, 1);
+        assert!(dir.join(&another).exists());
     }
 
     proptest! {

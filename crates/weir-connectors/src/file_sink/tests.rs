@@ -1,5 +1,5 @@
 use super::*;
-use weir_api::snapshot::RestoredOperator;
+use weir_api::snapshot::{Barrier, BarrierKind, RestoredOperator};
 
 /// The job id of `TaskContext::for_test`.
 const TEST_JOB: &str = "00000000000000000000000000000000";
@@ -150,30 +150,63 @@ fn the_pre_commit_rename_is_followed_by_a_directory_sync() {
     assert!(synced_after_rename, "no sync of {} after the rename: {syncs:?}", dir.path().display());
 }
 
-/// A restore from checkpoint 1 removes what was being written after it, and keeps the part
-/// staged for barrier 2 (an intermediate savepoint, say): restoring that snapshot later
-/// commits it.
+fn barrier(checkpoint_id: u64, savepoint: bool) -> Barrier {
+    let kind = if savepoint {
+        BarrierKind::Savepoint { terminate: false, format: Default::default(), drain: false }
+    } else {
+        BarrierKind::Checkpoint { full: false }
+    };
+    Barrier { checkpoint_id, timestamp_ms: 0, kind }
+}
+
+/// Checkpoint 1, then an intermediate savepoint 2 (its marker lists the parts staged then),
+/// then checkpoint 3, which never completes, then a crash. The restore from checkpoint 1
+/// removes what was being written and the part staged for checkpoint 3 (no snapshot names
+/// it), and keeps the savepoint's: restoring the savepoint later commits them, and its marker
+/// goes.
 #[test]
-fn a_restore_discards_in_progress_files_and_keeps_parts_a_later_snapshot_names() {
+fn a_restore_keeps_the_parts_a_savepoint_staged_and_removes_those_of_a_checkpoint_that_never_completed() {
     let dir = tempfile::tempdir().unwrap();
     let sink = FileSink::new(dir.path(), format_line);
     let ctx = TaskContext::for_test(0, 1, 8);
     let mut writer = sink.create_writer(&ctx).unwrap();
     writer.write_batch(&mut vec!["kept".to_string()]).unwrap();
-    let snapshot = writer.prepare_commit(1).unwrap();
+    let snapshot = writer.prepare_commit_at(&barrier(1, false)).unwrap();
     writer.write_batch(&mut vec!["staged for the savepoint".to_string()]).unwrap();
-    let savepoint = writer.prepare_commit(2).unwrap();
+    let savepoint = writer.prepare_commit_at(&barrier(2, true)).unwrap();
+    let marker = SavepointMarker { job: TEST_JOB.into(), attempt: 0, subtask: 0, checkpoint_id: 2 }.file_name();
+    assert_eq!(
+        fs::read_to_string(dir.path().join(&marker)).unwrap(),
+        format!("{}\n{}\n", part(0, 0, 0).committed(), part(0, 0, 1).committed())
+    );
+    writer.write_batch(&mut vec!["staged for a checkpoint that never completes".to_string()]).unwrap();
+    let _never_completes = writer.prepare_commit_at(&barrier(3, false)).unwrap();
     writer.write_batch(&mut vec!["replayed".to_string()]).unwrap();
     writer.flush().unwrap();
     drop(writer);
     let _ = sink.restore_writer(&restored_ctx(u128::MAX, 0, TEST_JOB), snapshot).unwrap();
-    assert_eq!(names(dir.path()), vec![part(0, 0, 1).pending(), part(0, 0, 0).committed()]);
+    assert_eq!(names(dir.path()), vec![part(0, 0, 1).pending(), marker.clone(), part(0, 0, 0).committed()]);
     assert_eq!(fs::read_to_string(dir.path().join(part(0, 0, 0).committed())).unwrap(), "kept\n");
 
     // Later, a new job restores the savepoint into the same directory.
     let _ = sink.restore_writer(&restored_ctx(u128::MAX - 1, 0, TEST_JOB), savepoint).unwrap();
     assert_eq!(names(dir.path()), vec![part(0, 0, 0).committed(), part(0, 0, 1).committed()]);
     assert_eq!(fs::read_to_string(dir.path().join(part(0, 0, 1).committed())).unwrap(), "staged for the savepoint\n");
+}
+
+/// A savepoint's marker goes once the next checkpoint committed its parts.
+#[test]
+fn a_savepoint_marker_is_removed_once_its_parts_are_committed() {
+    let dir = tempfile::tempdir().unwrap();
+    let sink = FileSink::new(dir.path(), format_line);
+    let mut writer = sink.create_writer(&TaskContext::for_test(0, 1, 8)).unwrap();
+    writer.write_batch(&mut vec!["a".to_string()]).unwrap();
+    writer.prepare_commit_at(&barrier(1, true)).unwrap();
+    writer.write_batch(&mut vec!["b".to_string()]).unwrap();
+    writer.prepare_commit_at(&barrier(2, false)).unwrap();
+    assert!(names(dir.path()).iter().any(|n| n.starts_with(".savepoint-")));
+    writer.commit(2).unwrap();
+    assert_eq!(names(dir.path()), vec![part(0, 0, 0).committed(), part(0, 0, 1).committed()]);
 }
 
 #[test]
