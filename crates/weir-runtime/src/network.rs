@@ -5,8 +5,8 @@
 //! consumer) as JSON; after that it carries `weir_api::network`'s protocol.
 
 use std::collections::HashMap;
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::{Arc, Condvar, Mutex};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -34,7 +34,69 @@ pub struct ChannelKey {
     pub consumer: u32,
 }
 
-type Registry = Arc<(Mutex<HashMap<ChannelKey, TcpStream>>, Condvar)>;
+/// How long a connection nobody claimed is kept before it is closed. A consumer claims its
+/// connection as soon as its attempt is deployed here (it waits up to
+/// [`CHANNEL_CONNECT_TIMEOUT`] for it); a connection still unclaimed after twice that has no
+/// consumer coming (its attempt never started here, or failed before it got this far).
+pub const UNCLAIMED_CONNECTION_KEPT_MAX: Duration = Duration::from_secs(2 * CHANNEL_CONNECT_TIMEOUT.as_secs());
+
+/// The channel connections that arrived and no consumer claimed yet, and the attempts known
+/// to be over in this process (whose connections nobody will ever claim).
+#[derive(Default)]
+struct Channels {
+    /// Unclaimed connections with the time each arrived.
+    unclaimed: HashMap<ChannelKey, (TcpStream, Instant)>,
+    /// `(job, attempt)` -> when this process learned that the attempt is over here.
+    ended: HashMap<(String, u32), Instant>,
+}
+
+impl Channels {
+    /// Files `stream` under `key`, unless its attempt is over here (then it is closed).
+    /// Connections of other attempts, of this job or any other, are never touched: the
+    /// pipelined regions of a job run as attempts of their own, side by side.
+    fn file(&mut self, key: ChannelKey, stream: TcpStream, now: Instant) {
+        self.forget_stale(now);
+        if self.ended.contains_key(&(key.job_id.clone(), key.attempt)) {
+            tracing::debug!(?key, "a connection for an attempt that is over here; closed");
+            let _ = stream.shutdown(Shutdown::Both);
+            return;
+        }
+        self.unclaimed.insert(key, (stream, now));
+    }
+
+    /// Closes what attempt `(job_id, attempt)` left unclaimed, and every connection of it
+    /// that still arrives.
+    fn attempt_ended(&mut self, job_id: &str, attempt: u32, now: Instant) {
+        self.forget_stale(now);
+        self.unclaimed.retain(|key, (stream, _)| {
+            let of_it = key.job_id == job_id && key.attempt == attempt;
+            if of_it {
+                let _ = stream.shutdown(Shutdown::Both);
+            }
+            !of_it
+        });
+        self.ended.insert((job_id.to_string(), attempt), now);
+    }
+
+    /// Closes connections unclaimed for longer than [`UNCLAIMED_CONNECTION_KEPT_MAX`], and
+    /// forgets ended attempts as old.
+    fn forget_stale(&mut self, now: Instant) {
+        self.unclaimed.retain(|key, (stream, arrived)| {
+            let stale = now.saturating_duration_since(*arrived) > UNCLAIMED_CONNECTION_KEPT_MAX;
+            if stale {
+                tracing::warn!(
+                    ?key,
+                    "no subtask claimed this data connection within {UNCLAIMED_CONNECTION_KEPT_MAX:?}; closed"
+                );
+                let _ = stream.shutdown(Shutdown::Both);
+            }
+            !stale
+        });
+        self.ended.retain(|_, at| now.saturating_duration_since(*at) <= UNCLAIMED_CONNECTION_KEPT_MAX);
+    }
+}
+
+type Registry = Arc<(Mutex<Channels>, Condvar)>;
 
 /// Accepts channel connections for the subtasks of this process.
 pub struct DataServer {
@@ -60,15 +122,16 @@ fn register_channel(mut stream: TcpStream, registry: &Registry) {
     if stream.set_read_timeout(None).is_err() {
         return;
     }
-    let (streams, arrived) = &**registry;
-    if let Ok(mut streams) = streams.lock() {
-        // A job's attempts only go up: a connection of a newer attempt means the older ones
-        // are over, and what of theirs no subtask claimed is closed rather than kept open
-        // for as long as the process lives.
-        streams.retain(|old, _| old.job_id != key.job_id || old.attempt >= key.attempt);
-        streams.insert(key, stream);
-    }
+    let (channels, arrived) = &**registry;
+    lock(channels).file(key, stream, Instant::now());
     arrived.notify_all();
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    match mutex.lock() {
+        Ok(guard) => guard,
+        Err(poisoned) => poisoned.into_inner(),
+    }
 }
 
 impl DataServer {
@@ -76,7 +139,7 @@ impl DataServer {
     pub fn start(bind: &str) -> std::io::Result<Arc<DataServer>> {
         let listener = TcpListener::bind(bind)?;
         let address = listener.local_addr()?;
-        let registry: Registry = Arc::new((Mutex::new(HashMap::new()), Condvar::new()));
+        let registry: Registry = Arc::new((Mutex::new(Channels::default()), Condvar::new()));
         let accepted = Arc::clone(&registry);
         std::thread::Builder::new().name("weir-data-server".into()).spawn(move || {
             for stream in listener.incoming() {
@@ -95,6 +158,13 @@ impl DataServer {
         Ok(Arc::new(DataServer { address, registry }))
     }
 
+    /// Attempt `attempt` of `job_id` is over in this process (cancelled, replaced, or every
+    /// subtask of it here ended): what of it no subtask claimed is closed, and so is every
+    /// connection of it that still arrives, so its producers elsewhere see the end.
+    pub fn attempt_ended(&self, job_id: &str, attempt: u32) {
+        lock(&self.registry.0).attempt_ended(job_id, attempt, Instant::now());
+    }
+
     /// The address producers connect to.
     pub fn address(&self) -> SocketAddr {
         self.address
@@ -103,10 +173,10 @@ impl DataServer {
     /// Waits for the connection of channel `key`.
     pub fn wait_for(&self, key: &ChannelKey, timeout: Duration) -> Result<TcpStream, TaskError> {
         let deadline = Instant::now() + timeout;
-        let (streams, arrived) = &*self.registry;
-        let mut guard = streams.lock().map_err(|_| TaskError::Internal("data server registry poisoned".into()))?;
+        let (channels, arrived) = &*self.registry;
+        let mut guard = lock(channels);
         loop {
-            if let Some(stream) = guard.remove(key) {
+            if let Some((stream, _)) = guard.unclaimed.remove(key) {
                 return Ok(stream);
             }
             let now = Instant::now();
@@ -118,7 +188,7 @@ impl DataServer {
             }
             guard = match arrived.wait_timeout(guard, deadline - now) {
                 Ok((guard, _)) => guard,
-                Err(_) => return Err(TaskError::Internal("data server registry poisoned".into())),
+                Err(poisoned) => poisoned.into_inner().0,
             };
         }
     }
@@ -196,34 +266,70 @@ mod tests {
         assert_eq!(oversized.read(&mut [0u8; 1]).unwrap(), 0);
     }
 
-    /// What an earlier attempt of a job left unclaimed is closed once a newer attempt's
-    /// connection arrives; other jobs' and the same attempt's stay.
+    fn channel(job: &str, attempt: u32, producer: u32) -> ChannelKey {
+        ChannelKey { job_id: job.into(), attempt, edge: 0, producer, consumer: 0 }
+    }
+
+    fn connect(server: &DataServer, key: &ChannelKey) -> TcpStream {
+        let mut stream = TcpStream::connect(server.address()).unwrap();
+        write_frame(&mut stream, &serde_json::to_vec(key).unwrap()).unwrap();
+        stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        stream
+    }
+
+    /// True when the server closed `stream` (its peer sees the end).
+    fn closed(stream: &mut TcpStream) -> bool {
+        matches!(stream.read(&mut [0u8; 1]), Ok(0))
+    }
+
+    /// The pipelined regions of a job run as attempts of their own, side by side: a
+    /// connection of one attempt never closes what another left unclaimed, whichever number
+    /// is higher (the bug: every unclaimed connection of a lower attempt was dropped, so a
+    /// multi-region job failed over once at start). What an attempt known to be over left
+    /// unclaimed is closed, and so is each of its connections that still arrives.
     #[test]
-    fn a_newer_attempt_closes_what_older_attempts_left_unclaimed() {
+    fn attempts_never_close_each_others_connections_and_an_ended_one_is_closed() {
         let server = DataServer::start("127.0.0.1:0").unwrap();
-        let key = |job: &str, attempt: u32, producer: u32| ChannelKey {
-            job_id: job.into(),
-            attempt,
-            edge: 0,
-            producer,
-            consumer: 0,
-        };
-        let connect = |key: &ChannelKey| {
-            let mut stream = TcpStream::connect(server.address()).unwrap();
-            write_frame(&mut stream, &serde_json::to_vec(key).unwrap()).unwrap();
-            stream
-        };
-        let mut stale = connect(&key("a", 0, 0));
-        let _other_job = connect(&key("b", 0, 0));
-        let _same_attempt = connect(&key("a", 1, 1));
+        let _region_0 = connect(&server, &channel("a", 0, 0));
+        let _other_job = connect(&server, &channel("b", 0, 0));
+        let mut ended = connect(&server, &channel("a", 2, 0));
         // Registered in order: each is claimable before the next one connects.
         std::thread::sleep(Duration::from_millis(200));
-        let _newer = connect(&key("a", 1, 0));
-        server.wait_for(&key("a", 1, 0), Duration::from_secs(5)).unwrap();
-        stale.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-        assert_eq!(stale.read(&mut [0u8; 1]).unwrap(), 0, "the stale connection is still open");
-        assert!(server.wait_for(&key("a", 0, 0), Duration::from_millis(50)).is_err());
-        server.wait_for(&key("b", 0, 0), Duration::from_secs(5)).unwrap();
-        server.wait_for(&key("a", 1, 1), Duration::from_secs(5)).unwrap();
+        let _region_1 = connect(&server, &channel("a", 1, 0));
+        server.wait_for(&channel("a", 1, 0), Duration::from_secs(5)).unwrap();
+        server.wait_for(&channel("a", 0, 0), Duration::from_secs(5)).expect("a sibling region's connection was closed");
+        server.attempt_ended("a", 2);
+        assert!(closed(&mut ended), "the ended attempt's unclaimed connection is still open");
+        assert!(server.wait_for(&channel("a", 2, 0), Duration::from_millis(50)).is_err());
+        let mut late = connect(&server, &channel("a", 2, 1));
+        assert!(closed(&mut late), "a connection of an ended attempt was kept");
+        let _region_3 = connect(&server, &channel("a", 3, 0));
+        server.wait_for(&channel("a", 3, 0), Duration::from_secs(5)).unwrap();
+        server.wait_for(&channel("b", 0, 0), Duration::from_secs(5)).unwrap();
+    }
+
+    /// A connection nobody claims is closed after [`UNCLAIMED_CONNECTION_KEPT_MAX`], not
+    /// before; an ended attempt is forgotten as late.
+    #[test]
+    fn a_connection_unclaimed_past_the_limit_is_closed() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut peer = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        peer.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let (ours, _) = listener.accept().unwrap();
+        let mut channels = Channels::default();
+        let start = Instant::now();
+        channels.file(channel("a", 0, 0), ours, start);
+        channels.attempt_ended("a", 7, start);
+        let (second, _) = {
+            let _client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+            listener.accept().unwrap()
+        };
+        channels.file(channel("a", 1, 0), second.try_clone().unwrap(), start + UNCLAIMED_CONNECTION_KEPT_MAX);
+        assert!(channels.unclaimed.contains_key(&channel("a", 0, 0)), "closed before the limit");
+        channels.forget_stale(start + UNCLAIMED_CONNECTION_KEPT_MAX + Duration::from_secs(1));
+        assert!(!channels.unclaimed.contains_key(&channel("a", 0, 0)));
+        assert!(closed(&mut peer), "the stale connection is still open");
+        assert!(channels.unclaimed.contains_key(&channel("a", 1, 0)), "a younger one was closed too");
+        assert!(channels.ended.is_empty(), "an ended attempt was remembered past the limit");
     }
 }

@@ -334,11 +334,12 @@ fn serve_jobmanager(state: &Arc<TaskManagerState>, mut reader: BufReader<TcpStre
             ToTaskManager::Deploy(spec) => {
                 // A new attempt replaces the job's attempts it overlaps: all of them for a whole
                 // job deploy, the same region's for a region deploy.
-                lock(&state.attempts).retain(|(job_id, _), old| {
+                lock(&state.attempts).retain(|(job_id, number), old| {
                     let replaced = *job_id == spec.job_id
                         && (spec.region.is_none() || old.region.is_none() || old.region == spec.region);
                     if replaced {
                         old.cancel.store(true, Ordering::SeqCst);
+                        state.server.attempt_ended(job_id, *number);
                     }
                     !replaced
                 });
@@ -389,6 +390,9 @@ fn serve_jobmanager(state: &Arc<TaskManagerState>, mut reader: BufReader<TcpStre
                 }
             }
             ToTaskManager::Cancel { job_id, attempt } => {
+                // Nothing of the attempt will claim a connection here any more (also when its
+                // deploy never got this far).
+                state.server.attempt_ended(&job_id, attempt);
                 if let Some(current) = lock(&state.attempts).get(&(job_id, attempt)) {
                     current.cancel.store(true, Ordering::SeqCst);
                 }
@@ -476,6 +480,7 @@ fn start_attempt(spec: &DeploySpec, state: &Arc<TaskManagerState>) -> Result<Att
     let (event_job, attempt) = (spec.job_id.clone(), spec.attempt);
     let event_states = Arc::clone(&states);
     let event_ended_at = Arc::clone(&ended_at);
+    let server = Arc::clone(&state.server);
     std::thread::spawn(move || {
         for event in event_receiver {
             note_state(&event_states, &event);
@@ -498,6 +503,7 @@ fn start_attempt(spec: &DeploySpec, state: &Arc<TaskManagerState>) -> Result<Att
         }
         ended.store(true, Ordering::SeqCst);
         *lock(&event_ended_at) = Some(Instant::now());
+        server.attempt_ended(&event_job, attempt);
         writer.shutdown();
     });
     let uplink = Arc::clone(&state.uplink);
