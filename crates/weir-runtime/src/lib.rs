@@ -20,6 +20,7 @@ pub mod job_master;
 pub mod jobgraph;
 pub mod network;
 pub mod restart;
+pub mod security;
 pub mod status;
 
 pub use status::{JobDetails, JobOverview};
