@@ -1,11 +1,13 @@
 //! The data side of a TaskManager: a listener that accepts channel connections from other
 //! processes, and the [`NetworkWiring`] that connects this process's producers to them.
 //!
-//! A connection starts with one frame naming the channel (job, attempt, edge, producer,
-//! consumer) as JSON; after that it carries `weir_api::network`'s protocol.
+//! A connection starts with the handshake of [`crate::security`] (the cluster's shared
+//! secret, and TLS when configured), then one frame naming the channel (job, attempt, edge,
+//! producer, consumer) as JSON; after that it carries `weir_api::network`'s protocol.
 
 use std::collections::HashMap;
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -14,6 +16,7 @@ use weir_api::error::TaskError;
 use weir_api::network::{read_frame_of_at_most, write_frame};
 
 use crate::execution::NetworkWiring;
+use crate::security::{Plane, WireSecurity};
 
 /// How long a consumer waits for its producer's connection, and a producer retries to reach
 /// its consumer's process, before the channel (and so the attempt) fails.
@@ -102,7 +105,14 @@ type Registry = Arc<(Mutex<Channels>, Condvar)>;
 pub struct DataServer {
     address: SocketAddr,
     registry: Registry,
+    /// How connections to and from it are authenticated.
+    security: WireSecurity,
 }
+
+/// Connections that have not named their channel yet, at most: more are closed at once, so
+/// a flood of idle connections ties up no more than this many threads (each for at most
+/// the handshake's and the header's timeouts).
+pub const PENDING_DATA_CONNECTIONS_MAX: usize = 256;
 
 /// A data connection must name its channel within this time, in a header of at most
 /// [`CHANNEL_HEADER_BYTES_MAX`] bytes, or it is dropped.
@@ -111,7 +121,15 @@ const CHANNEL_HEADER_BYTES_MAX: usize = 4096;
 
 /// Reads the header naming a connection's channel and files the connection under it; a
 /// connection that does not name its channel in time is dropped.
-fn register_channel(mut stream: TcpStream, registry: &Registry) {
+fn register_channel(stream: TcpStream, registry: &Registry, security: &WireSecurity) {
+    let peer = stream.peer_addr().map_or_else(|_| "an unknown peer".to_string(), |a| a.to_string());
+    let mut stream = match security.accept(stream, Plane::Data) {
+        Ok(stream) => stream,
+        Err(error) => {
+            tracing::warn!(%peer, %error, "refused a data connection");
+            return;
+        }
+    };
     if stream.set_read_timeout(Some(CHANNEL_HEADER_TIMEOUT)).is_err() {
         return;
     }
@@ -135,27 +153,43 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl DataServer {
-    /// Listens on `bind` (port 0: any free port) and accepts connections on a thread.
-    pub fn start(bind: &str) -> std::io::Result<Arc<DataServer>> {
+    /// Listens on `bind` (port 0: any free port) and accepts connections on a thread; each
+    /// connection must pass `security`'s handshake (as must this process's connections to
+    /// other data servers, [`TcpNetwork`]).
+    pub fn start(bind: &str, security: WireSecurity) -> std::io::Result<Arc<DataServer>> {
         let listener = TcpListener::bind(bind)?;
         let address = listener.local_addr()?;
         let registry: Registry = Arc::new((Mutex::new(Channels::default()), Condvar::new()));
         let accepted = Arc::clone(&registry);
+        let accepting_security = security.clone();
+        let pending = Arc::new(AtomicUsize::new(0));
         std::thread::Builder::new().name("weir-data-server".into()).spawn(move || {
             for stream in listener.incoming() {
                 let Ok(stream) = stream else { continue };
+                if pending.fetch_add(1, Ordering::SeqCst) >= PENDING_DATA_CONNECTIONS_MAX {
+                    pending.fetch_sub(1, Ordering::SeqCst);
+                    tracing::warn!(
+                        peer = ?stream.peer_addr().ok(),
+                        "{PENDING_DATA_CONNECTIONS_MAX} data connections are still naming their channels; this one is closed"
+                    );
+                    continue;
+                }
                 // Each connection names its channel on a thread of its own: a peer that
                 // connects and then sends nothing holds up no other channel.
                 let registry = Arc::clone(&accepted);
-                let named = std::thread::Builder::new()
-                    .name("weir-data-accept".into())
-                    .spawn(move || register_channel(stream, &registry));
+                let security = accepting_security.clone();
+                let done = Arc::clone(&pending);
+                let named = std::thread::Builder::new().name("weir-data-accept".into()).spawn(move || {
+                    register_channel(stream, &registry, &security);
+                    done.fetch_sub(1, Ordering::SeqCst);
+                });
                 if let Err(error) = named {
+                    pending.fetch_sub(1, Ordering::SeqCst);
                     tracing::warn!(%error, "cannot start a thread for a data connection; it is dropped");
                 }
             }
         })?;
-        Ok(Arc::new(DataServer { address, registry }))
+        Ok(Arc::new(DataServer { address, registry, security }))
     }
 
     /// Attempt `attempt` of `job_id` is over in this process (cancelled, replaced, or every
@@ -217,7 +251,11 @@ impl NetworkWiring for TcpNetwork {
         let deadline = Instant::now() + CHANNEL_CONNECT_TIMEOUT;
         loop {
             match TcpStream::connect(address) {
-                Ok(mut stream) => {
+                Ok(stream) => {
+                    let mut stream =
+                        self.server.security.connect(stream, Plane::Data).map_err(|e| {
+                            TaskError::external(format!("connecting to the TaskManager at {address}"), e)
+                        })?;
                     write_frame(&mut stream, &header)
                         .map_err(|e| TaskError::external(format!("connecting to {address}"), e))?;
                     return Ok(stream);
@@ -249,12 +287,13 @@ mod tests {
     /// accepted at once.
     #[test]
     fn a_silent_or_oversized_connection_holds_up_no_channel() {
-        let server = DataServer::start("127.0.0.1:0").unwrap();
+        let server = DataServer::start("127.0.0.1:0", WireSecurity::open()).unwrap();
         let _silent = TcpStream::connect(server.address()).unwrap();
-        let mut oversized = TcpStream::connect(server.address()).unwrap();
+        let _silent_after_the_handshake = handshaken(&server);
+        let mut oversized = handshaken(&server);
         oversized.write_all(&(1u32 << 27).to_le_bytes()).unwrap();
         let key = ChannelKey { job_id: "job".into(), attempt: 0, edge: 1, producer: 2, consumer: 3 };
-        let mut producer = TcpStream::connect(server.address()).unwrap();
+        let mut producer = handshaken(&server);
         write_frame(&mut producer, &serde_json::to_vec(&key).unwrap()).unwrap();
         producer.write_all(b"records").unwrap();
         let mut accepted = server.wait_for(&key, Duration::from_secs(5)).unwrap();
@@ -270,8 +309,13 @@ mod tests {
         ChannelKey { job_id: job.into(), attempt, edge: 0, producer, consumer: 0 }
     }
 
+    /// A connection to `server` that passed the (open) handshake.
+    fn handshaken(server: &DataServer) -> TcpStream {
+        WireSecurity::open().connect(TcpStream::connect(server.address()).unwrap(), Plane::Data).unwrap()
+    }
+
     fn connect(server: &DataServer, key: &ChannelKey) -> TcpStream {
-        let mut stream = TcpStream::connect(server.address()).unwrap();
+        let mut stream = handshaken(server);
         write_frame(&mut stream, &serde_json::to_vec(key).unwrap()).unwrap();
         stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
         stream
@@ -289,7 +333,7 @@ mod tests {
     /// unclaimed is closed, and so is each of its connections that still arrives.
     #[test]
     fn attempts_never_close_each_others_connections_and_an_ended_one_is_closed() {
-        let server = DataServer::start("127.0.0.1:0").unwrap();
+        let server = DataServer::start("127.0.0.1:0", WireSecurity::open()).unwrap();
         let _region_0 = connect(&server, &channel("a", 0, 0));
         let _other_job = connect(&server, &channel("b", 0, 0));
         let mut ended = connect(&server, &channel("a", 2, 0));

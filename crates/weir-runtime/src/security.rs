@@ -679,6 +679,18 @@ fn tunnel(connection: rustls::Connection, socket: TcpStream) -> std::io::Result<
         std::thread::Builder::new().name("weir-tls-in".into()).spawn(move || {
             let mut buffer = vec![0u8; TUNNEL_CHUNK_BYTES];
             let mut decrypted = vec![0u8; TUNNEL_CHUNK_BYTES];
+            // The handshake's last read may have brought the peer's first data along.
+            let mut early = Vec::new();
+            {
+                let mut guard = lock(&session);
+                while let Ok(n @ 1..) = guard.reader().read(&mut decrypted) {
+                    early.extend_from_slice(&decrypted[..n]);
+                }
+            }
+            if plain.write_all(&early).is_err() {
+                close_all();
+                return;
+            }
             loop {
                 let read = match socket.read(&mut buffer) {
                     Ok(0) | Err(_) => {

@@ -215,19 +215,99 @@ pub enum ToTaskManager {
     },
 }
 
-/// Writes one message as a JSON line.
+/// The longest control message, in bytes, newline included: every line on the control
+/// connection is refused past it (the connection closes), so a peer that sends a line
+/// without an end holds at most this much of the receiver's memory (the allocator's
+/// growth steps may touch up to about twice as much). The largest messages are checkpoint
+/// acknowledgements, about 85 bytes per key-group block: a subtask with 4 keyed states over
+/// 32 768 key groups (Flink's largest max parallelism, at parallelism 1) needs 11 MiB.
+pub const CONTROL_LINE_BYTES_MAX: usize = 16 << 20;
+
+/// The longest registration, in bytes: the first line a TaskManager sends, before the
+/// JobManager knows it. It lists the attempts the TaskManager runs (a few hundred bytes per
+/// local subtask).
+pub const REGISTRATION_LINE_BYTES_MAX: usize = 4 << 20;
+
+/// Writes one message as a JSON line; a message longer than [`CONTROL_LINE_BYTES_MAX`] is
+/// refused (the receiver would close the connection).
 pub fn send<T: Serialize>(writer: &mut impl Write, message: &T) -> std::io::Result<()> {
     let mut line = serde_json::to_vec(message).map_err(std::io::Error::other)?;
     line.push(b'\n');
+    if line.len() > CONTROL_LINE_BYTES_MAX {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!(
+                "a control message of {} bytes exceeds the {CONTROL_LINE_BYTES_MAX} bytes the receiver accepts",
+                line.len()
+            ),
+        ));
+    }
     writer.write_all(&line)?;
     writer.flush()
 }
 
-/// Reads one message; `Ok(None)` at the end of the connection.
+/// Reads one message of at most [`CONTROL_LINE_BYTES_MAX`] bytes; `Ok(None)` at the end of
+/// the connection.
 pub fn receive<T: for<'de> Deserialize<'de>>(reader: &mut impl BufRead) -> std::io::Result<Option<T>> {
-    let mut line = String::new();
-    if reader.read_line(&mut line)? == 0 {
+    receive_at_most(reader, CONTROL_LINE_BYTES_MAX)
+}
+
+/// Reads one message of at most `max` bytes (newline included); `Ok(None)` at the end of
+/// the connection. A longer line, one cut off by the end of the connection, or one that is
+/// not a message is an error (`InvalidData`, or `UnexpectedEof`) saying which; the line
+/// read so far never holds more than `max` bytes.
+pub fn receive_at_most<T: for<'de> Deserialize<'de>>(
+    reader: &mut impl BufRead,
+    max: usize,
+) -> std::io::Result<Option<T>> {
+    let mut line = Vec::new();
+    if !read_line_of_at_most(reader, &mut line, max)? {
         return Ok(None);
     }
-    serde_json::from_str(&line).map(Some).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+    serde_json::from_slice(&line)
+        .map(Some)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, format!("not a control message ({e})")))
+}
+
+/// Reads up to and including the next newline into `line` (cleared first), holding at most
+/// `max` bytes; `Ok(false)` at the end of the connection before any byte.
+fn read_line_of_at_most(reader: &mut impl BufRead, line: &mut Vec<u8>, max: usize) -> std::io::Result<bool> {
+    line.clear();
+    loop {
+        let available = match reader.fill_buf() {
+            Ok(available) => available,
+            Err(error) if error.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(error) => return Err(error),
+        };
+        if available.is_empty() {
+            if line.is_empty() {
+                return Ok(false);
+            }
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                format!("the connection ended inside a control message, after {} bytes", line.len()),
+            ));
+        }
+        let (taken, complete) = match available.iter().position(|&byte| byte == b'\n') {
+            Some(newline) => (newline + 1, true),
+            None => (available.len(), false),
+        };
+        let length = line.len() + taken;
+        if length > max {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("a control message longer than {max} bytes (at least {length} without its end); refused"),
+            ));
+        }
+        // Grow by doubling, but never past the cap: at most `max` bytes are ever held.
+        if line.capacity() < length {
+            let target = (line.capacity() * 2).min(max).max(length);
+            line.reserve_exact(target - line.len());
+        }
+        line.extend_from_slice(&available[..taken]);
+        reader.consume(taken);
+        if complete {
+            return Ok(true);
+        }
+    }
 }

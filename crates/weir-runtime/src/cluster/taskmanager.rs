@@ -30,6 +30,7 @@ use crate::execution::{CheckpointWiring, JobContext, Placement, TaskEvent, TaskE
 use crate::executor::{ReportedAttempt, ReportedSubtask};
 use crate::jobgraph::{JobGraph, JobSettings};
 use crate::network::{DataServer, TcpNetwork};
+use crate::security::{Plane, WireSecurity};
 
 /// Reports kept while no JobManager is connected, at most (the oldest go first).
 const OUTBOX_MAX: usize = 100_000;
@@ -95,10 +96,15 @@ impl Uplink {
         let mut inner = lock(&self.inner);
         let message = build();
         if let Some(link) = &mut inner.link {
-            if send(link, &message).is_ok() {
-                return true;
+            match send(link, &message) {
+                Ok(()) => return true,
+                // Too large to send: the JobManager would close the connection for it.
+                Err(error) if error.kind() == std::io::ErrorKind::InvalidInput => {
+                    tracing::error!(%error, "a report to the JobManager was not sent");
+                    return false;
+                }
+                Err(_) => inner.link = None,
             }
-            inner.link = None;
         }
         if matches!(message, ToJobManager::TaskEvent { .. } | ToJobManager::Snapshot { .. }) {
             inner.outbox.push_back(message);
@@ -147,13 +153,18 @@ struct TaskManagerState {
 
 /// Runs a TaskManager with `slots` slots against the JobManager `source` names until the
 /// process is stopped; reconnects (to the new leader, with HA) when the JobManager goes away.
+///
+/// Every connection, to the JobManager and to and from other TaskManagers, passes
+/// `security`'s handshake; a JobManager that refuses this TaskManager (another shared
+/// secret, or none) ends it with that error, since trying again would not change the answer.
 pub fn run_taskmanager(
     source: JobManagerSource,
     slots: u32,
     heartbeat: Duration,
     builder: GraphBuilder,
+    security: WireSecurity,
 ) -> std::io::Result<()> {
-    let server = DataServer::start("127.0.0.1:0")?;
+    let server = DataServer::start("127.0.0.1:0", security.clone())?;
     let state = Arc::new(TaskManagerState {
         id: JobId::generate().to_string(),
         slots,
@@ -174,6 +185,18 @@ pub fn run_taskmanager(
             Ok(stream) => stream,
             Err(error) => {
                 tracing::warn!(%jobmanager, %error, "JobManager not reachable; retrying");
+                std::thread::sleep(Duration::from_millis(200));
+                continue;
+            }
+        };
+        let stream = match security.connect(stream, Plane::Control) {
+            Ok(stream) => stream,
+            Err(error) if error.is_refusal() => {
+                tracing::error!(%jobmanager, %error, "refused");
+                return Err(std::io::Error::new(std::io::ErrorKind::PermissionDenied, error.to_string()));
+            }
+            Err(error) => {
+                tracing::warn!(%jobmanager, %error, "no handshake with the JobManager; retrying");
                 std::thread::sleep(Duration::from_millis(200));
                 continue;
             }
