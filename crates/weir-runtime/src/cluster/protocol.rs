@@ -311,3 +311,135 @@ fn read_line_of_at_most(reader: &mut impl BufRead, line: &mut Vec<u8>, max: usiz
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::io::BufReader;
+
+    use proptest::prelude::*;
+    use weir_types::fuzzing::{Mutation, mutate, with_allocation_cap};
+
+    use super::*;
+    use crate::execution::TaskEventKind;
+    use crate::executor::{ReportedAttempt, ReportedSubtask};
+
+    /// Valid lines of every direction, one after the other.
+    fn sample_lines() -> Vec<u8> {
+        let mut lines = Vec::new();
+        let register = ToJobManager::Register {
+            taskmanager_id: "tm-1".into(),
+            slots: 2,
+            data_address: "127.0.0.1:4000".into(),
+            running: vec![RunningAttempt {
+                job_id: "a".repeat(32),
+                attempt: ReportedAttempt {
+                    attempt: 3,
+                    region: Some(1),
+                    slot_addresses: vec!["127.0.0.1:4000".into(), "127.0.0.1:4001".into()],
+                    subtasks: vec![ReportedSubtask {
+                        vertex: 1,
+                        subtask: 0,
+                        state: weir_types::ExecutionState::Running,
+                        data_ended: false,
+                        taskmanager: String::new(),
+                    }],
+                },
+            }],
+        };
+        send(&mut lines, &register).unwrap();
+        let failed = TaskEvent {
+            vertex: 2,
+            subtask: 1,
+            kind: TaskEventKind::Failed(weir_api::error::TaskError::external("reading", "gone")),
+        };
+        send(&mut lines, &ToJobManager::TaskEvent { job_id: "a".repeat(32), attempt: 3, event: failed }).unwrap();
+        let declined = WriteOutcome::Declined { checkpoint_id: 9, reason: "disk full".into() };
+        send(&mut lines, &ToJobManager::Snapshot { job_id: "a".repeat(32), attempt: 3, outcome: declined }).unwrap();
+        send(&mut lines, &ToJobManager::Heartbeat).unwrap();
+        lines
+    }
+
+    /// What a receiver does with bytes: messages until the end or the first error.
+    fn decode_lines(bytes: &[u8], max: usize) -> Result<usize, std::io::Error> {
+        let mut reader = BufReader::with_capacity(64, bytes);
+        let mut messages = 0;
+        while receive_at_most::<ToJobManager>(&mut reader, max)?.is_some() {
+            messages += 1;
+        }
+        Ok(messages)
+    }
+
+    #[test]
+    fn the_sample_lines_decode_and_every_broken_line_is_a_clean_error() {
+        assert_eq!(decode_lines(&sample_lines(), CONTROL_LINE_BYTES_MAX).unwrap(), 4);
+        let mut cut = sample_lines();
+        cut.truncate(cut.len() - 3);
+        let error = decode_lines(&cut, CONTROL_LINE_BYTES_MAX).unwrap_err();
+        assert_eq!(error.kind(), std::io::ErrorKind::UnexpectedEof, "{error}");
+        let error = decode_lines(b"{\"Heartbeat\"\n", CONTROL_LINE_BYTES_MAX).unwrap_err();
+        assert!(error.to_string().contains("not a control message"), "{error}");
+        // A line over the limit, with or without its end.
+        for end in ["", "\n"] {
+            let long = format!("\"{}\"{end}", "x".repeat(10_000));
+            let error = decode_lines(long.as_bytes(), 4096).unwrap_err();
+            assert_eq!(error.kind(), std::io::ErrorKind::InvalidData);
+            assert!(error.to_string().contains("longer than 4096 bytes"), "{error}");
+        }
+    }
+
+    /// An endless line is refused once it passes the limit, having held no more than the
+    /// limit: every allocation of the read stays within it.
+    #[test]
+    fn an_endless_line_holds_at_most_the_limit() {
+        const LIMIT: usize = 1 << 20;
+        let endless = vec![b'x'; 8 * LIMIT];
+        let result = with_allocation_cap(LIMIT + 1, || decode_lines(&endless, LIMIT).map_err(|e| e.kind()));
+        assert_eq!(result, Ok(Err(std::io::ErrorKind::InvalidData)));
+    }
+
+    #[test]
+    fn a_message_over_the_limit_is_not_sent() {
+        let huge = ToJobManager::TaskEvent {
+            job_id: "j".into(),
+            attempt: 0,
+            event: TaskEvent {
+                vertex: 0,
+                subtask: 0,
+                kind: TaskEventKind::Failed(weir_api::error::TaskError::Internal("x".repeat(CONTROL_LINE_BYTES_MAX))),
+            },
+        };
+        let mut sent = Vec::new();
+        let error = send(&mut sent, &huge).unwrap_err();
+        assert_eq!(error.kind(), std::io::ErrorKind::InvalidInput);
+        assert!(sent.is_empty());
+    }
+
+    /// Far above what decoding a few hundred bytes of JSON needs.
+    const ALLOCATION_CAP: usize = 1 << 20;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        /// Valid control lines with flipped, inserted, deleted or truncated bytes, or a huge
+        /// varint-like run written in: messages or a clean error, never a panic or an
+        /// allocation beyond the cap.
+        #[test]
+        fn mutated_control_lines_decode_or_fail_cleanly(mutations in proptest::collection::vec(any::<Mutation>(), 1..8)) {
+            let bytes = mutate(&sample_lines(), &mutations);
+            let decoded = with_allocation_cap(ALLOCATION_CAP, || decode_lines(&bytes, CONTROL_LINE_BYTES_MAX).map_err(|e| e.kind()));
+            prop_assert!(decoded.is_ok(), "decoding asked for {:?} bytes at once", decoded.err());
+        }
+
+        /// Any bytes at all, the TaskManager's side (frames from the JobManager) included.
+        #[test]
+        fn garbage_control_lines_decode_or_fail_cleanly(bytes in proptest::collection::vec(any::<u8>(), 0..2048)) {
+            let decoded = with_allocation_cap(ALLOCATION_CAP, || {
+                let jobmanager_side = decode_lines(&bytes, 1024).map_err(|e| e.kind());
+                let mut reader = BufReader::new(bytes.as_slice());
+                let taskmanager_side = receive_at_most::<Frame<ToTaskManager>>(&mut reader, 1024).map(|m| m.is_some());
+                (jobmanager_side.is_ok(), taskmanager_side.is_ok())
+            });
+            prop_assert!(decoded.is_ok(), "decoding asked for {:?} bytes at once", decoded.err());
+        }
+    }
+}
