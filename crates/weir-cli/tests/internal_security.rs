@@ -92,6 +92,61 @@ fn a_taskmanager_with_another_secret_is_refused_and_the_right_one_runs_a_job_acr
     assert!(matches!(std::io::Read::read(&mut stranger, &mut [0u8; 1]), Ok(0) | Err(_)));
 }
 
+/// A PEM keystore and truststore of one self-signed certificate in `dir`.
+fn certificate(dir: &std::path::Path, name: &str) -> [String; 2] {
+    let certified = rcgen::generate_simple_self_signed(vec![format!("{name}.weir")]).unwrap();
+    let keystore = dir.join(format!("{name}-keystore.pem"));
+    let truststore = dir.join(format!("{name}-truststore.pem"));
+    std::fs::write(&keystore, format!("{}{}", certified.cert.pem(), certified.signing_key.serialize_pem())).unwrap();
+    std::fs::write(&truststore, certified.cert.pem()).unwrap();
+    [
+        format!("security.ssl.internal.keystore={}", keystore.display()),
+        format!("security.ssl.internal.truststore={}", truststore.display()),
+    ]
+}
+
+#[test]
+fn with_mutual_tls_a_job_runs_across_taskmanagers_and_a_stranger_certificate_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let [keystore, truststore] = certificate(dir.path(), "cluster");
+    let tls = ["security.ssl.internal.enabled=true", keystore.as_str(), truststore.as_str()];
+    let (_jobmanager, rest, rpc) = start_jobmanager(&tls);
+
+    let [stranger_keystore, stranger_truststore] = certificate(dir.path(), "stranger");
+    let mut stranger =
+        taskmanager(&rpc, &["security.ssl.internal.enabled=true", &stranger_keystore, &stranger_truststore]);
+    assert_eq!(stranger.wait(), Some(1), "a TaskManager with a stranger certificate kept running");
+    assert!(
+        stranger
+            .stderr_lines()
+            .iter()
+            .any(|l| l.starts_with("error:") && l.contains("TLS handshake with the JobManager failed")),
+        "{:?}",
+        stranger.stderr_lines()
+    );
+    let mut plain = taskmanager(&rpc, &[]);
+    assert_eq!(plain.wait(), Some(1), "a TaskManager without TLS kept running");
+    assert!(
+        plain.stderr_lines().iter().any(|l| l.starts_with("error:") && l.contains("requires TLS")),
+        "{:?}",
+        plain.stderr_lines()
+    );
+
+    let mut taskmanagers = [taskmanager(&rpc, &tls), taskmanager(&rpc, &tls)];
+    for taskmanager in &mut taskmanagers {
+        taskmanager.stderr_line("registered at");
+    }
+    let submit = run_weir(&[
+        "run", "-m", &rest, "-p", "2", "counter", "--users", "100", "--events", "100000", "--output", "none",
+    ]);
+    assert!(submit.status.success(), "{}", String::from_utf8_lossy(&submit.stderr));
+    assert!(
+        String::from_utf8_lossy(&submit.stdout).contains("FINISHED"),
+        "{}",
+        String::from_utf8_lossy(&submit.stdout)
+    );
+}
+
 /// Registers as a TaskManager of its own (no secret is configured, so any local process
 /// may) and returns the connection once welcomed; `None` when refused.
 fn register(rpc: &str, taskmanager_id: &str) -> Option<TcpStream> {

@@ -46,6 +46,10 @@ const NONCE_BYTES: usize = 32;
 const PROOF_BYTES: usize = 32;
 const HELLO_BYTES: usize = HANDSHAKE_MAGIC.len() + 2 + NONCE_BYTES;
 const FLAG_HAS_SECRET: u8 = 1;
+/// In the accepting side's hello to a peer that did not start TLS: TLS is required.
+const FLAG_REQUIRES_TLS: u8 = 2;
+/// The first byte of a TLS connection (a handshake record).
+const TLS_HANDSHAKE_RECORD: u8 = 0x16;
 
 /// The accepting side's verdict.
 const ACCEPTED: u8 = 0;
@@ -172,6 +176,22 @@ pub enum HandshakeError {
     /// A connecting peer without a secret, where one is required.
     #[error("refused a {peer}: it has no shared secret (security.internal.secret) configured")]
     MissingSecret {
+        /// The peer.
+        peer: &'static str,
+    },
+    /// The accepting side requires TLS and we do not use it.
+    #[error(
+        "the {server} refused this {client}: it requires TLS (security.ssl.internal.enabled) and this process does not use it"
+    )]
+    RefusedTlsRequired {
+        /// The accepting side.
+        server: &'static str,
+        /// The connecting side.
+        client: &'static str,
+    },
+    /// A connecting peer without TLS, where TLS is required.
+    #[error("refused a {peer} that did not start TLS (security.ssl.internal.enabled is on here)")]
+    PlainPeer {
         /// The peer.
         peer: &'static str,
     },
@@ -383,6 +403,14 @@ impl WireSecurity {
         stream.set_write_timeout(Some(HANDSHAKE_TIMEOUT)).map_err(io)?;
         let mut stream = match &self.tls {
             Some(tls) => {
+                let mut first = [0u8; 1];
+                if stream.peek(&mut first).map_err(io)? == 1 && first[0] != TLS_HANDSHAKE_RECORD {
+                    // A peer speaking the plain handshake: tell it TLS is required.
+                    let mut refusal = hello(false, &[0u8; NONCE_BYTES]);
+                    refusal[9] = FLAG_REQUIRES_TLS;
+                    let _ = (&stream).write_all(&refusal);
+                    return Err(HandshakeError::PlainPeer { peer });
+                }
                 let connection = rustls::ServerConnection::new(Arc::clone(&tls.server))
                     .map_err(|e| HandshakeError::Tls { peer, reason: e.to_string() })?;
                 tls_handshake(rustls::Connection::Server(connection), stream, peer)?
@@ -465,11 +493,17 @@ fn hello(has_secret: bool, nonce: &[u8; NONCE_BYTES]) -> [u8; HELLO_BYTES] {
     hello
 }
 
-/// A peer's hello: whether it has a secret, and its nonce.
-fn read_hello(stream: &mut impl Read, peer: &'static str) -> Result<(bool, [u8; NONCE_BYTES]), HandshakeError> {
+/// A peer's hello: its flags, and its nonce.
+fn read_hello(stream: &mut impl Read, peer: &'static str) -> Result<(u8, [u8; NONCE_BYTES]), HandshakeError> {
     let mut hello = [0u8; HELLO_BYTES];
     // The magic first: a peer speaking anything else is dropped without waiting for more.
     stream.read_exact(&mut hello[..HANDSHAKE_MAGIC.len()]).map_err(|source| HandshakeError::Io { peer, source })?;
+    if hello[0] == TLS_HANDSHAKE_RECORD {
+        return Err(HandshakeError::NotWeir {
+            peer,
+            detail: "it started TLS (security.ssl.internal.enabled), which this process does not use".into(),
+        });
+    }
     if &hello[..HANDSHAKE_MAGIC.len()] != HANDSHAKE_MAGIC {
         return Err(HandshakeError::NotWeir { peer, detail: "it did not start with weir's handshake".into() });
     }
@@ -482,7 +516,7 @@ fn read_hello(stream: &mut impl Read, peer: &'static str) -> Result<(bool, [u8; 
     }
     let mut nonce = [0u8; NONCE_BYTES];
     nonce.copy_from_slice(&hello[10..]);
-    Ok((hello[9] & FLAG_HAS_SECRET != 0, nonce))
+    Ok((hello[9], nonce))
 }
 
 const CLIENT_ROLE: &[u8] = b"client";
@@ -499,7 +533,11 @@ fn challenge(
     let client_nonce = nonce(server)?;
     stream.write_all(&hello(secret.is_some(), &client_nonce)).map_err(io)?;
     stream.flush().map_err(io)?;
-    let (server_has_secret, server_nonce) = read_hello(stream, server)?;
+    let (server_flags, server_nonce) = read_hello(stream, server)?;
+    if server_flags & FLAG_REQUIRES_TLS != 0 {
+        return Err(HandshakeError::RefusedTlsRequired { server, client });
+    }
+    let server_has_secret = server_flags & FLAG_HAS_SECRET != 0;
     let proof = prove(secret, CLIENT_ROLE, plane, &client_nonce, &server_nonce);
     stream.write_all(&proof).map_err(io)?;
     stream.flush().map_err(io)?;
@@ -533,7 +571,15 @@ fn respond(
 ) -> Result<(), HandshakeError> {
     let client = plane.client();
     let io = |source| HandshakeError::Io { peer: client, source };
-    let (client_has_secret, client_nonce) = read_hello(stream, client)?;
+    let (client_flags, client_nonce) = match read_hello(stream, client) {
+        Ok(hello) => hello,
+        Err(error) => {
+            // A peer that started TLS gets an answer that ends its handshake at once.
+            let _ = stream.write_all(&hello(false, &[0u8; NONCE_BYTES])).and_then(|()| stream.flush());
+            return Err(error);
+        }
+    };
+    let client_has_secret = client_flags & FLAG_HAS_SECRET != 0;
     let server_nonce = nonce(client)?;
     stream.write_all(&hello(secret.is_some(), &server_nonce)).map_err(io)?;
     stream.flush().map_err(io)?;

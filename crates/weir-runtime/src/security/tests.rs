@@ -197,9 +197,16 @@ fn mutual_tls_carries_both_directions_and_refuses_an_untrusted_or_plain_peer() {
     let impostor = tls(&stranger_keystore, &truststore, Some(RIGHT));
     let (_, server) = handshake(&impostor, &cluster, Plane::Control);
     assert!(matches!(server, Err(HandshakeError::Tls { .. })), "{server:?}");
-    // One without TLS at all.
-    let (_, server) = handshake(&with_secret(RIGHT), &cluster, Plane::Control);
-    assert!(matches!(server, Err(HandshakeError::Tls { .. })), "{server:?}");
+    // One without TLS at all is told so, and one with TLS against a plain server fails at
+    // once (neither waits for a timeout).
+    let (client, server) = handshake(&with_secret(RIGHT), &cluster, Plane::Control);
+    assert!(matches!(server, Err(HandshakeError::PlainPeer { .. })), "{server:?}");
+    let client = client.unwrap_err();
+    assert!(matches!(client, HandshakeError::RefusedTlsRequired { .. }), "{client}");
+    assert!(client.to_string().contains("requires TLS (security.ssl.internal.enabled)"), "{client}");
+    let (client, server) = handshake(&cluster, &with_secret(RIGHT), Plane::Data);
+    assert!(matches!(client, Err(HandshakeError::Tls { .. })), "{client:?}");
+    assert!(server.is_err_and(|e| e.to_string().contains("started TLS")));
 }
 
 #[test]
