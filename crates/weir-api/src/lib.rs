@@ -22,6 +22,11 @@
 //! ```
 #![warn(missing_docs)]
 
+/// The wire decoders' tests may not allocate a claimed size: see [`weir_types::fuzzing`].
+#[cfg(test)]
+#[global_allocator]
+static ALLOCATOR: weir_types::fuzzing::CappedAlloc = weir_types::fuzzing::CappedAlloc;
+
 pub mod catalog;
 pub mod connected;
 pub mod datastream;

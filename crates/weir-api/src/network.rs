@@ -28,6 +28,9 @@ use crate::snapshot::Barrier;
 /// Frames larger than this are refused (a corrupt length prefix, not a real batch).
 pub const FRAME_BYTES_MAX: usize = 256 << 20;
 
+/// The size of a credit frame (a little-endian `u32`); a longer one ends the bridge.
+const CREDIT_FRAME_BYTES: usize = 4;
+
 /// A [`StreamElement`] as it travels on the wire.
 #[derive(Debug, Serialize, Deserialize)]
 pub enum WireElement<T> {
@@ -186,7 +189,7 @@ pub fn bridge_sender<T: Data>(
     let reader_credits = Arc::clone(&credits);
     let credit_reader = std::thread::Builder::new().name("weir-net-credits".into()).spawn(move || {
         let mut buffer = Vec::new();
-        while let Ok(true) = read_frame(&mut credit_stream, &mut buffer) {
+        while let Ok(true) = read_frame_of_at_most(&mut credit_stream, &mut buffer, CREDIT_FRAME_BYTES) {
             let Ok(bytes) = <[u8; 4]>::try_from(buffer.as_slice()) else { break };
             reader_credits.grant(u32::from_le_bytes(bytes));
         }
@@ -408,6 +411,92 @@ mod tests {
         // No end of partition came: the channel closes instead.
         assert!(consumer_rx.recv_timeout(Duration::from_secs(5)).is_err());
         receiver.join().unwrap();
+    }
+
+    /// What a bridge receiver does with bytes: frames of at most [`FRAME_BYTES_MAX`], each
+    /// decoded as a [`WireElement`], until the end, a broken frame or an undecodable one.
+    fn decode_stream<T: serde::de::DeserializeOwned>(mut bytes: &[u8]) -> Result<Vec<WireElement<T>>, String> {
+        let mut buffer = Vec::new();
+        let mut elements = Vec::new();
+        loop {
+            match read_frame(&mut bytes, &mut buffer) {
+                Ok(true) => {}
+                Ok(false) => return Ok(elements),
+                Err(error) => return Err(error.to_string()),
+            }
+            elements.push(postcard::from_bytes(&buffer).map_err(|e| e.to_string())?);
+        }
+    }
+
+    /// A stream of every kind of element, with strings and byte vectors (lengths postcard
+    /// reads before their bytes) as records.
+    fn sample_stream() -> Vec<u8> {
+        type Record = (String, Vec<u8>, u64);
+        let record = |i: u64| (format!("key-{i}"), vec![i as u8; (i % 7) as usize], i);
+        let elements: Vec<WireElement<Record>> = vec![
+            WireElement::Records((0..5).map(record).collect()),
+            WireElement::KeyedRecords((5..8).map(record).collect(), vec![1, 2, 3]),
+            WireElement::Barrier(Barrier {
+                checkpoint_id: 7,
+                timestamp_ms: 1_700_000_000_000,
+                kind: BarrierKind::Checkpoint { full: true },
+            }),
+            WireElement::TimestampedRecords((8..10).map(record).collect(), vec![-5, 6], vec![]),
+            WireElement::Watermark(-3),
+            WireElement::WatermarkStatus(true),
+            WireElement::EndOfPartition,
+        ];
+        let mut stream = Vec::new();
+        for element in &elements {
+            write_frame(&mut stream, &postcard::to_allocvec(element).unwrap()).unwrap();
+        }
+        stream
+    }
+
+    /// Far above what decoding a few hundred bytes needs (serde preallocates at most 1 MiB
+    /// for a claimed sequence length), far below any claimed size a mutation writes.
+    const ALLOCATION_CAP: usize = 2 << 20;
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(512))]
+
+        /// A valid stream of frames with flipped, inserted, deleted or truncated bytes, or a
+        /// huge varint written in (a frame length or a postcard length or count): elements
+        /// or a clean error, never a panic or an allocation of a claimed size.
+        #[test]
+        fn mutated_data_frames_decode_or_fail_cleanly(
+            mutations in proptest::collection::vec(proptest::prelude::any::<weir_types::fuzzing::Mutation>(), 1..8),
+        ) {
+            let bytes = weir_types::fuzzing::mutate(&sample_stream(), &mutations);
+            let decoded = weir_types::fuzzing::with_allocation_cap(ALLOCATION_CAP, || {
+                decode_stream::<(String, Vec<u8>, u64)>(&bytes).map(|elements| elements.len())
+            });
+            proptest::prop_assert!(decoded.is_ok(), "decoding asked for {:?} bytes at once", decoded.err());
+        }
+
+        /// Any bytes at all (a length prefix of any size first): the same.
+        #[test]
+        fn garbage_data_frames_decode_or_fail_cleanly(
+            length in proptest::prelude::any::<u32>(),
+            tail in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..512),
+        ) {
+            let mut bytes = length.to_le_bytes().to_vec();
+            bytes.extend_from_slice(&tail);
+            let decoded = weir_types::fuzzing::with_allocation_cap(ALLOCATION_CAP, || {
+                decode_stream::<(String, Vec<u8>, u64)>(&bytes).map(|elements| elements.len())
+            });
+            proptest::prop_assert!(decoded.is_ok(), "decoding asked for {:?} bytes at once", decoded.err());
+        }
+    }
+
+    #[test]
+    fn the_sample_stream_decodes_whole() {
+        let elements = decode_stream::<(String, Vec<u8>, u64)>(&sample_stream()).unwrap();
+        assert_eq!(elements.len(), 7);
+        assert!(matches!(elements.last(), Some(WireElement::EndOfPartition)));
+        // Cut anywhere inside a frame: an error, not a short stream taken as whole.
+        let whole = sample_stream();
+        assert!(decode_stream::<(String, Vec<u8>, u64)>(&whole[..whole.len() - 1]).is_err());
     }
 
     #[test]

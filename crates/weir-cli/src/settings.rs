@@ -60,6 +60,51 @@ pub fn ha_settings(config: &Configuration) -> Result<Option<weir_ha::HaSettings>
     }))
 }
 
+/// How the cluster's processes authenticate each other on the TaskManager port and the
+/// data ports: the shared secret (`security.internal.secret` or the file
+/// `security.internal.secret-file` names) and mutual TLS (`security.ssl.internal.*`).
+pub fn wire_security(config: &Configuration) -> Result<weir_runtime::security::WireSecurity, CliError> {
+    use weir_config::options::{
+        SECURITY_INTERNAL_SECRET, SECURITY_INTERNAL_SECRET_FILE, SECURITY_SSL_INTERNAL_ENABLED,
+        SECURITY_SSL_INTERNAL_KEYSTORE, SECURITY_SSL_INTERNAL_TRUSTSTORE,
+    };
+    use weir_runtime::security::{SharedSecret, TlsIdentity, WireSecurity};
+    let secret = match (
+        config.get(&SECURITY_INTERNAL_SECRET).map_err(CliError::usage)?,
+        config.get(&SECURITY_INTERNAL_SECRET_FILE).map_err(CliError::usage)?,
+    ) {
+        (Some(secret), _) => Some(secret.into_bytes()),
+        (None, Some(path)) => {
+            let mut bytes = std::fs::read(&path).map_err(|e| {
+                CliError::usage(format!(
+                    "cannot read the shared secret from '{path}' (security.internal.secret-file): {e}"
+                ))
+            })?;
+            while bytes.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
+                bytes.pop();
+            }
+            Some(bytes)
+        }
+        (None, None) => None,
+    };
+    let secret = match secret {
+        Some(bytes) => Some(SharedSecret::new(&bytes).map_err(CliError::usage)?),
+        None => None,
+    };
+    let tls = if config.get(&SECURITY_SSL_INTERNAL_ENABLED).map_err(CliError::usage)? {
+        // validate() made sure both are set.
+        let keystore = config.get(&SECURITY_SSL_INTERNAL_KEYSTORE).map_err(CliError::usage)?.unwrap_or_default();
+        let truststore = config.get(&SECURITY_SSL_INTERNAL_TRUSTSTORE).map_err(CliError::usage)?.unwrap_or_default();
+        Some(
+            TlsIdentity::from_pem_files(std::path::Path::new(&keystore), std::path::Path::new(&truststore))
+                .map_err(CliError::usage)?,
+        )
+    } else {
+        None
+    };
+    Ok(WireSecurity::new(secret, tls))
+}
+
 /// Connects to the HA services of `settings`; an unreachable etcd is one line naming it.
 pub fn connect_ha(settings: weir_ha::HaSettings) -> Result<weir_ha::HaServices, CliError> {
     weir_ha::HaServices::connect(settings).map_err(|e| CliError::runtime(e.to_string()))

@@ -161,7 +161,8 @@ impl Configuration {
             Ok(value) => Ok(value),
             Err(reason) => Err(ConfigError::BadValue {
                 key: key.to_string(),
-                value: entry.value.clone(),
+                // A secret's value is never shown, not even a wrong one.
+                value: if is_sensitive_key(key) { HIDDEN_CONTENT.to_string() } else { entry.value.clone() },
                 origin: entry.source.clone(),
                 reason,
             }),
@@ -307,6 +308,38 @@ impl Configuration {
         self.get(&OPERATOR_REST_PORT)?;
         self.get(&HIGH_AVAILABILITY_RECONCILE_TIMEOUT)?;
         self.get(&PIPELINE_NAME)?;
+        let secret = self.get(&SECURITY_INTERNAL_SECRET)?;
+        let secret_file = self.get(&SECURITY_INTERNAL_SECRET_FILE)?;
+        let tls = self.get(&SECURITY_SSL_INTERNAL_ENABLED)?;
+        let keystore = self.get(&SECURITY_SSL_INTERNAL_KEYSTORE)?;
+        let truststore = self.get(&SECURITY_SSL_INTERNAL_TRUSTSTORE)?;
+        self.get(&SECURITY_SSL_INTERNAL_KEYSTORE_TYPE)?;
+        self.get(&SECURITY_SSL_INTERNAL_TRUSTSTORE_TYPE)?;
+
+        if secret.is_some() && secret_file.is_some() {
+            return Err(self.inconsistent(
+                &SECURITY_INTERNAL_SECRET,
+                HIDDEN_CONTENT,
+                "and",
+                &SECURITY_INTERNAL_SECRET_FILE,
+                &format!("{}; set only one of them", secret_file.as_deref().unwrap_or_default()),
+            ));
+        }
+        if tls {
+            for (option, value) in
+                [(&SECURITY_SSL_INTERNAL_KEYSTORE, &keystore), (&SECURITY_SSL_INTERNAL_TRUSTSTORE, &truststore)]
+            {
+                if value.is_none() {
+                    let (key, source) = self.origin_of(SECURITY_SSL_INTERNAL_ENABLED.key, &[]);
+                    return Err(ConfigError::Inconsistent {
+                        message: format!(
+                            "configuration key '{key}' (true, from {source}) needs '{}': set it to a PEM file ({})",
+                            option.key, option.description
+                        ),
+                    });
+                }
+            }
+        }
 
         if ha == crate::values::HighAvailabilityType::Etcd && ha_storage.is_none() {
             let (key, source) = self.origin_of(HIGH_AVAILABILITY_TYPE.key, HIGH_AVAILABILITY_TYPE.fallback_keys);

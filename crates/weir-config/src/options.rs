@@ -611,6 +611,104 @@ pub const PIPELINE_NAME: ConfigOption<Option<String>> = ConfigOption {
     default: || None,
 };
 
+/// The shortest shared secret accepted, in bytes (as weir-runtime's security requires).
+pub const INTERNAL_SECRET_BYTES_MIN: usize = 16;
+
+fn parse_internal_secret(text: &str) -> Result<Option<String>, String> {
+    if text.is_empty() {
+        return Ok(None);
+    }
+    if text.len() < INTERNAL_SECRET_BYTES_MIN {
+        return Err(format!(
+            "expected at least {INTERNAL_SECRET_BYTES_MIN} characters, not {}; generate one with `openssl rand -hex 32`",
+            text.len()
+        ));
+    }
+    Ok(Some(text.to_string()))
+}
+
+fn parse_pem_store_type(text: &str) -> Result<String, String> {
+    if text.eq_ignore_ascii_case("pem") {
+        return Ok("PEM".to_string());
+    }
+    Err("expected PEM: weir reads PEM files only (convert a PKCS12 store with `openssl pkcs12 -in store.p12 -nodes -out store.pem`)".to_string())
+}
+
+/// `security.internal.secret`: the secret every JobManager and TaskManager of a cluster
+/// shares; each connection on the TaskManager port and the data ports proves it
+/// (challenge-response, the secret never travels).
+pub const SECURITY_INTERNAL_SECRET: ConfigOption<Option<String>> = ConfigOption {
+    key: "security.internal.secret",
+    fallback_keys: &[],
+    default_description: "none",
+    description: "shared secret of the cluster's processes (at least 16 characters); every TaskManager connection proves it. Prefer security.internal.secret-file",
+    parse: parse_internal_secret,
+    default: || None,
+};
+
+/// `security.internal.secret-file`: a file holding the shared secret (a trailing newline
+/// is ignored); keeps the secret out of command lines and configuration files.
+pub const SECURITY_INTERNAL_SECRET_FILE: ConfigOption<Option<String>> = ConfigOption {
+    key: "security.internal.secret-file",
+    fallback_keys: &[],
+    default_description: "none",
+    description: "file holding the shared secret of the cluster's processes (instead of security.internal.secret)",
+    parse: optional_string,
+    default: || None,
+};
+
+/// `security.ssl.internal.enabled`: mutual TLS on the TaskManager port and the data ports.
+pub const SECURITY_SSL_INTERNAL_ENABLED: ConfigOption<bool> = ConfigOption {
+    key: "security.ssl.internal.enabled",
+    fallback_keys: &[],
+    default_description: "false",
+    description: "mutual TLS between the cluster's processes (needs security.ssl.internal.keystore and .truststore)",
+    parse: boolean,
+    default: || false,
+};
+
+/// `security.ssl.internal.keystore`: a PEM file with this process's certificate chain and
+/// its (unencrypted) private key.
+pub const SECURITY_SSL_INTERNAL_KEYSTORE: ConfigOption<Option<String>> = ConfigOption {
+    key: "security.ssl.internal.keystore",
+    fallback_keys: &[],
+    default_description: "none",
+    description: "PEM file with this process's certificate chain and private key for internal TLS",
+    parse: optional_string,
+    default: || None,
+};
+
+/// `security.ssl.internal.truststore`: a PEM file with the certificates a peer's must chain
+/// to.
+pub const SECURITY_SSL_INTERNAL_TRUSTSTORE: ConfigOption<Option<String>> = ConfigOption {
+    key: "security.ssl.internal.truststore",
+    fallback_keys: &[],
+    default_description: "none",
+    description: "PEM file with the certificates internal TLS peers must chain to",
+    parse: optional_string,
+    default: || None,
+};
+
+/// `security.ssl.internal.keystore-type`: only `PEM` (Flink's JKS and PKCS12 are refused).
+pub const SECURITY_SSL_INTERNAL_KEYSTORE_TYPE: ConfigOption<String> = ConfigOption {
+    key: "security.ssl.internal.keystore-type",
+    fallback_keys: &[],
+    default_description: "PEM",
+    description: "format of security.ssl.internal.keystore: PEM",
+    parse: parse_pem_store_type,
+    default: || "PEM".to_string(),
+};
+
+/// `security.ssl.internal.truststore-type`: only `PEM`.
+pub const SECURITY_SSL_INTERNAL_TRUSTSTORE_TYPE: ConfigOption<String> = ConfigOption {
+    key: "security.ssl.internal.truststore-type",
+    fallback_keys: &[],
+    default_description: "PEM",
+    description: "format of security.ssl.internal.truststore: PEM",
+    parse: parse_pem_store_type,
+    default: || "PEM".to_string(),
+};
+
 fn parse_optional_duration(text: &str) -> Result<Option<Duration>, String> {
     if is_none_word(text) {
         return Ok(None);
@@ -750,6 +848,13 @@ pub const ALL: &[OptionInfo] = &[
     HIGH_AVAILABILITY_ETCD_LEASE_TTL.info(),
     HIGH_AVAILABILITY_RECONCILE_TIMEOUT.info(),
     PIPELINE_NAME.info(),
+    SECURITY_INTERNAL_SECRET.info(),
+    SECURITY_INTERNAL_SECRET_FILE.info(),
+    SECURITY_SSL_INTERNAL_ENABLED.info(),
+    SECURITY_SSL_INTERNAL_KEYSTORE.info(),
+    SECURITY_SSL_INTERNAL_TRUSTSTORE.info(),
+    SECURITY_SSL_INTERNAL_KEYSTORE_TYPE.info(),
+    SECURITY_SSL_INTERNAL_TRUSTSTORE_TYPE.info(),
     OPERATOR_ROLLBACK_ENABLED.info(),
     OPERATOR_READINESS_TIMEOUT.info(),
     OPERATOR_SAVEPOINT_HISTORY_MAX_COUNT.info(),
@@ -809,6 +914,13 @@ pub const ALL_KEYS: &[&str] = &[
     HIGH_AVAILABILITY_ETCD_LEASE_TTL.key,
     HIGH_AVAILABILITY_RECONCILE_TIMEOUT.key,
     PIPELINE_NAME.key,
+    SECURITY_INTERNAL_SECRET.key,
+    SECURITY_INTERNAL_SECRET_FILE.key,
+    SECURITY_SSL_INTERNAL_ENABLED.key,
+    SECURITY_SSL_INTERNAL_KEYSTORE.key,
+    SECURITY_SSL_INTERNAL_TRUSTSTORE.key,
+    SECURITY_SSL_INTERNAL_KEYSTORE_TYPE.key,
+    SECURITY_SSL_INTERNAL_TRUSTSTORE_TYPE.key,
     OPERATOR_ROLLBACK_ENABLED.key,
     OPERATOR_READINESS_TIMEOUT.key,
     OPERATOR_SAVEPOINT_HISTORY_MAX_COUNT.key,

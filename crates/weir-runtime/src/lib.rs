@@ -10,6 +10,11 @@
 //! - [`status`]: Flink-shaped views of jobs for REST and the CLI.
 #![warn(missing_docs)]
 
+/// The wire decoders' tests may not allocate a claimed size: see [`weir_types::fuzzing`].
+#[cfg(test)]
+#[global_allocator]
+static ALLOCATOR: weir_types::fuzzing::CappedAlloc = weir_types::fuzzing::CappedAlloc;
+
 pub mod checkpointing;
 pub mod cluster;
 pub mod crash;
@@ -20,6 +25,7 @@ pub mod job_master;
 pub mod jobgraph;
 pub mod network;
 pub mod restart;
+pub mod security;
 pub mod status;
 
 pub use status::{JobDetails, JobOverview};

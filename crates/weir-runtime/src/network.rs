@@ -1,12 +1,14 @@
 //! The data side of a TaskManager: a listener that accepts channel connections from other
 //! processes, and the [`NetworkWiring`] that connects this process's producers to them.
 //!
-//! A connection starts with one frame naming the channel (job, attempt, edge, producer,
-//! consumer) as JSON; after that it carries `weir_api::network`'s protocol.
+//! A connection starts with the handshake of [`crate::security`] (the cluster's shared
+//! secret, and TLS when configured), then one frame naming the channel (job, attempt, edge,
+//! producer, consumer) as JSON; after that it carries `weir_api::network`'s protocol.
 
 use std::collections::HashMap;
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::{Arc, Condvar, Mutex};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -14,6 +16,7 @@ use weir_api::error::TaskError;
 use weir_api::network::{read_frame_of_at_most, write_frame};
 
 use crate::execution::NetworkWiring;
+use crate::security::{Plane, WireSecurity};
 
 /// How long a consumer waits for its producer's connection, and a producer retries to reach
 /// its consumer's process, before the channel (and so the attempt) fails.
@@ -34,13 +37,82 @@ pub struct ChannelKey {
     pub consumer: u32,
 }
 
-type Registry = Arc<(Mutex<HashMap<ChannelKey, TcpStream>>, Condvar)>;
+/// How long a connection nobody claimed is kept before it is closed. A consumer claims its
+/// connection as soon as its attempt is deployed here (it waits up to
+/// [`CHANNEL_CONNECT_TIMEOUT`] for it); a connection still unclaimed after twice that has no
+/// consumer coming (its attempt never started here, or failed before it got this far).
+pub const UNCLAIMED_CONNECTION_KEPT_MAX: Duration = Duration::from_secs(2 * CHANNEL_CONNECT_TIMEOUT.as_secs());
+
+/// The channel connections that arrived and no consumer claimed yet, and the attempts known
+/// to be over in this process (whose connections nobody will ever claim).
+#[derive(Default)]
+struct Channels {
+    /// Unclaimed connections with the time each arrived.
+    unclaimed: HashMap<ChannelKey, (TcpStream, Instant)>,
+    /// `(job, attempt)` -> when this process learned that the attempt is over here.
+    ended: HashMap<(String, u32), Instant>,
+}
+
+impl Channels {
+    /// Files `stream` under `key`, unless its attempt is over here (then it is closed).
+    /// Connections of other attempts, of this job or any other, are never touched: the
+    /// pipelined regions of a job run as attempts of their own, side by side.
+    fn file(&mut self, key: ChannelKey, stream: TcpStream, now: Instant) {
+        self.forget_stale(now);
+        if self.ended.contains_key(&(key.job_id.clone(), key.attempt)) {
+            tracing::debug!(?key, "a connection for an attempt that is over here; closed");
+            let _ = stream.shutdown(Shutdown::Both);
+            return;
+        }
+        self.unclaimed.insert(key, (stream, now));
+    }
+
+    /// Closes what attempt `(job_id, attempt)` left unclaimed, and every connection of it
+    /// that still arrives.
+    fn attempt_ended(&mut self, job_id: &str, attempt: u32, now: Instant) {
+        self.forget_stale(now);
+        self.unclaimed.retain(|key, (stream, _)| {
+            let of_it = key.job_id == job_id && key.attempt == attempt;
+            if of_it {
+                let _ = stream.shutdown(Shutdown::Both);
+            }
+            !of_it
+        });
+        self.ended.insert((job_id.to_string(), attempt), now);
+    }
+
+    /// Closes connections unclaimed for longer than [`UNCLAIMED_CONNECTION_KEPT_MAX`], and
+    /// forgets ended attempts as old.
+    fn forget_stale(&mut self, now: Instant) {
+        self.unclaimed.retain(|key, (stream, arrived)| {
+            let stale = now.saturating_duration_since(*arrived) > UNCLAIMED_CONNECTION_KEPT_MAX;
+            if stale {
+                tracing::warn!(
+                    ?key,
+                    "no subtask claimed this data connection within {UNCLAIMED_CONNECTION_KEPT_MAX:?}; closed"
+                );
+                let _ = stream.shutdown(Shutdown::Both);
+            }
+            !stale
+        });
+        self.ended.retain(|_, at| now.saturating_duration_since(*at) <= UNCLAIMED_CONNECTION_KEPT_MAX);
+    }
+}
+
+type Registry = Arc<(Mutex<Channels>, Condvar)>;
 
 /// Accepts channel connections for the subtasks of this process.
 pub struct DataServer {
     address: SocketAddr,
     registry: Registry,
+    /// How connections to and from it are authenticated.
+    security: WireSecurity,
 }
+
+/// Connections that have not named their channel yet, at most: more are closed at once, so
+/// a flood of idle connections ties up no more than this many threads (each for at most
+/// the handshake's and the header's timeouts).
+pub const PENDING_DATA_CONNECTIONS_MAX: usize = 256;
 
 /// A data connection must name its channel within this time, in a header of at most
 /// [`CHANNEL_HEADER_BYTES_MAX`] bytes, or it is dropped.
@@ -49,7 +121,15 @@ const CHANNEL_HEADER_BYTES_MAX: usize = 4096;
 
 /// Reads the header naming a connection's channel and files the connection under it; a
 /// connection that does not name its channel in time is dropped.
-fn register_channel(mut stream: TcpStream, registry: &Registry) {
+fn register_channel(stream: TcpStream, registry: &Registry, security: &WireSecurity) {
+    let peer = stream.peer_addr().map_or_else(|_| "an unknown peer".to_string(), |a| a.to_string());
+    let mut stream = match security.accept(stream, Plane::Data) {
+        Ok(stream) => stream,
+        Err(error) => {
+            tracing::warn!(%peer, %error, "refused a data connection");
+            return;
+        }
+    };
     if stream.set_read_timeout(Some(CHANNEL_HEADER_TIMEOUT)).is_err() {
         return;
     }
@@ -60,39 +140,63 @@ fn register_channel(mut stream: TcpStream, registry: &Registry) {
     if stream.set_read_timeout(None).is_err() {
         return;
     }
-    let (streams, arrived) = &**registry;
-    if let Ok(mut streams) = streams.lock() {
-        // A job's attempts only go up: a connection of a newer attempt means the older ones
-        // are over, and what of theirs no subtask claimed is closed rather than kept open
-        // for as long as the process lives.
-        streams.retain(|old, _| old.job_id != key.job_id || old.attempt >= key.attempt);
-        streams.insert(key, stream);
-    }
+    let (channels, arrived) = &**registry;
+    lock(channels).file(key, stream, Instant::now());
     arrived.notify_all();
 }
 
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    match mutex.lock() {
+        Ok(guard) => guard,
+        Err(poisoned) => poisoned.into_inner(),
+    }
+}
+
 impl DataServer {
-    /// Listens on `bind` (port 0: any free port) and accepts connections on a thread.
-    pub fn start(bind: &str) -> std::io::Result<Arc<DataServer>> {
+    /// Listens on `bind` (port 0: any free port) and accepts connections on a thread; each
+    /// connection must pass `security`'s handshake (as must this process's connections to
+    /// other data servers, [`TcpNetwork`]).
+    pub fn start(bind: &str, security: WireSecurity) -> std::io::Result<Arc<DataServer>> {
         let listener = TcpListener::bind(bind)?;
         let address = listener.local_addr()?;
-        let registry: Registry = Arc::new((Mutex::new(HashMap::new()), Condvar::new()));
+        let registry: Registry = Arc::new((Mutex::new(Channels::default()), Condvar::new()));
         let accepted = Arc::clone(&registry);
+        let accepting_security = security.clone();
+        let pending = Arc::new(AtomicUsize::new(0));
         std::thread::Builder::new().name("weir-data-server".into()).spawn(move || {
             for stream in listener.incoming() {
                 let Ok(stream) = stream else { continue };
+                if pending.fetch_add(1, Ordering::SeqCst) >= PENDING_DATA_CONNECTIONS_MAX {
+                    pending.fetch_sub(1, Ordering::SeqCst);
+                    tracing::warn!(
+                        peer = ?stream.peer_addr().ok(),
+                        "{PENDING_DATA_CONNECTIONS_MAX} data connections are still naming their channels; this one is closed"
+                    );
+                    continue;
+                }
                 // Each connection names its channel on a thread of its own: a peer that
                 // connects and then sends nothing holds up no other channel.
                 let registry = Arc::clone(&accepted);
-                let named = std::thread::Builder::new()
-                    .name("weir-data-accept".into())
-                    .spawn(move || register_channel(stream, &registry));
+                let security = accepting_security.clone();
+                let done = Arc::clone(&pending);
+                let named = std::thread::Builder::new().name("weir-data-accept".into()).spawn(move || {
+                    register_channel(stream, &registry, &security);
+                    done.fetch_sub(1, Ordering::SeqCst);
+                });
                 if let Err(error) = named {
+                    pending.fetch_sub(1, Ordering::SeqCst);
                     tracing::warn!(%error, "cannot start a thread for a data connection; it is dropped");
                 }
             }
         })?;
-        Ok(Arc::new(DataServer { address, registry }))
+        Ok(Arc::new(DataServer { address, registry, security }))
+    }
+
+    /// Attempt `attempt` of `job_id` is over in this process (cancelled, replaced, or every
+    /// subtask of it here ended): what of it no subtask claimed is closed, and so is every
+    /// connection of it that still arrives, so its producers elsewhere see the end.
+    pub fn attempt_ended(&self, job_id: &str, attempt: u32) {
+        lock(&self.registry.0).attempt_ended(job_id, attempt, Instant::now());
     }
 
     /// The address producers connect to.
@@ -103,10 +207,10 @@ impl DataServer {
     /// Waits for the connection of channel `key`.
     pub fn wait_for(&self, key: &ChannelKey, timeout: Duration) -> Result<TcpStream, TaskError> {
         let deadline = Instant::now() + timeout;
-        let (streams, arrived) = &*self.registry;
-        let mut guard = streams.lock().map_err(|_| TaskError::Internal("data server registry poisoned".into()))?;
+        let (channels, arrived) = &*self.registry;
+        let mut guard = lock(channels);
         loop {
-            if let Some(stream) = guard.remove(key) {
+            if let Some((stream, _)) = guard.unclaimed.remove(key) {
                 return Ok(stream);
             }
             let now = Instant::now();
@@ -118,7 +222,7 @@ impl DataServer {
             }
             guard = match arrived.wait_timeout(guard, deadline - now) {
                 Ok((guard, _)) => guard,
-                Err(_) => return Err(TaskError::Internal("data server registry poisoned".into())),
+                Err(poisoned) => poisoned.into_inner().0,
             };
         }
     }
@@ -147,7 +251,11 @@ impl NetworkWiring for TcpNetwork {
         let deadline = Instant::now() + CHANNEL_CONNECT_TIMEOUT;
         loop {
             match TcpStream::connect(address) {
-                Ok(mut stream) => {
+                Ok(stream) => {
+                    let mut stream =
+                        self.server.security.connect(stream, Plane::Data).map_err(|e| {
+                            TaskError::external(format!("connecting to the TaskManager at {address}"), e)
+                        })?;
                     write_frame(&mut stream, &header)
                         .map_err(|e| TaskError::external(format!("connecting to {address}"), e))?;
                     return Ok(stream);
@@ -179,12 +287,13 @@ mod tests {
     /// accepted at once.
     #[test]
     fn a_silent_or_oversized_connection_holds_up_no_channel() {
-        let server = DataServer::start("127.0.0.1:0").unwrap();
+        let server = DataServer::start("127.0.0.1:0", WireSecurity::open()).unwrap();
         let _silent = TcpStream::connect(server.address()).unwrap();
-        let mut oversized = TcpStream::connect(server.address()).unwrap();
+        let _silent_after_the_handshake = handshaken(&server);
+        let mut oversized = handshaken(&server);
         oversized.write_all(&(1u32 << 27).to_le_bytes()).unwrap();
         let key = ChannelKey { job_id: "job".into(), attempt: 0, edge: 1, producer: 2, consumer: 3 };
-        let mut producer = TcpStream::connect(server.address()).unwrap();
+        let mut producer = handshaken(&server);
         write_frame(&mut producer, &serde_json::to_vec(&key).unwrap()).unwrap();
         producer.write_all(b"records").unwrap();
         let mut accepted = server.wait_for(&key, Duration::from_secs(5)).unwrap();
@@ -196,34 +305,75 @@ mod tests {
         assert_eq!(oversized.read(&mut [0u8; 1]).unwrap(), 0);
     }
 
-    /// What an earlier attempt of a job left unclaimed is closed once a newer attempt's
-    /// connection arrives; other jobs' and the same attempt's stay.
+    fn channel(job: &str, attempt: u32, producer: u32) -> ChannelKey {
+        ChannelKey { job_id: job.into(), attempt, edge: 0, producer, consumer: 0 }
+    }
+
+    /// A connection to `server` that passed the (open) handshake.
+    fn handshaken(server: &DataServer) -> TcpStream {
+        WireSecurity::open().connect(TcpStream::connect(server.address()).unwrap(), Plane::Data).unwrap()
+    }
+
+    fn connect(server: &DataServer, key: &ChannelKey) -> TcpStream {
+        let mut stream = handshaken(server);
+        write_frame(&mut stream, &serde_json::to_vec(key).unwrap()).unwrap();
+        stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        stream
+    }
+
+    /// True when the server closed `stream` (its peer sees the end).
+    fn closed(stream: &mut TcpStream) -> bool {
+        matches!(stream.read(&mut [0u8; 1]), Ok(0))
+    }
+
+    /// The pipelined regions of a job run as attempts of their own, side by side: a
+    /// connection of one attempt never closes what another left unclaimed, whichever number
+    /// is higher (the bug: every unclaimed connection of a lower attempt was dropped, so a
+    /// multi-region job failed over once at start). What an attempt known to be over left
+    /// unclaimed is closed, and so is each of its connections that still arrives.
     #[test]
-    fn a_newer_attempt_closes_what_older_attempts_left_unclaimed() {
-        let server = DataServer::start("127.0.0.1:0").unwrap();
-        let key = |job: &str, attempt: u32, producer: u32| ChannelKey {
-            job_id: job.into(),
-            attempt,
-            edge: 0,
-            producer,
-            consumer: 0,
-        };
-        let connect = |key: &ChannelKey| {
-            let mut stream = TcpStream::connect(server.address()).unwrap();
-            write_frame(&mut stream, &serde_json::to_vec(key).unwrap()).unwrap();
-            stream
-        };
-        let mut stale = connect(&key("a", 0, 0));
-        let _other_job = connect(&key("b", 0, 0));
-        let _same_attempt = connect(&key("a", 1, 1));
+    fn attempts_never_close_each_others_connections_and_an_ended_one_is_closed() {
+        let server = DataServer::start("127.0.0.1:0", WireSecurity::open()).unwrap();
+        let _region_0 = connect(&server, &channel("a", 0, 0));
+        let _other_job = connect(&server, &channel("b", 0, 0));
+        let mut ended = connect(&server, &channel("a", 2, 0));
         // Registered in order: each is claimable before the next one connects.
         std::thread::sleep(Duration::from_millis(200));
-        let _newer = connect(&key("a", 1, 0));
-        server.wait_for(&key("a", 1, 0), Duration::from_secs(5)).unwrap();
-        stale.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-        assert_eq!(stale.read(&mut [0u8; 1]).unwrap(), 0, "the stale connection is still open");
-        assert!(server.wait_for(&key("a", 0, 0), Duration::from_millis(50)).is_err());
-        server.wait_for(&key("b", 0, 0), Duration::from_secs(5)).unwrap();
-        server.wait_for(&key("a", 1, 1), Duration::from_secs(5)).unwrap();
+        let _region_1 = connect(&server, &channel("a", 1, 0));
+        server.wait_for(&channel("a", 1, 0), Duration::from_secs(5)).unwrap();
+        server.wait_for(&channel("a", 0, 0), Duration::from_secs(5)).expect("a sibling region's connection was closed");
+        server.attempt_ended("a", 2);
+        assert!(closed(&mut ended), "the ended attempt's unclaimed connection is still open");
+        assert!(server.wait_for(&channel("a", 2, 0), Duration::from_millis(50)).is_err());
+        let mut late = connect(&server, &channel("a", 2, 1));
+        assert!(closed(&mut late), "a connection of an ended attempt was kept");
+        let _region_3 = connect(&server, &channel("a", 3, 0));
+        server.wait_for(&channel("a", 3, 0), Duration::from_secs(5)).unwrap();
+        server.wait_for(&channel("b", 0, 0), Duration::from_secs(5)).unwrap();
+    }
+
+    /// A connection nobody claims is closed after [`UNCLAIMED_CONNECTION_KEPT_MAX`], not
+    /// before; an ended attempt is forgotten as late.
+    #[test]
+    fn a_connection_unclaimed_past_the_limit_is_closed() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut peer = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        peer.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let (ours, _) = listener.accept().unwrap();
+        let mut channels = Channels::default();
+        let start = Instant::now();
+        channels.file(channel("a", 0, 0), ours, start);
+        channels.attempt_ended("a", 7, start);
+        let (second, _) = {
+            let _client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+            listener.accept().unwrap()
+        };
+        channels.file(channel("a", 1, 0), second.try_clone().unwrap(), start + UNCLAIMED_CONNECTION_KEPT_MAX);
+        assert!(channels.unclaimed.contains_key(&channel("a", 0, 0)), "closed before the limit");
+        channels.forget_stale(start + UNCLAIMED_CONNECTION_KEPT_MAX + Duration::from_secs(1));
+        assert!(!channels.unclaimed.contains_key(&channel("a", 0, 0)));
+        assert!(closed(&mut peer), "the stale connection is still open");
+        assert!(channels.unclaimed.contains_key(&channel("a", 1, 0)), "a younger one was closed too");
+        assert!(channels.ended.is_empty(), "an ended attempt was remembered past the limit");
     }
 }

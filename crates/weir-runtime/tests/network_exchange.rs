@@ -29,7 +29,10 @@ fn a_job_split_over_two_processes_counts_exactly() {
     let job = Arc::new(JobGraph::build(&graph, &JobSettings::with_parallelism(4)).unwrap());
     let job_id = JobId::generate();
 
-    let servers = [DataServer::start("127.0.0.1:0").unwrap(), DataServer::start("127.0.0.1:0").unwrap()];
+    let servers = [
+        DataServer::start("127.0.0.1:0", weir_runtime::security::WireSecurity::open()).unwrap(),
+        DataServer::start("127.0.0.1:0", weir_runtime::security::WireSecurity::open()).unwrap(),
+    ];
     let addresses = [servers[0].address(), servers[1].address()];
     let (events_tx, events_rx) = crossbeam_channel::unbounded::<TaskEvent>();
     let (writer_tx, _writer_rx) = crossbeam_channel::unbounded();

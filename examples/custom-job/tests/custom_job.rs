@@ -253,3 +253,64 @@ fn region_failover_on_a_taskmanager_cluster_restarts_only_the_crashed_pipeline()
     let steady_attempts = assert_exactly_once_counts(&steady);
     assert_eq!(steady_attempts.len(), 1, "the steady pipeline restarted: {steady_attempts:?}");
 }
+
+/// The pipelined regions of a job run as attempts of their own on the TaskManagers; the
+/// connections of one must never close the other's. Starts a two-region job (the counter
+/// and its unconnected steady pipeline, p=2 over two 1-slot TaskManager processes) several
+/// times: each finishes without a single failover (no exception, one attempt per output).
+#[test]
+fn a_multi_region_job_on_a_taskmanager_cluster_starts_without_a_failover() {
+    let (_jobmanager, line) =
+        spawn_until(&["jobmanager", "-D", "rest.port=0", "-D", "jobmanager.rpc.port=0"], "REST API at http://");
+    let rest = line.split("REST API at http://").nth(1).unwrap().split(',').next().unwrap().to_string();
+    let rpc = line.rsplit("connect to ").next().unwrap().trim().to_string();
+    let _taskmanagers: Vec<Process> = (0..2)
+        .map(|_| {
+            spawn_until(
+                &["taskmanager", "--jobmanager", &rpc, "-D", "taskmanager.numberOfTaskSlots=1"],
+                "registered at",
+            )
+            .0
+        })
+        .collect();
+    const STARTS: usize = 5;
+    for start in 0..STARTS {
+        let dir = tempfile::tempdir().unwrap();
+        let (out, steady) = (dir.path().join("out"), dir.path().join("steady"));
+        let checkpoints = format!("state.checkpoints.dir=file://{}/chk", dir.path().display());
+        let output = my_weir()
+            .args(["run", "-m", &rest, "-D", "execution.checkpointing.interval=100ms", "-D", &checkpoints])
+            .args(["-D", "restart-strategy.type=fixed-delay", "-D", "restart-strategy.fixed-delay.attempts=3"])
+            .args(["-p", "2", "flaky-counter", "--users", "20", "--events", "20000", "--rate", "20000"])
+            // No crash: the event index that would crash it never comes.
+            .args(["--fail-at", "1000000000", "--marker"])
+            .arg(dir.path().join("never"))
+            .arg("--output")
+            .arg(&out)
+            .arg("--steady-output")
+            .arg(&steady)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(output.status.success(), "start {start}: {stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+        let job_id = stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("Job has been submitted with JobID "))
+            .unwrap_or_else(|| panic!("no job id in {stdout}"))
+            .trim()
+            .to_string();
+        let exceptions = http_get(&format!("http://{rest}/jobs/{job_id}/exceptions"));
+        let entries = exceptions["exceptionHistory"]["entries"].as_array().cloned().unwrap_or_default();
+        assert!(entries.is_empty(), "start {start}: the job failed over: {entries:?}");
+        for output in [&out, &steady] {
+            let attempts = assert_exactly_once_counts(output);
+            assert_eq!(attempts.len(), 1, "start {start}: {} was written by attempts {attempts:?}", output.display());
+        }
+    }
+}
+
+/// `GET url` as JSON.
+fn http_get(url: &str) -> serde_json::Value {
+    let body = ureq::get(url).call().unwrap().body_mut().read_to_string().unwrap();
+    serde_json::from_str(&body).unwrap()
+}

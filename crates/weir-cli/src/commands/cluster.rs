@@ -50,8 +50,9 @@ pub fn jobmanager(args: ConfigOnly, catalog: Arc<JobCatalog>) -> Result<ExitCode
     let rpc_host = config.get(&JOBMANAGER_RPC_ADDRESS).map_err(CliError::usage)?;
     let rpc_port = config.get(&JOBMANAGER_RPC_PORT).map_err(CliError::usage)?;
     let heartbeat_timeout = config.get(&HEARTBEAT_TIMEOUT).map_err(CliError::usage)?;
-    let (resources, rpc_address) = ClusterResources::start(&format!("{rpc_host}:{rpc_port}"), heartbeat_timeout)
-        .map_err(|e| {
+    let security = settings::wire_security(&config)?;
+    let (resources, rpc_address) =
+        ClusterResources::start(&format!("{rpc_host}:{rpc_port}"), heartbeat_timeout, security).map_err(|e| {
             CliError::runtime(format!(
                 "cannot listen for TaskManagers on {rpc_host}:{rpc_port}: {e}; choose another jobmanager.rpc.port"
             ))
@@ -115,6 +116,7 @@ pub fn taskmanager(args: TaskmanagerArgs, catalog: Arc<JobCatalog>) -> Result<Ex
     };
     let slots = config.get(&TASKMANAGER_NUMBER_OF_TASK_SLOTS).map_err(CliError::usage)?;
     let heartbeat = config.get(&HEARTBEAT_INTERVAL).map_err(CliError::usage)?;
+    let security = settings::wire_security(&config)?;
     let source = match settings::ha_settings(&config)? {
         // With high availability the leader is found (and followed) through etcd.
         Some(ha) => JobManagerSource::Leader(Arc::new(settings::connect_ha(ha)?)),
@@ -124,7 +126,8 @@ pub fn taskmanager(args: TaskmanagerArgs, catalog: Arc<JobCatalog>) -> Result<Ex
         let config = job_config(&config, submission).map_err(|e| e.to_string())?;
         build_graph(&catalog, &config, &submission.job, &submission.args).map_err(|e| e.to_string())
     });
-    run_taskmanager(source, slots, heartbeat, builder).map_err(|e| CliError::runtime(format!("TaskManager: {e}")))?;
+    run_taskmanager(source, slots, heartbeat, builder, security)
+        .map_err(|e| CliError::runtime(format!("TaskManager: {e}")))?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -92,6 +92,7 @@ pub fn jobmanager(
     })?;
     let rpc_address = listener.local_addr().map_err(|e| CliError::runtime(e.to_string()))?;
     let heartbeat_timeout = config.get(&HEARTBEAT_TIMEOUT).map_err(CliError::usage)?;
+    let security = crate::settings::wire_security(&config)?;
     let dispatcher = Dispatcher::new("cluster");
     let term: Arc<Mutex<Option<Term>>> = Arc::new(Mutex::new(None));
     let route: Arc<Mutex<LeaderRoute>> = Arc::new(Mutex::new(LeaderRoute::Unknown));
@@ -175,7 +176,7 @@ pub fn jobmanager(
         };
         let epoch = leadership.epoch();
         let listener = listener.try_clone().map_err(|e| CliError::runtime(e.to_string()))?;
-        let resources = ClusterResources::start_term(listener, heartbeat_timeout, epoch)
+        let resources = ClusterResources::start_term(listener, heartbeat_timeout, epoch, security.clone())
             .map_err(|e| CliError::runtime(format!("cannot accept TaskManagers on {rpc_address}: {e}")))?;
         let store = ha.store(leadership.guard());
         let current =

@@ -249,6 +249,9 @@ fn validate_checks_every_non_string_key() {
         "high-availability.etcd.endpoints",
         "pipeline.name",
         "io.tmp.dirs",
+        "security.internal.secret-file",
+        "security.ssl.internal.keystore",
+        "security.ssl.internal.truststore",
     ];
     for key in ALL_KEYS {
         let config = with_overrides(&[&format!("{key}=@@garbage@@")]);
@@ -475,4 +478,29 @@ fn edit_distance_counts_characters() {
     assert_eq!(edit_distance("µs", "us"), 1);
     assert_eq!(suggest_key("rest.prot"), Some("rest.port"));
     assert_eq!(suggest_key("something.else"), None);
+}
+
+#[test]
+fn internal_security_options_are_validated_without_showing_the_secret() {
+    let config = with_overrides(&["security.internal.secret=0123456789abcdef0123"]);
+    assert_eq!(config.get(&SECURITY_INTERNAL_SECRET).unwrap().as_deref(), Some("0123456789abcdef0123"));
+    assert!(!config.get(&SECURITY_SSL_INTERNAL_ENABLED).unwrap());
+    config.validate().unwrap();
+
+    let short = with_overrides(&["security.internal.secret=hunter2"]);
+    let error = short.validate().unwrap_err().to_string();
+    assert!(error.contains("security.internal.secret") && error.contains("at least 16"), "{error}");
+    assert!(!error.contains("hunter2"), "the secret was shown: {error}");
+
+    let both = with_overrides(&["security.internal.secret=0123456789abcdef0123", "security.internal.secret-file=/s"]);
+    let error = both.validate().unwrap_err().to_string();
+    assert!(error.contains("set only one of them") && !error.contains("0123456789abcdef"), "{error}");
+
+    let tls = with_overrides(&["security.ssl.internal.enabled=true", "security.ssl.internal.keystore=/k.pem"]);
+    let error = tls.validate().unwrap_err().to_string();
+    assert!(error.contains("needs 'security.ssl.internal.truststore'"), "{error}");
+
+    let jks = with_overrides(&["security.ssl.internal.keystore-type=JKS"]);
+    let error = jks.validate().unwrap_err().to_string();
+    assert!(error.contains("PEM files only"), "{error}");
 }

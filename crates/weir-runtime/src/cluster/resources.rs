@@ -5,7 +5,7 @@
 use std::collections::{HashMap, HashSet};
 use std::io::{BufReader, BufWriter};
 use std::net::{Shutdown, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -16,14 +16,27 @@ use weir_api::graph::StreamGraph;
 use weir_api::operator::TaskMetrics;
 use weir_api::snapshot::TaskControl;
 
-use super::protocol::{DeploySpec, Frame, JobSubmission, RunningAttempt, ToJobManager, ToTaskManager, receive, send};
+use super::protocol::{
+    DeploySpec, Frame, JobSubmission, REGISTRATION_LINE_BYTES_MAX, RunningAttempt, ToJobManager, ToTaskManager,
+    receive, receive_at_most, send,
+};
+use crate::checkpointing::writer::WriteOutcome;
 use crate::execution::{TaskEvent, TaskEventKind};
 use crate::executor::{AttemptHandle, AttemptSpec, Executor, ReportedAttempt};
 use crate::job_master::MasterEvent;
 use crate::jobgraph::JobGraph;
+use crate::security::{HANDSHAKE_TIMEOUT, Plane, WireSecurity};
 
 /// How long a job waits for enough free slots before its attempt fails.
 pub const SLOT_WAIT_MAX: Duration = Duration::from_secs(300);
+
+/// How long a connection on the TaskManager port has, after its handshake, to register.
+pub const REGISTRATION_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Connections registering at once, at most: more are closed at once, so a flood of idle
+/// connections ties up no more than this many threads (each for at most the handshake's
+/// and the registration's timeouts).
+pub const PENDING_REGISTRATIONS_MAX: usize = 64;
 
 /// A TaskManager as `GET /taskmanagers` shows it.
 #[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
@@ -69,6 +82,34 @@ struct Route {
     metrics: Vec<Vec<Arc<TaskMetrics>>>,
 }
 
+impl Route {
+    /// True when `taskmanager` runs subtask `subtask` of the attempt (subtask `i` of every
+    /// vertex runs in the attempt's slot `i`).
+    fn runs(&self, taskmanager: &str, subtask: u32) -> bool {
+        self.slots.get(subtask as usize).is_some_and(|owner| owner == taskmanager)
+    }
+}
+
+/// Warns of a report about a subtask its sender does not run (dropped).
+fn foreign_report(taskmanager: &str, (job_id, attempt): &(String, u32), what: &str, vertex: usize, subtask: u32) {
+    tracing::warn!(
+        %taskmanager, %job_id, attempt, vertex, subtask,
+        "dropped a {what} from TaskManager {taskmanager} about subtask {subtask} of vertex {vertex}, which it does not run"
+    );
+}
+
+/// The next message of a registered TaskManager; `None` at the end of its connection or on
+/// a broken one (an oversized or malformed line: logged, and the connection is closed).
+fn next_message(reader: &mut BufReader<TcpStream>, taskmanager: &str) -> Option<ToJobManager> {
+    match receive::<ToJobManager>(reader) {
+        Ok(message) => message,
+        Err(error) => {
+            tracing::warn!(%taskmanager, %error, "closing the connection of TaskManager {taskmanager}");
+            None
+        }
+    }
+}
+
 /// An attempt the TaskManagers reported running when they registered, until its job master
 /// takes it over.
 struct Reported {
@@ -80,6 +121,11 @@ struct Reported {
 }
 
 impl Reported {
+    /// True when `taskmanager` reported running subtask `(vertex, subtask)` of the attempt.
+    fn runs(&self, taskmanager: &str, vertex: usize, subtask: u32) -> bool {
+        self.attempt.subtasks.iter().any(|s| s.vertex == vertex && s.subtask == subtask && s.taskmanager == taskmanager)
+    }
+
     /// Applies a subtask's event that came before the takeover to its reported state.
     fn note(&mut self, event: &TaskEvent) {
         let Some(subtask) =
@@ -176,10 +222,11 @@ impl ClusterResources {
     pub fn start(
         rpc_bind: &str,
         heartbeat_timeout: Duration,
+        security: WireSecurity,
     ) -> std::io::Result<(Arc<ClusterResources>, std::net::SocketAddr)> {
         let listener = TcpListener::bind(rpc_bind)?;
         let address = listener.local_addr()?;
-        let resources = ClusterResources::start_term(listener, heartbeat_timeout, 0)?;
+        let resources = ClusterResources::start_term(listener, heartbeat_timeout, 0, security)?;
         // Without high availability this JobManager never takes a job over: every attempt a
         // TaskManager reports (it lost its connection and came back) is stale.
         lock(&resources.report_policy).recovering = false;
@@ -187,11 +234,13 @@ impl ClusterResources {
     }
 
     /// Accepts TaskManagers on `listener` for one leadership term with `epoch`, until
-    /// [`ClusterResources::stop`].
+    /// [`ClusterResources::stop`]; each must pass `security`'s handshake and register
+    /// within [`REGISTRATION_TIMEOUT`].
     pub fn start_term(
         listener: TcpListener,
         heartbeat_timeout: Duration,
         epoch: i64,
+        security: WireSecurity,
     ) -> std::io::Result<Arc<ClusterResources>> {
         let rpc_address = listener.local_addr()?;
         let resources = Arc::new(ClusterResources {
@@ -207,13 +256,20 @@ impl ClusterResources {
             rpc_address,
         });
         let accepting = Arc::clone(&resources);
+        let registering = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         std::thread::Builder::new().name("weir-rpc".into()).spawn(move || {
             for stream in listener.incoming().flatten() {
                 if accepting.stopped.load(Ordering::SeqCst) {
                     return;
                 }
-                let serving = Arc::clone(&accepting);
-                std::thread::spawn(move || serving.serve(stream));
+                if registering.fetch_add(1, Ordering::SeqCst) >= PENDING_REGISTRATIONS_MAX {
+                    registering.fetch_sub(1, Ordering::SeqCst);
+                    tracing::warn!(peer = ?stream.peer_addr().ok(), "{PENDING_REGISTRATIONS_MAX} connections are still registering; this one is closed");
+                    continue;
+                }
+                let (serving, security, registering) =
+                    (Arc::clone(&accepting), security.clone(), Arc::clone(&registering));
+                std::thread::spawn(move || serving.serve(stream, &security, &registering));
             }
         })?;
         let watching = Arc::clone(&resources);
@@ -268,34 +324,87 @@ impl ClusterResources {
         }
     }
 
-    fn serve(self: Arc<Self>, stream: TcpStream) {
-        let _ = stream.set_nodelay(true);
-        let Ok(writer) = stream.try_clone() else { return };
-        let Ok(connection) = stream.try_clone() else { return };
-        let mut reader = BufReader::new(stream);
-        let Ok(Some(ToJobManager::Register { taskmanager_id, slots, data_address, running })) = receive(&mut reader)
-        else {
-            return;
+    fn serve(self: Arc<Self>, stream: TcpStream, security: &WireSecurity, registering: &AtomicUsize) {
+        let registered = self.register(stream, security);
+        registering.fetch_sub(1, Ordering::SeqCst);
+        if let Some((taskmanager_id, reader)) = registered {
+            self.serve_registered(taskmanager_id, reader);
+        }
+    }
+
+    /// The handshake and the registration of a connection on the TaskManager port, within
+    /// [`HANDSHAKE_TIMEOUT`] and [`REGISTRATION_TIMEOUT`]: the TaskManager's id and the
+    /// connection's reader once registered, `None` (the connection dropped, the reason
+    /// logged) otherwise.
+    fn register(&self, stream: TcpStream, security: &WireSecurity) -> Option<(String, BufReader<TcpStream>)> {
+        let peer = stream.peer_addr().map_or_else(|_| "an unknown peer".to_string(), |a| a.to_string());
+        let stream = match security.accept(stream, Plane::Control) {
+            Ok(stream) => stream,
+            Err(error) => {
+                tracing::warn!(%peer, %error, "refused a connection on the TaskManager port");
+                return None;
+            }
         };
+        let _ = stream.set_nodelay(true);
+        let writer = stream.try_clone().ok()?;
+        let connection = stream.try_clone().ok()?;
+        stream.set_read_timeout(Some(REGISTRATION_TIMEOUT)).ok()?;
+        let mut reader = BufReader::new(stream);
+        let (taskmanager_id, slots, data_address, running) = match receive_at_most(
+            &mut reader,
+            REGISTRATION_LINE_BYTES_MAX,
+        ) {
+            Ok(Some(ToJobManager::Register { taskmanager_id, slots, data_address, running })) => {
+                (taskmanager_id, slots, data_address, running)
+            }
+            Ok(Some(_)) => {
+                tracing::warn!(%peer, "a connection on the TaskManager port sent a message before registering; dropped");
+                return None;
+            }
+            Ok(None) => return None,
+            Err(error) => {
+                tracing::warn!(%peer, %error, "a connection on the TaskManager port did not register; dropped");
+                return None;
+            }
+        };
+        reader.get_ref().set_read_timeout(None).ok()?;
         if self.stopped.load(Ordering::SeqCst) {
-            return;
+            return None;
         }
         let link = Arc::new(Mutex::new(BufWriter::new(writer)));
-        if send(&mut *lock(&link), &Frame { epoch: self.epoch, message: ToTaskManager::Welcome }).is_err() {
-            return;
+        let mut taskmanagers = lock(&self.taskmanagers);
+        if taskmanagers.contains_key(&taskmanager_id) {
+            // Its reports would pass as the registered one's: refused (a TaskManager that
+            // reconnects registers again once its old connection is gone).
+            tracing::warn!(%peer, taskmanager = %taskmanager_id, "refused a registration under the id of a connected TaskManager");
+            return None;
         }
+        // The welcome goes out before any other message can (`send_to` takes the link
+        // under this lock); a peer that does not read cannot hold the lock for long.
+        connection.set_write_timeout(Some(HANDSHAKE_TIMEOUT)).ok()?;
+        if send(&mut *lock(&link), &Frame { epoch: self.epoch, message: ToTaskManager::Welcome }).is_err() {
+            return None;
+        }
+        connection.set_write_timeout(None).ok()?;
         tracing::info!(taskmanager = %taskmanager_id, slots, %data_address, running = running.len(), "TaskManager registered");
         let (reserved, stale) = self.take_reports(&taskmanager_id, running);
         let used = reserved.values().sum();
-        lock(&self.taskmanagers).insert(
+        taskmanagers.insert(
             taskmanager_id.clone(),
             TaskManager { slots, used, reserved, data_address, link, connection, last_heartbeat: Instant::now() },
         );
+        drop(taskmanagers);
         for (job_id, attempt) in stale {
             tracing::info!(taskmanager = %taskmanager_id, job_id = %job_id, attempt, "cancelling a reported attempt no job master takes over");
             self.send_to(&taskmanager_id, &ToTaskManager::Cancel { job_id, attempt });
         }
-        while let Ok(Some(message)) = receive::<ToJobManager>(&mut reader) {
+        Some((taskmanager_id, reader))
+    }
+
+    /// Serves a registered TaskManager's messages until its connection ends. Reports about
+    /// a subtask go to its job master only when this TaskManager runs that subtask.
+    fn serve_registered(&self, taskmanager_id: String, mut reader: BufReader<TcpStream>) {
+        while let Some(message) = next_message(&mut reader, &taskmanager_id) {
             match message {
                 ToJobManager::Heartbeat | ToJobManager::Register { .. } => {
                     if let Some(tm) = lock(&self.taskmanagers).get_mut(&taskmanager_id) {
@@ -305,18 +414,26 @@ impl ClusterResources {
                 ToJobManager::TaskEvent { job_id, attempt, event } => {
                     let key = (job_id, attempt);
                     if let Some(route) = lock(&self.routes).get(&key) {
-                        let _ = route.task_events.send(event);
+                        if route.runs(&taskmanager_id, event.subtask) {
+                            let _ = route.task_events.send(event);
+                        } else {
+                            foreign_report(&taskmanager_id, &key, "event", event.vertex, event.subtask);
+                        }
                         continue;
                     }
                     // Not taken over yet: kept for the job master that will.
                     if let Some(reported) = lock(&self.reported).get_mut(&key) {
-                        reported.note(&event);
-                        reported.pending.push(event);
+                        if reported.runs(&taskmanager_id, event.vertex, event.subtask) {
+                            reported.note(&event);
+                            reported.pending.push(event);
+                        } else {
+                            foreign_report(&taskmanager_id, &key, "event", event.vertex, event.subtask);
+                        }
                     }
                 }
                 ToJobManager::Metrics { job_id, attempt, subtasks } => {
                     if let Some(route) = lock(&self.routes).get(&(job_id, attempt)) {
-                        for counters in subtasks {
+                        for counters in subtasks.into_iter().filter(|c| route.runs(&taskmanager_id, c.subtask)) {
                             let slot =
                                 route.metrics.get(counters.vertex).and_then(|v| v.get(counters.subtask as usize));
                             if let Some(metrics) = slot {
@@ -337,8 +454,22 @@ impl ClusterResources {
                     }
                 }
                 ToJobManager::Snapshot { job_id, attempt, outcome } => {
-                    if let Some(route) = lock(&self.routes).get(&(job_id, attempt)) {
-                        let _ = route.snapshot_events.send(MasterEvent::Snapshot(outcome));
+                    let key = (job_id, attempt);
+                    if let Some(route) = lock(&self.routes).get(&key) {
+                        // A decline names no subtask: it must come from a TaskManager of the attempt.
+                        let runs = match &outcome {
+                            WriteOutcome::Acknowledged(ack) => route.runs(&taskmanager_id, ack.subtask),
+                            WriteOutcome::Declined { .. } => route.slots.contains(&taskmanager_id),
+                        };
+                        if runs {
+                            let _ = route.snapshot_events.send(MasterEvent::Snapshot(outcome));
+                        } else {
+                            let (vertex, subtask) = match &outcome {
+                                WriteOutcome::Acknowledged(ack) => (ack.vertex, ack.subtask),
+                                WriteOutcome::Declined { .. } => (0, 0),
+                            };
+                            foreign_report(&taskmanager_id, &key, "snapshot", vertex, subtask);
+                        }
                     }
                 }
             }
@@ -906,7 +1037,8 @@ mod tests {
     /// A TaskManager `id` with two slots registers at `address`, reporting `running`; its
     /// side of the connection, after the welcome.
     fn register(address: std::net::SocketAddr, id: &str, running: Vec<RunningAttempt>) -> BufReader<TcpStream> {
-        let mut stream = TcpStream::connect(address).unwrap();
+        let stream = TcpStream::connect(address).unwrap();
+        let mut stream = WireSecurity::open().connect(stream, Plane::Control).unwrap();
         stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
         let register =
             ToJobManager::Register { taskmanager_id: id.into(), slots: 2, data_address: format!("{id}:1"), running };
@@ -960,7 +1092,8 @@ mod tests {
     /// with a running attempt has it cancelled at once and reserves nothing.
     #[test]
     fn a_standalone_jobmanager_cancels_every_reported_attempt_at_once() {
-        let (resources, address) = ClusterResources::start("127.0.0.1:0", Duration::from_secs(60)).unwrap();
+        let (resources, address) =
+            ClusterResources::start("127.0.0.1:0", Duration::from_secs(60), WireSecurity::open()).unwrap();
         let mut tm = register(address, "a", vec![running("job", 4, "a")]);
         expect_cancel(&mut tm, "job", 4);
         wait_free(&resources, 2);
@@ -976,7 +1109,8 @@ mod tests {
     fn reports_a_leader_does_not_take_over_are_cancelled_and_free_their_slots() {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let address = listener.local_addr().unwrap();
-        let resources = ClusterResources::start_term(listener, Duration::from_secs(60), 7).unwrap();
+        let resources =
+            ClusterResources::start_term(listener, Duration::from_secs(60), 7, WireSecurity::open()).unwrap();
         let mut a = register(address, "a", vec![running("recovered", 3, "a"), running("ended", 1, "a")]);
         wait_free(&resources, 0);
         assert_eq!(lock(&resources.reported).len(), 2, "kept while the leader recovers its jobs");

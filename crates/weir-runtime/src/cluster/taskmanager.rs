@@ -30,6 +30,7 @@ use crate::execution::{CheckpointWiring, JobContext, Placement, TaskEvent, TaskE
 use crate::executor::{ReportedAttempt, ReportedSubtask};
 use crate::jobgraph::{JobGraph, JobSettings};
 use crate::network::{DataServer, TcpNetwork};
+use crate::security::{Plane, WireSecurity};
 
 /// Reports kept while no JobManager is connected, at most (the oldest go first).
 const OUTBOX_MAX: usize = 100_000;
@@ -95,10 +96,15 @@ impl Uplink {
         let mut inner = lock(&self.inner);
         let message = build();
         if let Some(link) = &mut inner.link {
-            if send(link, &message).is_ok() {
-                return true;
+            match send(link, &message) {
+                Ok(()) => return true,
+                // Too large to send: the JobManager would close the connection for it.
+                Err(error) if error.kind() == std::io::ErrorKind::InvalidInput => {
+                    tracing::error!(%error, "a report to the JobManager was not sent");
+                    return false;
+                }
+                Err(_) => inner.link = None,
             }
-            inner.link = None;
         }
         if matches!(message, ToJobManager::TaskEvent { .. } | ToJobManager::Snapshot { .. }) {
             inner.outbox.push_back(message);
@@ -147,13 +153,18 @@ struct TaskManagerState {
 
 /// Runs a TaskManager with `slots` slots against the JobManager `source` names until the
 /// process is stopped; reconnects (to the new leader, with HA) when the JobManager goes away.
+///
+/// Every connection, to the JobManager and to and from other TaskManagers, passes
+/// `security`'s handshake; a JobManager that refuses this TaskManager (another shared
+/// secret, or none) ends it with that error, since trying again would not change the answer.
 pub fn run_taskmanager(
     source: JobManagerSource,
     slots: u32,
     heartbeat: Duration,
     builder: GraphBuilder,
+    security: WireSecurity,
 ) -> std::io::Result<()> {
-    let server = DataServer::start("127.0.0.1:0")?;
+    let server = DataServer::start("127.0.0.1:0", security.clone())?;
     let state = Arc::new(TaskManagerState {
         id: JobId::generate().to_string(),
         slots,
@@ -174,6 +185,18 @@ pub fn run_taskmanager(
             Ok(stream) => stream,
             Err(error) => {
                 tracing::warn!(%jobmanager, %error, "JobManager not reachable; retrying");
+                std::thread::sleep(Duration::from_millis(200));
+                continue;
+            }
+        };
+        let stream = match security.connect(stream, Plane::Control) {
+            Ok(stream) => stream,
+            Err(error) if error.is_refusal() => {
+                tracing::error!(%jobmanager, %error, "refused");
+                return Err(std::io::Error::new(std::io::ErrorKind::PermissionDenied, error.to_string()));
+            }
+            Err(error) => {
+                tracing::warn!(%jobmanager, %error, "no handshake with the JobManager; retrying");
                 std::thread::sleep(Duration::from_millis(200));
                 continue;
             }
@@ -334,11 +357,12 @@ fn serve_jobmanager(state: &Arc<TaskManagerState>, mut reader: BufReader<TcpStre
             ToTaskManager::Deploy(spec) => {
                 // A new attempt replaces the job's attempts it overlaps: all of them for a whole
                 // job deploy, the same region's for a region deploy.
-                lock(&state.attempts).retain(|(job_id, _), old| {
+                lock(&state.attempts).retain(|(job_id, number), old| {
                     let replaced = *job_id == spec.job_id
                         && (spec.region.is_none() || old.region.is_none() || old.region == spec.region);
                     if replaced {
                         old.cancel.store(true, Ordering::SeqCst);
+                        state.server.attempt_ended(job_id, *number);
                     }
                     !replaced
                 });
@@ -389,6 +413,9 @@ fn serve_jobmanager(state: &Arc<TaskManagerState>, mut reader: BufReader<TcpStre
                 }
             }
             ToTaskManager::Cancel { job_id, attempt } => {
+                // Nothing of the attempt will claim a connection here any more (also when its
+                // deploy never got this far).
+                state.server.attempt_ended(&job_id, attempt);
                 if let Some(current) = lock(&state.attempts).get(&(job_id, attempt)) {
                     current.cancel.store(true, Ordering::SeqCst);
                 }
@@ -476,6 +503,7 @@ fn start_attempt(spec: &DeploySpec, state: &Arc<TaskManagerState>) -> Result<Att
     let (event_job, attempt) = (spec.job_id.clone(), spec.attempt);
     let event_states = Arc::clone(&states);
     let event_ended_at = Arc::clone(&ended_at);
+    let server = Arc::clone(&state.server);
     std::thread::spawn(move || {
         for event in event_receiver {
             note_state(&event_states, &event);
@@ -498,6 +526,7 @@ fn start_attempt(spec: &DeploySpec, state: &Arc<TaskManagerState>) -> Result<Att
         }
         ended.store(true, Ordering::SeqCst);
         *lock(&event_ended_at) = Some(Instant::now());
+        server.attempt_ended(&event_job, attempt);
         writer.shutdown();
     });
     let uplink = Arc::clone(&state.uplink);
