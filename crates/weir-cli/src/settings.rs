@@ -317,3 +317,40 @@ mod shown_configuration_tests {
         );
     }
 }
+
+/// `host:port`, with an IPv6 address in brackets.
+pub(crate) fn host_port(host: &str, port: u16) -> String {
+    match host.parse::<std::net::IpAddr>() {
+        Ok(ip) => std::net::SocketAddr::new(ip, port).to_string(),
+        Err(_) => format!("{host}:{port}"),
+    }
+}
+
+/// Where the JobManager listens for TaskManagers (`jobmanager.bind-host`, else
+/// `jobmanager.rpc.address`) and the host it advertises (`jobmanager.rpc.address`).
+pub(crate) fn jobmanager_rpc_hosts(config: &Configuration) -> Result<(String, String, u16), CliError> {
+    use weir_config::options::{JOBMANAGER_BIND_HOST, JOBMANAGER_RPC_ADDRESS, JOBMANAGER_RPC_PORT};
+    let advertised = config.get(&JOBMANAGER_RPC_ADDRESS).map_err(CliError::usage)?;
+    let bind = config.get(&JOBMANAGER_BIND_HOST).map_err(CliError::usage)?.unwrap_or_else(|| advertised.clone());
+    let port = config.get(&JOBMANAGER_RPC_PORT).map_err(CliError::usage)?;
+    Ok((bind, advertised, port))
+}
+
+/// Where the REST server listens (`rest.bind-address`, else `rest.address`) and the host it
+/// advertises (`rest.address`).
+pub(crate) fn rest_hosts(config: &Configuration) -> Result<(String, String), CliError> {
+    use weir_config::options::{REST_ADDRESS, REST_BIND_ADDRESS};
+    let advertised = config.get(&REST_ADDRESS).map_err(CliError::usage)?;
+    let bind = config.get(&REST_BIND_ADDRESS).map_err(CliError::usage)?.unwrap_or_else(|| advertised.clone());
+    Ok((bind, advertised))
+}
+
+/// A TaskManager's data addresses from `taskmanager.host`, `.bind-host` and `.data.port`.
+pub(crate) fn data_addresses(config: &Configuration) -> Result<weir_runtime::cluster::DataAddresses, CliError> {
+    use weir_config::options::{TASKMANAGER_BIND_HOST, TASKMANAGER_DATA_PORT, TASKMANAGER_HOST};
+    Ok(weir_runtime::cluster::DataAddresses {
+        host: config.get(&TASKMANAGER_HOST).map_err(CliError::usage)?,
+        bind_host: config.get(&TASKMANAGER_BIND_HOST).map_err(CliError::usage)?,
+        port: config.get(&TASKMANAGER_DATA_PORT).map_err(CliError::usage)?,
+    })
+}

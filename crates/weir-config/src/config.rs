@@ -261,6 +261,10 @@ impl Configuration {
         self.get(&REST_BIND_ADDRESS)?;
         self.get(&JOBMANAGER_RPC_ADDRESS)?;
         self.get(&JOBMANAGER_RPC_PORT)?;
+        self.get(&JOBMANAGER_BIND_HOST)?;
+        self.get(&TASKMANAGER_HOST)?;
+        self.get(&TASKMANAGER_BIND_HOST)?;
+        self.get(&TASKMANAGER_DATA_PORT)?;
         self.get(&TASKMANAGER_NUMBER_OF_TASK_SLOTS)?;
         self.get(&CHECKPOINTING_INTERVAL)?;
         self.get(&CHECKPOINTING_MODE)?;

@@ -175,6 +175,49 @@ pub const JOBMANAGER_RPC_PORT: ConfigOption<u16> = ConfigOption {
     default: || 6123,
 };
 
+/// `jobmanager.bind-host`: the local address the JobManager listens on for TaskManagers;
+/// `None` means `jobmanager.rpc.address`.
+pub const JOBMANAGER_BIND_HOST: ConfigOption<Option<String>> = ConfigOption {
+    key: "jobmanager.bind-host",
+    fallback_keys: &[],
+    default_description: "jobmanager.rpc.address",
+    description: "local address the job manager listens on for task managers (0.0.0.0: every interface); it still advertises jobmanager.rpc.address",
+    parse: optional_string,
+    default: || None,
+};
+
+/// `taskmanager.host`: the address a TaskManager advertises to its peers; `None` means the
+/// local address of its connection to the JobManager.
+pub const TASKMANAGER_HOST: ConfigOption<Option<String>> = ConfigOption {
+    key: "taskmanager.host",
+    fallback_keys: &[],
+    default_description: "the local address of its connection to the job manager",
+    description: "address other task managers reach this task manager's data port at",
+    parse: optional_string,
+    default: || None,
+};
+
+/// `taskmanager.bind-host`: where a TaskManager's data server listens; `None` means the
+/// address it advertises.
+pub const TASKMANAGER_BIND_HOST: ConfigOption<Option<String>> = ConfigOption {
+    key: "taskmanager.bind-host",
+    fallback_keys: &[],
+    default_description: "taskmanager.host",
+    description: "local address the task manager's data server listens on (0.0.0.0: every interface)",
+    parse: optional_string,
+    default: || None,
+};
+
+/// `taskmanager.data.port`: the data server's port; 0 picks any free port.
+pub const TASKMANAGER_DATA_PORT: ConfigOption<u16> = ConfigOption {
+    key: "taskmanager.data.port",
+    fallback_keys: &[],
+    default_description: "0",
+    description: "port of the task manager's data server, for channels between task managers (0 picks a free port)",
+    parse: port,
+    default: || 0,
+};
+
 /// `taskmanager.numberOfTaskSlots`: parallel slots offered by each task manager.
 pub const TASKMANAGER_NUMBER_OF_TASK_SLOTS: ConfigOption<u32> = ConfigOption {
     key: "taskmanager.numberOfTaskSlots",
@@ -809,6 +852,10 @@ pub const ALL: &[OptionInfo] = &[
     REST_BIND_ADDRESS.info(),
     JOBMANAGER_RPC_ADDRESS.info(),
     JOBMANAGER_RPC_PORT.info(),
+    JOBMANAGER_BIND_HOST.info(),
+    TASKMANAGER_HOST.info(),
+    TASKMANAGER_BIND_HOST.info(),
+    TASKMANAGER_DATA_PORT.info(),
     TASKMANAGER_NUMBER_OF_TASK_SLOTS.info(),
     CHECKPOINTING_INTERVAL.info(),
     CHECKPOINTING_MODE.info(),
@@ -875,6 +922,10 @@ pub const ALL_KEYS: &[&str] = &[
     REST_BIND_ADDRESS.key,
     JOBMANAGER_RPC_ADDRESS.key,
     JOBMANAGER_RPC_PORT.key,
+    JOBMANAGER_BIND_HOST.key,
+    TASKMANAGER_HOST.key,
+    TASKMANAGER_BIND_HOST.key,
+    TASKMANAGER_DATA_PORT.key,
     TASKMANAGER_NUMBER_OF_TASK_SLOTS.key,
     CHECKPOINTING_INTERVAL.key,
     CHECKPOINTING_MODE.key,

@@ -228,6 +228,27 @@ impl DataServer {
     }
 }
 
+/// How long one attempt at opening a connection may take: a peer cut off by a partition
+/// drops the connection request without an answer, and the operating system would wait for
+/// minutes.
+pub const CONNECT_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Connects to `address` (`host:port`, a name resolved now), trying each of its addresses
+/// for at most `timeout`.
+pub fn connect_to(address: &str, timeout: Duration) -> std::io::Result<TcpStream> {
+    use std::net::ToSocketAddrs as _;
+    let mut last = None;
+    for resolved in address.to_socket_addrs()? {
+        match TcpStream::connect_timeout(&resolved, timeout) {
+            Ok(stream) => return Ok(stream),
+            Err(error) => last = Some(error),
+        }
+    }
+    Err(last.unwrap_or_else(|| {
+        std::io::Error::new(std::io::ErrorKind::NotFound, format!("{address} resolves to no address"))
+    }))
+}
+
 /// Channels of one job attempt in one process: accepts through the local [`DataServer`],
 /// connects to the data server of whichever process runs the consumer.
 pub struct TcpNetwork {
@@ -238,7 +259,8 @@ pub struct TcpNetwork {
     /// This process's data server.
     pub server: Arc<DataServer>,
     /// The data address of the process running subtask `(vertex, subtask)`.
-    pub address_of: Arc<dyn Fn(usize, u32) -> Option<SocketAddr> + Send + Sync>,
+    /// `host:port` as that process advertises it (a name is resolved at connect time).
+    pub address_of: Arc<dyn Fn(usize, u32) -> Option<String> + Send + Sync>,
 }
 
 impl NetworkWiring for TcpNetwork {
@@ -250,7 +272,7 @@ impl NetworkWiring for TcpNetwork {
         let header = serde_json::to_vec(&key).map_err(|e| TaskError::Internal(e.to_string()))?;
         let deadline = Instant::now() + CHANNEL_CONNECT_TIMEOUT;
         loop {
-            match TcpStream::connect(address) {
+            match connect_to(&address, CONNECT_ATTEMPT_TIMEOUT) {
                 Ok(stream) => {
                     let mut stream =
                         self.server.security.connect(stream, Plane::Data).map_err(|e| {

@@ -44,7 +44,7 @@ fn a_job_split_over_two_processes_counts_exactly() {
             job_id: job_id.to_string(),
             attempt: 0,
             server: Arc::clone(server),
-            address_of: Arc::new(move |_vertex, subtask| Some(addresses[subtask as usize % 2])),
+            address_of: Arc::new(move |_vertex, subtask| Some(addresses[subtask as usize % 2].to_string())),
         };
         let placement = Placement { is_local: Arc::new(is_local), network: Some(Arc::new(network)) };
         let metrics: Vec<Vec<Arc<TaskMetrics>>> = job

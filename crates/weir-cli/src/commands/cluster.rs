@@ -9,8 +9,8 @@ use serde_json::Value;
 use weir_api::catalog::JobCatalog;
 use weir_config::Configuration;
 use weir_config::options::{
-    HEARTBEAT_INTERVAL, HEARTBEAT_TIMEOUT, JOBMANAGER_RPC_ADDRESS, JOBMANAGER_RPC_PORT, REST_ADDRESS,
-    REST_BIND_ADDRESS, REST_PORT, TASKMANAGER_NUMBER_OF_TASK_SLOTS,
+    HEARTBEAT_INTERVAL, HEARTBEAT_TIMEOUT, JOBMANAGER_RPC_ADDRESS, JOBMANAGER_RPC_PORT, REST_ADDRESS, REST_PORT,
+    TASKMANAGER_NUMBER_OF_TASK_SLOTS,
 };
 use weir_rest::{ClusterInfo, RestServer, SubmittedJob};
 use weir_runtime::Dispatcher;
@@ -47,16 +47,16 @@ pub fn jobmanager(args: ConfigOnly, catalog: Arc<JobCatalog>) -> Result<ExitCode
         return crate::commands::ha::jobmanager(config, catalog, ha);
     }
     let base = config.clone();
-    let rpc_host = config.get(&JOBMANAGER_RPC_ADDRESS).map_err(CliError::usage)?;
-    let rpc_port = config.get(&JOBMANAGER_RPC_PORT).map_err(CliError::usage)?;
+    let (rpc_bind, rpc_host, rpc_port) = settings::jobmanager_rpc_hosts(&config)?;
     let heartbeat_timeout = config.get(&HEARTBEAT_TIMEOUT).map_err(CliError::usage)?;
     let security = settings::wire_security(&config)?;
-    let (resources, rpc_address) =
-        ClusterResources::start(&format!("{rpc_host}:{rpc_port}"), heartbeat_timeout, security).map_err(|e| {
-            CliError::runtime(format!(
-                "cannot listen for TaskManagers on {rpc_host}:{rpc_port}: {e}; choose another jobmanager.rpc.port"
-            ))
-        })?;
+    let listen = settings::host_port(&rpc_bind, rpc_port);
+    let (resources, bound) = ClusterResources::start(&listen, heartbeat_timeout, security).map_err(|e| {
+        CliError::runtime(format!(
+            "cannot listen for TaskManagers on {listen}: {e}; choose another jobmanager.rpc.port or jobmanager.bind-host"
+        ))
+    })?;
+    let rpc_address = settings::host_port(&rpc_host, bound.port());
     let dispatcher = Dispatcher::new("cluster");
     let submit_resources = Arc::clone(&resources);
     let submit_dispatcher = Arc::clone(&dispatcher);
@@ -92,13 +92,11 @@ pub fn jobmanager(args: ConfigOnly, catalog: Arc<JobCatalog>) -> Result<ExitCode
         configuration: settings::shown_configuration(&base),
         ..ClusterInfo::default()
     };
-    let host = match base.get(&REST_BIND_ADDRESS).map_err(CliError::usage)? {
-        Some(bind) => bind,
-        None => base.get(&REST_ADDRESS).map_err(CliError::usage)?,
-    };
+    let (rest_bind, rest_host) = settings::rest_hosts(&base)?;
     let port = base.get(&REST_PORT).map_err(CliError::usage)?;
-    let rest = RestServer::start(&host, port, Arc::clone(&dispatcher), cluster).map_err(CliError::runtime)?;
-    eprintln!("JobManager: REST API at http://{}, TaskManagers connect to {rpc_address}", rest.local_addr());
+    let rest = RestServer::start(&rest_bind, port, Arc::clone(&dispatcher), cluster).map_err(CliError::runtime)?;
+    let rest_address = settings::host_port(&rest_host, rest.local_addr().port());
+    eprintln!("JobManager: REST API at http://{rest_address}, TaskManagers connect to {rpc_address}");
     loop {
         std::thread::sleep(Duration::from_secs(3600));
     }
@@ -122,11 +120,12 @@ pub fn taskmanager(args: TaskmanagerArgs, catalog: Arc<JobCatalog>) -> Result<Ex
         Some(ha) => JobManagerSource::Leader(Arc::new(settings::connect_ha(ha)?)),
         None => JobManagerSource::Fixed(jobmanager),
     };
+    let addresses = settings::data_addresses(&config)?;
     let builder: GraphBuilder = Arc::new(move |submission: &JobSubmission| {
         let config = job_config(&config, submission).map_err(|e| e.to_string())?;
         build_graph(&catalog, &config, &submission.job, &submission.args).map_err(|e| e.to_string())
     });
-    run_taskmanager(source, slots, heartbeat, builder, security)
+    run_taskmanager(source, slots, heartbeat, builder, security, addresses)
         .map_err(|e| CliError::runtime(format!("TaskManager: {e}")))?;
     Ok(ExitCode::SUCCESS)
 }

@@ -11,10 +11,7 @@ use std::time::Duration;
 
 use weir_api::catalog::JobCatalog;
 use weir_config::Configuration;
-use weir_config::options::{
-    HEARTBEAT_TIMEOUT, HIGH_AVAILABILITY_RECONCILE_TIMEOUT, JOBMANAGER_RPC_ADDRESS, JOBMANAGER_RPC_PORT, REST_ADDRESS,
-    REST_BIND_ADDRESS, REST_PORT,
-};
+use weir_config::options::{HEARTBEAT_TIMEOUT, HIGH_AVAILABILITY_RECONCILE_TIMEOUT, REST_PORT};
 use weir_ha::{HaServices, HaSettings, HaStore, LeaderInfo};
 use weir_rest::{ClusterInfo, LeaderRoute, RestServer, SubmittedJob};
 use weir_runtime::cluster::{ClusterResources, JobSubmission, RemoteExecutor};
@@ -83,14 +80,17 @@ pub fn jobmanager(
     let (endpoints, cluster_id) = (ha_settings.endpoints.join(","), ha_settings.cluster_id.clone());
     let ha = Arc::new(settings::connect_ha(ha_settings)?);
     let id = JobId::generate().to_string();
-    let rpc_host = config.get(&JOBMANAGER_RPC_ADDRESS).map_err(CliError::usage)?;
-    let rpc_port = config.get(&JOBMANAGER_RPC_PORT).map_err(CliError::usage)?;
-    let listener = std::net::TcpListener::bind((rpc_host.as_str(), rpc_port)).map_err(|e| {
+    let (rpc_bind, rpc_host, rpc_port) = settings::jobmanager_rpc_hosts(&config)?;
+    let listener = std::net::TcpListener::bind((rpc_bind.as_str(), rpc_port)).map_err(|e| {
         CliError::runtime(format!(
-            "cannot listen for TaskManagers on {rpc_host}:{rpc_port}: {e}; choose another jobmanager.rpc.port"
+            "cannot listen for TaskManagers on {}: {e}; choose another jobmanager.rpc.port or jobmanager.bind-host",
+            settings::host_port(&rpc_bind, rpc_port)
         ))
     })?;
-    let rpc_address = listener.local_addr().map_err(|e| CliError::runtime(e.to_string()))?;
+    let bound = listener.local_addr().map_err(|e| CliError::runtime(e.to_string()))?;
+    // What TaskManagers are told (in the leader record): the advertised host, never the bind
+    // address (0.0.0.0 reaches nobody).
+    let rpc_address = settings::host_port(&rpc_host, bound.port());
     let heartbeat_timeout = config.get(&HEARTBEAT_TIMEOUT).map_err(CliError::usage)?;
     let security = crate::settings::wire_security(&config)?;
     let dispatcher = Dispatcher::new("cluster");
@@ -149,22 +149,15 @@ pub fn jobmanager(
         })),
         ..ClusterInfo::default()
     };
-    let host = match config.get(&REST_BIND_ADDRESS).map_err(CliError::usage)? {
-        Some(bind) => bind,
-        None => config.get(&REST_ADDRESS).map_err(CliError::usage)?,
-    };
+    let (rest_bind, rest_host) = settings::rest_hosts(&config)?;
     let port = config.get(&REST_PORT).map_err(CliError::usage)?;
-    let rest = RestServer::start(&host, port, Arc::clone(&dispatcher), cluster).map_err(CliError::runtime)?;
-    let _ = own_rest.set(rest.local_addr().to_string());
-    let info = LeaderInfo {
-        id: id.clone(),
-        rest_address: rest.local_addr().to_string(),
-        rpc_address: rpc_address.to_string(),
-    };
+    let rest = RestServer::start(&rest_bind, port, Arc::clone(&dispatcher), cluster).map_err(CliError::runtime)?;
+    let rest_address = settings::host_port(&rest_host, rest.local_addr().port());
+    let _ = own_rest.set(rest_address.clone());
+    let info = LeaderInfo { id: id.clone(), rest_address: rest_address.clone(), rpc_address: rpc_address.clone() };
     follow_leader(Arc::clone(&ha), id.clone(), Arc::clone(&term), Arc::clone(&route));
     eprintln!(
-        "JobManager {id}: REST API at http://{}, TaskManagers connect to {rpc_address}; high availability on etcd at {endpoints} (cluster-id '{cluster_id}'): standing by until elected",
-        rest.local_addr()
+        "JobManager {id}: REST API at http://{rest_address}, TaskManagers connect to {rpc_address}; high availability on etcd at {endpoints} (cluster-id '{cluster_id}'): standing by until elected"
     );
 
     let never = std::sync::atomic::AtomicBool::new(false);

@@ -11,7 +11,7 @@ use weir_config::Configuration;
 use weir_config::FailoverStrategy;
 use weir_config::options::{
     FAILOVER_STRATEGY, PARALLELISM_DEFAULT, PIPELINE_AUTO_WATERMARK_INTERVAL, PIPELINE_MAX_PARALLELISM, PIPELINE_NAME,
-    REST_ADDRESS, REST_BIND_ADDRESS, REST_PORT,
+    REST_PORT,
 };
 use weir_rest::{ClusterInfo, RestServer};
 use weir_runtime::checkpointing::RestoreSource;
@@ -143,7 +143,8 @@ pub fn run(args: RunArgs, catalog: &JobCatalog) -> Result<ExitCode, CliError> {
 
     let dispatcher = Dispatcher::new("localhost");
     let rest = start_rest(&config, &dispatcher, slots)?;
-    eprintln!("Embedded cluster: REST API at http://{}", rest.local_addr());
+    let (_, rest_host) = settings::rest_hosts(&config)?;
+    eprintln!("Embedded cluster: REST API at http://{}", settings::host_port(&rest_host, rest.local_addr().port()));
 
     let master = dispatcher.submit(graph, settings).map_err(CliError::usage)?;
     println!("Job has been submitted with JobID {}", master.job_id());
@@ -324,10 +325,7 @@ fn check_declared_states(path: &str, node: &StreamNode, metadata: &SnapshotMetad
 /// Binds the REST API. An explicitly configured port must be free; the default port falls
 /// back to any free port with a warning, so a second embedded run just works.
 fn start_rest(config: &Configuration, dispatcher: &Arc<Dispatcher>, slots: u32) -> Result<RestServer, CliError> {
-    let address = match config.get(&REST_BIND_ADDRESS).map_err(CliError::usage)? {
-        Some(bind) => bind,
-        None => config.get(&REST_ADDRESS).map_err(CliError::usage)?,
-    };
+    let (address, _) = settings::rest_hosts(config)?;
     let port = config.get(&REST_PORT).map_err(CliError::usage)?;
     let cluster = || ClusterInfo {
         taskmanagers: 1,

@@ -136,11 +136,47 @@ impl Uplink {
     }
 }
 
+/// Where a TaskManager's data server listens and what it tells its peers (Flink's
+/// `taskmanager.host`, `taskmanager.bind-host`, `taskmanager.data.port`).
+#[derive(Clone, Debug, Default)]
+pub struct DataAddresses {
+    /// The host peers reach this TaskManager at; `None`: the local address of its
+    /// connection to the JobManager (the interface that reaches the cluster).
+    pub host: Option<String>,
+    /// Where the data server listens; `None`: the advertised host.
+    pub bind_host: Option<String>,
+    /// The data server's port; 0: any free port.
+    pub port: u16,
+}
+
+/// `host:port`, with an IPv6 address in brackets.
+fn host_port(host: &str, port: u16) -> String {
+    match host.parse::<std::net::IpAddr>() {
+        Ok(ip) => std::net::SocketAddr::new(ip, port).to_string(),
+        Err(_) => format!("{host}:{port}"),
+    }
+}
+
+/// The local address this host uses to reach `address` (`host:port`): what the routing
+/// table picks for it, found with a connected UDP socket (nothing is sent).
+fn local_address_towards(address: &str) -> std::io::Result<std::net::IpAddr> {
+    use std::net::ToSocketAddrs as _;
+    let target = address.to_socket_addrs()?.next().ok_or_else(|| {
+        std::io::Error::new(std::io::ErrorKind::NotFound, format!("{address} resolves to no address"))
+    })?;
+    let unspecified = if target.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" };
+    let socket = std::net::UdpSocket::bind(unspecified)?;
+    socket.connect(target)?;
+    Ok(socket.local_addr()?.ip())
+}
+
 /// Everything one TaskManager process shares between its connections.
 struct TaskManagerState {
     id: String,
     slots: u32,
     server: Arc<DataServer>,
+    /// The data address registered with the JobManager and named in deploys (`host:port`).
+    data_address: String,
     builder: GraphBuilder,
     /// By (job, attempt): with region failover several attempts of a job run at once.
     attempts: Mutex<HashMap<(String, u32), Attempt>>,
@@ -163,25 +199,41 @@ pub fn run_taskmanager(
     heartbeat: Duration,
     builder: GraphBuilder,
     security: WireSecurity,
+    addresses: DataAddresses,
 ) -> std::io::Result<()> {
-    let server = DataServer::start("127.0.0.1:0", security.clone())?;
+    let host = match addresses.host {
+        Some(host) => host,
+        None => advertised_host(&source),
+    };
+    let bind_host = addresses.bind_host.unwrap_or_else(|| host.clone());
+    let server = DataServer::start(&host_port(&bind_host, addresses.port), security.clone()).map_err(|e| {
+        std::io::Error::new(
+            e.kind(),
+            format!(
+                "cannot listen for data connections on {}: {e}; set taskmanager.bind-host and taskmanager.data.port",
+                host_port(&bind_host, addresses.port)
+            ),
+        )
+    })?;
+    let data_address = host_port(&host, server.address().port());
     let state = Arc::new(TaskManagerState {
         id: JobId::generate().to_string(),
         slots,
         server,
+        data_address,
         builder,
         attempts: Mutex::new(HashMap::new()),
         uplink: Arc::new(Uplink::default()),
         max_epoch: AtomicI64::new(0),
         keep_running: matches!(source, JobManagerSource::Leader(_)),
     });
-    eprintln!("TaskManager {} data port {}", state.id, state.server.address());
+    eprintln!("TaskManager {} listening on {}, data port {}", state.id, state.server.address(), state.data_address);
     loop {
         let Some((jobmanager, leader_epoch)) = find_jobmanager(&source, &state) else {
             std::thread::sleep(LEADER_POLL);
             continue;
         };
-        let stream = match TcpStream::connect(&jobmanager) {
+        let stream = match crate::network::connect_to(&jobmanager, crate::network::CONNECT_ATTEMPT_TIMEOUT) {
             Ok(stream) => stream,
             Err(error) => {
                 tracing::warn!(%jobmanager, %error, "JobManager not reachable; retrying");
@@ -213,6 +265,31 @@ pub fn run_taskmanager(
         }
         tracing::warn!(%jobmanager, "lost the JobManager; reconnecting");
         std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The host to advertise when `taskmanager.host` is not set: the local address of the route
+/// to the JobManager (found again until the JobManager or its leader record is known). A
+/// TaskManager on another host thus advertises an address its peers reach without any
+/// configuration; on one machine with the default loopback JobManager it is 127.0.0.1.
+fn advertised_host(source: &JobManagerSource) -> String {
+    let mut warned = false;
+    loop {
+        let jobmanager = match source {
+            JobManagerSource::Fixed(address) => Some(address.clone()),
+            JobManagerSource::Leader(ha) => ha.leader().ok().flatten().map(|(info, _)| info.rpc_address),
+        };
+        if let Some(jobmanager) = jobmanager {
+            match local_address_towards(&jobmanager) {
+                Ok(ip) => return ip.to_string(),
+                Err(error) if !warned => {
+                    tracing::warn!(%jobmanager, %error, "cannot tell which local address reaches the JobManager; retrying (or set taskmanager.host)");
+                    warned = true;
+                }
+                Err(_) => {}
+            }
+        }
+        std::thread::sleep(LEADER_POLL);
     }
 }
 
@@ -248,7 +325,7 @@ fn follow(
     let register = ToJobManager::Register {
         taskmanager_id: state.id.clone(),
         slots: state.slots,
-        data_address: state.server.address().to_string(),
+        data_address: state.data_address.clone(),
         running: running_attempts(state),
     };
     send(&mut writer, &register)?;
@@ -373,7 +450,7 @@ fn serve_jobmanager(state: &Arc<TaskManagerState>, mut reader: BufReader<TcpStre
                     Err(error) => {
                         // Tell the job master, so the job fails or restarts instead of waiting.
                         tracing::error!(job_id = %spec.job_id, %error, "cannot deploy");
-                        let mine = state.server.address().to_string();
+                        let mine = state.data_address.clone();
                         let slot = spec.slot_addresses.iter().position(|a| *a == mine).unwrap_or(0);
                         let event = TaskEvent {
                             vertex: 0,
@@ -433,7 +510,7 @@ fn start_attempt(spec: &DeploySpec, state: &Arc<TaskManagerState>) -> Result<Att
     };
     let job_graph = Arc::new(JobGraph::build(&graph, &settings).map_err(|e| e.to_string())?);
     let job_id: JobId = spec.job_id.parse().map_err(|e: weir_types::ids::BadJobId| e.to_string())?;
-    let my_address = state.server.address().to_string();
+    let my_address = state.data_address.clone();
     let slots = spec.slot_addresses.clone();
     let local_slots = slots.clone();
     let regions = job_graph.regions();
@@ -447,7 +524,7 @@ fn start_attempt(spec: &DeploySpec, state: &Arc<TaskManagerState>) -> Result<Att
         job_id: spec.job_id.clone(),
         attempt: spec.attempt,
         server: Arc::clone(&state.server),
-        address_of: Arc::new(move |_vertex, subtask| address_slots.get(subtask as usize).and_then(|a| a.parse().ok())),
+        address_of: Arc::new(move |_vertex, subtask| address_slots.get(subtask as usize).cloned()),
     };
     let restore = match &spec.restore {
         Some(location) => Some(Arc::new(restore_source(location, &graph, &job_graph)?)),
