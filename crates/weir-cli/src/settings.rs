@@ -299,25 +299,6 @@ pub fn shown_configuration(config: &Configuration) -> Vec<(String, String)> {
         .collect()
 }
 
-#[cfg(test)]
-mod shown_configuration_tests {
-    use super::*;
-
-    #[test]
-    fn secrets_are_masked_and_keys_sorted() {
-        let mut config = Configuration::new();
-        config.set("s3.secret-key", "hunter2");
-        config.set("parallelism.default", "4");
-        assert_eq!(
-            shown_configuration(&config),
-            vec![
-                ("parallelism.default".to_string(), "4".to_string()),
-                ("s3.secret-key".to_string(), weir_config::HIDDEN_CONTENT.to_string())
-            ]
-        );
-    }
-}
-
 /// `host:port`, with an IPv6 address in brackets.
 pub(crate) fn host_port(host: &str, port: u16) -> String {
     match host.parse::<std::net::IpAddr>() {
@@ -353,4 +334,23 @@ pub(crate) fn data_addresses(config: &Configuration) -> Result<weir_runtime::clu
         bind_host: config.get(&TASKMANAGER_BIND_HOST).map_err(CliError::usage)?,
         port: config.get(&TASKMANAGER_DATA_PORT).map_err(CliError::usage)?,
     })
+}
+
+#[cfg(test)]
+mod shown_configuration_tests {
+    use super::*;
+
+    #[test]
+    fn secrets_are_masked_and_keys_sorted() {
+        let mut config = Configuration::new();
+        config.set("s3.secret-key", "hunter2");
+        config.set("parallelism.default", "4");
+        assert_eq!(
+            shown_configuration(&config),
+            vec![
+                ("parallelism.default".to_string(), "4".to_string()),
+                ("s3.secret-key".to_string(), weir_config::HIDDEN_CONTENT.to_string())
+            ]
+        );
+    }
 }
