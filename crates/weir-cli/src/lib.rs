@@ -17,6 +17,7 @@ mod commands;
 mod error;
 mod progress;
 mod settings;
+mod signals;
 
 use std::process::ExitCode;
 

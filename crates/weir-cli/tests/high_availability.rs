@@ -652,3 +652,30 @@ fn a_taskmanager_woken_after_its_subtasks_restarted_elsewhere_has_its_stale_atte
     cluster.wait_job(&job, "FINISHED", JOB_WAIT_MAX);
     assert_exactly_once(&committed_lines(&out), 20, Some(1500));
 }
+
+/// SIGTERM of the leader: it steps down at once (its lease revoked), so a standby leads long
+/// before the lease could expire (10 s here: a hand-over by expiry would take over 6 s), takes
+/// the job over without restarting a task, and the old leader exits 0.
+#[test]
+fn a_leader_stopped_with_sigterm_hands_over_at_once_without_restarting_a_task() {
+    let _serial = serial();
+    let mut cluster = HaCluster::start(2, 2, &["high-availability.etcd.lease-ttl: 10s"]);
+    let out = cluster.output("out");
+    let job = cluster.submit(&bounded_counter(out.to_str().unwrap(), "30000", "3000"));
+    cluster.wait_job(&job, "RUNNING", JOB_WAIT_MAX);
+    wait_checkpointed(&cluster, &job);
+    let (_, epoch) = cluster.wait_for_leader(None);
+    let index = cluster.leader_index();
+    let mut leader = cluster.jobmanagers.remove(index);
+    let stopped_at = Instant::now();
+    leader.process.signal("TERM");
+    cluster.wait_for_leader(Some(epoch));
+    let handed_over = stopped_at.elapsed();
+    eprintln!("a standby leads {handed_over:?} after the leader's SIGTERM");
+    assert!(handed_over < Duration::from_secs(5), "the standby led only after {handed_over:?}: the lease expired");
+    assert_eq!(leader.process.wait(), Some(0), "{:?}", leader.process.stderr_lines());
+    assert!(leader.process.stderr_lines().iter().any(|l| l.contains("steps down")));
+    cluster.wait_job(&job, "FINISHED", JOB_WAIT_MAX);
+    assert_exactly_once(&committed_lines(&out), 20, Some(1500));
+    assert_eq!(attempts(&out), [0].into(), "the hand-over restarted tasks");
+}

@@ -68,19 +68,20 @@ pub fn election(client: Arc<EtcdClient>, cluster_id: &str) -> Election {
     Election::new(client, &format!("/weir/{cluster_id}/operator/leader"), OPERATOR_LEASE_TTL)
 }
 
-/// Waits to lead the operators of `cluster_id` in etcd, publishing its REST address.
-pub fn lead(client: Arc<EtcdClient>, cluster_id: &str, rest_address: &str) -> Result<Leadership, String> {
+/// Waits to lead the operators of `cluster_id` in etcd, publishing its REST address; `None`
+/// when `stop` was set first.
+pub fn lead(
+    client: Arc<EtcdClient>,
+    cluster_id: &str,
+    rest_address: &str,
+    stop: &AtomicBool,
+) -> Result<Option<Leadership>, String> {
     let info = LeaderInfo {
         id: format!("operator-{}", std::process::id()),
         rest_address: rest_address.to_string(),
         rpc_address: String::new(),
     };
-    let never = AtomicBool::new(false);
-    match election(client, cluster_id).campaign(&info, &never) {
-        Ok(Some(leadership)) => Ok(leadership),
-        Ok(None) => Err("the campaign for the operator's leadership stopped".into()),
-        Err(error) => Err(error.to_string()),
-    }
+    election(client, cluster_id).campaign(&info, stop).map_err(|error| error.to_string())
 }
 
 #[cfg(test)]

@@ -401,11 +401,12 @@ mod tests {
     /// status, even before it noticed the loss itself: etcd compares the leader key.
     #[test]
     fn a_status_write_of_a_superseded_leadership_is_refused_by_etcd() {
+        use std::sync::atomic::AtomicBool;
         let etcd = weir_ha::testing::EtcdServer::start();
         let client = Arc::new(EtcdClient::new(&[etcd.endpoint()], std::time::Duration::from_secs(2)));
         let store = EtcdStore::new(Arc::clone(&client), "fenced");
         store.apply(deployment(2), false).unwrap();
-        let old = crate::lock::lead(Arc::clone(&client), "fenced", "old:1").unwrap();
+        let old = crate::lock::lead(Arc::clone(&client), "fenced", "old:1", &AtomicBool::new(false)).unwrap().unwrap();
         let old_fence = Fence::etcd(&old);
         store
             .put_status("orders", &DeploymentStatus { observed_generation: 1, ..Default::default() }, &old_fence)
@@ -414,7 +415,7 @@ mod tests {
         // Another operator takes the leader key (as after the old one's lease expired while
         // it was frozen); the old one has not noticed yet.
         client.txn(&[], &[Op::Delete { key: old.key().to_string(), prefix: false }], &[]).unwrap();
-        let new = crate::lock::lead(Arc::clone(&client), "fenced", "new:1").unwrap();
+        let new = crate::lock::lead(Arc::clone(&client), "fenced", "new:1", &AtomicBool::new(false)).unwrap().unwrap();
         let new_fence = Fence::etcd(&new);
         let successor = DeploymentStatus { observed_generation: 7, ..Default::default() };
         store.put_status("orders", &successor, &new_fence).unwrap();

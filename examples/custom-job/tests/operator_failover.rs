@@ -225,3 +225,46 @@ fn operators_frozen_and_woken_at_random_points_of_upgrades_never_act_twice() {
         story.join("\n")
     );
 }
+
+/// SIGTERM of the leading operator: it stops at its next step, releases its leadership at once
+/// (the lease is revoked, not left to expire) and exits 0; the standby leads and carries on.
+/// The deployment's cluster keeps running throughout.
+#[test]
+fn an_operator_stopped_with_sigterm_hands_over_at_once_and_leaves_the_job_running() {
+    let etcd_server = weir_ha::testing::EtcdServer::start();
+    let etcd = weir_ha::EtcdClient::new(&[etcd_server.endpoint()], Duration::from_secs(2));
+    let storage = tempfile::tempdir().unwrap();
+    let config = format!(
+        "high-availability.type: etcd\nhigh-availability.etcd.endpoints: {}\nhigh-availability.cluster-id: {CLUSTER_ID}\nhigh-availability.storageDir: file://{}\n",
+        etcd_server.endpoint(),
+        storage.path().display()
+    );
+    let mut harness = Harness::with_configuration(Some(&config));
+    let first = harness.operator.as_ref().unwrap().id();
+    wait_leader(&etcd, first);
+    let second = Operator(harness.spawn_operator("operator-2.log", &[]));
+    let out = harness.out("out");
+    let mut spec = Spec::new(&out);
+    harness.apply(&spec);
+    let stable = harness.wait_stable(1);
+    let counts = wait_counts_beyond(&out, &BTreeMap::new());
+
+    let stopped_at = Instant::now();
+    signal(first, "TERM");
+    wait_leader(&etcd, second.0.id());
+    let handed_over = stopped_at.elapsed();
+    eprintln!("the standby operator leads {handed_over:?} after the leader's SIGTERM");
+    // By expiry it would take the lease's 2 s at least.
+    assert!(handed_over < Duration::from_millis(1800), "the standby led only after {handed_over:?}");
+    let status = harness.operator.as_mut().unwrap().wait().unwrap();
+    assert!(status.success(), "the stopped operator exited with {status}");
+    harness.operator = None;
+    assert!(operator_log(&harness).contains("released its leadership"));
+    // The job ran on while no operator led; the new leader upgrades it.
+    assert_eq!(job_id(&harness.status()), job_id(&stable));
+    let counts = wait_counts_beyond(&out, &counts);
+    spec.parallelism = 3;
+    harness.apply(&spec);
+    harness.wait_stable(2);
+    wait_counts_beyond(&out, &counts);
+}

@@ -97,8 +97,35 @@ pub fn jobmanager(args: ConfigOnly, catalog: Arc<JobCatalog>) -> Result<ExitCode
     let rest = RestServer::start(&rest_bind, port, Arc::clone(&dispatcher), cluster).map_err(CliError::runtime)?;
     let rest_address = settings::host_port(&rest_host, rest.local_addr().port());
     eprintln!("JobManager: REST API at http://{rest_address}, TaskManagers connect to {rpc_address}");
-    loop {
-        std::thread::sleep(Duration::from_secs(3600));
+    // SIGTERM / SIGINT: without high availability no JobManager takes the jobs over, so they
+    // are cancelled (sinks abort what they staged, TaskManagers stop the subtasks), then the
+    // process exits.
+    let stop = crate::signals::on_termination("JobManager", |_| {})
+        .map_err(|e| CliError::runtime(format!("cannot handle SIGTERM: {e}")))?;
+    while !stop.requested() {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    cancel_jobs_for_shutdown(&dispatcher);
+    resources.stop();
+    drop(rest);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// How long a stopping JobManager waits for its cancelled jobs to end.
+const SHUTDOWN_JOBS_WAIT_MAX: Duration = Duration::from_secs(15);
+
+/// Cancels every job not ended yet and waits (bounded) for each to end.
+fn cancel_jobs_for_shutdown(dispatcher: &Dispatcher) {
+    use weir_types::Lifecycle as _;
+    let running: Vec<_> = dispatcher.jobs().into_iter().filter(|job| !job.status().is_terminal()).collect();
+    for job in &running {
+        let _ = job.cancel();
+    }
+    let deadline = Instant::now() + SHUTDOWN_JOBS_WAIT_MAX;
+    for job in &running {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let state = job.wait_terminal(Some(left));
+        eprintln!("JobManager: job {} {state:?} (the JobManager is stopping)", job.job_id());
     }
 }
 
@@ -125,7 +152,10 @@ pub fn taskmanager(args: TaskmanagerArgs, catalog: Arc<JobCatalog>) -> Result<Ex
         let config = job_config(&config, submission).map_err(|e| e.to_string())?;
         build_graph(&catalog, &config, &submission.job, &submission.args).map_err(|e| e.to_string())
     });
-    run_taskmanager(source, slots, heartbeat, builder, security, addresses)
+    // SIGTERM / SIGINT: cancel the subtasks, deregister, exit 0.
+    let stop = crate::signals::on_termination("TaskManager", |_| {})
+        .map_err(|e| CliError::runtime(format!("cannot handle SIGTERM: {e}")))?;
+    run_taskmanager(source, slots, heartbeat, builder, security, addresses, stop.flag())
         .map_err(|e| CliError::runtime(format!("TaskManager: {e}")))?;
     Ok(ExitCode::SUCCESS)
 }

@@ -160,10 +160,19 @@ pub fn jobmanager(
         "JobManager {id}: REST API at http://{rest_address}, TaskManagers connect to {rpc_address}; high availability on etcd at {endpoints} (cluster-id '{cluster_id}'): standing by until elected"
     );
 
-    let never = std::sync::atomic::AtomicBool::new(false);
+    // SIGTERM / SIGINT: a standby stops campaigning; the leader steps down at once (its lease
+    // revoked, so a standby leads within its campaign poll instead of the lease's TTL) and
+    // leaves the tasks running for the next leader.
+    let stop = crate::signals::on_termination("JobManager", |_| {})
+        .map_err(|e| CliError::runtime(format!("cannot handle SIGTERM: {e}")))?;
+    let stop_flag = stop.flag();
     loop {
-        let leadership = match ha.election().campaign(&info, &never) {
+        let leadership = match ha.election().campaign(&info, &stop_flag) {
             Ok(Some(leadership)) => leadership,
+            Ok(None) if stop.requested() => {
+                eprintln!("JobManager {id}: stopped while standing by");
+                return Ok(ExitCode::SUCCESS);
+            }
             Ok(None) => continue,
             Err(error) => return Err(CliError::runtime(error.to_string())),
         };
@@ -178,8 +187,18 @@ pub fn jobmanager(
         *lock(&route) = LeaderRoute::Here;
         eprintln!("JobManager {id} leads cluster '{cluster_id}' (epoch {epoch})");
         recover_jobs(&catalog, &config, &current, &dispatcher);
-        while !leadership.wait_lost(Duration::from_secs(3600)) {}
-        eprintln!("JobManager {id} lost its leadership (epoch {epoch}); it stops acting and stands by");
+        while !leadership.wait_lost(STOP_POLL) {
+            if stop.requested() {
+                break;
+            }
+        }
+        let stepping_down = stop.requested();
+        if stepping_down {
+            eprintln!("JobManager {id} steps down (epoch {epoch}): its lease is revoked for a standby to lead");
+            leadership.resign();
+        } else {
+            eprintln!("JobManager {id} lost its leadership (epoch {epoch}); it stops acting and stands by");
+        }
         *lock(&term) = None;
         *lock(&route) = LeaderRoute::Unknown;
         resources.stop();
@@ -194,12 +213,19 @@ pub fn jobmanager(
         {
             std::thread::sleep(Duration::from_millis(20));
         }
+        if stepping_down {
+            eprintln!("JobManager {id}: stopped; its jobs run on under the next leader");
+            return Ok(ExitCode::SUCCESS);
+        }
     }
 }
 
 /// Keeps the REST forwarding pointed at the leader while this process does not lead. The
 /// first lookup happens before it returns: a standby that just started answers through the
 /// leader rather than with 503 for its first interval.
+/// How often a leading JobManager looks whether it was asked to stop.
+const STOP_POLL: Duration = Duration::from_millis(50);
+
 fn follow_leader(ha: Arc<HaServices>, id: String, term: Arc<Mutex<Option<Term>>>, route: Arc<Mutex<LeaderRoute>>) {
     let refresh = move || {
         let leading = lock(&term).as_ref().is_some_and(|term| term.store.guard().is_held());

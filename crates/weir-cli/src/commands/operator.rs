@@ -40,6 +40,11 @@ fn run(args: &OperatorArgs) -> Result<ExitCode, CliError> {
         Some(_) => None,
     };
     let rest = start_rest(&config, &deployments)?;
+    // SIGTERM / SIGINT: the controller stops at its next step (what it was doing stays
+    // recorded in the status, for the next operator to resume), the leadership is released at
+    // once, and the deployments' clusters keep running.
+    let signal = crate::signals::on_termination("Deployment controller", |_| {})
+        .map_err(|e| CliError::runtime(format!("cannot handle SIGTERM: {e}")))?;
     let (client, cluster_id) = match (&deployments.etcd, file_lock) {
         (None, Some(lock)) => {
             announce(&deployments, &rest);
@@ -50,9 +55,10 @@ fn run(args: &OperatorArgs) -> Result<ExitCode, CliError> {
                 deployments.root.clone(),
                 weir_deploy::Fence::lock_file(),
             );
-            controller.run(&AtomicBool::new(false));
+            controller.run(&signal.flag());
             drop(lock);
-            return Err(CliError::runtime("the deployment controller stopped"));
+            eprintln!("Deployment controller: stopped; the deployments keep running");
+            return Ok(ExitCode::SUCCESS);
         }
         (Some((client, cluster_id)), _) => (Arc::clone(client), cluster_id.clone()),
         (None, None) => return Err(CliError::runtime("no operator lock was taken")),
@@ -64,24 +70,39 @@ fn run(args: &OperatorArgs) -> Result<ExitCode, CliError> {
         eprintln!(
             "Deployment controller: standing by until it leads the operators of cluster-id '{cluster_id}' in etcd"
         );
-        let leadership =
-            weir_deploy::lock::lead(Arc::clone(&client), &cluster_id, &rest.url()).map_err(CliError::runtime)?;
+        let Some(leadership) = weir_deploy::lock::lead(Arc::clone(&client), &cluster_id, &rest.url(), &signal.flag())
+            .map_err(CliError::runtime)?
+        else {
+            eprintln!("Deployment controller: stopped while standing by");
+            return Ok(ExitCode::SUCCESS);
+        };
         announce(&deployments, &rest);
         let stop = Arc::new(AtomicBool::new(false));
+        let fence = weir_deploy::Fence::etcd(&leadership);
         let controller = weir_deploy::Controller::new(
             Arc::clone(&deployments.store),
             config.clone(),
             deployments.root.clone(),
-            weir_deploy::Fence::etcd(&leadership),
+            fence.clone(),
         );
         let loop_stop = Arc::clone(&stop);
         let worker = std::thread::Builder::new()
             .name("weir-operator".into())
             .spawn(move || controller.run(&loop_stop))
             .map_err(|e| CliError::runtime(format!("cannot start the controller: {e}")))?;
-        while !leadership.wait_lost(Duration::from_secs(3600)) {}
+        while !leadership.wait_lost(Duration::from_millis(50)) {
+            if signal.requested() {
+                // Any step under way stops at its next check of the fence.
+                fence.mark_lost();
+            }
+        }
         stop.store(true, Ordering::Relaxed);
         let _ = worker.join();
+        if signal.requested() {
+            leadership.resign();
+            eprintln!("Deployment controller: stopped and released its leadership; the deployments keep running");
+            return Ok(ExitCode::SUCCESS);
+        }
         drop(leadership);
         tracing::warn!(
             "this operator lost its leadership in etcd (another took over, or etcd was unreachable past the lease); it stands by"

@@ -148,6 +148,25 @@ pub fn run(args: RunArgs, catalog: &JobCatalog) -> Result<ExitCode, CliError> {
 
     let master = dispatcher.submit(graph, settings).map_err(CliError::usage)?;
     println!("Job has been submitted with JobID {}", master.job_id());
+    // Ctrl-C (SIGINT) or SIGTERM: cancel the job and say where it can resume from (retained
+    // checkpoints outlive a cancel, as Flink's RETAIN_ON_CANCELLATION); a second one exits.
+    let interrupted = Arc::clone(&master);
+    crate::signals::on_termination("weir run", move |_| {
+        eprintln!("Cancelling job {} (interrupted).", interrupted.job_id());
+        let _ = interrupted.cancel();
+        let newest = interrupted
+            .checkpoint_stats()
+            .history
+            .iter()
+            .rev()
+            .find(|c| c.status == weir_runtime::checkpointing::stats::CheckpointStatus::Completed && !c.is_savepoint)
+            .and_then(|c| c.external_path.clone());
+        match newest {
+            Some(path) => eprintln!("Its newest checkpoint is {path}; resume with: weir run -s {path} ..."),
+            None => eprintln!("It completed no checkpoint: a new run starts from the beginning."),
+        }
+    })
+    .map_err(|e| CliError::runtime(format!("cannot handle SIGINT: {e}")))?;
     if args.from_savepoint.is_some() {
         crate::progress::follow_restore(|| Ok(master.details()))?;
     }

@@ -143,6 +143,12 @@ impl RunningWeir {
     pub fn stderr_lines(&self) -> Vec<String> {
         self.stderr.lock().unwrap().clone()
     }
+
+    /// Sends `signal` (`TERM`, `INT`, `STOP`, `CONT`, ...) to the process.
+    pub fn signal(&self, signal: &str) {
+        let status = Command::new("kill").args([&format!("-{signal}"), &self.child.id().to_string()]).status();
+        assert!(status.is_ok_and(|s| s.success()), "kill -{signal} {} failed", self.child.id());
+    }
 }
 
 impl Drop for RunningWeir {

@@ -89,6 +89,9 @@ pub enum ToJobManager {
     },
     /// Still alive.
     Heartbeat,
+    /// The TaskManager is shutting down (SIGTERM): it cancelled its subtasks and closes the
+    /// connection next; its subtasks count as failed at once, without a heartbeat timeout.
+    Deregister,
     /// A subtask changed state.
     TaskEvent {
         /// The job.

@@ -404,8 +404,14 @@ impl ClusterResources {
     /// Serves a registered TaskManager's messages until its connection ends. Reports about
     /// a subtask go to its job master only when this TaskManager runs that subtask.
     fn serve_registered(&self, taskmanager_id: String, mut reader: BufReader<TcpStream>) {
+        let mut why = "the connection was lost (the process died or the network failed)";
         while let Some(message) = next_message(&mut reader, &taskmanager_id) {
             match message {
+                ToJobManager::Deregister => {
+                    tracing::info!(taskmanager = %taskmanager_id, "TaskManager deregistered: it is shutting down");
+                    why = "the TaskManager shut down (it was stopped, e.g. by SIGTERM)";
+                    break;
+                }
                 ToJobManager::Heartbeat | ToJobManager::Register { .. } => {
                     if let Some(tm) = lock(&self.taskmanagers).get_mut(&taskmanager_id) {
                         tm.last_heartbeat = Instant::now();
@@ -474,7 +480,7 @@ impl ClusterResources {
                 }
             }
         }
-        self.lost(&taskmanager_id);
+        self.lost(&taskmanager_id, why);
     }
 
     /// Records the attempts a registering TaskManager kept running that a job master may take
@@ -558,8 +564,8 @@ impl ClusterResources {
         self.release_reservations(job_id);
     }
 
-    /// A TaskManager is gone: every subtask it ran fails at once.
-    fn lost(&self, taskmanager_id: &str) {
+    /// A TaskManager is gone (`why`): every subtask it ran fails at once.
+    fn lost(&self, taskmanager_id: &str, why: &str) {
         let removed = lock(&self.taskmanagers).remove(taskmanager_id);
         let Some(removed) = removed else { return };
         // Its part of attempts not taken over yet is gone with it.
@@ -568,7 +574,7 @@ impl ClusterResources {
                 reported.attempt.subtasks.retain(|s| s.taskmanager != taskmanager_id);
             }
         }
-        tracing::warn!(taskmanager = %taskmanager_id, address = %removed.data_address, "TaskManager lost");
+        tracing::warn!(taskmanager = %taskmanager_id, address = %removed.data_address, "TaskManager lost: {why}");
         for route in lock(&self.routes).values() {
             for (slot, owner) in route.slots.iter().enumerate() {
                 if owner != taskmanager_id {
@@ -578,7 +584,7 @@ impl ClusterResources {
                     if (slot as u32) < *parallelism {
                         let error = TaskError::external(
                             format!("TaskManager {taskmanager_id} at {}", removed.data_address),
-                            "the connection was lost (the process died or the network failed)",
+                            why,
                         );
                         let _ = route.task_events.send(TaskEvent {
                             vertex,

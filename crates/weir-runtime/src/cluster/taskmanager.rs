@@ -185,6 +185,43 @@ struct TaskManagerState {
     max_epoch: AtomicI64,
     /// High availability: attempts outlive a lost JobManager.
     keep_running: bool,
+    /// The connection to the JobManager being served, to close it on shutdown.
+    connection: Mutex<Option<TcpStream>>,
+    /// Set when the process was asked to stop: no reconnecting.
+    stopping: AtomicBool,
+}
+
+/// How long a stopping TaskManager waits for its cancelled subtasks to end before it
+/// deregisters anyway.
+const SHUTDOWN_TASKS_WAIT_MAX: Duration = Duration::from_secs(10);
+
+/// Stops a TaskManager gracefully: tells the JobManager it deregisters, cancels every
+/// attempt, waits (at most [`SHUTDOWN_TASKS_WAIT_MAX`]) for the subtasks to end (their sinks
+/// abort what they staged), and closes the connection.
+fn shut_down(state: &TaskManagerState) {
+    state.stopping.store(true, Ordering::SeqCst);
+    // First out of the JobManager's pool: it fails this TaskManager's subtasks at once and
+    // places their restart elsewhere, rather than in a slot here that is going away.
+    let deregistered = state.uplink.send(ToJobManager::Deregister);
+    let cancelled: usize = {
+        let attempts = lock(&state.attempts);
+        for attempt in attempts.values() {
+            attempt.cancel.store(true, Ordering::SeqCst);
+        }
+        attempts.values().filter(|a| lock(&a.ended_at).is_none()).count()
+    };
+    let deadline = Instant::now() + SHUTDOWN_TASKS_WAIT_MAX;
+    while Instant::now() < deadline && lock(&state.attempts).values().any(|a| lock(&a.ended_at).is_none()) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    if let Some(connection) = lock(&state.connection).take() {
+        let _ = connection.shutdown(std::net::Shutdown::Both);
+    }
+    eprintln!(
+        "TaskManager {}: stopped {cancelled} running attempt(s){}",
+        state.id,
+        if deregistered { " and deregistered from the JobManager" } else { " (no JobManager connected)" }
+    );
 }
 
 /// Runs a TaskManager with `slots` slots against the JobManager `source` names until the
@@ -200,6 +237,7 @@ pub fn run_taskmanager(
     builder: GraphBuilder,
     security: WireSecurity,
     addresses: DataAddresses,
+    stop: Arc<AtomicBool>,
 ) -> std::io::Result<()> {
     let host = match addresses.host {
         Some(host) => host,
@@ -226,9 +264,27 @@ pub fn run_taskmanager(
         uplink: Arc::new(Uplink::default()),
         max_epoch: AtomicI64::new(0),
         keep_running: matches!(source, JobManagerSource::Leader(_)),
+        connection: Mutex::new(None),
+        stopping: AtomicBool::new(false),
     });
+    let (stopped_sender, stopped) = crossbeam_channel::bounded::<()>(1);
+    {
+        let state = Arc::clone(&state);
+        std::thread::Builder::new().name("weir-tm-stop".into()).spawn(move || {
+            while !stop.load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            shut_down(&state);
+            let _ = stopped_sender.send(());
+        })?;
+    }
     eprintln!("TaskManager {} listening on {}, data port {}", state.id, state.server.address(), state.data_address);
     loop {
+        if state.stopping.load(Ordering::SeqCst) {
+            // The stop ran (or runs) on its own thread; it ends with the deregistration.
+            let _ = stopped.recv_timeout(SHUTDOWN_TASKS_WAIT_MAX + Duration::from_secs(5));
+            return Ok(());
+        }
         let Some((jobmanager, leader_epoch)) = find_jobmanager(&source, &state) else {
             std::thread::sleep(LEADER_POLL);
             continue;
@@ -255,6 +311,9 @@ pub fn run_taskmanager(
         };
         if let Err(error) = follow(&state, &source, stream, &jobmanager, leader_epoch, heartbeat) {
             tracing::warn!(%jobmanager, %error, "connection to the JobManager failed");
+        }
+        if state.stopping.load(Ordering::SeqCst) {
+            continue;
         }
         state.uplink.detach();
         if !state.keep_running {
@@ -344,6 +403,7 @@ fn follow(
     }
     state.max_epoch.store(epoch, Ordering::SeqCst);
     state.uplink.attach(writer);
+    *lock(&state.connection) = stream.try_clone().ok();
     eprintln!("TaskManager {} registered at {jobmanager} with {} slots", state.id, state.slots);
     let alive = Arc::new(AtomicBool::new(true));
     {
@@ -431,6 +491,11 @@ fn serve_jobmanager(state: &Arc<TaskManagerState>, mut reader: BufReader<TcpStre
         let Some(message) = admit(&state.max_epoch, frame) else { continue };
         match message {
             ToTaskManager::Welcome => {}
+            ToTaskManager::Deploy(spec) if state.stopping.load(Ordering::SeqCst) => {
+                // Sent before the JobManager read the deregistration: the job master hears of
+                // this TaskManager's loss and places the attempt again.
+                tracing::info!(job_id = %spec.job_id, attempt = spec.attempt, "not deployed: this TaskManager is stopping");
+            }
             ToTaskManager::Deploy(spec) => {
                 // A new attempt replaces the job's attempts it overlaps: all of them for a whole
                 // job deploy, the same region's for a region deploy.
@@ -581,8 +646,17 @@ fn start_attempt(spec: &DeploySpec, state: &Arc<TaskManagerState>) -> Result<Att
     let event_states = Arc::clone(&states);
     let event_ended_at = Arc::clone(&ended_at);
     let server = Arc::clone(&state.server);
+    let taskmanager = Arc::clone(state);
     std::thread::spawn(move || {
-        for event in event_receiver {
+        for mut event in event_receiver {
+            if matches!(event.kind, TaskEventKind::Canceled) && taskmanager.stopping.load(Ordering::SeqCst) {
+                // Cancelled because this TaskManager stops, not because the job master asked:
+                // for the job that is a failure (its subtasks must run elsewhere).
+                event.kind = TaskEventKind::Failed(weir_api::error::TaskError::external(
+                    format!("TaskManager {} at {}", taskmanager.id, taskmanager.data_address),
+                    "the TaskManager shut down (it was stopped, e.g. by SIGTERM)",
+                ));
+            }
             note_state(&event_states, &event);
             // A subtask's final counters go ahead of its terminal event, while the JobManager
             // still routes this attempt's reports.
