@@ -41,6 +41,8 @@ pub fn on_termination(name: &'static str, on_first: impl FnOnce(i32) + Send + 's
         for signal in signals.forever() {
             if requested.swap(true, Ordering::SeqCst) {
                 eprintln!("{name}: second signal ({}): exiting now", signal_name(signal));
+                // Skipping every destructor is what the user asks for with a second signal.
+                #[allow(clippy::disallowed_methods)]
                 std::process::exit(128 + signal);
             }
             eprintln!("{name}: {} received: stopping (send it again to exit at once)", signal_name(signal));
