@@ -140,7 +140,10 @@ pub fn taskmanager(args: TaskmanagerArgs, catalog: Arc<JobCatalog>) -> Result<Ex
         ),
     };
     let slots = config.get(&TASKMANAGER_NUMBER_OF_TASK_SLOTS).map_err(CliError::usage)?;
-    let heartbeat = config.get(&HEARTBEAT_INTERVAL).map_err(CliError::usage)?;
+    let heartbeat = weir_runtime::cluster::Heartbeats {
+        interval: config.get(&HEARTBEAT_INTERVAL).map_err(CliError::usage)?,
+        timeout: config.get(&HEARTBEAT_TIMEOUT).map_err(CliError::usage)?,
+    };
     let security = settings::wire_security(&config)?;
     let source = match settings::ha_settings(&config)? {
         // With high availability the leader is found (and followed) through etcd.

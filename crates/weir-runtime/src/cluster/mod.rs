@@ -11,7 +11,7 @@ pub mod taskmanager;
 
 pub use protocol::JobSubmission;
 pub use resources::{ClusterResources, RemoteExecutor, TaskManagerInfo};
-pub use taskmanager::{DataAddresses, JobManagerSource, run_taskmanager};
+pub use taskmanager::{DataAddresses, Heartbeats, JobManagerSource, run_taskmanager};
 
 use weir_api::graph::StreamGraph;
 

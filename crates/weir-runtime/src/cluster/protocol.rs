@@ -209,6 +209,9 @@ pub enum ToTaskManager {
         /// The directory URL.
         url: String,
     },
+    /// The JobManager is alive (sent every fifth of `heartbeat.timeout`): a TaskManager that
+    /// hears nothing from it for `heartbeat.timeout` counts it as gone.
+    Heartbeat,
     /// Stop the attempt's subtasks.
     Cancel {
         /// The job.

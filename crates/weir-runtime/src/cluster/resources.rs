@@ -274,9 +274,17 @@ impl ClusterResources {
         })?;
         let watching = Arc::clone(&resources);
         std::thread::Builder::new().name("weir-heartbeats".into()).spawn(move || {
+            // The TaskManagers count this JobManager as gone after heartbeat.timeout of
+            // silence: tell them it lives five times per timeout.
+            let period = watching.heartbeat_timeout / 5;
+            let mut next_heartbeat = Instant::now();
             while !watching.stopped.load(Ordering::SeqCst) {
                 std::thread::sleep(Duration::from_millis(100));
                 watching.expire_silent();
+                if Instant::now() >= next_heartbeat {
+                    next_heartbeat = Instant::now() + period;
+                    watching.heartbeat_taskmanagers();
+                }
             }
         })?;
         Ok(resources)
@@ -312,6 +320,14 @@ impl ClusterResources {
             .collect();
         list.sort_by(|a, b| a.id.cmp(&b.id));
         list
+    }
+
+    /// Sends every TaskManager a heartbeat.
+    fn heartbeat_taskmanagers(&self) {
+        let ids: Vec<String> = lock(&self.taskmanagers).keys().cloned().collect();
+        for id in ids {
+            self.send_to(&id, &ToTaskManager::Heartbeat);
+        }
     }
 
     /// Closes connections of TaskManagers silent past the heartbeat timeout.
@@ -371,6 +387,9 @@ impl ClusterResources {
         if self.stopped.load(Ordering::SeqCst) {
             return None;
         }
+        // A TaskManager that stops reading (partitioned, frozen) must not block whoever sends
+        // to it: a write that cannot finish within the heartbeat timeout ends the connection.
+        let _ = writer.set_write_timeout(Some(self.heartbeat_timeout));
         let link = Arc::new(Mutex::new(BufWriter::new(writer)));
         let mut taskmanagers = lock(&self.taskmanagers);
         if taskmanagers.contains_key(&taskmanager_id) {
@@ -766,8 +785,15 @@ impl ClusterResources {
 
     fn send_to(&self, taskmanager_id: &str, message: &ToTaskManager) {
         let link = lock(&self.taskmanagers).get(taskmanager_id).map(|tm| Arc::clone(&tm.link));
-        if let Some(link) = link {
-            let _ = send(&mut *lock(&link), &Frame { epoch: self.epoch, message });
+        if let Some(link) = link
+            && let Err(error) = send(&mut *lock(&link), &Frame { epoch: self.epoch, message })
+        {
+            // Half a line may have gone out: the connection is unusable. Closing it makes its
+            // reader count the TaskManager lost, as a dropped connection does.
+            tracing::warn!(taskmanager = %taskmanager_id, %error, "cannot send to the TaskManager; closing its connection");
+            if let Some(tm) = lock(&self.taskmanagers).get(taskmanager_id) {
+                let _ = tm.connection.shutdown(Shutdown::Both);
+            }
         }
     }
 }

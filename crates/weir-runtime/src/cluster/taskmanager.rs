@@ -11,7 +11,7 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::io::{BufReader, BufWriter};
 use std::net::TcpStream;
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -136,6 +136,23 @@ impl Uplink {
     }
 }
 
+/// A TaskManager's `heartbeat.interval` (how often it tells the JobManager it is alive) and
+/// `heartbeat.timeout` (how long it waits to hear from the JobManager before counting it as
+/// gone and, past that, stopping its subtasks: nothing of it runs on as a zombie).
+#[derive(Clone, Copy, Debug)]
+pub struct Heartbeats {
+    /// `heartbeat.interval`.
+    pub interval: Duration,
+    /// `heartbeat.timeout`.
+    pub timeout: Duration,
+}
+
+/// Milliseconds on a process-wide monotonic clock.
+fn monotonic_ms() -> u64 {
+    static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    START.get_or_init(Instant::now).elapsed().as_millis() as u64
+}
+
 /// Where a TaskManager's data server listens and what it tells its peers (Flink's
 /// `taskmanager.host`, `taskmanager.bind-host`, `taskmanager.data.port`).
 #[derive(Clone, Debug, Default)]
@@ -189,6 +206,37 @@ struct TaskManagerState {
     connection: Mutex<Option<TcpStream>>,
     /// Set when the process was asked to stop: no reconnecting.
     stopping: AtomicBool,
+    /// When a JobManager was last heard from ([`monotonic_ms`]).
+    last_contact_ms: AtomicU64,
+}
+
+/// Cancels every attempt still running once no JobManager was heard from for `timeout`: a
+/// TaskManager cut off from its JobManager (a partition, a JobManager that hangs) must not run
+/// its subtasks on as zombies while the JobManager restarts them elsewhere. A leader's
+/// failover ends well within `heartbeat.timeout` (the lease's TTL), so reconciling with a new
+/// leader is not affected.
+fn stop_zombies(state: &TaskManagerState, timeout: Duration) {
+    let silent_ms = monotonic_ms().saturating_sub(state.last_contact_ms.load(Ordering::SeqCst));
+    if silent_ms <= timeout.as_millis() as u64 {
+        return;
+    }
+    let attempts = lock(&state.attempts);
+    let running: Vec<&(String, u32)> = attempts
+        .iter()
+        .filter(|(_, a)| lock(&a.ended_at).is_none() && !a.cancel.load(Ordering::SeqCst))
+        .map(|(key, _)| key)
+        .collect();
+    if running.is_empty() {
+        return;
+    }
+    tracing::warn!(
+        silent_ms,
+        attempts = running.len(),
+        "no JobManager heard from for longer than heartbeat.timeout: cancelling this TaskManager's subtasks (the job restarts them elsewhere)"
+    );
+    for attempt in attempts.values() {
+        attempt.cancel.store(true, Ordering::SeqCst);
+    }
 }
 
 /// How long a stopping TaskManager waits for its cancelled subtasks to end before it
@@ -233,7 +281,7 @@ fn shut_down(state: &TaskManagerState) {
 pub fn run_taskmanager(
     source: JobManagerSource,
     slots: u32,
-    heartbeat: Duration,
+    heartbeat: Heartbeats,
     builder: GraphBuilder,
     security: WireSecurity,
     addresses: DataAddresses,
@@ -266,7 +314,17 @@ pub fn run_taskmanager(
         keep_running: matches!(source, JobManagerSource::Leader(_)),
         connection: Mutex::new(None),
         stopping: AtomicBool::new(false),
+        last_contact_ms: AtomicU64::new(monotonic_ms()),
     });
+    {
+        let state = Arc::clone(&state);
+        std::thread::Builder::new().name("weir-tm-watchdog".into()).spawn(move || {
+            loop {
+                std::thread::sleep(Duration::from_millis(200));
+                stop_zombies(&state, heartbeat.timeout);
+            }
+        })?;
+    }
     let (stopped_sender, stopped) = crossbeam_channel::bounded::<()>(1);
     {
         let state = Arc::clone(&state);
@@ -377,7 +435,7 @@ fn follow(
     stream: TcpStream,
     jobmanager: &str,
     leader_epoch: Option<i64>,
-    heartbeat: Duration,
+    heartbeat: Heartbeats,
 ) -> std::io::Result<()> {
     let _ = stream.set_nodelay(true);
     let mut writer = BufWriter::new(stream.try_clone()?);
@@ -394,7 +452,10 @@ fn follow(
         Some(Frame { epoch, message: ToTaskManager::Welcome }) => epoch,
         _ => return Err(std::io::Error::other("the JobManager did not answer the registration")),
     };
-    stream.set_read_timeout(None)?;
+    // The JobManager heartbeats every fifth of heartbeat.timeout: silence for the whole
+    // timeout means it is gone (or cut off), even when no connection reset ever arrives.
+    stream.set_read_timeout(Some(heartbeat.timeout))?;
+    state.last_contact_ms.store(monotonic_ms(), Ordering::SeqCst);
     let followed = state.max_epoch.load(Ordering::SeqCst);
     if epoch < followed || leader_epoch.is_some_and(|leader| leader != epoch) {
         return Err(std::io::Error::other(format!(
@@ -411,7 +472,7 @@ fn follow(
         let alive = Arc::clone(&alive);
         std::thread::spawn(move || {
             while alive.load(Ordering::SeqCst) && uplink.send(ToJobManager::Heartbeat) {
-                std::thread::sleep(heartbeat);
+                std::thread::sleep(heartbeat.interval);
             }
         });
     }
@@ -487,10 +548,20 @@ fn admit(max_epoch: &AtomicI64, frame: Frame<ToTaskManager>) -> Option<ToTaskMan
 }
 
 fn serve_jobmanager(state: &Arc<TaskManagerState>, mut reader: BufReader<TcpStream>) {
-    while let Ok(Some(frame)) = receive::<Frame<ToTaskManager>>(&mut reader) {
+    loop {
+        let frame = match receive::<Frame<ToTaskManager>>(&mut reader) {
+            Ok(Some(frame)) => frame,
+            Ok(None) => return,
+            Err(error) if matches!(error.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+                tracing::warn!("nothing heard from the JobManager within heartbeat.timeout; reconnecting");
+                return;
+            }
+            Err(_) => return,
+        };
         let Some(message) = admit(&state.max_epoch, frame) else { continue };
+        state.last_contact_ms.store(monotonic_ms(), Ordering::SeqCst);
         match message {
-            ToTaskManager::Welcome => {}
+            ToTaskManager::Welcome | ToTaskManager::Heartbeat => {}
             ToTaskManager::Deploy(spec) if state.stopping.load(Ordering::SeqCst) => {
                 // Sent before the JobManager read the deregistration: the job master hears of
                 // this TaskManager's loss and places the attempt again.
