@@ -211,6 +211,32 @@ impl Harness {
         serde_json::from_slice(&output.stdout).unwrap_or(Value::Null)
     }
 
+    /// The newest lines of every log under the harness directory (operators and the clusters'
+    /// processes), newest first, for a failure message.
+    pub fn logs_tail(&self, lines: usize) -> String {
+        let mut logs = Vec::new();
+        let mut dirs = vec![self.dir.path().to_path_buf()];
+        while let Some(dir) = dirs.pop() {
+            let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+            for entry in entries.flatten() {
+                let path = entry.path();
+                if path.is_dir() {
+                    dirs.push(path);
+                } else if path.extension().is_some_and(|e| e == "log" || e == "out") {
+                    logs.push(path);
+                }
+            }
+        }
+        logs.sort();
+        let mut text = String::new();
+        for log in logs {
+            let content = std::fs::read_to_string(&log).unwrap_or_default();
+            let tail: Vec<&str> = content.lines().rev().take(lines).collect();
+            text.push_str(&format!("--- {} (newest first):\n{}\n", log.display(), tail.join("\n")));
+        }
+        text
+    }
+
     /// Waits until the deployment's status satisfies `done`; the status.
     pub fn wait(&self, what: &str, done: impl Fn(&Value) -> bool) -> Value {
         let deadline = Instant::now() + WAIT_MAX;
@@ -220,12 +246,7 @@ impl Harness {
                 return status;
             }
             if Instant::now() > deadline {
-                let log = std::fs::read_to_string(self.dir.path().join("operator.log")).unwrap_or_default();
-                let tail: Vec<&str> = log.lines().rev().take(40).collect();
-                panic!(
-                    "waited {WAIT_MAX:?} for {what}; status: {status:#}\noperator log (newest first):\n{}",
-                    tail.join("\n")
-                );
+                panic!("waited {WAIT_MAX:?} for {what}; status: {status:#}\n{}", self.logs_tail(40));
             }
             std::thread::sleep(Duration::from_millis(50));
         }
