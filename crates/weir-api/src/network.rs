@@ -18,11 +18,10 @@ use std::net::{Shutdown, TcpStream};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
-use crossbeam_channel::{Receiver, Sender};
 use serde::{Deserialize, Serialize};
 
 use crate::Data;
-use crate::exchange::{CHANNEL_BATCHES_MAX, StreamElement};
+use crate::exchange::{CHANNEL_BATCHES_MAX, ChannelReceiver, ChannelSender, StreamElement};
 use crate::snapshot::Barrier;
 
 /// Frames larger than this are refused (a corrupt length prefix, not a real batch).
@@ -179,10 +178,7 @@ impl Credits {
 
 /// Sends everything of the local channel `local` over `stream`, as credits allow. Returns the
 /// bridge's threads (writer, credit reader); both end when the channel or the connection does.
-pub fn bridge_sender<T: Data>(
-    local: Receiver<StreamElement<T>>,
-    stream: TcpStream,
-) -> std::io::Result<Vec<JoinHandle<()>>> {
+pub fn bridge_sender<T: Data>(local: ChannelReceiver<T>, stream: TcpStream) -> std::io::Result<Vec<JoinHandle<()>>> {
     let _ = stream.set_nodelay(true);
     let mut credit_stream = stream.try_clone()?;
     let credits = Arc::new(Credits { available: Mutex::new(Some(0)), changed: Condvar::new() });
@@ -200,7 +196,7 @@ pub fn bridge_sender<T: Data>(
         let mut payload = Vec::new();
         // Runs until the producer drops its end of the channel: after its end of partition a
         // producer waiting for the job's final checkpoint still sends barriers.
-        for element in local {
+        while let Ok(element) = local.recv() {
             if !credits.take() {
                 break;
             }
@@ -223,7 +219,7 @@ pub fn bridge_sender<T: Data>(
 /// Receives elements from `stream` into the local channel `local`, returning one credit per
 /// element handed over. Ends when the producer closed the connection (after its end of
 /// partition, when it finished), the connection broke, or the local consumer went away.
-pub fn bridge_receiver<T: Data>(local: Sender<StreamElement<T>>, stream: TcpStream) -> std::io::Result<JoinHandle<()>> {
+pub fn bridge_receiver<T: Data>(local: ChannelSender<T>, stream: TcpStream) -> std::io::Result<JoinHandle<()>> {
     let _ = stream.set_nodelay(true);
     let mut credit_stream = stream.try_clone()?;
     let mut read_stream = stream;
@@ -266,7 +262,7 @@ pub fn bridge_receiver<T: Data>(local: Sender<StreamElement<T>>, stream: TcpStre
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::exchange::channel;
+    use crate::exchange::{channel, channel_with_capacity};
     use crate::snapshot::BarrierKind;
     use std::net::TcpListener;
     use std::time::Duration;
@@ -369,8 +365,8 @@ mod tests {
 
     #[test]
     fn a_slow_consumer_bounds_what_is_in_flight() {
-        let (producer_tx, producer_rx) = crossbeam_channel::bounded::<StreamElement<u64>>(1);
-        let (consumer_tx, consumer_rx) = crossbeam_channel::bounded::<StreamElement<u64>>(1);
+        let (producer_tx, producer_rx) = channel_with_capacity::<u64>(1);
+        let (consumer_tx, consumer_rx) = channel_with_capacity::<u64>(1);
         let (client, server) = connected_pair();
         let _sender = bridge_sender(producer_rx, client).unwrap();
         let _receiver = bridge_receiver(consumer_tx, server).unwrap();

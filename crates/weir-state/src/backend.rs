@@ -155,7 +155,7 @@ impl<K: Key> KeyedStateBackend<K> {
         (store.spills.load(Ordering::Relaxed), store.loads.load(Ordering::Relaxed))
     }
 
-    #[inline]
+    #[inline(always)]
     fn tick(&mut self) -> Result<(), StateError> {
         if let Some(spill) = &mut self.spill {
             spill.accesses = spill.accesses.wrapping_add(1);
@@ -274,15 +274,30 @@ impl<K: Key> KeyedStateBackend<K> {
         self.tables.iter().fold(0usize, |sum, table| sum.saturating_add(table.entry_count()))
     }
 
+    /// The table index of a state handle: after its first use, one load from the handle.
+    #[inline(always)]
     fn resolve<C: Cell>(
         &mut self,
         name: &'static str,
         kind: StateKind,
         slot: &OnceCell<usize>,
     ) -> Result<usize, StateError> {
-        if let Some(index) = slot.get() {
-            return Ok(*index);
+        match slot.get() {
+            Some(index) => Ok(*index),
+            None => self.resolve_first::<C>(name, kind, slot),
         }
+    }
+
+    /// A handle's first use: checks its declaration, claims restored state or creates the
+    /// table, and remembers the index in the handle.
+    #[cold]
+    #[inline(never)]
+    fn resolve_first<C: Cell>(
+        &mut self,
+        name: &'static str,
+        kind: StateKind,
+        slot: &OnceCell<usize>,
+    ) -> Result<usize, StateError> {
         let track_changes = self.tracks_changes();
         if let Some(declared) = &self.declared {
             let requested = || format!("{kind} state of {}", std::any::type_name::<C>());
@@ -447,6 +462,7 @@ impl<K: Key> KeyedStateBackend<K> {
         Ok(())
     }
 
+    #[inline(always)]
     fn table<C: Cell>(&mut self, index: usize) -> &mut Table<K, C> {
         match self.tables[index].as_any_mut().downcast_mut::<Table<K, C>>() {
             Some(table) => table,
@@ -464,20 +480,34 @@ impl<K: Key> KeyedStateBackend<K> {
     }
 
     /// The map of `key`'s group in table `index`, with `key`'s entry in it if it has one.
-    #[inline]
+    ///
+    /// This and the accessors below run once per record of a keyed function and must inline
+    /// into it, with every uncommon case out of line: when `value` stopped inlining (the
+    /// copy-on-write key groups made it bigger), the counter ran 2.4x slower (BENCHMARKS.md).
+    #[inline(always)]
     fn cells<C: Cell>(
         &mut self,
         index: usize,
         key: KeyRef<'_, K>,
     ) -> Result<&mut crate::keymap::KeyMap<K, C>, StateError> {
         if self.lsm.is_some() {
-            return self.lsm_table::<C>(index).access(key);
+            return self.lsm_cells::<C>(index, key);
         }
         self.table::<C>(index).group_mut(key.group_index)
     }
 
+    /// [`Self::cells`] of the `fjall` backend.
+    #[inline(never)]
+    fn lsm_cells<C: Cell>(
+        &mut self,
+        index: usize,
+        key: KeyRef<'_, K>,
+    ) -> Result<&mut crate::keymap::KeyMap<K, C>, StateError> {
+        self.lsm_table::<C>(index).access(key)
+    }
+
     /// The value state `handle` for `key` (located with [`Self::locate`]).
-    #[inline]
+    #[inline(always)]
     pub fn value<'a, V: StateData>(
         &'a mut self,
         handle: &ValueState<V>,
@@ -490,7 +520,7 @@ impl<K: Key> KeyedStateBackend<K> {
     }
 
     /// The list state `handle` for `key`.
-    #[inline]
+    #[inline(always)]
     pub fn list<'a, V: StateData>(
         &'a mut self,
         handle: &ListState<V>,
@@ -503,7 +533,7 @@ impl<K: Key> KeyedStateBackend<K> {
     }
 
     /// The map state `handle` for `key`.
-    #[inline]
+    #[inline(always)]
     pub fn map<'a, UK: StateData + Eq + std::hash::Hash, UV: StateData>(
         &'a mut self,
         handle: &MapState<UK, UV>,
@@ -516,7 +546,7 @@ impl<K: Key> KeyedStateBackend<K> {
     }
 
     /// The reducing state `handle` for `key`.
-    #[inline]
+    #[inline(always)]
     pub fn reducing<'a, V: StateData>(
         &'a mut self,
         handle: &ReducingState<V>,

@@ -581,8 +581,10 @@ impl<K: Clone, C: Clone> CowGroup<K, C> {
         self.unique_mut()
     }
 
-    #[inline]
+    /// The map, for a caller that found `shared` false.
+    #[inline(always)]
     fn unique_mut(&mut self) -> &mut KeyMap<K, C> {
+        debug_assert!(!self.shared.get(), "a shared key group written in place");
         // SAFETY: `shared` is false only while this table holds the only reference to the
         // map: `make_mut` just made it unique (or it was created unique), and the only place
         // that clones the `Arc` is `share`, which sets `shared` first. Other threads can only
@@ -657,26 +659,40 @@ impl<K: Key, C: Clone> Table<K, C> {
     }
 
     /// The map of one key group, by its index within the range.
-    #[inline]
+    ///
+    /// Once per state access: the common case (the group is this table's alone and in
+    /// memory) is two flag tests, and must stay small enough to inline into the keyed
+    /// function; the rest is out of line.
+    #[inline(always)]
     pub fn group_mut(&mut self, group_index: usize) -> Result<&mut KeyMap<K, C>, StateError>
     where
         C: Cell,
     {
         let group = &self.groups[group_index];
         if group.shared.get() || group.spilled.is_some() {
-            self.first_access(group_index)?;
-            let track = self.track_changes && self.groups[group_index].spilled.is_none();
-            let map = self.groups[group_index].get_mut();
-            if track {
-                // What is written from now on is what changed since the snapshot
-                // `written_after` names (nothing was written since it was taken).
-                map.track_changes();
-            } else {
-                map.untrack_changes();
-            }
-            return Ok(map);
+            return self.group_mut_first(group_index);
         }
-        Ok(self.groups[group_index].get_mut())
+        Ok(self.groups[group_index].unique_mut())
+    }
+
+    /// [`Self::group_mut`] of a group a snapshot may share, or a spilled one.
+    #[cold]
+    #[inline(never)]
+    fn group_mut_first(&mut self, group_index: usize) -> Result<&mut KeyMap<K, C>, StateError>
+    where
+        C: Cell,
+    {
+        self.first_access(group_index)?;
+        let track = self.track_changes && self.groups[group_index].spilled.is_none();
+        let map = self.groups[group_index].get_mut();
+        if track {
+            // What is written from now on is what changed since the snapshot
+            // `written_after` names (nothing was written since it was taken).
+            map.track_changes();
+        } else {
+            map.untrack_changes();
+        }
+        Ok(map)
     }
 
     /// The first access after a snapshot, or to a spilled group: records the write for
