@@ -355,6 +355,14 @@ pub fn run_taskmanager(
                 continue;
             }
         };
+        // From the first byte on, not only once registered: a JobManager that stopped leading
+        // (cut off from etcd, frozen) may still complete TCP handshakes on its port without
+        // ever answering, and the TaskManager must go to the new leader as soon as etcd
+        // names it rather than wait out the handshake's timeout.
+        let _watch = match (&source, leader_epoch) {
+            (JobManagerSource::Leader(ha), Some(epoch)) => LeaderWatch::start(Arc::clone(ha), epoch, &stream),
+            _ => None,
+        };
         let stream = match security.connect(stream, Plane::Control) {
             Ok(stream) => stream,
             Err(error) if error.is_refusal() => {
@@ -367,7 +375,7 @@ pub fn run_taskmanager(
                 continue;
             }
         };
-        if let Err(error) = follow(&state, &source, stream, &jobmanager, leader_epoch, heartbeat) {
+        if let Err(error) = follow(&state, stream, &jobmanager, leader_epoch, heartbeat) {
             tracing::warn!(%jobmanager, %error, "connection to the JobManager failed");
         }
         if state.stopping.load(Ordering::SeqCst) {
@@ -427,11 +435,50 @@ fn find_jobmanager(source: &JobManagerSource, state: &TaskManagerState) -> Optio
     }
 }
 
-/// Registers with the JobManager on `stream` and serves it until the connection ends (or,
-/// with HA, until etcd names another leader).
+/// Follows the leader in etcd while a connection to the JobManager of `epoch` lasts (its
+/// handshake, registration and service): another epoch, or none at all, shuts the connection
+/// down, also when the old leader's socket stays open (a frozen process, or one that stopped
+/// leading and no longer accepts). Stops when dropped.
+struct LeaderWatch {
+    alive: Arc<AtomicBool>,
+}
+
+impl LeaderWatch {
+    fn start(ha: Arc<weir_ha::HaServices>, epoch: i64, stream: &TcpStream) -> Option<LeaderWatch> {
+        let watched = stream.try_clone().ok()?;
+        let alive = Arc::new(AtomicBool::new(true));
+        let watching = Arc::clone(&alive);
+        std::thread::Builder::new()
+            .name("weir-tm-leader-watch".into())
+            .spawn(move || {
+                while watching.load(Ordering::SeqCst) {
+                    std::thread::sleep(LEADER_POLL);
+                    match ha.leader() {
+                        Ok(Some((_, leader))) if leader == epoch => {}
+                        Ok(_) if watching.load(Ordering::SeqCst) => {
+                            tracing::warn!(epoch, "the JobManager this TaskManager follows is no longer the leader");
+                            let _ = watched.shutdown(std::net::Shutdown::Both);
+                            return;
+                        }
+                        Ok(_) | Err(_) => {}
+                    }
+                }
+            })
+            .ok()?;
+        Some(LeaderWatch { alive })
+    }
+}
+
+impl Drop for LeaderWatch {
+    fn drop(&mut self) {
+        self.alive.store(false, Ordering::SeqCst);
+    }
+}
+
+/// Registers with the JobManager on `stream` and serves it until the connection ends (with
+/// HA, a [`LeaderWatch`] ends it when etcd names another leader).
 fn follow(
     state: &Arc<TaskManagerState>,
-    source: &JobManagerSource,
     stream: TcpStream,
     jobmanager: &str,
     leader_epoch: Option<i64>,
@@ -473,27 +520,6 @@ fn follow(
         std::thread::spawn(move || {
             while alive.load(Ordering::SeqCst) && uplink.send(ToJobManager::Heartbeat) {
                 std::thread::sleep(heartbeat.interval);
-            }
-        });
-    }
-    if let JobManagerSource::Leader(ha) = source {
-        // Follow the leader in etcd: another epoch (or none at all) ends this connection,
-        // even when the old leader's socket stays open (a frozen process).
-        let ha = Arc::clone(ha);
-        let alive = Arc::clone(&alive);
-        let watched = stream.try_clone()?;
-        std::thread::spawn(move || {
-            while alive.load(Ordering::SeqCst) {
-                std::thread::sleep(LEADER_POLL);
-                match ha.leader() {
-                    Ok(Some((_, leader))) if leader == epoch => {}
-                    Ok(_) => {
-                        tracing::warn!(epoch, "the JobManager this TaskManager follows is no longer the leader");
-                        let _ = watched.shutdown(std::net::Shutdown::Both);
-                        return;
-                    }
-                    Err(_) => {}
-                }
             }
         });
     }
