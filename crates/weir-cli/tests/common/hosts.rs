@@ -149,7 +149,12 @@ impl HostProcess {
                 }
                 panic!("{} exited ({status}) before printing '{marker}':\n{}", self.name, self.tail(40));
             }
-            assert!(Instant::now() < deadline, "{} printed no '{marker}' within {within:?}:\n{}", self.name, self.tail(40));
+            assert!(
+                Instant::now() < deadline,
+                "{} printed no '{marker}' within {within:?}:\n{}",
+                self.name,
+                self.tail(40)
+            );
             std::thread::sleep(Duration::from_millis(5));
         }
     }
@@ -203,7 +208,7 @@ impl EtcdOnHost {
         format!("http://{}:{ETCD_CLIENT_PORT}", self.ip)
     }
 
-    fn spawn(&mut self, net: &TestNet) {
+    fn command(&self, net: &TestNet) -> Command {
         let client = self.endpoint();
         let peer = format!("http://{}:{ETCD_PEER_PORT}", self.ip);
         let mut command = net.host(self.host).command(etcd_binary());
@@ -214,6 +219,12 @@ impl EtcdOnHost {
             .args(["--listen-peer-urls", &peer, "--initial-advertise-peer-urls", &peer])
             .args(["--initial-cluster", &format!("bed={peer}")])
             .args(["--log-level", "warn"]);
+        command
+    }
+
+    fn spawn(&mut self, net: &TestNet) {
+        let client = self.endpoint();
+        let command = self.command(net);
         self.process = Some(HostProcess::spawn(format!("etcd@h{}", self.host), self.host, command));
         let etcd = EtcdClient::new(std::slice::from_ref(&client), Duration::from_millis(500));
         let deadline = Instant::now() + Duration::from_secs(20);
@@ -240,10 +251,26 @@ impl EtcdOnHost {
         }
     }
 
-    /// Starts etcd again on the same data and address (after [`kill_hard`](Self::kill_hard)).
+    /// Starts etcd again on the same data and address (after [`kill_hard`](Self::kill_hard))
+    /// and waits until it answers.
     pub fn restart(&mut self, net: &TestNet) {
         self.kill_hard();
         self.spawn(net);
+    }
+
+    /// Starts etcd again without waiting for it (the harness may not reach it now).
+    pub fn respawn(&mut self, net: &TestNet) {
+        self.kill_hard();
+        let command = self.command(net);
+        if let Some(old) = self.process.replace(HostProcess::spawn(format!("etcd@h{}", self.host), self.host, command))
+        {
+            drop(old);
+        }
+    }
+
+    /// True once the etcd process exited.
+    pub fn exited(&mut self) -> bool {
+        self.process.as_mut().is_none_or(HostProcess::exited)
     }
 
     pub fn signal(&self, signal: i32) {
@@ -265,8 +292,17 @@ pub struct JobManagerOnHost {
 /// A TaskManager process on a host.
 pub struct TaskManagerOnHost {
     pub process: HostProcess,
-    /// Its id (from its first line).
-    pub id: String,
+}
+
+impl TaskManagerOnHost {
+    /// Its id, from the line it prints when it listens (empty until then).
+    pub fn id(&self) -> String {
+        self.process
+            .lines_with("listening on", self.process.started)
+            .first()
+            .and_then(|line| line.text.split("TaskManager ").nth(1)?.split(' ').next().map(str::to_string))
+            .unwrap_or_default()
+    }
 }
 
 /// Which host runs what.
@@ -289,8 +325,11 @@ impl Layout {
         Layout { etcd: 0, jobmanagers: jm, taskmanagers: tm, others: free }
     }
 
+    /// How many hosts the layout uses (one more than the highest index).
     pub fn hosts(&self) -> usize {
-        1 + self.jobmanagers.len() + self.taskmanagers.len() + self.others.len()
+        let all =
+            [self.etcd].into_iter().chain(self.jobmanagers.iter().copied()).chain(self.taskmanagers.iter().copied());
+        all.chain(self.others.iter().copied()).max().map_or(1, |h| h + 1)
     }
 }
 
@@ -302,6 +341,11 @@ pub struct HostCluster {
     pub etcd: EtcdOnHost,
     ha: HaServices,
     pub layout: Layout,
+    /// Processes that were killed or exited and replaced: their output is still looked at.
+    pub retired: Vec<HostProcess>,
+    /// The JobManagers' RPC address for TaskManagers on their host (`127.0.0.1` for a
+    /// loopback cluster); `None`: the host's own address.
+    rpc_host: Option<String>,
     pub config: PathBuf,
     pub dir: tempfile::TempDir,
     pub net: TestNet,
@@ -340,6 +384,34 @@ impl HostCluster {
     /// A bed of `layout.hosts()` hosts, etcd, the JobManagers (the first one leads: the
     /// others start once it does) and the TaskManagers (each registered with the leader).
     pub fn start(layout: Layout, extra: &[&str]) -> HostCluster {
+        let mut cluster = HostCluster::start_on(layout, extra, None);
+        for index in 0..cluster.taskmanagers.len() {
+            cluster.start_taskmanager(index);
+        }
+        cluster
+    }
+
+    /// As [`start`](Self::start) without starting the TaskManagers: the test starts each
+    /// with [`start_taskmanager_with`](Self::start_taskmanager_with) and its own overrides.
+    pub fn start_without_taskmanagers(layout: Layout, extra: &[&str]) -> HostCluster {
+        HostCluster::start_on(layout, extra, None)
+    }
+
+    /// One host running etcd, a JobManager and `taskmanagers` TaskManagers that reach it and
+    /// each other over loopback (`127.0.0.1`: the control and data planes never leave the
+    /// host); its REST API on the host's address for the harness.
+    pub fn start_loopback(taskmanagers: usize, extra: &[&str]) -> HostCluster {
+        let layout = Layout { etcd: 0, jobmanagers: vec![0], taskmanagers: vec![0; taskmanagers], others: Vec::new() };
+        let mut extra = extra.to_vec();
+        extra.push("taskmanager.data.port: 0");
+        let mut cluster = HostCluster::start_on(layout, &extra, Some("127.0.0.1".to_string()));
+        for index in 0..cluster.taskmanagers.len() {
+            cluster.start_taskmanager(index);
+        }
+        cluster
+    }
+
+    fn start_on(layout: Layout, extra: &[&str], rpc_host: Option<String>) -> HostCluster {
         let net = TestNet::new(layout.hosts());
         let dir = tempfile::tempdir().expect("a temporary directory");
         let etcd = EtcdOnHost::start(&net, layout.etcd, dir.path().join("etcd"));
@@ -358,6 +430,8 @@ impl HostCluster {
             etcd,
             ha,
             layout,
+            retired: Vec::new(),
+            rpc_host,
             config,
             dir,
             net,
@@ -367,9 +441,6 @@ impl HostCluster {
             if index == 0 {
                 cluster.wait_for_leader(None, START_MAX);
             }
-        }
-        for index in 0..cluster.taskmanagers.len() {
-            cluster.start_taskmanager(index);
         }
         cluster
     }
@@ -388,16 +459,29 @@ impl HostCluster {
     /// Starts JobManager `index` on its host (again, after it was killed); returns once it
     /// printed its addresses (it leads or stands by).
     pub fn start_jobmanager(&mut self, index: usize) {
+        self.spawn_jobmanager(index);
+        let jm = self.jobmanager_mut(index);
+        let since = jm.process.started;
+        jm.process.wait_line("REST API at http://", since, START_MAX);
+    }
+
+    /// Starts JobManager `index` on its host without waiting for it; a process it replaces
+    /// is killed and retired.
+    pub fn spawn_jobmanager(&mut self, index: usize) {
         let host = self.layout.jobmanagers[index];
         let ip = self.host_ip(host);
+        let rpc_host = self.rpc_host.clone().unwrap_or_else(|| ip.to_string());
         let mut command = self.weir_on(host, "info");
         command.arg("jobmanager").arg("-c").arg(&self.config);
-        command.args(["-D", &format!("jobmanager.rpc.address={ip}"), "-D", &format!("rest.address={ip}")]);
-        let mut process = HostProcess::spawn(format!("jm{index}@h{host}"), host, command);
-        let since = process.started;
-        process.wait_line("REST API at http://", since, START_MAX);
-        let jobmanager = JobManagerOnHost { process, rest: format!("{ip}:{REST_PORT}"), rpc: format!("{ip}:{RPC_PORT}") };
-        self.jobmanagers[index] = Some(jobmanager);
+        command.args(["-D", &format!("jobmanager.rpc.address={rpc_host}"), "-D", &format!("rest.address={ip}")]);
+        let generation = self.retired.len();
+        let process = HostProcess::spawn(format!("jm{index}@h{host}#{generation}"), host, command);
+        let jobmanager =
+            JobManagerOnHost { process, rest: format!("{ip}:{REST_PORT}"), rpc: format!("{rpc_host}:{RPC_PORT}") };
+        if let Some(mut old) = self.jobmanagers[index].replace(jobmanager) {
+            old.process.kill_hard();
+            self.retired.push(old.process);
+        }
     }
 
     /// Starts TaskManager `index` on its host; returns once it registered with the leader.
@@ -407,19 +491,27 @@ impl HostCluster {
 
     /// As [`start_taskmanager`](Self::start_taskmanager) with `-D` overrides.
     pub fn start_taskmanager_with(&mut self, index: usize, overrides: &[String]) {
+        self.spawn_taskmanager_with(index, overrides);
+        let tm = self.taskmanager_mut(index);
+        let since = tm.process.started;
+        tm.process.wait_line("registered at", since, START_MAX);
+    }
+
+    /// Starts TaskManager `index` on its host with `-D` overrides without waiting for it; a
+    /// process it replaces is killed and retired.
+    pub fn spawn_taskmanager_with(&mut self, index: usize, overrides: &[String]) {
         let host = self.layout.taskmanagers[index];
         let mut command = self.weir_on(host, "warn");
         command.arg("taskmanager").arg("-c").arg(&self.config);
         for value in overrides {
             command.args(["-D", value]);
         }
-        let mut process = HostProcess::spawn(format!("tm{index}@h{host}"), host, command);
-        let since = process.started;
-        let line = process.wait_line("listening on", since, START_MAX);
-        let id = line.text.split("TaskManager ").nth(1).and_then(|r| r.split(' ').next()).unwrap_or_default();
-        let id = id.to_string();
-        process.wait_line("registered at", since, START_MAX);
-        self.taskmanagers[index] = Some(TaskManagerOnHost { process, id });
+        let generation = self.retired.len();
+        let process = HostProcess::spawn(format!("tm{index}@h{host}#{generation}"), host, command);
+        if let Some(mut old) = self.taskmanagers[index].replace(TaskManagerOnHost { process }) {
+            old.process.kill_hard();
+            self.retired.push(old.process);
+        }
     }
 
     pub fn jobmanager(&self, index: usize) -> &JobManagerOnHost {
@@ -574,7 +666,7 @@ impl HostCluster {
         loop {
             let ids = self.subtask_taskmanagers(job);
             let running: Vec<usize> = (0..self.taskmanagers.len())
-                .filter(|&i| self.taskmanagers[i].as_ref().is_some_and(|tm| ids.contains(&tm.id)))
+                .filter(|&i| self.taskmanagers[i].as_ref().is_some_and(|tm| ids.contains(&tm.id())))
                 .collect();
             if !running.is_empty() {
                 return running;
@@ -603,16 +695,20 @@ impl HostCluster {
         for tm in self.taskmanagers.iter().flatten() {
             parts.push(tm.process.tail(n));
         }
+        if let Some(etcd) = &self.etcd.process {
+            parts.push(etcd.tail(n));
+        }
         parts.join("\n")
     }
 
-    /// Every JobManager's "checkpoint completed" log lines as (checkpoint id, JobManager
-    /// index, when read): no two leaders may complete the same checkpoint.
-    pub fn completed_checkpoints(&self) -> Vec<(u64, usize, Instant)> {
+    /// Every JobManager process's "checkpoint completed" log lines, retired ones included, as
+    /// (checkpoint id, process name, when read), in the order read: no two leaders may
+    /// complete the same checkpoint.
+    pub fn completed_checkpoints(&self) -> Vec<(u64, String, Instant)> {
         let mut all = Vec::new();
-        for (index, jm) in self.jobmanagers.iter().enumerate() {
-            let Some(jm) = jm else { continue };
-            for line in jm.process.lines_with("checkpoint completed", jm.process.started) {
+        let processes = self.jobmanagers.iter().flatten().map(|jm| &jm.process).chain(&self.retired);
+        for process in processes.filter(|p| p.name.starts_with("jm")) {
+            for line in process.lines_with("checkpoint completed", process.started) {
                 let id = line
                     .text
                     .split("checkpoint=")
@@ -620,7 +716,7 @@ impl HostCluster {
                     .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
                     .and_then(|digits| digits.parse().ok());
                 if let Some(id) = id {
-                    all.push((id, index, line.at));
+                    all.push((id, process.name.clone(), line.at));
                 }
             }
         }
