@@ -21,4 +21,4 @@ cd "$(dirname "$0")/.."
 export WEIR_BENCH_ROUNDS=${WEIR_BENCH_ROUNDS:-5}
 export WEIR_BENCH_EVENTS=${WEIR_BENCH_EVENTS:-20000000}
 cargo test --release -p weir-cli --test multi_host --no-run >/dev/null 2>&1
-cargo test --release -p weir-cli --test multi_host -- --ignored --nocapture --test-threads 1 bench_ 2>&1 | grep '^BENCH\|panicked\|^test result'
+cargo test --release -p weir-cli --test multi_host -- --ignored --nocapture --test-threads 1 bench_ 2>&1 | grep -o 'BENCH.*\|panicked.*\|test result.*'
