@@ -837,7 +837,7 @@ fn two_taskmanager_hosts(delay: Option<Duration>) -> (HostCluster, Vec<netns::Tc
 fn bench_counter_p4_across_two_taskmanager_hosts_with_1ms_rtt_against_loopback() {
     let _serial = serial();
     let rounds = bench_rounds();
-    let events: u64 = std::env::var("WEIR_BENCH_EVENTS").ok().and_then(|e| e.parse().ok()).unwrap_or(20_000_000);
+    let events: u64 = std::env::var("WEIR_BENCH_EVENTS").ok().and_then(|e| e.parse().ok()).unwrap_or(100_000_000);
     let mut medians = Vec::new();
     let configurations: [(&str, Option<Option<Duration>>); 4] = [
         ("loopback cluster (JobManager and 2 TaskManagers on one host, 127.0.0.1)", None),
@@ -855,6 +855,11 @@ fn bench_counter_p4_across_two_taskmanager_hosts_with_1ms_rtt_against_loopback()
         };
         let throughput: Vec<f64> = counter_throughput(&cluster, events, rounds).into_iter().map(|e| e / 1e6).collect();
         report(&format!("counter p=4, {events} events, {name}"), "M events/s", &throughput);
+        // The data plane went through the proxies: each relayed the other TaskManager's
+        // connections to its TaskManager.
+        for proxy in &proxies {
+            assert!(proxy.connections() > 0, "nothing went through the delay proxy to {}", proxy.target());
+        }
         medians.push(spread(&throughput).1);
         drop(proxies);
         drop(cluster);
