@@ -81,12 +81,28 @@ impl<T> From<WireElement<T>> for StreamElement<T> {
     }
 }
 
-/// Writes one length-prefixed frame.
+/// The bytes of a frame's length prefix.
+const LENGTH_BYTES: usize = 4;
+
+/// Writes one length-prefixed frame, in one write: on a socket with `TCP_NODELAY` (every data
+/// connection) the length written on its own would go out as a segment of 4 bytes before
+/// the payload's.
 pub fn write_frame(stream: &mut impl Write, payload: &[u8]) -> std::io::Result<()> {
-    let length = u32::try_from(payload.len())
-        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "frame too large"))?;
-    stream.write_all(&length.to_le_bytes())?;
-    stream.write_all(payload)
+    let mut frame = Vec::with_capacity(LENGTH_BYTES + payload.len());
+    frame.extend_from_slice(&[0; LENGTH_BYTES]);
+    frame.extend_from_slice(payload);
+    write_prefixed_frame(stream, &mut frame)
+}
+
+/// Writes `frame` as one length-prefixed frame in one write: its first [`LENGTH_BYTES`] bytes
+/// are room for the prefix, which this fills in; the payload follows them. Saves the copy
+/// [`write_frame`] makes.
+fn write_prefixed_frame(stream: &mut impl Write, frame: &mut [u8]) -> std::io::Result<()> {
+    let too_large = || std::io::Error::new(std::io::ErrorKind::InvalidInput, "frame too large");
+    let payload = frame.len().checked_sub(LENGTH_BYTES).ok_or_else(too_large)?;
+    let length = u32::try_from(payload).map_err(|_| too_large())?;
+    frame[..LENGTH_BYTES].copy_from_slice(&length.to_le_bytes());
+    stream.write_all(frame)
 }
 
 /// Reads one length-prefixed frame into `buffer`; `Ok(false)` at a clean end of stream.
@@ -193,20 +209,22 @@ pub fn bridge_sender<T: Data>(local: ChannelReceiver<T>, stream: TcpStream) -> s
     })?;
     let mut writer_stream = stream;
     let writer = std::thread::Builder::new().name("weir-net-send".into()).spawn(move || {
-        let mut payload = Vec::new();
+        // The frame: room for its length prefix, then the element's bytes.
+        let mut frame = Vec::new();
         // Runs until the producer drops its end of the channel: after its end of partition a
         // producer waiting for the job's final checkpoint still sends barriers.
         while let Ok(element) = local.recv() {
             if !credits.take() {
                 break;
             }
-            payload.clear();
+            frame.clear();
+            frame.extend_from_slice(&[0; LENGTH_BYTES]);
             let wire: WireElement<T> = element.into();
-            payload = match postcard::to_extend(&wire, std::mem::take(&mut payload)) {
-                Ok(payload) => payload,
+            frame = match postcard::to_extend(&wire, std::mem::take(&mut frame)) {
+                Ok(frame) => frame,
                 Err(_) => break,
             };
-            if write_frame(&mut writer_stream, &payload).is_err() {
+            if write_prefixed_frame(&mut writer_stream, &mut frame).is_err() {
                 break;
             }
         }
@@ -272,6 +290,31 @@ mod tests {
         let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
         let (server, _) = listener.accept().unwrap();
         (client, server)
+    }
+
+    /// A frame goes out in one write, its length prefix with its payload: on a TCP_NODELAY
+    /// socket every write is a segment of its own.
+    #[test]
+    fn a_frame_is_one_write() {
+        struct Writes(Vec<Vec<u8>>);
+        impl Write for Writes {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                self.0.push(buf.to_vec());
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let mut writes = Writes(Vec::new());
+        write_frame(&mut writes, b"hello").unwrap();
+        write_frame(&mut writes, &1u32.to_le_bytes()).unwrap();
+        assert_eq!(writes.0, [b"\x05\0\0\0hello".to_vec(), vec![4, 0, 0, 0, 1, 0, 0, 0]]);
+        let mut frame = vec![0xff; LENGTH_BYTES];
+        frame.extend_from_slice(b"abc");
+        write_prefixed_frame(&mut writes, &mut frame).unwrap();
+        assert_eq!(writes.0[2], b"\x03\0\0\0abc");
+        assert!(write_prefixed_frame(&mut writes, &mut [0, 0]).is_err(), "a frame shorter than its prefix");
     }
 
     /// A frame's buffer grows with what arrives: a claimed 200 MiB followed by 10 bytes and

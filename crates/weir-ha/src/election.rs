@@ -121,6 +121,28 @@ impl Leadership {
         }
     }
 
+    /// Gives up a leadership already lost: revokes its lease, retrying while etcd does not
+    /// answer (for at most `within`), so that a leader key the lease still holds goes at once
+    /// rather than after the TTL. That happens when etcd was down or frozen and came back with
+    /// the lease renewed: the lease outlives the leadership this process already gave up.
+    /// Nothing is unfenced: the process acts no more on this leadership.
+    pub fn release_lost(mut self, within: Duration) {
+        self.stop_keeper();
+        self.lost.store(true, Ordering::SeqCst);
+        let deadline = Instant::now() + within;
+        loop {
+            match self.client.revoke(self.lease) {
+                // Revoked, or etcd refused (the lease is gone already).
+                Ok(()) | Err(EtcdError::Refused { .. }) => return,
+                Err(_) if Instant::now() < deadline => std::thread::sleep(CAMPAIGN_POLL),
+                Err(error) => {
+                    tracing::warn!(%error, "cannot revoke the lost leadership's lease; it expires by itself");
+                    return;
+                }
+            }
+        }
+    }
+
     fn stop_keeper(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
         if let Some(keeper) = self.keeper.take() {

@@ -25,6 +25,9 @@ use crate::settings;
 
 /// How often a standby looks up where the leader is (for its REST forwarding).
 const LEADER_LOOKUP_INTERVAL: Duration = Duration::from_millis(200);
+/// How long a JobManager that lost its leadership keeps trying to revoke its lease while
+/// etcd does not answer.
+const LOST_LEASE_REVOKE_MAX: Duration = Duration::from_secs(30);
 /// How long a JobManager that lost its leadership waits for its jobs to suspend.
 const SUSPEND_WAIT_MAX: Duration = Duration::from_secs(10);
 
@@ -198,6 +201,12 @@ pub fn jobmanager(
             leadership.resign();
         } else {
             eprintln!("JobManager {id} lost its leadership (epoch {epoch}); it stops acting and stands by");
+            // Its lease may still hold the leader key: etcd was down or frozen and came back
+            // with the lease's TTL renewed. Revoked (in the background, retried while etcd does
+            // not answer), the next election need not wait the TTL out.
+            let _ = std::thread::Builder::new()
+                .name("weir-revoke-lost-lease".into())
+                .spawn(move || leadership.release_lost(LOST_LEASE_REVOKE_MAX));
         }
         *lock(&term) = None;
         *lock(&route) = LeaderRoute::Unknown;

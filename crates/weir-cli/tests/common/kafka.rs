@@ -50,20 +50,28 @@ pub struct Broker {
 
 impl Broker {
     pub fn start() -> Broker {
+        Broker::start_with("127.0.0.1", free_port, |program| Command::new(program))
+    }
+
+    /// A broker listening on `host` (and advertising it) on a port `port` gives, run by the
+    /// command `command` makes for the broker's binary (on a host of the multi-host test bed,
+    /// say).
+    #[allow(dead_code)]
+    pub fn start_with(host: &str, port: impl Fn() -> u16, command: impl Fn(&std::path::Path) -> Command) -> Broker {
         // Another test's broker may take the free port first: then ours exits, and we retry.
         for _ in 0..5 {
             let data = tempfile::tempdir().unwrap();
-            let port = free_port();
-            let mut child = Command::new(binary())
+            let port = port();
+            let mut child = command(&binary())
                 .args(["start", "--only", "kafka", "--data-dir"])
                 .arg(data.path())
-                .args(["--host", "127.0.0.1", "--kafka-port", &port.to_string()])
+                .args(["--host", host, "--kafka-port", &port.to_string()])
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .spawn()
                 .unwrap_or_else(|e| panic!("cannot start noida-db: {e}; install it: {INSTALL}"));
-            let bootstrap = format!("127.0.0.1:{port}");
+            let bootstrap = format!("{host}:{port}");
             let deadline = Instant::now() + Duration::from_secs(20);
             while std::net::TcpStream::connect(&bootstrap).is_err() && child.try_wait().unwrap().is_none() {
                 assert!(Instant::now() < deadline, "noida-db did not open {bootstrap} within 20 s");

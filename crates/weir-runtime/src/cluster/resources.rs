@@ -425,17 +425,20 @@ impl ClusterResources {
     fn serve_registered(&self, taskmanager_id: String, mut reader: BufReader<TcpStream>) {
         let mut why = "the connection was lost (the process died or the network failed)";
         while let Some(message) = next_message(&mut reader, &taskmanager_id) {
+            // Any message shows the TaskManager alive, as any frame of this JobManager shows
+            // it alive to the TaskManager: both sides count the same silence, so a TaskManager
+            // cut off stops its subtasks (its watchdog) about when they are restarted here,
+            // not up to heartbeat.interval later (its own heartbeats are that far apart).
+            if let Some(tm) = lock(&self.taskmanagers).get_mut(&taskmanager_id) {
+                tm.last_heartbeat = Instant::now();
+            }
             match message {
                 ToJobManager::Deregister => {
                     tracing::info!(taskmanager = %taskmanager_id, "TaskManager deregistered: it is shutting down");
                     why = "the TaskManager shut down (it was stopped, e.g. by SIGTERM)";
                     break;
                 }
-                ToJobManager::Heartbeat | ToJobManager::Register { .. } => {
-                    if let Some(tm) = lock(&self.taskmanagers).get_mut(&taskmanager_id) {
-                        tm.last_heartbeat = Instant::now();
-                    }
-                }
+                ToJobManager::Heartbeat | ToJobManager::Register { .. } => {}
                 ToJobManager::TaskEvent { job_id, attempt, event } => {
                     let key = (job_id, attempt);
                     if let Some(route) = lock(&self.routes).get(&key) {
@@ -1162,6 +1165,34 @@ mod tests {
         expect_cancel(&mut b, "recovered", 3);
         wait_free(&resources, 4);
         assert!(lock(&resources.reported).is_empty());
+        resources.stop();
+    }
+
+    /// Every message of a TaskManager counts as a heartbeat: one that reports its counters
+    /// but sends no heartbeat within the timeout stays; one that falls silent is dropped
+    /// once the timeout passed.
+    #[test]
+    fn any_message_of_a_taskmanager_keeps_it_alive_and_silence_drops_it() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = listener.local_addr().unwrap();
+        let timeout = Duration::from_secs(1);
+        let resources = ClusterResources::start_term(listener, timeout, 1, WireSecurity::open()).unwrap();
+        let tm = register(address, "a", Vec::new());
+        let mut writer = tm.get_ref().try_clone().unwrap();
+        let metrics = ToJobManager::Metrics { job_id: "job".into(), attempt: 0, subtasks: Vec::new() };
+        let until = Instant::now() + 3 * timeout;
+        let mut silent = Instant::now();
+        while Instant::now() < until {
+            send(&mut writer, &metrics).unwrap();
+            silent = Instant::now();
+            std::thread::sleep(Duration::from_millis(100));
+            assert_eq!(resources.taskmanagers().len(), 1, "a TaskManager that reports counters was dropped");
+        }
+        while !resources.taskmanagers().is_empty() {
+            assert!(silent.elapsed() < 5 * timeout, "a silent TaskManager stayed registered");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(silent.elapsed() >= timeout, "dropped after {:?} of silence", silent.elapsed());
         resources.stop();
     }
 

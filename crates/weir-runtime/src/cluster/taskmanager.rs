@@ -208,6 +208,9 @@ struct TaskManagerState {
     stopping: AtomicBool,
     /// When a JobManager was last heard from ([`monotonic_ms`]).
     last_contact_ms: AtomicU64,
+    /// When the watchdog last looked ([`monotonic_ms`]): a longer pause than
+    /// `heartbeat.timeout` since means the process was stopped (SIGSTOP) or starved that long.
+    watchdog_tick_ms: AtomicU64,
 }
 
 /// Cancels every attempt still running once no JobManager was heard from for `timeout`: a
@@ -215,9 +218,16 @@ struct TaskManagerState {
 /// its subtasks on as zombies while the JobManager restarts them elsewhere. A leader's
 /// failover ends well within `heartbeat.timeout` (the lease's TTL), so reconciling with a new
 /// leader is not affected.
+///
+/// A process stopped (SIGSTOP) for longer than `timeout` counts as cut off too, whatever it
+/// reads on waking: what the JobManager sent before it gave up on this TaskManager still sits
+/// in the socket, and the watchdog's own pause tells.
 fn stop_zombies(state: &TaskManagerState, timeout: Duration) {
-    let silent_ms = monotonic_ms().saturating_sub(state.last_contact_ms.load(Ordering::SeqCst));
-    if silent_ms <= timeout.as_millis() as u64 {
+    let now = monotonic_ms();
+    let silent_ms = now.saturating_sub(state.last_contact_ms.load(Ordering::SeqCst));
+    let stalled_ms = now.saturating_sub(state.watchdog_tick_ms.load(Ordering::SeqCst));
+    let timeout_ms = timeout.as_millis() as u64;
+    if silent_ms <= timeout_ms && stalled_ms <= timeout_ms {
         return;
     }
     let attempts = lock(&state.attempts);
@@ -231,8 +241,9 @@ fn stop_zombies(state: &TaskManagerState, timeout: Duration) {
     }
     tracing::warn!(
         silent_ms,
+        stalled_ms,
         attempts = running.len(),
-        "no JobManager heard from for longer than heartbeat.timeout: cancelling this TaskManager's subtasks (the job restarts them elsewhere)"
+        "no JobManager heard from for longer than heartbeat.timeout (or this process was stopped that long): cancelling this TaskManager's subtasks (the job restarts them elsewhere)"
     );
     for attempt in attempts.values() {
         attempt.cancel.store(true, Ordering::SeqCst);
@@ -315,6 +326,7 @@ pub fn run_taskmanager(
         connection: Mutex::new(None),
         stopping: AtomicBool::new(false),
         last_contact_ms: AtomicU64::new(monotonic_ms()),
+        watchdog_tick_ms: AtomicU64::new(monotonic_ms()),
     });
     {
         let state = Arc::clone(&state);
@@ -322,6 +334,7 @@ pub fn run_taskmanager(
             loop {
                 std::thread::sleep(Duration::from_millis(200));
                 stop_zombies(&state, heartbeat.timeout);
+                state.watchdog_tick_ms.store(monotonic_ms(), Ordering::SeqCst);
             }
         })?;
     }
@@ -355,6 +368,14 @@ pub fn run_taskmanager(
                 continue;
             }
         };
+        // From the first byte on, not only once registered: a JobManager that stopped leading
+        // (cut off from etcd, frozen) may still complete TCP handshakes on its port without
+        // ever answering, and the TaskManager must go to the new leader as soon as etcd
+        // names it rather than wait out the handshake's timeout.
+        let _watch = match (&source, leader_epoch) {
+            (JobManagerSource::Leader(ha), Some(epoch)) => LeaderWatch::start(Arc::clone(ha), epoch, &stream),
+            _ => None,
+        };
         let stream = match security.connect(stream, Plane::Control) {
             Ok(stream) => stream,
             Err(error) if error.is_refusal() => {
@@ -367,7 +388,7 @@ pub fn run_taskmanager(
                 continue;
             }
         };
-        if let Err(error) = follow(&state, &source, stream, &jobmanager, leader_epoch, heartbeat) {
+        if let Err(error) = follow(&state, stream, &jobmanager, leader_epoch, heartbeat) {
             tracing::warn!(%jobmanager, %error, "connection to the JobManager failed");
         }
         if state.stopping.load(Ordering::SeqCst) {
@@ -427,17 +448,60 @@ fn find_jobmanager(source: &JobManagerSource, state: &TaskManagerState) -> Optio
     }
 }
 
-/// Registers with the JobManager on `stream` and serves it until the connection ends (or,
-/// with HA, until etcd names another leader).
+/// Follows the leader in etcd while a connection to the JobManager of `epoch` lasts (its
+/// handshake, registration and service): another epoch, or none at all, shuts the connection
+/// down, also when the old leader's socket stays open (a frozen process, or one that stopped
+/// leading and no longer accepts). Stops when dropped.
+struct LeaderWatch {
+    alive: Arc<AtomicBool>,
+}
+
+impl LeaderWatch {
+    fn start(ha: Arc<weir_ha::HaServices>, epoch: i64, stream: &TcpStream) -> Option<LeaderWatch> {
+        let watched = stream.try_clone().ok()?;
+        let alive = Arc::new(AtomicBool::new(true));
+        let watching = Arc::clone(&alive);
+        std::thread::Builder::new()
+            .name("weir-tm-leader-watch".into())
+            .spawn(move || {
+                while watching.load(Ordering::SeqCst) {
+                    std::thread::sleep(LEADER_POLL);
+                    match ha.leader() {
+                        Ok(Some((_, leader))) if leader == epoch => {}
+                        Ok(_) if watching.load(Ordering::SeqCst) => {
+                            tracing::warn!(epoch, "the JobManager this TaskManager follows is no longer the leader");
+                            let _ = watched.shutdown(std::net::Shutdown::Both);
+                            return;
+                        }
+                        Ok(_) | Err(_) => {}
+                    }
+                }
+            })
+            .ok()?;
+        Some(LeaderWatch { alive })
+    }
+}
+
+impl Drop for LeaderWatch {
+    fn drop(&mut self) {
+        self.alive.store(false, Ordering::SeqCst);
+    }
+}
+
+/// Registers with the JobManager on `stream` and serves it until the connection ends (with
+/// HA, a [`LeaderWatch`] ends it when etcd names another leader).
 fn follow(
     state: &Arc<TaskManagerState>,
-    source: &JobManagerSource,
     stream: TcpStream,
     jobmanager: &str,
     leader_epoch: Option<i64>,
     heartbeat: Heartbeats,
 ) -> std::io::Result<()> {
     let _ = stream.set_nodelay(true);
+    // Back after heartbeat.timeout without a JobManager (a process frozen and woken, a
+    // partition healed before the watchdog's next look): its subtasks were restarted
+    // elsewhere, so they stop now, before this JobManager hears of them.
+    stop_zombies(state, heartbeat.timeout);
     let mut writer = BufWriter::new(stream.try_clone()?);
     let register = ToJobManager::Register {
         taskmanager_id: state.id.clone(),
@@ -457,9 +521,15 @@ fn follow(
     stream.set_read_timeout(Some(heartbeat.timeout))?;
     state.last_contact_ms.store(monotonic_ms(), Ordering::SeqCst);
     let followed = state.max_epoch.load(Ordering::SeqCst);
-    if epoch < followed || leader_epoch.is_some_and(|leader| leader != epoch) {
+    if epoch < followed {
         return Err(std::io::Error::other(format!(
             "the JobManager at {jobmanager} leads epoch {epoch}, older than epoch {followed} this TaskManager follows; refused"
+        )));
+    }
+    if let Some(named) = leader_epoch.filter(|&named| named != epoch) {
+        // It lost the leadership etcd named it for and won another since: look it up again.
+        return Err(std::io::Error::other(format!(
+            "the JobManager at {jobmanager} leads epoch {epoch}, not epoch {named} etcd named it for; looking the leader up again"
         )));
     }
     state.max_epoch.store(epoch, Ordering::SeqCst);
@@ -473,27 +543,6 @@ fn follow(
         std::thread::spawn(move || {
             while alive.load(Ordering::SeqCst) && uplink.send(ToJobManager::Heartbeat) {
                 std::thread::sleep(heartbeat.interval);
-            }
-        });
-    }
-    if let JobManagerSource::Leader(ha) = source {
-        // Follow the leader in etcd: another epoch (or none at all) ends this connection,
-        // even when the old leader's socket stays open (a frozen process).
-        let ha = Arc::clone(ha);
-        let alive = Arc::clone(&alive);
-        let watched = stream.try_clone()?;
-        std::thread::spawn(move || {
-            while alive.load(Ordering::SeqCst) {
-                std::thread::sleep(LEADER_POLL);
-                match ha.leader() {
-                    Ok(Some((_, leader))) if leader == epoch => {}
-                    Ok(_) => {
-                        tracing::warn!(epoch, "the JobManager this TaskManager follows is no longer the leader");
-                        let _ = watched.shutdown(std::net::Shutdown::Both);
-                        return;
-                    }
-                    Err(_) => {}
-                }
             }
         });
     }
