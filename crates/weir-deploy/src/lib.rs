@@ -13,6 +13,7 @@
 //! - [`processes`]: a deployment's clusters as processes of its binary.
 //! - [`cluster_api`]: the controller's client of a cluster's REST API.
 //! - [`history`]: trimming the savepoint history.
+//! - [`schema`]: JSON-schema helpers for the spec and status (the `WeirDeployment` CRD).
 #![warn(missing_docs)]
 
 pub mod cluster_api;
@@ -21,6 +22,7 @@ pub mod fence;
 pub mod history;
 pub mod lock;
 pub mod processes;
+pub mod schema;
 pub mod spec;
 pub mod status;
 pub mod store;

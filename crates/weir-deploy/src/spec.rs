@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_norway::Value;
 
@@ -39,12 +40,30 @@ pub struct Metadata {
 }
 
 /// What should run: the program, its configuration, the cluster and the job.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DeploymentSpec {
     /// The program holding the job: the `weir` binary or a user's own (the lesson's image).
-    /// An absolute path once applied.
+    /// An absolute path once applied. On Kubernetes, the program inside `image` (`weir`
+    /// when empty).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub binary: String,
+    /// Kubernetes: the container image of the JobManager and TaskManager pods (one image
+    /// for both; its entry point is `weir`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// Kubernetes: `Always`, `IfNotPresent` or `Never`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_pull_policy: Option<String>,
+    /// Kubernetes: the ServiceAccount of the JobManager pods (it creates the TaskManager
+    /// pods, and with Kubernetes HA its Lease and ConfigMaps).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_account: Option<String>,
+    /// Kubernetes: a Pod the JobManager and TaskManager pods start from (labels, volumes,
+    /// sidecars); the operator's own settings win where both set a field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "crate::schema::any_object")]
+    pub pod_template: Option<serde_json::Value>,
     /// Flink keys for the deployment's cluster and job.
     #[serde(default)]
     pub configuration: BTreeMap<String, String>,
@@ -59,37 +78,56 @@ pub struct DeploymentSpec {
 }
 
 /// The JobManagers of a deployment's cluster.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct JobManagerSpec {
-    /// How many; more than one needs `high-availability.type: etcd`.
+    /// How many; more than one needs high availability (`high-availability.type`).
     pub replicas: u32,
+    /// Kubernetes: the CPU and memory of each JobManager pod.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource: Option<Resource>,
 }
 
 impl Default for JobManagerSpec {
     fn default() -> Self {
-        JobManagerSpec { replicas: 1 }
+        JobManagerSpec { replicas: 1, resource: None }
     }
 }
 
+/// The CPU and memory of a pod, as `FlinkDeployment`'s `resource`: `cpu: 0.5`,
+/// `memory: "1024m"` (Kubernetes quantities: `512Mi`, `2g`, ...).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Resource {
+    /// Cores (requests and limits).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<serde_json::Number>,
+    /// Memory (requests and limits).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<String>,
+}
+
 /// The TaskManagers of a deployment's cluster.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TaskManagerSpec {
     /// How many.
     pub replicas: u32,
     /// Slots of each (`taskmanager.numberOfTaskSlots`).
     pub slots: u32,
+    /// Kubernetes: the CPU and memory of each TaskManager pod.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource: Option<Resource>,
 }
 
 impl Default for TaskManagerSpec {
     fn default() -> Self {
-        TaskManagerSpec { replicas: 1, slots: 1 }
+        TaskManagerSpec { replicas: 1, slots: 1, resource: None }
     }
 }
 
 /// The job of a deployment.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct JobSpec {
     /// The catalog job of `binary` (`weir jobs` lists them).
@@ -118,7 +156,7 @@ pub struct JobSpec {
 }
 
 /// How an upgrade (or a suspend) carries the job's state.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum UpgradeMode {
     /// Stop with a savepoint, start the new spec from it.
@@ -142,7 +180,7 @@ impl UpgradeMode {
 }
 
 /// The state a deployment's job should be in.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum DesiredState {
     /// Running.
@@ -185,13 +223,91 @@ pub fn parse(text: &str, warnings: &mut Vec<String>) -> Result<WeirDeployment, S
     check_name(&name)?;
     let spec_value = mapping(required(root, "", "spec")?, "spec")?;
     let spec = parse_spec(spec_value)?;
+    for field in kubernetes_fields(&spec) {
+        warnings.push(format!(
+            "{field}: read only by `weir operator --kubernetes`; this operator runs spec.binary as processes"
+        ));
+    }
     let deployment = WeirDeployment { api_version, kind, metadata: Metadata { name, generation: 0 }, spec };
     check(&deployment.spec, warnings)?;
     Ok(deployment)
 }
 
+/// The fields set in `spec` that only the Kubernetes backend reads.
+pub fn kubernetes_fields(spec: &DeploymentSpec) -> Vec<&'static str> {
+    let mut fields = Vec::new();
+    if spec.image.is_some() {
+        fields.push("spec.image");
+    }
+    if spec.image_pull_policy.is_some() {
+        fields.push("spec.imagePullPolicy");
+    }
+    if spec.service_account.is_some() {
+        fields.push("spec.serviceAccount");
+    }
+    if spec.pod_template.is_some() {
+        fields.push("spec.podTemplate");
+    }
+    if spec.job_manager.resource.is_some() {
+        fields.push("spec.jobManager.resource");
+    }
+    if spec.task_manager.resource.is_some() {
+        fields.push("spec.taskManager.resource");
+    }
+    fields
+}
+
+fn parse_resource(map: &serde_norway::Mapping, path: &str) -> Result<Option<Resource>, SpecError> {
+    let Some(value) = map.get("resource") else { return Ok(None) };
+    let path = join(path, "resource");
+    let resource = mapping(value, &path)?;
+    allowed_keys(resource, &path, &["cpu", "memory"])?;
+    let cpu = match resource.get("cpu") {
+        None | Some(Value::Null) => None,
+        Some(Value::Number(number)) => {
+            let cpu = number
+                .as_f64()
+                .filter(|cpu| cpu.is_finite() && *cpu > 0.0)
+                .ok_or_else(|| error(&join(&path, "cpu"), "must be a positive number of cores (`cpu: 0.5`)"))?;
+            serde_json::Number::from_f64(cpu)
+        }
+        Some(_) => return Err(error(&join(&path, "cpu"), "must be a positive number of cores (`cpu: 0.5`)")),
+    };
+    let memory = optional_string(resource, &path, "memory")?;
+    Ok(Some(Resource { cpu, memory }))
+}
+
 fn parse_spec(spec: &serde_norway::Mapping) -> Result<DeploymentSpec, SpecError> {
-    allowed_keys(spec, "spec", &["binary", "configuration", "jobManager", "taskManager", "job"])?;
+    allowed_keys(
+        spec,
+        "spec",
+        &[
+            "binary",
+            "image",
+            "imagePullPolicy",
+            "serviceAccount",
+            "podTemplate",
+            "configuration",
+            "jobManager",
+            "taskManager",
+            "job",
+        ],
+    )?;
+    let image = optional_string(spec, "spec", "image")?;
+    let image_pull_policy = optional_string(spec, "spec", "imagePullPolicy")?;
+    if let Some(policy) = &image_pull_policy
+        && !["Always", "IfNotPresent", "Never"].contains(&policy.as_str())
+    {
+        return Err(error("spec.imagePullPolicy", format!("'{policy}' is not one of Always, IfNotPresent, Never")));
+    }
+    let service_account = optional_string(spec, "spec", "serviceAccount")?;
+    let pod_template = match spec.get("podTemplate") {
+        None | Some(Value::Null) => None,
+        Some(value) => {
+            mapping(value, "spec.podTemplate")?;
+            Some(serde_json::to_value(value).map_err(|e| error("spec.podTemplate", e.to_string()))?)
+        }
+    };
     let binary = required_string(spec, "spec", "binary")?;
     if binary.trim().is_empty() {
         return Err(error(
@@ -213,18 +329,22 @@ fn parse_spec(spec: &serde_norway::Mapping) -> Result<DeploymentSpec, SpecError>
         None => JobManagerSpec::default(),
         Some(value) => {
             let map = mapping(value, "spec.jobManager")?;
-            allowed_keys(map, "spec.jobManager", &["replicas"])?;
-            JobManagerSpec { replicas: optional_u32(map, "spec.jobManager", "replicas", 1)?.unwrap_or(1) }
+            allowed_keys(map, "spec.jobManager", &["replicas", "resource"])?;
+            JobManagerSpec {
+                replicas: optional_u32(map, "spec.jobManager", "replicas", 1)?.unwrap_or(1),
+                resource: parse_resource(map, "spec.jobManager")?,
+            }
         }
     };
     let task_manager = match spec.get("taskManager") {
         None => TaskManagerSpec::default(),
         Some(value) => {
             let map = mapping(value, "spec.taskManager")?;
-            allowed_keys(map, "spec.taskManager", &["replicas", "slots"])?;
+            allowed_keys(map, "spec.taskManager", &["replicas", "slots", "resource"])?;
             TaskManagerSpec {
                 replicas: optional_u32(map, "spec.taskManager", "replicas", 1)?.unwrap_or(1),
                 slots: optional_u32(map, "spec.taskManager", "slots", 1)?.unwrap_or(1),
+                resource: parse_resource(map, "spec.taskManager")?,
             }
         }
     };
@@ -288,6 +408,10 @@ fn parse_spec(spec: &serde_norway::Mapping) -> Result<DeploymentSpec, SpecError>
     }
     Ok(DeploymentSpec {
         binary,
+        image,
+        image_pull_policy,
+        service_account,
+        pod_template,
         configuration,
         job_manager,
         task_manager,
@@ -381,6 +505,18 @@ pub fn upgrade_diff(old: &DeploymentSpec, new: &DeploymentSpec) -> Vec<&'static 
     let mut changed = Vec::new();
     if old.binary != new.binary {
         changed.push("spec.binary");
+    }
+    if old.image != new.image {
+        changed.push("spec.image");
+    }
+    if old.image_pull_policy != new.image_pull_policy {
+        changed.push("spec.imagePullPolicy");
+    }
+    if old.service_account != new.service_account {
+        changed.push("spec.serviceAccount");
+    }
+    if old.pod_template != new.pod_template {
+        changed.push("spec.podTemplate");
     }
     let relevant = |spec: &DeploymentSpec| -> BTreeMap<String, String> {
         spec.configuration
@@ -528,10 +664,44 @@ spec:
         assert_eq!(deployment.spec.job.upgrade_mode, UpgradeMode::Savepoint);
         assert_eq!(deployment.spec.job.state, DesiredState::Running);
         assert_eq!(deployment.spec.job_manager.replicas, 1);
-        assert_eq!(deployment.spec.task_manager, TaskManagerSpec { replicas: 2, slots: 2 });
+        assert_eq!(deployment.spec.task_manager, TaskManagerSpec { replicas: 2, slots: 2, resource: None });
         // It round-trips through the store's JSON.
         let json = serde_json::to_string(&deployment).unwrap();
         assert_eq!(serde_json::from_str::<WeirDeployment>(&json).unwrap(), deployment);
+    }
+
+    /// The Kubernetes fields parse (so one manifest serves both operators) and the process
+    /// operator says it does not read them; their mistakes name the field.
+    #[test]
+    fn kubernetes_fields_parse_with_a_warning_and_their_mistakes_name_the_field() {
+        let text = GOOD.replace(
+            "  taskManager:\n    replicas: 2\n",
+            "  image: weir.local/weir:dev\n  imagePullPolicy: Never\n  podTemplate:\n    metadata: { labels: { team: a } }\n  taskManager:\n    resource: { cpu: 0.5, memory: 1g }\n    replicas: 2\n",
+        );
+        let mut warnings = Vec::new();
+        let deployment = parse(&text, &mut warnings).unwrap();
+        assert_eq!(deployment.spec.image.as_deref(), Some("weir.local/weir:dev"));
+        assert_eq!(deployment.spec.pod_template.as_ref().unwrap()["metadata"]["labels"]["team"], "a");
+        let resource = deployment.spec.task_manager.resource.clone().unwrap();
+        assert_eq!((resource.cpu.unwrap().as_f64(), resource.memory.as_deref()), (Some(0.5), Some("1g")));
+        for field in ["spec.image", "spec.imagePullPolicy", "spec.podTemplate", "spec.taskManager.resource"] {
+            assert!(
+                warnings.iter().any(|w| w.starts_with(&format!("{field}: read only by `weir operator --kubernetes`"))),
+                "{warnings:?}"
+            );
+        }
+        let policy = text.replace("imagePullPolicy: Never", "imagePullPolicy: Sometimes");
+        assert_eq!(parse_err(&policy), "spec.imagePullPolicy: 'Sometimes' is not one of Always, IfNotPresent, Never");
+        let cpu = text.replace("cpu: 0.5", "cpu: -1");
+        assert!(
+            parse_err(&cpu).starts_with("spec.taskManager.resource.cpu: must be a positive number"),
+            "{}",
+            parse_err(&cpu)
+        );
+        // A new image is an upgrade.
+        let mut newer = deployment.spec.clone();
+        newer.image = Some("weir.local/weir:v2".into());
+        assert_eq!(upgrade_diff(&deployment.spec, &newer), ["spec.image"]);
     }
 
     #[test]

@@ -3,12 +3,13 @@
 //! controller records before each step it takes (`operation`), so a controller that died
 //! mid-upgrade resumes it.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::spec::{DeploymentSpec, DesiredState, UpgradeMode};
 
 /// Everything the controller knows and did about one deployment.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default)]
 pub struct DeploymentStatus {
     /// Derived by [`lifecycle_state`] whenever the status is written.
@@ -27,8 +28,10 @@ pub struct DeploymentStatus {
     /// The deployment's cluster, while one runs.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cluster_info: Option<ClusterInfo>,
-    /// The step in progress, recorded before the controller takes it (weir's own).
+    /// The step in progress, recorded before the controller takes it (weir's own; its
+    /// shape is the controller's business, so the CRD keeps it as given).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "crate::schema::any_object")]
     pub operation: Option<Operation>,
     /// A generation whose upgrade was refused (pre-flight): not tried again until the spec
     /// changes.
@@ -47,7 +50,7 @@ pub struct DeploymentStatus {
 }
 
 /// The Flink operator's `ResourceLifecycleState`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum LifecycleState {
     /// Applied, never deployed.
@@ -82,7 +85,7 @@ impl LifecycleState {
 }
 
 /// The deployment's current job, as the Flink operator's `jobStatus`.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default)]
 pub struct JobStatusInfo {
     /// The catalog job.
@@ -116,7 +119,7 @@ pub struct JobStatusInfo {
 }
 
 /// The Flink operator's `reconciliationStatus`.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default)]
 pub struct ReconciliationStatus {
     /// When the last spec was deployed (or the last upgrade began), epoch ms.
@@ -132,7 +135,7 @@ pub struct ReconciliationStatus {
 }
 
 /// The Flink operator's `ReconciliationState`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum ReconciliationState {
     /// The last reconciled spec is deployed.
@@ -147,7 +150,7 @@ pub enum ReconciliationState {
 }
 
 /// One savepoint of the history.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SavepointRecord {
     /// When it completed, epoch ms.
@@ -164,7 +167,7 @@ pub struct SavepointRecord {
 }
 
 /// The Flink operator's `SnapshotTriggerType`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum TriggerType {
     /// `savepointTriggerNonce` changed.
@@ -187,7 +190,7 @@ impl TriggerType {
 }
 
 /// A manual or periodic savepoint the controller triggered and waits for.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PendingSavepoint {
     /// The job it was triggered on.
@@ -202,7 +205,7 @@ pub struct PendingSavepoint {
 }
 
 /// A deployment's cluster: processes of its binary under one directory.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ClusterInfo {
     /// The first JobManager's REST address (`http://host:port`).
@@ -216,7 +219,7 @@ pub struct ClusterInfo {
 }
 
 /// A multi-step change the controller is making, recorded before each step acts.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Operation {
     /// What the change is.
@@ -247,7 +250,7 @@ pub struct Operation {
 }
 
 /// Why the controller changes a deployment.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum OperationKind {
     /// The first deploy.
@@ -267,7 +270,7 @@ pub enum OperationKind {
 }
 
 /// The steps of an operation, in order (an operation skips those it does not need).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", rename_all_fields = "camelCase", tag = "name")]
 pub enum Step {
     /// Check the target against the old job's newest snapshot; nothing has stopped yet.
@@ -349,6 +352,10 @@ mod tests {
     fn spec(parallelism: u32, state: DesiredState) -> DeploymentSpec {
         DeploymentSpec {
             binary: "/bin/weir".into(),
+            image: None,
+            image_pull_policy: None,
+            service_account: None,
+            pod_template: None,
             configuration: Default::default(),
             job_manager: JobManagerSpec::default(),
             task_manager: TaskManagerSpec::default(),
