@@ -23,14 +23,15 @@ use weir_config::options::{
 
 use weir_runtime::crash;
 
+use crate::backend::{ClusterBackend, ProcessClusters};
 use crate::cluster_api::{ClusterApi, JobView, SavepointState};
 use crate::fence::Fence;
 use crate::history::{HistoryLimits, trim};
-use crate::processes::{self, DeploymentDirs};
+use crate::processes::DeploymentDirs;
 use crate::spec::{DeploymentSpec, DesiredState, UpgradeMode, upgrade_diff};
 use crate::status::{
-    ClusterInfo, DeploymentStatus, MANUAL_RESTORE_REQUIRED, Operation, OperationKind, PendingSavepoint,
-    ReconciliationState, SavepointRecord, Step, TriggerType, lifecycle_state,
+    DeploymentStatus, MANUAL_RESTORE_REQUIRED, Operation, OperationKind, PendingSavepoint, ReconciliationState,
+    SavepointRecord, Step, TriggerType, lifecycle_state,
 };
 use crate::store::{DeploymentStore, StoredDeployment};
 
@@ -62,6 +63,8 @@ pub struct Controller {
     start_failures: std::sync::Mutex<std::collections::HashMap<String, u32>>,
     /// The leadership every status write and process action is conditioned on.
     fence: Fence,
+    /// Where the clusters run.
+    backend: Arc<dyn ClusterBackend>,
 }
 
 /// What a reconcile pass did, for the loop's logging.
@@ -71,7 +74,32 @@ impl Controller {
     /// A controller of `store`'s deployments, with their processes under `root`, acting
     /// while `fence`'s leadership holds.
     pub fn new(store: Arc<dyn DeploymentStore>, config: Configuration, root: PathBuf, fence: Fence) -> Controller {
-        Controller { store, config, root, start_failures: Default::default(), fence }
+        let backend = Arc::new(ProcessClusters::new(root.clone()));
+        Controller::with_backend(store, config, root, fence, backend)
+    }
+
+    /// A controller whose clusters run on `backend` (`root` keeps the deployments' default
+    /// state directories).
+    pub fn with_backend(
+        store: Arc<dyn DeploymentStore>,
+        config: Configuration,
+        root: PathBuf,
+        fence: Fence,
+        backend: Arc<dyn ClusterBackend>,
+    ) -> Controller {
+        Controller { store, config, root, start_failures: Default::default(), fence, backend }
+    }
+
+    /// The cluster an operation starts: the one after the newest it knew of.
+    fn next_cluster(&self, name: &str, operation: &Operation) -> Result<u64, String> {
+        let clusters = if operation.newest_cluster.is_some() { Vec::new() } else { self.clusters(name)? };
+        Ok(next_cluster_after(operation, &clusters))
+    }
+
+    /// The sequence numbers of `name`'s clusters (none when the backend cannot tell: the
+    /// next step that needs them fails and is retried).
+    fn clusters(&self, name: &str) -> Result<Vec<u64>, String> {
+        self.backend.clusters(name)
     }
 
     /// Reconciles every deployment each [`TICK`] until `stop` is set or the leadership is
@@ -198,7 +226,7 @@ impl Controller {
             restore_from: None,
             allow_non_restored_state: false,
             started_ms: now_ms(),
-            newest_cluster: Some(self.dirs(name).clusters().last().map_or(0, |(seq, _)| *seq)),
+            newest_cluster: self.clusters(name).ok().map(|seqs| seqs.last().copied().unwrap_or(0)),
         }
     }
 
@@ -329,7 +357,7 @@ impl Controller {
             return None;
         }
         let cluster_gone = match &status.cluster_info {
-            Some(cluster) => processes::jobmanagers_of(std::path::Path::new(&cluster.dir)).is_empty(),
+            Some(cluster) => !self.backend.jobmanager_alive(name, cluster),
             None => true,
         };
         let job_failed = status.job_status.state.as_deref() == Some("FAILED");
@@ -539,10 +567,10 @@ impl Controller {
         loop {
             self.acting()?;
             let next = match operation.step.clone() {
-                Step::PreFlight => self.pre_flight(name, &dirs, status, &mut operation)?,
+                Step::PreFlight => self.pre_flight(name, status, &mut operation)?,
                 Step::StopJob { request_id } => self.stop_job(name, &dirs, status, &mut operation, request_id)?,
                 Step::StopCluster => {
-                    for (seq, dir) in dirs.clusters() {
+                    for seq in self.clusters(name)? {
                         if operation.newest_cluster.is_some_and(|newest| seq > newest) {
                             // Started after this operation began, so by another controller:
                             // not this operation's to stop.
@@ -550,7 +578,7 @@ impl Controller {
                             continue;
                         }
                         self.acting()?;
-                        processes::stop_cluster(&dir)?;
+                        self.backend.stop(name, seq)?;
                     }
                     crash::point("operator-after-cluster-stopped");
                     status.cluster_info = None;
@@ -561,17 +589,17 @@ impl Controller {
                             tracing::info!(deployment = %name, "deleted");
                             return Ok(());
                         }
-                        _ => Some(Step::StartCluster { seq: next_cluster(&operation, &dirs) }),
+                        _ => Some(Step::StartCluster { seq: self.next_cluster(name, &operation)? }),
                     }
                 }
-                Step::StartCluster { seq } => match self.start_cluster(name, &dirs, status, &operation, seq) {
+                Step::StartCluster { seq } => match self.start_cluster(name, status, &operation, seq) {
                     Ok(()) => {
                         crash::point("operator-after-cluster-started");
                         Some(Step::SubmitJob { seq })
                     }
                     Err(error) => return self.start_failed(name, status, operation, error),
                 },
-                Step::SubmitJob { seq } => match self.submit(&dirs, status, &operation, seq) {
+                Step::SubmitJob { .. } => match self.submit(name, status, &operation) {
                     Ok(()) => {
                         crash::point("operator-after-submit");
                         return self.finish(name, status, operation);
@@ -615,7 +643,6 @@ impl Controller {
     fn pre_flight(
         &self,
         name: &str,
-        dirs: &DeploymentDirs,
         status: &mut DeploymentStatus,
         operation: &mut Operation,
     ) -> Result<Option<Step>, String> {
@@ -630,11 +657,8 @@ impl Controller {
             _ => None,
         };
         crash::point("operator-in-pre-flight");
-        let config_dir = dirs.root().join("pre-flight");
-        let config = processes::cluster_configuration(&target, name, dirs, processes::Ports { rest: 0, rpc: 0 });
-        let config_path = processes::write_configuration(&config_dir, &config)?;
         let mut snapshot = snapshot;
-        let mut verdict = processes::dry_run(&target.binary, &target, &config_path, snapshot.as_deref());
+        let mut verdict = self.backend.dry_run(name, &target, snapshot.as_deref());
         // The running job's newest checkpoint can be subsumed and removed while it is read:
         // that is no verdict on the new spec, so check the next newest.
         let mut attempts = 0;
@@ -645,7 +669,7 @@ impl Controller {
         {
             attempts += 1;
             snapshot = self.newest_checkpoint(status);
-            verdict = processes::dry_run(&target.binary, &target, &config_path, snapshot.as_deref());
+            verdict = self.backend.dry_run(name, &target, snapshot.as_deref());
         }
         match verdict {
             Ok(_) => {
@@ -655,7 +679,7 @@ impl Controller {
                 }
                 Ok(Some(match operation.kind {
                     OperationKind::Upgrade => Step::StopJob { request_id: None },
-                    _ => Step::StartCluster { seq: next_cluster(operation, dirs) },
+                    _ => Step::StartCluster { seq: self.next_cluster(name, operation)? },
                 }))
             }
             Err(reason) => {
@@ -1048,12 +1072,9 @@ impl Controller {
         snapshot: Option<&str>,
         allow_non_restored: bool,
     ) -> Result<Vec<String>, String> {
-        let dirs = self.dirs(name);
-        let config = processes::cluster_configuration(target, name, &dirs, processes::Ports { rest: 0, rpc: 0 });
-        let config_path = processes::write_configuration(&dirs.root().join("pre-flight"), &config)?;
         let mut spec = target.clone();
         spec.job.allow_non_restored_state |= allow_non_restored;
-        processes::dry_run(&target.binary, &spec, &config_path, snapshot)
+        self.backend.dry_run(name, &spec, snapshot)
     }
 
     /// Where a rollback starts the last stable spec when the failed job completed
@@ -1116,35 +1137,15 @@ impl Controller {
         );
     }
 
-    fn start_cluster(
-        &self,
-        name: &str,
-        dirs: &DeploymentDirs,
-        status: &mut DeploymentStatus,
-        operation: &Operation,
-        seq: u64,
-    ) -> Outcome {
+    fn start_cluster(&self, name: &str, status: &mut DeploymentStatus, operation: &Operation, seq: u64) -> Outcome {
         let Some(target) = &operation.target else {
             return Err("an operation without a target spec starts no cluster".into());
         };
-        // Whatever an interrupted earlier attempt of this step left.
-        let dir = dirs.cluster(seq);
-        self.acting()?;
-        processes::stop_cluster(&dir)?;
-        let _ = std::fs::remove_dir_all(dir.join("cluster"));
-        let ports = processes::free_ports(target.job_manager.replicas.min(u32::from(u16::MAX)) as u16)?;
-        let config = processes::cluster_configuration(target, name, dirs, ports);
-        processes::write_configuration(&dir, &config)?;
         let started = Instant::now();
         self.acting()?;
-        processes::start_cluster(&target.binary, target, &dir)?;
+        let cluster = self.backend.start(name, seq, target)?;
         tracing::info!(deployment = %name, "cluster {seq} started in {} ms", started.elapsed().as_millis());
-        status.cluster_info = Some(ClusterInfo {
-            rest_address: processes::rest_address(&config),
-            dir: dir.display().to_string(),
-            binary: target.binary.clone(),
-            seq,
-        });
+        status.cluster_info = Some(cluster);
         status.job_status = crate::status::JobStatusInfo {
             job_name: Some(target.job.name.clone()),
             upgrade_savepoint_path: status.job_status.upgrade_savepoint_path.clone(),
@@ -1157,7 +1158,7 @@ impl Controller {
         Ok(())
     }
 
-    fn submit(&self, dirs: &DeploymentDirs, status: &mut DeploymentStatus, operation: &Operation, seq: u64) -> Outcome {
+    fn submit(&self, name: &str, status: &mut DeploymentStatus, operation: &Operation) -> Outcome {
         let Some(target) = &operation.target else {
             return Err("an operation without a target spec submits no job".into());
         };
@@ -1170,17 +1171,10 @@ impl Controller {
         let job_id = match existing.first() {
             Some((id, _)) => id.clone(),
             None => {
-                let config = dirs.cluster(seq).join("config.yaml");
                 let mut target = target.clone();
                 target.job.allow_non_restored_state |= operation.allow_non_restored_state;
                 self.acting()?;
-                processes::submit(
-                    &target.binary,
-                    &target,
-                    &config,
-                    &cluster.rest_address,
-                    operation.restore_from.as_deref(),
-                )?
+                self.backend.submit(name, &cluster, &target, operation.restore_from.as_deref())?
             }
         };
         status.job_status.job_id = Some(job_id);
@@ -1261,8 +1255,8 @@ fn processes_config_checkpointing(spec: &DeploymentSpec) -> bool {
 }
 
 /// The cluster an operation starts: the one after the newest it knew of when it began.
-fn next_cluster(operation: &Operation, dirs: &DeploymentDirs) -> u64 {
-    let newest = operation.newest_cluster.unwrap_or_else(|| dirs.clusters().last().map_or(0, |(seq, _)| *seq));
+fn next_cluster_after(operation: &Operation, clusters: &[u64]) -> u64 {
+    let newest = operation.newest_cluster.unwrap_or_else(|| clusters.last().copied().unwrap_or(0));
     newest + 1
 }
 

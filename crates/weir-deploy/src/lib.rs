@@ -10,12 +10,15 @@
 //! - [`fence`]: the leadership every controller write and process action is conditioned on.
 //! - [`controller`]: the reconcile loop and its operations (deploy, upgrade, suspend,
 //!   resume, rollback, recover, delete).
+//! - [`backend`]: where clusters run ([`backend::ClusterBackend`]): processes here, or
+//!   Kubernetes objects (`weir-kubernetes`); the controller's rules are the same for both.
 //! - [`processes`]: a deployment's clusters as processes of its binary.
 //! - [`cluster_api`]: the controller's client of a cluster's REST API.
 //! - [`history`]: trimming the savepoint history.
 //! - [`schema`]: JSON-schema helpers for the spec and status (the `WeirDeployment` CRD).
 #![warn(missing_docs)]
 
+pub mod backend;
 pub mod cluster_api;
 pub mod controller;
 pub mod fence;
@@ -27,6 +30,7 @@ pub mod spec;
 pub mod status;
 pub mod store;
 
+pub use backend::{ClusterBackend, ProcessClusters};
 pub use controller::Controller;
 pub use fence::{Fence, LeadershipLost};
 pub use spec::{DeploymentSpec, SpecError, UpgradeMode, WeirDeployment};
