@@ -157,6 +157,16 @@ pub struct OperatorArgs {
     /// Run in the background (pid file and log under the data directory)
     #[arg(short = 'd', long = "detach")]
     pub detach: bool,
+    /// Control the WeirDeployment resources of a Kubernetes namespace (their clusters as
+    /// Deployments and pods; replicas elect a leader with a Lease)
+    #[arg(long = "kubernetes")]
+    pub kubernetes: bool,
+    /// The kubeconfig for --kubernetes (default: KUBECONFIG, ~/.kube/config, or the pod's ServiceAccount)
+    #[arg(long = "kubeconfig", value_name = "FILE", requires = "kubernetes")]
+    pub kubeconfig: Option<std::path::PathBuf>,
+    /// The namespace for --kubernetes (default: the kubeconfig's, or the pod's)
+    #[arg(long = "namespace", value_name = "NS", requires = "kubernetes")]
+    pub namespace: Option<String>,
     /// Configuration (kubernetes.operator.* defaults, operator.rest.port, HA for the store)
     #[command(flatten)]
     pub config: ConfigArgs,

@@ -832,6 +832,16 @@ pub const OPERATOR_JM_DEPLOYMENT_RECOVERY: ConfigOption<bool> = ConfigOption {
     default: || true,
 };
 
+/// How long an operator replica on Kubernetes holds its Lease without renewing it.
+pub const OPERATOR_LEASE_DURATION: ConfigOption<Duration> = ConfigOption {
+    key: "kubernetes.operator.leader-election.lease-duration",
+    fallback_keys: &[],
+    default_description: "15s",
+    description: "how long the Lease of `weir operator --kubernetes` holds without renewal; a standby takes over after it (at once when the leader stops gracefully). The leader stops acting two thirds of it after its last renewal",
+    parse: parse_positive_duration,
+    default: || Duration::from_secs(15),
+};
+
 /// Where `weir operator` serves `/deployments` and its Web UI page.
 pub const OPERATOR_REST_PORT: ConfigOption<u16> = ConfigOption {
     key: "operator.rest.port",
@@ -909,6 +919,7 @@ pub const ALL: &[OptionInfo] = &[
     OPERATOR_LAST_STATE_FALLBACK.info(),
     OPERATOR_PERIODIC_SAVEPOINT_INTERVAL.info(),
     OPERATOR_JM_DEPLOYMENT_RECOVERY.info(),
+    OPERATOR_LEASE_DURATION.info(),
     OPERATOR_REST_PORT.info(),
 ];
 
@@ -979,6 +990,7 @@ pub const ALL_KEYS: &[&str] = &[
     OPERATOR_LAST_STATE_FALLBACK.key,
     OPERATOR_PERIODIC_SAVEPOINT_INTERVAL.key,
     OPERATOR_JM_DEPLOYMENT_RECOVERY.key,
+    OPERATOR_LEASE_DURATION.key,
     OPERATOR_REST_PORT.key,
 ];
 

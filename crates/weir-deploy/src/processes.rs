@@ -305,13 +305,22 @@ pub fn submit(
 }
 
 fn run_args(command: &mut Command, spec: &DeploymentSpec) {
+    command.args(run_arguments(spec));
+}
+
+/// The arguments of `run` after its options of place (`-c`, `-m`, `-s`): parallelism,
+/// `-n`, the job and its arguments.
+pub fn run_arguments(spec: &DeploymentSpec) -> Vec<String> {
+    let mut args = Vec::new();
     if let Some(parallelism) = spec.job.parallelism {
-        command.args(["-p", &parallelism.to_string()]);
+        args.extend(["-p".to_string(), parallelism.to_string()]);
     }
     if spec.job.allow_non_restored_state {
-        command.arg("-n");
+        args.push("-n".to_string());
     }
-    command.arg(&spec.job.name).args(&spec.job.args);
+    args.push(spec.job.name.clone());
+    args.extend(spec.job.args.iter().cloned());
+    args
 }
 
 use std::os::unix::process::CommandExt as _;

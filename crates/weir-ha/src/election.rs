@@ -82,6 +82,18 @@ impl LeadershipGuard {
     pub fn mark_lost(&self) {
         self.lost.store(true, Ordering::SeqCst);
     }
+
+    /// A guard of a leadership kept by another mechanism (a Kubernetes Lease) with epoch
+    /// `epoch`: not held until [`LeadershipGuard::renewed`] says so.
+    pub fn external(epoch: i64) -> LeadershipGuard {
+        LeadershipGuard { epoch, valid_until_ms: Arc::new(AtomicU64::new(0)), lost: Arc::new(AtomicBool::new(false)) }
+    }
+
+    /// The leadership was renewed now: held for `valid_for` more (the caller's share of the
+    /// lease's duration, so it stops acting before another can be elected).
+    pub fn renewed(&self, valid_for: Duration) {
+        self.valid_until_ms.store(monotonic_ms() + valid_for.as_millis() as u64, Ordering::SeqCst);
+    }
 }
 
 impl Leadership {

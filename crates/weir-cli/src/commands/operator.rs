@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use weir_config::options::{OPERATOR_REST_PORT, REST_ADDRESS};
+use weir_config::options::{OPERATOR_LEASE_DURATION, OPERATOR_REST_PORT, REST_ADDRESS};
 use weir_rest::{ClusterInfo, RestServer};
 
 use crate::args::{OperatorAction, OperatorArgs};
@@ -33,6 +33,9 @@ fn operator_dir() -> std::path::PathBuf {
 
 fn run(args: &OperatorArgs) -> Result<ExitCode, CliError> {
     let config = settings::load(&args.config)?;
+    if args.kubernetes {
+        return run_kubernetes(args, config);
+    }
     let deployments = deployment::open(&config)?;
     // A second operator on the same data directory is refused before it serves anything.
     let file_lock = match &deployments.etcd {
@@ -108,6 +111,69 @@ fn run(args: &OperatorArgs) -> Result<ExitCode, CliError> {
             "this operator lost its leadership in etcd (another took over, or etcd was unreachable past the lease); it stands by"
         );
         eprintln!("Deployment controller: lost the leadership in etcd; it made no further change");
+    }
+}
+
+/// `weir operator --kubernetes`: the same controller over the WeirDeployment resources of a
+/// namespace, their clusters as Kubernetes objects; replicas elect a leader with a Lease.
+fn run_kubernetes(args: &OperatorArgs, config: weir_config::Configuration) -> Result<ExitCode, CliError> {
+    let kube = Arc::new(
+        weir_kubernetes::Kube::connect(args.kubeconfig.as_deref(), args.namespace.as_deref())
+            .map_err(CliError::runtime)?,
+    );
+    let lease_duration = config.get(&OPERATOR_LEASE_DURATION).map_err(CliError::runtime)?;
+    let signal = crate::signals::on_termination("Deployment controller", |_| {})
+        .map_err(|e| CliError::runtime(format!("cannot handle SIGTERM: {e}")))?;
+    // The deployments' default state directories; the pods see them through a volume of
+    // the pod template, or the specs name their own.
+    let root = settings::data_dir().join("deployments");
+    let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "weir-operator".into());
+    let identity = format!("{host}-{}", std::process::id());
+    loop {
+        eprintln!(
+            "Deployment controller: standing by until it holds the Lease {} in namespace {} of {}",
+            weir_kubernetes::lease::LEASE_NAME,
+            kube.namespace(),
+            kube.server()
+        );
+        let leadership = weir_kubernetes::lease::lead(Arc::clone(&kube), &identity, lease_duration, &signal.flag())
+            .map_err(|e| CliError::runtime(format!("cannot campaign for the operator Lease: {e}")))?;
+        let Some(leadership) = leadership else {
+            eprintln!("Deployment controller: stopped while standing by");
+            return Ok(ExitCode::SUCCESS);
+        };
+        let store = Arc::new(weir_kubernetes::KubernetesStore::new(Arc::clone(&kube)));
+        let backend = Arc::new(weir_kubernetes::KubernetesClusters::new(Arc::clone(&kube), root.clone()));
+        eprintln!(
+            "Deployment controller: WeirDeployments in namespace {} of {}; default state directories under {}",
+            kube.namespace(),
+            kube.server(),
+            root.display()
+        );
+        let fence = leadership.fence();
+        let stop = Arc::new(AtomicBool::new(false));
+        let controller =
+            weir_deploy::Controller::with_backend(store, config.clone(), root.clone(), fence.clone(), backend);
+        let loop_stop = Arc::clone(&stop);
+        let worker = std::thread::Builder::new()
+            .name("weir-operator".into())
+            .spawn(move || controller.run(&loop_stop))
+            .map_err(|e| CliError::runtime(format!("cannot start the controller: {e}")))?;
+        while fence.is_held() {
+            if signal.requested() {
+                fence.mark_lost();
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        stop.store(true, Ordering::Relaxed);
+        let _ = worker.join();
+        if signal.requested() {
+            leadership.resign();
+            eprintln!("Deployment controller: stopped and released its Lease; the deployments keep running");
+            return Ok(ExitCode::SUCCESS);
+        }
+        drop(leadership);
+        eprintln!("Deployment controller: lost the Lease; it made no further change and stands by");
     }
 }
 

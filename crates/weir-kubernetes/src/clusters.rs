@@ -1,0 +1,576 @@
+//! A deployment's clusters as Kubernetes objects ([`ClusterBackend`]): cluster `seq` of
+//! deployment `name` is a ConfigMap with its configuration (`<name>-<seq>-config`), a
+//! JobManager Deployment (`<name>-<seq>-jobmanager`), a REST Service
+//! (`<name>-<seq>-rest`) and a TaskManager Deployment (`<name>-<seq>-taskmanager`), all
+//! labelled `weir.dev/deployment` and `weir.dev/cluster` and owned by the `WeirDeployment`
+//! (deleting it deletes them). Pods advertise their pod IPs; TaskManagers are given the
+//! JobManager pod's IP (no cluster DNS is assumed). The pre-flight and the submission run
+//! the target's binary in a short-lived pod of the target's image, so a new image is
+//! checked by its own code before the old job stops.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
+use kube::api::{DeleteParams, ListParams, LogParams, Patch, PatchParams, PostParams, PropagationPolicy};
+use serde_json::{Value, json};
+use weir_deploy::backend::ClusterBackend;
+use weir_deploy::processes::{self, DeploymentDirs, Ports};
+use weir_deploy::spec::{DeploymentSpec, Resource};
+use weir_deploy::status::ClusterInfo;
+
+use crate::client::{Kube, is_not_found};
+use crate::resource::WeirDeployment;
+
+/// The REST port of JobManager pods.
+pub const REST_PORT: u16 = 8081;
+/// The RPC port of JobManager pods.
+pub const RPC_PORT: u16 = 6123;
+/// Where the configuration is mounted in every pod.
+const CONF_DIR: &str = "/opt/weir/conf";
+/// The container the operator fills in (a pod template may already name it).
+const CONTAINER: &str = "weir";
+/// The field manager of the operator's writes.
+const MANAGER: &str = "weir-operator";
+/// Longest wait for a JobManager pod to run, and for a cluster's pods to be gone.
+const POD_WAIT_MAX: Duration = Duration::from_secs(180);
+/// Longest wait for a pre-flight or submission pod to end.
+const RUNNER_WAIT_MAX: Duration = Duration::from_secs(180);
+
+/// Clusters as Kubernetes objects in the namespace of `kube`.
+pub struct KubernetesClusters {
+    kube: Arc<Kube>,
+    /// The deployments' default state directories (`<root>/<name>/{checkpoints,savepoints,ha}`):
+    /// the pods must see them at the same path (a volume of the pod template), or the spec
+    /// names its own (`state.checkpoints.dir`, `state.savepoints.dir`: S3, say).
+    root: PathBuf,
+}
+
+impl KubernetesClusters {
+    /// The clusters of `kube`'s namespace, with default state directories under `root`.
+    pub fn new(kube: Arc<Kube>, root: impl Into<PathBuf>) -> KubernetesClusters {
+        KubernetesClusters { kube, root: root.into() }
+    }
+
+    fn prefix(name: &str, seq: u64) -> String {
+        format!("{name}-{seq}")
+    }
+
+    fn selector(name: &str, seq: Option<u64>, component: Option<&str>) -> String {
+        let mut selector = format!("weir.dev/deployment={name}");
+        if let Some(seq) = seq {
+            selector.push_str(&format!(",weir.dev/cluster={seq}"));
+        }
+        if let Some(component) = component {
+            selector.push_str(&format!(",weir.dev/component={component}"));
+        }
+        selector
+    }
+
+    fn labels(name: &str, seq: u64, component: &str) -> Value {
+        json!({
+            "app.kubernetes.io/name": "weir",
+            "weir.dev/deployment": name,
+            "weir.dev/cluster": seq.to_string(),
+            "weir.dev/component": component,
+        })
+    }
+
+    /// The owner reference to the deployment's resource: its objects go with it.
+    fn owner(&self, name: &str) -> Result<Value, String> {
+        let api = self.kube.api::<WeirDeployment>();
+        let resource = self
+            .kube
+            .block_on(api.get(name))
+            .map_err(|e| format!("cannot read WeirDeployment {name}: {e}"))?;
+        let uid = resource.metadata.uid.ok_or_else(|| format!("WeirDeployment {name} has no uid"))?;
+        Ok(json!([{
+            "apiVersion": "weir.dev/v1",
+            "kind": "WeirDeployment",
+            "name": name,
+            "uid": uid,
+            "controller": true,
+            "blockOwnerDeletion": true,
+        }]))
+    }
+
+    /// The cluster's configuration: the spec's, the deployment's default state directories,
+    /// and listeners on every interface (each pod advertises its own IP).
+    fn configuration(&self, name: &str, target: &DeploymentSpec) -> BTreeMap<String, String> {
+        let dirs = DeploymentDirs::new(self.root.join(name));
+        let mut config =
+            processes::cluster_configuration(target, name, &dirs, Ports { rest: REST_PORT, rpc: RPC_PORT });
+        // The pod's IP is given on the command line; a loopback default would be wrong.
+        config.remove("rest.address");
+        config.remove("jobmanager.rpc.address");
+        config.insert("rest.port".into(), REST_PORT.to_string());
+        config.insert("jobmanager.rpc.port".into(), RPC_PORT.to_string());
+        config.entry("rest.bind-address".into()).or_insert_with(|| "0.0.0.0".into());
+        config.entry("jobmanager.bind-host".into()).or_insert_with(|| "0.0.0.0".into());
+        config.entry("taskmanager.bind-host".into()).or_insert_with(|| "0.0.0.0".into());
+        config
+    }
+
+    fn put_config_map(&self, map_name: &str, name: &str, seq: u64, config: &BTreeMap<String, String>) -> Result<(), String> {
+        let yaml = serde_norway::to_string(config).map_err(|e| e.to_string())?;
+        let map = json!({
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": map_name,
+                "labels": Self::labels(name, seq, "config"),
+                "ownerReferences": self.owner(name)?,
+            },
+            "data": { "config.yaml": yaml },
+        });
+        self.apply::<ConfigMap>(map_name, map)
+    }
+
+    /// Creates or replaces an object by server-side apply.
+    fn apply<K>(&self, object_name: &str, object: Value) -> Result<(), String>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + std::fmt::Debug
+            + serde::de::DeserializeOwned
+            + serde::Serialize,
+        <K as kube::Resource>::DynamicType: Default,
+    {
+        let api = self.kube.api::<K>();
+        let params = PatchParams::apply(MANAGER).force();
+        self.kube
+            .block_on(api.patch(object_name, &params, &Patch::Apply(&object)))
+            .map(|_| ())
+            .map_err(|e| format!("cannot apply {object_name}: {e}"))
+    }
+
+    /// A pod spec from the target's pod template with the operator's container filled in.
+    fn pod_template(
+        &self,
+        name: &str,
+        seq: u64,
+        component: &str,
+        target: &DeploymentSpec,
+        config_map: &str,
+        args: Vec<String>,
+        resource: Option<&Resource>,
+    ) -> Result<Value, String> {
+        let mut pod = target.pod_template.clone().unwrap_or_else(|| json!({}));
+        if !pod.is_object() {
+            return Err("spec.podTemplate must be a Pod (a mapping of fields)".into());
+        }
+        let labels = Self::labels(name, seq, component);
+        let metadata = object_field(&mut pod, "metadata")?;
+        let pod_labels = object_field(metadata, "labels")?;
+        if let (Some(into), Some(from)) = (pod_labels.as_object_mut(), labels.as_object()) {
+            for (key, value) in from {
+                into.insert(key.clone(), value.clone());
+            }
+        }
+        if let Some(metadata) = pod.get_mut("metadata").and_then(Value::as_object_mut) {
+            metadata.remove("name");
+            metadata.remove("namespace");
+        }
+        let spec = object_field(&mut pod, "spec")?;
+        if let Some(account) = &target.service_account {
+            spec["serviceAccountName"] = json!(account);
+        }
+        let volumes = array_field(spec, "volumes")?;
+        volumes.push(json!({"name": "weir-config", "configMap": {"name": config_map}}));
+        let containers = array_field(spec, "containers")?;
+        let index = match containers.iter().position(|c| c["name"] == CONTAINER) {
+            Some(index) => index,
+            None => {
+                containers.insert(0, json!({"name": CONTAINER}));
+                0
+            }
+        };
+        let container = &mut containers[index];
+        container["image"] = json!(target.image.clone().ok_or("spec.image is required on Kubernetes")?);
+        if let Some(policy) = &target.image_pull_policy {
+            container["imagePullPolicy"] = json!(policy);
+        }
+        let binary = if target.binary.is_empty() { "weir" } else { target.binary.as_str() };
+        container["command"] = json!([binary]);
+        container["args"] = json!(args);
+        let env = array_field(container, "env")?;
+        env.push(json!({"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}));
+        env.push(json!({"name": "WEIR_CONF_DIR", "value": CONF_DIR}));
+        let mounts = array_field(container, "volumeMounts")?;
+        mounts.push(json!({"name": "weir-config", "mountPath": CONF_DIR}));
+        if let Some(resource) = resource {
+            let mut amounts = serde_json::Map::new();
+            if let Some(cpu) = &resource.cpu {
+                amounts.insert("cpu".into(), json!(cpu.to_string()));
+            }
+            if let Some(memory) = &resource.memory {
+                amounts.insert("memory".into(), json!(memory_quantity(memory)));
+            }
+            container["resources"] = json!({"requests": amounts.clone(), "limits": amounts});
+        }
+        Ok(pod)
+    }
+
+    fn pods(&self, selector: &str) -> Result<Vec<Pod>, String> {
+        let api = self.kube.api::<Pod>();
+        self.kube
+            .block_on(api.list(&ListParams::default().labels(selector)))
+            .map(|list| list.items)
+            .map_err(|e| format!("cannot list pods {selector}: {e}"))
+    }
+
+    /// Waits for a running JobManager pod of the cluster: its IP.
+    fn wait_jobmanager_ip(&self, name: &str, seq: u64) -> Result<String, String> {
+        let selector = Self::selector(name, Some(seq), Some("jobmanager"));
+        let deadline = Instant::now() + POD_WAIT_MAX;
+        loop {
+            let pods = self.pods(&selector)?;
+            for pod in &pods {
+                let status = pod.status.as_ref();
+                if status.and_then(|s| s.phase.as_deref()) == Some("Running")
+                    && let Some(ip) = status.and_then(|s| s.pod_ip.clone())
+                {
+                    return Ok(ip);
+                }
+                if let Some(reason) = container_failure(pod) {
+                    return Err(format!("the JobManager pod of cluster {seq} does not start: {reason}"));
+                }
+            }
+            if Instant::now() > deadline {
+                return Err(format!("no JobManager pod of cluster {seq} ran within {POD_WAIT_MAX:?} (`kubectl describe pods -l {selector}`)"));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Runs `args` of the target's binary in a pod of its image until it ends: its exit
+    /// code 0 or not, and its output.
+    fn run_pod(&self, name: &str, seq: u64, target: &DeploymentSpec, config_map: &str, args: Vec<String>) -> Result<(bool, String), String> {
+        let pod_name = format!("{name}-run-{}", unique_suffix());
+        let mut template = self.pod_template(name, seq, "runner", target, config_map, args, None)?;
+        template["apiVersion"] = json!("v1");
+        template["kind"] = json!("Pod");
+        template["metadata"]["name"] = json!(pod_name);
+        template["metadata"]["ownerReferences"] = self.owner(name)?;
+        template["spec"]["restartPolicy"] = json!("Never");
+        let pod: Pod = serde_json::from_value(template).map_err(|e| format!("spec.podTemplate: {e}"))?;
+        let api = self.kube.api::<Pod>();
+        self.kube.block_on(api.create(&PostParams::default(), &pod)).map_err(|e| format!("cannot create pod {pod_name}: {e}"))?;
+        let deadline = Instant::now() + RUNNER_WAIT_MAX;
+        let outcome = loop {
+            let pod = self.kube.block_on(api.get(&pod_name)).map_err(|e| format!("cannot read pod {pod_name}: {e}"))?;
+            match pod.status.as_ref().and_then(|s| s.phase.as_deref()) {
+                Some("Succeeded") => break Ok(true),
+                Some("Failed") => break Ok(false),
+                _ => {}
+            }
+            if let Some(reason) = container_failure(&pod) {
+                break Err(format!("pod {pod_name} does not start: {reason}"));
+            }
+            if Instant::now() > deadline {
+                break Err(format!("pod {pod_name} did not end within {RUNNER_WAIT_MAX:?}"));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        let logs = self.kube.block_on(api.logs(&pod_name, &LogParams::default())).unwrap_or_default();
+        let _ = self.kube.block_on(api.delete(&pod_name, &DeleteParams::default()));
+        outcome.map(|succeeded| (succeeded, logs))
+    }
+
+    /// Deletes every object of cluster `seq` and waits until its pods are gone.
+    fn delete_cluster(&self, name: &str, seq: u64) -> Result<(), String> {
+        let prefix = Self::prefix(name, seq);
+        // Foreground: the ReplicaSets are marked deleted before their pods go, so none of
+        // them starts a replacement pod meanwhile (with background deletion they did, and
+        // the stop waited for those too).
+        let params = DeleteParams { propagation_policy: Some(PropagationPolicy::Foreground), ..Default::default() };
+        let ignore_missing = |result: Result<(), kube::Error>| match result {
+            Err(error) if !is_not_found(&error) => Err(error.to_string()),
+            _ => Ok(()),
+        };
+        let deployments = self.kube.api::<Deployment>();
+        for component in ["taskmanager", "jobmanager"] {
+            ignore_missing(
+                self.kube.block_on(deployments.delete(&format!("{prefix}-{component}"), &params)).map(|_| ()),
+            )?;
+        }
+        ignore_missing(self.kube.block_on(self.kube.api::<Service>().delete(&format!("{prefix}-rest"), &params)).map(|_| ()))?;
+        let selector = Self::selector(name, Some(seq), None);
+        let pods = self.kube.api::<Pod>();
+        ignore_missing(
+            self.kube.block_on(pods.delete_collection(&params, &ListParams::default().labels(&selector))).map(|_| ()),
+        )?;
+        let deadline = Instant::now() + POD_WAIT_MAX;
+        // Done once no process of the cluster runs: the kubelet takes seconds more to
+        // remove a pod whose containers have ended (volumes, sandbox), which nothing waits
+        // for. Runner pods (pre-flight, submission) end by themselves.
+        while self.pods(&selector)?.iter().any(|pod| !is_runner(pod) && !has_ended(pod)) {
+            if Instant::now() > deadline {
+                return Err(format!("the pods of cluster {seq} are not gone after {POD_WAIT_MAX:?} (`kubectl get pods -l {selector}`)"));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        ignore_missing(self.kube.block_on(self.kube.api::<ConfigMap>().delete(&format!("{prefix}-config"), &params)).map(|_| ()))
+    }
+}
+
+impl ClusterBackend for KubernetesClusters {
+    fn describe(&self) -> String {
+        format!("Kubernetes objects in namespace {} of {}", self.kube.namespace(), self.kube.server())
+    }
+
+    fn clusters(&self, name: &str) -> Result<Vec<u64>, String> {
+        let api = self.kube.api::<ConfigMap>();
+        let maps = self
+            .kube
+            .block_on(api.list(&ListParams::default().labels(&Self::selector(name, None, Some("config")))))
+            .map_err(|e| format!("cannot list the clusters of {name}: {e}"))?;
+        let mut seqs: Vec<u64> = maps
+            .items
+            .iter()
+            .filter_map(|map| map.metadata.labels.as_ref()?.get("weir.dev/cluster")?.parse().ok())
+            .collect();
+        seqs.sort_unstable();
+        seqs.dedup();
+        Ok(seqs)
+    }
+
+    fn stop(&self, name: &str, seq: u64) -> Result<(), String> {
+        self.delete_cluster(name, seq)
+    }
+
+    fn start(&self, name: &str, seq: u64, target: &DeploymentSpec) -> Result<ClusterInfo, String> {
+        // Whatever an interrupted earlier attempt of this step left.
+        self.delete_cluster(name, seq)?;
+        let prefix = Self::prefix(name, seq);
+        let config_map = format!("{prefix}-config");
+        self.put_config_map(&config_map, name, seq, &self.configuration(name, target))?;
+        let owner = self.owner(name)?;
+        let conf = format!("{CONF_DIR}/config.yaml");
+        let jobmanager_args = vec![
+            "jobmanager".into(),
+            "-c".into(),
+            conf.clone(),
+            "-D".into(),
+            "rest.address=$(POD_IP)".into(),
+            "-D".into(),
+            "jobmanager.rpc.address=$(POD_IP)".into(),
+        ];
+        let jobmanager_pod = self.pod_template(
+            name,
+            seq,
+            "jobmanager",
+            target,
+            &config_map,
+            jobmanager_args,
+            target.job_manager.resource.as_ref(),
+        )?;
+        let jobmanager = json!({
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": format!("{prefix}-jobmanager"), "labels": Self::labels(name, seq, "jobmanager"), "ownerReferences": owner},
+            "spec": {
+                "replicas": target.job_manager.replicas,
+                "selector": {"matchLabels": Self::labels(name, seq, "jobmanager")},
+                "template": jobmanager_pod,
+            },
+        });
+        self.apply::<Deployment>(&format!("{prefix}-jobmanager"), jobmanager)?;
+        let service = json!({
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": format!("{prefix}-rest"), "labels": Self::labels(name, seq, "rest"), "ownerReferences": owner},
+            "spec": {
+                "selector": Self::labels(name, seq, "jobmanager"),
+                "ports": [{"name": "rest", "protocol": "TCP", "port": REST_PORT, "targetPort": REST_PORT}],
+            },
+        });
+        self.apply::<Service>(&format!("{prefix}-rest"), service)?;
+        let jobmanager_ip = self.wait_jobmanager_ip(name, seq)?;
+        let taskmanager_args = vec![
+            "taskmanager".into(),
+            "-c".into(),
+            conf,
+            "-D".into(),
+            format!("jobmanager.rpc.address={jobmanager_ip}"),
+        ];
+        let taskmanager_pod = self.pod_template(
+            name,
+            seq,
+            "taskmanager",
+            target,
+            &config_map,
+            taskmanager_args,
+            target.task_manager.resource.as_ref(),
+        )?;
+        let taskmanager = json!({
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": format!("{prefix}-taskmanager"), "labels": Self::labels(name, seq, "taskmanager"), "ownerReferences": owner},
+            "spec": {
+                "replicas": target.task_manager.replicas,
+                "selector": {"matchLabels": Self::labels(name, seq, "taskmanager")},
+                "template": taskmanager_pod,
+            },
+        });
+        self.apply::<Deployment>(&format!("{prefix}-taskmanager"), taskmanager)?;
+        Ok(ClusterInfo {
+            rest_address: format!("http://{jobmanager_ip}:{REST_PORT}"),
+            dir: format!("{}/{prefix}-jobmanager", self.kube.namespace()),
+            binary: target.image.clone().unwrap_or_default(),
+            seq,
+        })
+    }
+
+    fn jobmanager_alive(&self, name: &str, cluster: &ClusterInfo) -> bool {
+        let host = cluster
+            .rest_address
+            .trim_start_matches("http://")
+            .rsplit_once(':')
+            .map_or(cluster.rest_address.as_str(), |(host, _)| host)
+            .to_string();
+        match self.pods(&Self::selector(name, Some(cluster.seq), Some("jobmanager"))) {
+            Ok(pods) => pods.iter().any(|pod| {
+                let status = pod.status.as_ref();
+                pod.metadata.deletion_timestamp.is_none()
+                    && status.and_then(|s| s.phase.as_deref()) == Some("Running")
+                    && status.and_then(|s| s.pod_ip.as_deref()) == Some(host.as_str())
+            }),
+            // Not knowing is not death: the API server may be briefly away.
+            Err(_) => true,
+        }
+    }
+
+    fn dry_run(&self, name: &str, target: &DeploymentSpec, snapshot: Option<&str>) -> Result<Vec<String>, String> {
+        let config_map = format!("{name}-preflight-config");
+        self.put_config_map(&config_map, name, 0, &self.configuration(name, target))?;
+        let mut args = vec!["run".to_string(), "--dry-run".into(), "-c".into(), format!("{CONF_DIR}/config.yaml")];
+        if let Some(snapshot) = snapshot {
+            args.extend(["-s".into(), snapshot.to_string()]);
+        }
+        args.extend(processes::run_arguments(target));
+        let (succeeded, logs) = self.run_pod(name, 0, target, &config_map, args)?;
+        let lines: Vec<String> = logs.lines().map(str::to_string).collect();
+        if succeeded {
+            Ok(lines)
+        } else {
+            Err(processes::last_line(logs.as_bytes()).unwrap_or_else(|| "the pre-flight pod failed".into()))
+        }
+    }
+
+    fn submit(
+        &self,
+        name: &str,
+        cluster: &ClusterInfo,
+        target: &DeploymentSpec,
+        restore_from: Option<&str>,
+    ) -> Result<String, String> {
+        let config_map = format!("{}-config", Self::prefix(name, cluster.seq));
+        let mut args = vec![
+            "run".to_string(),
+            "-d".into(),
+            "-m".into(),
+            cluster.rest_address.clone(),
+            "-c".into(),
+            format!("{CONF_DIR}/config.yaml"),
+        ];
+        if let Some(snapshot) = restore_from {
+            args.extend(["-s".into(), snapshot.to_string()]);
+        }
+        args.extend(processes::run_arguments(target));
+        let (_, logs) = self.run_pod(name, cluster.seq, target, &config_map, args)?;
+        if let Some(id) = logs.lines().find_map(|l| l.strip_prefix("Job has been submitted with JobID ")) {
+            return Ok(id.trim().to_string());
+        }
+        Err(processes::last_line(logs.as_bytes()).unwrap_or_else(|| "the submission pod printed nothing".into()))
+    }
+}
+
+/// A field of `value` that must be an object (created empty when missing).
+fn object_field<'a>(value: &'a mut Value, key: &str) -> Result<&'a mut Value, String> {
+    let field = value.as_object_mut().ok_or_else(|| format!("spec.podTemplate: {key} must be in a mapping"))?.entry(key).or_insert_with(|| json!({}));
+    if !field.is_object() {
+        return Err(format!("spec.podTemplate: {key} must be a mapping"));
+    }
+    Ok(field)
+}
+
+/// A field of `value` that must be an array (created empty when missing).
+fn array_field<'a>(value: &'a mut Value, key: &str) -> Result<&'a mut Vec<Value>, String> {
+    value
+        .as_object_mut()
+        .ok_or_else(|| format!("spec.podTemplate: {key} must be in a mapping"))?
+        .entry(key)
+        .or_insert_with(|| json!([]))
+        .as_array_mut()
+        .ok_or_else(|| format!("spec.podTemplate: {key} must be a list"))
+}
+
+fn is_runner(pod: &Pod) -> bool {
+    pod.metadata.labels.as_ref().and_then(|l| l.get("weir.dev/component")).is_some_and(|c| c == "runner")
+}
+
+/// Whether a pod being deleted runs no container any more (or never started one).
+fn has_ended(pod: &Pod) -> bool {
+    let status = pod.status.as_ref();
+    if matches!(status.and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed")) {
+        return true;
+    }
+    let running = status
+        .and_then(|s| s.container_statuses.as_ref())
+        .is_some_and(|all| all.iter().any(|c| c.state.as_ref().is_none_or(|state| state.terminated.is_none())));
+    pod.metadata.deletion_timestamp.is_some() && !running
+}
+
+/// Why a pod's container cannot run, if it is stuck (a missing image, a crash loop).
+fn container_failure(pod: &Pod) -> Option<String> {
+    let statuses = pod.status.as_ref()?.container_statuses.as_ref()?;
+    for status in statuses {
+        let waiting = status.state.as_ref().and_then(|s| s.waiting.as_ref());
+        if let Some(waiting) = waiting {
+            let reason = waiting.reason.as_deref().unwrap_or("");
+            if matches!(reason, "ErrImageNeverPull" | "ImagePullBackOff" | "ErrImagePull" | "InvalidImageName" | "CrashLoopBackOff" | "CreateContainerConfigError") {
+                return Some(format!("{reason}: {}", waiting.message.as_deref().unwrap_or("")));
+            }
+        }
+    }
+    None
+}
+
+/// Flink's memory sizes (`1024m`, `2g`: mebibytes, gibibytes) as Kubernetes quantities
+/// (`1024Mi`, `2Gi`); a Kubernetes quantity passes unchanged.
+pub fn memory_quantity(memory: &str) -> String {
+    let memory = memory.trim();
+    let split = memory.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(memory.len());
+    let (number, unit) = memory.split_at(split);
+    match unit.to_ascii_lowercase().as_str() {
+        "m" | "mb" => format!("{number}Mi"),
+        "g" | "gb" => format!("{number}Gi"),
+        "k" | "kb" => format!("{number}Ki"),
+        _ => memory.to_string(),
+    }
+}
+
+/// A short suffix that differs between calls (pod names).
+fn unique_suffix() -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static COUNTER: AtomicU32 = AtomicU32::new(0);
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+    format!("{:x}{:x}", nanos & 0xfffff, COUNTER.fetch_add(1, Ordering::Relaxed))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flink_memory_sizes_become_kubernetes_quantities() {
+        assert_eq!(memory_quantity("1024m"), "1024Mi");
+        assert_eq!(memory_quantity("2g"), "2Gi");
+        assert_eq!(memory_quantity("512Mi"), "512Mi");
+        assert_eq!(memory_quantity("1.5G"), "1.5Gi");
+    }
+}
