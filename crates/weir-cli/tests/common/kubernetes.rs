@@ -31,7 +31,6 @@
 #![allow(dead_code)]
 
 use std::collections::HashMap;
-use std::hash::{Hash, Hasher};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -105,6 +104,11 @@ pub fn run_bounded(command: &mut Command, stdin: Option<&[u8]>, limit: Duration)
     Ok(Output { status, stdout: stdout.join().unwrap_or_default(), stderr: stderr.join().unwrap_or_default() })
 }
 
+/// FNV-1a, 64 bits: a key that is the same in every process (for the image cache).
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, byte| (hash ^ u64::from(*byte)).wrapping_mul(0x0100_0000_01b3))
+}
+
 /// Polls `condition` every 200 ms until it gives a value or `timeout` runs out; then panics
 /// saying it waited for `what`, with `diagnostics()` (called only then).
 pub fn wait_for<T>(
@@ -154,7 +158,11 @@ extern "C" fn stop_node_at_exit() {
     match run_bounded(&mut Command::new(script), None, Duration::from_secs(180)) {
         Ok(output) => {
             eprint!("{}", String::from_utf8_lossy(&output.stderr));
-            eprintln!("kubernetes harness: node stopped in {:.1} s ({})", started.elapsed().as_secs_f64(), output.status);
+            eprintln!(
+                "kubernetes harness: node stopped in {:.1} s ({})",
+                started.elapsed().as_secs_f64(),
+                output.status
+            );
         }
         Err(e) => eprintln!("kubernetes harness: .ci/k8s/down failed: {e}"),
     }
@@ -184,8 +192,7 @@ impl KubernetesNode {
             .lines()
             .filter_map(|line| line.split_once('=').map(|(k, v)| (k.to_string(), v.to_string())))
             .collect();
-        let setting =
-            |key: &str| settings.get(key).cloned().ok_or_else(|| format!(".ci/k8s/env printed no {key}"));
+        let setting = |key: &str| settings.get(key).cloned().ok_or_else(|| format!(".ci/k8s/env printed no {key}"));
         let cache = PathBuf::from(setting("WEIR_K8S_CACHE")?);
         if setting("WEIR_K8S_SET_UP")? != "1" {
             return Err(format!("the test node is not set up in {}: {SETUP_HINT}", cache.display()));
@@ -290,11 +297,12 @@ impl KubernetesNode {
             return name.clone();
         }
         let metadata = std::fs::metadata(binary).unwrap_or_else(|e| panic!("{}: {e}", binary.display()));
-        let mut hasher = std::hash::DefaultHasher::new();
-        binary.hash(&mut hasher);
-        metadata.len().hash(&mut hasher);
-        metadata.modified().ok().hash(&mut hasher);
-        let key = format!("{:016x}", hasher.finish());
+        let modified = metadata
+            .modified()
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(0, |d| d.as_nanos());
+        let key = format!("{:016x}", fnv1a(format!("{}\0{}\0{modified}", binary.display(), metadata.len()).as_bytes()));
         let name = format!("weir.local/weir:test-{key}");
         let archive = self.images_dir.join(format!("weir-test-{key}.tar"));
         let started = Instant::now();
@@ -316,7 +324,11 @@ impl KubernetesNode {
             let mut command = Command::new(self.repo.join(".ci/k8s/import-image"));
             command.arg(&archive);
             let output = run_bounded(&mut command, None, IMAGE_MAX).unwrap_or_else(|e| panic!("{e}"));
-            assert!(output.status.success(), ".ci/k8s/import-image failed: {}", String::from_utf8_lossy(&output.stderr));
+            assert!(
+                output.status.success(),
+                ".ci/k8s/import-image failed: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
             assert!(self.image_present(&name), "{name} is not in containerd after importing {}", archive.display());
         }
         eprintln!(
@@ -333,7 +345,11 @@ impl KubernetesNode {
     /// upgrade that changes the image's tag); returns `target`.
     pub fn tag_image(&self, source: &str, target: &str) -> String {
         let output = self.ctr(&["images", "tag", "--force", source, target]);
-        assert!(output.status.success(), "ctr images tag {source} {target}: {}", String::from_utf8_lossy(&output.stderr));
+        assert!(
+            output.status.success(),
+            "ctr images tag {source} {target}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
         target.to_string()
     }
 
@@ -439,7 +455,11 @@ impl Namespace<'_> {
         self.wait_for(&format!("pod {name} to be Running and ready"), timeout, || {
             let pod = self.get_json(&format!("pod/{name}"))?;
             if pod["status"]["phase"] == "Failed" || pod["status"]["phase"] == "Succeeded" {
-                panic!("pod {name} ended ({}) while waiting for it to be ready\n{}", pod["status"]["phase"], self.diagnostics());
+                panic!(
+                    "pod {name} ended ({}) while waiting for it to be ready\n{}",
+                    pod["status"]["phase"],
+                    self.diagnostics()
+                );
             }
             let ready = pod["status"]["phase"] == "Running"
                 && pod["status"]["containerStatuses"]
@@ -487,6 +507,20 @@ impl Namespace<'_> {
 impl Drop for Namespace<'_> {
     fn drop(&mut self) {
         let started = Instant::now();
+        // The workloads first, waiting until their pods are gone: the namespace controller
+        // would otherwise requeue the namespace for the pods' remaining grace period (up to
+        // 30 s) even when they end at once.
+        let mut left = Vec::new();
+        let workloads = self.kubectl(&[
+            "delete",
+            "all",
+            "--all",
+            "--wait=true",
+            &format!("--timeout={}s", NAMESPACE_DELETE_MAX.as_secs()),
+        ]);
+        if !workloads.status.success() {
+            left.push(format!("kubectl delete all --all failed: {}", String::from_utf8_lossy(&workloads.stderr)));
+        }
         let deleted = self.node.kubectl(&[
             "delete",
             "namespace",
@@ -494,7 +528,6 @@ impl Drop for Namespace<'_> {
             "--wait=true",
             &format!("--timeout={}s", NAMESPACE_DELETE_MAX.as_secs()),
         ]);
-        let mut left = Vec::new();
         if !deleted.status.success() {
             left.push(format!("kubectl delete namespace failed: {}", String::from_utf8_lossy(&deleted.stderr)));
         }
