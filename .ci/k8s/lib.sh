@@ -53,6 +53,13 @@ K8S_API_PORT=6443
 K8S_ETCD_CLIENT_PORT=12379
 K8S_ETCD_PEER_PORT=12380
 
+# One test node per machine: the bridge, the node IP's ports and the pods' network namespaces
+# belong to the machine, not to a cache directory. K8S_MACHINE_DIR holds the lock every `up`
+# and `down` takes, and `owner`: the cache directory of the node `up` started, so that an
+# `up` or `down` of another cache never stops or cleans up a node that is not its own.
+K8S_MACHINE_DIR=/run/weir-k8s
+K8S_OWNER_FILE="$K8S_MACHINE_DIR/owner"
+
 # The pause image (sandbox image): built from the source tree, never pulled.
 K8S_PAUSE_IMAGE=k8s.local/pause:3.4.1
 
@@ -141,6 +148,42 @@ k8s_healthy() {
   for c in $K8S_COMPONENTS; do k8s_pid "$c" >/dev/null || return 1; done
   k8s_kubectl get --raw /readyz >/dev/null 2>&1 &&
     k8s_kubectl wait --for=condition=Ready "node/$K8S_NODE_NAME" --timeout=1s >/dev/null 2>&1
+}
+
+# Takes the machine-wide lock of `up` and `down` (once per process tree: a `down` that `up`
+# runs inherits it).
+k8s_lock() {
+  if [ "${WEIR_K8S_LOCK_HELD:-0}" = 1 ]; then return 0; fi
+  mkdir -p "$K8S_MACHINE_DIR"
+  exec 9>"$K8S_MACHINE_DIR/lock"
+  flock -w 600 9 || k8s_die "another .ci/k8s/up or down holds $K8S_MACHINE_DIR/lock"
+  export WEIR_K8S_LOCK_HELD=1
+}
+
+# The cache directory of the node `up` started on this machine, or nothing.
+k8s_owner() {
+  cat "$K8S_OWNER_FILE" 2>/dev/null || true
+}
+
+# True when this cache's node has a process running or state left (what `down` removes).
+k8s_has_state() {
+  local c
+  for c in $K8S_COMPONENTS kube-proxy; do
+    if k8s_pid "$c" >/dev/null; then return 0; fi
+  done
+  [ -f "$K8S_RUN/sysctl-before" ] || [ -d "$K8S_NODE_STATE" ]
+}
+
+# What on this machine holds the node's bridge or ports, one per line (nothing: all free).
+k8s_machine_in_use() {
+  local port
+  if ip link show "$K8S_BRIDGE" >/dev/null 2>&1; then echo "the bridge $K8S_BRIDGE exists"; fi
+  for port in "$K8S_NODE_IP:$K8S_API_PORT" "127.0.0.1:$K8S_ETCD_CLIENT_PORT" "127.0.0.1:$K8S_ETCD_PEER_PORT" \
+    "$K8S_NODE_IP:10250" "127.0.0.1:10257" "127.0.0.1:10259"; do
+    if ss -Hltn "( sport = :${port##*:} )" 2>/dev/null | awk '{print $4}' | grep -qE "^(${port%:*}|0\.0\.0\.0|\*|\[::\]):${port##*:}$"; then
+      echo "something listens on $port"
+    fi
+  done
 }
 
 # Waits up to $1 seconds (tenths allowed: 0.2 steps) for the command in the remaining
