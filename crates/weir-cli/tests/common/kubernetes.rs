@@ -216,10 +216,14 @@ impl KubernetesNode {
         }
         let started = Instant::now();
         let up = run_bounded(&mut Command::new(repo.join(".ci/k8s/up")), None, UP_MAX)?;
-        eprint!("{}", String::from_utf8_lossy(&up.stderr));
+        let up_output = String::from_utf8_lossy(&up.stderr).to_string();
         if !up.status.success() {
-            return Err(format!(".ci/k8s/up failed ({}); its output is above", up.status));
+            // Every test that asks for the node shows this, so keep it to the end of it.
+            let lines: Vec<&str> = up_output.lines().collect();
+            let tail = lines[lines.len().saturating_sub(60)..].join("\n");
+            return Err(format!(".ci/k8s/up failed ({}):\n{tail}", up.status));
         }
+        eprint!("{up_output}");
         eprintln!("kubernetes harness: node up in {:.1} s", started.elapsed().as_secs_f64());
         node.started_here = true;
         if std::env::var_os("WEIR_K8S_KEEP_NODE").is_none_or(|v| v != "1") {
