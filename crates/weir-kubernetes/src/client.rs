@@ -55,9 +55,12 @@ impl Kube {
                         path: path.display().to_string(),
                         reason: e.to_string(),
                     })?;
-                    kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default()).await.map_err(
-                        |e| ConnectError::Kubeconfig { path: path.display().to_string(), reason: e.to_string() },
-                    )
+                    kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default())
+                        .await
+                        .map_err(|e| ConnectError::Kubeconfig {
+                            path: path.display().to_string(),
+                            reason: e.to_string(),
+                        })
                 }
                 None => kube::Config::infer().await.map_err(|e| ConnectError::Infer(e.to_string())),
             }

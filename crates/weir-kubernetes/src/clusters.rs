@@ -40,6 +40,15 @@ const POD_WAIT_MAX: Duration = Duration::from_secs(180);
 /// Longest wait for a pre-flight or submission pod to end.
 const RUNNER_WAIT_MAX: Duration = Duration::from_secs(180);
 
+/// What a pod of a cluster is for: its component label, its ConfigMap, the binary's
+/// arguments, its CPU and memory.
+struct PodRole<'a> {
+    component: &'a str,
+    config_map: &'a str,
+    args: Vec<String>,
+    resource: Option<&'a Resource>,
+}
+
 /// Clusters as Kubernetes objects in the namespace of `kube`.
 pub struct KubernetesClusters {
     kube: Arc<Kube>,
@@ -82,10 +91,8 @@ impl KubernetesClusters {
     /// The owner reference to the deployment's resource: its objects go with it.
     fn owner(&self, name: &str) -> Result<Value, String> {
         let api = self.kube.api::<WeirDeployment>();
-        let resource = self
-            .kube
-            .block_on(api.get(name))
-            .map_err(|e| format!("cannot read WeirDeployment {name}: {e}"))?;
+        let resource =
+            self.kube.block_on(api.get(name)).map_err(|e| format!("cannot read WeirDeployment {name}: {e}"))?;
         let uid = resource.metadata.uid.ok_or_else(|| format!("WeirDeployment {name} has no uid"))?;
         Ok(json!([{
             "apiVersion": "weir.dev/v1",
@@ -114,7 +121,13 @@ impl KubernetesClusters {
         config
     }
 
-    fn put_config_map(&self, map_name: &str, name: &str, seq: u64, config: &BTreeMap<String, String>) -> Result<(), String> {
+    fn put_config_map(
+        &self,
+        map_name: &str,
+        name: &str,
+        seq: u64,
+        config: &BTreeMap<String, String>,
+    ) -> Result<(), String> {
         let yaml = serde_norway::to_string(config).map_err(|e| e.to_string())?;
         let map = json!({
             "apiVersion": "v1",
@@ -148,20 +161,12 @@ impl KubernetesClusters {
     }
 
     /// A pod spec from the target's pod template with the operator's container filled in.
-    fn pod_template(
-        &self,
-        name: &str,
-        seq: u64,
-        component: &str,
-        target: &DeploymentSpec,
-        config_map: &str,
-        args: Vec<String>,
-        resource: Option<&Resource>,
-    ) -> Result<Value, String> {
+    fn pod_template(&self, name: &str, seq: u64, target: &DeploymentSpec, role: PodRole<'_>) -> Result<Value, String> {
         let mut pod = target.pod_template.clone().unwrap_or_else(|| json!({}));
         if !pod.is_object() {
             return Err("spec.podTemplate must be a Pod (a mapping of fields)".into());
         }
+        let PodRole { component, config_map, args, resource } = role;
         let labels = Self::labels(name, seq, component);
         let metadata = object_field(&mut pod, "metadata")?;
         let pod_labels = object_field(metadata, "labels")?;
@@ -240,7 +245,9 @@ impl KubernetesClusters {
                 }
             }
             if Instant::now() > deadline {
-                return Err(format!("no JobManager pod of cluster {seq} ran within {POD_WAIT_MAX:?} (`kubectl describe pods -l {selector}`)"));
+                return Err(format!(
+                    "no JobManager pod of cluster {seq} ran within {POD_WAIT_MAX:?} (`kubectl describe pods -l {selector}`)"
+                ));
             }
             std::thread::sleep(Duration::from_millis(100));
         }
@@ -248,9 +255,17 @@ impl KubernetesClusters {
 
     /// Runs `args` of the target's binary in a pod of its image until it ends: its exit
     /// code 0 or not, and its output.
-    fn run_pod(&self, name: &str, seq: u64, target: &DeploymentSpec, config_map: &str, args: Vec<String>) -> Result<(bool, String), String> {
+    fn run_pod(
+        &self,
+        name: &str,
+        seq: u64,
+        target: &DeploymentSpec,
+        config_map: &str,
+        args: Vec<String>,
+    ) -> Result<(bool, String), String> {
         let pod_name = format!("{name}-run-{}", unique_suffix());
-        let mut template = self.pod_template(name, seq, "runner", target, config_map, args, None)?;
+        let mut template =
+            self.pod_template(name, seq, target, PodRole { component: "runner", config_map, args, resource: None })?;
         template["apiVersion"] = json!("v1");
         template["kind"] = json!("Pod");
         template["metadata"]["name"] = json!(pod_name);
@@ -258,7 +273,9 @@ impl KubernetesClusters {
         template["spec"]["restartPolicy"] = json!("Never");
         let pod: Pod = serde_json::from_value(template).map_err(|e| format!("spec.podTemplate: {e}"))?;
         let api = self.kube.api::<Pod>();
-        self.kube.block_on(api.create(&PostParams::default(), &pod)).map_err(|e| format!("cannot create pod {pod_name}: {e}"))?;
+        self.kube
+            .block_on(api.create(&PostParams::default(), &pod))
+            .map_err(|e| format!("cannot create pod {pod_name}: {e}"))?;
         let deadline = Instant::now() + RUNNER_WAIT_MAX;
         let outcome = loop {
             let pod = self.kube.block_on(api.get(&pod_name)).map_err(|e| format!("cannot read pod {pod_name}: {e}"))?;
@@ -297,7 +314,9 @@ impl KubernetesClusters {
                 self.kube.block_on(deployments.delete(&format!("{prefix}-{component}"), &params)).map(|_| ()),
             )?;
         }
-        ignore_missing(self.kube.block_on(self.kube.api::<Service>().delete(&format!("{prefix}-rest"), &params)).map(|_| ()))?;
+        ignore_missing(
+            self.kube.block_on(self.kube.api::<Service>().delete(&format!("{prefix}-rest"), &params)).map(|_| ()),
+        )?;
         let selector = Self::selector(name, Some(seq), None);
         let pods = self.kube.api::<Pod>();
         ignore_missing(
@@ -309,11 +328,15 @@ impl KubernetesClusters {
         // for. Runner pods (pre-flight, submission) end by themselves.
         while self.pods(&selector)?.iter().any(|pod| !is_runner(pod) && !has_ended(pod)) {
             if Instant::now() > deadline {
-                return Err(format!("the pods of cluster {seq} are not gone after {POD_WAIT_MAX:?} (`kubectl get pods -l {selector}`)"));
+                return Err(format!(
+                    "the pods of cluster {seq} are not gone after {POD_WAIT_MAX:?} (`kubectl get pods -l {selector}`)"
+                ));
             }
             std::thread::sleep(Duration::from_millis(100));
         }
-        ignore_missing(self.kube.block_on(self.kube.api::<ConfigMap>().delete(&format!("{prefix}-config"), &params)).map(|_| ()))
+        ignore_missing(
+            self.kube.block_on(self.kube.api::<ConfigMap>().delete(&format!("{prefix}-config"), &params)).map(|_| ()),
+        )
     }
 }
 
@@ -362,11 +385,13 @@ impl ClusterBackend for KubernetesClusters {
         let jobmanager_pod = self.pod_template(
             name,
             seq,
-            "jobmanager",
             target,
-            &config_map,
-            jobmanager_args,
-            target.job_manager.resource.as_ref(),
+            PodRole {
+                component: "jobmanager",
+                config_map: &config_map,
+                args: jobmanager_args,
+                resource: target.job_manager.resource.as_ref(),
+            },
         )?;
         let jobmanager = json!({
             "apiVersion": "apps/v1",
@@ -400,11 +425,13 @@ impl ClusterBackend for KubernetesClusters {
         let taskmanager_pod = self.pod_template(
             name,
             seq,
-            "taskmanager",
             target,
-            &config_map,
-            taskmanager_args,
-            target.task_manager.resource.as_ref(),
+            PodRole {
+                component: "taskmanager",
+                config_map: &config_map,
+                args: taskmanager_args,
+                resource: target.task_manager.resource.as_ref(),
+            },
         )?;
         let taskmanager = json!({
             "apiVersion": "apps/v1",
@@ -491,7 +518,11 @@ impl ClusterBackend for KubernetesClusters {
 
 /// A field of `value` that must be an object (created empty when missing).
 fn object_field<'a>(value: &'a mut Value, key: &str) -> Result<&'a mut Value, String> {
-    let field = value.as_object_mut().ok_or_else(|| format!("spec.podTemplate: {key} must be in a mapping"))?.entry(key).or_insert_with(|| json!({}));
+    let field = value
+        .as_object_mut()
+        .ok_or_else(|| format!("spec.podTemplate: {key} must be in a mapping"))?
+        .entry(key)
+        .or_insert_with(|| json!({}));
     if !field.is_object() {
         return Err(format!("spec.podTemplate: {key} must be a mapping"));
     }
@@ -532,7 +563,15 @@ fn container_failure(pod: &Pod) -> Option<String> {
         let waiting = status.state.as_ref().and_then(|s| s.waiting.as_ref());
         if let Some(waiting) = waiting {
             let reason = waiting.reason.as_deref().unwrap_or("");
-            if matches!(reason, "ErrImageNeverPull" | "ImagePullBackOff" | "ErrImagePull" | "InvalidImageName" | "CrashLoopBackOff" | "CreateContainerConfigError") {
+            if matches!(
+                reason,
+                "ErrImageNeverPull"
+                    | "ImagePullBackOff"
+                    | "ErrImagePull"
+                    | "InvalidImageName"
+                    | "CrashLoopBackOff"
+                    | "CreateContainerConfigError"
+            ) {
                 return Some(format!("{reason}: {}", waiting.message.as_deref().unwrap_or("")));
             }
         }

@@ -56,7 +56,8 @@ impl KubernetesStore {
         let resource = if !deleting && !has_finalizer {
             let mut finalizers = resource.metadata.finalizers.clone().unwrap_or_default();
             finalizers.push(FINALIZER.to_string());
-            let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": resource.metadata.resource_version}});
+            let patch =
+                json!({"metadata": {"finalizers": finalizers, "resourceVersion": resource.metadata.resource_version}});
             let api = self.kube.api::<WeirDeployment>();
             self.kube.block_on(api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))).map_err(io)?
         } else {
@@ -118,7 +119,8 @@ impl DeploymentStore for KubernetesStore {
         let Some(resource) = self.kube.block_on(api.get_opt(name)).map_err(io)? else { return Ok(()) };
         let finalizers: Vec<String> =
             resource.metadata.finalizers.unwrap_or_default().into_iter().filter(|f| f != FINALIZER).collect();
-        let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": resource.metadata.resource_version}});
+        let patch =
+            json!({"metadata": {"finalizers": finalizers, "resourceVersion": resource.metadata.resource_version}});
         match self.kube.block_on(api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))) {
             Ok(_) => Ok(()),
             Err(error) if is_not_found(&error) => Ok(()),

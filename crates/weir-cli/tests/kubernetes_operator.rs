@@ -1,0 +1,332 @@
+//! `weir operator --kubernetes` on the real test node (`.ci/k8s`, docs/kubernetes.md): the
+//! WeirDeployment CRD from `deploy/kubernetes/crd.yaml`, the operator as a process on the host
+//! with the admin kubeconfig, its clusters as Deployments and pods of the test's own `weir`
+//! image. Each test checks the counter's output exactly once (part files on a hostPath
+//! volume the pods and the host share) and that deleting the resource leaves nothing behind.
+//!
+//! Needs root and the test node (`.ci/test` sets it up and starts it): without them the tests
+//! fail saying what to run.
+
+mod common;
+#[path = "common/kubernetes.rs"]
+mod kubernetes;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{assert_counts_exactly_once, committed_lines};
+use kubernetes::{KubernetesNode, Namespace};
+
+const USERS: u64 = 100;
+const EVENTS: u64 = 120_000;
+/// Events per second: the job runs about 40 s, long enough for an upgrade in the middle.
+const RATE: u64 = 3_000;
+/// Longest wait for a deployment to reach a state (pods start in seconds; the debug build and
+/// two shared cores make everything slower).
+const STATE_MAX: Duration = Duration::from_secs(120);
+/// Longest the job may take to process every event.
+const JOB_MAX: Duration = Duration::from_secs(300);
+
+/// A `weir operator --kubernetes` process, stopped with SIGTERM (then SIGKILL) when dropped.
+struct Operator {
+    child: Option<Child>,
+    log: PathBuf,
+    node: &'static KubernetesNode,
+    namespace: String,
+}
+
+impl Operator {
+    fn start(node: &'static KubernetesNode, ns: &Namespace, shared: &Path, log_name: &str) -> Operator {
+        let log = shared.join(log_name);
+        let file = std::fs::File::create(&log).unwrap();
+        let child = common::weir()
+            .args(["operator", "--kubernetes", "--namespace", &ns.name, "--kubeconfig"])
+            .arg(node.kubeconfig())
+            // A short lease, so a takeover in a test is quick; renewed every 2 s.
+            .args(["-D", "kubernetes.operator.leader-election.lease-duration=6s"])
+            .env("WEIR_DATA_DIR", shared.join("data"))
+            .env("WEIR_LOG", "info")
+            .stdout(Stdio::from(file.try_clone().unwrap()))
+            .stderr(Stdio::from(file))
+            .spawn()
+            .unwrap();
+        Operator { child: Some(child), log, node, namespace: ns.name.clone() }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, Child::id)
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// SIGTERM; waits for the exit.
+    fn terminate(&mut self) -> std::process::ExitStatus {
+        let mut child = self.child.take().expect("running");
+        let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                return status;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("the operator did not exit within 30 s of SIGTERM; its log:\n{}", self.log());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        // A test that failed before deleting its resource: without the operator nobody
+        // would remove its finalizer, and the namespace could not be deleted.
+        let _ = self.node.kubectl(&[
+            "-n",
+            &self.namespace,
+            "patch",
+            "weirdeployment",
+            "counts",
+            "--type=merge",
+            "-p",
+            r#"{"metadata":{"finalizers":null}}"#,
+        ]);
+        if let Some(mut child) = self.child.take() {
+            let _ = Command::new("kill").args(["-CONT", &child.id().to_string()]).status();
+            let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// The directory the pods and the host share (a hostPath volume at the same path).
+fn shared_dir() -> tempfile::TempDir {
+    let dir = tempfile::Builder::new().prefix("weir-k8s-").tempdir_in("/tmp").unwrap();
+    std::fs::create_dir_all(dir.path().join("data")).unwrap();
+    std::fs::create_dir_all(dir.path().join("out")).unwrap();
+    dir
+}
+
+fn install_crd(node: &KubernetesNode) {
+    let crd = concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy/kubernetes/crd.yaml");
+    node.kubectl_ok(&["apply", "-f", crd]);
+    node.kubectl_ok(&["wait", "--for=condition=Established", "crd/weirdeployments.weir.dev", "--timeout=60s"]);
+}
+
+fn manifest(image: &str, shared: &Path, parallelism: u32, mode: &str) -> String {
+    let shared = shared.display();
+    format!(
+        r#"apiVersion: weir.dev/v1
+kind: WeirDeployment
+metadata:
+  name: counts
+spec:
+  image: {image}
+  imagePullPolicy: Never
+  configuration:
+    execution.checkpointing.interval: 1s
+    state.checkpoints.num-retained: "5"
+  podTemplate:
+    spec:
+      terminationGracePeriodSeconds: 10
+      containers:
+      - name: weir
+        volumeMounts: [{{name: shared, mountPath: "{shared}"}}]
+      volumes:
+      - {{name: shared, hostPath: {{path: "{shared}", type: Directory}}}}
+  taskManager:
+    replicas: 2
+    slots: 2
+  job:
+    name: counter
+    args: [--users, "{USERS}", --events, "{EVENTS}", --rate, "{RATE}", --output, "{shared}/out"]
+    parallelism: {parallelism}
+    upgradeMode: {mode}
+"#
+    )
+}
+
+/// Waits until the deployment's status satisfies `done`; the resource.
+fn wait_status(
+    ns: &Namespace,
+    operator: &Operator,
+    what: &str,
+    done: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let deadline = Instant::now() + STATE_MAX;
+    loop {
+        let resource = ns.get_json("weirdeployment/counts").unwrap_or(serde_json::Value::Null);
+        if done(&resource) {
+            return resource;
+        }
+        if Instant::now() > deadline {
+            panic!(
+                "waited {STATE_MAX:?} for {what}; the resource: {resource:#}\noperator log:\n{}\n{}",
+                operator.log(),
+                ns.diagnostics()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn stable_at(resource: &serde_json::Value, generation: u64) -> bool {
+    let status = &resource["status"];
+    status["observedGeneration"] == generation
+        && status["lifecycleState"] == "STABLE"
+        && status["jobStatus"]["state"] == "RUNNING"
+}
+
+/// Waits for every event to be counted (the job FINISHED), then checks the output.
+fn wait_finished_exactly_once(ns: &Namespace, operator: &Operator, out: &Path) {
+    let deadline = Instant::now() + JOB_MAX;
+    loop {
+        let resource = ns.get_json("weirdeployment/counts").unwrap_or(serde_json::Value::Null);
+        if resource["status"]["jobStatus"]["state"] == "FINISHED" {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the job did not finish within {JOB_MAX:?}: {resource:#}\n{}\n{}",
+            operator.log(),
+            ns.diagnostics()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let lines = committed_lines(out);
+    assert_counts_exactly_once(&lines, USERS, EVENTS);
+}
+
+/// Deletes the resource and checks the operator stopped its job and removed its objects.
+fn delete_and_check_nothing_left(ns: &Namespace, operator: &Operator) {
+    let started = Instant::now();
+    ns.kubectl_ok(&["delete", "weirdeployment", "counts", "--wait=false"]);
+    ns.wait_for("the WeirDeployment to be gone (its finalizer removed by the operator)", STATE_MAX, || {
+        ns.get_json("weirdeployment/counts").is_none().then_some(())
+    });
+    ns.wait_for("every object of the deployment to be gone", STATE_MAX, || {
+        let left = ns.kubectl_ok(&[
+            "get",
+            "deployments,services,configmaps,pods",
+            "-l",
+            "weir.dev/deployment=counts",
+            "-o",
+            "name",
+        ]);
+        left.trim().is_empty().then_some(())
+    });
+    eprintln!("deleted, nothing left, in {:.1} s", started.elapsed().as_secs_f64());
+    assert!(operator.log().contains("deleted"), "{}", operator.log());
+}
+
+/// apply -> RUNNING; a savepoint-mode upgrade from parallelism 2 to 4 in the middle of the job;
+/// every event counted exactly once; delete leaves nothing.
+#[test]
+fn a_weirdeployment_runs_and_upgrades_in_savepoint_mode_exactly_once() {
+    let node = KubernetesNode::get();
+    install_crd(node);
+    let image = node.weir_image();
+    let ns = node.namespace("op-sp");
+    let shared = shared_dir();
+    let out = shared.path().join("out");
+    let operator = Operator::start(node, &ns, shared.path(), "operator.log");
+
+    let applied = Instant::now();
+    ns.apply(&manifest(&image, shared.path(), 2, "savepoint"));
+    wait_status(&ns, &operator, "job RUNNING", |r| r["status"]["jobStatus"]["state"] == "RUNNING");
+    eprintln!("BENCH kubectl apply -> job RUNNING: {:.2} s", applied.elapsed().as_secs_f64());
+    let first = wait_status(&ns, &operator, "generation 1 STABLE", |r| stable_at(r, 1));
+    let first_job = first["status"]["jobStatus"]["jobId"].clone();
+
+    let upgraded = Instant::now();
+    ns.apply(&manifest(&image, shared.path(), 4, "savepoint"));
+    let second = wait_status(&ns, &operator, "generation 2 RUNNING", |r| {
+        r["status"]["observedGeneration"] == 2
+            && r["status"]["jobStatus"]["state"] == "RUNNING"
+            && r["status"]["jobStatus"]["jobId"] != first_job
+            && r["status"].get("operation").is_none()
+    });
+    eprintln!("BENCH savepoint upgrade p 2 -> 4, apply -> job RUNNING: {:.2} s", upgraded.elapsed().as_secs_f64());
+    let history = second["status"]["savepointHistory"].as_array().cloned().unwrap_or_default();
+    assert!(
+        history.iter().any(|s| s["triggerType"] == "UPGRADE"),
+        "the upgrade savepoint is in the history: {second:#}"
+    );
+    assert_eq!(second["status"]["jobStatus"]["restoredFrom"], history.last().unwrap()["location"]);
+    // The new cluster's pods run, and no container of the old one does (its pod objects may
+    // linger while the kubelet cleans up).
+    let running = |selector: &str| -> Vec<String> {
+        let pods: serde_json::Value =
+            serde_json::from_str(&ns.kubectl_ok(&["get", "pods", "-l", selector, "-o", "json"])).unwrap();
+        pods["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|pod| {
+                pod["status"]["containerStatuses"]
+                    .as_array()
+                    .is_some_and(|all| all.iter().any(|c| c["state"].get("running").is_some()))
+            })
+            .map(|pod| pod["metadata"]["name"].as_str().unwrap_or("?").to_string())
+            .collect()
+    };
+    assert_eq!(running("weir.dev/cluster=1").len(), 0, "cluster 1 still runs: {:?}", running("weir.dev/cluster=1"));
+    let taskmanagers = running("weir.dev/cluster=2,weir.dev/component=taskmanager");
+    assert_eq!(taskmanagers.len(), 2, "{taskmanagers:?}");
+    // `kubectl get wd` shows the printer columns.
+    let table = ns.kubectl_ok(&["get", "wd", "counts"]);
+    assert!(table.contains("RUNNING") && table.contains("savepoint-"), "{table}");
+
+    wait_finished_exactly_once(&ns, &operator, &out);
+    delete_and_check_nothing_left(&ns, &operator);
+}
+
+/// Two operator replicas: the leader is stopped with SIGTERM and releases its Lease at once;
+/// the standby takes over and carries out a last-state upgrade; exactly once.
+#[test]
+fn a_standby_operator_takes_over_at_once_on_sigterm_and_upgrades_in_last_state_mode() {
+    let node = KubernetesNode::get();
+    install_crd(node);
+    let image = node.weir_image();
+    let ns = node.namespace("op-ls");
+    let shared = shared_dir();
+    let out = shared.path().join("out");
+    let mut leader = Operator::start(node, &ns, shared.path(), "operator-1.log");
+    let leading = |operator: &Operator| operator.log().contains("elected leader");
+    let deadline = Instant::now() + STATE_MAX;
+    while !leading(&leader) {
+        assert!(Instant::now() < deadline, "the first operator never led: {}", leader.log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let standby = Operator::start(node, &ns, shared.path(), "operator-2.log");
+
+    ns.apply(&manifest(&image, shared.path(), 2, "last-state"));
+    wait_status(&ns, &leader, "generation 1 STABLE", |r| stable_at(r, 1));
+
+    let stopped = Instant::now();
+    let status = leader.terminate();
+    assert!(status.success(), "the leader exited with {status}: {}", leader.log());
+    assert!(leader.log().contains("released its Lease"), "{}", leader.log());
+    let deadline = Instant::now() + STATE_MAX;
+    while !leading(&standby) {
+        assert!(Instant::now() < deadline, "the standby never led: {}", standby.log());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let handover = stopped.elapsed();
+    eprintln!("BENCH operator SIGTERM -> the standby leads: {:.2} s (pid {})", handover.as_secs_f64(), standby.pid());
+    // By expiry it would take the 6 s lease.
+    assert!(handover < Duration::from_secs(5), "the standby led only after {handover:?}");
+
+    ns.apply(&manifest(&image, shared.path(), 3, "last-state"));
+    wait_status(&ns, &standby, "generation 2 STABLE under the new leader", |r| stable_at(r, 2));
+    wait_finished_exactly_once(&ns, &standby, &out);
+    delete_and_check_nothing_left(&ns, &standby);
+}
