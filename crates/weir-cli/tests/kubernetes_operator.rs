@@ -82,18 +82,6 @@ impl Operator {
 
 impl Drop for Operator {
     fn drop(&mut self) {
-        // A test that failed before deleting its resource: without the operator nobody
-        // would remove its finalizer, and the namespace could not be deleted.
-        let _ = self.node.kubectl(&[
-            "-n",
-            &self.namespace,
-            "patch",
-            "weirdeployment",
-            "counts",
-            "--type=merge",
-            "-p",
-            r#"{"metadata":{"finalizers":null}}"#,
-        ]);
         if let Some(mut child) = self.child.take() {
             let _ = Command::new("kill").args(["-CONT", &child.id().to_string()]).status();
             let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
@@ -104,6 +92,18 @@ impl Drop for Operator {
             let _ = child.kill();
             let _ = child.wait();
         }
+        // A test that failed before deleting its resource: with no operator left to remove
+        // its finalizer, the namespace could not be deleted.
+        let _ = self.node.kubectl(&[
+            "-n",
+            &self.namespace,
+            "patch",
+            "weirdeployment",
+            "counts",
+            "--type=merge",
+            "-p",
+            r#"{"metadata":{"finalizers":null}}"#,
+        ]);
     }
 }
 
@@ -279,8 +279,9 @@ fn a_weirdeployment_runs_and_upgrades_in_savepoint_mode_exactly_once() {
             .collect()
     };
     assert_eq!(running("weir.dev/cluster=1").len(), 0, "cluster 1 still runs: {:?}", running("weir.dev/cluster=1"));
-    let taskmanagers = running("weir.dev/cluster=2,weir.dev/component=taskmanager");
-    assert_eq!(taskmanagers.len(), 2, "{taskmanagers:?}");
+    ns.wait_for("both TaskManagers of cluster 2 running", STATE_MAX, || {
+        (running("weir.dev/cluster=2,weir.dev/component=taskmanager").len() == 2).then_some(())
+    });
     // `kubectl get wd` shows the printer columns.
     let table = ns.kubectl_ok(&["get", "wd", "counts"]);
     assert!(table.contains("RUNNING") && table.contains("savepoint-"), "{table}");

@@ -300,23 +300,27 @@ impl KubernetesClusters {
     /// Deletes every object of cluster `seq` and waits until its pods are gone.
     fn delete_cluster(&self, name: &str, seq: u64) -> Result<(), String> {
         let prefix = Self::prefix(name, seq);
-        // Foreground: the ReplicaSets are marked deleted before their pods go, so none of
-        // them starts a replacement pod meanwhile (with background deletion they did, and
-        // the stop waited for those too).
-        let params = DeleteParams { propagation_policy: Some(PropagationPolicy::Foreground), ..Default::default() };
+        let params = DeleteParams { propagation_policy: Some(PropagationPolicy::Background), ..Default::default() };
         let ignore_missing = |result: Result<(), kube::Error>| match result {
             Err(error) if !is_not_found(&error) => Err(error.to_string()),
             _ => Ok(()),
         };
+        // Scaled to nothing first, so no ReplicaSet replaces a pod deleted below (deleting
+        // the Deployments first let their ReplicaSets start new pods, which the stop then
+        // waited for as well).
         let deployments = self.kube.api::<Deployment>();
+        let none = json!({"spec": {"replicas": 0}});
         for component in ["taskmanager", "jobmanager"] {
             ignore_missing(
-                self.kube.block_on(deployments.delete(&format!("{prefix}-{component}"), &params)).map(|_| ()),
+                self.kube
+                    .block_on(deployments.patch(
+                        &format!("{prefix}-{component}"),
+                        &PatchParams::default(),
+                        &Patch::Merge(&none),
+                    ))
+                    .map(|_| ()),
             )?;
         }
-        ignore_missing(
-            self.kube.block_on(self.kube.api::<Service>().delete(&format!("{prefix}-rest"), &params)).map(|_| ()),
-        )?;
         let selector = Self::selector(name, Some(seq), None);
         let pods = self.kube.api::<Pod>();
         ignore_missing(
@@ -334,6 +338,14 @@ impl KubernetesClusters {
             }
             std::thread::sleep(Duration::from_millis(100));
         }
+        for component in ["taskmanager", "jobmanager"] {
+            ignore_missing(
+                self.kube.block_on(deployments.delete(&format!("{prefix}-{component}"), &params)).map(|_| ()),
+            )?;
+        }
+        ignore_missing(
+            self.kube.block_on(self.kube.api::<Service>().delete(&format!("{prefix}-rest"), &params)).map(|_| ()),
+        )?;
         ignore_missing(
             self.kube.block_on(self.kube.api::<ConfigMap>().delete(&format!("{prefix}-config"), &params)).map(|_| ()),
         )
