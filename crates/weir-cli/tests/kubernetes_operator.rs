@@ -122,6 +122,10 @@ fn install_crd(node: &KubernetesNode) {
 }
 
 fn manifest(image: &str, shared: &Path, parallelism: u32, mode: &str) -> String {
+    manifest_in_state(image, shared, parallelism, mode, "running")
+}
+
+fn manifest_in_state(image: &str, shared: &Path, parallelism: u32, mode: &str, state: &str) -> String {
     let shared = shared.display();
     format!(
         r#"apiVersion: weir.dev/v1
@@ -150,6 +154,7 @@ spec:
     args: [--users, "{USERS}", --events, "{EVENTS}", --rate, "{RATE}", --output, "{shared}/out"]
     parallelism: {parallelism}
     upgradeMode: {mode}
+    state: {state}
 "#
     )
 }
@@ -330,4 +335,52 @@ fn a_standby_operator_takes_over_at_once_on_sigterm_and_upgrades_in_last_state_m
     wait_status(&ns, &standby, "generation 2 STABLE under the new leader", |r| stable_at(r, 2));
     wait_finished_exactly_once(&ns, &standby, &out);
     delete_and_check_nothing_left(&ns, &standby);
+}
+
+/// Suspend (a savepoint, the cluster gone) and resume (from it); then the JobManager pod is
+/// deleted: its replacement has a new IP and no job, so the operator recovers the deployment
+/// from its newest checkpoint. Every event counted exactly once.
+#[test]
+fn suspend_resume_and_a_deleted_jobmanager_pod_keep_the_counts_exactly_once() {
+    let node = KubernetesNode::get();
+    install_crd(node);
+    let image = node.weir_image();
+    let ns = node.namespace("op-sr");
+    let shared = shared_dir();
+    let out = shared.path().join("out");
+    let operator = Operator::start(node, &ns, shared.path(), "operator.log");
+
+    ns.apply(&manifest(&image, shared.path(), 2, "savepoint"));
+    wait_status(&ns, &operator, "generation 1 STABLE", |r| stable_at(r, 1));
+
+    ns.apply(&manifest_in_state(&image, shared.path(), 2, "savepoint", "suspended"));
+    let suspended = wait_status(&ns, &operator, "SUSPENDED", |r| {
+        r["status"]["lifecycleState"] == "SUSPENDED" && r["status"].get("operation").is_none()
+    });
+    let savepoint = suspended["status"]["jobStatus"]["upgradeSavepointPath"].clone();
+    assert!(savepoint.as_str().is_some_and(|s| s.contains("savepoint-")), "{suspended:#}");
+    ns.wait_for("no pod of the suspended deployment running", STATE_MAX, || {
+        let pods = ns.kubectl_ok(&["get", "pods", "-l", "weir.dev/deployment=counts", "-o", "name"]);
+        pods.lines().all(|pod| pod.contains("-run-")).then_some(())
+    });
+
+    ns.apply(&manifest(&image, shared.path(), 2, "savepoint"));
+    let resumed = wait_status(&ns, &operator, "resumed and STABLE", |r| stable_at(r, 3));
+    assert_eq!(resumed["status"]["jobStatus"]["restoredFrom"], savepoint, "{resumed:#}");
+    let resumed_job = resumed["status"]["jobStatus"]["jobId"].clone();
+
+    let killed = Instant::now();
+    ns.kubectl_ok(&["delete", "pod", "-l", "weir.dev/deployment=counts,weir.dev/component=jobmanager", "--wait=false"]);
+    let recovered = wait_status(&ns, &operator, "a new job RUNNING after the JobManager pod was deleted", |r| {
+        r["status"]["jobStatus"]["state"] == "RUNNING"
+            && r["status"]["jobStatus"]["jobId"] != resumed_job
+            && r["status"].get("operation").is_none()
+    });
+    eprintln!("BENCH JobManager pod deleted (no HA) -> recovered job RUNNING: {:.2} s", killed.elapsed().as_secs_f64());
+    let restored = recovered["status"]["jobStatus"]["restoredFrom"].as_str().unwrap_or_default().to_string();
+    assert!(restored.contains("/chk-"), "recovered from a checkpoint: {recovered:#}");
+    assert!(operator.log().contains("its JobManager is gone"), "{}", operator.log());
+
+    wait_finished_exactly_once(&ns, &operator, &out);
+    delete_and_check_nothing_left(&ns, &operator);
 }
