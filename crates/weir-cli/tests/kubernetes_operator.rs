@@ -287,6 +287,19 @@ fn a_weirdeployment_runs_and_upgrades_in_savepoint_mode_exactly_once() {
     ns.wait_for("both TaskManagers of cluster 2 running", STATE_MAX, || {
         (running("weir.dev/cluster=2,weir.dev/component=taskmanager").len() == 2).then_some(())
     });
+    // Every step is an Event on the resource (`kubectl describe wd counts`).
+    let events = ns.kubectl_ok(&[
+        "get",
+        "events",
+        "--field-selector",
+        "involvedObject.kind=WeirDeployment,involvedObject.name=counts",
+        "-o",
+        "jsonpath={range .items[*]}{.reason}{\"\\n\"}{end}",
+    ]);
+    for reason in ["OperationStarted", "PreFlightPassed", "SpecChanged", "UpgradeSavepoint", "ClusterStarted", "Stable"]
+    {
+        assert!(events.lines().any(|l| l == reason), "no {reason} event among:\n{events}");
+    }
     // `kubectl get wd` shows the printer columns.
     let table = ns.kubectl_ok(&["get", "wd", "counts"]);
     assert!(table.contains("RUNNING") && table.contains("savepoint-"), "{table}");

@@ -35,6 +35,10 @@ pub trait ClusterBackend: Send + Sync {
     /// its report, or why the new job cannot start from it.
     fn dry_run(&self, name: &str, target: &DeploymentSpec, snapshot: Option<&str>) -> Result<Vec<String>, String>;
 
+    /// Records a step or a failure of deployment `name` where its users look: on Kubernetes
+    /// an Event on the resource (`kubectl describe`); processes have only the log.
+    fn event(&self, _name: &str, _warning: bool, _reason: &str, _message: &str) {}
+
     /// Submits `target`'s job to `cluster`, from `restore_from` if any: its job id.
     fn submit(
         &self,

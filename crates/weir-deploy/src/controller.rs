@@ -121,6 +121,17 @@ impl Controller {
         self.fence.check().map_err(|lost| lost.to_string())
     }
 
+    /// Reports a step (or, `warning`, a failure) of deployment `name`: the log, and on
+    /// Kubernetes an Event on the resource with `reason`.
+    fn report(&self, name: &str, warning: bool, reason: &str, message: &str) {
+        if warning {
+            tracing::warn!(deployment = %name, "{message}");
+        } else {
+            tracing::info!(deployment = %name, "{message}");
+        }
+        self.backend.event(name, warning, reason, message);
+    }
+
     /// One pass over every deployment.
     pub fn reconcile_all(&self) {
         let deployments = match self.store.list() {
@@ -190,7 +201,12 @@ impl Controller {
         self.observe(&name, &spec, &mut status);
         let decided = self.decide(&name, generation, &spec, &mut status);
         if let Some(operation) = decided {
-            tracing::info!(deployment = %name, "{:?} to generation {generation}: {}", operation.kind, operation.step.describe());
+            self.report(
+                &name,
+                false,
+                "OperationStarted",
+                &format!("{:?} to generation {generation}: {}", operation.kind, operation.step.describe()),
+            );
             match operation.kind {
                 OperationKind::Rollback => status.reconciliation_status.state = ReconciliationState::RollingBack,
                 OperationKind::Deploy | OperationKind::Recover => {}
@@ -272,7 +288,16 @@ impl Controller {
                 let diff = upgrade_diff(&last, spec);
                 if !diff.is_empty() && !refused {
                     status.observed_generation = generation;
-                    tracing::info!(deployment = %name, "spec changed ({}): upgrade in {} mode", diff.join(", "), spec.job.upgrade_mode.as_str());
+                    self.report(
+                        name,
+                        false,
+                        "SpecChanged",
+                        &format!(
+                            "spec changed ({}): upgrade in {} mode",
+                            diff.join(", "),
+                            spec.job.upgrade_mode.as_str()
+                        ),
+                    );
                     let mut operation = self.operation(
                         name,
                         OperationKind::Upgrade,
@@ -353,7 +378,7 @@ impl Controller {
             && reconciliation.last_stable_spec != reconciliation.last_reconciled_spec
         {
             status.reconciliation_status.last_stable_spec = status.reconciliation_status.last_reconciled_spec.clone();
-            tracing::info!(deployment = %name, "the deployed spec is running: STABLE");
+            self.report(name, false, "Stable", &format!("the deployed spec is running: STABLE"));
             return None;
         }
         let cluster_gone = match &status.cluster_info {
@@ -382,7 +407,12 @@ impl Controller {
             } else {
                 "its cluster is gone".to_string()
             };
-            tracing::info!(deployment = %name, "the new spec is not running, {reason}: rolling back to the last stable spec");
+            self.report(
+                name,
+                true,
+                "RollingBack",
+                &format!("the new spec is not running, {reason}: rolling back to the last stable spec"),
+            );
             let mut operation = self.operation(
                 name,
                 OperationKind::Rollback,
@@ -420,7 +450,7 @@ impl Controller {
                 status.error = Some(error);
                 return None;
             }
-            tracing::info!(deployment = %name, "its JobManager is gone: starting its cluster again");
+            self.report(name, true, "JobManagerLost", &format!("its JobManager is gone: starting its cluster again"));
             let mut operation = self.operation(
                 name,
                 OperationKind::Recover,
@@ -444,7 +474,7 @@ impl Controller {
         let Ok(Some(job)) = api.job(&job_id) else { return };
         let changed = status.job_status.state.as_deref() != Some(&job.state);
         if changed {
-            tracing::info!(deployment = %name, job_id = %job_id, "job {}", job.state);
+            self.report(name, false, "JobStatusChanged", &format!("job {}", job.state));
             status.job_status.state = Some(job.state.clone());
             status.job_status.update_time = Some(now_ms());
         }
@@ -476,7 +506,12 @@ impl Controller {
             match api.savepoint(&pending.job_id, &pending.request_id) {
                 Ok(SavepointState::InProgress) => return,
                 Ok(SavepointState::Completed(location)) => {
-                    tracing::info!(deployment = %name, "{} savepoint {location}", pending.trigger_type.as_str());
+                    self.report(
+                        name,
+                        false,
+                        "SavepointCompleted",
+                        &format!("{} savepoint {location}", pending.trigger_type.as_str()),
+                    );
                     status.savepoint_history.push(SavepointRecord {
                         time_stamp: now_ms(),
                         location,
@@ -627,7 +662,7 @@ impl Controller {
         operation: &Operation,
         error: String,
     ) -> Result<Option<Step>, String> {
-        tracing::warn!(deployment = %name, "{error}");
+        self.report(name, true, "Refused", &error);
         status.error = Some(error);
         status.refused_generation = Some(operation.generation);
         status.operation = None;
@@ -673,7 +708,12 @@ impl Controller {
         }
         match verdict {
             Ok(_) => {
-                tracing::info!(deployment = %name, "pre-flight passed against {}", snapshot.as_deref().unwrap_or("no snapshot"));
+                self.report(
+                    name,
+                    false,
+                    "PreFlightPassed",
+                    &format!("pre-flight passed against {}", snapshot.as_deref().unwrap_or("no snapshot")),
+                );
                 if status.refused_generation.is_some() {
                     status.refused_generation = None;
                 }
@@ -789,7 +829,15 @@ impl Controller {
                 if let Some(error) = error {
                     return self.refuse(name, status, operation, error);
                 }
-                tracing::info!(deployment = %name, "job {job_id} is {}: last-state fallback, cancelling it to upgrade from its newest state", view.state);
+                self.report(
+                    name,
+                    true,
+                    "LastStateFallback",
+                    &format!(
+                        "job {job_id} is {}: last-state fallback, cancelling it to upgrade from its newest state",
+                        view.state
+                    ),
+                );
                 self.acting()?;
                 api.cancel(&job_id).map_err(|e| format!("cannot cancel job {job_id}: {e}"))?;
                 let mut ended = wait_terminal(&api, &job_id, &self.fence)?;
@@ -884,7 +932,7 @@ impl Controller {
         if status.savepoint_history.iter().any(|r| r.location == location) && operation.restore_from.is_some() {
             return Ok(());
         }
-        tracing::info!(deployment = %name, "upgrade savepoint {location}");
+        self.report(name, false, "UpgradeSavepoint", &format!("upgrade savepoint {location}"));
         if operation.restore_from.is_none() {
             operation.restore_from = Some(location.to_string());
         }
@@ -1144,7 +1192,12 @@ impl Controller {
         let started = Instant::now();
         self.acting()?;
         let cluster = self.backend.start(name, seq, target)?;
-        tracing::info!(deployment = %name, "cluster {seq} started in {} ms", started.elapsed().as_millis());
+        self.report(
+            name,
+            false,
+            "ClusterStarted",
+            &format!("cluster {seq} started in {} ms", started.elapsed().as_millis()),
+        );
         status.cluster_info = Some(cluster);
         status.job_status = crate::status::JobStatusInfo {
             job_name: Some(target.job.name.clone()),
@@ -1195,7 +1248,12 @@ impl Controller {
             *count += 1;
             *count
         };
-        tracing::warn!(deployment = %name, "{} failed (attempt {attempts} of {START_ATTEMPTS}): {error}", operation.step.describe());
+        self.report(
+            name,
+            true,
+            "StartFailed",
+            &format!("{} failed (attempt {attempts} of {START_ATTEMPTS}): {error}", operation.step.describe()),
+        );
         status.error = Some(format!("{} failed: {error}", operation.step.describe()));
         if attempts < START_ATTEMPTS {
             self.save(name, status)?;
@@ -1236,7 +1294,12 @@ impl Controller {
             status.error = None;
         }
         status.operation = None;
-        tracing::info!(deployment = %name, "{:?} of generation {} done", operation.kind, operation.generation);
+        self.report(
+            name,
+            false,
+            "OperationDone",
+            &format!("{:?} of generation {} done", operation.kind, operation.generation),
+        );
         self.save(name, status)
     }
 }

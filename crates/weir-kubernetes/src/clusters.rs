@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Event, EventSource, ObjectReference, Pod, Service};
 use kube::api::{DeleteParams, ListParams, LogParams, Patch, PatchParams, PostParams, PropagationPolicy};
 use serde_json::{Value, json};
 use weir_deploy::backend::ClusterBackend;
@@ -480,6 +480,37 @@ impl ClusterBackend for KubernetesClusters {
             }),
             // Not knowing is not death: the API server may be briefly away.
             Err(_) => true,
+        }
+    }
+
+    fn event(&self, name: &str, warning: bool, reason: &str, message: &str) {
+        let api = self.kube.api::<WeirDeployment>();
+        let Ok(resource) = self.kube.block_on(api.get(name)) else { return };
+        let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now());
+        let event = Event {
+            metadata: kube::core::ObjectMeta { generate_name: Some(format!("{name}.")), ..Default::default() },
+            involved_object: ObjectReference {
+                api_version: Some("weir.dev/v1".into()),
+                kind: Some("WeirDeployment".into()),
+                name: Some(name.to_string()),
+                namespace: Some(self.kube.namespace().to_string()),
+                uid: resource.metadata.uid.clone(),
+                resource_version: resource.metadata.resource_version.clone(),
+                ..Default::default()
+            },
+            reason: Some(reason.to_string()),
+            // The API server refuses messages over 1 KiB.
+            message: Some(message.chars().take(1000).collect()),
+            type_: Some(if warning { "Warning" } else { "Normal" }.to_string()),
+            first_timestamp: Some(now.clone()),
+            last_timestamp: Some(now),
+            count: Some(1),
+            source: Some(EventSource { component: Some(MANAGER.into()), ..Default::default() }),
+            reporting_component: Some(MANAGER.into()),
+            ..Default::default()
+        };
+        if let Err(error) = self.kube.block_on(self.kube.api::<Event>().create(&PostParams::default(), &event)) {
+            tracing::debug!(%error, "cannot record the event {reason} of {name}");
         }
     }
 
