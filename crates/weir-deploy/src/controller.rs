@@ -378,7 +378,7 @@ impl Controller {
             && reconciliation.last_stable_spec != reconciliation.last_reconciled_spec
         {
             status.reconciliation_status.last_stable_spec = status.reconciliation_status.last_reconciled_spec.clone();
-            self.report(name, false, "Stable", &format!("the deployed spec is running: STABLE"));
+            self.report(name, false, "Stable", "the deployed spec is running: STABLE");
             return None;
         }
         let cluster_gone = match &status.cluster_info {
