@@ -450,7 +450,7 @@ impl Controller {
                 status.error = Some(error);
                 return None;
             }
-            self.report(name, true, "JobManagerLost", &format!("its JobManager is gone: starting its cluster again"));
+            self.report(name, true, "JobManagerLost", "its JobManager is gone: starting its cluster again");
             let mut operation = self.operation(
                 name,
                 OperationKind::Recover,
