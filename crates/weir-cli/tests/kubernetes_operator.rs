@@ -126,6 +126,20 @@ fn manifest(image: &str, shared: &Path, parallelism: u32, mode: &str) -> String 
 }
 
 fn manifest_in_state(image: &str, shared: &Path, parallelism: u32, mode: &str, state: &str) -> String {
+    let output = format!("{}/out", shared.display());
+    manifest_with(image, shared, parallelism, mode, state, &output, "")
+}
+
+/// The deployment's manifest; `extra` is more of `spec.configuration` (indented lines).
+fn manifest_with(
+    image: &str,
+    shared: &Path,
+    parallelism: u32,
+    mode: &str,
+    state: &str,
+    output: &str,
+    extra: &str,
+) -> String {
     let shared = shared.display();
     format!(
         r#"apiVersion: weir.dev/v1
@@ -138,7 +152,7 @@ spec:
   configuration:
     execution.checkpointing.interval: 1s
     state.checkpoints.num-retained: "5"
-  podTemplate:
+{extra}  podTemplate:
     spec:
       terminationGracePeriodSeconds: 10
       containers:
@@ -151,7 +165,7 @@ spec:
     slots: 2
   job:
     name: counter
-    args: [--users, "{USERS}", --events, "{EVENTS}", --rate, "{RATE}", --output, "{shared}/out"]
+    args: [--users, "{USERS}", --events, "{EVENTS}", --rate, "{RATE}", --output, "{output}"]
     parallelism: {parallelism}
     upgradeMode: {mode}
     state: {state}
@@ -393,6 +407,62 @@ fn suspend_resume_and_a_deleted_jobmanager_pod_keep_the_counts_exactly_once() {
     let restored = recovered["status"]["jobStatus"]["restoredFrom"].as_str().unwrap_or_default().to_string();
     assert!(restored.contains("/chk-"), "recovered from a checkpoint: {recovered:#}");
     assert!(operator.log().contains("its JobManager is gone"), "{}", operator.log());
+
+    wait_finished_exactly_once(&ns, &operator, &out);
+    delete_and_check_nothing_left(&ns, &operator);
+}
+
+/// A new image tag is an upgrade (the new pods run it); then a release whose job fails at
+/// once is rolled back to the last stable spec, with the reason in the status and an Event;
+/// every event counted exactly once across all of it.
+#[test]
+fn a_new_image_tag_upgrades_and_a_failing_release_is_rolled_back_with_its_reason() {
+    let node = KubernetesNode::get();
+    install_crd(node);
+    let image = node.weir_image();
+    let ns = node.namespace("op-rb");
+    let shared = shared_dir();
+    let out = shared.path().join("out");
+    let output = out.display().to_string();
+    let operator = Operator::start(node, &ns, shared.path(), "operator.log");
+    let extra = "    restart-strategy.type: none\n    kubernetes.operator.deployment.rollback.enabled: \"true\"\n    kubernetes.operator.deployment.readiness.timeout: 60s\n";
+    let spec =
+        |image: &str, output: &str| manifest_with(image, shared.path(), 2, "savepoint", "running", output, extra);
+
+    ns.apply(&spec(&image, &output));
+    wait_status(&ns, &operator, "generation 1 STABLE", |r| stable_at(r, 1));
+
+    let (repository, _) = image.rsplit_once(':').unwrap();
+    let v2 = node.tag_image(&image, &format!("{repository}:v2"));
+    ns.apply(&spec(&v2, &output));
+    wait_status(&ns, &operator, "generation 2 (the new image) STABLE", |r| stable_at(r, 2));
+    let images = ns.kubectl_ok(&[
+        "get",
+        "pods",
+        "-l",
+        "weir.dev/deployment=counts,weir.dev/cluster=2",
+        "-o",
+        "jsonpath={.items[*].spec.containers[0].image}",
+    ]);
+    assert!(!images.is_empty() && images.split_whitespace().all(|i| i == v2), "cluster 2 runs {v2}: {images}");
+
+    // The job of generation 3 fails on its first record (its sink cannot create its
+    // directory); with no restarts it is FAILED, and the operator rolls back to generation 2.
+    ns.apply(&spec(&v2, "/proc/weir-cannot-write"));
+    let rolled_back = wait_status(&ns, &operator, "ROLLED_BACK with the job RUNNING", |r| {
+        r["status"]["lifecycleState"] == "ROLLED_BACK" && r["status"]["jobStatus"]["state"] == "RUNNING"
+    });
+    let error = rolled_back["status"]["error"].as_str().unwrap_or_default().to_string();
+    assert!(error.contains("weir-cannot-write"), "the status says why: {rolled_back:#}");
+    let events = ns.kubectl_ok(&[
+        "get",
+        "events",
+        "--field-selector",
+        "reason=RollingBack",
+        "-o",
+        "jsonpath={.items[*].message}",
+    ]);
+    assert!(events.contains("rolling back"), "a RollingBack event: {events}");
 
     wait_finished_exactly_once(&ns, &operator, &out);
     delete_and_check_nothing_left(&ns, &operator);

@@ -401,18 +401,23 @@ impl Controller {
         {
             let target = reconciliation.last_stable_spec.clone();
             let reason = if job_failed {
-                "its job FAILED".to_string()
+                // The failure's cause, as observed (`job <id> FAILED: <cause>`).
+                match status.error.as_deref().and_then(|e| e.split_once(" FAILED: ")) {
+                    Some((_, cause)) => format!("its job FAILED: {cause}"),
+                    None => "its job FAILED".to_string(),
+                }
             } else if waited > readiness {
                 format!("it did not get ready within the readiness timeout ({readiness:?})")
             } else {
                 "its cluster is gone".to_string()
             };
-            self.report(
-                name,
-                true,
-                "RollingBack",
-                &format!("the new spec is not running, {reason}: rolling back to the last stable spec"),
+            let message = format!(
+                "generation {} is not running, {reason}: rolling back to the last stable spec",
+                status.observed_generation
             );
+            self.report(name, true, "RollingBack", &message);
+            // Kept while the deployment is ROLLED_BACK: why the release was given up.
+            status.error = Some(message);
             let mut operation = self.operation(
                 name,
                 OperationKind::Rollback,
@@ -491,7 +496,10 @@ impl Controller {
         let ready = job.state == "RUNNING" && job.all_running && (!checkpointing || job.completed_checkpoints > 0);
         if ready && !status.job_status.ready {
             status.job_status.ready = true;
-            status.error = None;
+            // ROLLED_BACK shows why until the next spec is applied.
+            if status.reconciliation_status.state != ReconciliationState::RolledBack {
+                status.error = None;
+            }
         }
     }
 
@@ -1290,7 +1298,8 @@ impl Controller {
             OperationKind::Recover | OperationKind::Delete => {}
         }
         reconciliation.reconciliation_timestamp = now_ms();
-        if !matches!(status.job_status.state.as_deref(), Some("FAILED")) {
+        // A rollback keeps the reason it was made for; a failed job keeps its cause.
+        if operation.kind != OperationKind::Rollback && !matches!(status.job_status.state.as_deref(), Some("FAILED")) {
             status.error = None;
         }
         status.operation = None;

@@ -147,6 +147,8 @@ fn a_pre_flight_refusal_leaves_the_old_job_running_and_a_broken_release_rolls_ba
     });
     assert_eq!(rolled_back["status"]["clusterInfo"]["binary"], binary(1));
     assert_eq!(rolled_back["status"]["reconciliationStatus"]["state"], "ROLLED_BACK");
+    let error = rolled_back["status"]["error"].as_str().unwrap_or_default();
+    assert!(error.contains("its job FAILED") && error.contains("rolling back"), "ROLLED_BACK says why: {error:?}");
     wait_counts_beyond(&out, &counts);
     assert_eq!(harness.most_clusters_alive_at_once(), 1, "two clusters of the deployment ran at once");
 }
