@@ -20,6 +20,8 @@ use kubernetes::{KubernetesNode, Namespace};
 
 const USERS: u64 = 100;
 const EVENTS: u64 = 120_000;
+/// The events of a test with several takeovers (about 80 s).
+const LONG_EVENTS: u64 = 240_000;
 /// Events per second: the job runs about 40 s, long enough for an upgrade in the middle.
 const RATE: u64 = 3_000;
 /// Longest wait for a deployment to reach a state (pods start in seconds; the debug build and
@@ -60,6 +62,11 @@ impl Operator {
 
     fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Reaps a process killed from outside.
+    fn terminate_killed(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.take().and_then(|mut child| child.wait().ok())
     }
 
     /// SIGTERM; waits for the exit.
@@ -141,6 +148,8 @@ fn manifest_with(
     extra: &str,
 ) -> String {
     let shared = shared.display();
+    // More events (a longer job) when the configuration asks for more time.
+    let events = if extra.contains("# long") { LONG_EVENTS } else { EVENTS };
     format!(
         r#"apiVersion: weir.dev/v1
 kind: WeirDeployment
@@ -165,7 +174,7 @@ spec:
     slots: 2
   job:
     name: counter
-    args: [--users, "{USERS}", --events, "{EVENTS}", --rate, "{RATE}", --output, "{output}"]
+    args: [--users, "{USERS}", --events, "{events}", --rate, "{RATE}", --output, "{output}"]
     parallelism: {parallelism}
     upgradeMode: {mode}
     state: {state}
@@ -206,6 +215,10 @@ fn stable_at(resource: &serde_json::Value, generation: u64) -> bool {
 
 /// Waits for every event to be counted (the job FINISHED), then checks the output.
 fn wait_finished_exactly_once(ns: &Namespace, operator: &Operator, out: &Path) {
+    wait_finished_exactly_once_of(ns, operator, out, EVENTS);
+}
+
+fn wait_finished_exactly_once_of(ns: &Namespace, operator: &Operator, out: &Path, events: u64) {
     let deadline = Instant::now() + JOB_MAX;
     loop {
         let resource = ns.get_json("weirdeployment/counts").unwrap_or(serde_json::Value::Null);
@@ -221,7 +234,7 @@ fn wait_finished_exactly_once(ns: &Namespace, operator: &Operator, out: &Path) {
         std::thread::sleep(Duration::from_millis(200));
     }
     let lines = committed_lines(out);
-    assert_counts_exactly_once(&lines, USERS, EVENTS);
+    assert_counts_exactly_once(&lines, USERS, events);
 }
 
 /// Deletes the resource and checks the operator stopped its job and removed its objects.
@@ -466,4 +479,64 @@ fn a_new_image_tag_upgrades_and_a_failing_release_is_rolled_back_with_its_reason
 
     wait_finished_exactly_once(&ns, &operator, &out);
     delete_and_check_nothing_left(&ns, &operator);
+}
+
+fn signal(pid: u32, name: &str) {
+    let status = Command::new("kill").args([&format!("-{name}"), &pid.to_string()]).status().unwrap();
+    assert!(status.success(), "kill -{name} {pid}");
+}
+
+/// Two operators. The leader is frozen (SIGSTOP) in the middle of an upgrade: the standby
+/// takes the Lease once it expires and finishes the upgrade; woken, the old leader changes
+/// nothing. Then the new leader is killed (SIGKILL) in the middle of the next upgrade, and the
+/// old one, now the standby, finishes that. Exactly once throughout, one cluster at a time.
+#[test]
+fn operators_frozen_or_killed_mid_upgrade_are_replaced_and_change_nothing_afterwards() {
+    let node = KubernetesNode::get();
+    install_crd(node);
+    let image = node.weir_image();
+    let ns = node.namespace("op-ff");
+    let shared = shared_dir();
+    let out = shared.path().join("out");
+    let output = out.display().to_string();
+    let spec = |parallelism: u32| {
+        manifest_with(&image, shared.path(), parallelism, "savepoint", "running", &output, "    # long\n")
+    };
+    let first = Operator::start(node, &ns, shared.path(), "operator-1.log");
+    let deadline = Instant::now() + STATE_MAX;
+    while !first.log().contains("elected leader") {
+        assert!(Instant::now() < deadline, "the first operator never led: {}", first.log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut second = Operator::start(node, &ns, shared.path(), "operator-2.log");
+    ns.apply(&spec(2));
+    let stable = wait_status(&ns, &first, "generation 1 STABLE", |r| stable_at(r, 1));
+    let first_job = stable["status"]["jobStatus"]["jobId"].clone();
+
+    // Freeze the leader once the upgrade is under way.
+    ns.apply(&spec(3));
+    wait_status(&ns, &first, "the upgrade to generation 2 under way", |r| r["status"].get("operation").is_some());
+    signal(first.pid(), "STOP");
+    let upgraded = wait_status(&ns, &second, "generation 2 STABLE under the standby", |r| {
+        stable_at(r, 2) && r["status"]["jobStatus"]["jobId"] != first_job
+    });
+    assert!(second.log().contains("elected leader"), "{}", second.log());
+    signal(first.pid(), "CONT");
+    // Woken, the old leader finds its Lease gone: no write, no action. The status and the
+    // job stay as the new leader left them.
+    std::thread::sleep(Duration::from_secs(5));
+    let after = ns.get_json("weirdeployment/counts").unwrap();
+    assert_eq!(after["status"]["jobStatus"]["jobId"], upgraded["status"]["jobStatus"]["jobId"], "{after:#}");
+    assert!(stable_at(&after, 2), "{after:#}\n{}", first.log());
+    let jobmanagers = ns.kubectl_ok(&["get", "deployments", "-l", "weir.dev/component=jobmanager", "-o", "name"]);
+    assert_eq!(jobmanagers.lines().count(), 1, "one cluster: {jobmanagers}");
+
+    // Kill the new leader in the middle of the next upgrade: the old one finishes it.
+    ns.apply(&spec(4));
+    wait_status(&ns, &second, "the upgrade to generation 3 under way", |r| r["status"].get("operation").is_some());
+    signal(second.pid(), "KILL");
+    let _ = second.terminate_killed();
+    wait_status(&ns, &first, "generation 3 STABLE under the first operator again", |r| stable_at(r, 3));
+    wait_finished_exactly_once_of(&ns, &first, &out, LONG_EVENTS);
+    delete_and_check_nothing_left(&ns, &first);
 }
