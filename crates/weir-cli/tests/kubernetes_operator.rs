@@ -287,6 +287,8 @@ fn a_weirdeployment_runs_and_upgrades_in_savepoint_mode_exactly_once() {
             && r["status"].get("operation").is_none()
     });
     eprintln!("BENCH savepoint upgrade p 2 -> 4, apply -> job RUNNING: {:.2} s", upgraded.elapsed().as_secs_f64());
+    // Where the time went (shown with --nocapture).
+    eprintln!("operator log:\n{}", operator.log());
     let history = second["status"]["savepointHistory"].as_array().cloned().unwrap_or_default();
     assert!(
         history.iter().any(|s| s["triggerType"] == "UPGRADE"),

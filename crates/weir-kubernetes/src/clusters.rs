@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Event, EventSource, ObjectReference, Pod, Service};
-use kube::api::{DeleteParams, ListParams, LogParams, Patch, PatchParams, PostParams, PropagationPolicy};
+use kube::api::{AttachParams, DeleteParams, ListParams, LogParams, Patch, PatchParams, PostParams, PropagationPolicy};
 use serde_json::{Value, json};
 use weir_deploy::backend::ClusterBackend;
 use weir_deploy::processes::{self, DeploymentDirs, Ports};
@@ -297,6 +297,64 @@ impl KubernetesClusters {
         outcome.map(|succeeded| (succeeded, logs))
     }
 
+    /// Runs `args` of `binary` in the running JobManager pod of `cluster` (an exec, which
+    /// needs no pod to be scheduled: a second or two less than [`Self::run_pod`]); whether
+    /// it exited 0, and its output.
+    fn exec_in_jobmanager(
+        &self,
+        name: &str,
+        cluster: &ClusterInfo,
+        binary: &str,
+        args: Vec<String>,
+    ) -> Result<(bool, String), String> {
+        let host = rest_host(cluster);
+        let pods = self.pods(&Self::selector(name, Some(cluster.seq), Some("jobmanager")))?;
+        let pod = pods
+            .iter()
+            .find(|pod| pod.status.as_ref().and_then(|s| s.pod_ip.as_deref()) == Some(host.as_str()))
+            .and_then(|pod| pod.metadata.name.clone())
+            .ok_or_else(|| format!("no JobManager pod of cluster {} at {host}", cluster.seq))?;
+        let api = self.kube.api::<Pod>();
+        let mut command = vec![binary.to_string()];
+        command.extend(args);
+        self.kube.block_on(async {
+            use tokio::io::AsyncReadExt as _;
+            let params = AttachParams::default().container(CONTAINER).stdin(false).stdout(true).stderr(true);
+            let mut process =
+                api.exec(&pod, command, &params).await.map_err(|e| format!("cannot exec in pod {pod}: {e}"))?;
+            let mut stdout = process.stdout().ok_or("the exec has no stdout")?;
+            let mut stderr = process.stderr().ok_or("the exec has no stderr")?;
+            let status = process.take_status().ok_or("the exec has no status")?;
+            let (mut out, mut err) = (String::new(), String::new());
+            let read = async { tokio::join!(stdout.read_to_string(&mut out), stderr.read_to_string(&mut err)) };
+            let (read_out, read_err) = tokio::time::timeout(RUNNER_WAIT_MAX, read)
+                .await
+                .map_err(|_| format!("the exec in pod {pod} did not end within {RUNNER_WAIT_MAX:?}"))?;
+            read_out.and(read_err).map_err(|e| format!("reading the exec's output in pod {pod}: {e}"))?;
+            let succeeded = status.await.and_then(|s| s.status).as_deref() == Some("Success");
+            Ok((succeeded, out + &err))
+        })
+    }
+
+    /// The cluster of deployment `name` whose JobManager pod runs `image`, if one runs.
+    fn running_cluster_with_image(&self, name: &str, image: Option<&str>) -> Option<ClusterInfo> {
+        let image = image?;
+        let pods = self.pods(&Self::selector(name, None, Some("jobmanager"))).ok()?;
+        pods.iter().find_map(|pod| {
+            let status = pod.status.as_ref()?;
+            let running = status.phase.as_deref() == Some("Running") && pod.metadata.deletion_timestamp.is_none();
+            let same_image =
+                pod.spec.as_ref()?.containers.iter().any(|c| c.name == CONTAINER && c.image.as_deref() == Some(image));
+            let seq = pod.metadata.labels.as_ref()?.get("weir.dev/cluster")?.parse().ok()?;
+            (running && same_image).then(|| ClusterInfo {
+                rest_address: format!("http://{}:{REST_PORT}", status.pod_ip.as_deref().unwrap_or_default()),
+                dir: String::new(),
+                binary: image.to_string(),
+                seq,
+            })
+        })
+    }
+
     /// Deletes every object of cluster `seq` and waits until its pods are gone.
     fn delete_cluster(&self, name: &str, seq: u64) -> Result<(), String> {
         let prefix = Self::prefix(name, seq);
@@ -465,12 +523,7 @@ impl ClusterBackend for KubernetesClusters {
     }
 
     fn jobmanager_alive(&self, name: &str, cluster: &ClusterInfo) -> bool {
-        let host = cluster
-            .rest_address
-            .trim_start_matches("http://")
-            .rsplit_once(':')
-            .map_or(cluster.rest_address.as_str(), |(host, _)| host)
-            .to_string();
+        let host = rest_host(cluster);
         match self.pods(&Self::selector(name, Some(cluster.seq), Some("jobmanager"))) {
             Ok(pods) => pods.iter().any(|pod| {
                 let status = pod.status.as_ref();
@@ -515,6 +568,28 @@ impl ClusterBackend for KubernetesClusters {
     }
 
     fn dry_run(&self, name: &str, target: &DeploymentSpec, snapshot: Option<&str>) -> Result<Vec<String>, String> {
+        // When the running cluster has the target's image, its JobManager pod holds the
+        // same binary: the pre-flight runs there (an exec), with the target's whole
+        // configuration on the command line, instead of in a pod of its own.
+        if let Some(cluster) = self.running_cluster_with_image(name, target.image.as_deref()) {
+            let binary = if target.binary.is_empty() { "weir" } else { target.binary.as_str() };
+            let mut args = vec!["run".to_string(), "--dry-run".into(), "-c".into(), "/dev/null".into()];
+            for (key, value) in self.configuration(name, target) {
+                args.extend(["-D".to_string(), format!("{key}={value}")]);
+            }
+            if let Some(snapshot) = snapshot {
+                args.extend(["-s".into(), snapshot.to_string()]);
+            }
+            args.extend(processes::run_arguments(target));
+            match self.exec_in_jobmanager(name, &cluster, binary, args) {
+                Ok((true, output)) => return Ok(output.lines().map(str::to_string).collect()),
+                Ok((false, output)) => {
+                    return Err(processes::last_line(output.as_bytes())
+                        .unwrap_or_else(|| "the pre-flight failed with no message".into()));
+                }
+                Err(error) => tracing::info!(deployment = %name, %error, "running the pre-flight in a pod of its own"),
+            }
+        }
         let config_map = format!("{name}-preflight-config");
         self.put_config_map(&config_map, name, 0, &self.configuration(name, target))?;
         let mut args = vec!["run".to_string(), "--dry-run".into(), "-c".into(), format!("{CONF_DIR}/config.yaml")];
@@ -551,12 +626,27 @@ impl ClusterBackend for KubernetesClusters {
             args.extend(["-s".into(), snapshot.to_string()]);
         }
         args.extend(processes::run_arguments(target));
-        let (_, logs) = self.run_pod(name, cluster.seq, target, &config_map, args)?;
+        let binary = if target.binary.is_empty() { "weir" } else { target.binary.as_str() };
+        // In the new JobManager pod (it runs the target's image); a pod of its own when the
+        // exec is refused (no `pods/exec` permission, say).
+        let logs = match self.exec_in_jobmanager(name, cluster, binary, args.clone()) {
+            Ok((_, output)) => output,
+            Err(error) => {
+                tracing::info!(deployment = %name, %error, "submitting from a pod of its own instead");
+                self.run_pod(name, cluster.seq, target, &config_map, args)?.1
+            }
+        };
         if let Some(id) = logs.lines().find_map(|l| l.strip_prefix("Job has been submitted with JobID ")) {
             return Ok(id.trim().to_string());
         }
         Err(processes::last_line(logs.as_bytes()).unwrap_or_else(|| "the submission pod printed nothing".into()))
     }
+}
+
+/// The host of a cluster's REST address (its JobManager pod's IP).
+fn rest_host(cluster: &ClusterInfo) -> String {
+    let address = cluster.rest_address.trim_start_matches("http://");
+    address.rsplit_once(':').map_or(address, |(host, _)| host).to_string()
 }
 
 /// A field of `value` that must be an object (created empty when missing).
