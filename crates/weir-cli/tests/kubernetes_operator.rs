@@ -419,9 +419,19 @@ fn suspend_resume_and_a_deleted_jobmanager_pod_keep_the_counts_exactly_once() {
             && r["status"].get("operation").is_none()
     });
     eprintln!("BENCH JobManager pod deleted (no HA) -> recovered job RUNNING: {:.2} s", killed.elapsed().as_secs_f64());
+    // From the resumed job's own newest checkpoint, or (it had none yet: the pod is deleted
+    // as soon as the job runs) from the savepoint it resumed from; never from a checkpoint
+    // of the job before the suspend, which would write again what the suspend committed
+    // (that happened: the status still named that job's last checkpoint).
     let restored = recovered["status"]["jobStatus"]["restoredFrom"].as_str().unwrap_or_default().to_string();
-    assert!(restored.contains("/chk-"), "recovered from a checkpoint: {recovered:#}");
+    let resumed_job = resumed_job.as_str().unwrap_or_default();
+    assert!(
+        restored == savepoint.as_str().unwrap_or_default() || restored.contains(&format!("/{resumed_job}/chk-")),
+        "recovered from {restored}, neither the resumed job's checkpoint nor its savepoint {savepoint}\n{}",
+        operator.log()
+    );
     assert!(operator.log().contains("its JobManager is gone"), "{}", operator.log());
+    eprintln!("recovered from {restored}");
 
     wait_finished_exactly_once(&ns, &operator, &out);
     delete_and_check_nothing_left(&ns, &operator);

@@ -436,14 +436,12 @@ impl Controller {
             && reconciliation.state != ReconciliationState::Upgrading
             && settings.get(&OPERATOR_JM_DEPLOYMENT_RECOVERY).unwrap_or(true)
         {
+            // The job's own newest checkpoint, else where it started: never an earlier
+            // job's checkpoint (a job resumed from a savepoint that has not checkpointed
+            // yet would otherwise go back before that savepoint and write its output again).
             let restore = match running.job.upgrade_mode {
                 UpgradeMode::Stateless => None,
-                _ => status
-                    .job_status
-                    .last_checkpoint_path
-                    .clone()
-                    .map(|path| newest_retained(&path))
-                    .or_else(|| status.job_status.restored_from.clone()),
+                _ => self.own_checkpoint(name, status).or_else(|| status.job_status.restored_from.clone()),
             };
             if restore.is_none() && running.job.upgrade_mode != UpgradeMode::Stateless {
                 let error = format!(
@@ -624,6 +622,18 @@ impl Controller {
                         self.backend.stop(name, seq)?;
                     }
                     crash::point("operator-after-cluster-stopped");
+                    // (A stateful recovery: one of a stateless deployment starts empty.)
+                    if operation.kind == OperationKind::Recover && operation.restore_from.is_some() {
+                        // Only now that none of its processes runs is the job's newest
+                        // checkpoint final: a JobManager that was going away (a pod being
+                        // deleted) can still complete, and commit, one after the controller
+                        // saw it gone.
+                        if let Some(newest) =
+                            self.own_checkpoint(name, status).or_else(|| status.job_status.restored_from.clone())
+                        {
+                            operation.restore_from = Some(newest);
+                        }
+                    }
                     status.cluster_info = None;
                     match operation.kind {
                         OperationKind::Suspend => return self.finish(name, status, operation),
@@ -695,7 +705,7 @@ impl Controller {
         let snapshot = match (&operation.restore_from, operation.kind, operation.mode) {
             (Some(path), _, _) => Some(path.clone()),
             (None, OperationKind::Upgrade, UpgradeMode::Savepoint | UpgradeMode::LastState) => {
-                self.newest_checkpoint(status)
+                self.newest_checkpoint(name, status)
             }
             _ => None,
         };
@@ -711,7 +721,7 @@ impl Controller {
             && attempts < 5
         {
             attempts += 1;
-            snapshot = self.newest_checkpoint(status);
+            snapshot = self.newest_checkpoint(name, status);
             verdict = self.backend.dry_run(name, &target, snapshot.as_deref());
         }
         match verdict {
@@ -747,16 +757,37 @@ impl Controller {
         }
     }
 
+    /// The newest completed checkpoint of the current job, if it completed one: the one
+    /// last observed only when it is this job's (an earlier job's is older than what this
+    /// one started from, and restoring it would write again what was committed since); none
+    /// observed (the cluster died before the controller saw one), the job's directory under
+    /// its state.checkpoints.dir says what completed, as the HA store would.
+    fn own_checkpoint(&self, name: &str, status: &DeploymentStatus) -> Option<String> {
+        let job_id = status.job_status.job_id.as_deref()?;
+        if let Some(observed) = status.job_status.last_checkpoint_path.as_deref()
+            && observed.contains(&format!("/{job_id}/"))
+        {
+            return Some(newest_retained(observed));
+        }
+        let spec = status.reconciliation_status.last_reconciled_spec.as_ref()?;
+        let root = spec
+            .configuration
+            .get("state.checkpoints.dir")
+            .cloned()
+            .unwrap_or_else(|| format!("file://{}", self.dirs(name).checkpoints().display()));
+        newest_complete_checkpoint(&root, job_id)
+    }
+
     /// The newest completed checkpoint of the current job: from its cluster, else the last
     /// one observed.
-    fn newest_checkpoint(&self, status: &DeploymentStatus) -> Option<String> {
+    fn newest_checkpoint(&self, name: &str, status: &DeploymentStatus) -> Option<String> {
         if let (Some(cluster), Some(job_id)) = (&status.cluster_info, &status.job_status.job_id)
             && let Ok(Some(job)) = ClusterApi::new(&cluster.rest_address).job(job_id)
             && let Some(path) = job.latest_checkpoint
         {
             return Some(path);
         }
-        status.job_status.last_checkpoint_path.clone()
+        self.own_checkpoint(name, status).or_else(|| status.job_status.restored_from.clone())
     }
 
     fn stop_job(
@@ -796,7 +827,7 @@ impl Controller {
                     && operation.kind != OperationKind::Rollback
                     && operation.kind != OperationKind::Delete
                     && operation.kind != OperationKind::Recover
-                    && self.newest_checkpoint(status).is_none()
+                    && self.newest_checkpoint(name, status).is_none()
                 {
                     let error = format!(
                         "a last-state {} needs a completed checkpoint of job {job_id} and there is none yet (is execution.checkpointing.interval set?). {MANUAL_RESTORE_REQUIRED} The job was not touched",
@@ -1006,27 +1037,8 @@ impl Controller {
         // The job's newest state: its own newest checkpoint (the one last observed only if it
         // is of this job: an earlier job's is older than what this one started from), else
         // what it started from.
-        let own_checkpoint = view
-            .as_ref()
-            .and_then(|v| v.latest_checkpoint.clone())
-            .or_else(|| {
-                let job_id = status.job_status.job_id.as_deref()?;
-                let observed = status.job_status.last_checkpoint_path.as_deref()?;
-                observed.contains(&format!("/{job_id}/")).then(|| newest_retained(observed))
-            })
-            .or_else(|| {
-                // None observed (the cluster died before the controller saw one): the job's
-                // directory under its cluster's state.checkpoints.dir says what completed,
-                // as the HA store would.
-                let job_id = status.job_status.job_id.as_deref()?;
-                let spec = status.reconciliation_status.last_reconciled_spec.as_ref()?;
-                let root = spec
-                    .configuration
-                    .get("state.checkpoints.dir")
-                    .cloned()
-                    .unwrap_or_else(|| format!("file://{}", self.dirs(name).checkpoints().display()));
-                newest_complete_checkpoint(&root, job_id)
-            });
+        let own_checkpoint =
+            view.as_ref().and_then(|v| v.latest_checkpoint.clone()).or_else(|| self.own_checkpoint(name, status));
         let newest_checkpoint = own_checkpoint.clone().or_else(|| status.job_status.restored_from.clone());
         match operation.kind {
             OperationKind::Delete => {}
