@@ -261,18 +261,19 @@ fn follow_leader(ha: Arc<HaServices>, id: String, term: Arc<Mutex<Option<Term>>>
 /// Starts every job the HA store holds and no result ends: each waits RECONCILING for the
 /// TaskManagers to report it, and is restarted from its newest checkpoint if they do not.
 fn recover_jobs(catalog: &JobCatalog, config: &Configuration, term: &Term, dispatcher: &Arc<Dispatcher>) {
-    let ended: Vec<String> = match term.store.results() {
-        Ok(results) => results.into_iter().map(|r| r.job_id).collect(),
-        Err(error) => {
-            tracing::error!(%error, "cannot read the job result store; recovering no job now");
-            return;
-        }
-    };
-    let jobs = match term.store.recoverable_jobs() {
-        Ok(jobs) => jobs,
-        Err(error) => {
-            tracing::error!(%error, "cannot read the submitted jobs from the HA store");
-            return;
+    // Read until it answers, while this term lasts: a leader that went on without the jobs
+    // (etcd just restarted, say) would cancel their running attempts as nobody's and leave
+    // the jobs to no one until the next failover.
+    let (ended, jobs) = loop {
+        match term.store.results().and_then(|results| Ok((results, term.store.recoverable_jobs()?))) {
+            Ok((results, jobs)) => break (results.into_iter().map(|r| r.job_id).collect::<Vec<String>>(), jobs),
+            Err(error) => {
+                if !term.store.guard().is_held() {
+                    return;
+                }
+                tracing::warn!(%error, "cannot read the submitted jobs and results from the HA store; retrying");
+                std::thread::sleep(std::time::Duration::from_millis(200));
+            }
         }
     };
     let mut recovered = Vec::new();
