@@ -297,6 +297,31 @@ impl KubernetesClusters {
         outcome.map(|succeeded| (succeeded, logs))
     }
 
+    /// Creates or replaces the Deployment `<name>-<seq>-<component>` of `replicas` pods of
+    /// `pod`, owned by `owner`.
+    fn apply_deployment(
+        &self,
+        name: &str,
+        seq: u64,
+        component: &str,
+        replicas: u32,
+        pod: Value,
+        owner: &Value,
+    ) -> Result<(), String> {
+        let deployment_name = format!("{}-{component}", Self::prefix(name, seq));
+        let deployment = json!({
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": deployment_name, "labels": Self::labels(name, seq, component), "ownerReferences": owner},
+            "spec": {
+                "replicas": replicas,
+                "selector": {"matchLabels": Self::labels(name, seq, component)},
+                "template": pod,
+            },
+        });
+        self.apply::<Deployment>(&deployment_name, deployment)
+    }
+
     /// Runs `args` of `binary` in the running JobManager pod of `cluster` (an exec, which
     /// needs no pod to be scheduled: a second or two less than [`Self::run_pod`]); whether
     /// it exited 0, and its output.
@@ -463,17 +488,7 @@ impl ClusterBackend for KubernetesClusters {
                 resource: target.job_manager.resource.as_ref(),
             },
         )?;
-        let jobmanager = json!({
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
-            "metadata": {"name": format!("{prefix}-jobmanager"), "labels": Self::labels(name, seq, "jobmanager"), "ownerReferences": owner},
-            "spec": {
-                "replicas": target.job_manager.replicas,
-                "selector": {"matchLabels": Self::labels(name, seq, "jobmanager")},
-                "template": jobmanager_pod,
-            },
-        });
-        self.apply::<Deployment>(&format!("{prefix}-jobmanager"), jobmanager)?;
+        self.apply_deployment(name, seq, "jobmanager", target.job_manager.replicas, jobmanager_pod, &owner)?;
         let service = json!({
             "apiVersion": "v1",
             "kind": "Service",
@@ -503,17 +518,7 @@ impl ClusterBackend for KubernetesClusters {
                 resource: target.task_manager.resource.as_ref(),
             },
         )?;
-        let taskmanager = json!({
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
-            "metadata": {"name": format!("{prefix}-taskmanager"), "labels": Self::labels(name, seq, "taskmanager"), "ownerReferences": owner},
-            "spec": {
-                "replicas": target.task_manager.replicas,
-                "selector": {"matchLabels": Self::labels(name, seq, "taskmanager")},
-                "template": taskmanager_pod,
-            },
-        });
-        self.apply::<Deployment>(&format!("{prefix}-taskmanager"), taskmanager)?;
+        self.apply_deployment(name, seq, "taskmanager", target.task_manager.replicas, taskmanager_pod, &owner)?;
         Ok(ClusterInfo {
             rest_address: format!("http://{jobmanager_ip}:{REST_PORT}"),
             dir: format!("{}/{prefix}-jobmanager", self.kube.namespace()),
