@@ -260,6 +260,14 @@ fn a_leader_dying_during_a_stop_a_submit_or_a_taskmanager_failover_loses_nothing
     cluster.wait_for_leader(Some(epoch));
     cluster.wait_job(&job, "FINISHED", JOB_WAIT_MAX);
     assert_exactly_once(&committed_lines(&out), 20, Some(1500));
+
+    // The job ended under that leader; the next one still tells how (from the result store).
+    let epoch = cluster.kill_leader();
+    cluster.wait_for_leader(Some(epoch));
+    cluster.wait_job(&job, "FINISHED", JOB_WAIT_MAX);
+    let listed = common::run_weir(&["list", "-m", &cluster.rest()]);
+    let listed = String::from_utf8_lossy(&listed.stdout).to_string();
+    assert!(listed.contains(&job) && listed.contains("FINISHED"), "{listed}");
 }
 
 #[test]

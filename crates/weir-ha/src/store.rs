@@ -50,6 +50,9 @@ pub struct JobResult {
     /// Why it failed, for FAILED.
     #[serde(default)]
     pub failure: Option<String>,
+    /// The job's name (absent in results recorded before it was kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_name: Option<String>,
 }
 
 /// A job a new leader recovers.

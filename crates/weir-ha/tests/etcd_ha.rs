@@ -111,7 +111,13 @@ fn jobs_counters_checkpoints_and_results_survive_a_leader() {
     assert_eq!(recovered.checkpoints, vec![(7, "file:///c/chk-7".to_string())]);
     assert_eq!(recovered.savepoints, vec!["req-1".to_string()]);
 
-    let result = JobResult { job_id: job.into(), state: "FINISHED".into(), end_time_ms: 1, failure: None };
+    let result = JobResult {
+        job_id: job.into(),
+        state: "FINISHED".into(),
+        end_time_ms: 1,
+        failure: None,
+        job_name: Some("counter".into()),
+    };
     store.job(job).finish(&result).unwrap();
     assert!(store.recoverable_jobs().unwrap().is_empty());
     assert_eq!(store.results().unwrap(), vec![result]);

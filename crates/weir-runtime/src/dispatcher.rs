@@ -78,6 +78,33 @@ impl Dispatcher {
         Ok(master)
     }
 
+    /// Keeps a job an earlier leader ended (from the job result store) for queries, in
+    /// place of a SUSPENDED entry of it; a job this dispatcher runs or ended is kept as is.
+    pub fn remember_ended(
+        &self,
+        job_id: JobId,
+        job_name: &str,
+        status: JobStatus,
+        end_time_ms: u64,
+        failure: Option<String>,
+    ) {
+        let mut jobs = self.jobs_guard();
+        // A SUSPENDED entry (this process's former leadership) gives way to the result.
+        if let Some(known) = jobs.iter().position(|job| job.job_id() == job_id) {
+            let status = jobs[known].status();
+            if !weir_types::Lifecycle::is_terminal(status) || status.is_globally_terminal() {
+                return;
+            }
+            jobs.remove(known);
+        }
+        jobs.push(JobMaster::ended(job_id, job_name, status, end_time_ms, failure, &self.location));
+        if jobs.len() > ENDED_JOBS_RETAINED_MAX
+            && let Some(oldest_ended) = jobs.iter().position(|j| j.status().is_globally_terminal())
+        {
+            jobs.remove(oldest_ended);
+        }
+    }
+
     /// Every job, oldest first.
     pub fn jobs(&self) -> Vec<Arc<JobMaster>> {
         self.jobs_guard().clone()
@@ -126,4 +153,27 @@ pub struct JobCounts {
     pub cancelled: u32,
     /// FAILED.
     pub failed: u32,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_ended_job_from_the_result_store_answers_queries_once() {
+        let dispatcher = Dispatcher::new("jm");
+        let job_id = JobId::generate();
+        dispatcher.remember_ended(job_id, "counter", JobStatus::Failed, 7, Some("boom".into()));
+        dispatcher.remember_ended(job_id, "counter", JobStatus::Finished, 8, None);
+        assert_eq!(dispatcher.jobs().len(), 1);
+        let job = dispatcher.job(job_id).expect("the ended job is known");
+        assert_eq!(
+            (job.status(), job.job_name(), job.failure_cause()),
+            (JobStatus::Failed, "counter", Some("boom".into()))
+        );
+        assert_eq!(job.wait_terminal(Some(std::time::Duration::ZERO)), JobStatus::Failed);
+        assert!(job.cancel().is_err());
+        assert!(job.trigger_savepoint(Some("file:///tmp/sp".into()), false).is_err());
+        assert_eq!(dispatcher.job_counts().failed, 1);
+    }
 }

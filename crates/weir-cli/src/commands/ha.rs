@@ -17,7 +17,7 @@ use weir_rest::{ClusterInfo, LeaderRoute, RestServer, SubmittedJob};
 use weir_runtime::cluster::{ClusterResources, JobSubmission, RemoteExecutor};
 use weir_runtime::jobgraph::JobHa;
 use weir_runtime::{Dispatcher, JobSettings};
-use weir_types::JobId;
+use weir_types::{JobId, JobStatus, Lifecycle};
 
 use crate::commands::run::prepare;
 use crate::error::CliError;
@@ -260,13 +260,34 @@ fn follow_leader(ha: Arc<HaServices>, id: String, term: Arc<Mutex<Option<Term>>>
 
 /// Starts every job the HA store holds and no result ends: each waits RECONCILING for the
 /// TaskManagers to report it, and is restarted from its newest checkpoint if they do not.
+/// The newest ended jobs a new leader shows (as many as a dispatcher keeps).
+const ENDED_JOBS_SHOWN_MAX: usize = 1000;
+
+/// Shows the jobs earlier leaders ended, as the job result store recorded them: a client
+/// waiting on a job across a failover (`weir run`, `flink list -a`, a script polling
+/// `GET /jobs/{id}`) learns how it ended instead of "no such job".
+fn remember_ended_jobs(dispatcher: &Dispatcher, results: &[weir_ha::JobResult]) {
+    let mut results: Vec<&weir_ha::JobResult> = results.iter().collect();
+    results.sort_by_key(|result| result.end_time_ms);
+    let skip = results.len().saturating_sub(ENDED_JOBS_SHOWN_MAX);
+    for result in results.into_iter().skip(skip) {
+        let status = <JobStatus as Lifecycle>::all().iter().find(|s| s.to_string() == result.state);
+        let (Ok(job_id), Some(&status)) = (result.job_id.parse::<JobId>(), status) else {
+            tracing::warn!(job_id = %result.job_id, state = %result.state, "skipping an unreadable job result in the HA store");
+            continue;
+        };
+        let name = result.job_name.as_deref().unwrap_or("(ended under an earlier leader)");
+        dispatcher.remember_ended(job_id, name, status, result.end_time_ms, result.failure.clone());
+    }
+}
+
 fn recover_jobs(catalog: &JobCatalog, config: &Configuration, term: &Term, dispatcher: &Arc<Dispatcher>) {
     // Read until it answers, while this term lasts: a leader that went on without the jobs
     // (etcd just restarted, say) would cancel their running attempts as nobody's and leave
     // the jobs to no one until the next failover.
     let (ended, jobs) = loop {
         match term.store.results().and_then(|results| Ok((results, term.store.recoverable_jobs()?))) {
-            Ok((results, jobs)) => break (results.into_iter().map(|r| r.job_id).collect::<Vec<String>>(), jobs),
+            Ok((results, jobs)) => break (results, jobs),
             Err(error) => {
                 if !term.store.guard().is_held() {
                     return;
@@ -276,6 +297,8 @@ fn recover_jobs(catalog: &JobCatalog, config: &Configuration, term: &Term, dispa
             }
         }
     };
+    remember_ended_jobs(dispatcher, &ended);
+    let ended: Vec<String> = ended.into_iter().map(|r| r.job_id).collect();
     let mut recovered = Vec::new();
     for job in jobs {
         if ended.contains(&job.job_id) {
@@ -289,6 +312,7 @@ fn recover_jobs(catalog: &JobCatalog, config: &Configuration, term: &Term, dispa
                 state: "FAILED".into(),
                 end_time_ms: weir_types::lifecycle::now_ms(),
                 failure: Some(format!("cannot recover the job after a JobManager failover: {reason}")),
+                job_name: None,
             };
             if let Err(error) = term.store.job(&job_id).finish(&result) {
                 tracing::error!(job_id = %job_id, %error, "cannot record the job's failure");

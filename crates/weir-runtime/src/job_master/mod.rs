@@ -226,6 +226,57 @@ impl JobMaster {
         Ok(master)
     }
 
+    /// A job that ended under an earlier leader, as the job result store recorded it: it
+    /// runs nothing and answers queries (status, failure, `wait_terminal`) so a client that
+    /// waits on a job across a JobManager failover learns how it ended.
+    pub fn ended(
+        job_id: JobId,
+        job_name: &str,
+        status: JobStatus,
+        end_time_ms: u64,
+        failure: Option<String>,
+        location: &str,
+    ) -> Arc<JobMaster> {
+        // Nobody reads the events: requests to an ended job are refused by its status first.
+        let (control, _) = crossbeam_channel::unbounded();
+        Arc::new(JobMaster {
+            job_id,
+            job_name: job_name.to_string(),
+            record: Mutex::new(JobRecord {
+                history: StateHistory::new(status, end_time_ms),
+                job_graph: None,
+                subtasks: Vec::new(),
+                exceptions: Vec::new(),
+                failure_cause: failure,
+                savepoints: std::collections::HashMap::new(),
+                savepoint_checkpoints: std::collections::HashMap::new(),
+                checkpoint_requests: std::collections::HashMap::new(),
+                restore: None,
+                restarts: 0,
+            }),
+            changed: Condvar::new(),
+            control,
+            cancel: Mutex::new(Vec::new()),
+            cancel_requested: Arc::new(AtomicBool::new(false)),
+            location: location.to_string(),
+            checkpoint_stats: Arc::new(Mutex::new(CheckpointStats::default())),
+            checkpoint_settings: CheckpointSettings::default(),
+            execution_config: (
+                crate::status::ExecutionConfigInfo {
+                    restart_strategy: String::new(),
+                    job_parallelism: 0,
+                    object_reuse_mode: false,
+                    user_config: Default::default(),
+                },
+                crate::status::WeirExecutionConfig {
+                    execution_mode: "PIPELINED".into(),
+                    max_parallelism: 0,
+                    failover_strategy: String::new(),
+                },
+            ),
+        })
+    }
+
     /// The job's id.
     pub fn job_id(&self) -> JobId {
         self.job_id

@@ -21,8 +21,13 @@ pub(super) fn record_result(run: &JobRun) {
     if !state.is_globally_terminal() {
         return;
     }
-    let result =
-        weir_ha::JobResult { job_id: run.master.job_id.to_string(), state: state.to_string(), end_time_ms, failure };
+    let result = weir_ha::JobResult {
+        job_id: run.master.job_id.to_string(),
+        state: state.to_string(),
+        end_time_ms,
+        failure,
+        job_name: Some(run.master.job_name().to_string()),
+    };
     if let Err(error) = ha.finish(&result) {
         tracing::error!(job_id = %run.master.job_id, %error, "cannot record the job's result in the HA store; a new leader may recover it");
     }
