@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::etcd::{Compare, EtcdClient, EtcdError, Op};
+use crate::etcd::EtcdError;
+use crate::kv::{Compare, KeyValueStore, Op};
 
 /// How often a contender looks whether the leader key is gone.
 pub const CAMPAIGN_POLL: Duration = Duration::from_millis(100);
@@ -39,7 +40,7 @@ fn monotonic_ms() -> u64 {
 
 /// A leadership this process holds.
 pub struct Leadership {
-    client: Arc<EtcdClient>,
+    client: Arc<dyn KeyValueStore>,
     key: String,
     lease: i64,
     epoch: i64,
@@ -176,14 +177,14 @@ impl Drop for Leadership {
 
 /// An election on one key.
 pub struct Election {
-    client: Arc<EtcdClient>,
+    client: Arc<dyn KeyValueStore>,
     key: String,
     ttl: Duration,
 }
 
 impl Election {
     /// An election on `key` with leases of `ttl`.
-    pub fn new(client: Arc<EtcdClient>, key: &str, ttl: Duration) -> Election {
+    pub fn new(client: Arc<dyn KeyValueStore>, key: &str, ttl: Duration) -> Election {
         Election { client, key: key.to_string(), ttl }
     }
 
@@ -255,7 +256,7 @@ impl Election {
             let stop = Arc::clone(&stop);
             std::thread::Builder::new()
                 .name("weir-leader-lease".into())
-                .spawn(move || keep_leadership(&client, &key, lease, epoch, ttl, &valid_until_ms, &lost, &stop))
+                .spawn(move || keep_leadership(client.as_ref(), &key, lease, epoch, ttl, &valid_until_ms, &lost, &stop))
                 .ok()
         };
         Leadership {
@@ -275,7 +276,7 @@ impl Election {
 /// expired, the key is not ours any more, or no renewal succeeded in time.
 #[allow(clippy::too_many_arguments)]
 fn keep_leadership(
-    client: &EtcdClient,
+    client: &dyn KeyValueStore,
     key: &str,
     lease: i64,
     epoch: i64,

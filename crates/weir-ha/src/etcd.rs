@@ -14,6 +14,9 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use serde_json::{Value, json};
 
+pub use crate::kv::{Compare, KeyValue, Op, TxnResult};
+use crate::kv::KeyValueStore;
+
 /// Longest one request to etcd may take before the next endpoint is tried.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -28,6 +31,19 @@ pub enum EtcdError {
         /// The last failure.
         reason: String,
     },
+    /// The Kubernetes API server (`high-availability.type: kubernetes`) could not be reached
+    /// or refused a request on the HA ConfigMap.
+    #[error(
+        "cannot {operation} ConfigMap {config_map} ({reason}); check that the Kubernetes API server is reachable and that this pod's service account may get, create and update ConfigMaps (deploy/kubernetes/rbac.yaml)"
+    )]
+    Kubernetes {
+        /// `namespace/name`.
+        config_map: String,
+        /// What was asked (`read`, `update`).
+        operation: &'static str,
+        /// What went wrong.
+        reason: String,
+    },
     /// etcd answered with an error.
     #[error("etcd at {endpoint} refused {operation}: {reason}")]
     Refused {
@@ -38,58 +54,6 @@ pub enum EtcdError {
         /// What etcd said.
         reason: String,
     },
-}
-
-/// One key with its value and revisions.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct KeyValue {
-    /// The key.
-    pub key: String,
-    /// The value's bytes.
-    pub value: Vec<u8>,
-    /// The revision that created the key (unique per creation: a leadership's epoch).
-    pub create_revision: i64,
-    /// The revision of the last change.
-    pub mod_revision: i64,
-    /// The lease the key is attached to (0: none).
-    pub lease: i64,
-}
-
-/// A condition of a transaction.
-#[derive(Clone, Debug)]
-pub enum Compare {
-    /// The key was created at this revision (0: the key does not exist).
-    CreateRevision(String, i64),
-}
-
-/// One operation of a transaction.
-#[derive(Clone, Debug)]
-pub enum Op {
-    /// Sets `key` to `value`, attached to `lease` when not 0.
-    Put {
-        /// The key.
-        key: String,
-        /// The value.
-        value: Vec<u8>,
-        /// The lease, or 0.
-        lease: i64,
-    },
-    /// Deletes `key`, or every key starting with it when `prefix`.
-    Delete {
-        /// The key or prefix.
-        key: String,
-        /// Delete the whole prefix.
-        prefix: bool,
-    },
-}
-
-/// What a transaction did.
-#[derive(Clone, Debug)]
-pub struct TxnResult {
-    /// True when every comparison held and the success operations ran.
-    pub succeeded: bool,
-    /// The store's revision after it.
-    pub revision: i64,
 }
 
 /// A client of one etcd cluster (several endpoints, tried in turn).
@@ -291,6 +255,33 @@ impl EtcdClient {
     /// Ends `lease` now: the keys attached to it go.
     pub fn revoke(&self, lease: i64) -> Result<(), EtcdError> {
         self.call("a lease revocation", "/v3/lease/revoke", &json!({"ID": lease.to_string()})).map(|_| ())
+    }
+}
+
+impl KeyValueStore for EtcdClient {
+    fn describe(&self) -> String {
+        format!("etcd at {}", self.endpoints.join(","))
+    }
+    fn get(&self, key: &str) -> Result<Option<KeyValue>, EtcdError> {
+        EtcdClient::get(self, key)
+    }
+    fn get_prefix(&self, prefix: &str) -> Result<Vec<KeyValue>, EtcdError> {
+        EtcdClient::get_prefix(self, prefix)
+    }
+    fn txn(&self, compares: &[Compare], success: &[Op], failure: &[Op]) -> Result<TxnResult, EtcdError> {
+        EtcdClient::txn(self, compares, success, failure)
+    }
+    fn put(&self, key: &str, value: &[u8], lease: i64) -> Result<(), EtcdError> {
+        EtcdClient::put(self, key, value, lease)
+    }
+    fn grant(&self, ttl: Duration) -> Result<(i64, Duration), EtcdError> {
+        EtcdClient::grant(self, ttl)
+    }
+    fn keep_alive(&self, lease: i64) -> Result<Option<Duration>, EtcdError> {
+        EtcdClient::keep_alive(self, lease)
+    }
+    fn revoke(&self, lease: i64) -> Result<(), EtcdError> {
+        EtcdClient::revoke(self, lease)
     }
 }
 

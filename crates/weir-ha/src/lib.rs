@@ -10,6 +10,7 @@
 
 pub mod election;
 pub mod etcd;
+pub mod kv;
 pub mod layout;
 pub mod store;
 pub mod testing;
@@ -21,6 +22,7 @@ use weir_checkpoint::SnapshotStorage;
 
 pub use election::{Election, LeaderInfo, Leadership, LeadershipGuard};
 pub use etcd::{EtcdClient, EtcdError};
+pub use kv::KeyValueStore;
 pub use layout::Layout;
 pub use store::{HaStore, JobResult, JobStore, RecoverableJob};
 
@@ -65,7 +67,7 @@ pub enum HaError {
 
 /// The HA services of one cluster, as one process sees them.
 pub struct HaServices {
-    client: Arc<EtcdClient>,
+    client: Arc<dyn KeyValueStore>,
     settings: HaSettings,
     layout: Layout,
     blobs: weir_checkpoint::storage::BlockingStorage,
@@ -76,6 +78,12 @@ impl HaServices {
     /// blob directory.
     pub fn connect(settings: HaSettings) -> Result<HaServices, HaError> {
         let client = Arc::new(EtcdClient::connect(&settings.endpoints)?);
+        HaServices::on(settings, client)
+    }
+
+    /// The HA services of `settings` on `client`, a store other than etcd (a Kubernetes
+    /// ConfigMap), already checked by its caller.
+    pub fn on(settings: HaSettings, client: Arc<dyn KeyValueStore>) -> Result<HaServices, HaError> {
         let storage = SnapshotStorage::from_url(&settings.storage_dir)
             .map_err(|e| HaError::Storage(e.to_string()))?
             .child(&settings.cluster_id);
@@ -88,8 +96,8 @@ impl HaServices {
         &self.settings
     }
 
-    /// The etcd client.
-    pub fn client(&self) -> &Arc<EtcdClient> {
+    /// The store: etcd, or a Kubernetes ConfigMap.
+    pub fn client(&self) -> &Arc<dyn KeyValueStore> {
         &self.client
     }
 

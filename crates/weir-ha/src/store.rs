@@ -17,7 +17,7 @@ use weir_checkpoint::storage::BlockingStorage;
 
 use crate::HaError;
 use crate::election::LeadershipGuard;
-use crate::etcd::{Compare, EtcdClient, Op};
+use crate::kv::{Compare, KeyValueStore, Op};
 use crate::layout::Layout;
 
 #[derive(Serialize, Deserialize)]
@@ -73,7 +73,7 @@ pub struct RecoverableJob {
 }
 
 struct Inner {
-    client: Arc<EtcdClient>,
+    client: Arc<dyn KeyValueStore>,
     layout: Layout,
     blobs: BlockingStorage,
     guard: LeadershipGuard,
@@ -91,7 +91,7 @@ fn now_ms() -> u64 {
 
 impl HaStore {
     pub(crate) fn new(
-        client: Arc<EtcdClient>,
+        client: Arc<dyn KeyValueStore>,
         layout: Layout,
         blobs: BlockingStorage,
         guard: LeadershipGuard,

@@ -536,11 +536,6 @@ impl HostCluster {
         self.ha.leader().ok().flatten()
     }
 
-    /// The harness's etcd client.
-    pub fn etcd_client(&self) -> &Arc<EtcdClient> {
-        self.ha.client()
-    }
-
     /// The index of the JobManager at `rest` (`ip:port`).
     pub fn jobmanager_at(&self, rest: &str) -> Option<usize> {
         self.jobmanagers.iter().position(|jm| jm.as_ref().is_some_and(|jm| jm.rest == rest))
