@@ -1,6 +1,7 @@
 //! Loading the configuration for a command: file, `-D` overrides, warnings printed once.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use weir_config::Configuration;
 use weir_config::options::{
@@ -37,26 +38,40 @@ pub fn load(args: &ConfigArgs) -> Result<Configuration, CliError> {
     Ok(config)
 }
 
-/// The HA services settings when `high-availability.type: etcd`, else `None`.
+/// The HA services settings with `high-availability.type: etcd` or `kubernetes`, else `None`.
 pub fn ha_settings(config: &Configuration) -> Result<Option<weir_ha::HaSettings>, CliError> {
+    use weir_config::HighAvailabilityType;
     use weir_config::options::{
         HIGH_AVAILABILITY_CLUSTER_ID, HIGH_AVAILABILITY_ETCD_ENDPOINTS, HIGH_AVAILABILITY_ETCD_LEASE_TTL,
-        HIGH_AVAILABILITY_STORAGE_DIR, HIGH_AVAILABILITY_TYPE,
+        HIGH_AVAILABILITY_KUBERNETES_LEASE_DURATION, HIGH_AVAILABILITY_STORAGE_DIR, HIGH_AVAILABILITY_TYPE,
+        KUBERNETES_NAMESPACE,
     };
-    if config.get(&HIGH_AVAILABILITY_TYPE).map_err(CliError::usage)? != weir_config::HighAvailabilityType::Etcd {
+    let ha = config.get(&HIGH_AVAILABILITY_TYPE).map_err(CliError::usage)?;
+    if !ha.is_enabled() {
         return Ok(None);
     }
     let storage_dir = config.get(&HIGH_AVAILABILITY_STORAGE_DIR).map_err(CliError::usage)?.ok_or_else(|| {
-        CliError::usage("high-availability.type: etcd needs high-availability.storageDir (a directory or object-store URL every JobManager can reach)")
+        CliError::usage(format!("high-availability.type: {} needs high-availability.storageDir (a directory or object-store URL every JobManager can reach)", ha.to_string().to_lowercase()))
     })?;
     weir_checkpoint::SnapshotStorage::from_url(&storage_dir).map_err(|e| {
         CliError::usage(format!("bad value '{storage_dir}' for configuration key 'high-availability.storageDir': {e}"))
     })?;
+    let kubernetes = (ha == HighAvailabilityType::Kubernetes).then(|| {
+        Ok::<_, CliError>(weir_ha::KubernetesHa {
+            namespace: config.get(&KUBERNETES_NAMESPACE).map_err(CliError::usage)?,
+        })
+    });
+    let lease_ttl = match ha {
+        HighAvailabilityType::Kubernetes => config.get(&HIGH_AVAILABILITY_KUBERNETES_LEASE_DURATION),
+        _ => config.get(&HIGH_AVAILABILITY_ETCD_LEASE_TTL),
+    }
+    .map_err(CliError::usage)?;
     Ok(Some(weir_ha::HaSettings {
         endpoints: config.get(&HIGH_AVAILABILITY_ETCD_ENDPOINTS).map_err(CliError::usage)?,
         cluster_id: config.get(&HIGH_AVAILABILITY_CLUSTER_ID).map_err(CliError::usage)?,
         storage_dir,
-        lease_ttl: config.get(&HIGH_AVAILABILITY_ETCD_LEASE_TTL).map_err(CliError::usage)?,
+        lease_ttl,
+        kubernetes: kubernetes.transpose()?,
     }))
 }
 
@@ -105,9 +120,17 @@ pub fn wire_security(config: &Configuration) -> Result<weir_runtime::security::W
     Ok(WireSecurity::new(secret, tls))
 }
 
-/// Connects to the HA services of `settings`; an unreachable etcd is one line naming it.
+/// Connects to the HA services of `settings` (etcd, or the Kubernetes API server the pod's
+/// service account or the kubeconfig reaches); an unreachable store is one line naming it.
 pub fn connect_ha(settings: weir_ha::HaSettings) -> Result<weir_ha::HaServices, CliError> {
-    weir_ha::HaServices::connect(settings).map_err(|e| CliError::runtime(e.to_string()))
+    let Some(kubernetes) = settings.kubernetes.clone() else {
+        return weir_ha::HaServices::connect(settings).map_err(|e| CliError::runtime(e.to_string()));
+    };
+    let kube = weir_kubernetes::Kube::connect(None, kubernetes.namespace.as_deref())
+        .map_err(|e| CliError::runtime(format!("high-availability.type: kubernetes: {e}")))?;
+    let store = weir_kubernetes::ha::ConfigMapStore::connect(Arc::new(kube), &settings.cluster_id)
+        .map_err(|e| CliError::runtime(e.to_string()))?;
+    weir_ha::HaServices::on(settings, Arc::new(store)).map_err(|e| CliError::runtime(e.to_string()))
 }
 
 fn default_config_file() -> Option<PathBuf> {
@@ -174,12 +197,13 @@ fn resolve_jobmanager(explicit: Option<&str>, config: &Configuration) -> Result<
         return Ok((address, None));
     }
     if let Some(settings) = ha_settings(config)? {
-        let (endpoints, cluster_id) = (settings.endpoints.join(","), settings.cluster_id.clone());
+        let cluster_id = settings.cluster_id.clone();
         let ha = connect_ha(settings)?;
         return match ha.leader().map_err(|e| CliError::runtime(e.to_string()))? {
             Some((leader, _)) => Ok((leader.rest_address, Some(cluster_id))),
             None => Err(CliError::runtime(format!(
-                "no JobManager leads cluster '{cluster_id}' in etcd at {endpoints}; start one (`weir cluster start`, `weir jobmanager`) or pass -m HOST:PORT"
+                "no JobManager leads cluster '{cluster_id}' in {}; start one (`weir cluster start`, `weir jobmanager`) or pass -m HOST:PORT",
+                ha.client().describe()
             ))),
         };
     }

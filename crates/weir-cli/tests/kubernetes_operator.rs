@@ -150,6 +150,8 @@ fn manifest_with(
     let shared = shared.display();
     // More events (a longer job) when the configuration asks for more time.
     let events = if extra.contains("# long") { LONG_EVENTS } else { EVENTS };
+    // A leader and a standby with Kubernetes HA.
+    let jobmanagers = if extra.contains("high-availability.type: kubernetes") { 2 } else { 1 };
     format!(
         r#"apiVersion: weir.dev/v1
 kind: WeirDeployment
@@ -161,7 +163,9 @@ spec:
   configuration:
     execution.checkpointing.interval: 1s
     state.checkpoints.num-retained: "5"
-{extra}  podTemplate:
+{extra}  jobManager:
+    replicas: {jobmanagers}
+  podTemplate:
     spec:
       terminationGracePeriodSeconds: 10
       containers:
@@ -551,4 +555,135 @@ fn operators_frozen_or_killed_mid_upgrade_are_replaced_and_change_nothing_afterw
     wait_status(&ns, &first, "generation 3 STABLE under the first operator again", |r| stable_at(r, 3));
     wait_finished_exactly_once_of(&ns, &first, &out, LONG_EVENTS);
     delete_and_check_nothing_left(&ns, &first);
+}
+
+/// The HA store of cluster `seq`: (leader's REST address, leader's id).
+fn ha_leader(ns: &Namespace, seq: u64) -> Option<(String, String)> {
+    let map = ns.get_json(&format!("configmap/deployment-counts-{seq}-cluster-config-map"))?;
+    let store: serde_json::Value = serde_json::from_str(map["data"]["weir-ha.json"].as_str()?).ok()?;
+    let key = format!("/weir/deployment-counts-{seq}/leader");
+    let leader: serde_json::Value = serde_json::from_str(store["keys"][&key]["value"].as_str()?).ok()?;
+    Some((leader["rest_address"].as_str()?.to_string(), leader["id"].as_str()?.to_string()))
+}
+
+/// The host PID of the JobManager process whose pod has `ip` (the pods run on this machine).
+fn jobmanager_pid(ip: &str) -> Option<u32> {
+    let wanted = format!("POD_IP={ip}");
+    std::fs::read_dir("/proc").ok()?.filter_map(Result::ok).find_map(|entry| {
+        let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+        let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
+        let environ = std::fs::read(entry.path().join("environ")).ok()?;
+        let is_jobmanager = cmdline.split(|b| *b == 0).any(|arg| arg == b"jobmanager");
+        let in_pod = environ.split(|b| *b == 0).any(|var| var == wanted.as_bytes());
+        (is_jobmanager && in_pod).then_some(pid)
+    })
+}
+
+fn wait_job_running(ns: &Namespace, rest: &str, job: &str) {
+    ns.wait_for("the job RUNNING under the new leader", STATE_MAX, || {
+        let answer = json_at(&format!("http://{rest}/jobs/{job}"))?;
+        (answer["state"] == "RUNNING").then_some(())
+    });
+}
+
+/// `GET url` as JSON, if it answers 200.
+fn json_at(url: &str) -> Option<serde_json::Value> {
+    let agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(2)))
+        .build()
+        .new_agent();
+    let mut response = agent.get(url).call().ok()?;
+    if response.status().as_u16() != 200 {
+        return None;
+    }
+    serde_json::from_str(&response.body_mut().read_to_string().ok()?).ok()
+}
+
+/// The attempt numbers of the committed part files (`part-<job>-<attempt>-...`).
+fn part_attempts(dir: &Path) -> std::collections::BTreeSet<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|entry| {
+            let name = entry.ok()?.file_name().to_string_lossy().to_string();
+            name.strip_prefix("part-")?.split('-').nth(1).map(str::to_string)
+        })
+        .collect()
+}
+
+/// `high-availability.type: kubernetes`: two JobManager pods elect their leader in the
+/// cluster's ConfigMap; the leader's pod force-deleted (SIGKILL, no goodbye) -> the standby
+/// takes the job over from the ConfigMap, RECONCILING -> RUNNING, without restarting a task
+/// and without the operator recovering anything; every event counted exactly once; delete
+/// leaves nothing (the HA ConfigMap goes too).
+#[test]
+fn a_highly_available_cluster_keeps_its_job_running_when_the_leader_pod_is_killed() {
+    let node = KubernetesNode::get();
+    install_crd(node);
+    let image = node.weir_image();
+    let ns = node.namespace("op-ha");
+    ns.kubectl_ok(&["apply", "-f", concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy/kubernetes/rbac.yaml")]);
+    let shared = shared_dir();
+    let out = shared.path().join("out");
+    let operator = Operator::start(node, &ns, shared.path(), "operator.log");
+    let output = out.display().to_string();
+    let ha = "    high-availability.type: kubernetes\n    high-availability.reconcile-timeout: 20s\n    # long\n";
+    ns.apply(&manifest_with(&image, shared.path(), 2, "savepoint", "running", &output, ha));
+    let stable = wait_status(&ns, &operator, "generation 1 STABLE", |r| stable_at(r, 1));
+    let job = stable["status"]["jobStatus"]["jobId"].as_str().unwrap_or_default().to_string();
+    let seq = stable["status"]["clusterInfo"]["seq"].as_u64().unwrap_or_default();
+    let (leader_rest, leader_id) = ns.wait_for("a leader in the HA ConfigMap", STATE_MAX, || ha_leader(&ns, seq));
+    // Let it checkpoint and commit some output first.
+    ns.wait_for("committed output", STATE_MAX, || (!committed_lines(&out).is_empty()).then_some(()));
+    let attempts_before = part_attempts(&out);
+
+    // kill -9 of the leader's process (its container restarts in the same pod): the standby
+    // takes over once the lease has not been renewed for its duration.
+    let leader_ip = leader_rest.split(':').next().unwrap_or_default().to_string();
+    let pid = jobmanager_pid(&leader_ip).unwrap_or_else(|| panic!("no JobManager process with POD_IP={leader_ip}"));
+    let killed = Instant::now();
+    signal(pid, "KILL");
+    let (new_rest, new_id) =
+        ns.wait_for("another JobManager leading", STATE_MAX, || ha_leader(&ns, seq).filter(|(_, id)| *id != leader_id));
+    let took_over = killed.elapsed();
+    wait_job_running(&ns, &new_rest, &job);
+    eprintln!(
+        "BENCH Kubernetes HA: leader JobManager kill -9 -> new leader {:.2} s, job RUNNING {:.2} s",
+        took_over.as_secs_f64(),
+        killed.elapsed().as_secs_f64()
+    );
+
+    // The new leader's pod deleted (SIGTERM, then gone): it hands over at once.
+    let new_ip = new_rest.split(':').next().unwrap_or_default().to_string();
+    let pods = ns.kubectl_ok(&[
+        "get",
+        "pods",
+        "-l",
+        "weir.dev/deployment=counts,weir.dev/component=jobmanager",
+        "-o",
+        "jsonpath={range .items[*]}{.metadata.name} {.status.podIP}{\"\\n\"}{end}",
+    ]);
+    let leader_pod = pods
+        .lines()
+        .find_map(|line| line.split_once(' ').filter(|(_, ip)| *ip == new_ip).map(|(pod, _)| pod.to_string()))
+        .unwrap_or_else(|| panic!("no JobManager pod at the leader's address {new_ip}: {pods}"));
+    let deleted = Instant::now();
+    ns.kubectl_ok(&["delete", "pod", &leader_pod, "--wait=false"]);
+    let (third_rest, _) =
+        ns.wait_for("a third leadership", STATE_MAX, || ha_leader(&ns, seq).filter(|(_, id)| *id != new_id));
+    let took_over = deleted.elapsed();
+    wait_job_running(&ns, &third_rest, &job);
+    eprintln!(
+        "BENCH Kubernetes HA: leader JobManager pod deleted -> new leader {:.2} s, job RUNNING {:.2} s",
+        took_over.as_secs_f64(),
+        deleted.elapsed().as_secs_f64()
+    );
+
+    wait_finished_exactly_once_of(&ns, &operator, &out, LONG_EVENTS);
+    let resource = ns.get_json("weirdeployment/counts").unwrap_or_default();
+    assert_eq!(resource["status"]["jobStatus"]["jobId"], job.as_str(), "the operator replaced the job: {resource:#}");
+    assert!(!operator.log().contains("its JobManager is gone"), "the operator recovered:\n{}", operator.log());
+    let attempts_after = part_attempts(&out);
+    assert_eq!(attempts_after, attempts_before, "a task was restarted (new attempt numbers in the output)");
+    delete_and_check_nothing_left(&ns, &operator);
 }

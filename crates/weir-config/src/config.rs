@@ -302,6 +302,7 @@ impl Configuration {
         self.get(&HIGH_AVAILABILITY_CLUSTER_ID)?;
         self.get(&HIGH_AVAILABILITY_ETCD_ENDPOINTS)?;
         self.get(&HIGH_AVAILABILITY_ETCD_LEASE_TTL)?;
+        self.get(&HIGH_AVAILABILITY_KUBERNETES_LEASE_DURATION)?;
         self.get(&OPERATOR_ROLLBACK_ENABLED)?;
         self.get(&OPERATOR_READINESS_TIMEOUT)?;
         self.get(&OPERATOR_SAVEPOINT_HISTORY_MAX_COUNT)?;
@@ -346,11 +347,12 @@ impl Configuration {
             }
         }
 
-        if ha == crate::values::HighAvailabilityType::Etcd && ha_storage.is_none() {
+        if ha.is_enabled() && ha_storage.is_none() {
             let (key, source) = self.origin_of(HIGH_AVAILABILITY_TYPE.key, HIGH_AVAILABILITY_TYPE.fallback_keys);
+            let ha = ha.to_string().to_lowercase();
             return Err(ConfigError::Inconsistent {
                 message: format!(
-                    "configuration key '{key}' (etcd, from {source}) needs 'high-availability.storageDir': set it to a directory or object-store URL every JobManager can reach (the submitted jobs are kept there)"
+                    "configuration key '{key}' ({ha}, from {source}) needs 'high-availability.storageDir': set it to a directory or object-store URL every JobManager can reach (the submitted jobs are kept there)"
                 ),
             });
         }

@@ -552,7 +552,7 @@ pub const HIGH_AVAILABILITY_TYPE: ConfigOption<HighAvailabilityType> = ConfigOpt
     key: "high-availability.type",
     fallback_keys: &["high-availability"],
     default_description: "none",
-    description: "high-availability mode: 'none', or 'etcd' (standby JobManagers, leader election and recoverable jobs on etcd)",
+    description: "high-availability mode: 'none', 'etcd' (standby JobManagers, leader election and recoverable jobs on etcd) or 'kubernetes' (the same on a ConfigMap of the Kubernetes cluster the JobManagers run in)",
     parse: |text| text.parse(),
     default: || HighAvailabilityType::None,
 };
@@ -597,6 +597,27 @@ pub const HIGH_AVAILABILITY_ETCD_LEASE_TTL: ConfigOption<Duration> = ConfigOptio
     description: "TTL of the leader's etcd lease (whole seconds, at least 2s): how soon a standby takes over from a dead leader",
     parse: parse_lease_ttl,
     default: || Duration::from_secs(2),
+};
+
+/// `high-availability.kubernetes.leader-election.lease-duration` (Flink's key): how long the
+/// leader's lease in the HA ConfigMap holds without renewal.
+pub const HIGH_AVAILABILITY_KUBERNETES_LEASE_DURATION: ConfigOption<Duration> = ConfigOption {
+    key: "high-availability.kubernetes.leader-election.lease-duration",
+    fallback_keys: &[],
+    default_description: "2s",
+    description: "with high-availability.type: kubernetes, how long the leader's lease holds without renewal: how soon a standby takes over from a dead leader (Flink's default is 15s; weir renews every third of it)",
+    parse: parse_positive_duration,
+    default: || Duration::from_secs(2),
+};
+
+/// `kubernetes.namespace` (Flink's key): the namespace of the HA ConfigMap.
+pub const KUBERNETES_NAMESPACE: ConfigOption<Option<String>> = ConfigOption {
+    key: "kubernetes.namespace",
+    fallback_keys: &[],
+    default_description: "the pod's namespace",
+    description: "with high-availability.type: kubernetes, the namespace of the HA ConfigMap (default: the namespace of the pod's service account, else the kubeconfig's)",
+    parse: optional_string,
+    default: || None,
 };
 
 /// `high-availability.reconcile-timeout`: how long a new leader waits for the TaskManagers
@@ -903,6 +924,8 @@ pub const ALL: &[OptionInfo] = &[
     HIGH_AVAILABILITY_CLUSTER_ID.info(),
     HIGH_AVAILABILITY_ETCD_ENDPOINTS.info(),
     HIGH_AVAILABILITY_ETCD_LEASE_TTL.info(),
+    HIGH_AVAILABILITY_KUBERNETES_LEASE_DURATION.info(),
+    KUBERNETES_NAMESPACE.info(),
     HIGH_AVAILABILITY_RECONCILE_TIMEOUT.info(),
     PIPELINE_NAME.info(),
     SECURITY_INTERNAL_SECRET.info(),
@@ -974,6 +997,8 @@ pub const ALL_KEYS: &[&str] = &[
     HIGH_AVAILABILITY_CLUSTER_ID.key,
     HIGH_AVAILABILITY_ETCD_ENDPOINTS.key,
     HIGH_AVAILABILITY_ETCD_LEASE_TTL.key,
+    HIGH_AVAILABILITY_KUBERNETES_LEASE_DURATION.key,
+    KUBERNETES_NAMESPACE.key,
     HIGH_AVAILABILITY_RECONCILE_TIMEOUT.key,
     PIPELINE_NAME.key,
     SECURITY_INTERNAL_SECRET.key,

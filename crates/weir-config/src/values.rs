@@ -218,7 +218,7 @@ impl fmt::Display for FailoverStrategy {
     }
 }
 
-/// The high-availability service (`high-availability.type`): `none` or `etcd`.
+/// The high-availability service (`high-availability.type`): `none`, `etcd` or `kubernetes`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[non_exhaustive]
 pub enum HighAvailabilityType {
@@ -229,6 +229,17 @@ pub enum HighAvailabilityType {
     /// Leader election and recoverable job state on etcd (`high-availability.etcd.*`).
     #[serde(rename = "ETCD")]
     Etcd,
+    /// Leader election and recoverable job state on a ConfigMap of the Kubernetes cluster the
+    /// JobManagers run in (`high-availability.kubernetes.*`).
+    #[serde(rename = "KUBERNETES")]
+    Kubernetes,
+}
+
+impl HighAvailabilityType {
+    /// True when standby JobManagers can take over (any service but `none`).
+    pub fn is_enabled(self) -> bool {
+        self != HighAvailabilityType::None
+    }
 }
 
 impl FromStr for HighAvailabilityType {
@@ -242,12 +253,17 @@ impl FromStr for HighAvailabilityType {
         if text.eq_ignore_ascii_case("etcd") {
             return Ok(HighAvailabilityType::Etcd);
         }
-        if text.eq_ignore_ascii_case("zookeeper") || text.eq_ignore_ascii_case("kubernetes") {
+        if text.eq_ignore_ascii_case("kubernetes")
+            || text.eq_ignore_ascii_case("org.apache.flink.kubernetes.highavailability.KubernetesHaServicesFactory")
+        {
+            return Ok(HighAvailabilityType::Kubernetes);
+        }
+        if text.eq_ignore_ascii_case("zookeeper") {
             return Err(format!(
-                "high-availability.type '{text}' is Flink's, not weir's: weir's high availability runs on etcd; use 'etcd' (with high-availability.etcd.endpoints) or 'none'"
+                "high-availability.type '{text}' is Flink's, not weir's: weir's high availability runs on etcd or Kubernetes; use 'etcd' (with high-availability.etcd.endpoints), 'kubernetes' (in a Kubernetes cluster) or 'none'"
             ));
         }
-        Err(format!("high-availability.type '{text}' is not one of none, etcd"))
+        Err(format!("high-availability.type '{text}' is not one of none, etcd, kubernetes"))
     }
 }
 
@@ -256,6 +272,7 @@ impl fmt::Display for HighAvailabilityType {
         f.write_str(match self {
             HighAvailabilityType::None => "NONE",
             HighAvailabilityType::Etcd => "ETCD",
+            HighAvailabilityType::Kubernetes => "KUBERNETES",
         })
     }
 }
@@ -303,12 +320,15 @@ mod tests {
     }
 
     #[test]
-    fn high_availability_is_none_or_etcd() {
+    fn high_availability_is_none_etcd_or_kubernetes() {
         assert_eq!("NONE".parse(), Ok(HighAvailabilityType::None));
         assert_eq!("etcd".parse(), Ok(HighAvailabilityType::Etcd));
-        assert_eq!(HighAvailabilityType::Etcd.to_string().parse(), Ok(HighAvailabilityType::Etcd));
+        assert_eq!("kubernetes".parse(), Ok(HighAvailabilityType::Kubernetes));
+        for ha in [HighAvailabilityType::Etcd, HighAvailabilityType::Kubernetes] {
+            assert_eq!(ha.to_string().parse(), Ok(ha));
+        }
         let zookeeper = "zookeeper".parse::<HighAvailabilityType>().unwrap_err();
-        assert!(zookeeper.contains("runs on etcd; use 'etcd'"), "{zookeeper}");
+        assert!(zookeeper.contains("runs on etcd or Kubernetes; use 'etcd'"), "{zookeeper}");
     }
 
     #[test]

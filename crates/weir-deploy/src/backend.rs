@@ -31,6 +31,13 @@ pub trait ClusterBackend: Send + Sync {
     /// deployment from its newest checkpoint).
     fn jobmanager_alive(&self, name: &str, cluster: &ClusterInfo) -> bool;
 
+    /// Where the controller reaches `cluster`'s REST API now: the address recorded when it
+    /// started, unless the backend knows a better one (a highly available cluster on
+    /// Kubernetes whose JobManager pod was replaced has a new pod IP).
+    fn rest_address(&self, _name: &str, cluster: &ClusterInfo) -> String {
+        cluster.rest_address.clone()
+    }
+
     /// The pre-flight: `run --dry-run` of `target`'s binary against `snapshot`; the lines of
     /// its report, or why the new job cannot start from it.
     fn dry_run(&self, name: &str, target: &DeploymentSpec, snapshot: Option<&str>) -> Result<Vec<String>, String>;
@@ -86,7 +93,7 @@ impl ClusterBackend for ProcessClusters {
         processes::stop_cluster(&dir)?;
         let _ = std::fs::remove_dir_all(dir.join("cluster"));
         let ports = processes::free_ports(target.job_manager.replicas.min(u32::from(u16::MAX)) as u16)?;
-        let config = processes::cluster_configuration(target, name, &dirs, ports);
+        let config = processes::cluster_configuration(target, name, seq, &dirs, ports);
         processes::write_configuration(&dir, &config)?;
         processes::start_cluster(&target.binary, target, &dir)?;
         Ok(ClusterInfo {
@@ -103,7 +110,7 @@ impl ClusterBackend for ProcessClusters {
 
     fn dry_run(&self, name: &str, target: &DeploymentSpec, snapshot: Option<&str>) -> Result<Vec<String>, String> {
         let dirs = self.dirs(name);
-        let config = processes::cluster_configuration(target, name, &dirs, processes::Ports { rest: 0, rpc: 0 });
+        let config = processes::cluster_configuration(target, name, 0, &dirs, processes::Ports { rest: 0, rpc: 0 });
         let config_path = processes::write_configuration(&dirs.root().join("pre-flight"), &config)?;
         processes::dry_run(&target.binary, target, &config_path, snapshot)
     }

@@ -473,7 +473,7 @@ impl Controller {
         let (Some(cluster), Some(job_id)) = (status.cluster_info.clone(), status.job_status.job_id.clone()) else {
             return;
         };
-        let api = ClusterApi::new(&cluster.rest_address);
+        let api = ClusterApi::new(&self.backend.rest_address(name, &cluster));
         let Ok(Some(job)) = api.job(&job_id) else { return };
         let changed = status.job_status.state.as_deref() != Some(&job.state);
         if changed {
@@ -506,7 +506,7 @@ impl Controller {
         let (Some(cluster), Some(job_id)) = (status.cluster_info.clone(), status.job_status.job_id.clone()) else {
             return;
         };
-        let api = ClusterApi::new(&cluster.rest_address);
+        let api = ClusterApi::new(&self.backend.rest_address(name, &cluster));
         let settings = self.settings(spec);
         if let Some(pending) = status.pending_savepoint.clone() {
             match api.savepoint(&pending.job_id, &pending.request_id) {
@@ -782,7 +782,7 @@ impl Controller {
     /// one observed.
     fn newest_checkpoint(&self, name: &str, status: &DeploymentStatus) -> Option<String> {
         if let (Some(cluster), Some(job_id)) = (&status.cluster_info, &status.job_status.job_id)
-            && let Ok(Some(job)) = ClusterApi::new(&cluster.rest_address).job(job_id)
+            && let Ok(Some(job)) = ClusterApi::new(&self.backend.rest_address(name, cluster)).job(job_id)
             && let Some(path) = job.latest_checkpoint
         {
             return Some(path);
@@ -806,7 +806,7 @@ impl Controller {
             .unwrap_or(true);
         let job = match (&status.cluster_info, &status.job_status.job_id) {
             (Some(cluster), Some(job_id)) => {
-                let api = ClusterApi::new(&cluster.rest_address);
+                let api = ClusterApi::new(&self.backend.rest_address(name, cluster));
                 api.job(job_id).ok().flatten().map(|view| (api, job_id.clone(), view))
             }
             _ => None,
@@ -1238,7 +1238,7 @@ impl Controller {
         let Some(cluster) = status.cluster_info.clone() else {
             return Err("no cluster was recorded for the job".into());
         };
-        let api = ClusterApi::new(&cluster.rest_address);
+        let api = ClusterApi::new(&self.backend.rest_address(name, &cluster));
         // A job already there was submitted by a controller that died before recording it.
         let existing = api.jobs()?;
         let job_id = match existing.first() {

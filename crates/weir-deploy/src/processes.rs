@@ -100,6 +100,7 @@ pub fn free_ports(count: u16) -> Result<Ports, String> {
 pub fn cluster_configuration(
     spec: &DeploymentSpec,
     name: &str,
+    seq: u64,
     dirs: &DeploymentDirs,
     ports: Ports,
 ) -> BTreeMap<String, String> {
@@ -112,8 +113,10 @@ pub fn cluster_configuration(
     config.insert("taskmanager.numberOfTaskSlots".into(), spec.task_manager.slots.to_string());
     config.entry("state.checkpoints.dir".into()).or_insert_with(|| url(dirs.checkpoints()));
     config.entry("state.savepoints.dir".into()).or_insert_with(|| url(dirs.savepoints()));
-    if config.get("high-availability.type").is_some_and(|t| t.eq_ignore_ascii_case("etcd")) {
-        config.entry("high-availability.cluster-id".into()).or_insert_with(|| format!("deployment-{name}"));
+    if crate::spec::high_availability(&spec.configuration) {
+        // One per cluster: a cluster started after the last one was killed (a last-state
+        // upgrade, a recovery) must not recover that cluster's job as well as run its own.
+        config.entry("high-availability.cluster-id".into()).or_insert_with(|| format!("deployment-{name}-{seq}"));
         config.entry("high-availability.storageDir".into()).or_insert_with(|| url(dirs.ha()));
     }
     config
@@ -340,11 +343,11 @@ mod tests {
         let text = "apiVersion: weir.dev/v1\nkind: WeirDeployment\nmetadata:\n  name: orders\nspec:\n  binary: /bin/weir\n  configuration:\n    state.checkpoints.dir: s3://bucket/chk\n    high-availability.type: etcd\n  taskManager:\n    slots: 3\n  job:\n    name: counter\n";
         let spec = crate::spec::parse(text, &mut Vec::new()).unwrap().spec;
         let dirs = DeploymentDirs::new("/data/deployments/orders");
-        let config = cluster_configuration(&spec, "orders", &dirs, Ports { rest: 9000, rpc: 9100 });
+        let config = cluster_configuration(&spec, "orders", 3, &dirs, Ports { rest: 9000, rpc: 9100 });
         assert_eq!(config["state.checkpoints.dir"], "s3://bucket/chk");
         assert_eq!(config["state.savepoints.dir"], "file:///data/deployments/orders/savepoints");
         assert_eq!(config["taskmanager.numberOfTaskSlots"], "3");
-        assert_eq!(config["high-availability.cluster-id"], "deployment-orders");
+        assert_eq!(config["high-availability.cluster-id"], "deployment-orders-3");
         assert_eq!(rest_address(&config), "http://127.0.0.1:9000");
     }
 

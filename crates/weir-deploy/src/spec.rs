@@ -429,8 +429,13 @@ fn parse_spec(spec: &serde_norway::Mapping) -> Result<DeploymentSpec, SpecError>
 }
 
 /// The keys the controller sets from other fields of the spec.
-const MANAGED_KEYS: &[(&str, &str)] =
-    &[("taskmanager.numberOfTaskSlots", "spec.taskManager.slots"), ("parallelism.default", "spec.job.parallelism")];
+const MANAGED_KEYS: &[(&str, &str)] = &[
+    ("taskmanager.numberOfTaskSlots", "spec.taskManager.slots"),
+    ("parallelism.default", "spec.job.parallelism"),
+    // One per cluster: a new cluster must never recover an earlier cluster's job.
+    ("high-availability.cluster-id", "metadata.name (each cluster gets deployment-<name>-<n>)"),
+    ("kubernetes.cluster-id", "metadata.name (each cluster gets deployment-<name>-<n>)"),
+];
 
 /// What no field can show alone: the configuration's values, HA for several JobManagers,
 /// enough slots for the parallelism.
@@ -446,8 +451,7 @@ pub fn check(spec: &DeploymentSpec, warnings: &mut Vec<String>) -> Result<(), Sp
     let mut config = configuration(spec);
     // Validated as the controller runs it: it gives an HA cluster a storage directory of the
     // deployment's own when the spec names none.
-    let ha_etcd = spec.configuration.get("high-availability.type").is_some_and(|t| t.eq_ignore_ascii_case("etcd"));
-    if ha_etcd && !spec.configuration.contains_key("high-availability.storageDir") {
+    if high_availability(&spec.configuration) && !spec.configuration.contains_key("high-availability.storageDir") {
         config.set_from("high-availability.storageDir", "file:///deployment/ha", "the controller's default");
     }
     config.validate().map_err(|e| error("spec.configuration", e.to_string()))?;
@@ -457,11 +461,11 @@ pub fn check(spec: &DeploymentSpec, warnings: &mut Vec<String>) -> Result<(), Sp
     let ha = config
         .get(&weir_config::options::HIGH_AVAILABILITY_TYPE)
         .map_err(|e| error("spec.configuration", e.to_string()))?;
-    if spec.job_manager.replicas > 1 && ha != weir_config::HighAvailabilityType::Etcd {
+    if spec.job_manager.replicas > 1 && !ha.is_enabled() {
         return Err(error(
             "spec.jobManager.replicas",
             format!(
-                "{} JobManagers need high-availability.type: etcd in spec.configuration (standbys take over through etcd)",
+                "{} JobManagers need high-availability.type: etcd (or kubernetes on Kubernetes) in spec.configuration (standbys take over through it)",
                 spec.job_manager.replicas
             ),
         ));
@@ -623,6 +627,15 @@ fn scalar(value: &Value, path: &str) -> Result<String, SpecError> {
     }
 }
 
+/// Whether `configuration` turns high availability on (`high-availability.type` etcd or
+/// kubernetes).
+pub fn high_availability(configuration: &BTreeMap<String, String>) -> bool {
+    configuration
+        .get("high-availability.type")
+        .and_then(|t| t.parse::<weir_config::HighAvailabilityType>().ok())
+        .is_some_and(|ha| ha.is_enabled())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -731,7 +744,9 @@ spec:
         );
         let ha = GOOD.replace("  taskManager:", "  jobManager:\n    replicas: 2\n  taskManager:");
         assert!(
-            parse_err(&ha).starts_with("spec.jobManager.replicas: 2 JobManagers need high-availability.type: etcd")
+            parse_err(&ha).starts_with(
+                "spec.jobManager.replicas: 2 JobManagers need high-availability.type: etcd (or kubernetes"
+            )
         );
         let name = GOOD.replace("name: orders", "name: Orders_1");
         assert!(parse_err(&name).starts_with("metadata.name: 'Orders_1' is not a valid name"));

@@ -14,8 +14,8 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use serde_json::{Value, json};
 
-pub use crate::kv::{Compare, KeyValue, Op, TxnResult};
 use crate::kv::KeyValueStore;
+pub use crate::kv::{Compare, KeyValue, Op, TxnResult};
 
 /// Longest one request to etcd may take before the next endpoint is tried.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);

@@ -1,6 +1,8 @@
-//! weir's high availability on etcd (`high-availability.type: etcd`): leader election among
-//! JobManagers ([`election`]), and what a new leader recovers jobs from ([`store`]), with
-//! every key built in [`layout`] and etcd reached through its JSON gateway ([`etcd`]).
+//! weir's high availability on etcd (`high-availability.type: etcd`) or a Kubernetes
+//! ConfigMap (`kubernetes`): leader election among JobManagers ([`election`]), and what a new
+//! leader recovers jobs from ([`store`]), with every key built in [`layout`], on a store with
+//! etcd's semantics ([`kv`]): etcd reached through its JSON gateway ([`etcd`]), or the
+//! ConfigMap store of `weir-kubernetes`.
 //!
 //! The design follows Flink's ZooKeeper and Kubernetes HA services: the coordination service
 //! holds small pointers, the blobs go to `high-availability.storageDir`. What weir adds: the
@@ -35,8 +37,19 @@ pub struct HaSettings {
     pub cluster_id: String,
     /// `high-availability.storageDir`: an object-store URL.
     pub storage_dir: String,
-    /// `high-availability.etcd.lease-ttl`.
+    /// `high-availability.etcd.lease-ttl`, or with Kubernetes
+    /// `high-availability.kubernetes.leader-election.lease-duration`.
     pub lease_ttl: Duration,
+    /// Set with `high-availability.type: kubernetes`: the store is a ConfigMap (built by the
+    /// caller, see [`HaServices::on`]), not etcd at `endpoints`.
+    pub kubernetes: Option<KubernetesHa>,
+}
+
+/// Where the HA ConfigMap of `high-availability.type: kubernetes` lives.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KubernetesHa {
+    /// `kubernetes.namespace`; `None`: the pod's (or the kubeconfig's) namespace.
+    pub namespace: Option<String>,
 }
 
 /// An HA failure.

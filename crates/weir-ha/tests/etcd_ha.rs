@@ -13,6 +13,7 @@ fn services(etcd: &EtcdServer, blobs: &std::path::Path) -> HaServices {
         cluster_id: "test".into(),
         storage_dir: blobs.display().to_string(),
         lease_ttl: Duration::from_secs(2),
+        kubernetes: None,
     })
     .unwrap()
 }

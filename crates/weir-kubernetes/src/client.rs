@@ -79,6 +79,11 @@ impl Kube {
         self.runtime.block_on(future)
     }
 
+    /// Starts `future` on the client's runtime (callable from any thread, a tokio worker too).
+    pub fn spawn<F: Future<Output = ()> + Send + 'static>(&self, future: F) {
+        self.runtime.spawn(future);
+    }
+
     /// The client.
     pub fn client(&self) -> kube::Client {
         self.client.clone()

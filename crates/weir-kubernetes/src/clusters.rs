@@ -31,6 +31,9 @@ pub const REST_PORT: u16 = 8081;
 pub const RPC_PORT: u16 = 6123;
 /// Where the configuration is mounted in every pod.
 const CONF_DIR: &str = "/opt/weir/conf";
+/// The service account of a cluster's pods with Kubernetes HA when the spec names none
+/// (deploy/kubernetes/rbac.yaml): it may read and write ConfigMaps.
+pub const HA_SERVICE_ACCOUNT: &str = "weir";
 /// The container the operator fills in (a pod template may already name it).
 const CONTAINER: &str = "weir";
 /// The field manager of the operator's writes.
@@ -66,6 +69,21 @@ impl KubernetesClusters {
 
     fn prefix(name: &str, seq: u64) -> String {
         format!("{name}-{seq}")
+    }
+
+    /// Whether cluster `seq` runs with Kubernetes HA: its HA ConfigMap exists (an API
+    /// error counts as yes: the caller then waits rather than recovers).
+    fn highly_available(&self, name: &str, seq: u64) -> bool {
+        let api = self.kube.api::<ConfigMap>();
+        match self.kube.block_on(api.get_metadata(&Self::ha_config_map(name, seq))) {
+            Ok(_) => true,
+            Err(error) => !is_not_found(&error),
+        }
+    }
+
+    /// The HA ConfigMap of cluster `seq` (`high-availability.cluster-id` is one per cluster).
+    fn ha_config_map(name: &str, seq: u64) -> String {
+        crate::ha::config_map_name(&format!("deployment-{name}-{seq}"))
     }
 
     fn selector(name: &str, seq: Option<u64>, component: Option<&str>) -> String {
@@ -106,10 +124,10 @@ impl KubernetesClusters {
 
     /// The cluster's configuration: the spec's, the deployment's default state directories,
     /// and listeners on every interface (each pod advertises its own IP).
-    fn configuration(&self, name: &str, target: &DeploymentSpec) -> BTreeMap<String, String> {
+    fn configuration(&self, name: &str, seq: u64, target: &DeploymentSpec) -> BTreeMap<String, String> {
         let dirs = DeploymentDirs::new(self.root.join(name));
         let mut config =
-            processes::cluster_configuration(target, name, &dirs, Ports { rest: REST_PORT, rpc: RPC_PORT });
+            processes::cluster_configuration(target, name, seq, &dirs, Ports { rest: REST_PORT, rpc: RPC_PORT });
         // The pod's IP is given on the command line; a loopback default would be wrong.
         config.remove("rest.address");
         config.remove("jobmanager.rpc.address");
@@ -118,6 +136,9 @@ impl KubernetesClusters {
         config.entry("rest.bind-address".into()).or_insert_with(|| "0.0.0.0".into());
         config.entry("jobmanager.bind-host".into()).or_insert_with(|| "0.0.0.0".into());
         config.entry("taskmanager.bind-host".into()).or_insert_with(|| "0.0.0.0".into());
+        if kubernetes_ha(target) {
+            config.insert("kubernetes.namespace".into(), self.kube.namespace().to_string());
+        }
         config
     }
 
@@ -180,8 +201,11 @@ impl KubernetesClusters {
             metadata.remove("namespace");
         }
         let spec = object_field(&mut pod, "spec")?;
-        if let Some(account) = &target.service_account {
-            spec["serviceAccountName"] = json!(account);
+        match &target.service_account {
+            Some(account) => spec["serviceAccountName"] = json!(account),
+            // Kubernetes HA reads and writes a ConfigMap: the account rbac.yaml gives that.
+            None if kubernetes_ha(target) => spec["serviceAccountName"] = json!(HA_SERVICE_ACCOUNT),
+            None => {}
         }
         let volumes = array_field(spec, "volumes")?;
         volumes.push(json!({"name": "weir-config", "configMap": {"name": config_map}}));
@@ -204,6 +228,15 @@ impl KubernetesClusters {
         let env = array_field(container, "env")?;
         env.push(json!({"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}));
         env.push(json!({"name": "WEIR_CONF_DIR", "value": CONF_DIR}));
+        if kubernetes_ha(target)
+            && let Some((host, port)) = api_server_host_port(self.kube.server())
+            && !env.iter().any(|e| e["name"] == "KUBERNETES_SERVICE_HOST")
+        {
+            // The HA store is reached where the operator reaches the API server: the
+            // `kubernetes` Service's ClusterIP needs kube-proxy, which a cluster may lack.
+            env.push(json!({"name": "KUBERNETES_SERVICE_HOST", "value": host}));
+            env.push(json!({"name": "KUBERNETES_SERVICE_PORT", "value": port}));
+        }
         let mounts = array_field(container, "volumeMounts")?;
         mounts.push(json!({"name": "weir-config", "mountPath": CONF_DIR}));
         if let Some(resource) = resource {
@@ -431,6 +464,13 @@ impl KubernetesClusters {
         )?;
         ignore_missing(
             self.kube.block_on(self.kube.api::<ConfigMap>().delete(&format!("{prefix}-config"), &params)).map(|_| ()),
+        )?;
+        // The cluster's jobs end with it (the controller restores from checkpoints, never
+        // from another cluster's HA data).
+        ignore_missing(
+            self.kube
+                .block_on(self.kube.api::<ConfigMap>().delete(&Self::ha_config_map(name, seq), &params))
+                .map(|_| ()),
         )
     }
 }
@@ -465,8 +505,18 @@ impl ClusterBackend for KubernetesClusters {
         self.delete_cluster(name, seq)?;
         let prefix = Self::prefix(name, seq);
         let config_map = format!("{prefix}-config");
-        self.put_config_map(&config_map, name, seq, &self.configuration(name, target))?;
+        self.put_config_map(&config_map, name, seq, &self.configuration(name, seq, target))?;
         let owner = self.owner(name)?;
+        if kubernetes_ha(target) {
+            // Created here, owned by the resource, so it goes with it; the JobManagers fill it.
+            let ha = Self::ha_config_map(name, seq);
+            let map = json!({
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": ha, "labels": Self::labels(name, seq, "high-availability"), "ownerReferences": owner},
+            });
+            self.apply::<ConfigMap>(&ha, map)?;
+        }
         let conf = format!("{CONF_DIR}/config.yaml");
         let jobmanager_args = vec![
             "jobmanager".into(),
@@ -528,6 +578,16 @@ impl ClusterBackend for KubernetesClusters {
     }
 
     fn jobmanager_alive(&self, name: &str, cluster: &ClusterInfo) -> bool {
+        if self.highly_available(name, cluster.seq) {
+            // Its Deployment replaces a JobManager pod that died, and the new leader takes
+            // the job over from the HA ConfigMap: gone only when the Deployment is.
+            let deployments = self.kube.api::<Deployment>();
+            let jobmanagers = format!("{}-jobmanager", Self::prefix(name, cluster.seq));
+            return match self.kube.block_on(deployments.get(&jobmanagers)) {
+                Ok(deployment) => deployment.spec.and_then(|s| s.replicas).unwrap_or(1) > 0,
+                Err(error) => !is_not_found(&error),
+            };
+        }
         let host = rest_host(cluster);
         match self.pods(&Self::selector(name, Some(cluster.seq), Some("jobmanager"))) {
             Ok(pods) => pods.iter().any(|pod| {
@@ -538,6 +598,29 @@ impl ClusterBackend for KubernetesClusters {
             }),
             // Not knowing is not death: the API server may be briefly away.
             Err(_) => true,
+        }
+    }
+
+    fn rest_address(&self, name: &str, cluster: &ClusterInfo) -> String {
+        if !self.highly_available(name, cluster.seq) {
+            return cluster.rest_address.clone();
+        }
+        // Any running JobManager answers for the leader; the one recorded first if it runs.
+        let Ok(pods) = self.pods(&Self::selector(name, Some(cluster.seq), Some("jobmanager"))) else {
+            return cluster.rest_address.clone();
+        };
+        let running: Vec<String> = pods
+            .iter()
+            .filter(|pod| pod.metadata.deletion_timestamp.is_none())
+            .filter_map(|pod| {
+                let status = pod.status.as_ref()?;
+                (status.phase.as_deref() == Some("Running")).then(|| status.pod_ip.clone()).flatten()
+            })
+            .collect();
+        let recorded = rest_host(cluster);
+        match running.iter().find(|ip| **ip == recorded).or(running.first()) {
+            Some(ip) => format!("http://{ip}:{REST_PORT}"),
+            None => cluster.rest_address.clone(),
         }
     }
 
@@ -579,7 +662,7 @@ impl ClusterBackend for KubernetesClusters {
         if let Some(cluster) = self.running_cluster_with_image(name, target.image.as_deref()) {
             let binary = if target.binary.is_empty() { "weir" } else { target.binary.as_str() };
             let mut args = vec!["run".to_string(), "--dry-run".into(), "-c".into(), "/dev/null".into()];
-            for (key, value) in self.configuration(name, target) {
+            for (key, value) in self.configuration(name, 0, target) {
                 args.extend(["-D".to_string(), format!("{key}={value}")]);
             }
             if let Some(snapshot) = snapshot {
@@ -596,7 +679,7 @@ impl ClusterBackend for KubernetesClusters {
             }
         }
         let config_map = format!("{name}-preflight-config");
-        self.put_config_map(&config_map, name, 0, &self.configuration(name, target))?;
+        self.put_config_map(&config_map, name, 0, &self.configuration(name, 0, target))?;
         let mut args = vec!["run".to_string(), "--dry-run".into(), "-c".into(), format!("{CONF_DIR}/config.yaml")];
         if let Some(snapshot) = snapshot {
             args.extend(["-s".into(), snapshot.to_string()]);
@@ -646,6 +729,27 @@ impl ClusterBackend for KubernetesClusters {
         }
         Err(processes::last_line(logs.as_bytes()).unwrap_or_else(|| "the submission pod printed nothing".into()))
     }
+}
+
+/// Whether `target` runs with `high-availability.type: kubernetes`.
+fn kubernetes_ha(target: &DeploymentSpec) -> bool {
+    target
+        .configuration
+        .get("high-availability.type")
+        .and_then(|t| t.parse::<weir_config::HighAvailabilityType>().ok())
+        .is_some_and(|ha| ha == weir_config::HighAvailabilityType::Kubernetes)
+}
+
+/// The host and port of an API server URL (`https://10.0.0.1:6443`).
+fn api_server_host_port(server: &str) -> Option<(String, String)> {
+    let rest = server.split_once("://").map_or(server, |(_, rest)| rest);
+    let authority = rest.split('/').next()?;
+    let (host, port) = match authority.rsplit_once(':') {
+        Some((host, port)) if !host.ends_with(']') || host.starts_with('[') => (host, port.to_string()),
+        _ => (authority, "443".to_string()),
+    };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    (!host.is_empty()).then(|| (host.to_string(), port))
 }
 
 /// The host of a cluster's REST address (its JobManager pod's IP).
@@ -742,6 +846,13 @@ fn unique_suffix() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn api_server_urls_give_host_and_port() {
+        assert_eq!(api_server_host_port("https://10.244.0.1:6443/"), Some(("10.244.0.1".into(), "6443".into())));
+        assert_eq!(api_server_host_port("https://api.example.com"), Some(("api.example.com".into(), "443".into())));
+        assert_eq!(api_server_host_port("https://[fd00::1]:6443"), Some(("fd00::1".into(), "6443".into())));
+    }
 
     #[test]
     fn flink_memory_sizes_become_kubernetes_quantities() {

@@ -7,11 +7,13 @@
 //! - [`store`]: the resources as the controller's store (status writes conditioned on the
 //!   resource version, a finalizer for deletes).
 //! - [`clusters`]: a deployment's clusters as Deployments, a Service and a ConfigMap.
+//! - [`ha`]: `high-availability.type: kubernetes`, the JobManagers' HA store on a ConfigMap.
 //! - [`lease`]: leader election of operator replicas through a `Lease`.
 #![warn(missing_docs)]
 
 pub mod client;
 pub mod clusters;
+pub mod ha;
 pub mod lease;
 pub mod resource;
 pub mod store;

@@ -80,8 +80,9 @@ pub fn jobmanager(
     catalog: Arc<JobCatalog>,
     ha_settings: HaSettings,
 ) -> Result<ExitCode, CliError> {
-    let (endpoints, cluster_id) = (ha_settings.endpoints.join(","), ha_settings.cluster_id.clone());
+    let cluster_id = ha_settings.cluster_id.clone();
     let ha = Arc::new(settings::connect_ha(ha_settings)?);
+    let store = ha.client().describe();
     let id = JobId::generate().to_string();
     let (rpc_bind, rpc_host, rpc_port) = settings::jobmanager_rpc_hosts(&config)?;
     let listener = std::net::TcpListener::bind((rpc_bind.as_str(), rpc_port)).map_err(|e| {
@@ -160,7 +161,7 @@ pub fn jobmanager(
     let info = LeaderInfo { id: id.clone(), rest_address: rest_address.clone(), rpc_address: rpc_address.clone() };
     follow_leader(Arc::clone(&ha), id.clone(), Arc::clone(&term), Arc::clone(&route));
     eprintln!(
-        "JobManager {id}: REST API at http://{rest_address}, TaskManagers connect to {rpc_address}; high availability on etcd at {endpoints} (cluster-id '{cluster_id}'): standing by until elected"
+        "JobManager {id}: REST API at http://{rest_address}, TaskManagers connect to {rpc_address}; high availability on {store} (cluster-id '{cluster_id}'): standing by until elected"
     );
 
     // SIGTERM / SIGINT: a standby stops campaigning; the leader steps down at once (its lease

@@ -48,6 +48,7 @@ impl HaCluster {
             cluster_id: "test".into(),
             storage_dir: format!("{}/ha", dir.path().display()),
             lease_ttl: Duration::from_secs(2),
+            kubernetes: None,
         })
         .unwrap();
         let mut cluster = HaCluster { etcd, dir, config, jobmanagers: Vec::new(), taskmanagers: Vec::new(), ha };

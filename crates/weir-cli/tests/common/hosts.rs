@@ -422,6 +422,7 @@ impl HostCluster {
             cluster_id: CLUSTER_ID.into(),
             storage_dir: format!("file://{}/ha", dir.path().display()),
             lease_ttl: Duration::from_secs(2),
+            kubernetes: None,
         })
         .expect("the harness reaches etcd on its host");
         let mut cluster = HostCluster {

@@ -250,6 +250,7 @@ fn validate_checks_every_non_string_key() {
         "state.savepoints.dir",
         "high-availability.storageDir",
         "high-availability.etcd.endpoints",
+        "kubernetes.namespace",
         "pipeline.name",
         "io.tmp.dirs",
         "security.internal.secret-file",
