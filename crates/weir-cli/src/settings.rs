@@ -360,6 +360,41 @@ pub(crate) fn data_addresses(config: &Configuration) -> Result<weir_runtime::clu
     })
 }
 
+/// Native TaskManagers: with `kubernetes.pod-template-file.taskmanager`, TaskManager pods
+/// for the slots `resources`' jobs need, connecting to `jobmanager` (`None` with high
+/// availability: they find the leader).
+pub fn taskmanager_pods(
+    config: &Configuration,
+    resources: &Arc<weir_runtime::cluster::ClusterResources>,
+    jobmanager: Option<String>,
+) -> Result<Option<weir_kubernetes::native::TaskManagerPods>, CliError> {
+    use weir_config::options::{
+        KUBERNETES_NAMESPACE, KUBERNETES_POD_TEMPLATE_FILE_TASKMANAGER, RESOURCEMANAGER_TASKMANAGER_TIMEOUT,
+        SLOTMANAGER_NUMBER_OF_SLOTS_MIN, TASKMANAGER_NUMBER_OF_TASK_SLOTS,
+    };
+    let Some(path) = config.get(&KUBERNETES_POD_TEMPLATE_FILE_TASKMANAGER).map_err(CliError::usage)? else {
+        return Ok(None);
+    };
+    let template = weir_kubernetes::native::read_template(std::path::Path::new(&path)).map_err(CliError::usage)?;
+    let namespace = config.get(&KUBERNETES_NAMESPACE).map_err(CliError::usage)?;
+    let kube = weir_kubernetes::Kube::connect(None, namespace.as_deref()).map_err(|e| {
+        CliError::runtime(format!("native TaskManager pods (kubernetes.pod-template-file.taskmanager): {e}"))
+    })?;
+    let settings = weir_kubernetes::native::PoolSettings {
+        template,
+        jobmanager,
+        slots_per_pod: config.get(&TASKMANAGER_NUMBER_OF_TASK_SLOTS).map_err(CliError::usage)?,
+        idle_timeout: config.get(&RESOURCEMANAGER_TASKMANAGER_TIMEOUT).map_err(CliError::usage)?,
+    };
+    let minimum = config.get(&SLOTMANAGER_NUMBER_OF_SLOTS_MIN).map_err(CliError::usage)?;
+    let resources = Arc::clone(resources);
+    weir_kubernetes::native::TaskManagerPods::start(Arc::new(kube), settings, move || {
+        resources.slots_demanded().max(minimum)
+    })
+    .map(Some)
+    .map_err(CliError::runtime)
+}
+
 #[cfg(test)]
 mod shown_configuration_tests {
     use super::*;

@@ -687,3 +687,69 @@ fn a_highly_available_cluster_keeps_its_job_running_when_the_leader_pod_is_kille
     assert_eq!(attempts_after, attempts_before, "a task was restarted (new attempt numbers in the output)");
     delete_and_check_nothing_left(&ns, &operator);
 }
+
+/// The TaskManager pods of a deployment: (name, phase, deleting).
+fn taskmanager_pods(ns: &Namespace) -> Vec<(String, String, bool)> {
+    let listed = ns.kubectl_ok(&[
+        "get",
+        "pods",
+        "-l",
+        "weir.dev/deployment=counts,weir.dev/component=taskmanager",
+        "-o",
+        "jsonpath={range .items[*]}{.metadata.name} {.status.phase} {.metadata.deletionTimestamp}{\"\\n\"}{end}",
+    ]);
+    listed
+        .lines()
+        .filter_map(|line| {
+            let mut parts = line.split_whitespace();
+            Some((parts.next()?.to_string(), parts.next()?.to_string(), parts.next().is_some()))
+        })
+        .collect()
+}
+
+/// `spec.mode: native`: no TaskManager Deployment; the JobManager creates the TaskManager
+/// pods its job's slots need (parallelism 4 on 2-slot pods: 2 pods), and replaces one that
+/// is deleted (the job restarts from its newest checkpoint); every event counted exactly
+/// once; delete leaves nothing.
+#[test]
+fn in_native_mode_the_jobmanager_creates_and_replaces_its_taskmanager_pods() {
+    let node = KubernetesNode::get();
+    install_crd(node);
+    let image = node.weir_image();
+    let ns = node.namespace("op-native");
+    ns.kubectl_ok(&["apply", "-f", concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy/kubernetes/rbac.yaml")]);
+    let shared = shared_dir();
+    let out = shared.path().join("out");
+    let operator = Operator::start(node, &ns, shared.path(), "operator.log");
+    let output = out.display().to_string();
+    let manifest = manifest_with(&image, shared.path(), 4, "savepoint", "running", &output, "    # long\n")
+        .replace("  taskManager:\n    replicas: 2\n", "  mode: native\n  taskManager:\n    replicas: 1\n");
+    let applied = Instant::now();
+    ns.apply(&manifest);
+    wait_status(&ns, &operator, "generation 1 STABLE", |r| stable_at(r, 1));
+    eprintln!("BENCH native mode: kubectl apply -> job RUNNING {:.2} s", applied.elapsed().as_secs_f64());
+    let deployments = ns.kubectl_ok(&["get", "deployments", "-l", "weir.dev/deployment=counts", "-o", "name"]);
+    assert!(!deployments.contains("taskmanager"), "a TaskManager Deployment in native mode: {deployments}");
+    let pods = taskmanager_pods(&ns);
+    assert_eq!(pods.len(), 2, "parallelism 4 on 2-slot TaskManagers needs 2 pods: {pods:?}");
+    assert!(pods.iter().all(|(name, _, _)| name.contains("-taskmanager-")), "{pods:?}");
+    ns.wait_for("committed output", STATE_MAX, || (!committed_lines(&out).is_empty()).then_some(()));
+
+    let victim = pods[0].0.clone();
+    let deleted = Instant::now();
+    ns.kubectl_ok(&["delete", "pod", &victim, "--wait=false"]);
+    let before: Vec<String> = pods.iter().map(|(name, _, _)| name.clone()).collect();
+    let replacement = ns.wait_for("a replacement TaskManager pod running", STATE_MAX, || {
+        taskmanager_pods(&ns)
+            .into_iter()
+            .find(|(name, phase, deleting)| !before.contains(name) && phase == "Running" && !deleting)
+            .map(|(name, _, _)| name)
+    });
+    eprintln!(
+        "BENCH native mode: TaskManager pod deleted -> replacement running {:.2} s ({replacement})",
+        deleted.elapsed().as_secs_f64()
+    );
+
+    wait_finished_exactly_once_of(&ns, &operator, &out, LONG_EVENTS);
+    delete_and_check_nothing_left(&ns, &operator);
+}

@@ -610,7 +610,41 @@ pub const HIGH_AVAILABILITY_KUBERNETES_LEASE_DURATION: ConfigOption<Duration> = 
     default: || Duration::from_secs(2),
 };
 
-/// `kubernetes.namespace` (Flink's key): the namespace of the HA ConfigMap.
+/// `kubernetes.pod-template-file.taskmanager` (Flink's key): with it, a JobManager creates the
+/// TaskManager pods its jobs need from this pod (native Kubernetes).
+pub const KUBERNETES_POD_TEMPLATE_FILE_TASKMANAGER: ConfigOption<Option<String>> = ConfigOption {
+    key: "kubernetes.pod-template-file.taskmanager",
+    fallback_keys: &[],
+    default_description: "none",
+    description: "a Pod (YAML or JSON, with metadata.labels and a 'weir' container running `weir taskmanager`): the JobManager creates such pods for the slots its jobs need and replaces those that end (native Kubernetes; `spec.mode: native` of a WeirDeployment writes it)",
+    parse: optional_string,
+    default: || None,
+};
+
+/// `slotmanager.number-of-slots.min` (Flink's key): native TaskManager pods are kept for at
+/// least this many slots, whether jobs need them yet or not.
+pub const SLOTMANAGER_NUMBER_OF_SLOTS_MIN: ConfigOption<u32> = ConfigOption {
+    key: "slotmanager.number-of-slots.min",
+    fallback_keys: &[],
+    default_description: "0",
+    description: "with native TaskManager pods, the slots kept ready even when no job needs them (a WeirDeployment in native mode sets it to the job's parallelism, so the pods start with the JobManager)",
+    parse: |text| text.trim().parse::<u32>().map_err(|_| "expected a whole number of slots, such as '4'".to_string()),
+    default: || 0,
+};
+
+/// `resourcemanager.taskmanager-timeout` (Flink's key): how long native TaskManager pods stay
+/// when no job needs a slot.
+pub const RESOURCEMANAGER_TASKMANAGER_TIMEOUT: ConfigOption<Duration> = ConfigOption {
+    key: "resourcemanager.taskmanager-timeout",
+    fallback_keys: &[],
+    default_description: "30s",
+    description: "with native TaskManager pods, how long they stay when no job needs a slot",
+    parse: parse_positive_duration,
+    default: || Duration::from_secs(30),
+};
+
+/// `kubernetes.namespace` (Flink's key): the namespace of the HA ConfigMap and of native
+/// TaskManager pods.
 pub const KUBERNETES_NAMESPACE: ConfigOption<Option<String>> = ConfigOption {
     key: "kubernetes.namespace",
     fallback_keys: &[],
@@ -926,6 +960,9 @@ pub const ALL: &[OptionInfo] = &[
     HIGH_AVAILABILITY_ETCD_LEASE_TTL.info(),
     HIGH_AVAILABILITY_KUBERNETES_LEASE_DURATION.info(),
     KUBERNETES_NAMESPACE.info(),
+    KUBERNETES_POD_TEMPLATE_FILE_TASKMANAGER.info(),
+    RESOURCEMANAGER_TASKMANAGER_TIMEOUT.info(),
+    SLOTMANAGER_NUMBER_OF_SLOTS_MIN.info(),
     HIGH_AVAILABILITY_RECONCILE_TIMEOUT.info(),
     PIPELINE_NAME.info(),
     SECURITY_INTERNAL_SECRET.info(),
@@ -999,6 +1036,9 @@ pub const ALL_KEYS: &[&str] = &[
     HIGH_AVAILABILITY_ETCD_LEASE_TTL.key,
     HIGH_AVAILABILITY_KUBERNETES_LEASE_DURATION.key,
     KUBERNETES_NAMESPACE.key,
+    KUBERNETES_POD_TEMPLATE_FILE_TASKMANAGER.key,
+    RESOURCEMANAGER_TASKMANAGER_TIMEOUT.key,
+    SLOTMANAGER_NUMBER_OF_SLOTS_MIN.key,
     HIGH_AVAILABILITY_RECONCILE_TIMEOUT.key,
     PIPELINE_NAME.key,
     SECURITY_INTERNAL_SECRET.key,

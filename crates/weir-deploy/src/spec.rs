@@ -39,6 +39,16 @@ pub struct Metadata {
     pub generation: u64,
 }
 
+/// How TaskManagers come to be on Kubernetes (FlinkDeployment's `spec.mode`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum KubernetesMode {
+    /// The JobManager creates TaskManager pods for its jobs' slots.
+    Native,
+    /// A TaskManager Deployment of fixed replicas.
+    Standalone,
+}
+
 /// What should run: the program, its configuration, the cluster and the job.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -59,6 +69,11 @@ pub struct DeploymentSpec {
     /// pods, and with Kubernetes HA its Lease and ConfigMaps).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service_account: Option<String>,
+    /// Kubernetes: `native` (the JobManager creates the TaskManager pods its jobs need, and
+    /// replaces those that die) or `standalone` (a TaskManager Deployment of
+    /// `taskManager.replicas`), as FlinkDeployment's `mode`. Default: standalone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<KubernetesMode>,
     /// Kubernetes: a Pod the JobManager and TaskManager pods start from (labels, volumes,
     /// sidecars); the operator's own settings win where both set a field.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -245,6 +260,9 @@ pub fn kubernetes_fields(spec: &DeploymentSpec) -> Vec<&'static str> {
     if spec.service_account.is_some() {
         fields.push("spec.serviceAccount");
     }
+    if spec.mode.is_some() {
+        fields.push("spec.mode");
+    }
     if spec.pod_template.is_some() {
         fields.push("spec.podTemplate");
     }
@@ -286,6 +304,7 @@ fn parse_spec(spec: &serde_norway::Mapping) -> Result<DeploymentSpec, SpecError>
             "image",
             "imagePullPolicy",
             "serviceAccount",
+            "mode",
             "podTemplate",
             "configuration",
             "jobManager",
@@ -301,6 +320,12 @@ fn parse_spec(spec: &serde_norway::Mapping) -> Result<DeploymentSpec, SpecError>
         return Err(error("spec.imagePullPolicy", format!("'{policy}' is not one of Always, IfNotPresent, Never")));
     }
     let service_account = optional_string(spec, "spec", "serviceAccount")?;
+    let mode = match optional_string(spec, "spec", "mode")?.as_deref() {
+        None => None,
+        Some("native") => Some(KubernetesMode::Native),
+        Some("standalone") => Some(KubernetesMode::Standalone),
+        Some(other) => return Err(error("spec.mode", format!("'{other}' is not one of native, standalone"))),
+    };
     let pod_template = match spec.get("podTemplate") {
         None | Some(Value::Null) => None,
         Some(value) => {
@@ -411,6 +436,7 @@ fn parse_spec(spec: &serde_norway::Mapping) -> Result<DeploymentSpec, SpecError>
         image,
         image_pull_policy,
         service_account,
+        mode,
         pod_template,
         configuration,
         job_manager,
@@ -472,7 +498,8 @@ pub fn check(spec: &DeploymentSpec, warnings: &mut Vec<String>) -> Result<(), Sp
     }
     let parallelism = spec.job.parallelism.unwrap_or(1);
     let slots = u64::from(spec.task_manager.replicas) * u64::from(spec.task_manager.slots);
-    if u64::from(parallelism) > slots {
+    // In native mode the JobManager creates as many TaskManagers as the slots need.
+    if u64::from(parallelism) > slots && spec.mode != Some(KubernetesMode::Native) {
         return Err(error(
             "spec.job.parallelism",
             format!(
@@ -518,6 +545,9 @@ pub fn upgrade_diff(old: &DeploymentSpec, new: &DeploymentSpec) -> Vec<&'static 
     }
     if old.service_account != new.service_account {
         changed.push("spec.serviceAccount");
+    }
+    if old.mode != new.mode {
+        changed.push("spec.mode");
     }
     if old.pod_template != new.pod_template {
         changed.push("spec.podTemplate");

@@ -355,6 +355,7 @@ mod tests {
             image: None,
             image_pull_policy: None,
             service_account: None,
+            mode: None,
             pod_template: None,
             configuration: Default::default(),
             job_manager: JobManagerSpec::default(),

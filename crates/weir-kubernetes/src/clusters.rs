@@ -19,7 +19,7 @@ use kube::api::{AttachParams, DeleteParams, ListParams, LogParams, Patch, PatchP
 use serde_json::{Value, json};
 use weir_deploy::backend::ClusterBackend;
 use weir_deploy::processes::{self, DeploymentDirs, Ports};
-use weir_deploy::spec::{DeploymentSpec, Resource};
+use weir_deploy::spec::{DeploymentSpec, KubernetesMode, Resource};
 use weir_deploy::status::ClusterInfo;
 
 use crate::client::{Kube, is_not_found};
@@ -31,9 +31,11 @@ pub const REST_PORT: u16 = 8081;
 pub const RPC_PORT: u16 = 6123;
 /// Where the configuration is mounted in every pod.
 const CONF_DIR: &str = "/opt/weir/conf";
-/// The service account of a cluster's pods with Kubernetes HA when the spec names none
-/// (deploy/kubernetes/rbac.yaml): it may read and write ConfigMaps.
+/// The service account of a cluster's pods with Kubernetes HA or native TaskManagers when the
+/// spec names none (deploy/kubernetes/rbac.yaml): it may read and write ConfigMaps and pods.
 pub const HA_SERVICE_ACCOUNT: &str = "weir";
+/// The file of the cluster's ConfigMap holding the native TaskManager pod.
+const TASKMANAGER_POD_FILE: &str = "taskmanager-pod.yaml";
 /// The container the operator fills in (a pod template may already name it).
 const CONTAINER: &str = "weir";
 /// The field manager of the operator's writes.
@@ -136,7 +138,7 @@ impl KubernetesClusters {
         config.entry("rest.bind-address".into()).or_insert_with(|| "0.0.0.0".into());
         config.entry("jobmanager.bind-host".into()).or_insert_with(|| "0.0.0.0".into());
         config.entry("taskmanager.bind-host".into()).or_insert_with(|| "0.0.0.0".into());
-        if kubernetes_ha(target) {
+        if uses_api(target) {
             config.insert("kubernetes.namespace".into(), self.kube.namespace().to_string());
         }
         config
@@ -148,8 +150,14 @@ impl KubernetesClusters {
         name: &str,
         seq: u64,
         config: &BTreeMap<String, String>,
+        files: &[(&str, String)],
     ) -> Result<(), String> {
         let yaml = serde_norway::to_string(config).map_err(|e| e.to_string())?;
+        let mut data = serde_json::Map::new();
+        data.insert("config.yaml".into(), json!(yaml));
+        for (file, text) in files {
+            data.insert((*file).to_string(), json!(text));
+        }
         let map = json!({
             "apiVersion": "v1",
             "kind": "ConfigMap",
@@ -158,7 +166,7 @@ impl KubernetesClusters {
                 "labels": Self::labels(name, seq, "config"),
                 "ownerReferences": self.owner(name)?,
             },
-            "data": { "config.yaml": yaml },
+            "data": data,
         });
         self.apply::<ConfigMap>(map_name, map)
     }
@@ -204,7 +212,7 @@ impl KubernetesClusters {
         match &target.service_account {
             Some(account) => spec["serviceAccountName"] = json!(account),
             // Kubernetes HA reads and writes a ConfigMap: the account rbac.yaml gives that.
-            None if kubernetes_ha(target) => spec["serviceAccountName"] = json!(HA_SERVICE_ACCOUNT),
+            None if uses_api(target) => spec["serviceAccountName"] = json!(HA_SERVICE_ACCOUNT),
             None => {}
         }
         let volumes = array_field(spec, "volumes")?;
@@ -228,7 +236,7 @@ impl KubernetesClusters {
         let env = array_field(container, "env")?;
         env.push(json!({"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}));
         env.push(json!({"name": "WEIR_CONF_DIR", "value": CONF_DIR}));
-        if kubernetes_ha(target)
+        if uses_api(target)
             && let Some((host, port)) = api_server_host_port(self.kube.server())
             && !env.iter().any(|e| e["name"] == "KUBERNETES_SERVICE_HOST")
         {
@@ -447,6 +455,12 @@ impl KubernetesClusters {
         // remove a pod whose containers have ended (volumes, sandbox), which nothing waits
         // for. Runner pods (pre-flight, submission) end by themselves.
         while self.pods(&selector)?.iter().any(|pod| !is_runner(pod) && !has_ended(pod)) {
+            // A native TaskManager pod the JobManager created just before it stopped.
+            ignore_missing(
+                self.kube
+                    .block_on(pods.delete_collection(&params, &ListParams::default().labels(&selector)))
+                    .map(|_| ()),
+            )?;
             if Instant::now() > deadline {
                 return Err(format!(
                     "the pods of cluster {seq} are not gone after {POD_WAIT_MAX:?} (`kubectl get pods -l {selector}`)"
@@ -505,18 +519,43 @@ impl ClusterBackend for KubernetesClusters {
         self.delete_cluster(name, seq)?;
         let prefix = Self::prefix(name, seq);
         let config_map = format!("{prefix}-config");
-        self.put_config_map(&config_map, name, seq, &self.configuration(name, seq, target))?;
         let owner = self.owner(name)?;
-        if kubernetes_ha(target) {
-            // Created here, owned by the resource, so it goes with it; the JobManagers fill it.
-            let ha = Self::ha_config_map(name, seq);
-            let map = json!({
-                "apiVersion": "v1",
-                "kind": "ConfigMap",
-                "metadata": {"name": ha, "labels": Self::labels(name, seq, "high-availability"), "ownerReferences": owner},
-            });
-            self.apply::<ConfigMap>(&ha, map)?;
+        let mut config = self.configuration(name, seq, target);
+        let mut files = Vec::new();
+        if native(target) {
+            // The pod the JobManager creates for each TaskManager it needs (it adds its own
+            // address); owned by the resource like every other object of the cluster.
+            let mut pod = self.pod_template(
+                name,
+                seq,
+                target,
+                PodRole {
+                    component: "taskmanager",
+                    config_map: &config_map,
+                    args: vec!["taskmanager".into(), "-c".into(), format!("{CONF_DIR}/config.yaml")],
+                    resource: target.task_manager.resource.as_ref(),
+                },
+            )?;
+            pod["metadata"]["generateName"] = json!(format!("{prefix}-taskmanager-"));
+            // Without blockOwnerDeletion: setting it needs rights on the resource the
+            // JobManager's account does not have.
+            let mut pod_owner = owner.clone();
+            if let Some(reference) = pod_owner.get_mut(0) {
+                reference["blockOwnerDeletion"] = json!(false);
+            }
+            pod["metadata"]["ownerReferences"] = pod_owner;
+            let text = serde_json::to_string_pretty(&pod).map_err(|e| e.to_string())?;
+            files.push((TASKMANAGER_POD_FILE, text));
+            config.insert(
+                "kubernetes.pod-template-file.taskmanager".into(),
+                format!("{CONF_DIR}/{TASKMANAGER_POD_FILE}"),
+            );
+            // The job's slots start with the JobManager instead of after the submission.
+            config
+                .entry("slotmanager.number-of-slots.min".into())
+                .or_insert_with(|| target.job.parallelism.unwrap_or(1).to_string());
         }
+        self.put_config_map(&config_map, name, seq, &config, &files)?;
         let conf = format!("{CONF_DIR}/config.yaml");
         let jobmanager_args = vec![
             "jobmanager".into(),
@@ -568,7 +607,9 @@ impl ClusterBackend for KubernetesClusters {
                 resource: target.task_manager.resource.as_ref(),
             },
         )?;
-        self.apply_deployment(name, seq, "taskmanager", target.task_manager.replicas, taskmanager_pod, &owner)?;
+        if !native(target) {
+            self.apply_deployment(name, seq, "taskmanager", target.task_manager.replicas, taskmanager_pod, &owner)?;
+        }
         Ok(ClusterInfo {
             rest_address: format!("http://{jobmanager_ip}:{REST_PORT}"),
             dir: format!("{}/{prefix}-jobmanager", self.kube.namespace()),
@@ -679,7 +720,7 @@ impl ClusterBackend for KubernetesClusters {
             }
         }
         let config_map = format!("{name}-preflight-config");
-        self.put_config_map(&config_map, name, 0, &self.configuration(name, 0, target))?;
+        self.put_config_map(&config_map, name, 0, &self.configuration(name, 0, target), &[])?;
         let mut args = vec!["run".to_string(), "--dry-run".into(), "-c".into(), format!("{CONF_DIR}/config.yaml")];
         if let Some(snapshot) = snapshot {
             args.extend(["-s".into(), snapshot.to_string()]);
@@ -729,6 +770,16 @@ impl ClusterBackend for KubernetesClusters {
         }
         Err(processes::last_line(logs.as_bytes()).unwrap_or_else(|| "the submission pod printed nothing".into()))
     }
+}
+
+/// Whether `target`'s JobManager creates its TaskManager pods (`spec.mode: native`).
+fn native(target: &DeploymentSpec) -> bool {
+    target.mode == Some(KubernetesMode::Native)
+}
+
+/// Whether `target`'s pods talk to the API server (HA on a ConfigMap, or native pods).
+fn uses_api(target: &DeploymentSpec) -> bool {
+    kubernetes_ha(target) || native(target)
 }
 
 /// Whether `target` runs with `high-availability.type: kubernetes`.

@@ -8,6 +8,7 @@
 //!   resource version, a finalizer for deletes).
 //! - [`clusters`]: a deployment's clusters as Deployments, a Service and a ConfigMap.
 //! - [`ha`]: `high-availability.type: kubernetes`, the JobManagers' HA store on a ConfigMap.
+//! - [`native`]: native TaskManagers, pods a JobManager creates for its jobs' slots.
 //! - [`lease`]: leader election of operator replicas through a `Lease`.
 #![warn(missing_docs)]
 
@@ -15,6 +16,7 @@ pub mod client;
 pub mod clusters;
 pub mod ha;
 pub mod lease;
+pub mod native;
 pub mod resource;
 pub mod store;
 

@@ -57,6 +57,7 @@ pub fn jobmanager(args: ConfigOnly, catalog: Arc<JobCatalog>) -> Result<ExitCode
         ))
     })?;
     let rpc_address = settings::host_port(&rpc_host, bound.port());
+    let taskmanager_pods = settings::taskmanager_pods(&config, &resources, Some(rpc_address.clone()))?;
     let dispatcher = Dispatcher::new("cluster");
     let submit_resources = Arc::clone(&resources);
     let submit_dispatcher = Arc::clone(&dispatcher);
@@ -106,6 +107,7 @@ pub fn jobmanager(args: ConfigOnly, catalog: Arc<JobCatalog>) -> Result<ExitCode
         std::thread::sleep(Duration::from_millis(50));
     }
     cancel_jobs_for_shutdown(&dispatcher);
+    drop(taskmanager_pods);
     resources.stop();
     drop(rest);
     Ok(ExitCode::SUCCESS)

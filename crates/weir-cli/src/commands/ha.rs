@@ -184,6 +184,8 @@ pub fn jobmanager(
         let listener = listener.try_clone().map_err(|e| CliError::runtime(e.to_string()))?;
         let resources = ClusterResources::start_term(listener, heartbeat_timeout, epoch, security.clone())
             .map_err(|e| CliError::runtime(format!("cannot accept TaskManagers on {rpc_address}: {e}")))?;
+        // Only the leader keeps TaskManager pods; they find it through the HA store.
+        let taskmanager_pods = settings::taskmanager_pods(&config, &resources, None)?;
         let store = ha.store(leadership.guard());
         let current =
             Term { resources: Arc::clone(&resources), store: store.clone(), since_ms: weir_types::lifecycle::now_ms() };
@@ -211,6 +213,7 @@ pub fn jobmanager(
         }
         *lock(&term) = None;
         *lock(&route) = LeaderRoute::Unknown;
+        drop(taskmanager_pods);
         resources.stop();
         // Its job masters saw the leadership go and suspend themselves; the tasks keep
         // running for the next leader.

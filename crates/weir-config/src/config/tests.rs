@@ -251,6 +251,7 @@ fn validate_checks_every_non_string_key() {
         "high-availability.storageDir",
         "high-availability.etcd.endpoints",
         "kubernetes.namespace",
+        "kubernetes.pod-template-file.taskmanager",
         "pipeline.name",
         "io.tmp.dirs",
         "security.internal.secret-file",

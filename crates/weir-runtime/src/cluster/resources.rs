@@ -208,6 +208,8 @@ pub struct ClusterResources {
     stopped: AtomicBool,
     /// Where the RPC listener listens (to wake its accept loop on stop).
     rpc_address: std::net::SocketAddr,
+    /// Per job, slots an attempt waits for that no TaskManager offers yet.
+    waiting: Mutex<HashMap<String, u32>>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -254,6 +256,7 @@ impl ClusterResources {
             epoch,
             stopped: AtomicBool::new(false),
             rpc_address,
+            waiting: Mutex::new(HashMap::new()),
         });
         let accepting = Arc::clone(&resources);
         let registering = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -288,6 +291,14 @@ impl ClusterResources {
             }
         })?;
         Ok(resources)
+    }
+
+    /// Slots the jobs need: those in use plus those attempts wait for (free ones included)
+    /// (what a resource manager starting TaskManagers on demand provides for).
+    pub fn slots_demanded(&self) -> u32 {
+        let used: u32 = lock(&self.taskmanagers).values().map(|tm| tm.used).sum();
+        let waiting: u32 = lock(&self.waiting).values().sum();
+        used + waiting
     }
 
     /// Ends this term: no more TaskManagers are accepted and the connections close (the
@@ -642,6 +653,7 @@ impl ClusterResources {
                     .collect();
                 let free: u32 = taskmanagers.values().map(|tm| tm.slots.saturating_sub(tm.used)).sum();
                 if free as usize >= missing.len() {
+                    lock(&self.waiting).remove(job_id);
                     let mut ids: Vec<String> = taskmanagers.keys().cloned().collect();
                     ids.sort();
                     // Spread new slots over TaskManagers round-robin; there are enough free
@@ -673,9 +685,11 @@ impl ClusterResources {
                     }
                     return Ok(slots);
                 }
+                lock(&self.waiting).insert(job_id.to_string(), missing.len() as u32);
             }
             let given_up = cancelled() || Instant::now() >= deadline;
             if given_up {
+                lock(&self.waiting).remove(job_id);
                 // Forget a job that holds nothing (its first attempt never got slots).
                 let mut jobs = lock(&self.job_slots);
                 if jobs.get(job_id).is_some_and(|job| job.held.is_empty()) {
@@ -1061,6 +1075,7 @@ mod tests {
             epoch: 0,
             stopped: AtomicBool::new(false),
             rpc_address: listener.local_addr().unwrap(),
+            waiting: Mutex::new(HashMap::new()),
         };
         (resources, peers)
     }
@@ -1113,6 +1128,30 @@ mod tests {
             }
             other => panic!("expected the cancellation of {job}/{attempt}, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn the_slots_demanded_count_those_in_use_and_those_an_attempt_waits_for() {
+        let (resources, _peers) = resources(&["a", "b"], 1);
+        let resources = Arc::new(resources);
+        let held = resources.allocate("one", 1, || false).unwrap();
+        assert_eq!(resources.slots_demanded(), 1);
+        // A job of parallelism 3 waits: 1 free slot, 2 missing; it needs 3 more.
+        let give_up = Arc::new(AtomicBool::new(false));
+        let waiter = {
+            let (resources, give_up) = (Arc::clone(&resources), Arc::clone(&give_up));
+            std::thread::spawn(move || resources.allocate("two", 3, || give_up.load(Ordering::SeqCst)))
+        };
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while resources.slots_demanded() != 4 {
+            assert!(Instant::now() < deadline, "demand {} instead of 4", resources.slots_demanded());
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        give_up.store(true, Ordering::SeqCst);
+        assert!(waiter.join().unwrap().is_err());
+        assert_eq!(resources.slots_demanded(), 1, "a job that gave up waits for nothing");
+        resources.release("one", &held);
+        assert_eq!(resources.slots_demanded(), 0);
     }
 
     fn wait_free(resources: &ClusterResources, expected: u32) {
