@@ -126,13 +126,19 @@ pub struct Resource {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TaskManagerSpec {
-    /// How many.
+    /// How many (standalone mode; native mode starts what the job needs).
+    #[serde(default = "one")]
     pub replicas: u32,
     /// Slots of each (`taskmanager.numberOfTaskSlots`).
+    #[serde(default = "one")]
     pub slots: u32,
     /// Kubernetes: the CPU and memory of each TaskManager pod.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resource: Option<Resource>,
+}
+
+fn one() -> u32 {
+    1
 }
 
 impl Default for TaskManagerSpec {

@@ -66,6 +66,25 @@ mod tests {
         );
     }
 
+    /// Every example manifest reads into the resource and passes the controller's checks.
+    #[test]
+    fn the_example_manifests_are_valid_deployments() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy/kubernetes/examples");
+        let mut checked = Vec::new();
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            let text = std::fs::read_to_string(&path).unwrap();
+            let resource: WeirDeployment =
+                serde_norway::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            let mut warnings = Vec::new();
+            weir_deploy::spec::check(&resource.spec.deployment, &mut warnings)
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            checked.push(path.file_name().unwrap().to_string_lossy().to_string());
+        }
+        checked.sort();
+        assert_eq!(checked, ["basic.yaml", "ha.yaml", "orders.yaml"]);
+    }
+
     /// A FlinkDeployment-shaped manifest reads into the typed resource, Kubernetes fields
     /// included, and writes back the same fields.
     #[test]
