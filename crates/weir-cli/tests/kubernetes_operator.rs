@@ -709,8 +709,9 @@ fn taskmanager_pods(ns: &Namespace) -> Vec<(String, String, bool)> {
 
 /// `spec.mode: native`: no TaskManager Deployment; the JobManager creates the TaskManager
 /// pods its job's slots need (parallelism 4 on 2-slot pods: 2 pods), and replaces one that
-/// is deleted (the job restarts from its newest checkpoint); every event counted exactly
-/// once; delete leaves nothing.
+/// is deleted (the job restarts from its newest checkpoint); a configuration change in
+/// last-state mode moves the job to a new native cluster; every event counted exactly once;
+/// delete leaves nothing.
 #[test]
 fn in_native_mode_the_jobmanager_creates_and_replaces_its_taskmanager_pods() {
     let node = KubernetesNode::get();
@@ -748,6 +749,24 @@ fn in_native_mode_the_jobmanager_creates_and_replaces_its_taskmanager_pods() {
     eprintln!(
         "BENCH native mode: TaskManager pod deleted -> replacement running {:.2} s ({replacement})",
         deleted.elapsed().as_secs_f64()
+    );
+
+    // A configuration change in last-state mode: a new native cluster from the newest
+    // checkpoint, its TaskManager pods created by its own JobManager.
+    wait_status(&ns, &operator, "RUNNING again after the TaskManager loss", |r| {
+        r["status"]["jobStatus"]["state"] == "RUNNING"
+    });
+    let changed = manifest
+        .replace("upgradeMode: savepoint", "upgradeMode: last-state")
+        .replace("execution.checkpointing.interval: 1s", "execution.checkpointing.interval: 2s");
+    ns.apply(&changed);
+    let upgraded = wait_status(&ns, &operator, "generation 2 STABLE", |r| stable_at(r, 2));
+    let seq = upgraded["status"]["clusterInfo"]["seq"].as_u64().unwrap_or_default();
+    let prefix = format!("counts-{seq}-taskmanager-");
+    let pods = taskmanager_pods(&ns);
+    assert!(
+        pods.iter().filter(|(_, _, deleting)| !deleting).all(|(name, _, _)| name.starts_with(&prefix)),
+        "TaskManager pods of another cluster after the upgrade: {pods:?}"
     );
 
     wait_finished_exactly_once_of(&ns, &operator, &out, LONG_EVENTS);
