@@ -61,12 +61,15 @@ pub struct KubernetesClusters {
     /// the pods must see them at the same path (a volume of the pod template), or the spec
     /// names its own (`state.checkpoints.dir`, `state.savepoints.dir`: S3, say).
     root: PathBuf,
+    /// Whether each (deployment, cluster) runs with Kubernetes HA, once known: it never
+    /// changes while the cluster lives, and the controller asks every tick.
+    highly_available: std::sync::Mutex<std::collections::HashMap<(String, u64), bool>>,
 }
 
 impl KubernetesClusters {
     /// The clusters of `kube`'s namespace, with default state directories under `root`.
     pub fn new(kube: Arc<Kube>, root: impl Into<PathBuf>) -> KubernetesClusters {
-        KubernetesClusters { kube, root: root.into() }
+        KubernetesClusters { kube, root: root.into(), highly_available: Default::default() }
     }
 
     fn prefix(name: &str, seq: u64) -> String {
@@ -74,12 +77,25 @@ impl KubernetesClusters {
     }
 
     /// Whether cluster `seq` runs with Kubernetes HA: its HA ConfigMap exists (an API
-    /// error counts as yes: the caller then waits rather than recovers).
+    /// error counts as yes: the caller then waits rather than recovers). A yes is kept.
     fn highly_available(&self, name: &str, seq: u64) -> bool {
+        let key = (name.to_string(), seq);
+        let mut known = match self.highly_available.lock() {
+            Ok(guard) => guard,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        if let Some(&answer) = known.get(&key) {
+            return answer;
+        }
         let api = self.kube.api::<ConfigMap>();
         match self.kube.block_on(api.get_metadata(&Self::ha_config_map(name, seq))) {
-            Ok(_) => true,
-            Err(error) => !is_not_found(&error),
+            Ok(_) => {
+                known.insert(key, true);
+                true
+            }
+            // Not created yet or never: asked again (a start may be creating it).
+            Err(error) if is_not_found(&error) => false,
+            Err(_) => true,
         }
     }
 
