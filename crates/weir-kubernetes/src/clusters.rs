@@ -276,6 +276,20 @@ impl KubernetesClusters {
         Ok(pod)
     }
 
+    /// A TaskManager pod of the cluster running `weir` with `args`.
+    fn taskmanager_pod(
+        &self,
+        name: &str,
+        seq: u64,
+        target: &DeploymentSpec,
+        config_map: &str,
+        args: Vec<String>,
+    ) -> Result<Value, String> {
+        let role =
+            PodRole { component: "taskmanager", config_map, args, resource: target.task_manager.resource.as_ref() };
+        self.pod_template(name, seq, target, role)
+    }
+
     fn pods(&self, selector: &str) -> Result<Vec<Pod>, String> {
         let api = self.kube.api::<Pod>();
         self.kube
@@ -541,17 +555,8 @@ impl ClusterBackend for KubernetesClusters {
         if native(target) {
             // The pod the JobManager creates for each TaskManager it needs (it adds its own
             // address); owned by the resource like every other object of the cluster.
-            let mut pod = self.pod_template(
-                name,
-                seq,
-                target,
-                PodRole {
-                    component: "taskmanager",
-                    config_map: &config_map,
-                    args: vec!["taskmanager".into(), "-c".into(), format!("{CONF_DIR}/config.yaml")],
-                    resource: target.task_manager.resource.as_ref(),
-                },
-            )?;
+            let args = vec!["taskmanager".into(), "-c".into(), format!("{CONF_DIR}/config.yaml")];
+            let mut pod = self.taskmanager_pod(name, seq, target, &config_map, args)?;
             pod["metadata"]["generateName"] = json!(format!("{prefix}-taskmanager-"));
             // Without blockOwnerDeletion: setting it needs rights on the resource the
             // JobManager's account does not have.
@@ -612,17 +617,7 @@ impl ClusterBackend for KubernetesClusters {
             "-D".into(),
             format!("jobmanager.rpc.address={jobmanager_ip}"),
         ];
-        let taskmanager_pod = self.pod_template(
-            name,
-            seq,
-            target,
-            PodRole {
-                component: "taskmanager",
-                config_map: &config_map,
-                args: taskmanager_args,
-                resource: target.task_manager.resource.as_ref(),
-            },
-        )?;
+        let taskmanager_pod = self.taskmanager_pod(name, seq, target, &config_map, taskmanager_args)?;
         if !native(target) {
             self.apply_deployment(name, seq, "taskmanager", target.task_manager.replicas, taskmanager_pod, &owner)?;
         }

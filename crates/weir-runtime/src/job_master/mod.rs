@@ -154,6 +154,45 @@ pub struct JobRecord {
     pub restore: Option<(String, u64, u64)>,
 }
 
+impl JobRecord {
+    /// A record in `initial` since `at_ms`, with nothing else known yet.
+    fn new(initial: JobStatus, at_ms: u64, failure_cause: Option<String>) -> JobRecord {
+        JobRecord {
+            history: StateHistory::new(initial, at_ms),
+            job_graph: None,
+            subtasks: Vec::new(),
+            exceptions: Vec::new(),
+            failure_cause,
+            savepoints: std::collections::HashMap::new(),
+            savepoint_checkpoints: std::collections::HashMap::new(),
+            checkpoint_requests: std::collections::HashMap::new(),
+            restore: None,
+            restarts: 0,
+        }
+    }
+}
+
+/// The execution configuration `GET /jobs/{id}/config` shows.
+fn execution_config(
+    restart_strategy: String,
+    job_parallelism: u32,
+    failover_strategy: &str,
+) -> (crate::status::ExecutionConfigInfo, crate::status::WeirExecutionConfig) {
+    (
+        crate::status::ExecutionConfigInfo {
+            restart_strategy,
+            job_parallelism,
+            object_reuse_mode: false,
+            user_config: Default::default(),
+        },
+        crate::status::WeirExecutionConfig {
+            execution_mode: "PIPELINED".into(),
+            max_parallelism: 0,
+            failover_strategy: failover_strategy.into(),
+        },
+    )
+}
+
 /// A running (or ended) job.
 pub struct JobMaster {
     job_id: JobId,
@@ -182,42 +221,20 @@ impl JobMaster {
         location: &str,
     ) -> Result<Arc<JobMaster>, TaskError> {
         let (control, events) = crossbeam_channel::unbounded();
-        let master = Arc::new(JobMaster {
+        let execution_config = execution_config(
+            settings.restart.describe(),
+            settings.default_parallelism,
+            if settings.failover_full { "full" } else { "region" },
+        );
+        let master = Arc::new(JobMaster::assemble(
             job_id,
-            job_name: graph.job_name.clone(),
-            record: Mutex::new(JobRecord {
-                history: StateHistory::new(JobStatus::Initializing, now_ms()),
-                job_graph: None,
-                subtasks: Vec::new(),
-                exceptions: Vec::new(),
-                failure_cause: None,
-                savepoints: std::collections::HashMap::new(),
-                savepoint_checkpoints: std::collections::HashMap::new(),
-                checkpoint_requests: std::collections::HashMap::new(),
-                restore: None,
-                restarts: 0,
-            }),
-            changed: Condvar::new(),
+            &graph.job_name,
+            JobRecord::new(JobStatus::Initializing, now_ms(), None),
             control,
-            cancel: Mutex::new(Vec::new()),
-            cancel_requested: Arc::new(AtomicBool::new(false)),
-            location: location.to_string(),
-            checkpoint_stats: Arc::new(Mutex::new(CheckpointStats::default())),
-            checkpoint_settings: settings.checkpointing.clone(),
-            execution_config: (
-                crate::status::ExecutionConfigInfo {
-                    restart_strategy: settings.restart.describe(),
-                    job_parallelism: settings.default_parallelism,
-                    object_reuse_mode: false,
-                    user_config: Default::default(),
-                },
-                crate::status::WeirExecutionConfig {
-                    execution_mode: "PIPELINED".into(),
-                    max_parallelism: 0,
-                    failover_strategy: if settings.failover_full { "full" } else { "region" }.into(),
-                },
-            ),
-        });
+            location,
+            settings.checkpointing.clone(),
+            execution_config,
+        ));
         let runner = Arc::clone(&master);
         std::thread::Builder::new()
             .name(format!("weir-jobmaster-{}", &job_id.to_string()[..8]))
@@ -239,42 +256,40 @@ impl JobMaster {
     ) -> Arc<JobMaster> {
         // Nobody reads the events: requests to an ended job are refused by its status first.
         let (control, _) = crossbeam_channel::unbounded();
-        Arc::new(JobMaster {
+        let execution_config = execution_config(String::new(), 0, "");
+        Arc::new(JobMaster::assemble(
+            job_id,
+            job_name,
+            JobRecord::new(status, end_time_ms, failure),
+            control,
+            location,
+            CheckpointSettings::default(),
+            execution_config,
+        ))
+    }
+
+    fn assemble(
+        job_id: JobId,
+        job_name: &str,
+        record: JobRecord,
+        control: Sender<MasterEvent>,
+        location: &str,
+        checkpoint_settings: CheckpointSettings,
+        execution_config: (crate::status::ExecutionConfigInfo, crate::status::WeirExecutionConfig),
+    ) -> JobMaster {
+        JobMaster {
             job_id,
             job_name: job_name.to_string(),
-            record: Mutex::new(JobRecord {
-                history: StateHistory::new(status, end_time_ms),
-                job_graph: None,
-                subtasks: Vec::new(),
-                exceptions: Vec::new(),
-                failure_cause: failure,
-                savepoints: std::collections::HashMap::new(),
-                savepoint_checkpoints: std::collections::HashMap::new(),
-                checkpoint_requests: std::collections::HashMap::new(),
-                restore: None,
-                restarts: 0,
-            }),
+            record: Mutex::new(record),
             changed: Condvar::new(),
             control,
             cancel: Mutex::new(Vec::new()),
             cancel_requested: Arc::new(AtomicBool::new(false)),
             location: location.to_string(),
             checkpoint_stats: Arc::new(Mutex::new(CheckpointStats::default())),
-            checkpoint_settings: CheckpointSettings::default(),
-            execution_config: (
-                crate::status::ExecutionConfigInfo {
-                    restart_strategy: String::new(),
-                    job_parallelism: 0,
-                    object_reuse_mode: false,
-                    user_config: Default::default(),
-                },
-                crate::status::WeirExecutionConfig {
-                    execution_mode: "PIPELINED".into(),
-                    max_parallelism: 0,
-                    failover_strategy: String::new(),
-                },
-            ),
-        })
+            checkpoint_settings,
+            execution_config,
+        }
     }
 
     /// The job's id.
