@@ -666,10 +666,12 @@ fn scalar(value: &Value, path: &str) -> Result<String, SpecError> {
 /// Whether `configuration` turns high availability on (`high-availability.type` etcd or
 /// kubernetes).
 pub fn high_availability(configuration: &BTreeMap<String, String>) -> bool {
-    configuration
-        .get("high-availability.type")
-        .and_then(|t| t.parse::<weir_config::HighAvailabilityType>().ok())
-        .is_some_and(|ha| ha.is_enabled())
+    high_availability_type(configuration).is_some_and(|ha| ha.is_enabled())
+}
+
+/// The `high-availability.type` `configuration` names, if a valid one.
+pub fn high_availability_type(configuration: &BTreeMap<String, String>) -> Option<weir_config::HighAvailabilityType> {
+    configuration.get("high-availability.type").and_then(|t| t.parse().ok())
 }
 
 #[cfg(test)]

@@ -795,11 +795,8 @@ fn uses_api(target: &DeploymentSpec) -> bool {
 
 /// Whether `target` runs with `high-availability.type: kubernetes`.
 fn kubernetes_ha(target: &DeploymentSpec) -> bool {
-    target
-        .configuration
-        .get("high-availability.type")
-        .and_then(|t| t.parse::<weir_config::HighAvailabilityType>().ok())
-        .is_some_and(|ha| ha == weir_config::HighAvailabilityType::Kubernetes)
+    weir_deploy::spec::high_availability_type(&target.configuration)
+        == Some(weir_config::HighAvailabilityType::Kubernetes)
 }
 
 /// The host and port of an API server URL (`https://10.0.0.1:6443`).

@@ -23,6 +23,15 @@ pub enum SubmitError {
 /// Ended jobs kept for queries, at most (oldest dropped first).
 const ENDED_JOBS_RETAINED_MAX: usize = 1000;
 
+/// Drops the oldest ended job once more than [`ENDED_JOBS_RETAINED_MAX`] are kept.
+fn retain_at_most(jobs: &mut Vec<Arc<JobMaster>>) {
+    if jobs.len() > ENDED_JOBS_RETAINED_MAX
+        && let Some(oldest_ended) = jobs.iter().position(|j| j.status().is_globally_terminal())
+    {
+        jobs.remove(oldest_ended);
+    }
+}
+
 /// The jobs of one cluster.
 pub struct Dispatcher {
     jobs: Mutex<Vec<Arc<JobMaster>>>,
@@ -70,11 +79,7 @@ impl Dispatcher {
         let mut jobs = self.jobs_guard();
         jobs.retain(|job| job.job_id() != job_id);
         jobs.push(Arc::clone(&master));
-        if jobs.len() > ENDED_JOBS_RETAINED_MAX
-            && let Some(oldest_ended) = jobs.iter().position(|j| j.status().is_globally_terminal())
-        {
-            jobs.remove(oldest_ended);
-        }
+        retain_at_most(&mut jobs);
         Ok(master)
     }
 
@@ -98,11 +103,7 @@ impl Dispatcher {
             jobs.remove(known);
         }
         jobs.push(JobMaster::ended(job_id, job_name, status, end_time_ms, failure, &self.location));
-        if jobs.len() > ENDED_JOBS_RETAINED_MAX
-            && let Some(oldest_ended) = jobs.iter().position(|j| j.status().is_globally_terminal())
-        {
-            jobs.remove(oldest_ended);
-        }
+        retain_at_most(&mut jobs);
     }
 
     /// Every job, oldest first.
