@@ -510,10 +510,19 @@ fn commands_run_on_their_host_with_the_same_files_and_are_ended_with_the_bed() {
     // A process still running when the bed goes is killed with it.
     let mut sleeper =
         net.host(0).command("sleep").arg("60").stdout(Stdio::null()).spawn().expect("sleep runs on host 0");
-    // `ip netns exec` execs in place: the child's pid is sleep's, inside host 0.
-    let pids = std::process::Command::new("ip").args(["netns", "pids", net.host(0).name()]).output().expect("ip runs");
-    let pids = String::from_utf8_lossy(&pids.stdout).into_owned();
-    assert!(pids.lines().any(|pid| pid.trim() == sleeper.id().to_string()), "pid {} not in {pids}", sleeper.id());
+    // `ip netns exec` execs in place: the child's pid becomes sleep's, inside host 0, once
+    // `ip` has entered the namespace (a moment after spawn returns, so poll).
+    let listed_by_deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let pids =
+            std::process::Command::new("ip").args(["netns", "pids", net.host(0).name()]).output().expect("ip runs");
+        let pids = String::from_utf8_lossy(&pids.stdout).into_owned();
+        if pids.lines().any(|pid| pid.trim() == sleeper.id().to_string()) {
+            break;
+        }
+        assert!(Instant::now() < listed_by_deadline, "pid {} not in host 0 after 5 s: {pids:?}", sleeper.id());
+        std::thread::sleep(Duration::from_millis(10));
+    }
     drop(net);
     let deadline = Instant::now() + Duration::from_secs(5);
     let status = loop {
