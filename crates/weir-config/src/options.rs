@@ -897,6 +897,16 @@ pub const OPERATOR_LEASE_DURATION: ConfigOption<Duration> = ConfigOption {
     default: || Duration::from_secs(15),
 };
 
+/// How often `weir operator --kubernetes` looks at deployments at rest with no change.
+pub const OPERATOR_RECONCILE_INTERVAL: ConfigOption<Duration> = ConfigOption {
+    key: "kubernetes.operator.reconcile.interval",
+    fallback_keys: &[],
+    default_description: "1s",
+    description: "how often `weir operator --kubernetes` reconciles deployments that are at rest: a change to a WeirDeployment or to a pod of its clusters wakes it at once through a watch, and a deployment mid-upgrade is followed every 100 ms; this resync notices what no watch reports (a job failing inside a running JobManager). Flink's operator: 60s",
+    parse: parse_positive_duration,
+    default: || Duration::from_secs(1),
+};
+
 /// Where `weir operator` serves `/deployments` and its Web UI page.
 pub const OPERATOR_REST_PORT: ConfigOption<u16> = ConfigOption {
     key: "operator.rest.port",
@@ -980,6 +990,7 @@ pub const ALL: &[OptionInfo] = &[
     OPERATOR_PERIODIC_SAVEPOINT_INTERVAL.info(),
     OPERATOR_JM_DEPLOYMENT_RECOVERY.info(),
     OPERATOR_LEASE_DURATION.info(),
+    OPERATOR_RECONCILE_INTERVAL.info(),
     OPERATOR_REST_PORT.info(),
 ];
 
@@ -1056,6 +1067,7 @@ pub const ALL_KEYS: &[&str] = &[
     OPERATOR_PERIODIC_SAVEPOINT_INTERVAL.key,
     OPERATOR_JM_DEPLOYMENT_RECOVERY.key,
     OPERATOR_LEASE_DURATION.key,
+    OPERATOR_RECONCILE_INTERVAL.key,
     OPERATOR_REST_PORT.key,
 ];
 

@@ -34,6 +34,7 @@ use crate::status::{
     SavepointRecord, Step, TriggerType, lifecycle_state,
 };
 use crate::store::{DeploymentStore, StoredDeployment};
+use crate::wake::Wake;
 
 /// How often the controller looks at every deployment.
 pub const TICK: Duration = Duration::from_millis(100);
@@ -70,6 +71,14 @@ pub struct Controller {
 /// What a reconcile pass did, for the loop's logging.
 type Outcome = Result<(), String>;
 
+/// What one pass over every deployment found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Pass {
+    /// No deployment was mid-operation or being deleted, and no step failed: nothing will
+    /// move until something changes.
+    pub at_rest: bool,
+}
+
 impl Controller {
     /// A controller of `store`'s deployments, with their processes under `root`, acting
     /// while `fence`'s leadership holds.
@@ -105,13 +114,22 @@ impl Controller {
     /// Reconciles every deployment each [`TICK`] until `stop` is set or the leadership is
     /// lost.
     pub fn run(&self, stop: &AtomicBool) {
+        self.run_woken(stop, &Wake::new(), TICK);
+    }
+
+    /// Reconciles every deployment until `stop` is set or the leadership is lost: the next
+    /// pass starts when `wake` is notified (a watched change), after [`TICK`] while some
+    /// deployment is mid-operation (its steps poll clusters that emit no watch events), and
+    /// after `idle` when every deployment was at rest (a resync, as a kube-rs controller
+    /// requeues).
+    pub fn run_woken(&self, stop: &AtomicBool, wake: &Wake, idle: Duration) {
         while !stop.load(Ordering::Relaxed) {
             if !self.fence.is_held() {
                 tracing::warn!("the operator's leadership is lost: the controller stops acting");
                 return;
             }
-            self.reconcile_all();
-            std::thread::sleep(TICK);
+            let pass = self.reconcile_all();
+            wake.wait(if pass.at_rest { idle.max(TICK) } else { TICK });
         }
     }
 
@@ -133,23 +151,29 @@ impl Controller {
     }
 
     /// One pass over every deployment.
-    pub fn reconcile_all(&self) {
+    pub fn reconcile_all(&self) -> Pass {
         let deployments = match self.store.list() {
             Ok(deployments) => deployments,
             Err(error) => {
                 tracing::warn!("cannot read the deployments from {}: {error}", self.store.describe());
-                return;
+                return Pass { at_rest: false };
             }
         };
+        let mut pass = Pass { at_rest: true };
         for stored in deployments {
             if !self.fence.is_held() {
-                return;
+                return Pass { at_rest: false };
             }
             let name = stored.deployment.metadata.name.clone();
+            // A step started by this pass is written to the status, and that write is
+            // itself a watched change; so the state read here is enough to judge.
+            pass.at_rest &= stored.status.operation.is_none() && !stored.delete_requested;
             if let Err(error) = self.reconcile(stored) {
+                pass.at_rest = false;
                 tracing::warn!(deployment = %name, "{error}");
             }
         }
+        pass
     }
 
     fn dirs(&self, name: &str) -> DeploymentDirs {

@@ -29,6 +29,7 @@ pub mod schema;
 pub mod spec;
 pub mod status;
 pub mod store;
+pub mod wake;
 
 pub use backend::{ClusterBackend, ProcessClusters};
 pub use controller::Controller;
@@ -36,3 +37,4 @@ pub use fence::{Fence, LeadershipLost};
 pub use spec::{DeploymentSpec, SpecError, UpgradeMode, WeirDeployment};
 pub use status::{DeploymentStatus, LifecycleState};
 pub use store::{ApplyOutcome, DeploymentStore, EtcdStore, FileStore, StoredDeployment};
+pub use wake::Wake;

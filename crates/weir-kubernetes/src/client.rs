@@ -84,6 +84,11 @@ impl Kube {
         self.runtime.spawn(future);
     }
 
+    /// Starts `future` on the client's runtime; the handle aborts it.
+    pub fn spawn_task<F: Future<Output = ()> + Send + 'static>(&self, future: F) -> tokio::task::JoinHandle<()> {
+        self.runtime.spawn(future)
+    }
+
     /// The client.
     pub fn client(&self) -> kube::Client {
         self.client.clone()

@@ -25,6 +25,9 @@ use weir_deploy::status::ClusterInfo;
 use crate::client::{Kube, is_not_found};
 use crate::resource::WeirDeployment;
 
+/// The label every object of a deployment's clusters carries, valued with its name.
+pub const DEPLOYMENT_LABEL: &str = "weir.dev/deployment";
+
 /// The REST port of JobManager pods.
 pub const REST_PORT: u16 = 8081;
 /// The RPC port of JobManager pods.
@@ -105,7 +108,7 @@ impl KubernetesClusters {
     }
 
     fn selector(name: &str, seq: Option<u64>, component: Option<&str>) -> String {
-        let mut selector = format!("weir.dev/deployment={name}");
+        let mut selector = format!("{DEPLOYMENT_LABEL}={name}");
         if let Some(seq) = seq {
             selector.push_str(&format!(",weir.dev/cluster={seq}"));
         }
@@ -118,7 +121,7 @@ impl KubernetesClusters {
     fn labels(name: &str, seq: u64, component: &str) -> Value {
         json!({
             "app.kubernetes.io/name": "weir",
-            "weir.dev/deployment": name,
+            DEPLOYMENT_LABEL: name,
             "weir.dev/cluster": seq.to_string(),
             "weir.dev/component": component,
         })

@@ -10,6 +10,7 @@
 //! - [`ha`]: `high-availability.type: kubernetes`, the JobManagers' HA store on a ConfigMap.
 //! - [`native`]: native TaskManagers, pods a JobManager creates for its jobs' slots.
 //! - [`lease`]: leader election of operator replicas through a `Lease`.
+//! - [`watch`]: watches that wake the operator's controller on every change.
 #![warn(missing_docs)]
 
 pub mod client;
@@ -19,6 +20,7 @@ pub mod lease;
 pub mod native;
 pub mod resource;
 pub mod store;
+pub mod watch;
 
 pub use client::Kube;
 pub use clusters::KubernetesClusters;

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use weir_config::options::{OPERATOR_LEASE_DURATION, OPERATOR_REST_PORT, REST_ADDRESS};
+use weir_config::options::{OPERATOR_LEASE_DURATION, OPERATOR_RECONCILE_INTERVAL, OPERATOR_REST_PORT};
 use weir_rest::{ClusterInfo, RestServer};
 
 use crate::args::{OperatorAction, OperatorArgs};
@@ -42,7 +42,7 @@ fn run(args: &OperatorArgs) -> Result<ExitCode, CliError> {
         None => Some(weir_deploy::lock::lock_file(&deployments.root).map_err(CliError::runtime)?),
         Some(_) => None,
     };
-    let rest = start_rest(&config, &deployments)?;
+    let rest = start_rest(&config, Arc::clone(&deployments.store))?;
     // SIGTERM / SIGINT: the controller stops at its next step (what it was doing stays
     // recorded in the status, for the next operator to resume), the leadership is released at
     // once, and the deployments' clusters keep running.
@@ -122,6 +122,11 @@ fn run_kubernetes(args: &OperatorArgs, config: weir_config::Configuration) -> Re
             .map_err(CliError::runtime)?,
     );
     let lease_duration = config.get(&OPERATOR_LEASE_DURATION).map_err(CliError::runtime)?;
+    let resync = config.get(&OPERATOR_RECONCILE_INTERVAL).map_err(CliError::usage)?;
+    // Every replica serves the deployments (read from the API server, so a standby shows
+    // what the leader wrote), as a process-backend operator does.
+    let rest = start_rest(&config, Arc::new(weir_kubernetes::KubernetesStore::new(Arc::clone(&kube))))?;
+    eprintln!("Deployment controller: REST API and Web UI at {}", rest.url());
     let signal = crate::signals::on_termination("Deployment controller", |_| {})
         .map_err(|e| CliError::runtime(format!("cannot handle SIGTERM: {e}")))?;
     // The deployments' default state directories; the pods see them through a volume of
@@ -155,9 +160,12 @@ fn run_kubernetes(args: &OperatorArgs, config: weir_config::Configuration) -> Re
         let controller =
             weir_deploy::Controller::with_backend(store, config.clone(), root.clone(), fence.clone(), backend);
         let loop_stop = Arc::clone(&stop);
+        let wake = Arc::new(weir_deploy::Wake::new());
+        let watches = weir_kubernetes::watch::wake_on_changes(&kube, Arc::clone(&wake));
+        let loop_wake = Arc::clone(&wake);
         let worker = std::thread::Builder::new()
             .name("weir-operator".into())
-            .spawn(move || controller.run(&loop_stop))
+            .spawn(move || controller.run_woken(&loop_stop, &loop_wake, resync))
             .map_err(|e| CliError::runtime(format!("cannot start the controller: {e}")))?;
         while fence.is_held() {
             if signal.requested() {
@@ -166,7 +174,9 @@ fn run_kubernetes(args: &OperatorArgs, config: weir_config::Configuration) -> Re
             std::thread::sleep(Duration::from_millis(50));
         }
         stop.store(true, Ordering::Relaxed);
+        wake.notify();
         let _ = worker.join();
+        drop(watches);
         if signal.requested() {
             leadership.resign();
             eprintln!("Deployment controller: stopped and released its Lease; the deployments keep running");
@@ -188,11 +198,10 @@ fn announce(deployments: &deployment::Deployments, rest: &RestServer) {
 
 fn start_rest(
     config: &weir_config::Configuration,
-    deployments: &deployment::Deployments,
+    store: Arc<dyn weir_deploy::DeploymentStore>,
 ) -> Result<RestServer, CliError> {
-    let host = config.get(&REST_ADDRESS).map_err(CliError::usage)?;
+    let (host, _) = settings::rest_hosts(config)?;
     let port = config.get(&OPERATOR_REST_PORT).map_err(CliError::usage)?;
-    let store = Arc::clone(&deployments.store);
     let info = move || ClusterInfo {
         taskmanagers: 0,
         version: env!("CARGO_PKG_VERSION").to_string(),
