@@ -114,6 +114,17 @@ impl Drop for Operator {
     }
 }
 
+/// Where a test reads what the operator said, for its failure messages.
+trait OperatorLog {
+    fn log(&self) -> String;
+}
+
+impl OperatorLog for Operator {
+    fn log(&self) -> String {
+        Operator::log(self)
+    }
+}
+
 /// The directory the pods and the host share (a hostPath volume at the same path).
 fn shared_dir() -> tempfile::TempDir {
     let dir = tempfile::Builder::new().prefix("weir-k8s-").tempdir_in("/tmp").unwrap();
@@ -189,7 +200,7 @@ spec:
 /// Waits until the deployment's status satisfies `done`; the resource.
 fn wait_status(
     ns: &Namespace,
-    operator: &Operator,
+    operator: &dyn OperatorLog,
     what: &str,
     done: impl Fn(&serde_json::Value) -> bool,
 ) -> serde_json::Value {
@@ -218,11 +229,11 @@ fn stable_at(resource: &serde_json::Value, generation: u64) -> bool {
 }
 
 /// Waits for every event to be counted (the job FINISHED), then checks the output.
-fn wait_finished_exactly_once(ns: &Namespace, operator: &Operator, out: &Path) {
+fn wait_finished_exactly_once(ns: &Namespace, operator: &dyn OperatorLog, out: &Path) {
     wait_finished_exactly_once_of(ns, operator, out, EVENTS);
 }
 
-fn wait_finished_exactly_once_of(ns: &Namespace, operator: &Operator, out: &Path, events: u64) {
+fn wait_finished_exactly_once_of(ns: &Namespace, operator: &dyn OperatorLog, out: &Path, events: u64) {
     let deadline = Instant::now() + JOB_MAX;
     loop {
         let resource = ns.get_json("weirdeployment/counts").unwrap_or(serde_json::Value::Null);
@@ -242,7 +253,7 @@ fn wait_finished_exactly_once_of(ns: &Namespace, operator: &Operator, out: &Path
 }
 
 /// Deletes the resource and checks the operator stopped its job and removed its objects.
-fn delete_and_check_nothing_left(ns: &Namespace, operator: &Operator) {
+fn delete_and_check_nothing_left(ns: &Namespace, operator: &dyn OperatorLog) {
     let started = Instant::now();
     ns.kubectl_ok(&["delete", "weirdeployment", "counts", "--wait=false"]);
     ns.wait_for("the WeirDeployment to be gone (its finalizer removed by the operator)", STATE_MAX, || {
@@ -352,7 +363,7 @@ fn a_standby_operator_takes_over_at_once_on_sigterm_and_upgrades_in_last_state_m
     let shared = shared_dir();
     let out = shared.path().join("out");
     let mut leader = Operator::start(node, &ns, shared.path(), "operator-1.log");
-    let leading = |operator: &Operator| operator.log().contains("elected leader");
+    let leading = |operator: &dyn OperatorLog| operator.log().contains("elected leader");
     let deadline = Instant::now() + STATE_MAX;
     while !leading(&leader) {
         assert!(Instant::now() < deadline, "the first operator never led: {}", leader.log());
@@ -770,5 +781,144 @@ fn in_native_mode_the_jobmanager_creates_and_replaces_its_taskmanager_pods() {
     );
 
     wait_finished_exactly_once_of(&ns, &operator, &out, LONG_EVENTS);
+    delete_and_check_nothing_left(&ns, &operator);
+}
+
+/// The operator's pods of `deploy/kubernetes/operator.yaml`, read through `kubectl logs`.
+struct OperatorPods<'a> {
+    ns: &'a Namespace<'a>,
+}
+
+impl OperatorLog for OperatorPods<'_> {
+    fn log(&self) -> String {
+        let output = self.ns.kubectl(&["logs", "-l", OPERATOR_SELECTOR, "--tail=-1", "--prefix"]);
+        format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr))
+    }
+}
+
+impl Drop for OperatorPods<'_> {
+    fn drop(&mut self) {
+        // As for a process operator: a test that failed before deleting its resource leaves
+        // a finalizer nobody would remove once the operator's pods go with the namespace. The
+        // operator goes first: a running one would put its finalizer back.
+        let _ = self.ns.kubectl(&[
+            "delete",
+            "deployment",
+            "weir-operator",
+            "--cascade=foreground",
+            "--wait=true",
+            "--timeout=60s",
+        ]);
+        let _ = self.ns.kubectl(&[
+            "patch",
+            "weirdeployment",
+            "counts",
+            "--type=merge",
+            "-p",
+            r#"{"metadata":{"finalizers":null}}"#,
+        ]);
+    }
+}
+
+const OPERATOR_SELECTOR: &str = "app.kubernetes.io/name=weir-operator";
+
+/// The operator's running pods: (name, pod IP).
+fn operator_pods(ns: &Namespace) -> Vec<(String, String)> {
+    let pods: serde_json::Value =
+        serde_json::from_str(&ns.kubectl_ok(&["get", "pods", "-l", OPERATOR_SELECTOR, "-o", "json"])).unwrap();
+    pods["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|pod| pod["metadata"]["deletionTimestamp"].is_null() && pod["status"]["phase"] == "Running")
+        .filter_map(|pod| {
+            Some((pod["metadata"]["name"].as_str()?.to_string(), pod["status"]["podIP"].as_str()?.to_string()))
+        })
+        .collect()
+}
+
+/// The pod whose operator holds the Lease (its identity is `<pod name>-<pid>`).
+fn operator_leader(ns: &Namespace) -> Option<String> {
+    let lease = ns.get_json("lease/weir-operator")?;
+    let holder = lease["spec"]["holderIdentity"].as_str()?;
+    operator_pods(ns).into_iter().map(|(name, _)| name).find(|name| holder.starts_with(&format!("{name}-")))
+}
+
+/// The shipped RBAC and operator manifests as they are (only the image, the node's API
+/// server address, which the test node has no kube-proxy to route, and the shared directory
+/// changed): two operator pods, one leading; `GET /deployments` from each; apply -> RUNNING;
+/// the leading pod deleted (SIGTERM as PID 1: it releases the Lease) in the middle of the job,
+/// and an upgrade 2 -> 4 done by the pod that took over; exactly once; delete leaves nothing.
+#[test]
+fn the_shipped_operator_manifests_run_the_operator_in_pods_that_hand_over_on_deletion() {
+    let node = KubernetesNode::get();
+    install_crd(node);
+    let image = node.weir_image();
+    let ns = node.namespace("op-pods");
+    let shared = shared_dir();
+    let out = shared.path().join("out");
+    let repo = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+    ns.kubectl_ok(&["apply", "-f", &format!("{repo}/deploy/kubernetes/rbac.yaml")]);
+
+    let kubeconfig = std::fs::read_to_string(node.kubeconfig()).unwrap();
+    let server = kubeconfig.split("server: \"https://").nth(1).and_then(|rest| rest.split('"').next()).unwrap();
+    let (api_host, api_port) = server.rsplit_once(':').unwrap();
+    let shipped = std::fs::read_to_string(format!("{repo}/deploy/kubernetes/operator.yaml")).unwrap();
+    let mut operator_manifest = shipped.clone();
+    for (from, to) in [
+        ("image: weir.local/weir:dev".to_string(), format!("image: {image}")),
+        ("imagePullPolicy: IfNotPresent".to_string(), "imagePullPolicy: Never".to_string()),
+        (
+            "# - {name: KUBERNETES_SERVICE_HOST, value: 10.244.0.1}".to_string(),
+            format!("- {{name: KUBERNETES_SERVICE_HOST, value: \"{api_host}\"}}"),
+        ),
+        (
+            "# - {name: KUBERNETES_SERVICE_PORT, value: \"6443\"}".to_string(),
+            format!("- {{name: KUBERNETES_SERVICE_PORT, value: \"{api_port}\"}}"),
+        ),
+        ("/var/lib/weir".to_string(), shared.path().display().to_string()),
+    ] {
+        assert!(
+            operator_manifest.contains(&from),
+            "deploy/kubernetes/operator.yaml no longer has `{from}`: update this test"
+        );
+        operator_manifest = operator_manifest.replace(&from, &to);
+    }
+    ns.apply(&operator_manifest);
+    let operator = OperatorPods { ns: &ns };
+    let leader = ns.wait_for("two operator pods, one of them leading", STATE_MAX, || {
+        (operator_pods(&ns).len() == 2).then_some(())?;
+        operator_leader(&ns)
+    });
+
+    ns.apply(&manifest(&image, shared.path(), 2, "savepoint"));
+    wait_status(&ns, &operator, "generation 1 STABLE", |r| stable_at(r, 1));
+    // Every replica serves the deployments, the standby too.
+    for (name, ip) in operator_pods(&ns) {
+        let listed = ns.wait_for(&format!("GET /deployments from operator pod {name}"), STATE_MAX, || {
+            json_at(&format!("http://{ip}:8085/deployments"))
+        });
+        let names: Vec<_> =
+            listed["deployments"].as_array().into_iter().flatten().map(|d| d["metadata"]["name"].clone()).collect();
+        assert_eq!(names, vec![serde_json::json!("counts")], "{name}: {listed:#}");
+    }
+
+    // The leading pod deleted: its operator stops on SIGTERM and releases the Lease, and the
+    // other pod (or the Deployment's replacement) leads and carries out the upgrade.
+    let started = Instant::now();
+    ns.kubectl_ok(&["delete", "pod", &leader, "--wait=false"]);
+    let successor =
+        ns.wait_for("another operator pod to lead", STATE_MAX, || operator_leader(&ns).filter(|name| *name != leader));
+    eprintln!("operator pod {leader} deleted -> {successor} leads in {:.2} s", started.elapsed().as_secs_f64());
+    ns.apply(&manifest(&image, shared.path(), 4, "savepoint"));
+    let upgraded = wait_status(&ns, &operator, "generation 2 STABLE at parallelism 4", |r| stable_at(r, 2));
+    let history = upgraded["status"]["savepointHistory"].as_array().cloned().unwrap_or_default();
+    let upgrade_savepoint = history.iter().rev().find(|s| s["triggerType"] == "UPGRADE");
+    assert!(
+        upgrade_savepoint.is_some_and(|s| s["location"] == upgraded["status"]["jobStatus"]["restoredFrom"]),
+        "the new leader upgraded through a savepoint: {upgraded:#}"
+    );
+
+    wait_finished_exactly_once(&ns, &operator, &out);
     delete_and_check_nothing_left(&ns, &operator);
 }

@@ -313,6 +313,7 @@ impl Configuration {
         self.get(&OPERATOR_PERIODIC_SAVEPOINT_INTERVAL)?;
         self.get(&OPERATOR_JM_DEPLOYMENT_RECOVERY)?;
         self.get(&OPERATOR_LEASE_DURATION)?;
+        self.get(&OPERATOR_RECONCILE_INTERVAL)?;
         self.get(&OPERATOR_REST_PORT)?;
         self.get(&HIGH_AVAILABILITY_RECONCILE_TIMEOUT)?;
         self.get(&PIPELINE_NAME)?;

@@ -42,8 +42,12 @@ pub fn wake_on_changes(kube: &Kube, wake: Arc<Wake>) -> Watches {
         Arc::clone(&wake),
         "WeirDeployments",
     ));
-    let pods =
-        kube.spawn_task(notify_on_changes(kube.api::<PartialObjectMeta<Pod>>(), watcher::Config::default().labels(DEPLOYMENT_LABEL), wake, "pods"));
+    let pods = kube.spawn_task(notify_on_changes(
+        kube.api::<PartialObjectMeta<Pod>>(),
+        watcher::Config::default().labels(DEPLOYMENT_LABEL),
+        wake,
+        "pods",
+    ));
     Watches { tasks: vec![deployments, pods] }
 }
 

@@ -20,14 +20,22 @@ fn source(state: &AppState) -> Result<&DeploymentSource, ApiError> {
     })
 }
 
-fn read(state: &AppState) -> Result<Vec<Value>, ApiError> {
-    (source(state)?)().map_err(|e| ApiError::new(axum::http::StatusCode::INTERNAL_SERVER_ERROR, e))
+/// Reads the deployments on a blocking thread: the source waits on its store (files, etcd,
+/// the Kubernetes API server through a client with its own runtime), which must not hold up
+/// or nest inside the server's runtime.
+async fn read(state: &AppState) -> Result<Vec<Value>, ApiError> {
+    let source = std::sync::Arc::clone(source(state)?);
+    let internal = |e: String| ApiError::new(axum::http::StatusCode::INTERNAL_SERVER_ERROR, e);
+    tokio::task::spawn_blocking(move || source())
+        .await
+        .map_err(|e| internal(format!("reading the deployments failed: {e}")))?
+        .map_err(internal)
 }
 
 /// `GET /deployments`.
 #[utoipa::path(get, path = "/deployments", tag = "deployments", summary = "Every declared deployment with its spec and status", responses((status = 200, description = "`{\"deployments\": [{apiVersion, kind, metadata, spec, status}]}`", body = Object), (status = 404, description = "Not the deployment controller", body = crate::responses::ErrorResponse)))]
 pub(crate) async fn deployments(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
-    Ok(Json(serde_json::json!({ "deployments": read(&state)? })))
+    Ok(Json(serde_json::json!({ "deployments": read(&state).await? })))
 }
 
 /// `GET /deployments/{name}`.
@@ -36,7 +44,8 @@ pub(crate) async fn deployment(
     State(state): State<AppState>,
     Path(name): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    read(&state)?
+    read(&state)
+        .await?
         .into_iter()
         .find(|d| d["metadata"]["name"].as_str() == Some(name.as_str()))
         .map(Json)
