@@ -81,4 +81,9 @@ pub trait KeyValueStore: Send + Sync {
     fn keep_alive(&self, lease: i64) -> Result<Option<Duration>, EtcdError>;
     /// Ends `lease` now: the keys attached to it go.
     fn revoke(&self, lease: i64) -> Result<(), EtcdError>;
+    /// How many ended jobs' results the HA store keeps (the newest; a new leader shows them
+    /// as ended jobs). A store of bounded size (a ConfigMap holds 1 MiB) keeps fewer.
+    fn job_results_retained(&self) -> usize {
+        1000
+    }
 }

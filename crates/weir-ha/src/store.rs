@@ -17,7 +17,7 @@ use weir_checkpoint::storage::BlockingStorage;
 
 use crate::HaError;
 use crate::election::LeadershipGuard;
-use crate::kv::{Compare, KeyValueStore, Op};
+use crate::kv::{Compare, KeyValue, KeyValueStore, Op};
 use crate::layout::Layout;
 
 #[derive(Serialize, Deserialize)]
@@ -53,6 +53,35 @@ pub struct JobResult {
     /// The job's name (absent in results recorded before it was kept).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub job_name: Option<String>,
+}
+
+/// The longest failure text a job result keeps (the cause's first lines; the whole trace
+/// stays in the JobManager's log), so that many results fit a size-bounded store.
+const FAILURE_BYTES_MAX: usize = 4096;
+
+fn truncate_at_char_boundary(text: &mut String, max: usize) {
+    if text.len() > max {
+        let mut end = max;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+        text.push_str(" [...]");
+    }
+}
+
+/// The keys of the results in `results` beyond the `keep` newest by end time (ties by key, so
+/// every leader prunes the same ones). A result that cannot be read is kept: it is not this
+/// code's to judge, and `results()` reports it.
+fn results_beyond(results: impl Iterator<Item = KeyValue>, keep: usize) -> Vec<String> {
+    let mut ended: Vec<(u64, String)> = results
+        .filter_map(|kv| {
+            let result: JobResult = serde_json::from_slice(&kv.value).ok()?;
+            Some((result.end_time_ms, kv.key))
+        })
+        .collect();
+    ended.sort_by(|a, b| b.cmp(a));
+    ended.into_iter().skip(keep).map(|(_, key)| key).collect()
 }
 
 /// A job a new leader recovers.
@@ -254,19 +283,64 @@ impl JobStore {
 
     /// The job ended for good: records its result and deletes its HA data (as Flink does for
     /// globally terminal jobs), in one transaction.
+    /// The results beyond the store's retention (the oldest) go in the same transaction.
     pub fn finish(&self, result: &JobResult) -> Result<(), HaError> {
-        let ops = vec![
-            Op::Put {
-                key: self.layout().result(&self.job_id),
-                value: serde_json::to_vec(result).unwrap_or_default(),
-                lease: 0,
-            },
+        let mut result = result.clone();
+        if let Some(failure) = &mut result.failure {
+            truncate_at_char_boundary(failure, FAILURE_BYTES_MAX);
+        }
+        let key = self.layout().result(&self.job_id);
+        let mut ops = vec![
+            Op::Put { key: key.clone(), value: serde_json::to_vec(&result).unwrap_or_default(), lease: 0 },
             Op::Delete { key: self.layout().job(&self.job_id), prefix: true },
         ];
+        let client = &self.store.inner.client;
+        let others = client.get_prefix(&self.layout().results())?.into_iter().filter(|kv| kv.key != key);
+        let retained = client.job_results_retained().max(1);
+        for old in results_beyond(others, retained - 1) {
+            ops.push(Op::Delete { key: old, prefix: false });
+        }
         self.store.write(ops)?;
         if let Err(error) = self.store.inner.blobs.delete(&Layout::submission_blob(&self.job_id)) {
             tracing::warn!(job_id = %self.job_id, %error, "cannot delete the job's submission blob");
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn result_kv(job: &str, end_time_ms: u64) -> KeyValue {
+        let result =
+            JobResult { job_id: job.to_string(), state: "FINISHED".into(), end_time_ms, failure: None, job_name: None };
+        KeyValue {
+            key: format!("results/{job}"),
+            value: serde_json::to_vec(&result).unwrap(),
+            create_revision: 1,
+            mod_revision: 1,
+            lease: 0,
+        }
+    }
+
+    #[test]
+    fn the_oldest_results_beyond_the_retention_are_pruned_and_unreadable_ones_kept() {
+        let mut results = vec![result_kv("a", 30), result_kv("b", 10), result_kv("c", 20), result_kv("d", 20)];
+        results.push(KeyValue { value: b"not json".to_vec(), ..result_kv("corrupt", 0) });
+        // Keep 2: a (30) and d (20, the larger key of the tie) stay; c and b go, oldest last.
+        assert_eq!(results_beyond(results.clone().into_iter(), 2), vec!["results/c", "results/b"]);
+        assert!(results_beyond(results.clone().into_iter(), 4).is_empty());
+        assert_eq!(results_beyond(results.into_iter(), 0).len(), 4);
+    }
+
+    #[test]
+    fn a_long_failure_is_cut_on_a_character_boundary() {
+        let mut text = "é".repeat(3000);
+        truncate_at_char_boundary(&mut text, FAILURE_BYTES_MAX);
+        assert!(text.len() <= FAILURE_BYTES_MAX + " [...]".len() && text.ends_with(" [...]"), "{}", text.len());
+        let mut short = "short".to_string();
+        truncate_at_char_boundary(&mut short, FAILURE_BYTES_MAX);
+        assert_eq!(short, "short");
     }
 }

@@ -355,6 +355,12 @@ impl KeyValueStore for ConfigMapStore {
             (true, ())
         })
     }
+
+    /// A ConfigMap holds at most 1 MiB, shared with the jobs' pointers: 100 results of at
+    /// most about 4.5 KiB each (failures are cut at 4 KiB) leave room for them.
+    fn job_results_retained(&self) -> usize {
+        100
+    }
 }
 
 #[cfg(test)]
