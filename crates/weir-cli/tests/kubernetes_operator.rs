@@ -625,8 +625,10 @@ fn part_attempts(dir: &Path) -> std::collections::BTreeSet<String> {
 /// `high-availability.type: kubernetes`: two JobManager pods elect their leader in the
 /// cluster's ConfigMap; the leader's pod force-deleted (SIGKILL, no goodbye) -> the standby
 /// takes the job over from the ConfigMap, RECONCILING -> RUNNING, without restarting a task
-/// and without the operator recovering anything; every event counted exactly once; delete
-/// leaves nothing (the HA ConfigMap goes too).
+/// and without the operator recovering anything; then, the JobManager Deployment scaled to
+/// nothing, the operator recovers the job from the newest checkpoint recorded in the
+/// ConfigMap; every event counted exactly once; delete leaves nothing (the HA ConfigMap goes
+/// too).
 #[test]
 fn a_highly_available_cluster_keeps_its_job_running_when_the_leader_pod_is_killed() {
     let node = KubernetesNode::get();
@@ -639,7 +641,8 @@ fn a_highly_available_cluster_keeps_its_job_running_when_the_leader_pod_is_kille
     let operator = Operator::start(node, &ns, shared.path(), "operator.log");
     let output = out.display().to_string();
     let ha = "    high-availability.type: kubernetes\n    high-availability.reconcile-timeout: 20s\n    # long\n";
-    ns.apply(&manifest_with(&image, shared.path(), 2, "savepoint", "running", &output, ha));
+    let manifest = manifest_with(&image, shared.path(), 2, "savepoint", "running", &output, ha);
+    ns.apply(&manifest);
     let stable = wait_status(&ns, &operator, "generation 1 STABLE", |r| stable_at(r, 1));
     let job = stable["status"]["jobStatus"]["jobId"].as_str().unwrap_or_default().to_string();
     let seq = stable["status"]["clusterInfo"]["seq"].as_u64().unwrap_or_default();
@@ -690,12 +693,40 @@ fn a_highly_available_cluster_keeps_its_job_running_when_the_leader_pod_is_kille
         deleted.elapsed().as_secs_f64()
     );
 
-    wait_finished_exactly_once_of(&ns, &operator, &out, LONG_EVENTS);
+    // Through both takeovers no task restarted (checked once the third leader committed
+    // output) and the job is the one first submitted: the operator recovered nothing.
+    let committed = committed_lines(&out).len();
+    ns.wait_for("output committed under the third leader", STATE_MAX, || {
+        (committed_lines(&out).len() > committed).then_some(())
+    });
+    assert_eq!(part_attempts(&out), attempts_before, "a task was restarted (new attempt numbers in the output)");
     let resource = ns.get_json("weirdeployment/counts").unwrap_or_default();
     assert_eq!(resource["status"]["jobStatus"]["jobId"], job.as_str(), "the operator replaced the job: {resource:#}");
     assert!(!operator.log().contains("its JobManager is gone"), "the operator recovered:\n{}", operator.log());
-    let attempts_after = part_attempts(&out);
-    assert_eq!(attempts_after, attempts_before, "a task was restarted (new attempt numbers in the output)");
+
+    // The JobManager Deployment scaled to nothing: the cluster is gone, and the operator
+    // recovers the deployment (kubernetes.operator.jm-deployment-recovery) from the newest
+    // checkpoint the HA ConfigMap recorded, as Flink's operator recovers from HA metadata.
+    let scaled = Instant::now();
+    ns.kubectl_ok(&["scale", "deployment", &format!("counts-{seq}-jobmanager"), "--replicas=0"]);
+    let recovered = wait_status(&ns, &operator, "the job recovered on a new cluster", |r| {
+        r["status"]["jobStatus"]["state"] == "RUNNING"
+            && r["status"]["jobStatus"]["jobId"] != job.as_str()
+            && r["status"].get("operation").is_none()
+    });
+    eprintln!(
+        "BENCH Kubernetes HA: JobManager Deployment scaled to 0 -> recovered job RUNNING {:.2} s",
+        scaled.elapsed().as_secs_f64()
+    );
+    let restored = recovered["status"]["jobStatus"]["restoredFrom"].as_str().unwrap_or_default().to_string();
+    assert!(restored.contains(&format!("/{job}/chk-")), "restored from a checkpoint of the first job: {recovered:#}");
+    assert!(
+        operator.log().contains(&format!("recorded in its cluster's HA store: {restored}")),
+        "the checkpoint came from the HA ConfigMap:\n{}",
+        operator.log()
+    );
+
+    wait_finished_exactly_once_of(&ns, &operator, &out, LONG_EVENTS);
     delete_and_check_nothing_left(&ns, &operator);
 }
 

@@ -38,6 +38,13 @@ pub trait ClusterBackend: Send + Sync {
         cluster.rest_address.clone()
     }
 
+    /// The newest completed checkpoint of job `job_id` that `cluster`'s HA store recorded
+    /// (the one its next leader restores), for a last-state upgrade when its REST API does
+    /// not answer; `None` when the cluster keeps no HA store the backend can read.
+    fn recorded_checkpoint(&self, _name: &str, _cluster: &ClusterInfo, _job_id: &str) -> Option<String> {
+        None
+    }
+
     /// The pre-flight: `run --dry-run` of `target`'s binary against `snapshot`; the lines of
     /// its report, or why the new job cannot start from it.
     fn dry_run(&self, name: &str, target: &DeploymentSpec, snapshot: Option<&str>) -> Result<Vec<String>, String>;

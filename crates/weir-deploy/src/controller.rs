@@ -460,12 +460,16 @@ impl Controller {
             && reconciliation.state != ReconciliationState::Upgrading
             && settings.get(&OPERATOR_JM_DEPLOYMENT_RECOVERY).unwrap_or(true)
         {
-            // The job's own newest checkpoint, else where it started: never an earlier
-            // job's checkpoint (a job resumed from a savepoint that has not checkpointed
-            // yet would otherwise go back before that savepoint and write its output again).
+            // The job's own newest checkpoint (with HA, the one its cluster's HA store
+            // recorded, as Flink's operator recovers from the HA metadata), else where it
+            // started: never an earlier job's checkpoint (a job resumed from a savepoint that
+            // has not checkpointed yet would otherwise go back before that savepoint and write
+            // its output again).
             let restore = match running.job.upgrade_mode {
                 UpgradeMode::Stateless => None,
-                _ => self.own_checkpoint(name, status).or_else(|| status.job_status.restored_from.clone()),
+                _ => {
+                    self.current_job_checkpoint(name, status, None).or_else(|| status.job_status.restored_from.clone())
+                }
             };
             if restore.is_none() && running.job.upgrade_mode != UpgradeMode::Stateless {
                 let error = format!(
@@ -802,16 +806,32 @@ impl Controller {
         newest_complete_checkpoint(&root, job_id)
     }
 
-    /// The newest completed checkpoint of the current job: from its cluster, else the last
-    /// one observed.
-    fn newest_checkpoint(&self, name: &str, status: &DeploymentStatus) -> Option<String> {
-        if let (Some(cluster), Some(job_id)) = (&status.cluster_info, &status.job_status.job_id)
-            && let Ok(Some(job)) = ClusterApi::new(&self.backend.rest_address(name, cluster)).job(job_id)
-            && let Some(path) = job.latest_checkpoint
-        {
+    /// The newest completed checkpoint of the current job: as its cluster reports it
+    /// (`view`), else as the cluster's HA store recorded it (what its next leader would
+    /// restore), else as observed or found in storage ([`Self::own_checkpoint`]).
+    fn current_job_checkpoint(&self, name: &str, status: &DeploymentStatus, view: Option<&JobView>) -> Option<String> {
+        if let Some(path) = view.and_then(|v| v.latest_checkpoint.clone()) {
             return Some(path);
         }
-        self.own_checkpoint(name, status).or_else(|| status.job_status.restored_from.clone())
+        if let (Some(cluster), Some(job_id)) = (&status.cluster_info, &status.job_status.job_id)
+            && let Some(path) = self.backend.recorded_checkpoint(name, cluster, job_id)
+        {
+            tracing::info!(deployment = %name, "the newest checkpoint of job {job_id} recorded in its cluster's HA store: {path}");
+            return Some(path);
+        }
+        self.own_checkpoint(name, status)
+    }
+
+    /// The newest completed checkpoint of the current job ([`Self::current_job_checkpoint`],
+    /// asking its cluster), else the snapshot it started from.
+    fn newest_checkpoint(&self, name: &str, status: &DeploymentStatus) -> Option<String> {
+        let view = match (&status.cluster_info, &status.job_status.job_id) {
+            (Some(cluster), Some(job_id)) => {
+                ClusterApi::new(&self.backend.rest_address(name, cluster)).job(job_id).ok().flatten()
+            }
+            _ => None,
+        };
+        self.current_job_checkpoint(name, status, view.as_ref()).or_else(|| status.job_status.restored_from.clone())
     }
 
     fn stop_job(
@@ -1061,8 +1081,7 @@ impl Controller {
         // The job's newest state: its own newest checkpoint (the one last observed only if it
         // is of this job: an earlier job's is older than what this one started from), else
         // what it started from.
-        let own_checkpoint =
-            view.as_ref().and_then(|v| v.latest_checkpoint.clone()).or_else(|| self.own_checkpoint(name, status));
+        let own_checkpoint = self.current_job_checkpoint(name, status, view.as_ref());
         let newest_checkpoint = own_checkpoint.clone().or_else(|| status.job_status.restored_from.clone());
         match operation.kind {
             OperationKind::Delete => {}

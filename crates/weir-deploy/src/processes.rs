@@ -116,10 +116,15 @@ pub fn cluster_configuration(
     if crate::spec::high_availability(&spec.configuration) {
         // One per cluster: a cluster started after the last one was killed (a last-state
         // upgrade, a recovery) must not recover that cluster's job as well as run its own.
-        config.entry("high-availability.cluster-id".into()).or_insert_with(|| format!("deployment-{name}-{seq}"));
+        config.entry("high-availability.cluster-id".into()).or_insert_with(|| ha_cluster_id(name, seq));
         config.entry("high-availability.storageDir".into()).or_insert_with(|| url(dirs.ha()));
     }
     config
+}
+
+/// The `high-availability.cluster-id` of cluster `seq` of deployment `name`.
+pub fn ha_cluster_id(name: &str, seq: u64) -> String {
+    format!("deployment-{name}-{seq}")
 }
 
 /// The REST address of a cluster started with `config`.

@@ -26,7 +26,7 @@ pub use election::{Election, LeaderInfo, Leadership, LeadershipGuard};
 pub use etcd::{EtcdClient, EtcdError};
 pub use kv::KeyValueStore;
 pub use layout::Layout;
-pub use store::{HaStore, JobResult, JobStore, RecoverableJob};
+pub use store::{HaStore, JobResult, JobStore, RecoverableJob, newest_recorded_checkpoint};
 
 /// How a cluster reaches its HA services (from `high-availability.*`).
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -84,6 +84,29 @@ fn results_beyond(results: impl Iterator<Item = KeyValue>, keep: usize) -> Vec<S
     ended.into_iter().skip(keep).map(|(_, key)| key).collect()
 }
 
+/// The newest completed checkpoint recorded for job `job_id` of HA cluster `cluster_id`: what
+/// a new leader would restore it from. Read by the deployment controller for a last-state
+/// upgrade of a highly available cluster (as the Flink Kubernetes Operator reads the HA
+/// ConfigMaps), without any leadership: it writes nothing.
+pub fn newest_recorded_checkpoint(
+    client: &dyn KeyValueStore,
+    cluster_id: &str,
+    job_id: &str,
+) -> Result<Option<String>, HaError> {
+    let layout = Layout::new(cluster_id);
+    let prefix = layout.checkpoints(job_id);
+    let mut newest: Option<(u64, String)> = None;
+    for kv in client.get_prefix(&prefix)? {
+        let Some(id) = kv.key.strip_prefix(&prefix).and_then(|id| id.parse::<u64>().ok()) else { continue };
+        let pointer: CheckpointPointer = serde_json::from_slice(&kv.value)
+            .map_err(|e| HaError::Corrupt { key: kv.key.clone(), reason: e.to_string() })?;
+        if newest.as_ref().is_none_or(|(newest_id, _)| id > *newest_id) {
+            newest = Some((id, pointer.location));
+        }
+    }
+    Ok(newest.map(|(_, location)| location))
+}
+
 /// A job a new leader recovers.
 #[derive(Clone, Debug, Default)]
 pub struct RecoverableJob {
@@ -311,6 +334,7 @@ impl JobStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::EtcdError;
 
     fn result_kv(job: &str, end_time_ms: u64) -> KeyValue {
         let result =
@@ -332,6 +356,64 @@ mod tests {
         assert_eq!(results_beyond(results.clone().into_iter(), 2), vec!["results/c", "results/b"]);
         assert!(results_beyond(results.clone().into_iter(), 4).is_empty());
         assert_eq!(results_beyond(results.into_iter(), 0).len(), 4);
+    }
+
+    /// Keys in memory, for the reads.
+    struct Keys(Vec<KeyValue>);
+
+    impl KeyValueStore for Keys {
+        fn describe(&self) -> String {
+            "memory".into()
+        }
+        fn get(&self, key: &str) -> Result<Option<KeyValue>, EtcdError> {
+            Ok(self.0.iter().find(|kv| kv.key == key).cloned())
+        }
+        fn get_prefix(&self, prefix: &str) -> Result<Vec<KeyValue>, EtcdError> {
+            Ok(self.0.iter().filter(|kv| kv.key.starts_with(prefix)).cloned().collect())
+        }
+        fn txn(&self, _: &[Compare], _: &[Op], _: &[Op]) -> Result<crate::kv::TxnResult, EtcdError> {
+            unreachable!("the reads write nothing")
+        }
+        fn grant(&self, _: std::time::Duration) -> Result<(i64, std::time::Duration), EtcdError> {
+            unreachable!("the reads take no lease")
+        }
+        fn keep_alive(&self, _: i64) -> Result<Option<std::time::Duration>, EtcdError> {
+            unreachable!("the reads take no lease")
+        }
+        fn revoke(&self, _: i64) -> Result<(), EtcdError> {
+            unreachable!("the reads take no lease")
+        }
+    }
+
+    fn pointer(layout: &Layout, job: &str, id: u64, location: &str) -> KeyValue {
+        let pointer = CheckpointPointer { location: location.into(), timestamp_ms: id };
+        KeyValue {
+            key: layout.checkpoint(job, id),
+            value: serde_json::to_vec(&pointer).unwrap(),
+            create_revision: 1,
+            mod_revision: 1,
+            lease: 0,
+        }
+    }
+
+    #[test]
+    fn the_newest_recorded_checkpoint_is_the_highest_id_of_that_job_only() {
+        let layout = Layout::new("deployment-orders-3");
+        let other = Layout::new("deployment-orders-2");
+        let keys = Keys(vec![
+            pointer(&layout, "j1", 9, "file:///c/j1/chk-9"),
+            pointer(&layout, "j1", 10, "file:///c/j1/chk-10"),
+            pointer(&layout, "j1", 8, "file:///c/j1/chk-8"),
+            pointer(&layout, "j2", 40, "file:///c/j2/chk-40"),
+            pointer(&other, "j1", 99, "file:///old/j1/chk-99"),
+        ]);
+        let newest = newest_recorded_checkpoint(&keys, "deployment-orders-3", "j1").unwrap();
+        assert_eq!(newest.as_deref(), Some("file:///c/j1/chk-10"));
+        assert_eq!(newest_recorded_checkpoint(&keys, "deployment-orders-3", "j3").unwrap(), None);
+
+        let corrupt = Keys(vec![KeyValue { value: b"{".to_vec(), ..pointer(&layout, "j1", 11, "") }]);
+        let error = newest_recorded_checkpoint(&corrupt, "deployment-orders-3", "j1").unwrap_err().to_string();
+        assert!(error.contains(&layout.checkpoint("j1", 11)), "{error}");
     }
 
     #[test]

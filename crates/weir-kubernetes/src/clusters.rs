@@ -104,7 +104,7 @@ impl KubernetesClusters {
 
     /// The HA ConfigMap of cluster `seq` (`high-availability.cluster-id` is one per cluster).
     fn ha_config_map(name: &str, seq: u64) -> String {
-        crate::ha::config_map_name(&format!("deployment-{name}-{seq}"))
+        crate::ha::config_map_name(&processes::ha_cluster_id(name, seq))
     }
 
     fn selector(name: &str, seq: Option<u64>, component: Option<&str>) -> String {
@@ -653,6 +653,24 @@ impl ClusterBackend for KubernetesClusters {
             }),
             // Not knowing is not death: the API server may be briefly away.
             Err(_) => true,
+        }
+    }
+
+    /// With Kubernetes HA: the newest pointer in the cluster's HA ConfigMap.
+    fn recorded_checkpoint(&self, name: &str, cluster: &ClusterInfo, job_id: &str) -> Option<String> {
+        if !self.highly_available(name, cluster.seq) {
+            return None;
+        }
+        let cluster_id = processes::ha_cluster_id(name, cluster.seq);
+        let read = crate::ha::ConfigMapStore::connect(Arc::clone(&self.kube), &cluster_id)
+            .map_err(weir_ha::HaError::from)
+            .and_then(|store| weir_ha::newest_recorded_checkpoint(&store, &cluster_id, job_id));
+        match read {
+            Ok(newest) => newest,
+            Err(error) => {
+                tracing::warn!(deployment = %name, "cannot read the newest checkpoint from the HA ConfigMap: {error}");
+                None
+            }
         }
     }
 
