@@ -2,7 +2,7 @@
 //! retains and aborts checkpoints and savepoints. It owns no thread: the job master calls it
 //! and carries out what it returns (send barriers, notify subtasks, fail the job).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -16,6 +16,7 @@ use weir_checkpoint::paths::{
 use weir_checkpoint::storage::{BlockingStorage, SnapshotStorage};
 use weir_types::lifecycle::now_ms;
 
+use super::retention::Retention;
 use super::settings::CheckpointSettings;
 use super::stats::{CheckpointEntry, CheckpointStats, CheckpointStatus, HISTORY_MAX};
 use super::writer::SubtaskAck;
@@ -111,7 +112,8 @@ pub struct CheckpointCoordinator {
     checkpoints_root: SnapshotStorage,
     next_id: u64,
     pending: BTreeMap<u64, PendingCheckpoint>,
-    retained: VecDeque<(u64, Arc<BlockingStorage>)>,
+    /// The retained checkpoints and the shared files they name: what a completion deletes.
+    retention: Retention<Arc<BlockingStorage>>,
     next_periodic_at: Instant,
     consecutive_failures: u32,
     dirs: SnapshotDirs,
@@ -120,18 +122,8 @@ pub struct CheckpointCoordinator {
     subsumed: Vec<Failure>,
     /// With high availability: where checkpoint ids and completed-checkpoint pointers go.
     ha: Option<weir_ha::JobStore>,
-    /// Incremental checkpoints: the files of `<job>/shared/` each retained checkpoint uses.
-    shared_refs: BTreeMap<u64, BTreeSet<String>>,
-    /// Shared files no retained checkpoint uses any more, with the checkpoint whose
-    /// completion released them. They are deleted at a later completion, unless a checkpoint
-    /// uses them again: a subtask that had not yet heard of the newest completion may have
-    /// built its checkpoint on the one before (see [`CheckpointCoordinator::complete`]).
-    released: BTreeMap<String, u64>,
     /// The job's `shared/` directory.
     shared_dir: Arc<BlockingStorage>,
-    /// A snapshot the job claimed (`execution.state-recovery.claim-mode: CLAIM`): disposed,
-    /// with what its own job no longer needs, once the job's checkpoints subsume it.
-    claimed: Option<u64>,
     /// The lock on the job's local checkpoint directory while the job runs (without high
     /// availability): see [`weir_checkpoint::leftovers`].
     job_dir_lock: Option<weir_checkpoint::JobDirLock>,
@@ -155,6 +147,7 @@ impl CheckpointCoordinator {
             .map_err(|e| format!("state.checkpoints.dir '{}' cannot be used: {e}", settings.checkpoints_url))?;
         let first_trigger = Instant::now() + settings.interval.unwrap_or(Duration::MAX / 4);
         let shared_dir = Arc::new(checkpoints_root.child(&job_checkpoints_dir(job_id)).child(SHARED_DIR).blocking());
+        let retention = Retention::new(settings.num_retained);
         Ok(CheckpointCoordinator {
             settings,
             job_id: job_id.to_string(),
@@ -165,17 +158,14 @@ impl CheckpointCoordinator {
             checkpoints_root,
             next_id: first_id.max(1),
             pending: BTreeMap::new(),
-            retained: VecDeque::new(),
+            retention,
             next_periodic_at: first_trigger,
             consecutive_failures: 0,
             dirs: SnapshotDirectories::new(),
             stats,
             subsumed: Vec::new(),
             ha: None,
-            shared_refs: BTreeMap::new(),
-            released: BTreeMap::new(),
             shared_dir,
-            claimed: None,
             job_dir_lock: None,
         })
     }
@@ -218,9 +208,7 @@ impl CheckpointCoordinator {
     pub fn claim(&mut self, checkpoint_id: u64, location: &str) -> Result<(), String> {
         let storage = SnapshotStorage::from_url(location)
             .map_err(|e| format!("the claimed snapshot '{location}' cannot be used: {e}"))?;
-        let at = self.retained.partition_point(|(retained, _)| *retained < checkpoint_id);
-        self.retained.insert(at, (checkpoint_id, Arc::new(storage.blocking())));
-        self.claimed = Some(checkpoint_id);
+        self.retention.adopt(checkpoint_id, Arc::new(storage.blocking()), None, true);
         Ok(())
     }
 
@@ -243,18 +231,16 @@ impl CheckpointCoordinator {
             let storage = SnapshotStorage::from_url(location)
                 .map_err(|e| format!("checkpoint {id} at '{location}' cannot be used: {e}"))?;
             let storage = Arc::new(storage.blocking());
-            match storage.block_on(weir_checkpoint::load_metadata(&storage.storage)) {
-                Ok(metadata) => {
-                    self.shared_refs.insert(*id, weir_checkpoint::shared_files_of(&metadata));
-                }
+            let uses = match storage.block_on(weir_checkpoint::load_metadata(&storage.storage)) {
+                Ok(metadata) => Some(weir_checkpoint::shared_files_of(&metadata)),
                 Err(error) => {
                     // What it uses is unknown: delete nothing shared.
                     tracing::warn!(checkpoint = id, %error, "cannot read a recovered checkpoint's metadata");
                     sweep = false;
+                    None
                 }
-            }
-            let at = self.retained.partition_point(|(retained, _)| retained < id);
-            self.retained.insert(at, (*id, storage));
+            };
+            self.retention.adopt(*id, storage, uses, false);
         }
         if sweep {
             self.sweep_shared();
@@ -265,7 +251,7 @@ impl CheckpointCoordinator {
     /// Deletes the shared files that no retained checkpoint uses and that a checkpoint
     /// before the next id wrote.
     fn sweep_shared(&mut self) {
-        let live: BTreeSet<&str> = self.shared_refs.values().flatten().map(String::as_str).collect();
+        let live = self.retention.live_files();
         let next_id = self.next_id;
         let deleted = self.delete_shared_where(|name| {
             shared_file_checkpoint(name).is_some_and(|id| id < next_id) && !live.contains(name)
@@ -469,11 +455,7 @@ impl CheckpointCoordinator {
         // A subtask builds on the newest completion it heard of, which may be older than the
         // newest one: every file it names must still be there (retained, or released and not
         // yet deleted), or the checkpoint fails and the next one writes what it needs.
-        if let Some(gone) = uses.iter().find(|name| {
-            shared_file_checkpoint(name) != Some(id)
-                && !self.released.contains_key(*name)
-                && !self.shared_refs.values().any(|refs| refs.contains(*name))
-        }) {
+        if let Some(gone) = uses.iter().find(|name| !self.retention.may_name(id, name, shared_file_checkpoint)) {
             let reason = format!(
                 "checkpoint {id} builds on shared file {gone}, which an older checkpoint released; the next checkpoint writes that state again"
             );
@@ -490,7 +472,7 @@ impl CheckpointCoordinator {
         crate::crash::point("checkpoint-after-metadata");
         if let (Some(ha), SnapshotRequest::Periodic) = (&self.ha, &pending.request) {
             // Complete once its pointer is in the HA store, and only then committed.
-            let subsumed = self.retention_drops(id);
+            let subsumed = self.retention.drops_if_completed(id);
             if let Err(e) = ha.add_checkpoint(id, &pending.location, &subsumed) {
                 let reason =
                     format!("cannot record checkpoint {id} as complete in the HA store: {e}; it is not committed");
@@ -524,8 +506,7 @@ impl CheckpointCoordinator {
         self.dirs.retire(id);
         if matches!(pending.request, SnapshotRequest::Periodic) {
             self.next_periodic_at = self.next_periodic_at.max(Instant::now() + self.settings.min_pause);
-            self.shared_refs.insert(id, uses);
-            self.retain(id, Arc::clone(&pending.dir));
+            self.retain(id, Arc::clone(&pending.dir), uses);
             let older: Vec<u64> = self
                 .pending
                 .iter()
@@ -551,58 +532,34 @@ impl CheckpointCoordinator {
         std::mem::take(&mut self.subsumed)
     }
 
-    /// The retained checkpoints that completing `id` would push out of retention.
-    fn retention_drops(&self, id: u64) -> Vec<u64> {
-        let mut ids: Vec<u64> = self.retained.iter().map(|(retained, _)| *retained).collect();
-        ids.push(id);
-        ids.sort_unstable();
-        let keep = self.settings.num_retained.max(1) as usize;
-        let drop = ids.len().saturating_sub(keep);
-        ids.into_iter().take(drop).collect()
-    }
-
-    /// Keeps the newest `num_retained` completed checkpoints (by id, whatever order they
-    /// completed in) and deletes older ones.
-    ///
-    /// Incremental checkpoints: the shared files a dropped checkpoint used and no retained
-    /// one uses are released, and deleted at the next completion that does not use them
-    /// again; those released earlier and still unused go now.
-    fn retain(&mut self, id: u64, dir: Arc<BlockingStorage>) {
-        let at = self.retained.partition_point(|(retained, _)| *retained < id);
-        self.retained.insert(at, (id, dir));
-        while self.retained.len() > self.settings.num_retained.max(1) as usize {
-            let Some((old_id, old_dir)) = self.retained.pop_front() else { break };
-            if self.claimed == Some(old_id) {
-                self.dispose_claimed(old_id, &old_dir);
-                continue;
-            }
+    /// Retains checkpoint `id` (it names `uses` of the shared files) and carries out what
+    /// its completion pushes out: the newest `num_retained` completed checkpoints are kept
+    /// (by id, whatever order they completed in), older ones deleted, the claimed snapshot
+    /// disposed; shared files released by an earlier completion and not named again go
+    /// ([`Retention`]: the whole plan is decided before the first deletion).
+    fn retain(&mut self, id: u64, dir: Arc<BlockingStorage>, uses: BTreeSet<String>) {
+        let plan = self.retention.complete(id, dir, uses);
+        if let Some((claimed, dir)) = plan.claimed {
+            self.dispose_claimed(claimed, &dir);
+        }
+        for (old_id, old_dir) in plan.checkpoints {
             crate::crash::point("checkpoint-before-subsumed-delete");
             if let Err(e) = old_dir.delete_all() {
                 tracing::warn!(checkpoint = old_id, error = %e, "cannot delete an old checkpoint; delete it by hand");
             }
-            for name in self.shared_refs.remove(&old_id).unwrap_or_default() {
-                self.released.entry(name).or_insert(id);
-            }
         }
-        let live: BTreeSet<String> = self.shared_refs.values().flatten().cloned().collect();
-        self.released.retain(|name, _| !live.contains(name));
-        let due: Vec<String> =
-            self.released.iter().filter(|(_, released_at)| **released_at < id).map(|(name, _)| name.clone()).collect();
-        for name in due {
+        for name in plan.shared_files {
             crate::crash::point("checkpoint-before-shared-delete");
-            match self.shared_dir.delete(&name) {
-                Ok(()) => {
-                    self.released.remove(&name);
-                }
-                Err(e) => tracing::warn!(file = %name, error = %e, "cannot delete a shared checkpoint file"),
+            if let Err(e) = self.shared_dir.delete(&name) {
+                tracing::warn!(file = %name, error = %e, "cannot delete a shared checkpoint file");
+                self.retention.delete_failed(name, id);
             }
         }
     }
 
     /// Disposes a claimed snapshot the job's checkpoints subsumed, and what of its own job's
     /// shared files nothing else uses.
-    fn dispose_claimed(&mut self, id: u64, dir: &BlockingStorage) {
-        self.claimed = None;
+    fn dispose_claimed(&self, id: u64, dir: &BlockingStorage) {
         match dir.block_on(weir_checkpoint::dispose(&dir.storage)) {
             Ok(disposed) => {
                 tracing::info!(checkpoint = id, location = %dir.storage.display(), bytes = disposed.bytes, "claimed snapshot disposed");
@@ -767,7 +724,7 @@ impl CheckpointCoordinator {
 
     /// The location of the newest retained checkpoint (retained ones are kept in id order).
     pub fn latest_retained(&self) -> Option<(u64, String)> {
-        self.retained.back().map(|(id, dir)| (*id, dir.storage.url().to_string()))
+        self.retention.newest().map(|(id, dir)| (*id, dir.storage.url().to_string()))
     }
 }
 
@@ -784,11 +741,8 @@ impl CheckpointCoordinator {
     /// will not come. (A new leader's checkpoints name only files its adopted checkpoints
     /// use.)
     pub fn release_shared(&mut self) {
-        let live: BTreeSet<String> = self.shared_refs.values().flatten().cloned().collect();
-        for name in std::mem::take(&mut self.released).into_keys() {
-            if !live.contains(&name)
-                && let Err(e) = self.shared_dir.delete(&name)
-            {
+        for name in self.retention.release_all() {
+            if let Err(e) = self.shared_dir.delete(&name) {
                 tracing::warn!(file = %name, error = %e, "cannot delete a shared checkpoint file");
             }
         }
@@ -932,8 +886,8 @@ mod tests {
         // Retention keeps the newest by id whatever order completions come in.
         let mut coordinator = coordinator_for_retention("memory://coordinator-retention");
         let dir = |id: u64| Arc::new(SnapshotStorage::from_url(&format!("memory://r/{id}")).unwrap().blocking());
-        coordinator.retain(5, dir(5));
-        coordinator.retain(3, dir(3));
+        coordinator.retain(5, dir(5), BTreeSet::new());
+        coordinator.retain(3, dir(3), BTreeSet::new());
         assert_eq!(coordinator.latest_retained().unwrap().0, 5);
     }
 

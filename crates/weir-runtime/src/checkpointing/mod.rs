@@ -1,10 +1,11 @@
 //! Checkpoints and savepoints on the job master's side: settings, the coordinator's
-//! bookkeeping, the asynchronous writer of subtask snapshots, and reading restored state.
+//! bookkeeping and its retention plans, the asynchronous writer of subtask snapshots, and reading restored state.
 
 pub mod coordinator;
 pub mod dirs;
 pub mod incremental;
 pub mod restore;
+mod retention;
 pub mod settings;
 pub mod stats;
 pub mod writer;
