@@ -101,16 +101,9 @@ impl Drop for Operator {
         }
         // A test that failed before deleting its resource: with no operator left to remove
         // its finalizer, the namespace could not be deleted.
-        let _ = self.node.kubectl(&[
-            "-n",
-            &self.namespace,
-            "patch",
-            "weirdeployment",
-            "counts",
-            "--type=merge",
-            "-p",
-            r#"{"metadata":{"finalizers":null}}"#,
-        ]);
+        let mut args = vec!["-n", self.namespace.as_str()];
+        args.extend(REMOVE_FINALIZER);
+        let _ = self.node.kubectl(&args);
     }
 }
 
@@ -124,6 +117,10 @@ impl OperatorLog for Operator {
         Operator::log(self)
     }
 }
+
+/// `kubectl` arguments that take the operator's finalizer off the test's resource.
+const REMOVE_FINALIZER: [&str; 6] =
+    ["patch", "weirdeployment", "counts", "--type=merge", "-p", r#"{"metadata":{"finalizers":null}}"#];
 
 /// The directory the pods and the host share (a hostPath volume at the same path).
 fn shared_dir() -> tempfile::TempDir {
@@ -850,14 +847,7 @@ impl Drop for OperatorPods<'_> {
             "--wait=true",
             "--timeout=60s",
         ]);
-        let _ = self.ns.kubectl(&[
-            "patch",
-            "weirdeployment",
-            "counts",
-            "--type=merge",
-            "-p",
-            r#"{"metadata":{"finalizers":null}}"#,
-        ]);
+        let _ = self.ns.kubectl(&REMOVE_FINALIZER);
     }
 }
 

@@ -806,20 +806,21 @@ impl Controller {
         newest_complete_checkpoint(&root, job_id)
     }
 
-    /// The newest completed checkpoint of the current job: as its cluster reports it
-    /// (`view`), else as the cluster's HA store recorded it (what its next leader would
-    /// restore), else as observed or found in storage ([`Self::own_checkpoint`]).
+    /// The newest completed checkpoint of the current job, the newest (by checkpoint id) of
+    /// what its cluster reports (`view`), what the cluster's HA store recorded (what its
+    /// next leader would restore) and what was observed or is found in storage
+    /// ([`Self::own_checkpoint`]). No one source is trusted alone: a JobManager on its way
+    /// out (or one that just took over) may report an older checkpoint than the HA store
+    /// holds, and restoring that one would write again what the newer one committed.
     fn current_job_checkpoint(&self, name: &str, status: &DeploymentStatus, view: Option<&JobView>) -> Option<String> {
-        if let Some(path) = view.and_then(|v| v.latest_checkpoint.clone()) {
-            return Some(path);
-        }
-        if let (Some(cluster), Some(job_id)) = (&status.cluster_info, &status.job_status.job_id)
-            && let Some(path) = self.backend.recorded_checkpoint(name, cluster, job_id)
-        {
+        let job_id = status.job_status.job_id.as_deref()?;
+        let reported = view.and_then(|v| v.latest_checkpoint.clone());
+        let recorded =
+            status.cluster_info.as_ref().and_then(|cluster| self.backend.recorded_checkpoint(name, cluster, job_id));
+        if let Some(path) = &recorded {
             tracing::info!(deployment = %name, "the newest checkpoint of job {job_id} recorded in its cluster's HA store: {path}");
-            return Some(path);
         }
-        self.own_checkpoint(name, status)
+        newest_checkpoint_of(job_id, [reported, recorded, self.own_checkpoint(name, status)])
     }
 
     /// The newest completed checkpoint of the current job ([`Self::current_job_checkpoint`],
@@ -1086,15 +1087,13 @@ impl Controller {
         match operation.kind {
             OperationKind::Delete => {}
             OperationKind::Recover => {
-                // The job's own newest checkpoint if it completed one, else where it started.
-                if let Some(view) = &view
-                    && view.completed_checkpoints > 0
-                    && let Some(path) = &view.latest_checkpoint
-                {
-                    operation.restore_from = Some(path.clone());
-                } else {
-                    operation.restore_from = operation.restore_from.clone().or(newest_checkpoint);
-                }
+                // The job's own newest checkpoint, from every source, including the one the
+                // recovery was decided on; else where it started.
+                let job_id = status.job_status.job_id.clone().unwrap_or_default();
+                operation.restore_from =
+                    newest_checkpoint_of(&job_id, [own_checkpoint, operation.restore_from.clone()])
+                        .or_else(|| operation.restore_from.clone())
+                        .or(newest_checkpoint);
             }
             OperationKind::Rollback => {
                 // The failed job's own newest checkpoint, if it completed one and the last
@@ -1432,6 +1431,21 @@ fn newest_retained(location: &str) -> String {
         .unwrap_or_else(|| location.to_string())
 }
 
+/// The newest of `candidates` that is a checkpoint of job `job_id` (`.../<job_id>/chk-<n>`),
+/// by checkpoint id: ids only go up within a job, across leaders too.
+fn newest_checkpoint_of(job_id: &str, candidates: impl IntoIterator<Item = Option<String>>) -> Option<String> {
+    let own = format!("/{job_id}/chk-");
+    candidates
+        .into_iter()
+        .flatten()
+        .filter_map(|path| {
+            let id = path.rsplit_once(&own)?.1.trim_end_matches('/').parse::<u64>().ok()?;
+            Some((id, path))
+        })
+        .max_by_key(|(id, _)| *id)
+        .map(|(_, path)| path)
+}
+
 /// The newest `chk-<n>` of job `job_id` under the checkpoints root `root` whose `_metadata`
 /// reads, if any (any store `state.checkpoints.dir` accepts).
 fn newest_complete_checkpoint(root: &str, job_id: &str) -> Option<String> {
@@ -1461,7 +1475,26 @@ fn dispose(location: &str) -> Result<(), String> {
 
 #[cfg(test)]
 mod tests {
-    use super::{newest_complete_checkpoint, newest_retained};
+    use super::{newest_checkpoint_of, newest_complete_checkpoint, newest_retained};
+
+    #[test]
+    fn the_newest_checkpoint_of_a_job_is_the_highest_id_of_its_own_from_any_source() {
+        let job = "aaaa";
+        let of = |paths: &[Option<&str>]| newest_checkpoint_of(job, paths.iter().map(|p| p.map(str::to_string)));
+        // A JobManager on its way out reported chk-1; the HA store recorded chk-2.
+        assert_eq!(
+            of(&[Some("file:///c/aaaa/chk-1"), Some("file:///c/aaaa/chk-2"), None]).as_deref(),
+            Some("file:///c/aaaa/chk-2")
+        );
+        assert_eq!(
+            of(&[Some("s3://b/c/aaaa/chk-12/"), Some("s3://b/c/aaaa/chk-9")]).as_deref(),
+            Some("s3://b/c/aaaa/chk-12/")
+        );
+        // An earlier job's checkpoint (what this one started from) and a savepoint are not
+        // this job's checkpoints, whatever their ids.
+        assert_eq!(of(&[Some("file:///c/bbbb/chk-50"), Some("file:///s/savepoint-aaaa-1")]), None);
+        assert_eq!(of(&[None, None]), None);
+    }
 
     /// A valid `_metadata` of checkpoint `id` with no operators.
     fn metadata(id: u64) -> Vec<u8> {
