@@ -656,8 +656,10 @@ impl Controller {
                         // checkpoint final: a JobManager that was going away (a pod being
                         // deleted) can still complete, and commit, one after the controller
                         // saw it gone.
+                        let job_id = status.job_status.job_id.clone().unwrap_or_default();
+                        let newest = [self.current_job_checkpoint(name, status, None), operation.restore_from.clone()];
                         if let Some(newest) =
-                            self.own_checkpoint(name, status).or_else(|| status.job_status.restored_from.clone())
+                            newest_checkpoint_of(&job_id, newest).or_else(|| status.job_status.restored_from.clone())
                         {
                             operation.restore_from = Some(newest);
                         }
@@ -792,18 +794,19 @@ impl Controller {
     /// its state.checkpoints.dir says what completed, as the HA store would.
     fn own_checkpoint(&self, name: &str, status: &DeploymentStatus) -> Option<String> {
         let job_id = status.job_status.job_id.as_deref()?;
-        if let Some(observed) = status.job_status.last_checkpoint_path.as_deref()
-            && observed.contains(&format!("/{job_id}/"))
-        {
-            return Some(newest_retained(observed));
-        }
-        let spec = status.reconciliation_status.last_reconciled_spec.as_ref()?;
-        let root = spec
-            .configuration
-            .get("state.checkpoints.dir")
-            .cloned()
-            .unwrap_or_else(|| format!("file://{}", self.dirs(name).checkpoints().display()));
-        newest_complete_checkpoint(&root, job_id)
+        let observed = status.job_status.last_checkpoint_path.clone().filter(|o| o.contains(&format!("/{job_id}/")));
+        // Whatever was observed, a newer checkpoint may have completed (and committed its
+        // output) since: the newest complete one in storage counts too.
+        let stored = status.reconciliation_status.last_reconciled_spec.as_ref().and_then(|spec| {
+            let root = spec
+                .configuration
+                .get("state.checkpoints.dir")
+                .cloned()
+                .unwrap_or_else(|| format!("file://{}", self.dirs(name).checkpoints().display()));
+            newest_complete_checkpoint(&root, job_id)
+        });
+        let present = observed.as_deref().filter(|o| snapshot_exists(o)).map(str::to_string);
+        newest_checkpoint_of(job_id, [present, stored]).or_else(|| observed.as_deref().map(newest_retained))
     }
 
     /// The newest completed checkpoint of the current job, the newest (by checkpoint id) of
