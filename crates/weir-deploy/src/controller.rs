@@ -787,11 +787,12 @@ impl Controller {
         }
     }
 
-    /// The newest completed checkpoint of the current job, if it completed one: the one
-    /// last observed only when it is this job's (an earlier job's is older than what this
-    /// one started from, and restoring it would write again what was committed since); none
-    /// observed (the cluster died before the controller saw one), the job's directory under
-    /// its state.checkpoints.dir says what completed, as the HA store would.
+    /// The newest completed checkpoint of the current job, if it completed one: the newer of
+    /// the one last observed (only when it is this job's: an earlier job's is older than
+    /// what this one started from, and restoring it would write again what was committed
+    /// since) and the newest complete one in the job's directory under its
+    /// state.checkpoints.dir (one may have completed after the last observation, or before
+    /// the controller saw any).
     fn own_checkpoint(&self, name: &str, status: &DeploymentStatus) -> Option<String> {
         let job_id = status.job_status.job_id.as_deref()?;
         let observed = status.job_status.last_checkpoint_path.clone().filter(|o| o.contains(&format!("/{job_id}/")));
