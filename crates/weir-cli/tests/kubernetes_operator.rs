@@ -103,7 +103,7 @@ impl Drop for Operator {
         // its finalizer, the namespace could not be deleted.
         let mut args = vec!["-n", self.namespace.as_str()];
         args.extend(REMOVE_FINALIZER);
-        let _ = self.node.kubectl(&args);
+        let _ = self.node.kubectl_within(&args, None, CLEANUP_MAX);
     }
 }
 
@@ -117,6 +117,10 @@ impl OperatorLog for Operator {
         Operator::log(self)
     }
 }
+
+/// Longest a cleanup step in `Drop` waits for kubectl (an error then, never a panic: a panic
+/// while a failed test unwinds aborts the process and leaves everything running).
+const CLEANUP_MAX: Duration = Duration::from_secs(90);
 
 /// `kubectl` arguments that take the operator's finalizer off the test's resource.
 const REMOVE_FINALIZER: [&str; 6] =
@@ -839,15 +843,10 @@ impl Drop for OperatorPods<'_> {
         // As for a process operator: a test that failed before deleting its resource leaves
         // a finalizer nobody would remove once the operator's pods go with the namespace. The
         // operator goes first: a running one would put its finalizer back.
-        let _ = self.ns.kubectl(&[
-            "delete",
-            "deployment",
-            "weir-operator",
-            "--cascade=foreground",
-            "--wait=true",
-            "--timeout=60s",
-        ]);
-        let _ = self.ns.kubectl(&REMOVE_FINALIZER);
+        let operator =
+            ["delete", "deployment", "weir-operator", "--cascade=foreground", "--wait=true", "--timeout=60s"];
+        let _ = self.ns.kubectl_within(&operator, CLEANUP_MAX);
+        let _ = self.ns.kubectl_within(&REMOVE_FINALIZER, CLEANUP_MAX);
     }
 }
 

@@ -316,10 +316,22 @@ fn the_leader_cut_off_from_etcd_but_not_from_the_taskmanagers_is_replaced_withou
     );
     std::thread::sleep(Duration::from_secs(1));
     cluster.net.heal_all();
-    std::thread::sleep(Duration::from_secs(1));
-    // Healed, it stands by and answers as the new leader (forwarding).
-    let forwarded = get_json(&format!("http://{old_rest}/jobs/{job}"), Duration::from_secs(5));
-    assert!(forwarded.is_some_and(|d| d["state"] == "RUNNING" || d["state"] == "FINISHED"));
+    // Healed, it stands by and answers as the new leader (forwarding), once its etcd client
+    // is back (its reconnect backs off: allow some seconds).
+    let healed = Instant::now();
+    let forwarded = loop {
+        let answer = get_json(&format!("http://{old_rest}/jobs/{job}"), Duration::from_secs(5));
+        if answer.as_ref().is_some_and(|d| d["state"] == "RUNNING" || d["state"] == "FINISHED")
+            || healed.elapsed() > Duration::from_secs(15)
+        {
+            break answer;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(
+        forwarded.as_ref().is_some_and(|d| d["state"] == "RUNNING" || d["state"] == "FINISHED"),
+        "the healed old leader forwards to the new one within 15 s: {forwarded:?}"
+    );
     cluster.wait_finished(&job, Duration::from_secs(90));
     let old_jm = cluster.jobmanager(old);
     assert_eq!(old_jm.process.lines_with(" leads cluster ", old_jm.process.started).len(), leads_before);

@@ -256,12 +256,19 @@ impl KubernetesNode {
 
     /// As [`kubectl`](Self::kubectl), with `input` on its stdin (`apply -f -`).
     pub fn kubectl_with_input(&self, args: &[&str], input: Option<&[u8]>) -> Output {
+        self.kubectl_within(args, input, KUBECTL_MAX).unwrap_or_else(|e| panic!("kubectl {args:?}: {e}"))
+    }
+
+    /// `kubectl args...` ended after `limit`, as an error rather than a panic: for cleanup
+    /// in `Drop`, where a panic while a failed test unwinds aborts the test process and
+    /// leaves everything running.
+    pub fn kubectl_within(&self, args: &[&str], input: Option<&[u8]>, limit: Duration) -> Result<Output, String> {
         let mut command = Command::new(&self.kubectl);
         command
             .arg(format!("--kubeconfig={}", self.kubeconfig.display()))
             .arg(format!("--cache-dir={}", self.kubectl_cache.display()))
             .args(args);
-        run_bounded(&mut command, input, KUBECTL_MAX).unwrap_or_else(|e| panic!("kubectl {args:?}: {e}"))
+        run_bounded(&mut command, input, limit)
     }
 
     /// `kubectl args...`, which must succeed; its stdout.
@@ -423,6 +430,14 @@ impl Namespace<'_> {
         self.node.kubectl(&all)
     }
 
+    /// `kubectl -n <namespace> args...` bounded by `limit`, as an error rather than a panic
+    /// (for cleanup in `Drop`: see [`KubernetesNode::kubectl_within`]).
+    pub fn kubectl_within(&self, args: &[&str], limit: Duration) -> Result<Output, String> {
+        let mut all = vec!["-n", &self.name];
+        all.extend_from_slice(args);
+        self.node.kubectl_within(&all, None, limit)
+    }
+
     /// `kubectl -n <namespace> args...`, which must succeed; its stdout.
     pub fn kubectl_ok(&self, args: &[&str]) -> String {
         let mut all = vec!["-n", &self.name];
@@ -515,31 +530,33 @@ impl Drop for Namespace<'_> {
         // would otherwise requeue the namespace for the pods' remaining grace period (up to
         // 30 s) even when they end at once.
         let mut left = Vec::new();
-        let workloads = self.kubectl(&[
-            "delete",
-            "all",
-            "--all",
-            "--wait=true",
-            &format!("--timeout={}s", NAMESPACE_DELETE_MAX.as_secs()),
-        ]);
-        if !workloads.status.success() {
-            left.push(format!("kubectl delete all --all failed: {}", String::from_utf8_lossy(&workloads.stderr)));
+        // kubectl's own --timeout ends these; the bound above it only catches a hung kubectl.
+        let timeout = format!("--timeout={}s", NAMESPACE_DELETE_MAX.as_secs());
+        let bound = NAMESPACE_DELETE_MAX + Duration::from_secs(30);
+        match self.kubectl_within(&["delete", "all", "--all", "--wait=true", &timeout], bound) {
+            Ok(output) if output.status.success() => {}
+            Ok(output) => {
+                left.push(format!("kubectl delete all --all failed: {}", String::from_utf8_lossy(&output.stderr)))
+            }
+            Err(error) => left.push(format!("kubectl delete all --all: {error}")),
         }
-        let deleted = self.node.kubectl(&[
-            "delete",
-            "namespace",
-            &self.name,
-            "--wait=true",
-            &format!("--timeout={}s", NAMESPACE_DELETE_MAX.as_secs()),
-        ]);
-        if !deleted.status.success() {
-            left.push(format!("kubectl delete namespace failed: {}", String::from_utf8_lossy(&deleted.stderr)));
+        match self.node.kubectl_within(&["delete", "namespace", &self.name, "--wait=true", &timeout], None, bound) {
+            Ok(output) if output.status.success() => {}
+            Ok(output) => {
+                left.push(format!("kubectl delete namespace failed: {}", String::from_utf8_lossy(&output.stderr)))
+            }
+            Err(error) => left.push(format!("kubectl delete namespace: {error}")),
         }
+        let exists = || {
+            self.node
+                .kubectl_within(&["get", "namespace", &self.name], None, KUBECTL_MAX)
+                .is_ok_and(|output| output.status.success())
+        };
         let deadline = Instant::now() + NAMESPACE_DELETE_MAX;
-        while self.node.kubectl(&["get", "namespace", &self.name]).status.success() && Instant::now() < deadline {
+        while exists() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(200));
         }
-        if self.node.kubectl(&["get", "namespace", &self.name]).status.success() {
+        if exists() {
             left.push(format!("namespace {} still exists", self.name));
         }
         // A pod object is gone once the kubelet stopped its containers; give containerd's
