@@ -1,58 +1,28 @@
-//! The checkpoint coordinator: decides when to trigger, collects acknowledgements, completes,
-//! retains and aborts checkpoints and savepoints. It owns no thread: the job master calls it
-//! and carries out what it returns (send barriers, notify subtasks, fail the job).
+//! The checkpoint coordinator of a JobManager: the [`CheckpointBook`] (the state machine of
+//! the job's checkpoints) driven over object storage and the HA store. It owns no thread: the
+//! job master calls it and carries out what it returns (send barriers, notify subtasks, fail
+//! the job). All decisions are the book's; this module is I/O only ([`StorageIo`]).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use weir_api::snapshot::{Barrier, BarrierKind};
-use weir_checkpoint::format::{
-    FORMAT_VERSION, OperatorSnapshot, SnapshotKind, SnapshotMetadata, SubtaskSnapshot, encode_metadata,
-};
+use weir_api::snapshot::Barrier;
+use weir_checkpoint::format::{SnapshotMetadata, encode_metadata};
 use weir_checkpoint::paths::{
     METADATA_FILE, SHARED_DIR, checkpoint_dir, job_checkpoints_dir, new_savepoint_dir_name, shared_file_checkpoint,
 };
 use weir_checkpoint::storage::{BlockingStorage, SnapshotStorage};
-use weir_types::lifecycle::now_ms;
 
-use super::retention::Retention;
-use super::settings::CheckpointSettings;
-use super::stats::{CheckpointEntry, CheckpointStats, CheckpointStatus, HISTORY_MAX};
-use super::writer::SubtaskAck;
-
-/// One operator of the job as the metadata lists it.
-#[derive(Clone, Debug)]
-pub struct OperatorInfo {
-    /// Uid (given or generated).
-    pub uid: String,
-    /// Display name.
-    pub name: String,
-    /// Parallelism.
-    pub parallelism: u32,
-    /// The job vertex (task) it is chained into.
-    pub vertex: usize,
-}
-
-/// Why a snapshot is taken.
-#[derive(Clone, Debug)]
-pub enum SnapshotRequest {
-    /// Periodic checkpoint.
-    Periodic,
-    /// A user's savepoint.
-    Savepoint {
-        /// REST request id to report to.
-        request_id: String,
-        /// Stop the job once it completes.
-        terminate: bool,
-        /// Canonical or native.
-        format: weir_api::snapshot::SnapshotFormat,
-        /// Fire every event-time window first (`stop --drain`).
-        drain: bool,
-    },
-}
-
+pub use super::book::{
+    AdoptedCheckpoint, BookEvent, BookJob, CheckpointBook, Completion, Failure, Now, OperatorInfo, PointerError,
+    SnapshotRequest,
+};
 pub use super::dirs::{SnapshotDirectories, SnapshotDirs};
+use super::driver::{CheckpointIo, Outcomes, drive};
+use super::settings::CheckpointSettings;
+use super::stats::CheckpointStats;
+use super::writer::SubtaskAck;
 
 /// The default state backend (`state.backend.type`), recorded in each snapshot: a native
 /// snapshot restores only into a backend of the same layout.
@@ -68,62 +38,13 @@ pub fn native_compatible(written_by: &str, backend: &str) -> bool {
     family(written_by) == family(backend)
 }
 
-struct PendingCheckpoint {
-    barrier: Barrier,
-    request: SnapshotRequest,
-    dir: Arc<BlockingStorage>,
-    location: String,
-    started: Instant,
-    acks: HashMap<(usize, u32), SubtaskAck>,
-}
-
-/// A checkpoint or savepoint that completed.
-#[derive(Clone, Debug)]
-pub struct Completion {
-    /// Its id.
-    pub checkpoint_id: u64,
-    /// Why it was taken.
-    pub request: SnapshotRequest,
-    /// Where it is.
-    pub location: String,
-}
-
-/// A checkpoint or savepoint that failed.
-#[derive(Clone, Debug)]
-pub struct Failure {
-    /// Its id.
-    pub checkpoint_id: u64,
-    /// Why it was taken.
-    pub request: SnapshotRequest,
-    /// Why it failed.
-    pub reason: String,
-    /// True when the failure exceeds the tolerable failed checkpoints: the job must fail.
-    pub fail_job: bool,
-}
-
 /// Checkpoints of one job.
 pub struct CheckpointCoordinator {
-    settings: CheckpointSettings,
+    book: CheckpointBook,
+    io: StorageIo,
     job_id: String,
-    job_name: String,
-    max_parallelism: u32,
-    operators: Vec<OperatorInfo>,
-    expected_acks: usize,
-    checkpoints_root: SnapshotStorage,
-    next_id: u64,
-    pending: BTreeMap<u64, PendingCheckpoint>,
-    /// The retained checkpoints and the shared files they name: what a completion deletes.
-    retention: Retention<Arc<BlockingStorage>>,
-    next_periodic_at: Instant,
-    consecutive_failures: u32,
-    dirs: SnapshotDirs,
-    stats: Arc<Mutex<CheckpointStats>>,
     /// Checkpoints subsumed by the last completion, for the job master to abort.
     subsumed: Vec<Failure>,
-    /// With high availability: where checkpoint ids and completed-checkpoint pointers go.
-    ha: Option<weir_ha::JobStore>,
-    /// The job's `shared/` directory.
-    shared_dir: Arc<BlockingStorage>,
     /// The lock on the job's local checkpoint directory while the job runs (without high
     /// availability): see [`weir_checkpoint::leftovers`].
     job_dir_lock: Option<weir_checkpoint::JobDirLock>,
@@ -145,29 +66,25 @@ impl CheckpointCoordinator {
     ) -> Result<CheckpointCoordinator, String> {
         let checkpoints_root = SnapshotStorage::from_url(&settings.checkpoints_url)
             .map_err(|e| format!("state.checkpoints.dir '{}' cannot be used: {e}", settings.checkpoints_url))?;
-        let first_trigger = Instant::now() + settings.interval.unwrap_or(Duration::MAX / 4);
         let shared_dir = Arc::new(checkpoints_root.child(&job_checkpoints_dir(job_id)).child(SHARED_DIR).blocking());
-        let retention = Retention::new(settings.num_retained);
-        Ok(CheckpointCoordinator {
-            settings,
+        let job = BookJob {
             job_id: job_id.to_string(),
             job_name: job_name.to_string(),
             max_parallelism,
             operators,
             expected_acks,
+        };
+        let book = CheckpointBook::new(settings, job, first_id, false, stats, Instant::now());
+        let io = StorageIo {
             checkpoints_root,
-            next_id: first_id.max(1),
-            pending: BTreeMap::new(),
-            retention,
-            next_periodic_at: first_trigger,
-            consecutive_failures: 0,
-            dirs: SnapshotDirectories::new(),
-            stats,
-            subsumed: Vec::new(),
-            ha: None,
             shared_dir,
-            job_dir_lock: None,
-        })
+            dirs: SnapshotDirectories::new(),
+            open: HashMap::new(),
+            retired: None,
+            prepared: None,
+            ha: None,
+        };
+        Ok(CheckpointCoordinator { book, io, job_id: job_id.to_string(), subsumed: Vec::new(), job_dir_lock: None })
     }
 
     /// Locks the job's checkpoint directory for as long as the job runs, and removes what
@@ -176,14 +93,14 @@ impl CheckpointCoordinator {
     /// availability, on local file systems; a failure to do either is a warning, never the
     /// job's failure.
     pub fn guard_job_dir(&mut self) {
-        let job_dir = self.checkpoints_root.child(&job_checkpoints_dir(&self.job_id));
+        let job_dir = self.io.checkpoints_root.child(&job_checkpoints_dir(&self.job_id));
         match weir_checkpoint::JobDirLock::acquire(&job_dir) {
             Ok(lock) => self.job_dir_lock = lock,
             Err(error) => tracing::warn!(%error, "cannot lock the job's checkpoint directory"),
         }
-        let root = self.checkpoints_root.clone();
+        let root = self.io.checkpoints_root.clone();
         let own = job_checkpoints_dir(&self.job_id);
-        match self.shared_dir.block_on(weir_checkpoint::sweep_dead_jobs(&root, &own)) {
+        match self.io.shared_dir.block_on(weir_checkpoint::sweep_dead_jobs(&root, &own)) {
             Ok(swept) if !swept.jobs.is_empty() => tracing::info!(
                 jobs = ?swept.jobs,
                 incomplete_checkpoints = swept.incomplete_checkpoints,
@@ -206,9 +123,9 @@ impl CheckpointCoordinator {
     /// as the oldest completed checkpoint, a restart may restore it, and it is disposed once
     /// `num-retained` checkpoints of the job subsume it.
     pub fn claim(&mut self, checkpoint_id: u64, location: &str) -> Result<(), String> {
-        let storage = SnapshotStorage::from_url(location)
+        SnapshotStorage::from_url(location)
             .map_err(|e| format!("the claimed snapshot '{location}' cannot be used: {e}"))?;
-        self.retention.adopt(checkpoint_id, Arc::new(storage.blocking()), None, true);
+        self.handle(BookEvent::Claim { id: checkpoint_id, location: location.to_string() });
         Ok(())
     }
 
@@ -216,7 +133,8 @@ impl CheckpointCoordinator {
     /// is taken only once the HA counter is past it, and a checkpoint is complete only once
     /// its pointer is in the store.
     pub fn with_ha(mut self, store: weir_ha::JobStore) -> CheckpointCoordinator {
-        self.ha = Some(store);
+        self.io.ha = Some(store);
+        self.book.set_ha(true);
         self
     }
 
@@ -226,38 +144,206 @@ impl CheckpointCoordinator {
     /// checkpoints the previous leader started, are deleted: a leader that died between
     /// writing and completing, or between completing and deleting, left them.
     pub fn adopt_retained(&mut self, checkpoints: &[(u64, String)]) -> Result<(), String> {
-        let mut sweep = true;
+        let mut adopted = Vec::with_capacity(checkpoints.len());
         for (id, location) in checkpoints {
             let storage = SnapshotStorage::from_url(location)
                 .map_err(|e| format!("checkpoint {id} at '{location}' cannot be used: {e}"))?;
-            let storage = Arc::new(storage.blocking());
+            let storage = storage.blocking();
             let uses = match storage.block_on(weir_checkpoint::load_metadata(&storage.storage)) {
                 Ok(metadata) => Some(weir_checkpoint::shared_files_of(&metadata)),
                 Err(error) => {
-                    // What it uses is unknown: delete nothing shared.
                     tracing::warn!(checkpoint = id, %error, "cannot read a recovered checkpoint's metadata");
-                    sweep = false;
                     None
                 }
             };
-            self.retention.adopt(*id, storage, uses, false);
+            adopted.push(AdoptedCheckpoint { id: *id, location: location.clone(), uses });
         }
-        if sweep {
-            self.sweep_shared();
-        }
+        self.handle(BookEvent::Adopt { checkpoints: adopted });
         Ok(())
     }
 
-    /// Deletes the shared files that no retained checkpoint uses and that a checkpoint
-    /// before the next id wrote.
-    fn sweep_shared(&mut self) {
-        let live = self.retention.live_files();
-        let next_id = self.next_id;
-        let deleted = self.delete_shared_where(|name| {
-            shared_file_checkpoint(name).is_some_and(|id| id < next_id) && !live.contains(name)
-        });
-        if deleted > 0 {
-            tracing::info!(files = deleted, "deleted shared checkpoint files no checkpoint uses");
+    /// The directories subtasks write into, by checkpoint id.
+    pub fn dirs(&self) -> SnapshotDirs {
+        Arc::clone(&self.io.dirs)
+    }
+
+    /// The settings.
+    pub fn settings(&self) -> &CheckpointSettings {
+        self.book.settings()
+    }
+
+    /// True when a periodic checkpoint should be triggered now.
+    pub fn periodic_due(&self, now: Instant) -> bool {
+        self.book.periodic_due(now)
+    }
+
+    /// True when fewer periodic checkpoints are in flight than `max-concurrent-checkpoints`
+    /// allows (the final checkpoint is bound by it too; savepoints are not, as in Flink).
+    pub fn periodic_slot_free(&self) -> bool {
+        self.book.periodic_slot_free()
+    }
+
+    /// When the coordinator next needs the master's attention (a trigger or a timeout).
+    pub fn next_wakeup(&self) -> Option<Instant> {
+        self.book.next_wakeup()
+    }
+
+    /// Starts a checkpoint a user asked for; `full` (Flink's `checkpointType: FULL`) has
+    /// every subtask write each key group whole, whatever an earlier checkpoint holds.
+    pub fn trigger_requested(&mut self, full: bool) -> Result<Barrier, String> {
+        self.start(SnapshotRequest::Periodic, None, full)
+    }
+
+    /// Starts a checkpoint or savepoint; returns the barrier the sources must emit.
+    ///
+    /// `savepoint_root` is the savepoint target directory for savepoints.
+    pub fn trigger(&mut self, request: SnapshotRequest, savepoint_root: Option<&str>) -> Result<Barrier, String> {
+        self.start(request, savepoint_root, false)
+    }
+
+    fn start(&mut self, request: SnapshotRequest, savepoint_root: Option<&str>, full: bool) -> Result<Barrier, String> {
+        let dir = self.target_dir(&request, savepoint_root)?;
+        let location = dir.url().to_string();
+        self.io.prepared = Some((location.clone(), dir));
+        let mut outcomes = self.handle(BookEvent::Trigger { request, location, full });
+        self.io.prepared = None;
+        match outcomes.triggered.pop() {
+            Some(barrier) => Ok(barrier),
+            None => Err(outcomes.trigger_failures.pop().unwrap_or_else(|| "no checkpoint was started".into())),
+        }
+    }
+
+    /// Where the next snapshot of `request` goes: the trigger carries it to the book.
+    fn target_dir(&self, request: &SnapshotRequest, savepoint_root: Option<&str>) -> Result<SnapshotStorage, String> {
+        match request {
+            SnapshotRequest::Periodic => {
+                Ok(self.io.checkpoints_root.child(&checkpoint_dir(&self.job_id, self.book.next_id())))
+            }
+            SnapshotRequest::Savepoint { .. } => {
+                let root = savepoint_root.ok_or_else(|| {
+                    "no savepoint directory: give one (weir savepoint JOBID DIR, --savepoint-path) or set state.savepoints.dir"
+                        .to_string()
+                })?;
+                let root = SnapshotStorage::from_url(root).map_err(|e| format!("savepoint directory '{root}': {e}"))?;
+                Ok(root.child(&new_savepoint_dir_name(&self.job_id)))
+            }
+        }
+    }
+
+    /// Records a subtask's acknowledgement; completes the checkpoint when it was the last.
+    ///
+    /// A periodic checkpoint that completes subsumes the periodic checkpoints older than it
+    /// still in flight (Flink's `CHECKPOINT_SUBSUMED`): they are aborted, not counted as
+    /// failures, and returned by [`CheckpointCoordinator::take_subsumed`].
+    pub fn acknowledge(&mut self, ack: SubtaskAck) -> Option<Result<Completion, Failure>> {
+        let id = ack.checkpoint_id;
+        let mut outcomes = self.handle(BookEvent::Ack(ack));
+        self.result_of(id, &mut outcomes)
+    }
+
+    /// The result for checkpoint `id` among `outcomes`; the checkpoints its completion
+    /// subsumed are kept for [`CheckpointCoordinator::take_subsumed`].
+    fn result_of(&mut self, id: u64, outcomes: &mut Outcomes) -> Option<Result<Completion, Failure>> {
+        let (own, subsumed): (Vec<Failure>, Vec<Failure>) =
+            outcomes.failed.drain(..).partition(|failure| failure.checkpoint_id == id);
+        self.subsumed.extend(subsumed);
+        if let Some(completion) = outcomes.completed.pop() {
+            return Some(Ok(completion));
+        }
+        own.into_iter().next().map(Err)
+    }
+
+    /// The checkpoints the last completion subsumed (see [`CheckpointCoordinator::acknowledge`]).
+    pub fn take_subsumed(&mut self) -> Vec<Failure> {
+        std::mem::take(&mut self.subsumed)
+    }
+
+    /// A subtask could not snapshot or write: the checkpoint fails.
+    pub fn decline(&mut self, checkpoint_id: u64, reason: String) -> Option<Failure> {
+        let mut outcomes = self.handle(BookEvent::Decline { checkpoint_id, reason });
+        outcomes.failed.pop()
+    }
+
+    /// Fails every checkpoint older than the timeout.
+    pub fn expire(&mut self, now: Instant) -> Vec<Failure> {
+        let now = Now { at: now, wall_ms: weir_types::lifecycle::now_ms() };
+        drive(&mut self.book, &mut self.io, BookEvent::Tick, now).failed
+    }
+
+    /// Fails every pending checkpoint (the job is ending or a subtask finished).
+    pub fn abort_all(&mut self, reason: &str) -> Vec<Failure> {
+        self.handle(BookEvent::AbortAll { reason: reason.to_string() }).failed
+    }
+
+    /// The id the next checkpoint or savepoint takes.
+    pub fn next_checkpoint_id(&self) -> u64 {
+        self.book.next_id()
+    }
+
+    /// The location of the newest retained checkpoint (retained ones are kept in id order).
+    pub fn latest_retained(&self) -> Option<(u64, String)> {
+        self.book.latest_retained()
+    }
+
+    /// The job takes no more checkpoints (its final checkpoint or stop-with-savepoint
+    /// completed, it ended, or this JobManager lost its leadership): no checkpoint can build
+    /// on a released shared file any more, so they go now rather than at a completion that
+    /// will not come. (A new leader's checkpoints name only files its adopted checkpoints
+    /// use.)
+    pub fn release_shared(&mut self) {
+        self.handle(BookEvent::ReleaseShared);
+    }
+
+    fn handle(&mut self, event: BookEvent) -> Outcomes {
+        drive(&mut self.book, &mut self.io, event, Now::real())
+    }
+
+    #[cfg(test)]
+    fn stats(&self) -> std::sync::MutexGuard<'_, CheckpointStats> {
+        self.book.stats()
+    }
+}
+
+impl Drop for CheckpointCoordinator {
+    fn drop(&mut self) {
+        self.release_shared();
+    }
+}
+
+/// A JobManager's checkpoint I/O: object storage for snapshots, the HA store for ids and
+/// pointers, the registry subtasks find their checkpoint's directory in. Crash points for the
+/// kill tests sit at its effect boundaries.
+struct StorageIo {
+    checkpoints_root: SnapshotStorage,
+    /// The job's `shared/` directory.
+    shared_dir: Arc<BlockingStorage>,
+    dirs: SnapshotDirs,
+    /// Directories of the checkpoints in flight.
+    open: HashMap<u64, Arc<BlockingStorage>>,
+    /// The last one retired (a failed checkpoint's deletion follows its retirement).
+    retired: Option<(u64, Arc<BlockingStorage>)>,
+    /// The storage of the location a trigger carries, opened by the caller.
+    prepared: Option<(String, SnapshotStorage)>,
+    /// With high availability: where checkpoint ids and completed-checkpoint pointers go.
+    ha: Option<weir_ha::JobStore>,
+}
+
+impl StorageIo {
+    fn storage_of(&mut self, id: u64, location: &str) -> Option<Arc<BlockingStorage>> {
+        if let Some(dir) = self.open.get(&id) {
+            return Some(Arc::clone(dir));
+        }
+        if let Some((retired, dir)) = &self.retired
+            && *retired == id
+        {
+            return Some(Arc::clone(dir));
+        }
+        match SnapshotStorage::from_url(location) {
+            Ok(storage) => Some(Arc::new(storage.blocking())),
+            Err(error) => {
+                tracing::warn!(checkpoint = id, %location, %error, "cannot open a checkpoint's directory");
+                None
+            }
         }
     }
 
@@ -279,287 +365,77 @@ impl CheckpointCoordinator {
         }
         deleted
     }
+}
 
-    /// The directories subtasks write into, by checkpoint id.
-    pub fn dirs(&self) -> SnapshotDirs {
-        Arc::clone(&self.dirs)
-    }
-
-    /// The settings.
-    pub fn settings(&self) -> &CheckpointSettings {
-        &self.settings
-    }
-
-    fn stats(&self) -> std::sync::MutexGuard<'_, CheckpointStats> {
-        match self.stats.lock() {
-            Ok(guard) => guard,
-            Err(poisoned) => poisoned.into_inner(),
+impl CheckpointIo for StorageIo {
+    fn reserve_id(&mut self, next: u64) -> Result<(), String> {
+        match &self.ha {
+            Some(ha) => ha.set_next_checkpoint_id(next).map_err(|e| e.to_string()),
+            None => Ok(()),
         }
     }
 
-    /// True when a periodic checkpoint should be triggered now.
-    pub fn periodic_due(&self, now: Instant) -> bool {
-        if self.settings.interval.is_none() || now < self.next_periodic_at {
-            return false;
-        }
-        self.periodic_slot_free()
-    }
-
-    /// True when fewer periodic checkpoints are in flight than `max-concurrent-checkpoints`
-    /// allows (the final checkpoint is bound by it too; savepoints are not, as in Flink).
-    pub fn periodic_slot_free(&self) -> bool {
-        let periodic_in_flight =
-            self.pending.values().filter(|p| matches!(p.request, SnapshotRequest::Periodic)).count() as u32;
-        periodic_in_flight < self.settings.max_concurrent
-    }
-
-    /// When the coordinator next needs the master's attention (a trigger or a timeout).
-    pub fn next_wakeup(&self) -> Option<Instant> {
-        let mut wakeup = self.settings.interval.map(|_| self.next_periodic_at);
-        for pending in self.pending.values() {
-            let expiry = pending.started + self.settings.timeout;
-            wakeup = Some(wakeup.map_or(expiry, |w| w.min(expiry)));
-        }
-        wakeup
-    }
-
-    /// Starts a checkpoint a user asked for; `full` (Flink's `checkpointType: FULL`) has
-    /// every subtask write each key group whole, whatever an earlier checkpoint holds.
-    pub fn trigger_requested(&mut self, full: bool) -> Result<Barrier, String> {
-        let mut barrier = self.trigger(SnapshotRequest::Periodic, None)?;
-        barrier.kind = BarrierKind::Checkpoint { full };
-        if let Some(pending) = self.pending.get_mut(&barrier.checkpoint_id) {
-            pending.barrier.kind = barrier.kind;
-        }
-        Ok(barrier)
-    }
-
-    /// Starts a checkpoint or savepoint; returns the barrier the sources must emit.
-    ///
-    /// `savepoint_root` is the savepoint target directory for savepoints.
-    pub fn trigger(&mut self, request: SnapshotRequest, savepoint_root: Option<&str>) -> Result<Barrier, String> {
-        let id = self.next_id;
-        let (dir, kind) = match &request {
-            SnapshotRequest::Periodic => (
-                self.checkpoints_root.child(&checkpoint_dir(&self.job_id, id)),
-                BarrierKind::Checkpoint { full: false },
-            ),
-            SnapshotRequest::Savepoint { terminate, format, drain, .. } => {
-                let root = savepoint_root.ok_or_else(|| {
-                    "no savepoint directory: give one (weir savepoint JOBID DIR, --savepoint-path) or set state.savepoints.dir"
-                        .to_string()
-                })?;
-                let root = SnapshotStorage::from_url(root).map_err(|e| format!("savepoint directory '{root}': {e}"))?;
-                (
-                    root.child(&new_savepoint_dir_name(&self.job_id)),
-                    BarrierKind::Savepoint { terminate: *terminate, format: *format, drain: *drain },
-                )
-            }
-        };
-        if let Some(ha) = &self.ha {
-            // The id is used only once no later leader can hand it out again.
-            ha.set_next_checkpoint_id(id + 1).map_err(|e| format!("cannot take checkpoint id {id}: {e}"))?;
-        }
-        self.next_id += 1;
-        let barrier = Barrier { checkpoint_id: id, timestamp_ms: now_ms(), kind };
-        let location = dir.url().to_string();
-        let dir = Arc::new(dir.blocking());
-        self.dirs.open(id, Arc::clone(&dir));
-        if matches!(request, SnapshotRequest::Periodic) {
-            // The next interval counts from this trigger (Flink), min-pause from a completion.
-            self.next_periodic_at = Instant::now() + self.settings.interval.unwrap_or(Duration::MAX / 4);
-        }
-        let entry = CheckpointEntry {
-            id,
-            status: CheckpointStatus::InProgress,
-            is_savepoint: !matches!(request, SnapshotRequest::Periodic),
-            is_stop: matches!(request, SnapshotRequest::Savepoint { terminate: true, .. }),
-            savepoint_format: match request {
-                SnapshotRequest::Periodic => None,
-                SnapshotRequest::Savepoint { format, .. } => Some(format.as_str().to_string()),
+    fn open_dir(&mut self, id: u64, location: &str) {
+        let storage = match self.prepared.take() {
+            Some((prepared, storage)) if prepared == location => Arc::new(storage.blocking()),
+            _ => match self.storage_of(id, location) {
+                Some(storage) => storage,
+                None => return,
             },
-            trigger_timestamp: barrier.timestamp_ms,
-            latest_ack_timestamp: 0,
-            end_to_end_duration: 0,
-            state_size: 0,
-            checkpointed_size: 0,
-            num_acknowledged_subtasks: 0,
-            num_subtasks: self.expected_acks as u32,
-            external_path: None,
-            failure_message: None,
-            operator_sizes: BTreeMap::new(),
-            subtasks: Vec::new(),
         };
-        {
-            let mut stats = self.stats();
-            stats.in_progress += 1;
-            stats.history.push_back(entry);
-            while stats.history.len() > HISTORY_MAX {
-                stats.history.pop_front();
-            }
-        }
-        self.pending.insert(
-            id,
-            PendingCheckpoint { barrier, request, dir, location, started: Instant::now(), acks: HashMap::new() },
-        );
-        Ok(barrier)
+        self.dirs.open(id, Arc::clone(&storage));
+        self.open.insert(id, storage);
     }
 
-    fn update_entry(&self, id: u64, f: impl FnOnce(&mut CheckpointEntry)) {
-        let mut stats = self.stats();
-        if let Some(entry) = stats.history.iter_mut().find(|e| e.id == id) {
-            f(entry);
-        }
-    }
-
-    /// Records a subtask's acknowledgement; completes the checkpoint when it was the last.
-    ///
-    /// A periodic checkpoint that completes subsumes the periodic checkpoints older than it
-    /// still in flight (Flink's `CHECKPOINT_SUBSUMED`): they are aborted, not counted as
-    /// failures, and returned by [`CheckpointCoordinator::take_subsumed`].
-    pub fn acknowledge(&mut self, ack: SubtaskAck) -> Option<Result<Completion, Failure>> {
-        let id = ack.checkpoint_id;
-        let pending = self.pending.get_mut(&id)?;
-        let subtask = super::stats::SubtaskCheckpoint {
-            vertex: ack.vertex,
-            subtask: ack.subtask,
-            ack_timestamp: now_ms(),
-            checkpointed_size: ack.operators.iter().map(|o| o.bytes).sum(),
-            state_size: ack.operators.iter().map(|o| o.full_bytes.max(o.bytes)).sum(),
-            timings: ack.timings,
-        };
-        pending.acks.insert((ack.vertex, ack.subtask), ack);
-        let acked = pending.acks.len();
-        let bytes: u64 = pending.acks.values().flat_map(|a| a.operators.iter()).map(|o| o.bytes).sum();
-        let full_bytes: u64 =
-            pending.acks.values().flat_map(|a| a.operators.iter()).map(|o| o.full_bytes.max(o.bytes)).sum();
-        self.update_entry(id, |entry| {
-            entry.num_acknowledged_subtasks = acked as u32;
-            entry.latest_ack_timestamp = subtask.ack_timestamp;
-            entry.state_size = full_bytes;
-            entry.checkpointed_size = bytes;
-            entry.subtasks.retain(|s| (s.vertex, s.subtask) != (subtask.vertex, subtask.subtask));
-            entry.subtasks.push(subtask);
-        });
-        if acked < self.expected_acks {
-            return None;
-        }
-        let pending = self.pending.remove(&id)?;
-        Some(self.complete(pending))
-    }
-
-    fn complete(&mut self, pending: PendingCheckpoint) -> Result<Completion, Failure> {
-        let id = pending.barrier.checkpoint_id;
-        let metadata = self.metadata(&pending);
-        let uses = weir_checkpoint::shared_files_of(&metadata);
-        // A subtask builds on the newest completion it heard of, which may be older than the
-        // newest one: every file it names must still be there (retained, or released and not
-        // yet deleted), or the checkpoint fails and the next one writes what it needs.
-        if let Some(gone) = uses.iter().find(|name| !self.retention.may_name(id, name, shared_file_checkpoint)) {
-            let reason = format!(
-                "checkpoint {id} builds on shared file {gone}, which an older checkpoint released; the next checkpoint writes that state again"
-            );
-            let mut failure = self.fail(pending, reason);
-            failure.fail_job = false;
-            self.consecutive_failures = self.consecutive_failures.saturating_sub(1);
-            return Err(failure);
-        }
-        crate::crash::point("checkpoint-before-metadata");
-        if let Err(e) = pending.dir.put(METADATA_FILE, encode_metadata(&metadata)) {
-            let reason = format!("writing {}/_metadata: {e}", pending.location);
-            return Err(self.fail(pending, reason));
-        }
-        crate::crash::point("checkpoint-after-metadata");
-        if let (Some(ha), SnapshotRequest::Periodic) = (&self.ha, &pending.request) {
-            // Complete once its pointer is in the HA store, and only then committed.
-            let subsumed = self.retention.drops_if_completed(id);
-            if let Err(e) = ha.add_checkpoint(id, &pending.location, &subsumed) {
-                let reason =
-                    format!("cannot record checkpoint {id} as complete in the HA store: {e}; it is not committed");
-                let keep_files = !matches!(e, weir_ha::HaError::LostLeadership);
-                let mut failure = self.fail_keeping(pending, reason, keep_files);
-                failure.fail_job = false;
-                return Err(failure);
-            }
-            crate::crash::point("checkpoint-after-pointer");
-        }
-        let mut operator_sizes = BTreeMap::new();
-        for ack in pending.acks.values() {
-            for operator in &ack.operators {
-                *operator_sizes.entry(operator.uid.clone()).or_insert(0) += operator.bytes;
-            }
-        }
-        let duration = pending.started.elapsed().as_millis() as u64;
-        let location = pending.location.clone();
-        self.update_entry(id, |entry| {
-            entry.status = CheckpointStatus::Completed;
-            entry.end_to_end_duration = duration;
-            entry.external_path = Some(location.clone());
-            entry.operator_sizes = operator_sizes;
-        });
-        {
-            let mut stats = self.stats();
-            stats.in_progress = stats.in_progress.saturating_sub(1);
-            stats.completed += 1;
-        }
-        self.consecutive_failures = 0;
+    fn retire_dir(&mut self, id: u64) {
         self.dirs.retire(id);
-        if matches!(pending.request, SnapshotRequest::Periodic) {
-            self.next_periodic_at = self.next_periodic_at.max(Instant::now() + self.settings.min_pause);
-            self.retain(id, Arc::clone(&pending.dir), uses);
-            let older: Vec<u64> = self
-                .pending
-                .iter()
-                .filter(|(older, p)| **older < id && matches!(p.request, SnapshotRequest::Periodic))
-                .map(|(older, _)| *older)
-                .collect();
-            for older in older {
-                if let Some(subsumed) = self.pending.remove(&older) {
-                    let mut failure =
-                        self.fail(subsumed, format!("subsumed by checkpoint {id}, which completed first"));
-                    // Not a failure of the job's checkpointing: a newer one completed.
-                    failure.fail_job = false;
-                    self.consecutive_failures = 0;
-                    self.subsumed.push(failure);
-                }
-            }
-        }
-        Ok(Completion { checkpoint_id: id, request: pending.request, location })
-    }
-
-    /// The checkpoints the last completion subsumed (see [`CheckpointCoordinator::acknowledge`]).
-    pub fn take_subsumed(&mut self) -> Vec<Failure> {
-        std::mem::take(&mut self.subsumed)
-    }
-
-    /// Retains checkpoint `id` (it names `uses` of the shared files) and carries out what
-    /// its completion pushes out: the newest `num_retained` completed checkpoints are kept
-    /// (by id, whatever order they completed in), older ones deleted, the claimed snapshot
-    /// disposed; shared files released by an earlier completion and not named again go
-    /// ([`Retention`]: the whole plan is decided before the first deletion).
-    fn retain(&mut self, id: u64, dir: Arc<BlockingStorage>, uses: BTreeSet<String>) {
-        let plan = self.retention.complete(id, dir, uses);
-        if let Some((claimed, dir)) = plan.claimed {
-            self.dispose_claimed(claimed, &dir);
-        }
-        for (old_id, old_dir) in plan.checkpoints {
-            crate::crash::point("checkpoint-before-subsumed-delete");
-            if let Err(e) = old_dir.delete_all() {
-                tracing::warn!(checkpoint = old_id, error = %e, "cannot delete an old checkpoint; delete it by hand");
-            }
-        }
-        for name in plan.shared_files {
-            crate::crash::point("checkpoint-before-shared-delete");
-            if let Err(e) = self.shared_dir.delete(&name) {
-                tracing::warn!(file = %name, error = %e, "cannot delete a shared checkpoint file");
-                self.retention.delete_failed(name, id);
-            }
+        if let Some(dir) = self.open.remove(&id) {
+            self.retired = Some((id, dir));
         }
     }
 
-    /// Disposes a claimed snapshot the job's checkpoints subsumed, and what of its own job's
-    /// shared files nothing else uses.
-    fn dispose_claimed(&self, id: u64, dir: &BlockingStorage) {
+    fn write_metadata(&mut self, id: u64, location: &str, metadata: &SnapshotMetadata) -> Result<(), String> {
+        let dir = self.storage_of(id, location).ok_or_else(|| format!("cannot open '{location}'"))?;
+        crate::crash::point("checkpoint-before-metadata");
+        dir.put(METADATA_FILE, encode_metadata(metadata)).map_err(|e| e.to_string())?;
+        crate::crash::point("checkpoint-after-metadata");
+        Ok(())
+    }
+
+    fn record_pointer(&mut self, id: u64, location: &str, subsumed: &[u64]) -> Result<(), PointerError> {
+        let Some(ha) = &self.ha else { return Ok(()) };
+        match ha.add_checkpoint(id, location, subsumed) {
+            Ok(()) => {
+                crate::crash::point("checkpoint-after-pointer");
+                Ok(())
+            }
+            Err(error @ weir_ha::HaError::LostLeadership) => Err(PointerError::LostLeadership(error.to_string())),
+            Err(error) => Err(PointerError::Unknown(error.to_string())),
+        }
+    }
+
+    fn delete_failed(&mut self, id: u64, location: &str, shared: bool) {
+        if let Some(dir) = self.storage_of(id, location)
+            && let Err(e) = dir.delete_all()
+        {
+            tracing::warn!(checkpoint = id, error = %e, "cannot delete the files of a failed checkpoint");
+        }
+        if shared {
+            self.delete_shared_where(|name| shared_file_checkpoint(name) == Some(id));
+        }
+    }
+
+    fn delete_checkpoint(&mut self, id: u64, location: &str) {
+        crate::crash::point("checkpoint-before-subsumed-delete");
+        if let Some(dir) = self.storage_of(id, location)
+            && let Err(e) = dir.delete_all()
+        {
+            tracing::warn!(checkpoint = id, error = %e, "cannot delete an old checkpoint; delete it by hand");
+        }
+    }
+
+    fn dispose_claimed(&mut self, id: u64, location: &str) {
+        let Some(dir) = self.storage_of(id, location) else { return };
         match dir.block_on(weir_checkpoint::dispose(&dir.storage)) {
             Ok(disposed) => {
                 tracing::info!(checkpoint = id, location = %dir.storage.display(), bytes = disposed.bytes, "claimed snapshot disposed");
@@ -579,172 +455,17 @@ impl CheckpointCoordinator {
         }
     }
 
-    fn metadata(&self, pending: &PendingCheckpoint) -> SnapshotMetadata {
-        let mut by_uid: HashMap<&str, (Option<String>, BTreeMap<u32, SubtaskSnapshot>)> = HashMap::new();
-        for ack in pending.acks.values() {
-            for operator in &ack.operators {
-                let slot = by_uid.entry(operator.uid.as_str()).or_default();
-                if operator.key_type.is_some() {
-                    slot.0 = operator.key_type.clone();
-                }
-                slot.1.insert(operator.snapshot.subtask, operator.snapshot.clone());
-            }
-        }
-        let mut operators = Vec::with_capacity(self.operators.len());
-        for info in &self.operators {
-            let acked = by_uid.remove(info.uid.as_str());
-            let mut subtasks = Vec::with_capacity(info.parallelism as usize);
-            let key_type = acked.as_ref().and_then(|a| a.0.clone());
-            for index in 0..info.parallelism {
-                // Stateless operators send nothing of their own: their task's ack says whether
-                // the subtask had finished.
-                let finished = pending.acks.get(&(info.vertex, index)).is_some_and(|ack| ack.finished);
-                let mut snapshot = acked.as_ref().and_then(|a| a.1.get(&index).cloned()).unwrap_or(SubtaskSnapshot {
-                    subtask: index,
-                    key_group_range: None,
-                    file: None,
-                    keyed_states: Vec::new(),
-                    operator_states: Vec::new(),
-                    finished: false,
-                    shared_files: Vec::new(),
-                });
-                snapshot.finished = finished;
-                subtasks.push(snapshot);
-            }
-            operators.push(OperatorSnapshot {
-                uid: info.uid.clone(),
-                name: info.name.clone(),
-                parallelism: info.parallelism,
-                key_type,
-                subtasks,
-            });
-        }
-        SnapshotMetadata {
-            format_version: FORMAT_VERSION,
-            kind: match pending.request {
-                SnapshotRequest::Periodic => SnapshotKind::Checkpoint,
-                SnapshotRequest::Savepoint { .. } => SnapshotKind::Savepoint,
-            },
-            job_id: self.job_id.clone(),
-            job_name: self.job_name.clone(),
-            checkpoint_id: pending.barrier.checkpoint_id,
-            timestamp_ms: pending.barrier.timestamp_ms,
-            max_parallelism: self.max_parallelism,
-            operators,
-            format: pending.barrier.kind.format(),
-            state_backend: Some(self.settings.state_backend().to_string()),
-        }
+    fn delete_shared(&mut self, name: &str) -> Result<(), String> {
+        crate::crash::point("checkpoint-before-shared-delete");
+        self.shared_dir.delete(name).map_err(|e| e.to_string())
     }
 
-    fn fail(&mut self, pending: PendingCheckpoint, reason: String) -> Failure {
-        self.fail_keeping(pending, reason, false)
-    }
-
-    /// Fails a checkpoint; its files are kept when `keep_files` (its HA pointer may have
-    /// been written after all: an etcd answer that never came).
-    fn fail_keeping(&mut self, pending: PendingCheckpoint, reason: String, keep_files: bool) -> Failure {
-        let id = pending.barrier.checkpoint_id;
-        // Retired first: a write that lands after the deletion below sees it and removes its
-        // own file (`writer::write_subtask`).
-        self.dirs.retire(id);
-        // A failed checkpoint's files are useless; completed ones are never touched here.
-        if !keep_files && let Err(e) = pending.dir.delete_all() {
-            tracing::warn!(checkpoint = id, error = %e, "cannot delete the files of a failed checkpoint");
-        }
-        if !keep_files && self.settings.incremental.is_some() {
-            self.delete_shared_files_of(id);
-        }
-        let duration = pending.started.elapsed().as_millis() as u64;
-        let message = reason.clone();
-        self.update_entry(id, |entry| {
-            entry.status = CheckpointStatus::Failed;
-            entry.end_to_end_duration = duration;
-            entry.failure_message = Some(message);
+    fn sweep_shared(&mut self, keep: &BTreeSet<String>, below: u64) {
+        let deleted = self.delete_shared_where(|name| {
+            shared_file_checkpoint(name).is_some_and(|id| id < below) && !keep.contains(name)
         });
-        {
-            let mut stats = self.stats();
-            stats.in_progress = stats.in_progress.saturating_sub(1);
-            stats.failed += 1;
-        }
-        let mut fail_job = false;
-        if matches!(pending.request, SnapshotRequest::Periodic) {
-            self.consecutive_failures += 1;
-            fail_job = self.consecutive_failures > self.settings.tolerable_failures;
-            self.next_periodic_at = self.next_periodic_at.max(Instant::now() + self.settings.min_pause);
-        }
-        Failure { checkpoint_id: id, request: pending.request, reason, fail_job }
-    }
-
-    /// Deletes the shared files checkpoint `id` wrote (it failed: nothing uses them).
-    fn delete_shared_files_of(&self, id: u64) {
-        self.delete_shared_where(|name| shared_file_checkpoint(name) == Some(id));
-    }
-
-    /// A subtask could not snapshot or write: the checkpoint fails.
-    pub fn decline(&mut self, checkpoint_id: u64, reason: String) -> Option<Failure> {
-        let pending = self.pending.remove(&checkpoint_id)?;
-        Some(self.fail(pending, reason))
-    }
-
-    /// Fails every checkpoint older than the timeout.
-    pub fn expire(&mut self, now: Instant) -> Vec<Failure> {
-        let timeout = self.settings.timeout;
-        let expired: Vec<u64> =
-            self.pending.iter().filter(|(_, p)| now.duration_since(p.started) >= timeout).map(|(id, _)| *id).collect();
-        let mut failures = Vec::new();
-        for id in expired {
-            if let Some(pending) = self.pending.remove(&id) {
-                let reason =
-                    format!("checkpoint {id} expired before completing (execution.checkpointing.timeout {timeout:?})");
-                failures.push(self.fail(pending, reason));
-            }
-        }
-        failures
-    }
-
-    /// Fails every pending checkpoint (the job is ending or a subtask finished).
-    pub fn abort_all(&mut self, reason: &str) -> Vec<Failure> {
-        let ids: Vec<u64> = self.pending.keys().copied().collect();
-        let mut failures = Vec::new();
-        for id in ids {
-            if let Some(pending) = self.pending.remove(&id) {
-                let mut failure = self.fail(pending, reason.to_string());
-                // Aborts because the job ends are not checkpoint failures of the job.
-                failure.fail_job = false;
-                failures.push(failure);
-            }
-        }
-        failures
-    }
-
-    /// The id the next checkpoint or savepoint takes.
-    pub fn next_checkpoint_id(&self) -> u64 {
-        self.next_id
-    }
-
-    /// The location of the newest retained checkpoint (retained ones are kept in id order).
-    pub fn latest_retained(&self) -> Option<(u64, String)> {
-        self.retention.newest().map(|(id, dir)| (*id, dir.storage.url().to_string()))
-    }
-}
-
-impl Drop for CheckpointCoordinator {
-    fn drop(&mut self) {
-        self.release_shared();
-    }
-}
-
-impl CheckpointCoordinator {
-    /// The job takes no more checkpoints (its final checkpoint or stop-with-savepoint
-    /// completed, it ended, or this JobManager lost its leadership): no checkpoint can build
-    /// on a released shared file any more, so they go now rather than at a completion that
-    /// will not come. (A new leader's checkpoints name only files its adopted checkpoints
-    /// use.)
-    pub fn release_shared(&mut self) {
-        for name in self.retention.release_all() {
-            if let Err(e) = self.shared_dir.delete(&name) {
-                tracing::warn!(file = %name, error = %e, "cannot delete a shared checkpoint file");
-            }
+        if deleted > 0 {
+            tracing::info!(files = deleted, "deleted shared checkpoint files no checkpoint uses");
         }
     }
 }
@@ -752,6 +473,9 @@ impl CheckpointCoordinator {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
+    use weir_api::snapshot::BarrierKind;
+    use weir_checkpoint::format::{FORMAT_VERSION, OperatorSnapshot, SnapshotKind, SubtaskSnapshot};
     use crate::checkpointing::writer::AckedOperator;
 
     fn settings(url: &str) -> CheckpointSettings {
@@ -883,18 +607,8 @@ mod tests {
         assert!(metadata_exists(url, second));
         assert!(!metadata_exists(url, first));
         assert_eq!(coordinator.latest_retained().unwrap().0, second);
-        // Retention keeps the newest by id whatever order completions come in.
-        let mut coordinator = coordinator_for_retention("memory://coordinator-retention");
-        let dir = |id: u64| Arc::new(SnapshotStorage::from_url(&format!("memory://r/{id}")).unwrap().blocking());
-        coordinator.retain(5, dir(5), BTreeSet::new());
-        coordinator.retain(3, dir(3), BTreeSet::new());
-        assert_eq!(coordinator.latest_retained().unwrap().0, 5);
-    }
-
-    fn coordinator_for_retention(url: &str) -> CheckpointCoordinator {
-        let mut settings = settings(url);
-        settings.num_retained = 1;
-        coordinator(settings)
+        // (That retention keeps the newest by id whatever order completions come in is
+        // retention.rs's test.)
     }
 
     /// An ack of subtask `subtask` whose blocks are in `files` of the shared directory.

@@ -1,8 +1,10 @@
 //! Checkpoints and savepoints on the job master's side: settings, the coordinator's
 //! bookkeeping and its retention plans, the asynchronous writer of subtask snapshots, and reading restored state.
 
+pub mod book;
 pub mod coordinator;
 pub mod dirs;
+pub mod driver;
 pub mod incremental;
 pub mod restore;
 mod retention;
