@@ -26,6 +26,8 @@ pub mod jobgraph;
 pub mod network;
 pub mod restart;
 pub mod security;
+#[cfg(test)]
+mod simulation;
 pub mod status;
 
 pub use status::{JobDetails, JobOverview};

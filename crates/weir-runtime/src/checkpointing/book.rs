@@ -73,6 +73,19 @@ pub struct Completion {
     pub location: String,
 }
 
+impl Completion {
+    /// Whether the subtasks commit what they staged: an intermediate savepoint is no restore
+    /// point for failover (a restart restores the newest checkpoint), so it commits nothing;
+    /// what its sinks staged is committed by the next checkpoint (Flink since 1.15,
+    /// FLINK-25191). A checkpoint commits, and so does a stop-with-savepoint, which ends the job.
+    pub fn commits(&self) -> bool {
+        match self.request {
+            SnapshotRequest::Periodic => true,
+            SnapshotRequest::Savepoint { terminate, .. } => terminate,
+        }
+    }
+}
+
 /// A checkpoint or savepoint that failed.
 #[derive(Clone, Debug)]
 pub struct Failure {
@@ -395,6 +408,11 @@ impl CheckpointBook {
         self.retention.newest().cloned()
     }
 
+    /// Every retained checkpoint, oldest first: what a user or a restart may restore.
+    pub fn retained(&self) -> Vec<(u64, String)> {
+        self.retention.retained().cloned().collect()
+    }
+
     /// True when a periodic checkpoint should be triggered at `now`.
     pub fn periodic_due(&self, now: Instant) -> bool {
         self.settings.interval.is_some() && now >= self.next_periodic_at && self.periodic_slot_free()
@@ -581,16 +599,25 @@ impl CheckpointBook {
         let Some(pending) = self.take_pending(id, &[Phase::RecordingPointer]) else { return };
         match result {
             Ok(()) => self.complete(pending, now, out),
-            Err(error) => {
-                let (message, mode) = match error {
-                    PointerError::LostLeadership(message) => (message, FailMode::Tolerated),
-                    // The pointer may be in the store after all: its files stay.
-                    PointerError::Unknown(message) => (message, FailMode::KeepFiles),
-                };
+            Err(PointerError::LostLeadership(message)) => {
                 let reason = format!(
                     "cannot record checkpoint {id} as complete in the HA store: {message}; it is not committed"
                 );
-                self.fail(pending, reason, mode, now, out);
+                self.fail(pending, reason, FailMode::Tolerated, now, out);
+            }
+            Err(PointerError::Unknown(message)) => {
+                // The pointer may be in the store after all, and a later leader may restore
+                // it: nothing it names is deleted until a later completion drops it from the
+                // store with the others it subsumes. It is no restore point here: a restore
+                // commits, and the store may not have it. (Found by the deterministic
+                // simulation: seed 466 deleted the shared files of such a checkpoint at the
+                // next completion; seed 354 restored it while the store had the one before.)
+                let (location, uses) = (pending.location.clone(), pending.uses.clone());
+                let reason = format!(
+                    "cannot record checkpoint {id} as complete in the HA store: {message}; it is not committed, and its files are kept in case the write happened"
+                );
+                self.fail(pending, reason, FailMode::KeepFiles, now, out);
+                self.retention.keep_uncertain(id, location, uses);
             }
         }
     }

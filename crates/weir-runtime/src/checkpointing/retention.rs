@@ -24,6 +24,10 @@ pub(crate) struct Retention<D> {
     released: BTreeMap<String, u64>,
     /// A snapshot the job claimed (claim mode CLAIM): disposed, not deleted, once subsumed.
     claimed: Option<u64>,
+    /// Checkpoints whose HA pointer write got no answer: maybe recorded, so a later leader
+    /// may restore them. Protected like retained ones, never a restore point here (a restore
+    /// commits), and dropped by the next completion after them.
+    uncertain: BTreeMap<u64, D>,
 }
 
 /// What completing a checkpoint removes, decided before any of it runs.
@@ -52,6 +56,7 @@ impl<D> Retention<D> {
             shared_refs: BTreeMap::new(),
             released: BTreeMap::new(),
             claimed: None,
+            uncertain: BTreeMap::new(),
         }
     }
 
@@ -63,6 +68,7 @@ impl<D> Retention<D> {
         ids.insert(at, id);
         let drop = ids.len().saturating_sub(self.num_retained);
         ids.truncate(drop);
+        ids.extend(self.uncertain.range(..id).map(|(uncertain, _)| *uncertain));
         ids
     }
 
@@ -76,8 +82,14 @@ impl<D> Retention<D> {
         self.shared_refs.insert(id, uses);
         let mut plan = RetentionPlan::empty();
         for old in dropped {
-            let Some(at) = self.retained.iter().position(|(retained, _)| *retained == old) else { continue };
-            let Some(entry) = self.retained.remove(at) else { continue };
+            let entry = match self.uncertain.remove(&old) {
+                Some(dir) => (old, dir),
+                None => {
+                    let Some(at) = self.retained.iter().position(|(retained, _)| *retained == old) else { continue };
+                    let Some(entry) = self.retained.remove(at) else { continue };
+                    entry
+                }
+            };
             if self.claimed == Some(old) {
                 self.claimed = None;
                 plan.claimed = Some(entry);
@@ -117,6 +129,13 @@ impl<D> Retention<D> {
         }
     }
 
+    /// Checkpoint `id` may or may not be recorded as complete (its HA pointer write got no
+    /// answer): it protects the files it names until a later completion drops it.
+    pub(crate) fn keep_uncertain(&mut self, id: u64, dir: D, uses: BTreeSet<String>) {
+        self.uncertain.insert(id, dir);
+        self.shared_refs.insert(id, uses);
+    }
+
     /// Whether a new checkpoint `id` may name shared file `name`: its own, one a retained
     /// checkpoint names, or one released and not yet deleted.
     pub(crate) fn may_name(&self, id: u64, name: &str, own: impl Fn(&str) -> Option<u64>) -> bool {
@@ -134,6 +153,11 @@ impl<D> Retention<D> {
     pub(crate) fn release_all(&mut self) -> Vec<String> {
         let live = self.live_files();
         std::mem::take(&mut self.released).into_keys().filter(|name| !live.contains(name)).collect()
+    }
+
+    /// The retained checkpoints, oldest first.
+    pub(crate) fn retained(&self) -> impl Iterator<Item = &(u64, D)> {
+        self.retained.iter()
     }
 
     /// The newest retained checkpoint.

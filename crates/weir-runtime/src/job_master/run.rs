@@ -675,14 +675,7 @@ impl JobRun {
                         tracing::warn!(job_id = %self.master.job_id, %error, "cannot remove a savepoint request from the HA store");
                     }
                 }
-                // An intermediate savepoint is no restore point for failover (a restart restores
-                // the newest checkpoint), so it commits nothing: what its sinks staged is
-                // committed by the next checkpoint (Flink since 1.15, FLINK-25191). A
-                // stop-with-savepoint ends the job, so it commits.
-                let commits = match completion.request {
-                    SnapshotRequest::Periodic => true,
-                    SnapshotRequest::Savepoint { terminate, .. } => terminate,
-                };
+                let commits = completion.commits();
                 if commits {
                     self.sup.send_to_all(TaskControl::CheckpointComplete(completion.checkpoint_id));
                 }

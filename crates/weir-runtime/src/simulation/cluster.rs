@@ -1,0 +1,424 @@
+//! A simulated cluster: two JobManagers electing a leader in the simulated HA store, each
+//! leader running the real [`CheckpointBook`] through the real driver over [`SimIo`], and the
+//! job's subtasks, connected by a network that delays and reorders (FIFO per connection, as
+//! TCP). A seeded scheduler picks every step; faults (kill -9 at any effect boundary, a
+//! frozen leader, subtask failures, HA writes refused or whose answer is lost) stop after
+//! `fault_steps`, and the job must then finish with every record committed exactly once.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use weir_api::snapshot::{Barrier, SnapshotFormat};
+
+use super::io::{CHECKPOINTS, SHARED, SimIo};
+use super::tasks::Task;
+use super::world::{External, HaFlake, Object, SimHa, SimRng, SimStorage, TaskState};
+use crate::checkpointing::book::{
+    AdoptedCheckpoint, BookEvent, BookJob, CheckpointBook, Now, OperatorInfo, SnapshotRequest,
+};
+use crate::checkpointing::driver::{Outcomes, drive};
+use crate::checkpointing::settings::CheckpointSettings;
+use crate::checkpointing::writer::SubtaskAck;
+
+/// The leader's lease in the HA store, in simulated milliseconds.
+const LEASE_MS: u64 = 300;
+
+/// The shape of one run, drawn from its seed.
+#[derive(Clone, Debug)]
+pub struct Shape {
+    pub subtasks: u32,
+    pub records: u64,
+    pub incremental: bool,
+    pub num_retained: u32,
+    pub max_concurrent: u32,
+    pub fault_steps: usize,
+    /// A fault in about one of this many steps while faults are on.
+    pub fault_one_in: u64,
+    pub max_steps: usize,
+}
+
+impl Shape {
+    pub fn draw(rng: &mut SimRng) -> Shape {
+        Shape {
+            subtasks: 1 + rng.below(3) as u32,
+            records: 40 + rng.below(160),
+            incremental: rng.one_in(2),
+            num_retained: 1 + rng.below(3) as u32,
+            max_concurrent: 1 + rng.below(2) as u32,
+            fault_steps: 200 + rng.below(600) as usize,
+            fault_one_in: 8 + rng.below(40),
+            max_steps: 6000,
+        }
+    }
+}
+
+/// A JobManager process.
+pub enum JobManager {
+    Standby,
+    Leading(Box<Master>),
+    /// SIGSTOPped until the given time; woken, it goes on as it was.
+    Frozen { until: u64, master: Option<Box<Master>> },
+    Dead { restart_at: u64 },
+}
+
+/// The job master of a leader: the real book, and what the job master decides around it.
+pub struct Master {
+    pub book: CheckpointBook,
+    pub epoch: u64,
+    pub final_checkpoint: Option<u64>,
+}
+
+pub enum Body {
+    Barrier(Barrier),
+    Complete { id: u64, last: bool },
+    Ack(Box<SubtaskAck>),
+}
+
+/// A message on the network: from a leader of `epoch` to a subtask, or from a subtask of
+/// `attempt` to a JobManager.
+pub struct Message {
+    pub deliver_at: u64,
+    pub channel: (usize, usize),
+    pub epoch: u64,
+    pub attempt: u64,
+    pub to: Destination,
+    pub body: Body,
+}
+
+#[derive(Clone, Copy)]
+pub enum Destination {
+    Task(u32),
+    JobManager(usize),
+}
+
+pub struct Cluster {
+    pub rng: SimRng,
+    pub shape: Shape,
+    pub now_ms: u64,
+    base: Instant,
+    pub storage: SimStorage,
+    pub ha: SimHa,
+    pub external: External,
+    pub jms: Vec<JobManager>,
+    pub tasks: Vec<Task>,
+    pub net: Vec<Message>,
+    pub dirs: BTreeMap<u64, String>,
+    /// Completed savepoints: a user may restore any of them.
+    pub savepoints: Vec<(u64, String)>,
+    pub highest_id: u64,
+    pub step: usize,
+    pub trace: Vec<String>,
+    pub violations: Vec<String>,
+    pub savepoint_seq: u64,
+}
+
+impl Cluster {
+    pub fn new(seed: u64) -> Cluster {
+        let mut rng = SimRng::new(seed);
+        let shape = Shape::draw(&mut rng);
+        let mut cluster = Cluster {
+            rng,
+            now_ms: 0,
+            base: Instant::now(),
+            storage: SimStorage::default(),
+            ha: SimHa { next_checkpoint_id: 1, ..SimHa::default() },
+            external: External::default(),
+            jms: vec![JobManager::Standby, JobManager::Standby],
+            tasks: Vec::new(),
+            net: Vec::new(),
+            dirs: BTreeMap::new(),
+            savepoints: Vec::new(),
+            highest_id: 0,
+            step: 0,
+            trace: vec![format!("seed {seed}: {shape:?}")],
+            violations: Vec::new(),
+            shape,
+            savepoint_seq: 0,
+        };
+        cluster.take_over(0);
+        cluster
+    }
+
+    pub fn now(&self) -> Now {
+        Now { at: self.base + Duration::from_millis(self.now_ms), wall_ms: 1_700_000_000_000 + self.now_ms }
+    }
+
+    pub fn faulting(&self) -> bool {
+        self.step < self.shape.fault_steps
+    }
+
+    fn settings(&self) -> CheckpointSettings {
+        CheckpointSettings {
+            interval: Some(Duration::from_millis(100)),
+            timeout: Duration::from_millis(1500),
+            min_pause: Duration::from_millis(20),
+            max_concurrent: self.shape.max_concurrent,
+            tolerable_failures: 1_000,
+            num_retained: self.shape.num_retained,
+            checkpoints_url: "sim://chk".into(),
+            incremental: self.shape.incremental.then_some(3),
+            ..CheckpointSettings::default()
+        }
+    }
+
+    /// JobManager `jm` wins the election: a new epoch, the recorded checkpoints adopted, the
+    /// running attempt taken over or the job restarted from the newest pointer.
+    pub fn take_over(&mut self, jm: usize) {
+        self.ha.epoch += 1;
+        self.ha.leader = Some(jm);
+        self.ha.lease_until = self.now_ms + LEASE_MS;
+        let epoch = self.ha.epoch;
+        self.trace.push(format!("JM{jm} leads epoch {epoch}"));
+        let operators = vec![OperatorInfo { uid: "sink".into(), name: "sink".into(), parallelism: self.shape.subtasks, vertex: 0 }];
+        let job = BookJob {
+            job_id: "job".into(),
+            job_name: "simulated".into(),
+            max_parallelism: 128,
+            operators,
+            expected_acks: self.shape.subtasks as usize,
+        };
+        let stats = Arc::new(Mutex::new(Default::default()));
+        let book = CheckpointBook::new(self.settings(), job, self.ha.next_checkpoint_id, true, stats, self.now().at);
+        self.jms[jm] = JobManager::Leading(Box::new(Master { book, epoch, final_checkpoint: None }));
+        let adopted = self.ha.pointers.iter().map(|(id, location)| AdoptedCheckpoint {
+            id: *id,
+            location: location.clone(),
+            uses: self.metadata(location).map(|m| super::world::files_of(&m)),
+        });
+        let checkpoints = adopted.collect();
+        self.drive(jm, BookEvent::Adopt { checkpoints });
+        if self.ha.finished {
+            return;
+        }
+        let attempts_alive = !self.tasks.is_empty();
+        if attempts_alive && self.rng.one_in(2) {
+            self.trace.push(format!("  JM{jm} takes the running attempt over"));
+            for task in &mut self.tasks {
+                task.epoch = epoch;
+                task.leader = jm;
+            }
+        } else {
+            let newest = self.ha.pointers.iter().next_back().map(|(_, location)| location.clone());
+            self.deploy(jm, newest);
+        }
+    }
+
+    pub fn metadata(&self, location: &str) -> Option<weir_checkpoint::format::SnapshotMetadata> {
+        match self.storage.objects.get(&format!("{location}/_metadata")) {
+            Some(Object::Metadata(metadata)) => Some((**metadata).clone()),
+            _ => None,
+        }
+    }
+
+    /// A new attempt of every subtask, from the snapshot at `location` (nothing: afresh); its
+    /// staged transactions are committed (recover and commit).
+    pub fn deploy(&mut self, jm: usize, location: Option<String>) {
+        let attempt = self.tasks.iter().map(|t| t.attempt + 1).max().unwrap_or(0);
+        let epoch = self.ha.epoch;
+        self.trace.push(format!("  attempt {attempt} deployed from {location:?}"));
+        let mut tasks = Vec::new();
+        for subtask in 0..self.shape.subtasks {
+            let state = match &location {
+                Some(location) => match self.restore_state(location, subtask) {
+                    Ok(state) => Some(state),
+                    Err(error) => return self.violation(format!("restore failed: {error}")),
+                },
+                None => None,
+            };
+            if let Some(state) = &state {
+                for txn in &state.pending {
+                    if let Err(error) = self.external.commit(subtask, *txn) {
+                        return self.violation(error);
+                    }
+                }
+            }
+            tasks.push(Task::restored(subtask, attempt, epoch, jm, state, self.shape.records));
+        }
+        self.tasks = tasks;
+    }
+
+    /// Subtask `subtask`'s state in the snapshot at `location`; an error names what is missing.
+    pub fn restore_state(&self, location: &str, subtask: u32) -> Result<TaskState, String> {
+        let metadata = self.metadata(location).ok_or_else(|| format!("{location}/_metadata is gone"))?;
+        let snapshot = metadata
+            .operators
+            .first()
+            .and_then(|operator| operator.subtasks.get(subtask as usize))
+            .ok_or_else(|| format!("{location} has no subtask {subtask}"))?;
+        let mut state = None;
+        for name in &snapshot.shared_files {
+            match self.storage.objects.get(&format!("{SHARED}/{name}")) {
+                Some(Object::State(own)) => state = Some(own.clone()),
+                _ => return Err(format!("{location} names shared file {name}, which is gone")),
+            }
+        }
+        if let Some(file) = &snapshot.file {
+            match self.storage.objects.get(&format!("{location}/{file}")) {
+                Some(Object::State(own)) => state = Some(own.clone()),
+                _ => return Err(format!("{location}/{file} is gone")),
+            }
+        }
+        state.ok_or_else(|| format!("{location} holds no state of subtask {subtask}"))
+    }
+
+    pub fn violation(&mut self, message: String) {
+        self.trace.push(format!("VIOLATION: {message}"));
+        self.violations.push(message);
+    }
+
+    /// Hands `event` to JobManager `jm`'s book, carrying its effects out (it may die at any
+    /// boundary while faults are on), and acts on what came of it.
+    pub fn drive(&mut self, jm: usize, event: BookEvent) -> Outcomes {
+        let now = self.now();
+        let crash_one_in = if self.faulting() { 25 } else { 0 };
+        let JobManager::Leading(master) = &mut self.jms[jm] else { return Outcomes::default() };
+        let mut io = SimIo {
+            storage: &mut self.storage,
+            ha: &mut self.ha,
+            rng: &mut self.rng,
+            dirs: &mut self.dirs,
+            trace: &mut self.trace,
+            epoch: master.epoch,
+            crash_one_in,
+            dead: false,
+            lost_leadership: false,
+        };
+        let outcomes = drive(&mut master.book, &mut io, event, now);
+        let (dead, lost) = (io.dead, io.lost_leadership);
+        if dead {
+            self.trace.push(format!("JM{jm} killed"));
+            self.jms[jm] = JobManager::Dead { restart_at: self.now_ms + 50 + self.rng.below(400) };
+            return outcomes;
+        }
+        self.act_on(jm, &outcomes);
+        if lost {
+            self.step_down(jm);
+        }
+        outcomes
+    }
+
+    /// What the job master does with completions and failures.
+    fn act_on(&mut self, jm: usize, outcomes: &Outcomes) {
+        for barrier in &outcomes.triggered {
+            if barrier.checkpoint_id <= self.highest_id {
+                let highest = self.highest_id;
+                self.violation(format!("checkpoint id {} handed out after {highest}", barrier.checkpoint_id));
+            }
+            self.highest_id = self.highest_id.max(barrier.checkpoint_id);
+            self.trace.push(format!("  barrier {} out", barrier.checkpoint_id));
+            self.send_to_tasks(jm, |_| Body::Barrier(*barrier));
+        }
+        let final_checkpoint = match &self.jms[jm] {
+            JobManager::Leading(master) => master.final_checkpoint,
+            _ => None,
+        };
+        for completion in &outcomes.completed {
+            let id = completion.checkpoint_id;
+            self.trace.push(format!("  {id} completed ({:?})", completion.request));
+            if !completion.request.is_periodic_request() {
+                self.savepoints.push((id, completion.location.clone()));
+            }
+            if completion.commits() {
+                let last = final_checkpoint == Some(id);
+                self.send_to_tasks(jm, |_| Body::Complete { id, last });
+            }
+        }
+        let mut restart = false;
+        for failure in &outcomes.failed {
+            self.trace.push(format!("  {} failed: {}", failure.checkpoint_id, failure.reason));
+            if let JobManager::Leading(master) = &mut self.jms[jm]
+                && master.final_checkpoint == Some(failure.checkpoint_id)
+            {
+                master.final_checkpoint = None;
+            }
+            restart |= failure.fail_job;
+        }
+        if restart {
+            self.restart(jm, "too many failed checkpoints");
+        }
+    }
+
+    fn send_to_tasks(&mut self, jm: usize, body: impl Fn(u32) -> Body) {
+        let epoch = self.ha.epoch;
+        let epoch = match &self.jms[jm] {
+            JobManager::Leading(master) => master.epoch,
+            _ => epoch,
+        };
+        for subtask in 0..self.shape.subtasks {
+            self.send(1000 + jm, subtask as usize, epoch, 0, Destination::Task(subtask), body(subtask));
+        }
+    }
+
+    /// Queues a message on the connection `from -> to`: delivered after a random delay, in
+    /// order on its connection.
+    pub fn send(&mut self, from: usize, to: usize, epoch: u64, attempt: u64, destination: Destination, body: Body) {
+        let channel = (from, to);
+        let after = self.net.iter().filter(|m| m.channel == channel).map(|m| m.deliver_at).max().unwrap_or(0);
+        let deliver_at = (self.now_ms + self.rng.below(60)).max(after);
+        self.net.push(Message { deliver_at, channel, epoch, attempt, to: destination, body });
+    }
+
+    /// The job restarts from the leader's newest retained checkpoint (a failure).
+    pub fn restart(&mut self, jm: usize, why: &str) {
+        self.trace.push(format!("JM{jm} restarts the job: {why}"));
+        let reason = "the job is restarting after a failure".to_string();
+        self.drive(jm, BookEvent::AbortAll { reason });
+        let JobManager::Leading(master) = &mut self.jms[jm] else { return };
+        master.final_checkpoint = None;
+        let newest = master.book.latest_retained().map(|(_, location)| location);
+        self.deploy(jm, newest);
+    }
+
+    /// JobManager `jm` learned it no longer leads: its job master ends (releasing what its
+    /// book released, as the real coordinator does when dropped) and it stands by.
+    pub fn step_down(&mut self, jm: usize) {
+        self.trace.push(format!("JM{jm} lost its leadership and stands by"));
+        self.drive(jm, BookEvent::ReleaseShared);
+        if matches!(self.jms[jm], JobManager::Leading(_)) {
+            self.jms[jm] = JobManager::Standby;
+        }
+    }
+
+    /// A savepoint a user asked for (not stopping the job).
+    pub fn savepoint(&mut self, jm: usize) {
+        self.savepoint_seq += 1;
+        let location = format!("sim://sp/savepoint-{}", self.savepoint_seq);
+        let request = SnapshotRequest::Savepoint {
+            request_id: format!("r{}", self.savepoint_seq),
+            terminate: false,
+            format: SnapshotFormat::Canonical,
+            drain: false,
+        };
+        self.trace.push(format!("user: savepoint into {location}"));
+        self.drive(jm, BookEvent::Trigger { request, location, full: false });
+    }
+
+    /// A periodic (or the final) checkpoint from JobManager `jm`.
+    pub fn trigger(&mut self, jm: usize, last: bool) {
+        let JobManager::Leading(master) = &self.jms[jm] else { return };
+        let location = format!("{CHECKPOINTS}/chk-{}", master.book.next_id());
+        let outcomes = self.drive(jm, BookEvent::Trigger { request: SnapshotRequest::Periodic, location, full: false });
+        if last
+            && let (Some(barrier), JobManager::Leading(master)) = (outcomes.triggered.first(), &mut self.jms[jm])
+        {
+            master.final_checkpoint = Some(barrier.checkpoint_id);
+        }
+    }
+}
+
+/// Whether a request is a periodic checkpoint (for the trace and the savepoint list).
+trait RequestKind {
+    fn is_periodic_request(&self) -> bool;
+}
+
+impl RequestKind for SnapshotRequest {
+    fn is_periodic_request(&self) -> bool {
+        matches!(self, SnapshotRequest::Periodic)
+    }
+}
+
+/// Where flakes of the HA store come from.
+pub fn draw_flake(rng: &mut SimRng) -> HaFlake {
+    if rng.one_in(2) { HaFlake::Refused } else { HaFlake::AnswerLost }
+}

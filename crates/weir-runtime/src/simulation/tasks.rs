@@ -1,0 +1,127 @@
+//! Simulated subtasks: each reads its own input (records `0..n`) and writes it through a
+//! transactional sink, staging a transaction at every barrier and committing the staged ones
+//! when it hears a checkpoint completed (Flink's two-phase commit). With incremental
+//! checkpoints its state names the shared files of the newest completion it heard of, as the
+//! real backends do, and is written whole again every few checkpoints.
+
+use std::collections::BTreeMap;
+
+use weir_api::snapshot::{Barrier, BarrierKind};
+use weir_checkpoint::format::SubtaskSnapshot;
+
+use super::io::SHARED;
+use super::world::{External, Object, SimRng, SimStorage, TaskState, Txn};
+use crate::checkpointing::writer::{AckedOperator, SubtaskAck};
+
+pub struct Task {
+    pub subtask: u32,
+    pub attempt: u64,
+    /// The leader (epoch, JobManager) this attempt follows.
+    pub epoch: u64,
+    pub leader: usize,
+    pub offset: u64,
+    pub txn_start: u64,
+    pub pending: Vec<Txn>,
+    /// The shared files of the newest completion it heard of (its incremental base).
+    pub base: Vec<String>,
+    /// The shared files each checkpoint it acknowledged names.
+    pub staged: BTreeMap<u64, Vec<String>>,
+    /// Its input ended.
+    pub ended: bool,
+    /// It committed the final checkpoint and ended.
+    pub finished: bool,
+}
+
+impl Task {
+    /// A new attempt from `state` (nothing: a fresh start).
+    pub fn restored(subtask: u32, attempt: u64, epoch: u64, leader: usize, state: Option<TaskState>, n: u64) -> Task {
+        let offset = state.map_or(0, |s| s.offset);
+        Task {
+            subtask,
+            attempt,
+            epoch,
+            leader,
+            offset,
+            txn_start: offset,
+            pending: Vec::new(),
+            base: Vec::new(),
+            staged: BTreeMap::new(),
+            ended: offset >= n,
+            finished: false,
+        }
+    }
+
+    /// Reads and writes up to five records.
+    pub fn work(&mut self, rng: &mut SimRng, n: u64) {
+        if self.ended {
+            return;
+        }
+        self.offset = (self.offset + 1 + rng.below(5)).min(n);
+        self.ended = self.offset >= n;
+    }
+
+    /// Snapshots at `barrier`: stages the open transaction, writes its state into `location`
+    /// (a savepoint, or a checkpoint without incremental state) or a new shared file, and
+    /// returns the acknowledgement.
+    pub fn snapshot(
+        &mut self,
+        barrier: &Barrier,
+        location: &str,
+        incremental: bool,
+        rng: &mut SimRng,
+        storage: &mut SimStorage,
+    ) -> SubtaskAck {
+        let id = barrier.checkpoint_id;
+        self.pending.push(Txn { checkpoint: id, from: self.txn_start, to: self.offset });
+        self.txn_start = self.offset;
+        let state = TaskState { offset: self.offset, pending: self.pending.clone() };
+        let mut snapshot = SubtaskSnapshot {
+            subtask: self.subtask,
+            key_group_range: None,
+            file: None,
+            keyed_states: Vec::new(),
+            operator_states: Vec::new(),
+            finished: false,
+            shared_files: Vec::new(),
+        };
+        if incremental && matches!(barrier.kind, BarrierKind::Checkpoint { .. }) {
+            // Written whole again every few checkpoints, so old files are released.
+            let mut names = if self.base.len() >= 3 || rng.one_in(3) { Vec::new() } else { self.base.clone() };
+            let own = format!("chk-{id}-task-{}-{}", self.subtask, self.attempt);
+            storage.put(format!("{SHARED}/{own}"), Object::State(state));
+            names.push(own);
+            self.staged.insert(id, names.clone());
+            snapshot.shared_files = names;
+        } else {
+            let file = format!("task-{}", self.subtask);
+            storage.put(format!("{location}/{file}"), Object::State(state));
+            snapshot.file = Some(file);
+        }
+        let operator = AckedOperator { uid: "sink".into(), key_type: None, snapshot, bytes: 1, full_bytes: 1 };
+        SubtaskAck {
+            checkpoint_id: id,
+            vertex: 0,
+            subtask: self.subtask,
+            operators: vec![operator],
+            finished: self.ended,
+            timings: Default::default(),
+        }
+    }
+
+    /// Checkpoint `id` completed: commits every transaction staged up to it.
+    pub fn complete(&mut self, id: u64, last: bool, external: &mut External) -> Result<(), String> {
+        let (commit, keep): (Vec<Txn>, Vec<Txn>) = self.pending.drain(..).partition(|txn| txn.checkpoint <= id);
+        self.pending = keep;
+        for txn in commit {
+            external.commit(self.subtask, txn)?;
+        }
+        if let Some(names) = self.staged.remove(&id) {
+            self.base = names;
+        }
+        self.staged.retain(|staged, _| *staged > id);
+        if last && self.ended {
+            self.finished = true;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,180 @@
+//! The simulated world around the control plane: a seeded random source, object storage, the
+//! HA store and the external system the job's transactional sink commits to.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use weir_checkpoint::format::SnapshotMetadata;
+
+/// SplitMix64: every choice of a run follows from its seed.
+pub struct SimRng(u64);
+
+impl SimRng {
+    pub fn new(seed: u64) -> SimRng {
+        SimRng(seed)
+    }
+
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `0..n` (`n > 0`).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+
+    /// True with probability `1/n`.
+    pub fn one_in(&mut self, n: u64) -> bool {
+        self.below(n) == 0
+    }
+}
+
+/// What a subtask's state file holds: where its input stands and the transactions it staged
+/// and has not seen committed.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TaskState {
+    pub offset: u64,
+    pub pending: Vec<Txn>,
+}
+
+/// A transaction of one subtask's sink: the records `from..to` of its input, staged at
+/// checkpoint `checkpoint`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Txn {
+    pub checkpoint: u64,
+    pub from: u64,
+    pub to: u64,
+}
+
+/// An object in the simulated store.
+#[derive(Clone, Debug)]
+pub enum Object {
+    Metadata(Box<SnapshotMetadata>),
+    State(TaskState),
+}
+
+/// Object storage: puts are atomic and durable once answered, listing is consistent.
+#[derive(Default)]
+pub struct SimStorage {
+    pub objects: BTreeMap<String, Object>,
+}
+
+impl SimStorage {
+    pub fn put(&mut self, path: String, object: Object) {
+        self.objects.insert(path, object);
+    }
+
+    pub fn delete_prefix(&mut self, prefix: &str) {
+        let prefix = format!("{prefix}/");
+        self.objects.retain(|path, _| !path.starts_with(&prefix));
+    }
+
+    /// Names of the files directly in `dir`.
+    pub fn list(&self, dir: &str) -> Vec<String> {
+        let prefix = format!("{dir}/");
+        self.objects.keys().filter_map(|path| path.strip_prefix(&prefix)).map(str::to_string).collect()
+    }
+}
+
+/// How the next HA write goes wrong, when a fault was injected.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum HaFlake {
+    /// Refused: nothing written, the writer hears an error.
+    Refused,
+    /// Written, but the answer is lost: the writer hears an error.
+    AnswerLost,
+}
+
+/// The HA store: a leader lease per epoch, writes fenced on the writer's epoch.
+#[derive(Default)]
+pub struct SimHa {
+    pub epoch: u64,
+    pub leader: Option<usize>,
+    pub lease_until: u64,
+    pub next_checkpoint_id: u64,
+    pub pointers: BTreeMap<u64, String>,
+    pub finished: bool,
+    pub flake: Option<HaFlake>,
+}
+
+/// Why an HA write did not take effect (or may have).
+#[derive(Debug, PartialEq)]
+pub enum HaWriteError {
+    LostLeadership,
+    Unknown,
+}
+
+impl SimHa {
+    /// A fenced write by the leader of `epoch`.
+    pub fn write(&mut self, epoch: u64, apply: impl FnOnce(&mut SimHa)) -> Result<(), HaWriteError> {
+        if epoch != self.epoch {
+            return Err(HaWriteError::LostLeadership);
+        }
+        match self.flake.take() {
+            Some(HaFlake::Refused) => Err(HaWriteError::Unknown),
+            Some(HaFlake::AnswerLost) => {
+                apply(self);
+                Err(HaWriteError::Unknown)
+            }
+            None => {
+                apply(self);
+                Ok(())
+            }
+        }
+    }
+}
+
+/// The external system the sink writes: committed transactions by (subtask, checkpoint id),
+/// committing one again is a no-op (Kafka's recover-and-commit).
+#[derive(Default)]
+pub struct External {
+    pub committed: BTreeMap<(u32, u64), Txn>,
+}
+
+impl External {
+    /// Commits `txn` of `subtask`; an error when that transaction was committed with other
+    /// records (a checkpoint id handed out twice).
+    pub fn commit(&mut self, subtask: u32, txn: Txn) -> Result<(), String> {
+        match self.committed.get(&(subtask, txn.checkpoint)) {
+            Some(existing) if *existing != txn => Err(format!(
+                "subtask {subtask}: transaction of checkpoint {} committed as {existing:?} and again as {txn:?}",
+                txn.checkpoint
+            )),
+            Some(_) => Ok(()),
+            None => {
+                self.committed.insert((subtask, txn.checkpoint), txn);
+                Ok(())
+            }
+        }
+    }
+
+    /// What subtask `subtask` has committed is exactly its records `0..n`, each once; `n`.
+    pub fn committed_prefix(&self, subtask: u32) -> Result<u64, String> {
+        let mut ranges: Vec<(u64, u64)> = self
+            .committed
+            .range((subtask, 0)..=(subtask, u64::MAX))
+            .map(|(_, txn)| (txn.from, txn.to))
+            .filter(|(from, to)| from < to)
+            .collect();
+        ranges.sort_unstable();
+        let mut end = 0;
+        for (from, to) in ranges {
+            if from < end {
+                return Err(format!("subtask {subtask}: records {from}..{} committed twice", to.min(end)));
+            }
+            if from > end {
+                return Err(format!("subtask {subtask}: records {end}..{from} lost before committed {from}..{to}"));
+            }
+            end = to;
+        }
+        Ok(end)
+    }
+}
+
+/// The shared files named by a set of metadata, for the intact check.
+pub fn files_of(metadata: &SnapshotMetadata) -> BTreeSet<String> {
+    weir_checkpoint::shared_files_of(metadata)
+}
