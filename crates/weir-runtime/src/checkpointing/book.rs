@@ -15,9 +15,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use weir_api::snapshot::{Barrier, BarrierKind};
-use weir_checkpoint::format::{
-    FORMAT_VERSION, OperatorSnapshot, SnapshotKind, SnapshotMetadata, SubtaskSnapshot,
-};
+use weir_checkpoint::format::{FORMAT_VERSION, OperatorSnapshot, SnapshotKind, SnapshotMetadata, SubtaskSnapshot};
 use weir_checkpoint::paths::shared_file_checkpoint;
 
 use super::retention::Retention;
@@ -444,7 +442,9 @@ impl CheckpointBook {
     pub fn on(&mut self, event: BookEvent, now: Now) -> Vec<Effect> {
         let mut effects = Vec::new();
         match event {
-            BookEvent::Trigger { request, location, full } => self.on_trigger(request, location, full, now, &mut effects),
+            BookEvent::Trigger { request, location, full } => {
+                self.on_trigger(request, location, full, now, &mut effects)
+            }
             BookEvent::IdReserved { id, result } => self.on_id_reserved(id, result, now, &mut effects),
             BookEvent::Ack(ack) => self.on_ack(ack, now, &mut effects),
             BookEvent::Decline { checkpoint_id, reason } => {
@@ -744,10 +744,8 @@ impl CheckpointBook {
                     // Stateless operators send nothing of their own: their task's ack says
                     // whether the subtask had finished.
                     let finished = pending.acks.get(&(info.vertex, index)).is_some_and(|ack| ack.finished);
-                    let mut snapshot = acked
-                        .as_ref()
-                        .and_then(|a| a.1.get(&index).cloned())
-                        .unwrap_or_else(|| empty_subtask(index));
+                    let mut snapshot =
+                        acked.as_ref().and_then(|a| a.1.get(&index).cloned()).unwrap_or_else(|| empty_subtask(index));
                     snapshot.finished = finished;
                     snapshot
                 })
@@ -873,5 +871,92 @@ impl CheckpointBook {
         let mut stats = self.stats();
         stats.in_progress = stats.in_progress.saturating_sub(1);
         stats.failed += 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn book() -> CheckpointBook {
+        let settings = CheckpointSettings { num_retained: 1, ..CheckpointSettings::default() };
+        let operators = vec![OperatorInfo { uid: "sink".into(), name: "sink".into(), parallelism: 1, vertex: 0 }];
+        let job = BookJob {
+            job_id: "job".into(),
+            job_name: "test".into(),
+            max_parallelism: 128,
+            operators,
+            expected_acks: 1,
+        };
+        CheckpointBook::new(settings, job, 1, true, Arc::default(), Instant::now())
+    }
+
+    fn ack(checkpoint_id: u64) -> SubtaskAck {
+        SubtaskAck {
+            checkpoint_id,
+            vertex: 0,
+            subtask: 0,
+            operators: Vec::new(),
+            finished: false,
+            timings: Default::default(),
+        }
+    }
+
+    /// Triggers the next checkpoint and brings it to its pointer write; the ids it drops.
+    fn up_to_pointer(book: &mut CheckpointBook, now: Now) -> (u64, Vec<u64>) {
+        let id = book.next_id();
+        let location = format!("mem://chk-{id}");
+        let effects = book.on(BookEvent::Trigger { request: SnapshotRequest::Periodic, location, full: false }, now);
+        assert!(matches!(effects[..], [Effect::ReserveId { next, .. }] if next == id + 1), "{effects:?}");
+        let effects = book.on(BookEvent::IdReserved { id, result: Ok(()) }, now);
+        assert!(matches!(effects[..], [Effect::OpenDir { .. }, Effect::Triggered(_)]), "{effects:?}");
+        let effects = book.on(BookEvent::Ack(ack(id)), now);
+        assert!(matches!(effects[..], [Effect::WriteMetadata { .. }]), "{effects:?}");
+        let effects = book.on(BookEvent::MetadataWritten { id, result: Ok(()) }, now);
+        match &effects[..] {
+            [Effect::RecordPointer { subsumed, .. }] => (id, subsumed.clone()),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_pointer_write_without_an_answer_keeps_the_checkpoint_until_a_later_completion_drops_it() {
+        let now = Now::real();
+        let mut book = book();
+        let (first, subsumed) = up_to_pointer(&mut book, now);
+        assert!(subsumed.is_empty());
+        let effects = book.on(BookEvent::PointerRecorded { id: first, result: Ok(()) }, now);
+        assert!(matches!(effects[..], [Effect::RetireDir { .. }, Effect::Completed(_)]), "{effects:?}");
+
+        let (second, subsumed) = up_to_pointer(&mut book, now);
+        assert_eq!(subsumed, vec![first]);
+        let no_answer = Err(PointerError::Unknown("timeout".into()));
+        let effects = book.on(BookEvent::PointerRecorded { id: second, result: no_answer }, now);
+        // Failed and not committed, but nothing of it deleted; no restore point here.
+        assert!(matches!(effects[..], [Effect::RetireDir { .. }, Effect::Failed(_)]), "{effects:?}");
+        assert_eq!(book.latest_retained().map(|(id, _)| id), Some(first));
+
+        let (third, subsumed) = up_to_pointer(&mut book, now);
+        assert_eq!(subsumed, vec![first, second], "the next pointer write drops the uncertain one too");
+        let effects = book.on(BookEvent::PointerRecorded { id: third, result: Ok(()) }, now);
+        let Some(Effect::Delete(plan)) = effects.iter().find(|e| matches!(e, Effect::Delete(_))) else {
+            panic!("{effects:?}")
+        };
+        let deleted: Vec<u64> = plan.checkpoints.iter().map(|(id, _)| *id).collect();
+        assert_eq!(deleted, vec![first, second]);
+    }
+
+    #[test]
+    fn a_lost_leadership_fails_the_checkpoint_and_deletes_its_files() {
+        let now = Now::real();
+        let mut book = book();
+        let (id, _) = up_to_pointer(&mut book, now);
+        let lost = Err(PointerError::LostLeadership("another leader".into()));
+        let effects = book.on(BookEvent::PointerRecorded { id, result: lost }, now);
+        assert!(
+            matches!(effects[..], [Effect::RetireDir { .. }, Effect::DeleteFailed { .. }, Effect::Failed(ref f)] if !f.fail_job),
+            "{effects:?}"
+        );
+        assert!(book.latest_retained().is_none());
     }
 }

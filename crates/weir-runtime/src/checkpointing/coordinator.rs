@@ -473,10 +473,10 @@ impl CheckpointIo for StorageIo {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::checkpointing::writer::AckedOperator;
     use std::time::Duration;
     use weir_api::snapshot::BarrierKind;
     use weir_checkpoint::format::{FORMAT_VERSION, OperatorSnapshot, SnapshotKind, SubtaskSnapshot};
-    use crate::checkpointing::writer::AckedOperator;
 
     fn settings(url: &str) -> CheckpointSettings {
         CheckpointSettings {

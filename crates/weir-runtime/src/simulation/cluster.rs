@@ -58,8 +58,13 @@ pub enum JobManager {
     Standby,
     Leading(Box<Master>),
     /// SIGSTOPped until the given time; woken, it goes on as it was.
-    Frozen { until: u64, master: Option<Box<Master>> },
-    Dead { restart_at: u64 },
+    Frozen {
+        until: u64,
+        master: Option<Box<Master>>,
+    },
+    Dead {
+        restart_at: u64,
+    },
 }
 
 /// The job master of a leader: the real book, and what the job master decides around it.
@@ -170,7 +175,8 @@ impl Cluster {
         self.ha.lease_until = self.now_ms + LEASE_MS;
         let epoch = self.ha.epoch;
         self.trace.push(format!("JM{jm} leads epoch {epoch}"));
-        let operators = vec![OperatorInfo { uid: "sink".into(), name: "sink".into(), parallelism: self.shape.subtasks, vertex: 0 }];
+        let operators =
+            vec![OperatorInfo { uid: "sink".into(), name: "sink".into(), parallelism: self.shape.subtasks, vertex: 0 }];
         let job = BookJob {
             job_id: "job".into(),
             job_name: "simulated".into(),
@@ -399,9 +405,7 @@ impl Cluster {
         let JobManager::Leading(master) = &self.jms[jm] else { return };
         let location = format!("{CHECKPOINTS}/chk-{}", master.book.next_id());
         let outcomes = self.drive(jm, BookEvent::Trigger { request: SnapshotRequest::Periodic, location, full: false });
-        if last
-            && let (Some(barrier), JobManager::Leading(master)) = (outcomes.triggered.first(), &mut self.jms[jm])
-        {
+        if last && let (Some(barrier), JobManager::Leading(master)) = (outcomes.triggered.first(), &mut self.jms[jm]) {
             master.final_checkpoint = Some(barrier.checkpoint_id);
         }
     }

@@ -58,7 +58,8 @@ impl CheckpointIo for SimIo<'_> {
     }
 
     fn reserve_id(&mut self, next: u64) -> Result<(), String> {
-        self.ha_write(&format!("next checkpoint id {next}"), |ha| ha.next_checkpoint_id = next).map_err(|e| format!("{e:?}"))
+        self.ha_write(&format!("next checkpoint id {next}"), |ha| ha.next_checkpoint_id = next)
+            .map_err(|e| format!("{e:?}"))
     }
 
     fn open_dir(&mut self, id: u64, location: &str) {

@@ -149,7 +149,8 @@ fn deliver(cluster: &mut Cluster) -> bool {
     let mut heads: Vec<usize> = Vec::new();
     for (index, message) in cluster.net.iter().enumerate() {
         let first_of_channel = !cluster.net[..index].iter().any(|m| m.channel == message.channel);
-        let frozen = matches!(message.to, Destination::JobManager(jm) if matches!(cluster.jms[jm], JobManager::Frozen { .. }));
+        let frozen =
+            matches!(message.to, Destination::JobManager(jm) if matches!(cluster.jms[jm], JobManager::Frozen { .. }));
         if first_of_channel && message.deliver_at <= now && !frozen {
             heads.push(index);
         }
@@ -276,7 +277,10 @@ fn restorable(cluster: &Cluster) -> Vec<String> {
 fn finish_check(cluster: &mut Cluster) {
     if !cluster.ha.finished {
         let steps = cluster.step;
-        cluster.violation(format!("the job did not finish within {steps} steps ({} without faults)", steps - cluster.shape.fault_steps.min(steps)));
+        cluster.violation(format!(
+            "the job did not finish within {steps} steps ({} without faults)",
+            steps - cluster.shape.fault_steps.min(steps)
+        ));
         return;
     }
     for subtask in 0..cluster.shape.subtasks {

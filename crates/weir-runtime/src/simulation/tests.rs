@@ -6,9 +6,16 @@ use super::{Report, run};
 /// Seeds per test run (`WEIR_SIM_SEEDS` overrides), from `WEIR_SIM_SEED_BASE` (default 0).
 const SEEDS: u64 = 10_000;
 
-/// Seeds that found a bug (with its fix reverted), kept as regression tests: see
-/// docs/simulation.md for each.
-const REGRESSION_SEEDS: &[u64] = &[];
+/// Seeds that found a bug (with its fix reverted), kept as regression tests; docs/simulation.md
+/// names the fix each one breaks:
+/// - 0: an intermediate savepoint commits (`Completion::commits`), or checkpoint ids are used
+///   before the HA store's counter is past them;
+/// - 8: a checkpoint whose HA pointer write got no answer is deleted, or a completion's pointer
+///   write does not drop the checkpoints it subsumes;
+/// - 354, 466: a checkpoint whose pointer write got no answer is restored here, or its files
+///   released (`Retention::keep_uncertain`; found by the simulation in the code as it was);
+/// - 4060: a checkpoint naming a released shared file completes (`Retention::may_name`).
+const REGRESSION_SEEDS: &[u64] = &[0, 8, 354, 466, 4060];
 
 fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|value| value.trim().parse().ok())
@@ -30,7 +37,8 @@ fn failure_text(report: &Report) -> String {
 /// Runs `seeds` over the machine's cores; the first failure, if any.
 fn run_all(seeds: Vec<u64>) -> (Option<Report>, u64, u64) {
     let threads = std::thread::available_parallelism().map_or(2, |n| n.get()).min(8);
-    let chunks: Vec<Vec<u64>> = (0..threads).map(|t| seeds.iter().copied().skip(t).step_by(threads).collect()).collect();
+    let chunks: Vec<Vec<u64>> =
+        (0..threads).map(|t| seeds.iter().copied().skip(t).step_by(threads).collect()).collect();
     let results: Vec<(Option<Report>, u64, u64)> = std::thread::scope(|scope| {
         let handles: Vec<_> = chunks
             .into_iter()
