@@ -6,7 +6,7 @@ use std::sync::Arc;
 use weir_api::catalog::{JobArgs, JobCatalog};
 use weir_api::datastream::StreamExecutionEnvironment;
 use weir_api::graph::{StreamGraph, StreamNode};
-use weir_checkpoint::{SnapshotMetadata, load_metadata};
+use weir_checkpoint::SnapshotMetadata;
 use weir_config::Configuration;
 use weir_config::FailoverStrategy;
 use weir_config::options::{
@@ -14,7 +14,7 @@ use weir_config::options::{
     REST_PORT,
 };
 use weir_rest::{ClusterInfo, RestServer};
-use weir_runtime::checkpointing::RestoreSource;
+use weir_runtime::checkpointing::{RestoreOpenError, RestoreSource};
 use weir_runtime::{Dispatcher, JobGraph, JobSettings};
 use weir_types::JobStatus;
 
@@ -278,14 +278,17 @@ fn plan_restore(
     allow_non_restored_state: bool,
 ) -> Result<RestoreSource, CliError> {
     let storage = snapshot_storage(path)?;
-    let blocking = storage.blocking();
-    let metadata = blocking.block_on(load_metadata(&storage)).map_err(CliError::usage)?;
     let request = weir_runtime::checkpointing::restore::restore_request(
         graph,
         |node| node.parallelism.or(graph.parallelism).unwrap_or(settings.default_parallelism),
         graph.max_parallelism.or(settings.max_parallelism),
         allow_non_restored_state,
     );
+    let source = RestoreSource::read(storage, &request).map_err(|e| match e {
+        RestoreOpenError::Plan(e) => CliError::usage(format!("cannot restore from {path}: {e}")),
+        e => CliError::usage(e),
+    })?;
+    let metadata = &source.metadata;
     // A native snapshot is the writing backend's own layout: only that backend reads it.
     let backend = settings.checkpointing.state_backend();
     if !metadata.format.is_canonical()
@@ -296,13 +299,11 @@ fn plan_restore(
             metadata.backend()
         )));
     }
-    let plan = weir_checkpoint::plan_restore(&metadata, &request)
-        .map_err(|e| CliError::usage(format!("cannot restore from {path}: {e}")))?;
     // Pre-flight: a keyed operator must keep its key type, and every state it declares the
     // kind and type the snapshot recorded (the tasks check the same again when they restore;
     // neither touches the snapshot).
     for node in graph.nodes() {
-        check_declared_states(path, node, &metadata)?;
+        check_declared_states(path, node, metadata)?;
     }
     for node in graph.nodes() {
         let uid = node.uid_or_generated();
@@ -316,7 +317,7 @@ fn plan_restore(
             )));
         }
     }
-    Ok(RestoreSource { storage: blocking, location: storage.url().to_string(), metadata, plan })
+    Ok(source)
 }
 
 /// Every state `node` declares must be of the kind and type the snapshot recorded for a state

@@ -13,5 +13,5 @@ pub mod stats;
 pub mod writer;
 
 pub use coordinator::CheckpointCoordinator;
-pub use restore::RestoreSource;
+pub use restore::{RestoreOpenError, RestoreSource};
 pub use settings::CheckpointSettings;

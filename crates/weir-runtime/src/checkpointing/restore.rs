@@ -45,7 +45,41 @@ pub struct RestoreSource {
     pub plan: RestorePlan,
 }
 
+/// Why a snapshot cannot be restored.
+#[derive(Debug, thiserror::Error)]
+pub enum RestoreOpenError {
+    /// The location is no storage location weir reads.
+    #[error("{0}")]
+    Location(weir_checkpoint::StorageError),
+    /// Its `_metadata` cannot be read.
+    #[error("{0}")]
+    Metadata(weir_checkpoint::LoadError),
+    /// It does not fit the job (uids, parallelism, max parallelism).
+    #[error("{0}")]
+    Plan(weir_checkpoint::RestoreError),
+}
+
 impl RestoreSource {
+    /// Opens the snapshot at `location` for a job shaped as `request`: the one way a start, a
+    /// restart and a TaskManager's share of a restore read a snapshot and plan who reads what
+    /// (a pure function of the two, so every process plans the same).
+    pub fn open(location: &str, request: &RestoreRequest) -> Result<RestoreSource, RestoreOpenError> {
+        let storage = weir_checkpoint::SnapshotStorage::from_url(location).map_err(RestoreOpenError::Location)?;
+        RestoreSource::read(storage, request)
+    }
+
+    /// As [`RestoreSource::open`], for storage already opened.
+    pub fn read(
+        storage: weir_checkpoint::SnapshotStorage,
+        request: &RestoreRequest,
+    ) -> Result<RestoreSource, RestoreOpenError> {
+        let blocking = storage.blocking();
+        let metadata =
+            blocking.block_on(weir_checkpoint::load_metadata(&storage)).map_err(RestoreOpenError::Metadata)?;
+        let plan = weir_checkpoint::plan_restore(&metadata, request).map_err(RestoreOpenError::Plan)?;
+        Ok(RestoreSource { storage: blocking, location: storage.url().to_string(), metadata, plan })
+    }
+
     /// Bytes every subtask of the new job reads in all (the progress bar's end).
     pub fn total_bytes(&self) -> u64 {
         let blocks = |list: &[(String, BlockRef)]| list.iter().map(|(_, b)| b.length).sum::<u64>();

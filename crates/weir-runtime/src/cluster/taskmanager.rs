@@ -895,13 +895,8 @@ fn restore_source(
     graph: &weir_api::graph::StreamGraph,
     job_graph: &JobGraph,
 ) -> Result<RestoreSource, String> {
-    let storage = SnapshotStorage::from_url(location).map_err(|e| e.to_string())?;
-    let blocking = storage.blocking();
-    let metadata = blocking.block_on(weir_checkpoint::load_metadata(&storage)).map_err(|e| e.to_string())?;
-    let plan =
-        weir_checkpoint::plan_restore(&metadata, &crate::cluster::resources::restore_request(graph, job_graph, true))
-            .map_err(|e| e.to_string())?;
-    Ok(RestoreSource { storage: blocking, location: location.to_string(), metadata, plan })
+    let request = crate::cluster::resources::restore_request(graph, job_graph, true);
+    RestoreSource::open(location, &request).map_err(|e| e.to_string())
 }
 
 #[cfg(test)]

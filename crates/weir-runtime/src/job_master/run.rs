@@ -16,7 +16,7 @@ use weir_types::{ExecutionState, JobStatus, Lifecycle, StateHistory};
 use super::{ExceptionEntry, JobMaster, JobRecord, LOCAL_HOST, MasterEvent, SavepointStatus, SubtaskRecord};
 use crate::checkpointing::coordinator::{Failure, SnapshotDirs, SnapshotRequest};
 use crate::checkpointing::writer::{SnapshotWriter, WriteJob, WriteOutcome};
-use crate::checkpointing::{CheckpointCoordinator, RestoreSource};
+use crate::checkpointing::{CheckpointCoordinator, RestoreOpenError, RestoreSource};
 use crate::execution::{CheckpointWiring, TaskEvent, TaskEventKind};
 use crate::executor::{AttemptHandle, AttemptSpec, Executor, ReportedAttempt};
 use crate::jobgraph::JobGraph;
@@ -453,18 +453,14 @@ impl JobRun {
         let Some((checkpoint_id, url)) = self.sup.coordinator.latest_retained() else {
             return Ok(None);
         };
-        let storage = weir_checkpoint::SnapshotStorage::from_url(&url).map_err(|e| e.to_string())?;
-        let blocking = storage.blocking();
-        let metadata = blocking
-            .block_on(weir_checkpoint::load_metadata(&storage))
-            .map_err(|e| format!("cannot read checkpoint {checkpoint_id} to restart from: {e}"))?;
         let request = crate::cluster::resources::restore_request(&self.dep.graph, &self.dep.job_graph, false);
-        let plan = weir_checkpoint::plan_restore(&metadata, &request)
-            .map_err(|e| format!("cannot restart from checkpoint {checkpoint_id}: {e}"))?;
+        let source = RestoreSource::open(&url, &request).map_err(|e| match e {
+            RestoreOpenError::Plan(e) => format!("cannot restart from checkpoint {checkpoint_id}: {e}"),
+            e => format!("cannot read checkpoint {checkpoint_id} to restart from: {e}"),
+        })?;
         if let Ok(mut stats) = self.master.checkpoint_stats.lock() {
             stats.restored = Some((checkpoint_id, url.clone(), now_ms()));
         }
-        let source = RestoreSource { storage: blocking, location: url, metadata, plan };
         let total = source.total_bytes();
         self.master.update(|record| record.restore = Some((source.location.clone(), checkpoint_id, total)));
         Ok(Some(Arc::new(source)))

@@ -28,7 +28,81 @@ pub(super) fn run(
     settings: JobSettings,
     events: Receiver<MasterEvent>,
 ) -> Option<(JobRun, State)> {
-    let job_graph = match JobGraph::build(&graph, &settings) {
+    let job_graph = build_job_graph(&master, &graph, &settings)?;
+    // A cancel that arrived while the job was being created ends it before it runs.
+    if let Ok(MasterEvent::Cancel) = events.try_recv() {
+        master.update(|record| {
+            master.transition_job(record, JobStatus::Cancelling);
+            master.transition_job(record, JobStatus::Canceled);
+        });
+        return None;
+    }
+    let fail = |cause: String| {
+        master.update(|record| {
+            record.failure_cause = Some(cause);
+            master.transition_job(record, JobStatus::Failed);
+        });
+    };
+    let coordinator = match new_coordinator(&master, &graph, &job_graph, &settings) {
+        Ok(coordinator) => coordinator,
+        Err(error) => {
+            fail(error);
+            return None;
+        }
+    };
+    let (snapshot_events, snapshot_receiver) = crossbeam_channel::unbounded::<MasterEvent>();
+    let writer = match SnapshotWriter::start(snapshot_events.clone()) {
+        Ok(writer) => writer,
+        Err(error) => {
+            fail(format!("cannot start the snapshot writer threads: {error}"));
+            return None;
+        }
+    };
+    let recovered = settings.ha.as_ref().and_then(|ha| ha.recovered.clone());
+    let dirs = coordinator.dirs();
+    let sup = supervisor(&master, &graph, &job_graph, &settings, coordinator);
+    // A job of one region restarts whole anyway.
+    let regions = Some(job_graph.regions())
+        .filter(|regions| !settings.failover_full && regions.iter().any(|r| *r > 0))
+        .map(Arc::new);
+    let region_count = regions.as_ref().map(|r| r.iter().max().map_or(0, |m| m + 1));
+    let dep = Deployment {
+        graph: Arc::new(graph),
+        job_graph: Arc::clone(&job_graph),
+        executor: match &settings.executor {
+            Some(executor) => Arc::clone(executor),
+            None => Arc::new(LocalExecutor),
+        },
+        exactly_once: settings.checkpointing.exactly_once,
+        final_checkpoint: settings.checkpointing.interval.is_some(),
+        incremental: settings.checkpointing.incremental,
+        spill: settings.checkpointing.spill.clone(),
+        dirs,
+        writer: writer.queue(),
+        snapshot_events: snapshot_events.clone(),
+        initial_restore: settings.restore.clone(),
+        regions,
+    };
+    let run = JobRun {
+        master: Arc::clone(&master),
+        events,
+        snapshots: snapshot_receiver,
+        tasks: None,
+        sup,
+        dep,
+        restore: settings.restore.clone(),
+        region_count,
+        writer: Some(writer),
+        ha: settings.ha.as_ref().map(|ha| ha.store.clone()),
+        reconcile_timeout: settings.ha.as_ref().map(|ha| ha.reconcile_timeout).unwrap_or_default(),
+        orphaned_savepoints: recovered.as_ref().map(|r| r.savepoints.clone()).unwrap_or_default(),
+    };
+    Some(enter(run, recovered.is_some()))
+}
+
+/// Builds the job graph and the subtask records (CREATED); FAILED when the graph is invalid.
+fn build_job_graph(master: &JobMaster, graph: &StreamGraph, settings: &JobSettings) -> Option<Arc<JobGraph>> {
+    let job_graph = match JobGraph::build(graph, settings) {
         Ok(job_graph) => Arc::new(job_graph),
         Err(error) => {
             master.update(|record| {
@@ -57,51 +131,45 @@ pub(super) fn run(
             .collect();
         master.transition_job(record, JobStatus::Created);
     });
+    Some(job_graph)
+}
 
-    // A cancel that arrived while the job was being created ends it before it runs.
-    if let Ok(MasterEvent::Cancel) = events.try_recv() {
-        master.update(|record| {
-            master.transition_job(record, JobStatus::Cancelling);
-            master.transition_job(record, JobStatus::Canceled);
-        });
-        return None;
-    }
-
-    let fail = |cause: String| {
-        master.update(|record| {
-            record.failure_cause = Some(cause);
-            master.transition_job(record, JobStatus::Failed);
-        });
-    };
-    let mut operators = Vec::new();
-    for node in graph.nodes() {
-        let vertex = &job_graph.vertices[job_graph.vertex_of_node[node.id]];
-        operators.push(OperatorInfo {
+/// The checkpoint coordinator of the job: ids continue after what it restores and what a
+/// previous leader recorded; a recovered job adopts the recorded checkpoints, a claimed
+/// restore is the job's own.
+fn new_coordinator(
+    master: &JobMaster,
+    graph: &StreamGraph,
+    job_graph: &JobGraph,
+    settings: &JobSettings,
+) -> Result<CheckpointCoordinator, String> {
+    let operators = graph
+        .nodes()
+        .iter()
+        .map(|node| OperatorInfo {
             uid: node.uid_or_generated(),
             name: node.name.clone(),
-            parallelism: vertex.parallelism,
+            parallelism: job_graph.vertices[job_graph.vertex_of_node[node.id]].parallelism,
             vertex: job_graph.vertex_of_node[node.id],
-        });
-    }
-    let recovered = settings.ha.as_ref().and_then(|ha| ha.recovered.clone());
+        })
+        .collect();
+    let recovered = settings.ha.as_ref().and_then(|ha| ha.recovered.as_ref());
     let mut first_id = settings.restore.as_ref().map(|r| r.metadata.checkpoint_id + 1).unwrap_or(1);
-    if let Some(recovered) = &recovered {
+    if let Some(recovered) = recovered {
         first_id = first_id.max(recovered.next_checkpoint_id);
     }
     // A recovered job takes its running tasks over: it restores nothing unless it restarts.
     let restored_now = settings.restore.as_ref().filter(|_| recovered.is_none());
-    if let Some(restore) = restored_now
-        && let Ok(mut stats) = master.checkpoint_stats.lock()
-    {
-        stats.restored = Some((restore.metadata.checkpoint_id, restore.location.clone(), now_ms()));
-    }
     if let Some(restore) = restored_now {
+        if let Ok(mut stats) = master.checkpoint_stats.lock() {
+            stats.restored = Some((restore.metadata.checkpoint_id, restore.location.clone(), now_ms()));
+        }
         let total = restore.total_bytes();
         master.update(|record| {
             record.restore = Some((restore.location.clone(), restore.metadata.checkpoint_id, total));
         });
     }
-    let mut coordinator = match CheckpointCoordinator::new(
+    let mut coordinator = CheckpointCoordinator::new(
         settings.checkpointing.clone(),
         &master.job_id.to_string(),
         &master.job_name,
@@ -110,40 +178,31 @@ pub(super) fn run(
         job_graph.subtask_count() as usize,
         first_id,
         Arc::clone(&master.checkpoint_stats),
-    ) {
-        Ok(coordinator) => coordinator,
-        Err(error) => {
-            fail(error);
-            return None;
-        }
-    };
+    )?;
     if let Some(ha) = &settings.ha {
         coordinator = coordinator.with_ha(ha.store.clone());
     } else if settings.checkpointing.interval.is_some() {
         coordinator.guard_job_dir();
     }
-    if let Some(recovered) = &recovered
-        && let Err(error) = coordinator.adopt_retained(&recovered.checkpoints)
-    {
-        fail(error);
-        return None;
+    if let Some(recovered) = recovered {
+        coordinator.adopt_retained(&recovered.checkpoints)?;
     }
     if settings.checkpointing.claim_restored
         && let Some(restore) = restored_now
-        && let Err(error) = coordinator.claim(restore.metadata.checkpoint_id, &restore.location)
     {
-        fail(error);
-        return None;
+        coordinator.claim(restore.metadata.checkpoint_id, &restore.location)?;
     }
-    let (snapshot_events, snapshot_receiver) = crossbeam_channel::unbounded::<MasterEvent>();
-    let writer = match SnapshotWriter::start(snapshot_events.clone()) {
-        Ok(writer) => writer,
-        Err(error) => {
-            fail(format!("cannot start the snapshot writer threads: {error}"));
-            return None;
-        }
-    };
-    let graph = Arc::new(graph);
+    Ok(coordinator)
+}
+
+/// What the job's run keeps across its states.
+fn supervisor(
+    master: &JobMaster,
+    graph: &StreamGraph,
+    job_graph: &JobGraph,
+    settings: &JobSettings,
+    coordinator: CheckpointCoordinator,
+) -> Supervisor {
     let source_vertices: Vec<usize> = job_graph
         .vertices
         .iter()
@@ -152,8 +211,8 @@ pub(super) fn run(
         .map(|(index, _)| index)
         .collect();
     let seed = (master.job_id.to_string().bytes().fold(0u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)))) | 1;
-    let dirs = coordinator.dirs();
-    let sup = Supervisor {
+    let recovered = settings.ha.as_ref().and_then(|ha| ha.recovered.as_ref());
+    Supervisor {
         coordinator,
         controls: Vec::new(),
         source_vertices,
@@ -165,50 +224,20 @@ pub(super) fn run(
         region_restarts: Vec::new(),
         task_events: None,
         handles: Vec::new(),
-        next_attempt: recovered.as_ref().map_or(0, |r| r.next_attempt),
+        next_attempt: recovered.map_or(0, |r| r.next_attempt),
         waiting_savepoints: Vec::new(),
         waiting_checkpoints: Vec::new(),
         manual_checkpoints: Vec::new(),
         final_checkpoint: None,
         finishing: false,
-    };
-    // A job of one region restarts whole anyway.
-    let regions = Some(job_graph.regions())
-        .filter(|regions| !settings.failover_full && regions.iter().any(|r| *r > 0))
-        .map(Arc::new);
-    let region_count = regions.as_ref().map(|r| r.iter().max().map_or(0, |m| m + 1));
-    let dep = Deployment {
-        graph,
-        job_graph: Arc::clone(&job_graph),
-        executor: match &settings.executor {
-            Some(executor) => Arc::clone(executor),
-            None => Arc::new(LocalExecutor),
-        },
-        exactly_once: settings.checkpointing.exactly_once,
-        final_checkpoint: settings.checkpointing.interval.is_some(),
-        incremental: settings.checkpointing.incremental,
-        spill: settings.checkpointing.spill.clone(),
-        dirs,
-        writer: writer.queue(),
-        snapshot_events: snapshot_events.clone(),
-        initial_restore: settings.restore.clone(),
-        regions,
-    };
-    let mut run = JobRun {
-        master: Arc::clone(&master),
-        events,
-        snapshots: snapshot_receiver,
-        tasks: None,
-        sup,
-        dep,
-        restore: settings.restore.clone(),
-        region_count,
-        writer: Some(writer),
-        ha: settings.ha.as_ref().map(|ha| ha.store.clone()),
-        reconcile_timeout: settings.ha.as_ref().map(|ha| ha.reconcile_timeout).unwrap_or_default(),
-        orphaned_savepoints: recovered.as_ref().map(|r| r.savepoints.clone()).unwrap_or_default(),
-    };
-    if recovered.is_some() {
+    }
+}
+
+/// A recovered job goes RECONCILING (its savepoints in flight answered once a client polls);
+/// any other is deployed and RUNNING.
+fn enter(mut run: JobRun, recovered: bool) -> (JobRun, State) {
+    let master = Arc::clone(&run.master);
+    if recovered {
         master.update(|record| {
             for request_id in &run.orphaned_savepoints {
                 // Known to the client that asked: answered once it polls this leader.
@@ -216,12 +245,12 @@ pub(super) fn run(
             }
             master.transition_job(record, JobStatus::Reconciling);
         });
-        return Some((run, State::Reconciling));
+        return (run, State::Reconciling);
     }
     master.update(|record| master.transition_job(record, JobStatus::Running));
     match first_deploy(&mut run) {
-        Ok(()) => Some((run, State::Running)),
-        Err(()) => Some((run, State::Ended)),
+        Ok(()) => (run, State::Running),
+        Err(()) => (run, State::Ended),
     }
 }
 

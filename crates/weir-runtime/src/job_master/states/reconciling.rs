@@ -48,24 +48,7 @@ pub(super) fn run(run: &mut JobRun) -> State {
         if !run.leading() {
             return State::Suspended;
         }
-        let mut cancel = false;
-        match run.next_event(RECONCILE_POLL) {
-            Incoming::Event(MasterEvent::Cancel) => cancel = true,
-            Incoming::Event(MasterEvent::TriggerSavepoint { request_id, .. }) => master.update(|record| {
-                let cause = format!(
-                    "job {job_id} is RECONCILING (a new leader JobManager takes it over); take the savepoint once it is RUNNING"
-                );
-                run.savepoint_failed(record, &request_id, cause);
-            }),
-            Incoming::Event(MasterEvent::TriggerCheckpoint { request_id, .. }) => master.update(|record| {
-                let cause = format!(
-                    "job {job_id} is RECONCILING (a new leader JobManager takes it over); ask for the checkpoint once it is RUNNING"
-                );
-                record.checkpoint_requests.insert(request_id, crate::job_master::CheckpointRequestStatus::Failed(cause));
-            }),
-            // Snapshot outcomes of the old leader's checkpoints: nobody waits for them.
-            Incoming::Event(_) | Incoming::Nothing | Incoming::TasksClosed => {}
-        }
+        let cancel = handle_requests(run, &job_id);
         let reported = newest_per_region(run, run.dep.executor.running_attempts(&job_id));
         let coverage = coverage(run, &reported);
         let timed_out = Instant::now() >= deadline;
@@ -75,47 +58,78 @@ pub(super) fn run(run: &mut JobRun) -> State {
             return next;
         }
         if cancel || coverage.failed || timed_out {
-            // Take over what is there, so that it can be stopped, then treat it as a failure.
-            let (task_events, task_receiver) = crossbeam_channel::unbounded();
-            run.tasks = Some(task_receiver);
-            run.sup.controls = vec![Vec::new(); run.dep.job_graph.vertices.len()];
-            for attempt in &reported {
-                if let Err(error) = run.adopt(attempt, task_events.clone()) {
-                    tracing::warn!(job_id = %job_id, attempt = attempt.attempt, %error, "cannot take over a reported attempt; it is cancelled");
-                }
-            }
-            // What could not be taken over (a TaskManager of it is gone) is cancelled where it
-            // still runs, so it holds neither slots nor threads while the job restarts.
-            run.dep.executor.reconciled(&job_id);
-            run.sup.task_events = Some(task_events);
-            let reason = if coverage.failed {
-                "a subtask failed while no JobManager led".to_string()
-            } else {
-                format!(
-                    "the TaskManagers reported {} of {} subtasks within {:?} (high-availability.reconcile-timeout)",
-                    coverage.reported, coverage.expected, run.reconcile_timeout
-                )
-            };
-            master.update(|record| {
-                if cancel {
-                    run.on_cancel(record);
-                    return;
-                }
-                tracing::warn!(job_id = %job_id, %reason, "reconciling failed; restarting from the newest completed checkpoint");
-                record.exceptions.push(crate::job_master::ExceptionEntry {
-                    name: "ReconcileFailure".into(),
-                    message: format!("cannot take over the running job: {reason}"),
-                    timestamp_ms: weir_types::lifecycle::now_ms(),
-                    task_name: "job master".into(),
-                    location: master.location.clone(),
-                });
-                run.on_failure(record, None, "reconciling", &reason);
-                // Subtasks nobody reported will never say they stopped.
-                mark_canceling(record, |_| true);
-            });
-            return state_of(master.status(), run);
+            return give_up(run, &reported, &coverage, cancel);
         }
     }
+}
+
+/// What users ask for while the job reconciles: savepoints and checkpoints are refused until
+/// it runs; true when a cancel came.
+fn handle_requests(run: &mut JobRun, job_id: &str) -> bool {
+    let master = Arc::clone(&run.master);
+    match run.next_event(RECONCILE_POLL) {
+        Incoming::Event(MasterEvent::Cancel) => return true,
+        Incoming::Event(MasterEvent::TriggerSavepoint { request_id, .. }) => master.update(|record| {
+            let cause = format!(
+                "job {job_id} is RECONCILING (a new leader JobManager takes it over); take the savepoint once it is RUNNING"
+            );
+            run.savepoint_failed(record, &request_id, cause);
+        }),
+        Incoming::Event(MasterEvent::TriggerCheckpoint { request_id, .. }) => master.update(|record| {
+            let cause = format!(
+                "job {job_id} is RECONCILING (a new leader JobManager takes it over); ask for the checkpoint once it is RUNNING"
+            );
+            record.checkpoint_requests.insert(request_id, crate::job_master::CheckpointRequestStatus::Failed(cause));
+        }),
+        // Snapshot outcomes of the old leader's checkpoints: nobody waits for them.
+        Incoming::Event(_) | Incoming::Nothing | Incoming::TasksClosed => {}
+    }
+    false
+}
+
+/// Takes over what was reported, so that it can be stopped, then cancels the job (a cancel
+/// came) or treats the incomplete report as a failure (restart from the newest checkpoint).
+fn give_up(run: &mut JobRun, reported: &[ReportedAttempt], coverage: &Coverage, cancel: bool) -> State {
+    let master = Arc::clone(&run.master);
+    let job_id = master.job_id.to_string();
+    let (task_events, task_receiver) = crossbeam_channel::unbounded();
+    run.tasks = Some(task_receiver);
+    run.sup.controls = vec![Vec::new(); run.dep.job_graph.vertices.len()];
+    for attempt in reported {
+        if let Err(error) = run.adopt(attempt, task_events.clone()) {
+            tracing::warn!(job_id = %job_id, attempt = attempt.attempt, %error, "cannot take over a reported attempt; it is cancelled");
+        }
+    }
+    // What could not be taken over (a TaskManager of it is gone) is cancelled where it still
+    // runs, so it holds neither slots nor threads while the job restarts.
+    run.dep.executor.reconciled(&job_id);
+    run.sup.task_events = Some(task_events);
+    let reason = if coverage.failed {
+        "a subtask failed while no JobManager led".to_string()
+    } else {
+        format!(
+            "the TaskManagers reported {} of {} subtasks within {:?} (high-availability.reconcile-timeout)",
+            coverage.reported, coverage.expected, run.reconcile_timeout
+        )
+    };
+    master.update(|record| {
+        if cancel {
+            run.on_cancel(record);
+            return;
+        }
+        tracing::warn!(job_id = %job_id, %reason, "reconciling failed; restarting from the newest completed checkpoint");
+        record.exceptions.push(crate::job_master::ExceptionEntry {
+            name: "ReconcileFailure".into(),
+            message: format!("cannot take over the running job: {reason}"),
+            timestamp_ms: weir_types::lifecycle::now_ms(),
+            task_name: "job master".into(),
+            location: master.location.clone(),
+        });
+        run.on_failure(record, None, "reconciling", &reason);
+        // Subtasks nobody reported will never say they stopped.
+        mark_canceling(record, |_| true);
+    });
+    state_of(master.status(), run)
 }
 
 /// Fails the savepoint and stop requests the old leader recorded in the HA store, and
