@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use weir_api::snapshot::{Barrier, SnapshotFormat};
 
-use super::io::{CHECKPOINTS, SHARED, SimIo};
+use super::io::{SimIo, shared_dir_of};
 use super::tasks::Task;
 use super::world::{External, HaFlake, Object, SimHa, SimRng, SimStorage, TaskState};
 use crate::checkpointing::book::{
@@ -77,6 +77,7 @@ pub struct Master {
 pub enum Body {
     Barrier(Barrier),
     Complete { id: u64, last: bool },
+    Aborted(u64),
     Ack(Box<SubtaskAck>),
 }
 
@@ -116,6 +117,10 @@ pub struct Cluster {
     pub trace: Vec<String>,
     pub violations: Vec<String>,
     pub savepoint_seq: u64,
+    /// Jobs so far: each stop-with-savepoint is followed by a new job from its savepoint.
+    pub job: u32,
+    /// The snapshot the current job was submitted from, and whether it claimed it.
+    pub initial_restore: Option<(u64, String)>,
 }
 
 impl Cluster {
@@ -140,6 +145,8 @@ impl Cluster {
             violations: Vec::new(),
             shape,
             savepoint_seq: 0,
+            job: 1,
+            initial_restore: None,
         };
         cluster.take_over(0);
         cluster
@@ -151,6 +158,11 @@ impl Cluster {
 
     pub fn faulting(&self) -> bool {
         self.step < self.shape.fault_steps
+    }
+
+    /// The current job's checkpoint directory.
+    pub fn checkpoints_dir(&self) -> String {
+        format!("sim://chk/job{}", self.job)
     }
 
     fn settings(&self) -> CheckpointSettings {
@@ -173,19 +185,28 @@ impl Cluster {
         self.ha.epoch += 1;
         self.ha.leader = Some(jm);
         self.ha.lease_until = self.now_ms + LEASE_MS;
+        self.trace.push(format!("JM{jm} leads epoch {}", self.ha.epoch));
+        self.take_over_as(jm, false);
+    }
+
+    /// JobManager `jm` runs the current job: a book whose ids continue after the HA counter
+    /// and the snapshot the job started from, the recorded checkpoints adopted (and the
+    /// snapshot it started from claimed, with `claim`), then the running attempt taken over
+    /// or the job deployed from its newest pointer (else from the snapshot it started from).
+    pub fn take_over_as(&mut self, jm: usize, claim: bool) {
         let epoch = self.ha.epoch;
-        self.trace.push(format!("JM{jm} leads epoch {epoch}"));
         let operators =
             vec![OperatorInfo { uid: "sink".into(), name: "sink".into(), parallelism: self.shape.subtasks, vertex: 0 }];
         let job = BookJob {
-            job_id: "job".into(),
+            job_id: format!("job{}", self.job),
             job_name: "simulated".into(),
             max_parallelism: 128,
             operators,
             expected_acks: self.shape.subtasks as usize,
         };
         let stats = Arc::new(Mutex::new(Default::default()));
-        let book = CheckpointBook::new(self.settings(), job, self.ha.next_checkpoint_id, true, stats, self.now().at);
+        let first_id = self.ha.next_checkpoint_id.max(self.initial_restore.as_ref().map_or(1, |(id, _)| id + 1));
+        let book = CheckpointBook::new(self.settings(), job, first_id, true, stats, self.now().at);
         self.jms[jm] = JobManager::Leading(Box::new(Master { book, epoch, final_checkpoint: None }));
         let adopted = self.ha.pointers.iter().map(|(id, location)| AdoptedCheckpoint {
             id: *id,
@@ -194,19 +215,33 @@ impl Cluster {
         });
         let checkpoints = adopted.collect();
         self.drive(jm, BookEvent::Adopt { checkpoints });
-        if self.ha.finished {
+        if claim && let Some((id, location)) = self.initial_restore.clone() {
+            self.drive(jm, BookEvent::Claim { id, location });
+        }
+        // Killed meanwhile, or nothing to run.
+        if !matches!(self.jms[jm], JobManager::Leading(_)) || self.ha.finished || self.ha.stopped_with.is_some() {
             return;
         }
         let attempts_alive = !self.tasks.is_empty();
         if attempts_alive && self.rng.one_in(2) {
+            // As reconciling does: the old leader's checkpoints in flight are aborted (a stop
+            // that was not recorded resumes the job), the newest completion is sent again.
             self.trace.push(format!("  JM{jm} takes the running attempt over"));
+            let newest = self.ha.pointers.keys().next_back().copied();
             for task in &mut self.tasks {
                 task.epoch = epoch;
                 task.leader = jm;
+                if self.ha.stopped_with.is_none() {
+                    task.stopping = None;
+                }
+            }
+            if let Some(id) = newest {
+                self.send_to_tasks(jm, |_| Body::Complete { id, last: false });
             }
         } else {
             let newest = self.ha.pointers.iter().next_back().map(|(_, location)| location.clone());
-            self.deploy(jm, newest);
+            let initial = self.initial_restore.as_ref().map(|(_, location)| location.clone());
+            self.deploy(jm, newest.or(initial));
         }
     }
 
@@ -239,7 +274,7 @@ impl Cluster {
                     }
                 }
             }
-            tasks.push(Task::restored(subtask, attempt, epoch, jm, state, self.shape.records));
+            tasks.push(Task::restored(self.job, subtask, attempt, (epoch, jm), state, self.shape.records));
         }
         self.tasks = tasks;
     }
@@ -254,7 +289,7 @@ impl Cluster {
             .ok_or_else(|| format!("{location} has no subtask {subtask}"))?;
         let mut state = None;
         for name in &snapshot.shared_files {
-            match self.storage.objects.get(&format!("{SHARED}/{name}")) {
+            match self.storage.objects.get(&format!("{}/{name}", shared_dir_of(location))) {
                 Some(Object::State(own)) => state = Some(own.clone()),
                 _ => return Err(format!("{location} names shared file {name}, which is gone")),
             }
@@ -285,6 +320,7 @@ impl Cluster {
             rng: &mut self.rng,
             dirs: &mut self.dirs,
             trace: &mut self.trace,
+            shared: format!("sim://chk/job{}/shared", self.job),
             epoch: master.epoch,
             crash_one_in,
             dead: false,
@@ -325,8 +361,21 @@ impl Cluster {
             if !completion.request.is_periodic_request() {
                 self.savepoints.push((id, completion.location.clone()));
             }
+            let stop = matches!(completion.request, SnapshotRequest::Savepoint { terminate: true, .. });
+            if stop {
+                // The job's result: stopped with this savepoint (fenced, as every HA write).
+                let location = completion.location.clone();
+                let JobManager::Leading(master) = &self.jms[jm] else { return };
+                let recorded = self.ha.write(master.epoch, |ha| ha.stopped_with = Some((id, location)));
+                self.trace.push(format!("  HA: job stopped with {id}: {recorded:?}"));
+                if recorded.is_err() {
+                    // Not stopped after all (or unknown: the next tick reads the store).
+                    self.send_to_tasks(jm, |_| Body::Aborted(id));
+                    continue;
+                }
+            }
             if completion.commits() {
-                let last = final_checkpoint == Some(id);
+                let last = final_checkpoint == Some(id) || stop;
                 self.send_to_tasks(jm, |_| Body::Complete { id, last });
             }
         }
@@ -339,6 +388,8 @@ impl Cluster {
                 master.final_checkpoint = None;
             }
             restart |= failure.fail_job;
+            let id = failure.checkpoint_id;
+            self.send_to_tasks(jm, |_| Body::Aborted(id));
         }
         if restart {
             self.restart(jm, "too many failed checkpoints");
@@ -372,7 +423,8 @@ impl Cluster {
         self.drive(jm, BookEvent::AbortAll { reason });
         let JobManager::Leading(master) = &mut self.jms[jm] else { return };
         master.final_checkpoint = None;
-        let newest = master.book.latest_retained().map(|(_, location)| location);
+        let initial = self.initial_restore.as_ref().map(|(_, location)| location.clone());
+        let newest = master.book.latest_retained().map(|(_, location)| location).or(initial);
         self.deploy(jm, newest);
     }
 
@@ -400,10 +452,45 @@ impl Cluster {
         self.drive(jm, BookEvent::Trigger { request, location, full: false });
     }
 
+    /// A user stops the job with a savepoint (`weir stop`).
+    pub fn stop(&mut self, jm: usize) {
+        self.savepoint_seq += 1;
+        let location = format!("sim://sp/stop-{}", self.savepoint_seq);
+        let request = SnapshotRequest::Savepoint {
+            request_id: format!("r{}", self.savepoint_seq),
+            terminate: true,
+            format: SnapshotFormat::Canonical,
+            drain: false,
+        };
+        self.trace.push(format!("user: stop with a savepoint into {location}"));
+        self.drive(jm, BookEvent::Trigger { request, location, full: false });
+    }
+
+    /// The job was stopped with a savepoint: the user submits it again from there (`weir run
+    /// -s`), claiming the savepoint or not; JobManager `jm` runs the new job.
+    pub fn resubmit(&mut self, jm: usize) {
+        let Some((id, location)) = self.ha.stopped_with.take() else { return };
+        let claim = self.rng.one_in(2);
+        self.job += 1;
+        self.trace.push(format!("user: job {} from {location} (claim: {claim})", self.job));
+        self.ha.pointers.clear();
+        self.ha.next_checkpoint_id = id + 1;
+        self.initial_restore = Some((id, location.clone()));
+        if claim {
+            // The job owns it now: it goes once the job's checkpoints subsume it.
+            self.savepoints.retain(|(_, saved)| *saved != location);
+        }
+        self.tasks.clear();
+        self.net.clear();
+        // Checkpoint ids go on from the savepoint's, in the new job's own directory.
+        self.highest_id = id;
+        self.take_over_as(jm, claim);
+    }
+
     /// A periodic (or the final) checkpoint from JobManager `jm`.
     pub fn trigger(&mut self, jm: usize, last: bool) {
         let JobManager::Leading(master) = &self.jms[jm] else { return };
-        let location = format!("{CHECKPOINTS}/chk-{}", master.book.next_id());
+        let location = format!("{}/chk-{}", self.checkpoints_dir(), master.book.next_id());
         let outcomes = self.drive(jm, BookEvent::Trigger { request: SnapshotRequest::Periodic, location, full: false });
         if last && let (Some(barrier), JobManager::Leading(master)) = (outcomes.triggered.first(), &mut self.jms[jm]) {
             master.final_checkpoint = Some(barrier.checkpoint_id);

@@ -10,9 +10,11 @@ use super::world::{HaWriteError, Object, SimHa, SimRng, SimStorage};
 use crate::checkpointing::book::{Effect, PointerError};
 use crate::checkpointing::driver::CheckpointIo;
 
-/// The job's checkpoint directory and its shared files.
-pub const CHECKPOINTS: &str = "sim://chk/job";
-pub const SHARED: &str = "sim://chk/job/shared";
+/// The shared directory next to a checkpoint directory `chk-<n>` (`<job dir>/shared`).
+pub fn shared_dir_of(location: &str) -> String {
+    let job_dir = location.rsplit_once('/').map_or(location, |(parent, _)| parent);
+    format!("{job_dir}/shared")
+}
 
 pub struct SimIo<'a> {
     pub storage: &'a mut SimStorage,
@@ -21,6 +23,8 @@ pub struct SimIo<'a> {
     /// The directory registry the subtasks look their checkpoint's location up in.
     pub dirs: &'a mut BTreeMap<u64, String>,
     pub trace: &'a mut Vec<String>,
+    /// The job's `shared/` directory.
+    pub shared: String,
     pub epoch: u64,
     /// Dies at an effect boundary with probability `1/crash_one_in` (0: never).
     pub crash_one_in: u64,
@@ -98,9 +102,9 @@ impl CheckpointIo for SimIo<'_> {
         self.trace.push(format!("  delete failed {id} (shared files too: {shared})"));
         self.storage.delete_prefix(location);
         if shared {
-            for name in self.storage.list(SHARED) {
+            for name in self.storage.list(&self.shared) {
                 if shared_file_checkpoint(&name) == Some(id) {
-                    self.storage.objects.remove(&format!("{SHARED}/{name}"));
+                    self.storage.objects.remove(&format!("{}/{name}", self.shared));
                 }
             }
         }
@@ -123,18 +127,18 @@ impl CheckpointIo for SimIo<'_> {
             return Err("the process died".into());
         }
         self.trace.push(format!("  delete shared {name}"));
-        self.storage.objects.remove(&format!("{SHARED}/{name}"));
+        self.storage.objects.remove(&format!("{}/{name}", self.shared));
         Ok(())
     }
 
     fn sweep_shared(&mut self, keep: &BTreeSet<String>, below: u64) {
-        for name in self.storage.list(SHARED) {
+        for name in self.storage.list(&self.shared) {
             if self.dies() {
                 return;
             }
             if shared_file_checkpoint(&name).is_some_and(|id| id < below) && !keep.contains(&name) {
                 self.trace.push(format!("  sweep shared {name}"));
-                self.storage.objects.remove(&format!("{SHARED}/{name}"));
+                self.storage.objects.remove(&format!("{}/{name}", self.shared));
             }
         }
     }

@@ -98,9 +98,15 @@ fn step(cluster: &mut Cluster) {
                 tick(cluster, jm);
             }
         }
-        90..93 if cluster.savepoint_seq < 3 => {
+        90..93 if cluster.savepoint_seq < 4 => {
             if let Some(jm) = leader(cluster) {
-                cluster.savepoint(jm);
+                // While faults last, a user may also stop the job with a savepoint and
+                // submit it again from there.
+                if cluster.faulting() && cluster.rng.one_in(2) {
+                    cluster.stop(jm);
+                } else {
+                    cluster.savepoint(jm);
+                }
             }
         }
         _ => cluster.now_ms += 1,
@@ -129,6 +135,10 @@ fn tick(cluster: &mut Cluster, jm: usize) {
     cluster.drive(jm, crate::checkpointing::book::BookEvent::Tick);
     let JobManager::Leading(master) = &cluster.jms[jm] else { return };
     let follows = cluster.tasks.iter().all(|task| task.epoch == master.epoch);
+    if cluster.ha.stopped_with.is_some() {
+        // Stopped with a savepoint: whatever runs of it is cancelled, the user resubmits.
+        return cluster.resubmit(jm);
+    }
     if cluster.tasks.iter().all(|task| task.finished) {
         cluster.trace.push(format!("JM{jm}: every subtask finished: the job is FINISHED"));
         cluster.ha.finished = true;
@@ -195,6 +205,7 @@ fn to_task(cluster: &mut Cluster, subtask: u32, epoch: u64, body: Body) {
                 cluster.violation(error);
             }
         }
+        Body::Aborted(id) => task.aborted(id),
         Body::Ack(_) => {}
     }
 }

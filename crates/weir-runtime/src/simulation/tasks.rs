@@ -9,11 +9,12 @@ use std::collections::BTreeMap;
 use weir_api::snapshot::{Barrier, BarrierKind};
 use weir_checkpoint::format::SubtaskSnapshot;
 
-use super::io::SHARED;
+use super::io::shared_dir_of;
 use super::world::{External, Object, SimRng, SimStorage, TaskState, Txn};
 use crate::checkpointing::writer::{AckedOperator, SubtaskAck};
 
 pub struct Task {
+    pub job: u32,
     pub subtask: u32,
     pub attempt: u64,
     /// The leader (epoch, JobManager) this attempt follows.
@@ -30,13 +31,18 @@ pub struct Task {
     pub ended: bool,
     /// It committed the final checkpoint and ended.
     pub finished: bool,
+    /// It snapshotted the stop-with-savepoint of this id and reads nothing more unless that
+    /// savepoint fails.
+    pub stopping: Option<u64>,
 }
 
 impl Task {
     /// A new attempt from `state` (nothing: a fresh start).
-    pub fn restored(subtask: u32, attempt: u64, epoch: u64, leader: usize, state: Option<TaskState>, n: u64) -> Task {
+    pub fn restored(job: u32, subtask: u32, attempt: u64, leader: (u64, usize), state: Option<TaskState>, n: u64) -> Task {
         let offset = state.map_or(0, |s| s.offset);
+        let (epoch, leader) = leader;
         Task {
+            job,
             subtask,
             attempt,
             epoch,
@@ -48,12 +54,13 @@ impl Task {
             staged: BTreeMap::new(),
             ended: offset >= n,
             finished: false,
+            stopping: None,
         }
     }
 
     /// Reads and writes up to five records.
     pub fn work(&mut self, rng: &mut SimRng, n: u64) {
-        if self.ended {
+        if self.ended || self.stopping.is_some() {
             return;
         }
         self.offset = (self.offset + 1 + rng.below(5)).min(n);
@@ -72,7 +79,7 @@ impl Task {
         storage: &mut SimStorage,
     ) -> SubtaskAck {
         let id = barrier.checkpoint_id;
-        self.pending.push(Txn { checkpoint: id, from: self.txn_start, to: self.offset });
+        self.pending.push(Txn { job: self.job, checkpoint: id, from: self.txn_start, to: self.offset });
         self.txn_start = self.offset;
         let state = TaskState { offset: self.offset, pending: self.pending.clone() };
         let mut snapshot = SubtaskSnapshot {
@@ -88,7 +95,7 @@ impl Task {
             // Written whole again every few checkpoints, so old files are released.
             let mut names = if self.base.len() >= 3 || rng.one_in(3) { Vec::new() } else { self.base.clone() };
             let own = format!("chk-{id}-task-{}-{}", self.subtask, self.attempt);
-            storage.put(format!("{SHARED}/{own}"), Object::State(state));
+            storage.put(format!("{}/{own}", shared_dir_of(location)), Object::State(state));
             names.push(own);
             self.staged.insert(id, names.clone());
             snapshot.shared_files = names;
@@ -96,6 +103,9 @@ impl Task {
             let file = format!("task-{}", self.subtask);
             storage.put(format!("{location}/{file}"), Object::State(state));
             snapshot.file = Some(file);
+        }
+        if matches!(barrier.kind, BarrierKind::Savepoint { terminate: true, .. }) {
+            self.stopping = Some(id);
         }
         let operator = AckedOperator { uid: "sink".into(), key_type: None, snapshot, bytes: 1, full_bytes: 1 };
         SubtaskAck {
@@ -105,6 +115,13 @@ impl Task {
             operators: vec![operator],
             finished: self.ended,
             timings: Default::default(),
+        }
+    }
+
+    /// Checkpoint `id` was aborted: a stop at it is off, reading goes on.
+    pub fn aborted(&mut self, id: u64) {
+        if self.stopping == Some(id) {
+            self.stopping = None;
         }
     }
 
@@ -119,7 +136,7 @@ impl Task {
             self.base = names;
         }
         self.staged.retain(|staged, _| *staged > id);
-        if last && self.ended {
+        if last && (self.ended || self.stopping == Some(id)) {
             self.finished = true;
         }
         Ok(())

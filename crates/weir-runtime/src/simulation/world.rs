@@ -44,6 +44,8 @@ pub struct TaskState {
 /// checkpoint `checkpoint`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Txn {
+    /// The job that staged it (transactional ids carry the job id, as Kafka's sink's do).
+    pub job: u32,
     pub checkpoint: u64,
     pub from: u64,
     pub to: u64,
@@ -97,6 +99,8 @@ pub struct SimHa {
     pub next_checkpoint_id: u64,
     pub pointers: BTreeMap<u64, String>,
     pub finished: bool,
+    /// The job was stopped with this savepoint (its result, recorded by the leader).
+    pub stopped_with: Option<(u64, String)>,
     pub flake: Option<HaFlake>,
 }
 
@@ -127,25 +131,25 @@ impl SimHa {
     }
 }
 
-/// The external system the sink writes: committed transactions by (subtask, checkpoint id),
-/// committing one again is a no-op (Kafka's recover-and-commit).
+/// The external system the sink writes: committed transactions by (subtask, job, checkpoint
+/// id); committing one again is a no-op (Kafka's recover-and-commit).
 #[derive(Default)]
 pub struct External {
-    pub committed: BTreeMap<(u32, u64), Txn>,
+    pub committed: BTreeMap<(u32, u32, u64), Txn>,
 }
 
 impl External {
     /// Commits `txn` of `subtask`; an error when that transaction was committed with other
     /// records (a checkpoint id handed out twice).
     pub fn commit(&mut self, subtask: u32, txn: Txn) -> Result<(), String> {
-        match self.committed.get(&(subtask, txn.checkpoint)) {
+        match self.committed.get(&(subtask, txn.job, txn.checkpoint)) {
             Some(existing) if *existing != txn => Err(format!(
                 "subtask {subtask}: transaction of checkpoint {} committed as {existing:?} and again as {txn:?}",
                 txn.checkpoint
             )),
             Some(_) => Ok(()),
             None => {
-                self.committed.insert((subtask, txn.checkpoint), txn);
+                self.committed.insert((subtask, txn.job, txn.checkpoint), txn);
                 Ok(())
             }
         }
@@ -155,7 +159,7 @@ impl External {
     pub fn committed_prefix(&self, subtask: u32) -> Result<u64, String> {
         let mut ranges: Vec<(u64, u64)> = self
             .committed
-            .range((subtask, 0)..=(subtask, u64::MAX))
+            .range((subtask, 0, 0)..=(subtask, u32::MAX, u64::MAX))
             .map(|(_, txn)| (txn.from, txn.to))
             .filter(|(from, to)| from < to)
             .collect();
