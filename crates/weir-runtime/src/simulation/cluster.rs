@@ -35,6 +35,9 @@ pub struct Shape {
     pub fault_steps: usize,
     /// A fault in about one of this many steps while faults are on.
     pub fault_one_in: u64,
+    /// The longest a message takes, in milliseconds (a slow network lets subtasks fall
+    /// behind the completions).
+    pub max_delay_ms: u64,
     pub max_steps: usize,
 }
 
@@ -45,9 +48,10 @@ impl Shape {
             records: 40 + rng.below(160),
             incremental: rng.one_in(2),
             num_retained: 1 + rng.below(3) as u32,
-            max_concurrent: 1 + rng.below(2) as u32,
+            max_concurrent: 1 + rng.below(3) as u32,
             fault_steps: 200 + rng.below(600) as usize,
             fault_one_in: 8 + rng.below(40),
+            max_delay_ms: [20, 60, 150, 400][rng.below(4) as usize],
             max_steps: 6000,
         }
     }
@@ -412,7 +416,7 @@ impl Cluster {
     pub fn send(&mut self, from: usize, to: usize, epoch: u64, attempt: u64, destination: Destination, body: Body) {
         let channel = (from, to);
         let after = self.net.iter().filter(|m| m.channel == channel).map(|m| m.deliver_at).max().unwrap_or(0);
-        let deliver_at = (self.now_ms + self.rng.below(60)).max(after);
+        let deliver_at = (self.now_ms + self.rng.below(self.shape.max_delay_ms)).max(after);
         self.net.push(Message { deliver_at, channel, epoch, attempt, to: destination, body });
     }
 

@@ -38,7 +38,14 @@ pub struct Task {
 
 impl Task {
     /// A new attempt from `state` (nothing: a fresh start).
-    pub fn restored(job: u32, subtask: u32, attempt: u64, leader: (u64, usize), state: Option<TaskState>, n: u64) -> Task {
+    pub fn restored(
+        job: u32,
+        subtask: u32,
+        attempt: u64,
+        leader: (u64, usize),
+        state: Option<TaskState>,
+        n: u64,
+    ) -> Task {
         let offset = state.map_or(0, |s| s.offset);
         let (epoch, leader) = leader;
         Task {

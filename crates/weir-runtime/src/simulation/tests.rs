@@ -6,16 +6,17 @@ use super::{Report, run};
 /// Seeds per test run (`WEIR_SIM_SEEDS` overrides), from `WEIR_SIM_SEED_BASE` (default 0).
 const SEEDS: u64 = 10_000;
 
-/// Seeds that found a bug (with its fix reverted), kept as regression tests; docs/simulation.md
+/// Seeds that find a bug when its fix is reverted, kept as regression tests; docs/simulation.md
 /// names the fix each one breaks:
-/// - 0: an intermediate savepoint commits (`Completion::commits`), or checkpoint ids are used
-///   before the HA store's counter is past them;
-/// - 8: a checkpoint whose HA pointer write got no answer is deleted, or a completion's pointer
+/// - 54: an intermediate savepoint commits (`Completion::commits`);
+/// - 2: checkpoint ids are used before the HA store's counter is past them;
+/// - 6: a checkpoint whose HA pointer write got no answer is deleted, or a completion's pointer
 ///   write does not drop the checkpoints it subsumes;
-/// - 354, 466: a checkpoint whose pointer write got no answer is restored here, or its files
-///   released (`Retention::keep_uncertain`; found by the simulation in the code as it was);
-/// - 4060: a checkpoint naming a released shared file completes (`Retention::may_name`).
-const REGRESSION_SEEDS: &[u64] = &[0, 8, 354, 466, 4060];
+/// - 6985, 604: a checkpoint whose pointer write got no answer has its files released, or is
+///   restored here (`Retention::keep_uncertain`; the first is the code as it was, found by
+///   the simulation);
+/// - 154: a checkpoint naming a released shared file completes (`Retention::may_name`).
+const REGRESSION_SEEDS: &[u64] = &[2, 6, 54, 154, 604, 6985];
 
 fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|value| value.trim().parse().ok())
