@@ -7,7 +7,8 @@ use weir_types::lifecycle::now_ms;
 use weir_types::{JobId, JobStatus};
 
 use crate::job_master::JobMaster;
-use crate::jobgraph::{JobGraph, JobGraphError, JobSettings};
+use crate::job_settings::JobSettings;
+use crate::jobgraph::{JobGraph, JobGraphError};
 
 /// Why a job was not accepted.
 #[derive(Debug, thiserror::Error)]

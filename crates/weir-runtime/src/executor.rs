@@ -14,7 +14,7 @@ use weir_types::JobId;
 
 use crate::checkpointing::RestoreSource;
 use crate::execution::{CheckpointWiring, JobContext, Placement, TaskEvent, deploy};
-use crate::job_master::MasterEvent;
+use crate::job_master::events::MasterEvent;
 use crate::jobgraph::JobGraph;
 
 /// Everything needed to start one attempt of a job.

@@ -5,51 +5,19 @@ use weir_api::graph::{EdgeKind, NodeRole, StreamGraph};
 use weir_types::keygroups::murmur3_32;
 use weir_types::{MAX_PARALLELISM_UPPER_BOUND, compute_default_max_parallelism};
 
-/// What the cluster and the submitter decide about a job beyond its code.
-#[derive(Clone, Default)]
-pub struct JobSettings {
+/// The defaults a job graph is built with: what the submitter set for operators that set
+/// nothing themselves ([`crate::job_settings::JobSettings`] is one).
+pub trait GraphDefaults {
     /// `parallelism.default` or `-p`.
-    pub default_parallelism: u32,
+    fn default_parallelism(&self) -> u32;
     /// `pipeline.max-parallelism`, if set (a restore sets the snapshot's).
-    pub max_parallelism: Option<u32>,
-    /// Checkpointing options.
-    pub checkpointing: crate::checkpointing::CheckpointSettings,
-    /// The snapshot to start from.
-    pub restore: Option<std::sync::Arc<crate::checkpointing::RestoreSource>>,
-    /// What happens after a failure.
-    pub restart: crate::restart::RestartStrategyConfig,
-    /// Where subtasks run (`None`: threads of this process).
-    pub executor: Option<std::sync::Arc<dyn crate::executor::Executor>>,
-    /// `jobmanager.execution.failover-strategy: full`: every failure restarts the whole job
-    /// instead of only the failed pipelined region (Flink's default `region`).
-    pub failover_full: bool,
-    /// High availability: the job's HA store, and what a new leader recovered.
-    pub ha: Option<JobHa>,
+    fn max_parallelism(&self) -> Option<u32>;
     /// `pipeline.auto-watermark-interval` in ms (`None`: Flink's 200 ms).
-    pub auto_watermark_interval_ms: Option<u64>,
+    fn auto_watermark_interval_ms(&self) -> Option<u64>;
 }
 
 /// Flink's default `pipeline.auto-watermark-interval`.
 pub const DEFAULT_AUTO_WATERMARK_INTERVAL_MS: u64 = 200;
-
-/// A job's high-availability wiring.
-#[derive(Clone)]
-pub struct JobHa {
-    /// Where the job master records counters, checkpoint pointers, savepoint requests and
-    /// the job's result, under its JobManager's leadership.
-    pub store: weir_ha::JobStore,
-    /// Set when a new leader recovers the job from the HA store.
-    pub recovered: Option<weir_ha::RecoverableJob>,
-    /// How long a recovered job waits for the TaskManagers to report its running attempt.
-    pub reconcile_timeout: std::time::Duration,
-}
-
-impl JobSettings {
-    /// Settings with a default parallelism and nothing else.
-    pub fn with_parallelism(default_parallelism: u32) -> JobSettings {
-        JobSettings { default_parallelism, ..JobSettings::default() }
-    }
-}
 
 /// A task: one or more chained stream nodes run by each subtask in one thread.
 #[derive(Clone, Debug, serde::Serialize)]
@@ -134,18 +102,18 @@ pub enum JobGraphError {
 
 impl JobGraph {
     /// Resolves parallelism, picks the max parallelism and chains `graph`.
-    pub fn build(graph: &StreamGraph, settings: &JobSettings) -> Result<JobGraph, JobGraphError> {
+    pub fn build(graph: &StreamGraph, settings: &impl GraphDefaults) -> Result<JobGraph, JobGraphError> {
         let nodes = graph.nodes();
         let mut parallelism = Vec::with_capacity(nodes.len());
         for node in nodes {
-            let p = node.parallelism.or(graph.parallelism).unwrap_or(settings.default_parallelism);
+            let p = node.parallelism.or(graph.parallelism).unwrap_or(settings.default_parallelism());
             if p == 0 || p > MAX_PARALLELISM_UPPER_BOUND {
                 return Err(JobGraphError::BadParallelism { operator: node.name.clone(), parallelism: p });
             }
             parallelism.push(p);
         }
         let highest = parallelism.iter().copied().max().unwrap_or(1);
-        let max_parallelism = match graph.max_parallelism.or(settings.max_parallelism) {
+        let max_parallelism = match graph.max_parallelism.or(settings.max_parallelism()) {
             Some(max) if max == 0 || max > MAX_PARALLELISM_UPPER_BOUND => {
                 return Err(JobGraphError::BadMaxParallelism(max));
             }
@@ -238,7 +206,7 @@ impl JobGraph {
             edges,
             vertex_of_node,
             auto_watermark_interval_ms: settings
-                .auto_watermark_interval_ms
+                .auto_watermark_interval_ms()
                 .unwrap_or(DEFAULT_AUTO_WATERMARK_INTERVAL_MS),
         })
     }
@@ -320,6 +288,7 @@ fn vertex_id(uid: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::job_settings::JobSettings;
     use weir_api::prelude::*;
 
     fn counter_like(env: &StreamExecutionEnvironment) {

@@ -22,6 +22,7 @@ pub mod dispatcher;
 pub mod execution;
 pub mod executor;
 pub mod job_master;
+pub mod job_settings;
 pub mod jobgraph;
 pub mod network;
 pub mod restart;
@@ -34,5 +35,6 @@ pub use status::{JobDetails, JobOverview};
 
 pub use dispatcher::{Dispatcher, SubmitError};
 pub use job_master::JobMaster;
-pub use jobgraph::{JobGraph, JobGraphError, JobSettings};
+pub use job_settings::JobSettings;
+pub use jobgraph::{JobGraph, JobGraphError};
 pub use weir_api::snapshot::SnapshotFormat;

@@ -15,7 +15,7 @@ use weir_config::options::{HEARTBEAT_TIMEOUT, HIGH_AVAILABILITY_RECONCILE_TIMEOU
 use weir_ha::{HaServices, HaSettings, HaStore, LeaderInfo};
 use weir_rest::{ClusterInfo, LeaderRoute, RestServer, SubmittedJob};
 use weir_runtime::cluster::{ClusterResources, JobSubmission, RemoteExecutor};
-use weir_runtime::jobgraph::JobHa;
+use weir_runtime::job_settings::JobHa;
 use weir_runtime::{Dispatcher, JobSettings};
 use weir_types::{JobId, JobStatus, Lifecycle};
 

@@ -24,9 +24,7 @@ use super::settings::CheckpointSettings;
 use super::stats::CheckpointStats;
 use super::writer::SubtaskAck;
 
-/// The default state backend (`state.backend.type`), recorded in each snapshot: a native
-/// snapshot restores only into a backend of the same layout.
-pub const STATE_BACKEND: &str = "hashmap";
+pub use super::settings::STATE_BACKEND;
 
 /// True when a native snapshot of backend `written_by` restores into `backend`: the same
 /// backend, or `hashmap` and `spillable`, whose native key groups are the same bytes (a

@@ -2,6 +2,10 @@
 
 use std::time::Duration;
 
+/// The default state backend (`state.backend.type`), recorded in each snapshot: a native
+/// snapshot restores only into a backend of the same layout.
+pub const STATE_BACKEND: &str = "hashmap";
+
 /// How a job checkpoints.
 #[derive(Clone, Debug)]
 pub struct CheckpointSettings {
@@ -38,7 +42,7 @@ pub struct CheckpointSettings {
 impl CheckpointSettings {
     /// The state backend's name, as snapshots record it.
     pub fn state_backend(&self) -> &'static str {
-        self.spill.as_ref().map_or(super::coordinator::STATE_BACKEND, |spill| spill.backend_name())
+        self.spill.as_ref().map_or(STATE_BACKEND, |spill| spill.backend_name())
     }
 }
 

@@ -23,7 +23,7 @@ use super::protocol::{
 use crate::checkpointing::writer::WriteOutcome;
 use crate::execution::{TaskEvent, TaskEventKind};
 use crate::executor::{AttemptHandle, AttemptSpec, Executor, ReportedAttempt};
-use crate::job_master::MasterEvent;
+use crate::job_master::events::MasterEvent;
 use crate::jobgraph::JobGraph;
 use crate::security::{HANDSHAKE_TIMEOUT, Plane, WireSecurity};
 

@@ -28,7 +28,8 @@ use crate::checkpointing::coordinator::SnapshotDirs;
 use crate::checkpointing::writer::{SnapshotWriter, WriteOutcome};
 use crate::execution::{CheckpointWiring, JobContext, Placement, TaskEvent, TaskEventKind, deploy};
 use crate::executor::{ReportedAttempt, ReportedSubtask};
-use crate::jobgraph::{JobGraph, JobSettings};
+use crate::job_settings::JobSettings;
+use crate::jobgraph::JobGraph;
 use crate::network::{DataServer, TcpNetwork};
 use crate::security::{Plane, WireSecurity};
 

@@ -13,6 +13,7 @@
 //! CLI read snapshots of it.
 
 mod checkpoint_requests;
+pub mod events;
 mod run;
 mod states;
 
@@ -29,42 +30,11 @@ use weir_types::{ExecutionState, JobId, JobStatus, Lifecycle, StateHistory};
 
 use crate::checkpointing::settings::CheckpointSettings;
 use crate::checkpointing::stats::CheckpointStats;
-use crate::checkpointing::writer::WriteOutcome;
-use crate::execution::TaskEvent;
-use crate::jobgraph::{JobGraph, JobSettings};
+use crate::job_settings::JobSettings;
+use crate::jobgraph::JobGraph;
 
+pub use events::MasterEvent;
 pub(crate) use run::confine_target;
-
-/// Messages to a job master.
-#[derive(Debug)]
-pub enum MasterEvent {
-    /// A subtask changed state.
-    Task(TaskEvent),
-    /// A user asked to cancel the job.
-    Cancel,
-    /// A user asked for a savepoint (REST), optionally stopping the job after it.
-    TriggerSavepoint {
-        /// The request id the user polls.
-        request_id: String,
-        /// Target directory (else `state.savepoints.dir`).
-        target: Option<String>,
-        /// Stop the job once the savepoint completes.
-        terminate: bool,
-        /// Canonical (default) or native.
-        format: weir_api::snapshot::SnapshotFormat,
-        /// With `terminate`: fire every event-time window first (`stop --drain`).
-        drain: bool,
-    },
-    /// The snapshot writer finished a subtask's snapshot (or could not).
-    Snapshot(WriteOutcome),
-    /// A user asked for a checkpoint now (REST), polled by the request id.
-    TriggerCheckpoint {
-        /// The request id the user polls.
-        request_id: String,
-        /// `checkpointType: FULL`: every key group written whole.
-        full: bool,
-    },
-}
 
 /// Where a user's checkpoint request stands.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -77,12 +47,6 @@ pub enum CheckpointRequestStatus {
     Failed(String),
 }
 
-impl From<WriteOutcome> for MasterEvent {
-    fn from(outcome: WriteOutcome) -> MasterEvent {
-        MasterEvent::Snapshot(outcome)
-    }
-}
-
 /// Where a user's savepoint request stands.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SavepointStatus {
@@ -92,12 +56,6 @@ pub enum SavepointStatus {
     Completed(String),
     /// Failed, with this cause.
     Failed(String),
-}
-
-impl From<TaskEvent> for MasterEvent {
-    fn from(event: TaskEvent) -> MasterEvent {
-        MasterEvent::Task(event)
-    }
 }
 
 /// One failure, as the exceptions history shows it.

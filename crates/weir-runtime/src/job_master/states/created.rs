@@ -19,7 +19,8 @@ use crate::checkpointing::writer::SnapshotWriter;
 use crate::executor::LocalExecutor;
 use crate::job_master::run::{Deployment, JobRun, Supervisor};
 use crate::job_master::{JobMaster, LOCAL_HOST, MasterEvent, SavepointStatus, SubtaskRecord};
-use crate::jobgraph::{JobGraph, JobSettings};
+use crate::job_settings::JobSettings;
+use crate::jobgraph::JobGraph;
 use crate::restart::RestartStrategy;
 
 pub(super) fn run(

@@ -20,7 +20,7 @@ use weir_types::{JobStatus, Lifecycle};
 
 use super::run::{Incoming, JobRun, SUPERVISOR_TICK, settle};
 use super::{JobMaster, MasterEvent};
-use crate::jobgraph::JobSettings;
+use crate::job_settings::JobSettings;
 
 /// Where a job's run goes next.
 pub(super) enum State {
