@@ -869,70 +869,16 @@ impl Controller {
         if terminal {
             return self.after_stop(name, status, operation, Some(view));
         }
+        let job = StoppingJob { api, job_id, view, fallback };
         match (operation.kind, mode) {
             (OperationKind::Delete | OperationKind::Rollback | OperationKind::Recover, _)
-            | (_, UpgradeMode::Stateless | UpgradeMode::LastState) => {
-                if matches!(mode, UpgradeMode::LastState)
-                    && operation.kind != OperationKind::Rollback
-                    && operation.kind != OperationKind::Delete
-                    && operation.kind != OperationKind::Recover
-                    && self.newest_checkpoint(name, status).is_none()
-                {
-                    let error = format!(
-                        "a last-state {} needs a completed checkpoint of job {job_id} and there is none yet (is execution.checkpointing.interval set?). {MANUAL_RESTORE_REQUIRED} The job was not touched",
-                        if operation.kind == OperationKind::Suspend { "suspend" } else { "upgrade" }
-                    );
-                    return self.refuse(name, status, operation, error);
-                }
-                self.acting()?;
-                api.cancel(&job_id).map_err(|e| format!("cannot cancel job {job_id}: {e}"))?;
-                let view = wait_terminal(&api, &job_id, &self.fence)?;
-                crash::point("operator-after-job-cancelled");
-                self.after_stop(name, status, operation, Some(view))
-            }
+            | (_, UpgradeMode::Stateless | UpgradeMode::LastState) => self.cancel_to_stop(name, status, operation, job),
             (_, UpgradeMode::Savepoint)
                 if request_id.is_none()
-                    && (matches!(view.state.as_str(), "RESTARTING" | "FAILING" | "CREATED" | "INITIALIZING")
-                        || (view.state == "RUNNING" && view.starting)) =>
+                    && (matches!(job.view.state.as_str(), "RESTARTING" | "FAILING" | "CREATED" | "INITIALIZING")
+                        || (job.view.state == "RUNNING" && job.view.starting)) =>
             {
-                // The Flink operator's rule: a job that is not running takes no savepoint;
-                // with last-state-fallback it is upgraded from its newest state (its own
-                // newest checkpoint, else what it started from), which is what its restart
-                // would restore anyway. Without either, nothing is touched. A RUNNING job
-                // whose subtasks are not all running yet (a restart waiting for slots, a
-                // crash loop) is not running either: a stop-with-savepoint of it could only
-                // fail.
-                let newest = view.latest_checkpoint.clone().or_else(|| status.job_status.restored_from.clone());
-                let error = match (fallback, &newest) {
-                    (true, Some(_)) => None,
-                    (true, None) => Some(format!(
-                        "job {job_id} is {} and no checkpoint or savepoint of it is known. {MANUAL_RESTORE_REQUIRED} The job was not touched; set spec.job.initialSavepointPath and apply again",
-                        view.state
-                    )),
-                    (false, _) => Some(format!(
-                        "job {job_id} is {}, so it takes no savepoint, and kubernetes.operator.job.upgrade.last-state-fallback.enabled is false. The job was not touched; apply the spec again once it runs",
-                        view.state
-                    )),
-                };
-                if let Some(error) = error {
-                    return self.refuse(name, status, operation, error);
-                }
-                self.report(
-                    name,
-                    true,
-                    "LastStateFallback",
-                    &format!(
-                        "job {job_id} is {}: last-state fallback, cancelling it to upgrade from its newest state",
-                        view.state
-                    ),
-                );
-                self.acting()?;
-                api.cancel(&job_id).map_err(|e| format!("cannot cancel job {job_id}: {e}"))?;
-                let mut ended = wait_terminal(&api, &job_id, &self.fence)?;
-                ended.latest_checkpoint = ended.latest_checkpoint.or(view.latest_checkpoint);
-                crash::point("operator-after-job-cancelled");
-                operation.mode = UpgradeMode::LastState;
-                self.after_stop(name, status, operation, Some(ended))
+                self.fall_back_to_last_state(name, status, operation, job)
             }
             (_, UpgradeMode::Savepoint) => {
                 let target = match running.as_ref().or(operation.target.as_ref()) {
@@ -941,68 +887,166 @@ impl Controller {
                 };
                 let request_id = match request_id {
                     Some(id) => id,
-                    None => {
-                        let started = Instant::now();
-                        let id = loop {
-                            self.acting()?;
-                            match api.stop_with_savepoint(&job_id, &target) {
-                                Ok(id) => break id,
-                                Err(error) if started.elapsed() < TRIGGER_RETRY_MAX => {
-                                    tracing::debug!(deployment = %name, "stop-with-savepoint not taken yet: {error}");
-                                    std::thread::sleep(Duration::from_millis(100));
-                                }
-                                Err(error) => {
-                                    return self
-                                        .savepoint_failed(name, status, operation, &api, &job_id, fallback, error);
-                                }
-                            }
-                        };
-                        // Recorded before waiting: a controller that dies now follows this request.
-                        operation.step = Step::StopJob { request_id: Some(id.clone()) };
-                        status.operation = Some(operation.clone());
-                        self.save(name, status)?;
-                        crash::point("operator-after-stop-triggered");
-                        id
-                    }
+                    None => match self.trigger_stop(name, status, operation, &job, &target)? {
+                        Ok(id) => id,
+                        Err(step) => return Ok(step),
+                    },
                 };
                 let timeout = running
                     .as_ref()
                     .and_then(|s| crate::spec::configuration(s).get(&CHECKPOINTING_TIMEOUT).ok())
                     .unwrap_or(Duration::from_secs(600));
-                let started = Instant::now();
-                loop {
-                    self.acting()?;
-                    match api.savepoint(&job_id, &request_id) {
-                        Ok(SavepointState::InProgress) if started.elapsed() < timeout => std::thread::sleep(POLL),
-                        Ok(SavepointState::InProgress) => {
-                            return self.savepoint_failed(
-                                name,
-                                status,
-                                operation,
-                                &api,
-                                &job_id,
-                                fallback,
-                                "it did not complete within execution.checkpointing.timeout".into(),
-                            );
-                        }
-                        Ok(SavepointState::Completed(location)) => {
-                            self.record_upgrade_savepoint(name, status, operation, &location)?;
-                            crash::point("operator-after-savepoint-recorded");
-                            let view = wait_terminal(&api, &job_id, &self.fence)?;
-                            return self.after_stop(name, status, operation, Some(view));
-                        }
-                        Ok(SavepointState::Failed(cause)) => {
-                            return self.savepoint_failed(name, status, operation, &api, &job_id, fallback, cause);
-                        }
-                        Err(error) => {
-                            // The JobManager lost the request (it restarted): look at the job.
-                            tracing::warn!(deployment = %name, "the stop request {request_id} is gone ({error}); looking at the job");
-                            operation.step = Step::StopJob { request_id: None };
-                            status.operation = Some(operation.clone());
-                            self.save(name, status)?;
-                            return Ok(Some(Step::StopJob { request_id: None }));
-                        }
-                    }
+                self.await_stop(name, status, operation, &job, &request_id, timeout)
+            }
+        }
+    }
+
+    /// Stateless and last-state operations, deletes, rollbacks and recoveries: the job is
+    /// cancelled (a last-state upgrade or suspend only once a checkpoint of it completed).
+    fn cancel_to_stop(
+        &self,
+        name: &str,
+        status: &mut DeploymentStatus,
+        operation: &mut Operation,
+        job: StoppingJob,
+    ) -> Result<Option<Step>, String> {
+        let StoppingJob { api, job_id, .. } = job;
+        if matches!(operation.mode, UpgradeMode::LastState)
+            && operation.kind != OperationKind::Rollback
+            && operation.kind != OperationKind::Delete
+            && operation.kind != OperationKind::Recover
+            && self.newest_checkpoint(name, status).is_none()
+        {
+            let error = format!(
+                "a last-state {} needs a completed checkpoint of job {job_id} and there is none yet (is execution.checkpointing.interval set?). {MANUAL_RESTORE_REQUIRED} The job was not touched",
+                if operation.kind == OperationKind::Suspend { "suspend" } else { "upgrade" }
+            );
+            return self.refuse(name, status, operation, error);
+        }
+        self.acting()?;
+        api.cancel(&job_id).map_err(|e| format!("cannot cancel job {job_id}: {e}"))?;
+        let view = wait_terminal(&api, &job_id, &self.fence)?;
+        crash::point("operator-after-job-cancelled");
+        self.after_stop(name, status, operation, Some(view))
+    }
+
+    /// A savepoint operation on a job that is not running.
+    ///
+    /// The Flink operator's rule: a job that is not running takes no savepoint; with
+    /// last-state-fallback it is upgraded from its newest state (its own newest checkpoint,
+    /// else what it started from), which is what its restart would restore anyway. Without
+    /// either, nothing is touched. A RUNNING job whose subtasks are not all running yet (a
+    /// restart waiting for slots, a crash loop) is not running either: a stop-with-savepoint
+    /// of it could only fail.
+    fn fall_back_to_last_state(
+        &self,
+        name: &str,
+        status: &mut DeploymentStatus,
+        operation: &mut Operation,
+        job: StoppingJob,
+    ) -> Result<Option<Step>, String> {
+        let StoppingJob { api, job_id, view, fallback } = job;
+        let newest = view.latest_checkpoint.clone().or_else(|| status.job_status.restored_from.clone());
+        let error = match (fallback, &newest) {
+            (true, Some(_)) => None,
+            (true, None) => Some(format!(
+                "job {job_id} is {} and no checkpoint or savepoint of it is known. {MANUAL_RESTORE_REQUIRED} The job was not touched; set spec.job.initialSavepointPath and apply again",
+                view.state
+            )),
+            (false, _) => Some(format!(
+                "job {job_id} is {}, so it takes no savepoint, and kubernetes.operator.job.upgrade.last-state-fallback.enabled is false. The job was not touched; apply the spec again once it runs",
+                view.state
+            )),
+        };
+        if let Some(error) = error {
+            return self.refuse(name, status, operation, error);
+        }
+        self.report(
+            name,
+            true,
+            "LastStateFallback",
+            &format!("job {job_id} is {}: last-state fallback, cancelling it to upgrade from its newest state", view.state),
+        );
+        self.acting()?;
+        api.cancel(&job_id).map_err(|e| format!("cannot cancel job {job_id}: {e}"))?;
+        let mut ended = wait_terminal(&api, &job_id, &self.fence)?;
+        ended.latest_checkpoint = ended.latest_checkpoint.or(view.latest_checkpoint);
+        crash::point("operator-after-job-cancelled");
+        operation.mode = UpgradeMode::LastState;
+        self.after_stop(name, status, operation, Some(ended))
+    }
+
+    /// Asks the job to stop with a savepoint into `target` (retried while the JobManager does
+    /// not take it yet) and records the request before waiting, so a controller that dies
+    /// follows it. `Err(step)`: the trigger failed and the operation goes on at `step`.
+    fn trigger_stop(
+        &self,
+        name: &str,
+        status: &mut DeploymentStatus,
+        operation: &mut Operation,
+        job: &StoppingJob,
+        target: &str,
+    ) -> Result<Result<String, Option<Step>>, String> {
+        let started = Instant::now();
+        let id = loop {
+            self.acting()?;
+            match job.api.stop_with_savepoint(&job.job_id, target) {
+                Ok(id) => break id,
+                Err(error) if started.elapsed() < TRIGGER_RETRY_MAX => {
+                    tracing::debug!(deployment = %name, "stop-with-savepoint not taken yet: {error}");
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                Err(error) => {
+                    let next =
+                        self.savepoint_failed(name, status, operation, &job.api, &job.job_id, job.fallback, error)?;
+                    return Ok(Err(next));
+                }
+            }
+        };
+        operation.step = Step::StopJob { request_id: Some(id.clone()) };
+        status.operation = Some(operation.clone());
+        self.save(name, status)?;
+        crash::point("operator-after-stop-triggered");
+        Ok(Ok(id))
+    }
+
+    /// Follows stop request `request_id` until its savepoint completes (recorded, then the
+    /// job's end awaited), fails, or outlasts `timeout`.
+    fn await_stop(
+        &self,
+        name: &str,
+        status: &mut DeploymentStatus,
+        operation: &mut Operation,
+        job: &StoppingJob,
+        request_id: &str,
+        timeout: Duration,
+    ) -> Result<Option<Step>, String> {
+        let StoppingJob { api, job_id, fallback, .. } = job;
+        let started = Instant::now();
+        loop {
+            self.acting()?;
+            match api.savepoint(job_id, request_id) {
+                Ok(SavepointState::InProgress) if started.elapsed() < timeout => std::thread::sleep(POLL),
+                Ok(SavepointState::InProgress) => {
+                    let cause = "it did not complete within execution.checkpointing.timeout".to_string();
+                    return self.savepoint_failed(name, status, operation, api, job_id, *fallback, cause);
+                }
+                Ok(SavepointState::Completed(location)) => {
+                    self.record_upgrade_savepoint(name, status, operation, &location)?;
+                    crash::point("operator-after-savepoint-recorded");
+                    let view = wait_terminal(api, job_id, &self.fence)?;
+                    return self.after_stop(name, status, operation, Some(view));
+                }
+                Ok(SavepointState::Failed(cause)) => {
+                    return self.savepoint_failed(name, status, operation, api, job_id, *fallback, cause);
+                }
+                Err(error) => {
+                    // The JobManager lost the request (it restarted): look at the job.
+                    tracing::warn!(deployment = %name, "the stop request {request_id} is gone ({error}); looking at the job");
+                    operation.step = Step::StopJob { request_id: None };
+                    status.operation = Some(operation.clone());
+                    self.save(name, status)?;
+                    return Ok(Some(Step::StopJob { request_id: None }));
                 }
             }
         }
@@ -1391,6 +1435,15 @@ fn next_cluster_after(operation: &Operation, clusters: &[u64]) -> u64 {
 }
 
 /// Waits for the job to end after a cancel or a stop, while `fence` holds.
+/// The job an operation stops: its cluster's REST API, its id, how it was seen, and whether
+/// a job that is not running may fall back to last-state.
+struct StoppingJob {
+    api: ClusterApi,
+    job_id: String,
+    view: JobView,
+    fallback: bool,
+}
+
 fn wait_terminal(api: &ClusterApi, job_id: &str, fence: &Fence) -> Result<JobView, String> {
     let started = Instant::now();
     loop {
