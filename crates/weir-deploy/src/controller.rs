@@ -309,44 +309,7 @@ impl Controller {
         let refused = status.refused_generation == Some(generation);
         match (last.job.state, spec.job.state) {
             (DesiredState::Running, DesiredState::Running) => {
-                let diff = upgrade_diff(&last, spec);
-                if !diff.is_empty() && !refused {
-                    status.observed_generation = generation;
-                    self.report(
-                        name,
-                        false,
-                        "SpecChanged",
-                        &format!(
-                            "spec changed ({}): upgrade in {} mode",
-                            diff.join(", "),
-                            spec.job.upgrade_mode.as_str()
-                        ),
-                    );
-                    let mut operation = self.operation(
-                        name,
-                        OperationKind::Upgrade,
-                        generation,
-                        Some(spec.clone()),
-                        spec.job.upgrade_mode,
-                        Step::PreFlight,
-                    );
-                    if diff.contains(&"spec.job.initialSavepointPath") {
-                        operation.restore_from = spec.job.initial_savepoint_path.clone();
-                    }
-                    return Some(operation);
-                }
-                if diff.is_empty() && status.reconciliation_status.state != ReconciliationState::RolledBack {
-                    // Fields only decisions read changed (the mode, the nonce, -n).
-                    status.reconciliation_status.last_reconciled_spec = Some(spec.clone());
-                    if status.reconciliation_status.last_stable_spec.as_ref() == Some(&last) && status.job_status.ready
-                    {
-                        status.reconciliation_status.last_stable_spec = Some(spec.clone());
-                    }
-                }
-                if !refused {
-                    status.observed_generation = generation;
-                }
-                self.health(name, status)
+                self.decide_running(name, generation, spec, &last, refused, status)
             }
             (DesiredState::Running, DesiredState::Suspended) => {
                 status.observed_generation = generation;
@@ -361,28 +324,7 @@ impl Controller {
             }
             (DesiredState::Suspended, DesiredState::Running) => {
                 status.observed_generation = generation;
-                let mut operation = self.operation(
-                    name,
-                    OperationKind::Resume,
-                    generation,
-                    Some(spec.clone()),
-                    spec.job.upgrade_mode,
-                    Step::PreFlight,
-                );
-                // From what the suspend left, as the mode it used says, unless the new spec
-                // is stateless or names its own start point (the operator's rule).
-                operation.restore_from = if upgrade_diff(&last, spec).contains(&"spec.job.initialSavepointPath") {
-                    spec.job.initial_savepoint_path.clone()
-                } else if spec.job.upgrade_mode == UpgradeMode::Stateless {
-                    None
-                } else {
-                    match last.job.upgrade_mode {
-                        UpgradeMode::Savepoint => status.job_status.upgrade_savepoint_path.clone(),
-                        UpgradeMode::LastState => status.job_status.last_checkpoint_path.clone(),
-                        UpgradeMode::Stateless => None,
-                    }
-                };
-                Some(operation)
+                Some(self.resume(name, generation, spec, &last, status))
             }
             (DesiredState::Suspended, DesiredState::Suspended) => {
                 status.observed_generation = generation;
@@ -390,6 +332,85 @@ impl Controller {
                 None
             }
         }
+    }
+
+    /// A running deployment applied running again: an upgrade when the spec changed in a
+    /// field that needs one (and the generation was not refused), else its health.
+    fn decide_running(
+        &self,
+        name: &str,
+        generation: u64,
+        spec: &DeploymentSpec,
+        last: &DeploymentSpec,
+        refused: bool,
+        status: &mut DeploymentStatus,
+    ) -> Option<Operation> {
+        let diff = upgrade_diff(last, spec);
+        if !diff.is_empty() && !refused {
+            status.observed_generation = generation;
+            self.report(
+                name,
+                false,
+                "SpecChanged",
+                &format!("spec changed ({}): upgrade in {} mode", diff.join(", "), spec.job.upgrade_mode.as_str()),
+            );
+            let mut operation = self.operation(
+                name,
+                OperationKind::Upgrade,
+                generation,
+                Some(spec.clone()),
+                spec.job.upgrade_mode,
+                Step::PreFlight,
+            );
+            if diff.contains(&"spec.job.initialSavepointPath") {
+                operation.restore_from = spec.job.initial_savepoint_path.clone();
+            }
+            return Some(operation);
+        }
+        if diff.is_empty() && status.reconciliation_status.state != ReconciliationState::RolledBack {
+            // Fields only decisions read changed (the mode, the nonce, -n).
+            status.reconciliation_status.last_reconciled_spec = Some(spec.clone());
+            if status.reconciliation_status.last_stable_spec.as_ref() == Some(last) && status.job_status.ready {
+                status.reconciliation_status.last_stable_spec = Some(spec.clone());
+            }
+        }
+        if !refused {
+            status.observed_generation = generation;
+        }
+        self.health(name, status)
+    }
+
+    /// A suspended deployment applied running: resumed from what the suspend left, as the
+    /// mode it used says, unless the new spec is stateless or names its own start point (the
+    /// operator's rule).
+    fn resume(
+        &self,
+        name: &str,
+        generation: u64,
+        spec: &DeploymentSpec,
+        last: &DeploymentSpec,
+        status: &DeploymentStatus,
+    ) -> Operation {
+        let mut operation = self.operation(
+            name,
+            OperationKind::Resume,
+            generation,
+            Some(spec.clone()),
+            spec.job.upgrade_mode,
+            Step::PreFlight,
+        );
+        operation.restore_from = if upgrade_diff(last, spec).contains(&"spec.job.initialSavepointPath") {
+            spec.job.initial_savepoint_path.clone()
+        } else if spec.job.upgrade_mode == UpgradeMode::Stateless {
+            None
+        } else {
+            match last.job.upgrade_mode {
+                UpgradeMode::Savepoint => status.job_status.upgrade_savepoint_path.clone(),
+                UpgradeMode::LastState => status.job_status.last_checkpoint_path.clone(),
+                UpgradeMode::Stateless => None,
+            }
+        };
+        operation
     }
 
     /// Readiness, rollback and recovery of a deployment whose spec is deployed.
@@ -409,91 +430,108 @@ impl Controller {
             Some(cluster) => !self.backend.jobmanager_alive(name, cluster),
             None => true,
         };
-        let job_failed = status.job_status.state.as_deref() == Some("FAILED");
-        // Rollback: the Flink operator's conditions.
-        let reconciliation = &status.reconciliation_status;
-        let rollback_enabled = settings.get(&OPERATOR_ROLLBACK_ENABLED).unwrap_or(false);
-        let readiness = settings.get(&OPERATOR_READINESS_TIMEOUT).unwrap_or(Duration::from_secs(300));
-        let waited = Duration::from_millis(now_ms().saturating_sub(reconciliation.reconciliation_timestamp));
-        if rollback_enabled
-            && !status.job_status.ready
-            && reconciliation.state == ReconciliationState::Deployed
-            && reconciliation.last_stable_spec.is_some()
-            && reconciliation.last_stable_spec != reconciliation.last_reconciled_spec
-            && reconciliation.last_stable_spec.as_ref().is_some_and(|s| s.job.state == DesiredState::Running)
-            && (waited > readiness || job_failed || (cluster_gone && waited > Duration::from_secs(2)))
-        {
-            let target = reconciliation.last_stable_spec.clone();
-            let reason = if job_failed {
-                // The failure's cause, as observed (`job <id> FAILED: <cause>`).
-                match status.error.as_deref().and_then(|e| e.split_once(" FAILED: ")) {
-                    Some((_, cause)) => format!("its job FAILED: {cause}"),
-                    None => "its job FAILED".to_string(),
-                }
-            } else if waited > readiness {
-                format!("it did not get ready within the readiness timeout ({readiness:?})")
-            } else {
-                "its cluster is gone".to_string()
-            };
-            let message = format!(
-                "generation {} is not running, {reason}: rolling back to the last stable spec",
-                status.observed_generation
-            );
-            self.report(name, true, "RollingBack", &message);
-            // Kept while the deployment is ROLLED_BACK: why the release was given up.
-            status.error = Some(message);
-            let mut operation = self.operation(
-                name,
-                OperationKind::Rollback,
-                status.observed_generation,
-                target,
-                UpgradeMode::LastState,
-                Step::StopJob { request_id: None },
-            );
-            // The new job's own newest checkpoint wins (found when it is stopped);
-            // otherwise back to where the upgrade started.
-            operation.restore_from = status.job_status.restored_from.clone();
+        if let Some(operation) = self.rollback(name, status, &settings, cluster_gone) {
             return Some(operation);
         }
+        let reconciliation = &status.reconciliation_status;
         if cluster_gone
             && status.cluster_info.is_some()
             && reconciliation.state != ReconciliationState::Upgrading
             && settings.get(&OPERATOR_JM_DEPLOYMENT_RECOVERY).unwrap_or(true)
         {
-            // The job's own newest checkpoint (with HA, the one its cluster's HA store
-            // recorded, as Flink's operator recovers from the HA metadata), else where it
-            // started: never an earlier job's checkpoint (a job resumed from a savepoint that
-            // has not checkpointed yet would otherwise go back before that savepoint and write
-            // its output again).
-            let restore = match running.job.upgrade_mode {
-                UpgradeMode::Stateless => None,
-                _ => {
-                    self.current_job_checkpoint(name, status, None).or_else(|| status.job_status.restored_from.clone())
-                }
-            };
-            if restore.is_none() && running.job.upgrade_mode != UpgradeMode::Stateless {
-                let error = format!(
-                    "the JobManager of the deployment is gone and no checkpoint of its job is known. {MANUAL_RESTORE_REQUIRED} Set spec.job.initialSavepointPath to a savepoint or retained checkpoint and apply again"
-                );
-                if status.error.as_deref() != Some(&error) {
-                    tracing::warn!(deployment = %name, "{error}");
-                }
-                status.error = Some(error);
-                return None;
-            }
-            self.report(name, true, "JobManagerLost", "its JobManager is gone: starting its cluster again");
-            let mut operation = self.operation(
-                name,
-                OperationKind::Recover,
-                status.observed_generation,
-                Some(running),
-                UpgradeMode::LastState,
-                Step::StopCluster,
-            );
-            operation.restore_from = restore;
-            return Some(operation);
+            return self.recover(name, status, running);
         }
         None
+    }
+
+    /// A rollback to the last stable spec, when the Flink operator's conditions hold: enabled,
+    /// the new generation not ready, and past the readiness timeout, FAILED, or its cluster gone.
+    fn rollback(
+        &self,
+        name: &str,
+        status: &mut DeploymentStatus,
+        settings: &weir_config::Configuration,
+        cluster_gone: bool,
+    ) -> Option<Operation> {
+        let job_failed = status.job_status.state.as_deref() == Some("FAILED");
+        let reconciliation = &status.reconciliation_status;
+        let rollback_enabled = settings.get(&OPERATOR_ROLLBACK_ENABLED).unwrap_or(false);
+        let readiness = settings.get(&OPERATOR_READINESS_TIMEOUT).unwrap_or(Duration::from_secs(300));
+        let waited = Duration::from_millis(now_ms().saturating_sub(reconciliation.reconciliation_timestamp));
+        if !(rollback_enabled
+            && !status.job_status.ready
+            && reconciliation.state == ReconciliationState::Deployed
+            && reconciliation.last_stable_spec.is_some()
+            && reconciliation.last_stable_spec != reconciliation.last_reconciled_spec
+            && reconciliation.last_stable_spec.as_ref().is_some_and(|s| s.job.state == DesiredState::Running)
+            && (waited > readiness || job_failed || (cluster_gone && waited > Duration::from_secs(2))))
+        {
+            return None;
+        }
+        let target = reconciliation.last_stable_spec.clone();
+        let reason = if job_failed {
+            // The failure's cause, as observed (`job <id> FAILED: <cause>`).
+            match status.error.as_deref().and_then(|e| e.split_once(" FAILED: ")) {
+                Some((_, cause)) => format!("its job FAILED: {cause}"),
+                None => "its job FAILED".to_string(),
+            }
+        } else if waited > readiness {
+            format!("it did not get ready within the readiness timeout ({readiness:?})")
+        } else {
+            "its cluster is gone".to_string()
+        };
+        let message = format!(
+            "generation {} is not running, {reason}: rolling back to the last stable spec",
+            status.observed_generation
+        );
+        self.report(name, true, "RollingBack", &message);
+        // Kept while the deployment is ROLLED_BACK: why the release was given up.
+        status.error = Some(message);
+        let mut operation = self.operation(
+            name,
+            OperationKind::Rollback,
+            status.observed_generation,
+            target,
+            UpgradeMode::LastState,
+            Step::StopJob { request_id: None },
+        );
+        // The new job's own newest checkpoint wins (found when it is stopped);
+        // otherwise back to where the upgrade started.
+        operation.restore_from = status.job_status.restored_from.clone();
+        Some(operation)
+    }
+
+    /// Its JobManager is gone outside an upgrade: its cluster starts again from the job's own
+    /// newest checkpoint (with HA, the one its cluster's HA store recorded, as Flink's
+    /// operator recovers from the HA metadata), else where it started: never an earlier job's
+    /// checkpoint (a job resumed from a savepoint that has not checkpointed yet would
+    /// otherwise go back before that savepoint and write its output again).
+    fn recover(&self, name: &str, status: &mut DeploymentStatus, running: DeploymentSpec) -> Option<Operation> {
+        let restore = match running.job.upgrade_mode {
+            UpgradeMode::Stateless => None,
+            _ => self.current_job_checkpoint(name, status, None).or_else(|| status.job_status.restored_from.clone()),
+        };
+        if restore.is_none() && running.job.upgrade_mode != UpgradeMode::Stateless {
+            let error = format!(
+                "the JobManager of the deployment is gone and no checkpoint of its job is known. {MANUAL_RESTORE_REQUIRED} Set spec.job.initialSavepointPath to a savepoint or retained checkpoint and apply again"
+            );
+            if status.error.as_deref() != Some(&error) {
+                tracing::warn!(deployment = %name, "{error}");
+            }
+            status.error = Some(error);
+            return None;
+        }
+        self.report(name, true, "JobManagerLost", "its JobManager is gone: starting its cluster again");
+        let mut operation = self.operation(
+            name,
+            OperationKind::Recover,
+            status.observed_generation,
+            Some(running),
+            UpgradeMode::LastState,
+            Step::StopCluster,
+        );
+        operation.restore_from = restore;
+        Some(operation)
     }
 
     /// Updates the job's state from its cluster.
@@ -965,7 +1003,10 @@ impl Controller {
             name,
             true,
             "LastStateFallback",
-            &format!("job {job_id} is {}: last-state fallback, cancelling it to upgrade from its newest state", view.state),
+            &format!(
+                "job {job_id} is {}: last-state fallback, cancelling it to upgrade from its newest state",
+                view.state
+            ),
         );
         self.acting()?;
         api.cancel(&job_id).map_err(|e| format!("cannot cancel job {job_id}: {e}"))?;
@@ -1152,49 +1193,13 @@ impl Controller {
                     self.rollback_start_point(name, operation, &checkpoint);
                 }
             }
-            _ => match operation.mode {
-                // Empty, unless the spec names a start point (set when the operation began).
-                UpgradeMode::Stateless => {}
-                UpgradeMode::Savepoint => {
-                    if let Some(view) = &view
-                        && view.state == "FINISHED"
-                        && let Some(location) = &view.latest_savepoint
-                        && !status.savepoint_history.iter().any(|r| &r.location == location)
-                    {
-                        // The stop completed while no controller watched it.
-                        let location = location.clone();
-                        self.record_upgrade_savepoint(name, status, operation, &location)?;
-                    }
-                    if operation.restore_from.is_none() {
-                        let fallback = Self::running_spec(status)
-                            .map(|s| self.settings(s))
-                            .and_then(|s| s.get(&OPERATOR_LAST_STATE_FALLBACK).ok())
-                            .unwrap_or(true);
-                        match newest_checkpoint {
-                            Some(path) if fallback => operation.restore_from = Some(path),
-                            _ => {
-                                let error = format!(
-                                    "the job is not running and no savepoint or checkpoint of it is known. {MANUAL_RESTORE_REQUIRED} Set spec.job.initialSavepointPath and apply again"
-                                );
-                                return self.stalled(name, status, operation, error);
-                            }
-                        }
-                    }
+            _ => {
+                if let Some(error) =
+                    self.upgrade_start_point(name, status, operation, view.as_ref(), newest_checkpoint)?
+                {
+                    return self.stalled(name, status, operation, error);
                 }
-                UpgradeMode::LastState => {
-                    if operation.restore_from.is_none() {
-                        match newest_checkpoint {
-                            Some(path) => operation.restore_from = Some(path),
-                            None => {
-                                let error = format!(
-                                    "no completed checkpoint of the job is known. {MANUAL_RESTORE_REQUIRED} Set spec.job.initialSavepointPath and apply again"
-                                );
-                                return self.stalled(name, status, operation, error);
-                            }
-                        }
-                    }
-                }
-            },
+            }
         }
         if operation.kind == OperationKind::Suspend {
             match operation.mode {
@@ -1204,6 +1209,63 @@ impl Controller {
             }
         }
         Ok(Some(Step::StopCluster))
+    }
+
+    /// Where an upgrade's or suspend's new job starts, as its mode says, when the spec names
+    /// no start point: a savepoint the stop completed, else (with last-state fallback) the
+    /// newest checkpoint. `Some(error)`: nothing is known to start from.
+    fn upgrade_start_point(
+        &self,
+        name: &str,
+        status: &mut DeploymentStatus,
+        operation: &mut Operation,
+        view: Option<&JobView>,
+        newest_checkpoint: Option<String>,
+    ) -> Result<Option<String>, String> {
+        match operation.mode {
+            // Empty, unless the spec names a start point (set when the operation began).
+            UpgradeMode::Stateless => {}
+            UpgradeMode::Savepoint => {
+                if let Some(view) = view
+                    && view.state == "FINISHED"
+                    && let Some(location) = &view.latest_savepoint
+                    && !status.savepoint_history.iter().any(|r| &r.location == location)
+                {
+                    // The stop completed while no controller watched it.
+                    let location = location.clone();
+                    self.record_upgrade_savepoint(name, status, operation, &location)?;
+                }
+                if operation.restore_from.is_none() {
+                    let fallback = Self::running_spec(status)
+                        .map(|s| self.settings(s))
+                        .and_then(|s| s.get(&OPERATOR_LAST_STATE_FALLBACK).ok())
+                        .unwrap_or(true);
+                    match newest_checkpoint {
+                        Some(path) if fallback => operation.restore_from = Some(path),
+                        _ => {
+                            let error = format!(
+                                "the job is not running and no savepoint or checkpoint of it is known. {MANUAL_RESTORE_REQUIRED} Set spec.job.initialSavepointPath and apply again"
+                            );
+                            return Ok(Some(error));
+                        }
+                    }
+                }
+            }
+            UpgradeMode::LastState => {
+                if operation.restore_from.is_none() {
+                    match newest_checkpoint {
+                        Some(path) => operation.restore_from = Some(path),
+                        None => {
+                            let error = format!(
+                                "no completed checkpoint of the job is known. {MANUAL_RESTORE_REQUIRED} Set spec.job.initialSavepointPath and apply again"
+                            );
+                            return Ok(Some(error));
+                        }
+                    }
+                }
+            }
+        }
+        Ok(None)
     }
 
     /// The job is not running and nothing is known to start it from: the operation is given

@@ -62,28 +62,7 @@ pub(super) fn run(
     let recovered = settings.ha.as_ref().and_then(|ha| ha.recovered.clone());
     let dirs = coordinator.dirs();
     let sup = supervisor(&master, &graph, &job_graph, &settings, coordinator);
-    // A job of one region restarts whole anyway.
-    let regions = Some(job_graph.regions())
-        .filter(|regions| !settings.failover_full && regions.iter().any(|r| *r > 0))
-        .map(Arc::new);
-    let region_count = regions.as_ref().map(|r| r.iter().max().map_or(0, |m| m + 1));
-    let dep = Deployment {
-        graph: Arc::new(graph),
-        job_graph: Arc::clone(&job_graph),
-        executor: match &settings.executor {
-            Some(executor) => Arc::clone(executor),
-            None => Arc::new(LocalExecutor),
-        },
-        exactly_once: settings.checkpointing.exactly_once,
-        final_checkpoint: settings.checkpointing.interval.is_some(),
-        incremental: settings.checkpointing.incremental,
-        spill: settings.checkpointing.spill.clone(),
-        dirs,
-        writer: writer.queue(),
-        snapshot_events: snapshot_events.clone(),
-        initial_restore: settings.restore.clone(),
-        regions,
-    };
+    let (dep, region_count) = deployment(graph, &job_graph, &settings, dirs, &writer, snapshot_events);
     let run = JobRun {
         master: Arc::clone(&master),
         events,
@@ -99,6 +78,41 @@ pub(super) fn run(
         orphaned_savepoints: recovered.as_ref().map(|r| r.savepoints.clone()).unwrap_or_default(),
     };
     Some(enter(run, recovered.is_some()))
+}
+
+/// How the job's subtasks are deployed: the graph, where they run, what their snapshots
+/// need, and its pipelined regions (with the number of them).
+fn deployment(
+    graph: StreamGraph,
+    job_graph: &Arc<JobGraph>,
+    settings: &JobSettings,
+    dirs: crate::checkpointing::coordinator::SnapshotDirs,
+    writer: &SnapshotWriter,
+    snapshot_events: crossbeam_channel::Sender<MasterEvent>,
+) -> (Deployment, Option<usize>) {
+    // A job of one region restarts whole anyway.
+    let regions = Some(job_graph.regions())
+        .filter(|regions| !settings.failover_full && regions.iter().any(|r| *r > 0))
+        .map(Arc::new);
+    let region_count = regions.as_ref().map(|r| r.iter().max().map_or(0, |m| m + 1));
+    let dep = Deployment {
+        graph: Arc::new(graph),
+        job_graph: Arc::clone(job_graph),
+        executor: match &settings.executor {
+            Some(executor) => Arc::clone(executor),
+            None => Arc::new(LocalExecutor),
+        },
+        exactly_once: settings.checkpointing.exactly_once,
+        final_checkpoint: settings.checkpointing.interval.is_some(),
+        incremental: settings.checkpointing.incremental,
+        spill: settings.checkpointing.spill.clone(),
+        dirs,
+        writer: writer.queue(),
+        snapshot_events,
+        initial_restore: settings.restore.clone(),
+        regions,
+    };
+    (dep, region_count)
 }
 
 /// Builds the job graph and the subtask records (CREATED); FAILED when the graph is invalid.
