@@ -219,35 +219,27 @@ fn savepoint_parts(dir: &Path) -> Option<BTreeSet<PartName>> {
 /// before `attempt`: in-progress ones, and pending ones that neither the restored snapshot
 /// (`listed`) nor a savepoint marker names; never one a live writer holds (each writer keeps
 /// an exclusive lock on its in-progress and pending files until they are committed). A marker
-/// of those runs whose parts are all gone (committed) is removed too.
+/// of those runs whose parts are all gone (committed) is removed too. The whole
+/// [`OrphanPlan`] is decided from one listing before the first removal.
 pub fn remove_orphans(dir: &Path, listed: &BTreeSet<PartName>, snapshot_job: Option<&str>, job: &str, attempt: u32) {
     let Ok(entries) = fs::read_dir(dir) else {
         return;
     };
+    let names: Vec<String> =
+        entries.flatten().filter_map(|entry| entry.file_name().to_str().map(str::to_string)).collect();
     let in_savepoints = savepoint_parts(dir);
-    let taken_over = |name_job: &PartName| {
-        let ours_before = name_job.written_by(job) && name_job.attempt < attempt;
-        let restored_job =
-            snapshot_job.is_some_and(|snapshot_job| snapshot_job != job && name_job.written_by(snapshot_job));
-        ours_before || restored_job
-    };
-    let mut markers = Vec::new();
-    for entry in entries.flatten() {
-        let file_name = entry.file_name();
-        if let Some(marker) = file_name.to_str().and_then(SavepointMarker::parse) {
-            markers.push((marker, entry.path()));
-            continue;
+    let mut marker_parts = Vec::new();
+    for name in &names {
+        if let Some(marker) = SavepointMarker::parse(name)
+            && let Ok(text) = fs::read_to_string(dir.join(name))
+        {
+            marker_parts.push((name.clone(), marker, text.lines().filter_map(PartName::parse_committed).collect()));
         }
-        let Some((name, kind)) = file_name.to_str().and_then(PartName::parse_hidden) else {
-            continue;
-        };
-        if !taken_over(&name) || listed.contains(&name) {
-            continue;
-        }
-        if kind == HiddenKind::Pending && in_savepoints.as_ref().is_none_or(|parts| parts.contains(&name)) {
-            continue;
-        }
-        let path = entry.path();
+    }
+    let runs = Runs { snapshot_job, job, attempt };
+    let plan = plan_orphans(&names, listed, in_savepoints.as_ref(), &marker_parts, &runs);
+    for name in &plan.parts {
+        let path = dir.join(name);
         if held_by_live_writer(&path) {
             continue;
         }
@@ -255,20 +247,76 @@ pub fn remove_orphans(dir: &Path, listed: &BTreeSet<PartName>, snapshot_job: Opt
             tracing::warn!(file = %path.display(), %error, "file sink: cannot remove a leftover part file");
         }
     }
-    for (marker, path) in markers {
-        let as_part =
-            PartName { job: marker.job.clone(), attempt: marker.attempt, subtask: marker.subtask, counter: 0 };
-        if !taken_over(&as_part) {
-            continue;
-        }
-        let Ok(text) = fs::read_to_string(&path) else { continue };
-        let still_pending =
-            text.lines().filter_map(PartName::parse_committed).any(|part| dir.join(part.pending()).exists());
-        if !still_pending && let Err(error) = fs::remove_file(&path) {
+    for name in &plan.markers {
+        let path = dir.join(name);
+        if let Err(error) = fs::remove_file(&path) {
             tracing::warn!(file = %path.display(), %error, "file sink: cannot remove a savepoint marker");
         }
     }
     sync_dir(dir);
+}
+
+/// The runs whose leftovers a restore takes over: the restored job's (any attempt) and this
+/// job's attempts before `attempt`.
+pub struct Runs<'a> {
+    /// The job the restored snapshot is of.
+    pub snapshot_job: Option<&'a str>,
+    /// This job.
+    pub job: &'a str,
+    /// This attempt.
+    pub attempt: u32,
+}
+
+impl Runs<'_> {
+    fn taken_over(&self, part: &PartName) -> bool {
+        let ours_before = part.written_by(self.job) && part.attempt < self.attempt;
+        let restored_job =
+            self.snapshot_job.is_some_and(|snapshot_job| snapshot_job != self.job && part.written_by(snapshot_job));
+        ours_before || restored_job
+    }
+}
+
+/// What a restore removes from an output directory, decided before anything is removed.
+#[derive(Debug, Default, PartialEq)]
+pub struct OrphanPlan {
+    /// Hidden part files no run will need (still skipped when a live writer holds one).
+    pub parts: Vec<String>,
+    /// Savepoint markers of taken-over runs whose parts are all committed.
+    pub markers: Vec<String>,
+}
+
+/// The orphans among `names` (one listing of the directory): hidden parts of taken-over runs
+/// that the restored snapshot does not list, except pending ones a savepoint marker names (or
+/// any pending one when a marker could not be read: `in_savepoints` is `None`); and the
+/// markers (file name, marker, parts) of taken-over runs none of whose parts is pending.
+pub fn plan_orphans(
+    names: &[String],
+    listed: &BTreeSet<PartName>,
+    in_savepoints: Option<&BTreeSet<PartName>>,
+    markers: &[(String, SavepointMarker, Vec<PartName>)],
+    runs: &Runs<'_>,
+) -> OrphanPlan {
+    let present: BTreeSet<&str> = names.iter().map(String::as_str).collect();
+    let mut plan = OrphanPlan::default();
+    for name in names.iter().filter(|name| SavepointMarker::parse(name).is_none()) {
+        let Some((part, kind)) = PartName::parse_hidden(name) else { continue };
+        if !runs.taken_over(&part) || listed.contains(&part) {
+            continue;
+        }
+        if kind == HiddenKind::Pending && in_savepoints.is_none_or(|parts| parts.contains(&part)) {
+            continue;
+        }
+        plan.parts.push(name.clone());
+    }
+    for (name, marker, parts) in markers {
+        let as_part =
+            PartName { job: marker.job.clone(), attempt: marker.attempt, subtask: marker.subtask, counter: 0 };
+        let still_pending = parts.iter().any(|part| present.contains(part.pending().as_str()));
+        if runs.taken_over(&as_part) && !still_pending {
+            plan.markers.push(name.clone());
+        }
+    }
+    plan
 }
 
 /// True unless `path` can be locked now: a live writer holds its lock (or locking is not
@@ -514,5 +562,71 @@ mod tests {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod plan_tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const JOBS: [&str; 3] =
+        ["0123456789abcdef0123456789abcdef", "fedcba9876543210fedcba9876543210", "00000000000000000000000000000001"];
+
+    fn part(job: usize, attempt: u32, subtask: u32, counter: u64) -> PartName {
+        PartName { job: JOBS[job].to_string(), attempt, subtask, counter }
+    }
+
+    fn parts() -> impl Strategy<Value = Vec<(PartName, bool)>> {
+        prop::collection::vec(((0usize..3, 0u32..3, 0u32..2, 0u64..4), any::<bool>()), 0..24)
+            .prop_map(|v| v.into_iter().map(|((j, a, s, c), pending)| (part(j, a, s, c), pending)).collect())
+    }
+
+    proptest! {
+        /// The plan never names a part the restored snapshot lists, a pending part a
+        /// savepoint marker names (any pending part when a marker could not be read), or a
+        /// file of a run that is not taken over; and it names every other hidden part of a
+        /// taken-over run.
+        #[test]
+        fn the_plan_removes_exactly_the_orphans(
+            files in parts(),
+            listed_picks in prop::collection::vec(any::<bool>(), 24),
+            marked_picks in prop::collection::vec(any::<bool>(), 24),
+            markers_readable in any::<bool>(),
+            snapshot_job in prop::option::of(0usize..3),
+            attempt in 0u32..3,
+        ) {
+            let names: Vec<String> =
+                files.iter().map(|(p, pending)| if *pending { p.pending() } else { p.in_progress() }).collect();
+            let listed: BTreeSet<PartName> =
+                files.iter().zip(&listed_picks).filter(|(_, pick)| **pick).map(|((p, _), _)| p.clone()).collect();
+            let marked: BTreeSet<PartName> =
+                files.iter().zip(&marked_picks).filter(|(_, pick)| **pick).map(|((p, _), _)| p.clone()).collect();
+            let in_savepoints = markers_readable.then_some(&marked);
+            let runs = Runs { snapshot_job: snapshot_job.map(|j| JOBS[j]), job: JOBS[0], attempt };
+            let plan = plan_orphans(&names, &listed, in_savepoints, &[], &runs);
+            for ((part, pending), name) in files.iter().zip(&names) {
+                let taken_over = runs.taken_over(part);
+                let protected = listed.contains(part)
+                    || (*pending && in_savepoints.is_none_or(|marked| marked.contains(part)));
+                let planned = plan.parts.contains(name);
+                prop_assert_eq!(planned, taken_over && !protected, "{} (taken over {}, protected {})", name, taken_over, protected);
+            }
+        }
+    }
+
+    #[test]
+    fn a_marker_goes_once_none_of_its_parts_is_pending() {
+        let marker = SavepointMarker { job: JOBS[0].into(), attempt: 0, subtask: 0, checkpoint_id: 7 };
+        let staged = part(0, 0, 0, 1);
+        let runs = Runs { snapshot_job: None, job: JOBS[0], attempt: 1 };
+        let markers = vec![(marker.file_name(), marker.clone(), vec![staged.clone()])];
+        let waiting = vec![marker.file_name(), staged.pending()];
+        let plan = plan_orphans(&waiting, &BTreeSet::new(), Some(&BTreeSet::from([staged.clone()])), &markers, &runs);
+        assert_eq!(plan, OrphanPlan::default(), "its part is still pending: both stay");
+        let committed = vec![marker.file_name(), staged.committed()];
+        let plan = plan_orphans(&committed, &BTreeSet::new(), Some(&BTreeSet::from([staged])), &markers, &runs);
+        assert_eq!(plan.markers, vec![marker.file_name()]);
+        assert!(plan.parts.is_empty());
     }
 }
