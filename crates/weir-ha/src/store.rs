@@ -93,7 +93,11 @@ pub fn newest_recorded_checkpoint(
     cluster_id: &str,
     job_id: &str,
 ) -> Result<Option<String>, HaError> {
-    let layout = Layout::new(cluster_id);
+    Ok(newest_pointer(client, &Layout::new(cluster_id), job_id)?.map(|(_, location)| location))
+}
+
+/// The newest checkpoint pointer of `job_id`: (id, location).
+fn newest_pointer(client: &dyn KeyValueStore, layout: &Layout, job_id: &str) -> Result<Option<(u64, String)>, HaError> {
     let prefix = layout.checkpoints(job_id);
     let mut newest: Option<(u64, String)> = None;
     for kv in client.get_prefix(&prefix)? {
@@ -104,7 +108,7 @@ pub fn newest_recorded_checkpoint(
             newest = Some((id, pointer.location));
         }
     }
-    Ok(newest.map(|(_, location)| location))
+    Ok(newest)
 }
 
 /// A job a new leader recovers.
@@ -262,6 +266,13 @@ impl JobStore {
     /// The leadership the job master acts under.
     pub fn guard(&self) -> &LeadershipGuard {
         self.store.guard()
+    }
+
+    /// The newest completed checkpoint recorded for the job: (id, location). What a restart
+    /// restores while a pointer write of this leader got no answer (the store, not the
+    /// leader's own view, says which is newest).
+    pub fn newest_checkpoint(&self) -> Result<Option<(u64, String)>, HaError> {
+        newest_pointer(self.store.inner.client.as_ref(), self.layout(), &self.job_id)
     }
 
     /// Checkpoint ids from `next` on are free: call before triggering checkpoint `next - 1`.

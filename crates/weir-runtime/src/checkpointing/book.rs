@@ -406,6 +406,14 @@ impl CheckpointBook {
         self.retention.newest().cloned()
     }
 
+    /// Whether the restore point of a restart must come from the HA store: a pointer write got
+    /// no answer, so the store may hold a newer checkpoint than this book retains, and a
+    /// restart from an older one would start a second lineage next to it (the simulation's
+    /// seed 2720: both lineages committed).
+    pub fn restore_point_from_store(&self) -> bool {
+        self.retention.has_uncertain()
+    }
+
     /// Every retained checkpoint, oldest first: what a user or a restart may restore.
     pub fn retained(&self) -> Vec<(u64, String)> {
         self.retention.retained().cloned().collect()

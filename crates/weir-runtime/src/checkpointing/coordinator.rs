@@ -283,6 +283,17 @@ impl CheckpointCoordinator {
         self.book.latest_retained()
     }
 
+    /// What a restart restores: the newest retained checkpoint, or, while a pointer write got
+    /// no answer, the newest one the HA store holds ([`CheckpointBook::restore_point_from_store`]).
+    pub fn restart_point(&self) -> Result<Option<(u64, String)>, String> {
+        match &self.io.ha {
+            Some(ha) if self.book.restore_point_from_store() => ha.newest_checkpoint().map_err(|e| {
+                format!("a checkpoint's HA pointer write got no answer, and the HA store cannot say which checkpoint is the newest: {e}")
+            }),
+            _ => Ok(self.book.latest_retained()),
+        }
+    }
+
     /// The job takes no more checkpoints (its final checkpoint or stop-with-savepoint
     /// completed, it ended, or this JobManager lost its leadership): no checkpoint can build
     /// on a released shared file any more, so they go now rather than at a completion that

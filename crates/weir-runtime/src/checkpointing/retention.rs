@@ -136,6 +136,11 @@ impl<D> Retention<D> {
         self.shared_refs.insert(id, uses);
     }
 
+    /// Whether a pointer write of a checkpoint got no answer and no completion settled it.
+    pub(crate) fn has_uncertain(&self) -> bool {
+        !self.uncertain.is_empty()
+    }
+
     /// Whether a new checkpoint `id` may name shared file `name`: its own, one a retained
     /// checkpoint names, or one released and not yet deleted.
     pub(crate) fn may_name(&self, id: u64, name: &str, own: impl Fn(&str) -> Option<u64>) -> bool {

@@ -12,6 +12,7 @@
 //! coordinator on the same thread. It is the only writer of the job's state; REST and the
 //! CLI read snapshots of it.
 
+pub mod checkpoint_outcomes;
 mod checkpoint_requests;
 pub mod events;
 mod run;

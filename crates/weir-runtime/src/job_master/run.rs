@@ -17,6 +17,10 @@ use super::{ExceptionEntry, JobMaster, JobRecord, LOCAL_HOST, MasterEvent, Savep
 use crate::checkpointing::coordinator::{Failure, SnapshotDirs, SnapshotRequest};
 use crate::checkpointing::writer::{SnapshotWriter, WriteJob, WriteOutcome};
 use crate::checkpointing::{CheckpointCoordinator, RestoreOpenError, RestoreSource};
+use crate::job_master::checkpoint_outcomes::{self, OutcomeAction};
+
+/// How long a restart waits for the HA store to say which checkpoint is the newest.
+const RESTART_POINT_WAIT_MAX: Duration = Duration::from_secs(30);
 use crate::execution::{CheckpointWiring, TaskEvent, TaskEventKind};
 use crate::executor::{AttemptHandle, AttemptSpec, Executor, ReportedAttempt};
 use crate::jobgraph::JobGraph;
@@ -448,9 +452,25 @@ impl JobRun {
         }
     }
 
+    /// Where a restart starts, asking the HA store again (for up to half a minute, while this
+    /// JobManager leads) when it does not answer.
+    fn restart_point(&self) -> Result<Option<(u64, String)>, String> {
+        let deadline = Instant::now() + RESTART_POINT_WAIT_MAX;
+        loop {
+            match self.sup.coordinator.restart_point() {
+                Ok(point) => return Ok(point),
+                Err(error) if Instant::now() < deadline && self.leading() => {
+                    tracing::warn!(job_id = %self.master.job_id, %error, "retrying");
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+                Err(error) => return Err(error),
+            }
+        }
+    }
+
     /// The newest completed checkpoint as a restore source (same job, same parallelism).
     pub(super) fn restore_for_restart(&self) -> Result<Option<Arc<RestoreSource>>, String> {
-        let Some((checkpoint_id, url)) = self.sup.coordinator.latest_retained() else {
+        let Some((checkpoint_id, url)) = self.restart_point()? else {
             return Ok(None);
         };
         let request = crate::cluster::resources::restore_request(&self.dep.graph, &self.dep.job_graph, false);
@@ -661,28 +681,8 @@ impl JobRun {
             None => {}
             Some(Ok(completion)) => {
                 tracing::info!(job_id = %self.master.job_id, checkpoint = completion.checkpoint_id, location = %completion.location, "checkpoint completed");
-                if let SnapshotRequest::Savepoint { request_id, .. } = &completion.request {
-                    record
-                        .savepoints
-                        .insert(request_id.clone(), (SavepointStatus::Completed(completion.location.clone()), false));
-                    if let Some(ha) = &self.ha
-                        && let Err(error) = ha.remove_savepoint_request(request_id)
-                    {
-                        tracing::warn!(job_id = %self.master.job_id, %error, "cannot remove a savepoint request from the HA store");
-                    }
-                }
-                let commits = completion.commits();
-                if commits {
-                    self.sup.send_to_all(TaskControl::CheckpointComplete(completion.checkpoint_id));
-                }
-                let ends_job = matches!(completion.request, SnapshotRequest::Savepoint { terminate: true, .. });
-                if ends_job || self.sup.final_checkpoint == Some(completion.checkpoint_id) {
-                    self.sup.coordinator.release_shared();
-                }
-                if self.sup.final_checkpoint == Some(completion.checkpoint_id) {
-                    // Everything up to the end of every input is committed: finish.
-                    self.sup.finishing = true;
-                    self.sup.send_to_all(TaskControl::Finish);
+                for action in checkpoint_outcomes::on_completion(&completion, self.sup.final_checkpoint) {
+                    self.carry_out(record, action);
                 }
                 self.checkpoint_requests_completed(record, completion.checkpoint_id);
                 let subsumed = self.sup.coordinator.take_subsumed();
@@ -694,39 +694,47 @@ impl JobRun {
 
     pub(super) fn on_checkpoint_failures(&mut self, record: &mut JobRecord, failures: Vec<Failure>) {
         self.checkpoint_requests_failed(record, &failures);
+        let tolerable = self.sup.coordinator.settings().tolerable_failures;
         for failure in failures {
             tracing::warn!(job_id = %self.master.job_id, checkpoint = failure.checkpoint_id, reason = %failure.reason, "checkpoint failed");
-            if self.sup.final_checkpoint == Some(failure.checkpoint_id) {
-                self.sup.final_checkpoint = None;
+            let running = record.history.current() == JobStatus::Running;
+            for action in checkpoint_outcomes::on_failure(&failure, &mut self.sup.final_checkpoint, running, tolerable) {
+                self.carry_out(record, action);
             }
-            self.sup.send_to_all(TaskControl::CheckpointAborted(failure.checkpoint_id));
-            if let SnapshotRequest::Savepoint { request_id, .. } = &failure.request {
-                self.savepoint_failed(record, request_id, failure.reason.clone());
+        }
+    }
+
+    /// Carries out what the job master decided about a checkpoint's outcome.
+    fn carry_out(&mut self, record: &mut JobRecord, action: OutcomeAction) {
+        match action {
+            OutcomeAction::Commit(id) => self.sup.send_to_all(TaskControl::CheckpointComplete(id)),
+            OutcomeAction::Abort(id) => self.sup.send_to_all(TaskControl::CheckpointAborted(id)),
+            OutcomeAction::ReleaseShared => self.sup.coordinator.release_shared(),
+            OutcomeAction::Finish => {
+                // Everything up to the end of every input is committed: finish.
+                self.sup.finishing = true;
+                self.sup.send_to_all(TaskControl::Finish);
             }
-            if matches!(failure.request, SnapshotRequest::Savepoint { drain: true, .. })
-                && record.history.current() == JobStatus::Running
-            {
-                // The final watermark already went out: every window fired and event time is
-                // over, so the job cannot simply go on (Flink fails over too). What the drain
-                // emitted is uncommitted and is discarded; the job restarts from its newest
-                // checkpoint under its restart strategy.
-                let error = format!("stop --drain failed after the final watermark: {}", failure.reason);
+            OutcomeAction::SavepointCompleted { request_id, location } => {
+                if let Some(ha) = &self.ha
+                    && let Err(error) = ha.remove_savepoint_request(&request_id)
+                {
+                    tracing::warn!(job_id = %self.master.job_id, %error, "cannot remove a savepoint request from the HA store");
+                }
+                record.savepoints.insert(request_id, (SavepointStatus::Completed(location), false));
+            }
+            OutcomeAction::SavepointFailed { request_id, cause } => self.savepoint_failed(record, &request_id, cause),
+            OutcomeAction::FailOver { name, message } => {
                 record.exceptions.push(ExceptionEntry {
-                    name: "StopWithSavepointFailure".into(),
-                    message: error.clone(),
+                    name: name.into(),
+                    message: message.clone(),
                     timestamp_ms: now_ms(),
                     task_name: "checkpoint coordinator".into(),
                     location: self.master.location.clone(),
                 });
-                self.on_failure(record, None, "stop-with-savepoint (drain)", &error);
-                continue;
+                self.on_failure(record, None, "stop-with-savepoint (drain)", &message);
             }
-            if failure.fail_job && record.history.current() == JobStatus::Running {
-                let message = format!(
-                    "exceeded execution.checkpointing.tolerable-failed-checkpoints ({}): {}",
-                    self.sup.coordinator.settings().tolerable_failures,
-                    failure.reason
-                );
+            OutcomeAction::FailJob { message } => {
                 record.exceptions.push(ExceptionEntry {
                     name: "CheckpointFailure".into(),
                     message: message.clone(),

@@ -19,6 +19,7 @@ use crate::checkpointing::book::{
 };
 use crate::checkpointing::driver::{Outcomes, drive};
 use crate::checkpointing::settings::CheckpointSettings;
+use crate::job_master::checkpoint_outcomes::{self, OutcomeAction};
 use crate::checkpointing::writer::SubtaskAck;
 
 /// The leader's lease in the HA store, in simulated milliseconds.
@@ -80,7 +81,8 @@ pub struct Master {
 
 pub enum Body {
     Barrier(Barrier),
-    Complete { id: u64, last: bool },
+    Complete { id: u64 },
+    Finish,
     Aborted(u64),
     Ack(Box<SubtaskAck>),
 }
@@ -240,7 +242,7 @@ impl Cluster {
                 }
             }
             if let Some(id) = newest {
-                self.send_to_tasks(jm, |_| Body::Complete { id, last: false });
+                self.send_to_tasks(jm, |_| Body::Complete { id });
             }
         } else {
             let newest = self.ha.pointers.iter().next_back().map(|(_, location)| location.clone());
@@ -362,11 +364,7 @@ impl Cluster {
         for completion in &outcomes.completed {
             let id = completion.checkpoint_id;
             self.trace.push(format!("  {id} completed ({:?})", completion.request));
-            if !completion.request.is_periodic_request() {
-                self.savepoints.push((id, completion.location.clone()));
-            }
-            let stop = matches!(completion.request, SnapshotRequest::Savepoint { terminate: true, .. });
-            if stop {
+            if matches!(completion.request, SnapshotRequest::Savepoint { terminate: true, .. }) {
                 // The job's result: stopped with this savepoint (fenced, as every HA write).
                 let location = completion.location.clone();
                 let JobManager::Leading(master) = &self.jms[jm] else { return };
@@ -378,22 +376,31 @@ impl Cluster {
                     continue;
                 }
             }
-            if completion.commits() {
-                let last = final_checkpoint == Some(id) || stop;
-                self.send_to_tasks(jm, |_| Body::Complete { id, last });
+            // The job master's own rules, as they run in a JobManager.
+            for action in checkpoint_outcomes::on_completion(completion, final_checkpoint) {
+                match action {
+                    OutcomeAction::Commit(id) => self.send_to_tasks(jm, |_| Body::Complete { id }),
+                    OutcomeAction::Finish => self.send_to_tasks(jm, |_| Body::Finish),
+                    OutcomeAction::ReleaseShared => {
+                        self.drive(jm, BookEvent::ReleaseShared);
+                    }
+                    OutcomeAction::SavepointCompleted { location, .. } => self.savepoints.push((id, location)),
+                    _ => {}
+                }
             }
         }
         let mut restart = false;
         for failure in &outcomes.failed {
             self.trace.push(format!("  {} failed: {}", failure.checkpoint_id, failure.reason));
-            if let JobManager::Leading(master) = &mut self.jms[jm]
-                && master.final_checkpoint == Some(failure.checkpoint_id)
-            {
-                master.final_checkpoint = None;
+            let JobManager::Leading(master) = &mut self.jms[jm] else { return };
+            let actions = checkpoint_outcomes::on_failure(failure, &mut master.final_checkpoint, true, 1_000);
+            for action in actions {
+                match action {
+                    OutcomeAction::Abort(id) => self.send_to_tasks(jm, |_| Body::Aborted(id)),
+                    OutcomeAction::FailJob { .. } | OutcomeAction::FailOver { .. } => restart = true,
+                    _ => {}
+                }
             }
-            restart |= failure.fail_job;
-            let id = failure.checkpoint_id;
-            self.send_to_tasks(jm, |_| Body::Aborted(id));
         }
         if restart {
             self.restart(jm, "too many failed checkpoints");
@@ -428,8 +435,14 @@ impl Cluster {
         let JobManager::Leading(master) = &mut self.jms[jm] else { return };
         master.final_checkpoint = None;
         let initial = self.initial_restore.as_ref().map(|(_, location)| location.clone());
-        let newest = master.book.latest_retained().map(|(_, location)| location).or(initial);
-        self.deploy(jm, newest);
+        // The coordinator's rule (`CheckpointCoordinator::restart_point`): the book's newest,
+        // or the HA store's while a pointer write got no answer.
+        let newest = if master.book.restore_point_from_store() {
+            self.ha.pointers.values().next_back().cloned()
+        } else {
+            master.book.latest_retained().map(|(_, location)| location)
+        };
+        self.deploy(jm, newest.or(initial));
     }
 
     /// JobManager `jm` learned it no longer leads: its job master ends (releasing what its
@@ -499,17 +512,6 @@ impl Cluster {
         if last && let (Some(barrier), JobManager::Leading(master)) = (outcomes.triggered.first(), &mut self.jms[jm]) {
             master.final_checkpoint = Some(barrier.checkpoint_id);
         }
-    }
-}
-
-/// Whether a request is a periodic checkpoint (for the trace and the savepoint list).
-trait RequestKind {
-    fn is_periodic_request(&self) -> bool;
-}
-
-impl RequestKind for SnapshotRequest {
-    fn is_periodic_request(&self) -> bool {
-        matches!(self, SnapshotRequest::Periodic)
     }
 }
 

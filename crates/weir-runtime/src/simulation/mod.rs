@@ -200,11 +200,12 @@ fn to_task(cluster: &mut Cluster, subtask: u32, epoch: u64, body: Body) {
             let destination = Destination::JobManager(leader);
             cluster.send(subtask as usize, 1000 + leader, epoch, attempt, destination, Body::Ack(Box::new(ack)));
         }
-        Body::Complete { id, last } => {
-            if let Err(error) = task.complete(id, last, &mut cluster.external) {
+        Body::Complete { id } => {
+            if let Err(error) = task.complete(id, &mut cluster.external) {
                 cluster.violation(error);
             }
         }
+        Body::Finish => task.finish(),
         Body::Aborted(id) => task.aborted(id),
         Body::Ack(_) => {}
     }

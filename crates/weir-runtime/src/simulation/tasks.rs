@@ -133,7 +133,8 @@ impl Task {
     }
 
     /// Checkpoint `id` completed: commits every transaction staged up to it.
-    pub fn complete(&mut self, id: u64, last: bool, external: &mut External) -> Result<(), String> {
+    /// A stop-with-savepoint at `id` ends the subtask once committed.
+    pub fn complete(&mut self, id: u64, external: &mut External) -> Result<(), String> {
         let (commit, keep): (Vec<Txn>, Vec<Txn>) = self.pending.drain(..).partition(|txn| txn.checkpoint <= id);
         self.pending = keep;
         for txn in commit {
@@ -143,9 +144,16 @@ impl Task {
             self.base = names;
         }
         self.staged.retain(|staged, _| *staged > id);
-        if last && (self.ended || self.stopping == Some(id)) {
+        if self.stopping == Some(id) {
             self.finished = true;
         }
         Ok(())
+    }
+
+    /// The job's final checkpoint committed: a subtask whose input ended ends.
+    pub fn finish(&mut self) {
+        if self.ended {
+            self.finished = true;
+        }
     }
 }

@@ -29,6 +29,8 @@ pub(super) fn run(run: &mut JobRun, delay: Duration) -> State {
     match run.restore_for_restart() {
         Ok(Some(latest)) => run.restore = Some(latest),
         Ok(None) => {}
+        // Its leadership ended while it asked the HA store: the next leader restarts it.
+        Err(_) if !run.leading() => return State::Suspended,
         Err(cause) => {
             run.fail_before_start(cause);
             return State::Ended;
