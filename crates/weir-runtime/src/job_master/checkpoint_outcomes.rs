@@ -50,8 +50,10 @@ pub fn on_completion(completion: &Completion, final_checkpoint: Option<u64>) -> 
     let id = completion.checkpoint_id;
     let mut actions = Vec::new();
     if let SnapshotRequest::Savepoint { request_id, .. } = &completion.request {
-        actions
-            .push(OutcomeAction::SavepointCompleted { request_id: request_id.clone(), location: completion.location.clone() });
+        actions.push(OutcomeAction::SavepointCompleted {
+            request_id: request_id.clone(),
+            location: completion.location.clone(),
+        });
     }
     if completion.commits() {
         actions.push(OutcomeAction::Commit(id));
@@ -126,7 +128,8 @@ mod tests {
     #[test]
     fn a_failure_aborts_clears_the_final_checkpoint_and_fails_the_job_only_while_running() {
         let mut last = Some(7);
-        let failure = Failure { checkpoint_id: 7, request: SnapshotRequest::Periodic, reason: "x".into(), fail_job: true };
+        let failure =
+            Failure { checkpoint_id: 7, request: SnapshotRequest::Periodic, reason: "x".into(), fail_job: true };
         let actions = on_failure(&failure, &mut last, true, 0);
         assert_eq!(last, None);
         assert!(matches!(actions[..], [OutcomeAction::Abort(7), OutcomeAction::FailJob { .. }]), "{actions:?}");

@@ -698,7 +698,8 @@ impl JobRun {
         for failure in failures {
             tracing::warn!(job_id = %self.master.job_id, checkpoint = failure.checkpoint_id, reason = %failure.reason, "checkpoint failed");
             let running = record.history.current() == JobStatus::Running;
-            for action in checkpoint_outcomes::on_failure(&failure, &mut self.sup.final_checkpoint, running, tolerable) {
+            for action in checkpoint_outcomes::on_failure(&failure, &mut self.sup.final_checkpoint, running, tolerable)
+            {
                 self.carry_out(record, action);
             }
         }

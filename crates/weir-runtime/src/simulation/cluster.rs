@@ -19,8 +19,8 @@ use crate::checkpointing::book::{
 };
 use crate::checkpointing::driver::{Outcomes, drive};
 use crate::checkpointing::settings::CheckpointSettings;
-use crate::job_master::checkpoint_outcomes::{self, OutcomeAction};
 use crate::checkpointing::writer::SubtaskAck;
+use crate::job_master::checkpoint_outcomes::{self, OutcomeAction};
 
 /// The leader's lease in the HA store, in simulated milliseconds.
 const LEASE_MS: u64 = 300;
