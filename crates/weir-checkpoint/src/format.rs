@@ -226,6 +226,19 @@ pub struct SubtaskSnapshot {
 }
 
 impl SubtaskSnapshot {
+    /// Subtask `subtask` with no state (a stateless operator's entry, or one still to fill).
+    pub fn empty(subtask: u32) -> SubtaskSnapshot {
+        SubtaskSnapshot {
+            subtask,
+            key_group_range: None,
+            file: None,
+            keyed_states: Vec::new(),
+            operator_states: Vec::new(),
+            finished: false,
+            shared_files: Vec::new(),
+        }
+    }
+
     /// The file holding `block`, as the storage functions take it: relative to the snapshot
     /// directory (`task-1-0.state`), or [`SHARED_FILE_PREFIX`] and the name of a file in the
     /// job's `shared/` directory. `None` when the subtask records no such file.

@@ -752,8 +752,10 @@ impl CheckpointBook {
                     // Stateless operators send nothing of their own: their task's ack says
                     // whether the subtask had finished.
                     let finished = pending.acks.get(&(info.vertex, index)).is_some_and(|ack| ack.finished);
-                    let mut snapshot =
-                        acked.as_ref().and_then(|a| a.1.get(&index).cloned()).unwrap_or_else(|| empty_subtask(index));
+                    let mut snapshot = acked
+                        .as_ref()
+                        .and_then(|a| a.1.get(&index).cloned())
+                        .unwrap_or_else(|| SubtaskSnapshot::empty(index));
                     snapshot.finished = finished;
                     snapshot
                 })
@@ -779,18 +781,6 @@ impl CheckpointBook {
             format: pending.barrier.kind.format(),
             state_backend: Some(self.settings.state_backend().to_string()),
         }
-    }
-}
-
-fn empty_subtask(index: u32) -> SubtaskSnapshot {
-    SubtaskSnapshot {
-        subtask: index,
-        key_group_range: None,
-        file: None,
-        keyed_states: Vec::new(),
-        operator_states: Vec::new(),
-        finished: false,
-        shared_files: Vec::new(),
     }
 }
 

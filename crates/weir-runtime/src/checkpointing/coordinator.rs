@@ -510,15 +510,7 @@ mod tests {
             operators: vec![AckedOperator {
                 uid: "source".into(),
                 key_type: None,
-                snapshot: SubtaskSnapshot {
-                    subtask,
-                    key_group_range: None,
-                    file: None,
-                    keyed_states: Vec::new(),
-                    operator_states: Vec::new(),
-                    finished: false,
-                    shared_files: Vec::new(),
-                },
+                snapshot: SubtaskSnapshot::empty(subtask),
                 bytes: 10,
                 full_bytes: 10,
             }],

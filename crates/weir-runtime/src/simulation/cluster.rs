@@ -455,31 +455,18 @@ impl Cluster {
         }
     }
 
-    /// A savepoint a user asked for (not stopping the job).
-    pub fn savepoint(&mut self, jm: usize) {
+    /// A savepoint a user asks for: `weir savepoint`, or with `terminate` `weir stop`.
+    pub fn user_savepoint(&mut self, jm: usize, terminate: bool) {
         self.savepoint_seq += 1;
-        let location = format!("sim://sp/savepoint-{}", self.savepoint_seq);
+        let kind = if terminate { "stop" } else { "savepoint" };
+        let location = format!("sim://sp/{kind}-{}", self.savepoint_seq);
         let request = SnapshotRequest::Savepoint {
             request_id: format!("r{}", self.savepoint_seq),
-            terminate: false,
+            terminate,
             format: SnapshotFormat::Canonical,
             drain: false,
         };
-        self.trace.push(format!("user: savepoint into {location}"));
-        self.drive(jm, BookEvent::Trigger { request, location, full: false });
-    }
-
-    /// A user stops the job with a savepoint (`weir stop`).
-    pub fn stop(&mut self, jm: usize) {
-        self.savepoint_seq += 1;
-        let location = format!("sim://sp/stop-{}", self.savepoint_seq);
-        let request = SnapshotRequest::Savepoint {
-            request_id: format!("r{}", self.savepoint_seq),
-            terminate: true,
-            format: SnapshotFormat::Canonical,
-            drain: false,
-        };
-        self.trace.push(format!("user: stop with a savepoint into {location}"));
+        self.trace.push(format!("user: {kind} into {location}"));
         self.drive(jm, BookEvent::Trigger { request, location, full: false });
     }
 

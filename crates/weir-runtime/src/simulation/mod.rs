@@ -102,11 +102,8 @@ fn step(cluster: &mut Cluster) {
             if let Some(jm) = leader(cluster) {
                 // While faults last, a user may also stop the job with a savepoint and
                 // submit it again from there.
-                if cluster.faulting() && cluster.rng.one_in(2) {
-                    cluster.stop(jm);
-                } else {
-                    cluster.savepoint(jm);
-                }
+                let terminate = cluster.faulting() && cluster.rng.one_in(2);
+                cluster.user_savepoint(jm, terminate);
             }
         }
         _ => cluster.now_ms += 1,

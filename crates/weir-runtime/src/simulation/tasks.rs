@@ -89,15 +89,7 @@ impl Task {
         self.pending.push(Txn { job: self.job, checkpoint: id, from: self.txn_start, to: self.offset });
         self.txn_start = self.offset;
         let state = TaskState { offset: self.offset, pending: self.pending.clone() };
-        let mut snapshot = SubtaskSnapshot {
-            subtask: self.subtask,
-            key_group_range: None,
-            file: None,
-            keyed_states: Vec::new(),
-            operator_states: Vec::new(),
-            finished: false,
-            shared_files: Vec::new(),
-        };
+        let mut snapshot = SubtaskSnapshot::empty(self.subtask);
         if incremental && matches!(barrier.kind, BarrierKind::Checkpoint { .. }) {
             // Written whole again every few checkpoints, so old files are released.
             let mut names = if self.base.len() >= 3 || rng.one_in(3) { Vec::new() } else { self.base.clone() };
