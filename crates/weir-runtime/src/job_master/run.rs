@@ -17,12 +17,9 @@ use super::{ExceptionEntry, JobMaster, JobRecord, LOCAL_HOST, MasterEvent, Savep
 use crate::checkpointing::coordinator::{Failure, SnapshotDirs, SnapshotRequest};
 use crate::checkpointing::writer::{SnapshotWriter, WriteJob, WriteOutcome};
 use crate::checkpointing::{CheckpointCoordinator, RestoreOpenError, RestoreSource};
-use crate::job_master::checkpoint_outcomes::{self, OutcomeAction};
-
-/// How long a restart waits for the HA store to say which checkpoint is the newest.
-const RESTART_POINT_WAIT_MAX: Duration = Duration::from_secs(30);
 use crate::execution::{CheckpointWiring, TaskEvent, TaskEventKind};
 use crate::executor::{AttemptHandle, AttemptSpec, Executor, ReportedAttempt};
+use crate::job_master::checkpoint_outcomes::{self, OutcomeAction};
 use crate::jobgraph::JobGraph;
 use crate::restart::{RestartDecision, RestartStrategy};
 
@@ -157,6 +154,9 @@ pub(super) struct JobRun {
     /// Savepoint requests the previous leader had in flight (failed once the job runs).
     pub(super) orphaned_savepoints: Vec<String>,
 }
+
+/// How long a restart waits for the HA store to say which checkpoint is the newest.
+const RESTART_POINT_WAIT_MAX: Duration = Duration::from_secs(30);
 
 impl JobRun {
     /// Waits up to `wait` for a control message, a snapshot outcome or a task event.
@@ -460,7 +460,7 @@ impl JobRun {
             match self.sup.coordinator.restart_point() {
                 Ok(point) => return Ok(point),
                 Err(error) if Instant::now() < deadline && self.leading() => {
-                    tracing::warn!(job_id = %self.master.job_id, %error, "retrying");
+                    tracing::warn!(job_id = %self.master.job_id, %error, "no restart point yet; asking the HA store again");
                     std::thread::sleep(Duration::from_millis(200));
                 }
                 Err(error) => return Err(error),
