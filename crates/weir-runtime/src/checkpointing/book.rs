@@ -406,12 +406,15 @@ impl CheckpointBook {
         self.retention.newest().cloned()
     }
 
-    /// Whether the restore point of a restart must come from the HA store: a pointer write got
-    /// no answer, so the store may hold a newer checkpoint than this book retains, and a
-    /// restart from an older one would start a second lineage next to it (the simulation's
-    /// seed 2720: both lineages committed).
-    pub fn restore_point_from_store(&self) -> bool {
-        self.retention.has_uncertain()
+    /// What a restart restores: the newest retained checkpoint, or, while a pointer write got
+    /// no answer, the newest one the HA store holds (`store_newest`): the store may hold a
+    /// newer checkpoint than this book retains, and a restart from an older one would start a
+    /// second lineage next to it (the simulation's seed 2720: both lineages committed).
+    pub fn restart_point<E>(
+        &self,
+        store_newest: impl FnOnce() -> Result<Option<(u64, String)>, E>,
+    ) -> Result<Option<(u64, String)>, E> {
+        if self.retention.has_uncertain() { store_newest() } else { Ok(self.latest_retained()) }
     }
 
     /// Every retained checkpoint, oldest first: what a user or a restart may restore.

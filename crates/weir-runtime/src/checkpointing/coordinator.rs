@@ -283,15 +283,15 @@ impl CheckpointCoordinator {
         self.book.latest_retained()
     }
 
-    /// What a restart restores: the newest retained checkpoint, or, while a pointer write got
-    /// no answer, the newest one the HA store holds ([`CheckpointBook::restore_point_from_store`]).
+    /// What a restart restores ([`CheckpointBook::restart_point`]): with HA, the store is
+    /// asked while a pointer write of this leader is unsettled.
     pub fn restart_point(&self) -> Result<Option<(u64, String)>, String> {
-        match &self.io.ha {
-            Some(ha) if self.book.restore_point_from_store() => ha.newest_checkpoint().map_err(|e| {
+        self.book.restart_point(|| match &self.io.ha {
+            Some(ha) => ha.newest_checkpoint().map_err(|e| {
                 format!("a checkpoint's HA pointer write got no answer, and the HA store cannot say which checkpoint is the newest: {e}")
             }),
-            _ => Ok(self.book.latest_retained()),
-        }
+            None => Ok(self.book.latest_retained()),
+        })
     }
 
     /// The job takes no more checkpoints (its final checkpoint or stop-with-savepoint

@@ -217,7 +217,7 @@ impl Cluster {
         let adopted = self.ha.pointers.iter().map(|(id, location)| AdoptedCheckpoint {
             id: *id,
             location: location.clone(),
-            uses: self.metadata(location).map(|m| super::world::files_of(&m)),
+            uses: self.metadata(location).map(|m| weir_checkpoint::shared_files_of(&m)),
         });
         let checkpoints = adopted.collect();
         self.drive(jm, BookEvent::Adopt { checkpoints });
@@ -435,13 +435,9 @@ impl Cluster {
         let JobManager::Leading(master) = &mut self.jms[jm] else { return };
         master.final_checkpoint = None;
         let initial = self.initial_restore.as_ref().map(|(_, location)| location.clone());
-        // The coordinator's rule (`CheckpointCoordinator::restart_point`): the book's newest,
-        // or the HA store's while a pointer write got no answer.
-        let newest = if master.book.restore_point_from_store() {
-            self.ha.pointers.values().next_back().cloned()
-        } else {
-            master.book.latest_retained().map(|(_, location)| location)
-        };
+        // The book's rule, as the coordinator applies it, with the simulated HA store.
+        let store_newest = || Ok::<_, ()>(self.ha.pointers.iter().next_back().map(|(id, l)| (*id, l.clone())));
+        let newest = master.book.restart_point(store_newest).ok().flatten().map(|(_, location)| location);
         self.deploy(jm, newest.or(initial));
     }
 

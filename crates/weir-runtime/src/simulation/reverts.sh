@@ -8,7 +8,7 @@ if [ -n "$(git status --porcelain -- crates/weir-runtime/src)" ]; then
   echo "crates/weir-runtime/src has uncommitted changes; commit or stash them first (this script checks files out)" >&2
   exit 1
 fi
-B=crates/weir-runtime/src/checkpointing/book.rs; C=crates/weir-runtime/src/simulation/cluster.rs
+B=crates/weir-runtime/src/checkpointing/book.rs
 run() { echo -n "$1: "; cargo test -q -p weir-runtime --lib simulation::tests::ten -- --nocapture 2>&1 | grep -E "^seed .* failed after|seeds from" | head -1; }
 rev() { python3 -c "
 import sys
@@ -22,7 +22,8 @@ rev $B 'self.fail(pending, reason, FailMode::KeepFiles, now, out);
                 self.fail(pending, reason, FailMode::Tolerated, now, out);'; run "unknown pointer deletes files"; git checkout -q $B
 rev $B '                self.retention.keep_uncertain(id, location, uses);' '                let _ = (location, uses);'; run "uncertain not protected (old code)"; git checkout -q $B
 rev $B '                self.retention.keep_uncertain(id, location, uses);' '                self.retention.adopt(id, location, Some(uses), false);'; run "uncertain restorable"; git checkout -q $B
-rev $C '        let newest = if master.book.restore_point_from_store() {' '        let newest = if false {'; run "restart from own retention while uncertain"; git checkout -q $C
+rev $B '        if self.retention.has_uncertain() { store_newest() } else { Ok(self.latest_retained()) }' '        let _ = store_newest;
+        Ok(self.latest_retained())'; run "restart from own retention while uncertain"; git checkout -q $B
 rev $B 'if let Some(gone) = uses.iter().find(|name| !self.retention.may_name(id, name, shared_file_checkpoint)) {' 'if let Some(gone) = uses.iter().find(|name| name.is_empty() && !self.retention.may_name(id, name, shared_file_checkpoint)) {'; run "may_name"; git checkout -q $B
 rev $B '        if self.ha {
             // The id is used only once' '        if false {

@@ -1,7 +1,7 @@
 //! The simulated world around the control plane: a seeded random source, object storage, the
 //! HA store and the external system the job's transactional sink commits to.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use weir_checkpoint::format::SnapshotMetadata;
 
@@ -176,9 +176,4 @@ impl External {
         }
         Ok(end)
     }
-}
-
-/// The shared files named by a set of metadata, for the intact check.
-pub fn files_of(metadata: &SnapshotMetadata) -> BTreeSet<String> {
-    weir_checkpoint::shared_files_of(metadata)
 }
