@@ -135,6 +135,10 @@ fn shared_dir() -> tempfile::TempDir {
 }
 
 fn install_crd(node: &KubernetesNode) {
+    // The tests run in parallel: two applies at once both find no CRD, and one create fails
+    // with AlreadyExists. One apply at a time.
+    static APPLYING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one_at_a_time = APPLYING.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let crd = concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy/kubernetes/crd.yaml");
     node.kubectl_ok(&["apply", "-f", crd]);
     node.kubectl_ok(&["wait", "--for=condition=Established", "crd/weirdeployments.weir.dev", "--timeout=60s"]);
