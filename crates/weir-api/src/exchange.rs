@@ -593,13 +593,13 @@ impl<T: Clone + Send> Operator<T> for ChannelOutput<T> {
         self.flush()?;
         for target in 0..self.senders.len() {
             if self.ended {
-                match self.senders[target].try_send(StreamElement::Barrier(*barrier)) {
+                match self.senders[target].try_send(StreamElement::Barrier(barrier.clone())) {
                     Ok(()) | Err(TrySendError::Disconnected(_)) => continue,
                     Err(TrySendError::Full(element)) => self.send(target, element)?,
                 }
                 continue;
             }
-            self.send(target, StreamElement::Barrier(*barrier))?;
+            self.send(target, StreamElement::Barrier(barrier.clone()))?;
         }
         Ok(())
     }
@@ -658,16 +658,22 @@ fn poll_control(
         return Ok(None);
     };
     let queued: Vec<TaskControl> = control.try_iter().take(CONTROL_BATCH_MAX).collect();
-    for (index, message) in queued.iter().enumerate() {
-        if let TaskControl::TriggerCheckpoint(barrier) = message {
-            let aborted_later = queued[index + 1..]
-                .iter()
-                .any(|later| matches!(later, TaskControl::CheckpointAborted(id) if *id == barrier.checkpoint_id));
-            if aborted_later {
-                continue;
-            }
+    let aborted: Vec<u64> = queued
+        .iter()
+        .filter_map(|message| match message {
+            TaskControl::CheckpointAborted(id) => Some(*id),
+            _ => None,
+        })
+        .collect();
+    for message in queued {
+        // Aborted by a message after it in this batch (ids only go up: an abort in the batch
+        // names a trigger before it).
+        if let TaskControl::TriggerCheckpoint(barrier) = &message
+            && aborted.contains(&barrier.checkpoint_id)
+        {
+            continue;
         }
-        if let ControlOutcome::Stop = on_control(*message)? {
+        if let ControlOutcome::Stop = on_control(message)? {
             return Ok(Some(Step::Finished));
         }
     }
@@ -695,7 +701,7 @@ fn take_snapshot<T>(
     ctx: &TaskContext,
 ) -> Result<(), TaskError> {
     let started = Instant::now();
-    let mut snapshot = TaskSnapshot::new(*barrier);
+    let mut snapshot = TaskSnapshot::new(barrier.clone());
     snapshot.finished = finished;
     if let Some(first) = first {
         snapshot.operators.push(first);
@@ -1016,11 +1022,12 @@ impl<T: Send> InputBody<T> {
     }
 
     fn start_alignment(&mut self, barrier: Barrier) {
+        let start_delay_ms = since_trigger(&barrier);
         self.alignment = Some(Alignment {
             barrier,
             received: vec![false; self.inputs.len()],
             started: Instant::now(),
-            start_delay_ms: since_trigger(&barrier),
+            start_delay_ms,
         });
     }
 
@@ -1037,7 +1044,7 @@ impl<T: Send> InputBody<T> {
         if !all_arrived {
             return Ok(());
         }
-        let barrier = alignment.barrier;
+        let barrier = alignment.barrier.clone();
         let timings = SnapshotTimings {
             start_delay_ms: alignment.start_delay_ms,
             alignment_ms: alignment.started.elapsed().as_millis() as u64,
@@ -1291,7 +1298,12 @@ mod tests {
     }
 
     fn barrier(checkpoint_id: u64) -> Barrier {
-        Barrier { checkpoint_id, timestamp_ms: 0, kind: BarrierKind::Checkpoint { full: false } }
+        Barrier {
+            checkpoint_id,
+            timestamp_ms: 0,
+            kind: BarrierKind::Checkpoint { full: false },
+            location: format!("memory://exchange-test/chk-{checkpoint_id}").into(),
+        }
     }
 
     fn context(control: Receiver<TaskControl>, snapshots: &Arc<Snapshots>) -> TaskContext {
@@ -1379,7 +1391,7 @@ mod tests {
         let TwoInputs { snapshots, in0_tx, in1_tx, mut body, .. } = two_inputs();
         // Triggered 300 ms ago; the second input's barrier comes 100 ms after the first's.
         let triggered = Barrier { timestamp_ms: weir_types::lifecycle::now_ms() - 300, ..barrier(1) };
-        in0_tx.send(StreamElement::Barrier(triggered)).unwrap();
+        in0_tx.send(StreamElement::Barrier(triggered.clone())).unwrap();
         body.step().unwrap();
         std::thread::sleep(Duration::from_millis(100));
         in1_tx.send(StreamElement::Barrier(triggered)).unwrap();

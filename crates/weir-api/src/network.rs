@@ -359,6 +359,7 @@ mod tests {
                         checkpoint_id: batch,
                         timestamp_ms: 0,
                         kind: BarrierKind::Checkpoint { full: false },
+                        location: "memory://network-test/chk".into(),
                     };
                     producer_tx.send(StreamElement::Barrier(barrier)).unwrap();
                 }
@@ -479,6 +480,7 @@ mod tests {
                 checkpoint_id: 7,
                 timestamp_ms: 1_700_000_000_000,
                 kind: BarrierKind::Checkpoint { full: true },
+                location: "s3://bucket/job/chk-7".into(),
             }),
             WireElement::TimestampedRecords((8..10).map(record).collect(), vec![-5, 6], vec![]),
             WireElement::Watermark(-3),

@@ -2,6 +2,7 @@
 //! snapshots at a barrier, the state a subtask restores from, and control messages.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use weir_state::{KeyedBackendSnapshot, RestoredTable};
 
@@ -42,7 +43,11 @@ impl BarrierKind {
 }
 
 /// A checkpoint barrier: flows in-band with the records, from the sources to the sinks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+///
+/// It carries where its snapshot is written (as Flink's barrier carries its
+/// `CheckpointStorageLocationReference`): a subtask writes what it snapshots at the barrier
+/// there, with no lookup that could race the barrier or miss a directory sent separately.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Barrier {
     /// The checkpoint (or savepoint) id, increasing per job.
     pub checkpoint_id: u64,
@@ -50,6 +55,9 @@ pub struct Barrier {
     pub timestamp_ms: u64,
     /// Checkpoint or savepoint.
     pub kind: BarrierKind,
+    /// The URL of the directory the snapshot is written into (`file://`, `s3://`,
+    /// `memory://`), as the coordinator opened it for this checkpoint.
+    pub location: Arc<str>,
 }
 
 impl Barrier {
@@ -166,7 +174,7 @@ impl RestoredOperator {
 }
 
 /// Messages from the job master to a running subtask.
-#[derive(Clone, Copy, Debug, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub enum TaskControl {
     /// Sources only: snapshot and emit this barrier.
     TriggerCheckpoint(Barrier),

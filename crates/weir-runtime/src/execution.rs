@@ -16,7 +16,7 @@ use weir_api::snapshot::{SnapshotSink, TaskControl, TaskSnapshot};
 use weir_types::JobId;
 
 use crate::checkpointing::RestoreSource;
-use crate::checkpointing::coordinator::SnapshotDirs;
+use crate::checkpointing::ended::EndedCheckpoints;
 use crate::checkpointing::incremental::IncrementalTracker;
 use crate::checkpointing::writer::WriteJob;
 use crate::jobgraph::JobGraph;
@@ -54,8 +54,8 @@ pub enum TaskEventKind {
 pub struct CheckpointWiring {
     /// Align barriers (exactly-once) or not.
     pub exactly_once: bool,
-    /// Where each checkpoint's files go, by id.
-    pub dirs: SnapshotDirs,
+    /// The checkpoints that ended (a late snapshot of one is not written).
+    pub ended: Arc<EndedCheckpoints>,
     /// The writer pool's queue.
     pub writer: Sender<WriteJob>,
     /// Incremental checkpoints, every n-th full (`Some(n)`), or full ones (`None`).
@@ -123,14 +123,11 @@ fn bridge(
         .map_err(|e| TaskError::external("starting a network channel thread", e))
 }
 
-/// Longest a snapshot waits for its checkpoint's directory to be known.
-const SNAPSHOT_DIR_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(2);
-
-/// Hands a subtask's snapshots to the writer pool with the checkpoint's directory.
+/// Hands a subtask's snapshots to the writer pool, which writes each where its barrier says.
 struct SubtaskSnapshotSink {
     vertex: usize,
     subtask: u32,
-    dirs: SnapshotDirs,
+    ended: Arc<EndedCheckpoints>,
     writer: Sender<WriteJob>,
     /// Incremental checkpoints: what this subtask's next checkpoint may reuse.
     incremental: Option<Arc<IncrementalTracker>>,
@@ -138,27 +135,22 @@ struct SubtaskSnapshotSink {
 
 impl SnapshotSink for SubtaskSnapshotSink {
     fn submit(&self, snapshot: TaskSnapshot) {
-        let id = snapshot.barrier.checkpoint_id;
-        // On a TaskManager the directory arrives from the JobManager just before the barrier
-        // does; give it a moment rather than dropping the snapshot (none: it was retired).
-        let dir = self.dirs.wait_for(id, SNAPSHOT_DIR_WAIT_MAX);
-        // No directory: the checkpoint was aborted meanwhile; its snapshot is not needed.
-        if let Some(dir) = dir {
-            let registry = Arc::clone(&self.dirs);
-            // Savepoints are always whole and self-contained.
-            let incremental = match snapshot.barrier.kind {
-                weir_api::snapshot::BarrierKind::Checkpoint { .. } => self.incremental.clone(),
-                _ => None,
-            };
-            let _ = self.writer.send(WriteJob {
-                dir,
-                registry,
-                vertex: self.vertex,
-                subtask: self.subtask,
-                snapshot,
-                incremental,
-            });
+        // The checkpoint was aborted meanwhile: its snapshot is not needed.
+        if self.ended.has_ended(snapshot.barrier.checkpoint_id) {
+            return;
         }
+        // Savepoints are always whole and self-contained.
+        let incremental = match snapshot.barrier.kind {
+            weir_api::snapshot::BarrierKind::Checkpoint { .. } => self.incremental.clone(),
+            _ => None,
+        };
+        let _ = self.writer.send(WriteJob {
+            ended: Arc::clone(&self.ended),
+            vertex: self.vertex,
+            subtask: self.subtask,
+            snapshot,
+            incremental,
+        });
     }
 
     fn checkpoint_complete(&self, checkpoint_id: u64) {
@@ -284,7 +276,7 @@ pub fn deploy<E: From<TaskEvent> + Send + 'static>(
                 snapshots: Some(Arc::new(SubtaskSnapshotSink {
                     vertex: vertex_index,
                     subtask: subtask as u32,
-                    dirs: Arc::clone(&checkpointing.dirs),
+                    ended: Arc::clone(&checkpointing.ended),
                     writer: checkpointing.writer.clone(),
                     incremental: checkpointing.incremental.map(IncrementalTracker::new),
                 })),

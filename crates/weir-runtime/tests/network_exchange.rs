@@ -69,7 +69,7 @@ fn a_job_split_over_two_processes_counts_exactly() {
         };
         let wiring = CheckpointWiring {
             exactly_once: true,
-            dirs: weir_runtime::checkpointing::dirs::SnapshotDirectories::new(),
+            ended: weir_runtime::checkpointing::ended::EndedCheckpoints::new(),
             writer: writer_tx.clone(),
             restore: None,
             final_checkpoint: false,

@@ -156,7 +156,7 @@ fn barrier(checkpoint_id: u64, savepoint: bool) -> Barrier {
     } else {
         BarrierKind::Checkpoint { full: false }
     };
-    Barrier { checkpoint_id, timestamp_ms: 0, kind }
+    Barrier { checkpoint_id, timestamp_ms: 0, kind, location: "memory://file-sink-test/chk".into() }
 }
 
 /// Checkpoint 1, then an intermediate savepoint 2 (its marker lists the parts staged then),

@@ -518,14 +518,16 @@ impl CheckpointBook {
                 BarrierKind::Savepoint { terminate: *terminate, format: *format, drain: *drain }
             }
         };
-        let barrier = Barrier { checkpoint_id: id, timestamp_ms: now.wall_ms, kind };
+        // The barrier carries where its snapshots go: no subtask looks the directory up.
+        let barrier =
+            Barrier { checkpoint_id: id, timestamp_ms: now.wall_ms, kind, location: Arc::from(location.as_str()) };
         if request.is_periodic() {
             // The next interval counts from this trigger (Flink), min-pause from a completion.
             self.next_periodic_at = now.at + self.settings.interval.unwrap_or(Duration::MAX / 4);
         }
         self.record_trigger(&barrier, &request);
         out.push(Effect::OpenDir { id, location: location.clone() });
-        out.push(Effect::Triggered(barrier));
+        out.push(Effect::Triggered(barrier.clone()));
         let pending = PendingCheckpoint {
             barrier,
             request,

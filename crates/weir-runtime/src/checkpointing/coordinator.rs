@@ -18,8 +18,8 @@ pub use super::book::{
     AdoptedCheckpoint, BookEvent, BookJob, CheckpointBook, Completion, Failure, Now, OperatorInfo, PointerError,
     SnapshotRequest,
 };
-pub use super::dirs::{SnapshotDirectories, SnapshotDirs};
 use super::driver::{CheckpointIo, Outcomes, drive};
+use super::ended::EndedCheckpoints;
 use super::settings::CheckpointSettings;
 use super::stats::CheckpointStats;
 use super::writer::SubtaskAck;
@@ -76,7 +76,7 @@ impl CheckpointCoordinator {
         let io = StorageIo {
             checkpoints_root,
             shared_dir,
-            dirs: SnapshotDirectories::new(),
+            ended: EndedCheckpoints::new(),
             open: HashMap::new(),
             retired: None,
             prepared: None,
@@ -160,9 +160,9 @@ impl CheckpointCoordinator {
         Ok(())
     }
 
-    /// The directories subtasks write into, by checkpoint id.
-    pub fn dirs(&self) -> SnapshotDirs {
-        Arc::clone(&self.io.dirs)
+    /// The checkpoints that ended, which this job's subtasks no longer write snapshots of.
+    pub fn ended(&self) -> Arc<EndedCheckpoints> {
+        Arc::clone(&self.io.ended)
     }
 
     /// The settings.
@@ -320,13 +320,13 @@ impl Drop for CheckpointCoordinator {
 }
 
 /// A JobManager's checkpoint I/O: object storage for snapshots, the HA store for ids and
-/// pointers, the registry subtasks find their checkpoint's directory in. Crash points for the
+/// pointers, the ended checkpoints subtasks no longer write. Crash points for the
 /// kill tests sit at its effect boundaries.
 struct StorageIo {
     checkpoints_root: SnapshotStorage,
     /// The job's `shared/` directory.
     shared_dir: Arc<BlockingStorage>,
-    dirs: SnapshotDirs,
+    ended: Arc<EndedCheckpoints>,
     /// Directories of the checkpoints in flight.
     open: HashMap<u64, Arc<BlockingStorage>>,
     /// The last one retired (a failed checkpoint's deletion follows its retirement).
@@ -392,12 +392,11 @@ impl CheckpointIo for StorageIo {
                 None => return,
             },
         };
-        self.dirs.open(id, Arc::clone(&storage));
         self.open.insert(id, storage);
     }
 
     fn retire_dir(&mut self, id: u64) {
-        self.dirs.retire(id);
+        self.ended.end(id);
         if let Some(dir) = self.open.remove(&id) {
             self.retired = Some((id, dir));
         }

@@ -3,8 +3,8 @@
 
 pub mod book;
 pub mod coordinator;
-pub mod dirs;
 pub mod driver;
+pub mod ended;
 pub mod incremental;
 pub mod restore;
 mod retention;

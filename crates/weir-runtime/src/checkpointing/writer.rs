@@ -69,13 +69,11 @@ pub enum WriteOutcome {
     },
 }
 
-/// One write job.
+/// One write job. Where it writes is the location its barrier carries.
 pub struct WriteJob {
-    /// Where the checkpoint's files go.
-    pub dir: Arc<BlockingStorage>,
-    /// The registry `dir` came from: a write that lands after its checkpoint was aborted
-    /// removes what it wrote.
-    pub registry: super::dirs::SnapshotDirs,
+    /// The job's (or attempt's) ended checkpoints: a write that lands after its checkpoint
+    /// was aborted removes what it wrote.
+    pub ended: Arc<super::ended::EndedCheckpoints>,
     /// The subtask's vertex.
     pub vertex: usize,
     /// The subtask.
@@ -103,9 +101,11 @@ impl SnapshotWriter {
             let outcomes = outcomes.clone();
             threads.push(std::thread::Builder::new().name(format!("weir-snapshot-writer-{index}")).spawn(
                 move || {
+                    let mut open = OpenDir::default();
                     for job in queue {
                         let checkpoint_id = job.snapshot.barrier.checkpoint_id;
-                        let outcome = match write_subtask(job) {
+                        let written = open.of(&job.snapshot.barrier.location).and_then(|dir| write_subtask(job, dir));
+                        let outcome = match written {
                             Ok(ack) => WriteOutcome::Acknowledged(ack),
                             Err(reason) => WriteOutcome::Declined { checkpoint_id, reason },
                         };
@@ -136,6 +136,28 @@ impl SnapshotWriter {
         for thread in self.threads {
             let _ = thread.join();
         }
+    }
+}
+
+/// The directory a writer thread wrote its last snapshot into: the next snapshot of the same
+/// checkpoint (the usual case) reuses it instead of opening the storage again.
+#[derive(Default)]
+struct OpenDir {
+    last: Option<(Arc<str>, Arc<BlockingStorage>)>,
+}
+
+impl OpenDir {
+    fn of(&mut self, location: &Arc<str>) -> Result<Arc<BlockingStorage>, String> {
+        if let Some((open, dir)) = &self.last
+            && open == location
+        {
+            return Ok(Arc::clone(dir));
+        }
+        let storage = weir_checkpoint::SnapshotStorage::from_url(location)
+            .map_err(|e| format!("cannot open the checkpoint directory {location} its barrier names: {e}"))?;
+        let dir = Arc::new(storage.blocking());
+        self.last = Some((Arc::clone(location), Arc::clone(&dir)));
+        Ok(dir)
     }
 }
 
@@ -217,9 +239,9 @@ impl GroupOutcomes {
 /// For a checkpoint of an incremental job the file goes to the job's `shared/` directory,
 /// and a key group unchanged since the subtask's base checkpoint is not written again: the
 /// metadata names the base's block.
-fn write_subtask(job: WriteJob) -> Result<SubtaskAck, String> {
+fn write_subtask(job: WriteJob, dir: Arc<BlockingStorage>) -> Result<SubtaskAck, String> {
     let started = std::time::Instant::now();
-    let WriteJob { dir, registry, vertex, subtask, mut snapshot, incremental } = job;
+    let WriteJob { ended, vertex, subtask, mut snapshot, incremental } = job;
     let checkpoint_id = snapshot.barrier.checkpoint_id;
     let (out_dir, file) = match &incremental {
         Some(_) => {
@@ -369,7 +391,7 @@ fn write_subtask(job: WriteJob) -> Result<SubtaskAck, String> {
         });
     }
     let rest: Bytes = data.finish();
-    if registry.is_retired(checkpoint_id) {
+    if ended.has_ended(checkpoint_id) {
         // Dropping the stream aborts it: nothing of the file stays. A local directory the
         // stream created stays, though: remove it (the coordinator may have deleted the
         // checkpoint's directory before the stream made it again).
@@ -385,7 +407,7 @@ fn write_subtask(job: WriteJob) -> Result<SubtaskAck, String> {
         out.put(rest).map_err(|e| e.to_string())?;
         out.finish().map_err(|e| e.to_string())?;
     }
-    if registry.is_retired(checkpoint_id) {
+    if ended.has_ended(checkpoint_id) {
         // Aborted while this file was written (the coordinator retires before it deletes):
         // no file of an aborted checkpoint stays behind.
         let _ = dir.delete_all();

@@ -200,15 +200,6 @@ pub enum ToTaskManager {
         /// The message.
         control: TaskControl,
     },
-    /// Where the files of a checkpoint go.
-    CheckpointDir {
-        /// The job.
-        job_id: String,
-        /// The checkpoint.
-        checkpoint_id: u64,
-        /// The directory URL.
-        url: String,
-    },
     /// The JobManager is alive (sent every fifth of `heartbeat.timeout`): a TaskManager that
     /// hears nothing from it for `heartbeat.timeout` counts it as gone.
     Heartbeat,

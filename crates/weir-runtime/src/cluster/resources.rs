@@ -14,7 +14,6 @@ use serde::{Deserialize, Serialize};
 use weir_api::error::TaskError;
 use weir_api::graph::StreamGraph;
 use weir_api::operator::TaskMetrics;
-use weir_api::snapshot::TaskControl;
 
 use super::protocol::{
     DeploySpec, Frame, JobSubmission, REGISTRATION_LINE_BYTES_MAX, RunningAttempt, ToJobManager, ToTaskManager,
@@ -969,8 +968,8 @@ impl RemoteExecutor {
     }
 
     /// Forwards the attempt's control messages to the TaskManagers of their subtasks (a
-    /// checkpoint's directory to every involved TaskManager before its trigger), and sends
-    /// the attempt's cancellation when its cancel flag is set.
+    /// trigger's barrier carries where its snapshots go), and sends the attempt's
+    /// cancellation to every involved TaskManager when its cancel flag is set.
     fn wire(
         &self,
         spec: AttemptSpec,
@@ -987,24 +986,9 @@ impl RemoteExecutor {
             for (subtask, receiver) in receivers.into_iter().enumerate() {
                 let resources = Arc::clone(&self.resources);
                 let owner = owners[subtask].clone();
-                let involved = involved.clone();
-                let dirs = Arc::clone(&spec.wiring.dirs);
                 let (job_id, attempt) = (job_id.clone(), spec.attempt);
                 std::thread::spawn(move || {
                     for control in receiver {
-                        if let TaskControl::TriggerCheckpoint(barrier) = control {
-                            let url = dirs.get(barrier.checkpoint_id).map(|dir| dir.storage.url().to_string());
-                            if let Some(url) = url {
-                                for taskmanager in &involved {
-                                    let message = ToTaskManager::CheckpointDir {
-                                        job_id: job_id.clone(),
-                                        checkpoint_id: barrier.checkpoint_id,
-                                        url: url.clone(),
-                                    };
-                                    resources.send_to(taskmanager, &message);
-                                }
-                            }
-                        }
                         let message = ToTaskManager::Control {
                             job_id: job_id.clone(),
                             attempt,

@@ -18,13 +18,12 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Sender;
 use weir_api::operator::{SystemClock, TaskMetrics};
 use weir_api::snapshot::TaskControl;
-use weir_checkpoint::SnapshotStorage;
 use weir_types::{ExecutionState, JobId};
 
 use super::GraphBuilder;
 use super::protocol::{DeploySpec, Frame, RunningAttempt, SubtaskCounters, ToJobManager, ToTaskManager, receive, send};
 use crate::checkpointing::RestoreSource;
-use crate::checkpointing::coordinator::SnapshotDirs;
+use crate::checkpointing::ended::EndedCheckpoints;
 use crate::checkpointing::writer::{SnapshotWriter, WriteOutcome};
 use crate::execution::{CheckpointWiring, JobContext, Placement, TaskEvent, TaskEventKind, deploy};
 use crate::executor::{ReportedAttempt, ReportedSubtask};
@@ -63,7 +62,8 @@ type SubtaskStates = Arc<Mutex<BTreeMap<(usize, u32), (ExecutionState, bool)>>>;
 struct Attempt {
     region: Option<usize>,
     controls: HashMap<(usize, u32), Sender<TaskControl>>,
-    dirs: SnapshotDirs,
+    /// Its checkpoints that ended (the JobManager said so).
+    ended_checkpoints: Arc<EndedCheckpoints>,
     cancel: Arc<AtomicBool>,
     slot_addresses: Vec<String>,
     states: SubtaskStates,
@@ -657,22 +657,15 @@ fn serve_jobmanager(state: &Arc<TaskManagerState>, mut reader: BufReader<TcpStre
             ToTaskManager::Control { job_id, attempt, vertex, subtask, control } => {
                 let attempts = lock(&state.attempts);
                 if let TaskControl::CheckpointComplete(id) | TaskControl::CheckpointAborted(id) = control {
-                    // Late snapshots of an ended checkpoint are dropped, not waited for.
+                    // Late snapshots of an ended checkpoint are not written.
                     for (_, current) in attempts.iter().filter(|((job, _), _)| *job == job_id) {
-                        current.dirs.retire(id);
+                        current.ended_checkpoints.end(id);
                     }
                 }
                 if let Some(current) = attempts.get(&(job_id, attempt))
                     && let Some(sender) = current.controls.get(&(vertex, subtask))
                 {
                     let _ = sender.send(control);
-                }
-            }
-            ToTaskManager::CheckpointDir { job_id, checkpoint_id, url } => {
-                let Ok(storage) = SnapshotStorage::from_url(&url) else { continue };
-                let storage = Arc::new(storage.blocking());
-                for (_, current) in lock(&state.attempts).iter().filter(|((job, _), _)| *job == job_id) {
-                    current.dirs.open(checkpoint_id, Arc::clone(&storage));
                 }
             }
             ToTaskManager::Cancel { job_id, attempt } => {
@@ -741,12 +734,12 @@ fn start_attempt(spec: &DeploySpec, state: &Arc<TaskManagerState>) -> Result<Att
         }
         control_receivers.push(receivers);
     }
-    let dirs: SnapshotDirs = crate::checkpointing::dirs::SnapshotDirectories::new();
+    let ended_checkpoints = EndedCheckpoints::new();
     let (outcomes, outcome_receiver) = crossbeam_channel::unbounded::<WriteOutcome>();
     let writer = SnapshotWriter::start(outcomes).map_err(|e| e.to_string())?;
     let wiring = CheckpointWiring {
         exactly_once: spec.exactly_once,
-        dirs: Arc::clone(&dirs),
+        ended: Arc::clone(&ended_checkpoints),
         writer: writer.queue(),
         restore,
         final_checkpoint: spec.final_checkpoint,
@@ -811,7 +804,7 @@ fn start_attempt(spec: &DeploySpec, state: &Arc<TaskManagerState>) -> Result<Att
     Ok(Attempt {
         region: spec.region,
         controls,
-        dirs,
+        ended_checkpoints,
         cancel,
         slot_addresses: spec.slot_addresses.clone(),
         states,

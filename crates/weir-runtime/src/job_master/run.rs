@@ -14,7 +14,8 @@ use weir_types::lifecycle::now_ms;
 use weir_types::{ExecutionState, JobStatus, Lifecycle, StateHistory};
 
 use super::{ExceptionEntry, JobMaster, JobRecord, LOCAL_HOST, MasterEvent, SavepointStatus, SubtaskRecord};
-use crate::checkpointing::coordinator::{Failure, SnapshotDirs, SnapshotRequest};
+use crate::checkpointing::coordinator::{Failure, SnapshotRequest};
+use crate::checkpointing::ended::EndedCheckpoints;
 use crate::checkpointing::writer::{SnapshotWriter, WriteJob, WriteOutcome};
 use crate::checkpointing::{CheckpointCoordinator, RestoreOpenError, RestoreSource};
 use crate::execution::{CheckpointWiring, TaskEvent, TaskEventKind};
@@ -80,7 +81,7 @@ impl Supervisor {
     pub(super) fn send_to_sources(&self, message: TaskControl) {
         for vertex in &self.source_vertices {
             for control in &self.controls[*vertex] {
-                let _ = control.send(message);
+                let _ = control.send(message.clone());
             }
         }
     }
@@ -88,7 +89,7 @@ impl Supervisor {
     pub(super) fn send_to_all(&self, message: TaskControl) {
         // Ended subtasks dropped their receivers; a failed send to them is expected.
         for control in self.controls.iter().flatten() {
-            let _ = control.send(message);
+            let _ = control.send(message.clone());
         }
     }
 }
@@ -105,7 +106,7 @@ pub(super) struct Deployment {
     pub(super) incremental: Option<u32>,
     /// The spillable state backend's options.
     pub(super) spill: Option<weir_state::spill::SpillOptions>,
-    pub(super) dirs: SnapshotDirs,
+    pub(super) ended: Arc<EndedCheckpoints>,
     pub(super) writer: Sender<WriteJob>,
     pub(super) snapshot_events: Sender<MasterEvent>,
     /// The snapshot the job was submitted with.
@@ -312,7 +313,7 @@ impl JobRun {
                 final_checkpoint: self.dep.final_checkpoint,
                 incremental: self.dep.incremental,
                 spill: self.dep.spill.clone(),
-                dirs: Arc::clone(&self.dep.dirs),
+                ended: Arc::clone(&self.dep.ended),
                 writer: self.dep.writer.clone(),
                 restore: restore.clone(),
             },

@@ -5,7 +5,6 @@
 //! frozen leader, subtask failures, HA writes refused or whose answer is lost) stop after
 //! `fault_steps`, and the job must then finish with every record committed exactly once.
 
-use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -115,7 +114,6 @@ pub struct Cluster {
     pub jms: Vec<JobManager>,
     pub tasks: Vec<Task>,
     pub net: Vec<Message>,
-    pub dirs: BTreeMap<u64, String>,
     /// Completed savepoints: a user may restore any of them.
     pub savepoints: Vec<(u64, String)>,
     pub highest_id: u64,
@@ -143,7 +141,6 @@ impl Cluster {
             jms: vec![JobManager::Standby, JobManager::Standby],
             tasks: Vec::new(),
             net: Vec::new(),
-            dirs: BTreeMap::new(),
             savepoints: Vec::new(),
             highest_id: 0,
             step: 0,
@@ -324,7 +321,6 @@ impl Cluster {
             storage: &mut self.storage,
             ha: &mut self.ha,
             rng: &mut self.rng,
-            dirs: &mut self.dirs,
             trace: &mut self.trace,
             shared: format!("sim://chk/job{}/shared", self.job),
             epoch: master.epoch,
@@ -355,7 +351,7 @@ impl Cluster {
             }
             self.highest_id = self.highest_id.max(barrier.checkpoint_id);
             self.trace.push(format!("  barrier {} out", barrier.checkpoint_id));
-            self.send_to_tasks(jm, |_| Body::Barrier(*barrier));
+            self.send_to_tasks(jm, |_| Body::Barrier(barrier.clone()));
         }
         let final_checkpoint = match &self.jms[jm] {
             JobManager::Leading(master) => master.final_checkpoint,

@@ -1,7 +1,7 @@
 //! The simulated JobManager's checkpoint I/O: the real [`CheckpointIo`] interface over the
 //! simulated storage and HA store, dying at a random effect boundary when crashes are armed.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use weir_checkpoint::format::SnapshotMetadata;
 use weir_checkpoint::paths::shared_file_checkpoint;
@@ -21,7 +21,6 @@ pub struct SimIo<'a> {
     pub ha: &'a mut SimHa,
     pub rng: &'a mut SimRng,
     /// The directory registry the subtasks look their checkpoint's location up in.
-    pub dirs: &'a mut BTreeMap<u64, String>,
     pub trace: &'a mut Vec<String>,
     /// The job's `shared/` directory.
     pub shared: String,
@@ -66,13 +65,11 @@ impl CheckpointIo for SimIo<'_> {
             .map_err(|e| format!("{e:?}"))
     }
 
-    fn open_dir(&mut self, id: u64, location: &str) {
-        self.dirs.insert(id, location.to_string());
-    }
+    // Simulated object storage has no directories to open, and its subtasks learn of ended
+    // checkpoints from the completion and abort messages, as TaskManagers do.
+    fn open_dir(&mut self, _id: u64, _location: &str) {}
 
-    fn retire_dir(&mut self, id: u64) {
-        self.dirs.remove(&id);
-    }
+    fn retire_dir(&mut self, _id: u64) {}
 
     fn write_metadata(&mut self, id: u64, location: &str, metadata: &SnapshotMetadata) -> Result<(), String> {
         self.trace.push(format!("  _metadata of {id} written"));

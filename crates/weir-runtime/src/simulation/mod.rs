@@ -190,9 +190,12 @@ fn to_task(cluster: &mut Cluster, subtask: u32, epoch: u64, body: Body) {
     }
     match body {
         Body::Barrier(barrier) => {
-            // A retired checkpoint's late snapshot is dropped (the writer's rule).
-            let Some(location) = cluster.dirs.get(&barrier.checkpoint_id).cloned() else { return };
-            let ack = task.snapshot(&barrier, &location, incremental, &mut cluster.rng, &mut cluster.storage);
+            // An ended checkpoint's late snapshot is not written (the writer's rule); the
+            // barrier says where the snapshot goes.
+            if task.ended_checkpoints.contains(&barrier.checkpoint_id) {
+                return;
+            }
+            let ack = task.snapshot(&barrier, &barrier.location, incremental, &mut cluster.rng, &mut cluster.storage);
             let (leader, attempt) = (task.leader, task.attempt);
             let destination = Destination::JobManager(leader);
             cluster.send(subtask as usize, 1000 + leader, epoch, attempt, destination, Body::Ack(Box::new(ack)));

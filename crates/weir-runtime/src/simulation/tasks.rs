@@ -4,7 +4,7 @@
 //! checkpoints its state names the shared files of the newest completion it heard of, as the
 //! real backends do, and is written whole again every few checkpoints.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use weir_api::snapshot::{Barrier, BarrierKind};
 use weir_checkpoint::format::SubtaskSnapshot;
@@ -34,6 +34,9 @@ pub struct Task {
     /// It snapshotted the stop-with-savepoint of this id and reads nothing more unless that
     /// savepoint fails.
     pub stopping: Option<u64>,
+    /// Checkpoints it heard completed or aborted: a late barrier of one is not snapshotted
+    /// (the runtime's `EndedCheckpoints`).
+    pub ended_checkpoints: BTreeSet<u64>,
 }
 
 impl Task {
@@ -62,6 +65,7 @@ impl Task {
             ended: offset >= n,
             finished: false,
             stopping: None,
+            ended_checkpoints: BTreeSet::new(),
         }
     }
 
@@ -119,6 +123,7 @@ impl Task {
 
     /// Checkpoint `id` was aborted: a stop at it is off, reading goes on.
     pub fn aborted(&mut self, id: u64) {
+        self.ended_checkpoints.insert(id);
         if self.stopping == Some(id) {
             self.stopping = None;
         }
@@ -127,6 +132,7 @@ impl Task {
     /// Checkpoint `id` completed: commits every transaction staged up to it.
     /// A stop-with-savepoint at `id` ends the subtask once committed.
     pub fn complete(&mut self, id: u64, external: &mut External) -> Result<(), String> {
+        self.ended_checkpoints.insert(id);
         let (commit, keep): (Vec<Txn>, Vec<Txn>) = self.pending.drain(..).partition(|txn| txn.checkpoint <= id);
         self.pending = keep;
         for txn in commit {

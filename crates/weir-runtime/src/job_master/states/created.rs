@@ -60,9 +60,9 @@ pub(super) fn run(
         }
     };
     let recovered = settings.ha.as_ref().and_then(|ha| ha.recovered.clone());
-    let dirs = coordinator.dirs();
+    let ended = coordinator.ended();
     let sup = supervisor(&master, &graph, &job_graph, &settings, coordinator);
-    let (dep, region_count) = deployment(graph, &job_graph, &settings, dirs, &writer, snapshot_events);
+    let (dep, region_count) = deployment(graph, &job_graph, &settings, ended, &writer, snapshot_events);
     let run = JobRun {
         master: Arc::clone(&master),
         events,
@@ -86,7 +86,7 @@ fn deployment(
     graph: StreamGraph,
     job_graph: &Arc<JobGraph>,
     settings: &JobSettings,
-    dirs: crate::checkpointing::coordinator::SnapshotDirs,
+    ended: Arc<crate::checkpointing::ended::EndedCheckpoints>,
     writer: &SnapshotWriter,
     snapshot_events: crossbeam_channel::Sender<MasterEvent>,
 ) -> (Deployment, Option<usize>) {
@@ -106,7 +106,7 @@ fn deployment(
         final_checkpoint: settings.checkpointing.interval.is_some(),
         incremental: settings.checkpointing.incremental,
         spill: settings.checkpointing.spill.clone(),
-        dirs,
+        ended,
         writer: writer.queue(),
         snapshot_events,
         initial_restore: settings.restore.clone(),
