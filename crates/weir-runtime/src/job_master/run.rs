@@ -21,8 +21,9 @@ use crate::checkpointing::{CheckpointCoordinator, RestoreOpenError, RestoreSourc
 use crate::execution::{CheckpointWiring, TaskEvent, TaskEventKind};
 use crate::executor::{AttemptHandle, AttemptSpec, Executor, ReportedAttempt};
 use crate::job_master::checkpoint_outcomes::{self, OutcomeAction};
+use crate::job_master::transitions::{self, FailurePlan};
 use crate::jobgraph::JobGraph;
-use crate::restart::{RestartDecision, RestartStrategy};
+use crate::restart::RestartStrategy;
 
 /// Longest the job master sleeps between looks at its checkpoint schedule.
 pub(super) const SUPERVISOR_TICK: Duration = Duration::from_millis(50);
@@ -753,8 +754,7 @@ impl JobRun {
     }
 
     pub(super) fn on_cancel(&mut self, record: &mut JobRecord) {
-        let status = record.history.current();
-        if !matches!(status, JobStatus::Running | JobStatus::Created | JobStatus::Restarting | JobStatus::Reconciling) {
+        if !transitions::cancellable(record.history.current()) {
             return;
         }
         self.sup.pending_restart = None;
@@ -817,7 +817,7 @@ impl JobRun {
         let task_name = format!("{} ({}/{})", vertex.name, index + 1, vertex.parallelism);
         let region = self.dep.regions.as_ref().and_then(|regions| regions.get(vertex_index).copied());
         let region_restarting = region.is_some_and(|region| self.sup.region_restarts.iter().any(|(r, _)| *r == region));
-        if record.history.current() != JobStatus::Running || region_restarting {
+        if !transitions::failure_counts(record.history.current(), region_restarting) {
             tracing::info!(job_id = %self.master.job_id, task = %task_name, error = %error, "subtask failed while the job or its region was already going down");
             return;
         }
@@ -846,38 +846,37 @@ impl JobRun {
     /// `None`), or give up.
     pub(super) fn on_failure(&mut self, record: &mut JobRecord, region: Option<usize>, what: &str, error: &str) {
         let elapsed_ms = self.sup.started.elapsed().as_millis() as u64;
-        match self.sup.restart.on_failure(elapsed_ms) {
-            RestartDecision::RestartAfter(delay) => {
-                // Pending snapshots cannot complete without the failed subtasks.
-                let failures = self.sup.coordinator.abort_all("the job is restarting after a failure");
-                for failure in &failures {
-                    if let SnapshotRequest::Savepoint { request_id, .. } = &failure.request {
-                        self.savepoint_failed(record, request_id, failure.reason.clone());
-                    }
-                }
-                self.checkpoint_requests_failed(record, &failures);
-                record.restarts += 1;
-                match region {
-                    Some(region) => {
-                        tracing::warn!(job_id = %self.master.job_id, task = %what, error = %error, region, delay_ms = delay.as_millis() as u64, "subtask failed; restarting its pipelined region");
-                        self.sup.region_restarts.push((region, Instant::now() + delay));
-                        if let Some(flag) = self.cancel_flags().get(region) {
-                            flag.store(true, Ordering::SeqCst);
-                        }
-                        let dep = &self.dep;
-                        mark_canceling(record, |vertex| dep.in_region(vertex, Some(region)));
-                    }
-                    None => {
-                        tracing::warn!(job_id = %self.master.job_id, task = %what, error = %error, delay_ms = delay.as_millis() as u64, "failure; restarting the job");
-                        self.sup.pending_restart = Some(delay);
-                        self.master.transition_job(record, JobStatus::Restarting);
-                        self.stop_tasks();
-                        mark_canceling(record, |_| true);
-                    }
+        let plan = transitions::failure_plan(&mut self.sup.restart, elapsed_ms, region, what, error);
+        if !matches!(plan, FailurePlan::Fail { .. }) {
+            // Pending snapshots cannot complete without the failed subtasks.
+            let failures = self.sup.coordinator.abort_all("the job is restarting after a failure");
+            for failure in &failures {
+                if let SnapshotRequest::Savepoint { request_id, .. } = &failure.request {
+                    self.savepoint_failed(record, request_id, failure.reason.clone());
                 }
             }
-            RestartDecision::GiveUp(reason) => {
-                record.failure_cause = Some(format!("{what} failed: {error} (not restarted: {reason})"));
+            self.checkpoint_requests_failed(record, &failures);
+            record.restarts += 1;
+        }
+        match plan {
+            FailurePlan::RestartRegion { region, delay } => {
+                tracing::warn!(job_id = %self.master.job_id, task = %what, error = %error, region, delay_ms = delay.as_millis() as u64, "subtask failed; restarting its pipelined region");
+                self.sup.region_restarts.push((region, Instant::now() + delay));
+                if let Some(flag) = self.cancel_flags().get(region) {
+                    flag.store(true, Ordering::SeqCst);
+                }
+                let dep = &self.dep;
+                mark_canceling(record, |vertex| dep.in_region(vertex, Some(region)));
+            }
+            FailurePlan::RestartJob { delay } => {
+                tracing::warn!(job_id = %self.master.job_id, task = %what, error = %error, delay_ms = delay.as_millis() as u64, "failure; restarting the job");
+                self.sup.pending_restart = Some(delay);
+                self.master.transition_job(record, JobStatus::Restarting);
+                self.stop_tasks();
+                mark_canceling(record, |_| true);
+            }
+            FailurePlan::Fail { cause } => {
+                record.failure_cause = Some(cause);
                 self.master.transition_job(record, JobStatus::Failing);
                 self.stop_tasks();
                 mark_canceling(record, |_| true);
@@ -900,16 +899,9 @@ impl JobRun {
 /// regions waiting to restart has not finished).
 pub(super) fn settle(master: &JobMaster, record: &mut JobRecord, regions_pending: bool) {
     let all_ended = record.subtasks.iter().flatten().all(|s| s.history.current().is_terminal());
-    if !all_ended {
-        return;
+    if let Some(next) = transitions::settled(record.history.current(), all_ended, regions_pending) {
+        master.transition_job(record, next);
     }
-    let next = match record.history.current() {
-        JobStatus::Running if !regions_pending => JobStatus::Finished,
-        JobStatus::Failing => JobStatus::Failed,
-        JobStatus::Cancelling => JobStatus::Canceled,
-        _ => return,
-    };
-    master.transition_job(record, next);
 }
 
 /// Checks a savepoint target a client gave. With `state.savepoints.dir` configured the
