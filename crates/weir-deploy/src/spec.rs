@@ -319,26 +319,59 @@ fn parse_spec(spec: &serde_norway::Mapping) -> Result<DeploymentSpec, SpecError>
         ],
     )?;
     let image = optional_string(spec, "spec", "image")?;
+    let image_pull_policy = parse_image_pull_policy(spec)?;
+    let service_account = optional_string(spec, "spec", "serviceAccount")?;
+    let mode = parse_mode(spec)?;
+    let pod_template = parse_pod_template(spec)?;
+    let binary = parse_binary(spec)?;
+    let configuration = parse_configuration(spec)?;
+    let job_manager = parse_job_manager(spec)?;
+    let task_manager = parse_task_manager(spec)?;
+    let job = parse_job(mapping(required(spec, "spec", "job")?, "spec.job")?)?;
+    Ok(DeploymentSpec {
+        binary,
+        image,
+        image_pull_policy,
+        service_account,
+        mode,
+        pod_template,
+        configuration,
+        job_manager,
+        task_manager,
+        job,
+    })
+}
+
+fn parse_image_pull_policy(spec: &serde_norway::Mapping) -> Result<Option<String>, SpecError> {
     let image_pull_policy = optional_string(spec, "spec", "imagePullPolicy")?;
     if let Some(policy) = &image_pull_policy
         && !["Always", "IfNotPresent", "Never"].contains(&policy.as_str())
     {
         return Err(error("spec.imagePullPolicy", format!("'{policy}' is not one of Always, IfNotPresent, Never")));
     }
-    let service_account = optional_string(spec, "spec", "serviceAccount")?;
-    let mode = match optional_string(spec, "spec", "mode")?.as_deref() {
+    Ok(image_pull_policy)
+}
+
+fn parse_mode(spec: &serde_norway::Mapping) -> Result<Option<KubernetesMode>, SpecError> {
+    Ok(match optional_string(spec, "spec", "mode")?.as_deref() {
         None => None,
         Some("native") => Some(KubernetesMode::Native),
         Some("standalone") => Some(KubernetesMode::Standalone),
         Some(other) => return Err(error("spec.mode", format!("'{other}' is not one of native, standalone"))),
-    };
-    let pod_template = match spec.get("podTemplate") {
+    })
+}
+
+fn parse_pod_template(spec: &serde_norway::Mapping) -> Result<Option<serde_json::Value>, SpecError> {
+    Ok(match spec.get("podTemplate") {
         None | Some(Value::Null) => None,
         Some(value) => {
             mapping(value, "spec.podTemplate")?;
             Some(serde_json::to_value(value).map_err(|e| error("spec.podTemplate", e.to_string()))?)
         }
-    };
+    })
+}
+
+fn parse_binary(spec: &serde_norway::Mapping) -> Result<String, SpecError> {
     let binary = required_string(spec, "spec", "binary")?;
     if binary.trim().is_empty() {
         return Err(error(
@@ -346,6 +379,10 @@ fn parse_spec(spec: &serde_norway::Mapping) -> Result<DeploymentSpec, SpecError>
             "is empty; name the program that holds the job (the weir binary or your own)",
         ));
     }
+    Ok(binary)
+}
+
+fn parse_configuration(spec: &serde_norway::Mapping) -> Result<BTreeMap<String, String>, SpecError> {
     let mut configuration = BTreeMap::new();
     if let Some(value) = spec.get("configuration") {
         for (key, value) in mapping(value, "spec.configuration")? {
@@ -356,7 +393,11 @@ fn parse_spec(spec: &serde_norway::Mapping) -> Result<DeploymentSpec, SpecError>
             configuration.insert(key.to_string(), scalar(value, &path)?);
         }
     }
-    let job_manager = match spec.get("jobManager") {
+    Ok(configuration)
+}
+
+fn parse_job_manager(spec: &serde_norway::Mapping) -> Result<JobManagerSpec, SpecError> {
+    Ok(match spec.get("jobManager") {
         None => JobManagerSpec::default(),
         Some(value) => {
             let map = mapping(value, "spec.jobManager")?;
@@ -366,8 +407,11 @@ fn parse_spec(spec: &serde_norway::Mapping) -> Result<DeploymentSpec, SpecError>
                 resource: parse_resource(map, "spec.jobManager")?,
             }
         }
-    };
-    let task_manager = match spec.get("taskManager") {
+    })
+}
+
+fn parse_task_manager(spec: &serde_norway::Mapping) -> Result<TaskManagerSpec, SpecError> {
+    Ok(match spec.get("taskManager") {
         None => TaskManagerSpec::default(),
         Some(value) => {
             let map = mapping(value, "spec.taskManager")?;
@@ -378,8 +422,12 @@ fn parse_spec(spec: &serde_norway::Mapping) -> Result<DeploymentSpec, SpecError>
                 resource: parse_resource(map, "spec.taskManager")?,
             }
         }
-    };
-    let job = mapping(required(spec, "spec", "job")?, "spec.job")?;
+    })
+}
+
+/// Parses `spec.job`, its fields checked in the order written here (the name and the
+/// parallelism last): the first mistake is the one reported.
+fn parse_job(job: &serde_norway::Mapping) -> Result<JobSpec, SpecError> {
     allowed_keys(
         job,
         "spec.job",
@@ -394,33 +442,9 @@ fn parse_spec(spec: &serde_norway::Mapping) -> Result<DeploymentSpec, SpecError>
             "savepointTriggerNonce",
         ],
     )?;
-    let mut args = Vec::new();
-    if let Some(value) = job.get("args") {
-        let Some(items) = value.as_sequence() else {
-            return Err(error("spec.job.args", "must be a list of arguments (`args: [--users, \"1000\"]`)"));
-        };
-        for (index, item) in items.iter().enumerate() {
-            args.push(scalar(item, &format!("spec.job.args[{index}]"))?);
-        }
-    }
-    let upgrade_mode = match optional_string(job, "spec.job", "upgradeMode")?.as_deref() {
-        None => UpgradeMode::default(),
-        Some("savepoint") => UpgradeMode::Savepoint,
-        Some("last-state") => UpgradeMode::LastState,
-        Some("stateless") => UpgradeMode::Stateless,
-        Some(other) => {
-            return Err(error(
-                "spec.job.upgradeMode",
-                format!("'{other}' is not one of savepoint, last-state, stateless"),
-            ));
-        }
-    };
-    let state = match optional_string(job, "spec.job", "state")?.as_deref() {
-        None => DesiredState::default(),
-        Some("running") => DesiredState::Running,
-        Some("suspended") => DesiredState::Suspended,
-        Some(other) => return Err(error("spec.job.state", format!("'{other}' is not one of running, suspended"))),
-    };
+    let args = parse_args(job)?;
+    let upgrade_mode = parse_upgrade_mode(job)?;
+    let state = parse_desired_state(job)?;
     let allow_non_restored_state = match job.get("allowNonRestoredState") {
         None => false,
         Some(Value::Bool(value)) => *value,
@@ -437,26 +461,52 @@ fn parse_spec(spec: &serde_norway::Mapping) -> Result<DeploymentSpec, SpecError>
     if initial_savepoint_path.as_deref().is_some_and(|p| p.trim().is_empty()) {
         return Err(error("spec.job.initialSavepointPath", "is empty; remove it or name a savepoint or checkpoint"));
     }
-    Ok(DeploymentSpec {
-        binary,
-        image,
-        image_pull_policy,
-        service_account,
-        mode,
-        pod_template,
-        configuration,
-        job_manager,
-        task_manager,
-        job: JobSpec {
-            name: required_string(job, "spec.job", "name")?,
-            args,
-            parallelism: optional_u32(job, "spec.job", "parallelism", 1)?,
-            upgrade_mode,
-            state,
-            initial_savepoint_path,
-            allow_non_restored_state,
-            savepoint_trigger_nonce,
-        },
+    Ok(JobSpec {
+        name: required_string(job, "spec.job", "name")?,
+        args,
+        parallelism: optional_u32(job, "spec.job", "parallelism", 1)?,
+        upgrade_mode,
+        state,
+        initial_savepoint_path,
+        allow_non_restored_state,
+        savepoint_trigger_nonce,
+    })
+}
+
+fn parse_args(job: &serde_norway::Mapping) -> Result<Vec<String>, SpecError> {
+    let mut args = Vec::new();
+    if let Some(value) = job.get("args") {
+        let Some(items) = value.as_sequence() else {
+            return Err(error("spec.job.args", "must be a list of arguments (`args: [--users, \"1000\"]`)"));
+        };
+        for (index, item) in items.iter().enumerate() {
+            args.push(scalar(item, &format!("spec.job.args[{index}]"))?);
+        }
+    }
+    Ok(args)
+}
+
+fn parse_upgrade_mode(job: &serde_norway::Mapping) -> Result<UpgradeMode, SpecError> {
+    Ok(match optional_string(job, "spec.job", "upgradeMode")?.as_deref() {
+        None => UpgradeMode::default(),
+        Some("savepoint") => UpgradeMode::Savepoint,
+        Some("last-state") => UpgradeMode::LastState,
+        Some("stateless") => UpgradeMode::Stateless,
+        Some(other) => {
+            return Err(error(
+                "spec.job.upgradeMode",
+                format!("'{other}' is not one of savepoint, last-state, stateless"),
+            ));
+        }
+    })
+}
+
+fn parse_desired_state(job: &serde_norway::Mapping) -> Result<DesiredState, SpecError> {
+    Ok(match optional_string(job, "spec.job", "state")?.as_deref() {
+        None => DesiredState::default(),
+        Some("running") => DesiredState::Running,
+        Some("suspended") => DesiredState::Suspended,
+        Some(other) => return Err(error("spec.job.state", format!("'{other}' is not one of running, suspended"))),
     })
 }
 
