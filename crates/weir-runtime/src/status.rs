@@ -7,7 +7,8 @@ use serde::{Deserialize, Serialize};
 use weir_types::lifecycle::now_ms;
 use weir_types::{ExecutionState, JobStatus, Lifecycle};
 
-use crate::job_master::JobMaster;
+use crate::job_master::{JobMaster, JobRecord, SubtaskRecord};
+use crate::jobgraph::JobGraph;
 
 /// `GET /jobs/overview` entry.
 #[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
@@ -491,6 +492,85 @@ pub fn aggregate_state(states: &[ExecutionState]) -> ExecutionState {
     Created
 }
 
+/// When `history` last entered each state it entered, under the state's `name`.
+fn entered_timestamps<S: Lifecycle + 'static>(
+    history: &weir_types::lifecycle::StateHistory<S>,
+    name: impl Fn(S) -> String,
+) -> BTreeMap<String, u64> {
+    let mut timestamps = BTreeMap::new();
+    for state in S::all() {
+        if let Some(at) = history.last_entered(*state) {
+            timestamps.insert(name(*state), at);
+        }
+    }
+    timestamps
+}
+
+/// Subtask `index` of a vertex, in attempt `attempt`.
+fn subtask_details(index: usize, subtask: &SubtaskRecord, attempt: u32, is_source: bool) -> SubtaskDetails {
+    let state = subtask.history.current();
+    let subtask_metrics = VertexMetrics::of(
+        subtask.metrics.records_in.load(Ordering::Relaxed),
+        subtask.metrics.records_out.load(Ordering::Relaxed),
+        subtask.metrics.backpressured_ms_now(),
+    );
+    let created = subtask.history.transitions().first().map(|t| t.at_ms).unwrap_or_default();
+    let terminal_at = if state.is_terminal() { Some(subtask.history.current_since()) } else { None };
+    let (subtask_end, subtask_duration) = end_and_duration(created, terminal_at);
+    SubtaskDetails {
+        subtask: index as u32,
+        status: state,
+        host: subtask.host.clone(),
+        attempt,
+        endpoint: subtask.host.clone(),
+        taskmanager_id: subtask.host.clone(),
+        start_time: created,
+        start_time_legacy: created,
+        end_time: subtask_end,
+        duration: subtask_duration,
+        status_duration: status_durations(&subtask.history),
+        timestamps: entered_timestamps(&subtask.history, |s: ExecutionState| s.name().to_string()),
+        metrics: subtask_metrics,
+        operators: chain_records(&subtask.metrics, is_source),
+        splits: subtask
+            .metrics
+            .splits()
+            .into_iter()
+            .map(|s| SplitView { split: s.split, current_offset: s.current_offset, lag: s.lag })
+            .collect(),
+        skipped_records: subtask.metrics.records_skipped.load(Ordering::Relaxed),
+        late_records: subtask.metrics.records_late.load(Ordering::Relaxed),
+        input_watermark: subtask.metrics.input_watermark(),
+    }
+}
+
+/// A vertex's start, end (-1 until every subtask ended) and duration, from its subtasks'
+/// (the job's start when it has none).
+fn vertex_span(views: &[SubtaskDetails], job_start: u64) -> (u64, i64, u64) {
+    let vertex_start = views.iter().map(|v| v.start_time).min().unwrap_or(job_start);
+    let vertex_end = if views.iter().all(|v| v.end_time >= 0) && !views.is_empty() {
+        views.iter().map(|v| v.end_time).max().unwrap_or(-1)
+    } else {
+        -1
+    };
+    let vertex_duration = if vertex_end >= 0 {
+        (vertex_end as u64).saturating_sub(vertex_start)
+    } else {
+        now_ms().saturating_sub(vertex_start)
+    };
+    (vertex_start, vertex_end, vertex_duration)
+}
+
+/// How far the current attempt's restore has read, when it restored a snapshot.
+fn restore_progress(record: &JobRecord) -> Option<RestoreProgress> {
+    record.restore.as_ref().map(|(path, checkpoint_id, total)| RestoreProgress {
+        external_path: path.clone(),
+        checkpoint_id: *checkpoint_id,
+        bytes_read: record.subtasks.iter().flatten().map(|s| s.metrics.restored_bytes.load(Ordering::Relaxed)).sum(),
+        bytes_total: *total,
+    })
+}
+
 impl JobMaster {
     fn times(&self) -> (u64, i64, u64, u64) {
         let record = self.record();
@@ -529,125 +609,15 @@ impl JobMaster {
     pub fn details(&self) -> JobDetails {
         let (start, end, duration, _) = self.times();
         let record = self.record();
-        let mut timestamps = BTreeMap::new();
-        for state in JobStatus::all() {
-            if let Some(at) = record.history.last_entered(*state) {
-                timestamps.insert(state.name().to_string(), at);
-            }
-        }
+        let timestamps = entered_timestamps(&record.history, |state: JobStatus| state.name().to_string());
         let mut vertices = Vec::new();
         let mut status_counts = empty_state_counts();
-        let mut plan = JobPlan {
-            jid: self.job_id().to_string(),
-            name: self.job_name().to_string(),
-            job_type: "STREAMING".into(),
-            nodes: Vec::new(),
-        };
+        let plan = self.plan(record.job_graph.as_deref());
         if let Some(job_graph) = &record.job_graph {
-            for (index, vertex) in job_graph.vertices.iter().enumerate() {
-                let inputs = job_graph
-                    .inputs_of(index)
-                    .enumerate()
-                    .map(|(num, (_, edge))| PlanInput {
-                        num: num as u32,
-                        id: job_graph.vertices[edge.source_vertex].id.clone(),
-                        ship_strategy: edge.ship_strategy.to_string(),
-                        exchange: "pipelined_bounded".into(),
-                        local_strategy: String::new(),
-                        caching: String::new(),
-                    })
-                    .collect();
-                plan.nodes.push(PlanNode {
-                    id: vertex.id.clone(),
-                    parallelism: vertex.parallelism,
-                    operator: String::new(),
-                    operator_strategy: String::new(),
-                    description: vertex.name.clone(),
-                    inputs,
-                    optimizer_properties: serde_json::Map::new(),
-                });
-            }
-            for (vertex_index, (vertex, subtasks)) in job_graph.vertices.iter().zip(&record.subtasks).enumerate() {
-                // A source task's head operator receives nothing; any other head receives what
-                // the task does.
-                let is_source = job_graph.inputs_of(vertex_index).next().is_none();
-                let mut tasks = empty_state_counts();
-                let mut metrics = VertexMetrics::default();
-                let mut views = Vec::new();
-                let mut states = Vec::new();
-                for (index, subtask) in subtasks.iter().enumerate() {
-                    let state = subtask.history.current();
-                    states.push(state);
-                    *tasks.entry(state.name().to_string()).or_default() += 1;
-                    let subtask_metrics = VertexMetrics::of(
-                        subtask.metrics.records_in.load(Ordering::Relaxed),
-                        subtask.metrics.records_out.load(Ordering::Relaxed),
-                        subtask.metrics.backpressured_ms_now(),
-                    );
-                    metrics = metrics.plus(&subtask_metrics);
-                    let created = subtask.history.transitions().first().map(|t| t.at_ms).unwrap_or_default();
-                    let terminal_at = if state.is_terminal() { Some(subtask.history.current_since()) } else { None };
-                    let (subtask_end, subtask_duration) = end_and_duration(created, terminal_at);
-                    let mut subtask_timestamps = BTreeMap::new();
-                    for s in ExecutionState::all() {
-                        if let Some(at) = subtask.history.last_entered(*s) {
-                            subtask_timestamps.insert(s.name().to_string(), at);
-                        }
-                    }
-                    views.push(SubtaskDetails {
-                        subtask: index as u32,
-                        status: state,
-                        host: subtask.host.clone(),
-                        attempt: record.restarts,
-                        endpoint: subtask.host.clone(),
-                        taskmanager_id: subtask.host.clone(),
-                        start_time: created,
-                        start_time_legacy: created,
-                        end_time: subtask_end,
-                        duration: subtask_duration,
-                        status_duration: status_durations(&subtask.history),
-                        timestamps: subtask_timestamps,
-                        metrics: subtask_metrics,
-                        operators: chain_records(&subtask.metrics, is_source),
-                        splits: subtask
-                            .metrics
-                            .splits()
-                            .into_iter()
-                            .map(|s| SplitView { split: s.split, current_offset: s.current_offset, lag: s.lag })
-                            .collect(),
-                        skipped_records: subtask.metrics.records_skipped.load(Ordering::Relaxed),
-                        late_records: subtask.metrics.records_late.load(Ordering::Relaxed),
-                        input_watermark: subtask.metrics.input_watermark(),
-                    });
-                }
-                let status = aggregate_state(&states);
-                *status_counts.entry(status.name().to_string()).or_default() += 1;
-                let vertex_start = views.iter().map(|v| v.start_time).min().unwrap_or(start);
-                let vertex_end = if views.iter().all(|v| v.end_time >= 0) && !views.is_empty() {
-                    views.iter().map(|v| v.end_time).max().unwrap_or(-1)
-                } else {
-                    -1
-                };
-                let vertex_duration = if vertex_end >= 0 {
-                    (vertex_end as u64).saturating_sub(vertex_start)
-                } else {
-                    now_ms().saturating_sub(vertex_start)
-                };
-                vertices.push(VertexDetails {
-                    id: vertex.id.clone(),
-                    name: vertex.name.clone(),
-                    uids: vertex.uids.clone(),
-                    slot_sharing_group_id: self.job_id().to_string(),
-                    parallelism: vertex.parallelism,
-                    max_parallelism: job_graph.max_parallelism,
-                    status,
-                    start_time: vertex_start,
-                    end_time: vertex_end,
-                    duration: vertex_duration,
-                    tasks,
-                    metrics,
-                    subtasks: views,
-                });
+            for (vertex_index, subtasks) in (0..job_graph.vertices.len()).zip(&record.subtasks) {
+                let vertex = self.vertex_details(job_graph, vertex_index, subtasks, record.restarts, start);
+                *status_counts.entry(vertex.status.name().to_string()).or_default() += 1;
+                vertices.push(vertex);
             }
         }
         JobDetails {
@@ -668,17 +638,86 @@ impl JobMaster {
             failure_cause: record.failure_cause.clone(),
             num_restarts: record.restarts,
             plan,
-            restore: record.restore.as_ref().map(|(path, checkpoint_id, total)| RestoreProgress {
-                external_path: path.clone(),
-                checkpoint_id: *checkpoint_id,
-                bytes_read: record
-                    .subtasks
-                    .iter()
-                    .flatten()
-                    .map(|s| s.metrics.restored_bytes.load(Ordering::Relaxed))
-                    .sum(),
-                bytes_total: *total,
-            }),
+            restore: restore_progress(&record),
+        }
+    }
+
+    /// The job's plan: one node per vertex of its graph (none before the graph is built).
+    fn plan(&self, job_graph: Option<&JobGraph>) -> JobPlan {
+        let mut plan = JobPlan {
+            jid: self.job_id().to_string(),
+            name: self.job_name().to_string(),
+            job_type: "STREAMING".into(),
+            nodes: Vec::new(),
+        };
+        let Some(job_graph) = job_graph else { return plan };
+        for (index, vertex) in job_graph.vertices.iter().enumerate() {
+            let inputs = job_graph
+                .inputs_of(index)
+                .enumerate()
+                .map(|(num, (_, edge))| PlanInput {
+                    num: num as u32,
+                    id: job_graph.vertices[edge.source_vertex].id.clone(),
+                    ship_strategy: edge.ship_strategy.to_string(),
+                    exchange: "pipelined_bounded".into(),
+                    local_strategy: String::new(),
+                    caching: String::new(),
+                })
+                .collect();
+            plan.nodes.push(PlanNode {
+                id: vertex.id.clone(),
+                parallelism: vertex.parallelism,
+                operator: String::new(),
+                operator_strategy: String::new(),
+                description: vertex.name.clone(),
+                inputs,
+                optimizer_properties: serde_json::Map::new(),
+            });
+        }
+        plan
+    }
+
+    /// Vertex `vertex_index` of `job_graph` with its `subtasks`, in attempt `attempt` of a
+    /// job started at `job_start`.
+    fn vertex_details(
+        &self,
+        job_graph: &JobGraph,
+        vertex_index: usize,
+        subtasks: &[SubtaskRecord],
+        attempt: u32,
+        job_start: u64,
+    ) -> VertexDetails {
+        let vertex = &job_graph.vertices[vertex_index];
+        // A source task's head operator receives nothing; any other head receives what
+        // the task does.
+        let is_source = job_graph.inputs_of(vertex_index).next().is_none();
+        let mut tasks = empty_state_counts();
+        let mut metrics = VertexMetrics::default();
+        let mut views = Vec::new();
+        let mut states = Vec::new();
+        for (index, subtask) in subtasks.iter().enumerate() {
+            let view = subtask_details(index, subtask, attempt, is_source);
+            states.push(view.status);
+            *tasks.entry(view.status.name().to_string()).or_default() += 1;
+            metrics = metrics.plus(&view.metrics);
+            views.push(view);
+        }
+        let status = aggregate_state(&states);
+        let (start_time, end_time, duration) = vertex_span(&views, job_start);
+        VertexDetails {
+            id: vertex.id.clone(),
+            name: vertex.name.clone(),
+            uids: vertex.uids.clone(),
+            slot_sharing_group_id: self.job_id().to_string(),
+            parallelism: vertex.parallelism,
+            max_parallelism: job_graph.max_parallelism,
+            status,
+            start_time,
+            end_time,
+            duration,
+            tasks,
+            metrics,
+            subtasks: views,
         }
     }
 
