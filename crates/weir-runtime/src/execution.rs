@@ -192,130 +192,199 @@ pub fn deploy<E: From<TaskEvent> + Send + 'static>(
     let placement = &job_ctx.placement;
     let mut controls: Vec<std::vec::IntoIter<Receiver<TaskControl>>> =
         controls.into_iter().map(|v| v.into_iter()).collect();
-    // senders[edge][producer subtask] -> one sender per consumer subtask;
-    // receivers[edge][consumer subtask] -> one receiver per producer subtask.
-    let mut senders: Vec<Vec<Vec<ErasedChannelEnd>>> = Vec::with_capacity(job.edges.len());
-    let mut receivers: Vec<Vec<Vec<ErasedChannelEnd>>> = Vec::with_capacity(job.edges.len());
-    for edge in &job.edges {
-        let producers = job.vertices[edge.source_vertex].parallelism as usize;
-        let consumers = job.vertices[edge.target_vertex].parallelism as usize;
-        let output_type = edge_type(graph, edge)?;
-        let mut edge_senders: Vec<Vec<ErasedChannelEnd>> =
-            (0..producers).map(|_| Vec::with_capacity(consumers)).collect();
-        let mut edge_receivers: Vec<Vec<ErasedChannelEnd>> =
-            (0..consumers).map(|_| Vec::with_capacity(producers)).collect();
-        let edge_index = senders.len();
-        for (producer, producer_senders) in edge_senders.iter_mut().enumerate() {
-            for (consumer, consumer_receivers) in edge_receivers.iter_mut().enumerate() {
-                let (sender, receiver) = output_type.channel();
-                let producer_local = (placement.is_local)(edge.source_vertex, producer as u32);
-                let consumer_local = (placement.is_local)(edge.target_vertex, consumer as u32);
-                let key = (edge_index, edge.target_vertex, producer as u32, consumer as u32);
-                match (producer_local, consumer_local, &placement.network) {
-                    (true, false, Some(network)) => {
-                        // The consumer is elsewhere: our producer writes into a local channel
-                        // whose other end goes out over TCP.
-                        bridge(Arc::clone(output_type), Arc::clone(network), receiver, true, key)?;
-                        producer_senders.push(sender);
-                        consumer_receivers.push(output_type.channel().1);
-                    }
-                    (false, true, Some(network)) => {
-                        bridge(Arc::clone(output_type), Arc::clone(network), sender, false, key)?;
-                        producer_senders.push(output_type.channel().0);
-                        consumer_receivers.push(receiver);
-                    }
-                    _ => {
-                        producer_senders.push(sender);
-                        consumer_receivers.push(receiver);
-                    }
-                }
-            }
-        }
-        senders.push(edge_senders);
-        receivers.push(edge_receivers);
-    }
-
+    let mut channels = Channels::create(graph, job, placement)?;
+    let deployment = Deployment { graph, job, job_ctx, metrics, checkpointing, events };
     let mut handles = Vec::new();
     for (vertex_index, vertex) in job.vertices.iter().enumerate() {
         // Hand each subtask its own channel ends, in subtask order.
-        let mut per_subtask_out: Vec<HashMap<usize, Vec<ErasedChannelEnd>>> =
-            (0..vertex.parallelism).map(|_| HashMap::new()).collect();
-        let mut per_subtask_in: Vec<Vec<ErasedChannelEnd>> = (0..vertex.parallelism).map(|_| Vec::new()).collect();
-        for (edge_index, edge) in job.edges.iter().enumerate() {
-            if edge.source_vertex == vertex_index {
-                for (subtask, ends) in std::mem::take(&mut senders[edge_index]).into_iter().enumerate() {
-                    per_subtask_out[subtask].insert(edge_index, ends);
-                }
-            }
-            if edge.target_vertex == vertex_index {
-                for (subtask, ends) in std::mem::take(&mut receivers[edge_index]).into_iter().enumerate() {
-                    per_subtask_in[subtask].extend(ends);
-                }
-            }
-        }
-        for (subtask, (outputs, inputs)) in per_subtask_out.into_iter().zip(per_subtask_in).enumerate() {
+        for (subtask, ends) in channels.take_for(job, vertex_index, vertex.parallelism).into_iter().enumerate() {
             // Taken for every subtask so each keeps its own control channel.
             let control = controls.get_mut(vertex_index).and_then(|c| c.next());
             if !(placement.is_local)(vertex_index, subtask as u32) {
                 continue;
             }
-            let ctx = TaskContext {
-                job_id: job_ctx.job_id,
-                job_name: job_ctx.job_name.clone(),
-                task_name: vertex.name.clone(),
-                operator_name: vertex.name.clone(),
-                subtask_index: subtask as u32,
-                parallelism: vertex.parallelism,
-                max_parallelism: job.max_parallelism,
-                cancel: Arc::clone(&job_ctx.cancel),
-                metrics: Arc::clone(&metrics[vertex_index][subtask]),
-                clock: Arc::clone(&job_ctx.clock),
-                operator_uid: String::new(),
-                restored: None,
-                control,
-                snapshots: Some(Arc::new(SubtaskSnapshotSink {
-                    vertex: vertex_index,
-                    subtask: subtask as u32,
-                    ended: Arc::clone(&checkpointing.ended),
-                    writer: checkpointing.writer.clone(),
-                    incremental: checkpointing.incremental.map(IncrementalTracker::new),
-                })),
-                exactly_once: checkpointing.exactly_once,
-                spill: checkpointing.spill.clone(),
-                incremental: checkpointing.incremental.is_some(),
-                attempt: job_ctx.attempt,
-                auto_watermark_interval_ms: job.auto_watermark_interval_ms,
-                side_outputs: None,
-                end_of_data: if checkpointing.final_checkpoint {
-                    let events = events.clone();
-                    let report: Arc<dyn Fn() + Send + Sync> = Arc::new(move || {
-                        let kind = TaskEventKind::EndOfData;
-                        // A closed channel means the master is gone and nobody listens.
-                        let _ = events.send(E::from(TaskEvent { vertex: vertex_index, subtask: subtask as u32, kind }));
-                    });
-                    Some(report)
-                } else {
-                    None
-                },
-            };
-            let wiring = SubtaskWiring {
-                graph: Arc::clone(graph),
-                job: Arc::clone(job),
-                vertex: vertex_index,
-                outputs,
-                inputs,
-                restore: checkpointing.restore.clone(),
-            };
-            let events = events.clone();
-            let thread_name = format!("weir-task-{}-{subtask}", short_name(&vertex.name));
-            let handle = std::thread::Builder::new()
-                .name(thread_name)
-                .spawn(move || run_subtask(wiring, ctx, events))
-                .map_err(|e| TaskError::external("starting a subtask thread", e))?;
-            handles.push(handle);
+            handles.push(deployment.spawn_subtask(vertex_index, subtask as u32, control, ends)?);
         }
     }
     Ok(handles)
+}
+
+/// One subtask's channel ends: its outputs per edge and its inputs.
+struct SubtaskEnds {
+    outputs: HashMap<usize, Vec<ErasedChannelEnd>>,
+    inputs: Vec<ErasedChannelEnd>,
+}
+
+/// The channel ends of every edge of a job, until they are handed to its subtasks.
+struct Channels {
+    /// `senders[edge][producer subtask]`: one sender per consumer subtask.
+    senders: Vec<Vec<Vec<ErasedChannelEnd>>>,
+    /// `receivers[edge][consumer subtask]`: one receiver per producer subtask.
+    receivers: Vec<Vec<Vec<ErasedChannelEnd>>>,
+}
+
+impl Channels {
+    /// Creates the channels of every edge of `job`, with a bridge thread for each that
+    /// crosses processes.
+    fn create(graph: &StreamGraph, job: &JobGraph, placement: &Placement) -> Result<Channels, TaskError> {
+        let mut channels =
+            Channels { senders: Vec::with_capacity(job.edges.len()), receivers: Vec::with_capacity(job.edges.len()) };
+        for edge in &job.edges {
+            let producers = job.vertices[edge.source_vertex].parallelism as usize;
+            let consumers = job.vertices[edge.target_vertex].parallelism as usize;
+            let output_type = edge_type(graph, edge)?;
+            let mut edge_senders: Vec<Vec<ErasedChannelEnd>> =
+                (0..producers).map(|_| Vec::with_capacity(consumers)).collect();
+            let mut edge_receivers: Vec<Vec<ErasedChannelEnd>> =
+                (0..consumers).map(|_| Vec::with_capacity(producers)).collect();
+            let edge_index = channels.senders.len();
+            for (producer, producer_senders) in edge_senders.iter_mut().enumerate() {
+                for (consumer, consumer_receivers) in edge_receivers.iter_mut().enumerate() {
+                    let key = (edge_index, edge.target_vertex, producer as u32, consumer as u32);
+                    let (sender, receiver) = channel_ends(output_type, placement, edge.source_vertex, key)?;
+                    producer_senders.push(sender);
+                    consumer_receivers.push(receiver);
+                }
+            }
+            channels.senders.push(edge_senders);
+            channels.receivers.push(edge_receivers);
+        }
+        Ok(channels)
+    }
+
+    /// Takes the ends of vertex `vertex_index`'s `parallelism` subtasks, in subtask order.
+    fn take_for(&mut self, job: &JobGraph, vertex_index: usize, parallelism: u32) -> Vec<SubtaskEnds> {
+        let mut per_subtask: Vec<SubtaskEnds> =
+            (0..parallelism).map(|_| SubtaskEnds { outputs: HashMap::new(), inputs: Vec::new() }).collect();
+        for (edge_index, edge) in job.edges.iter().enumerate() {
+            if edge.source_vertex == vertex_index {
+                for (subtask, ends) in std::mem::take(&mut self.senders[edge_index]).into_iter().enumerate() {
+                    per_subtask[subtask].outputs.insert(edge_index, ends);
+                }
+            }
+            if edge.target_vertex == vertex_index {
+                for (subtask, ends) in std::mem::take(&mut self.receivers[edge_index]).into_iter().enumerate() {
+                    per_subtask[subtask].inputs.extend(ends);
+                }
+            }
+        }
+        per_subtask
+    }
+}
+
+/// The producer's and the consumer's end of the channel `key` (edge, target vertex, producer,
+/// consumer) of an edge from `source_vertex`. When one side runs in another process, the
+/// local side's end is bridged over TCP and the other end returned is a dangling one.
+fn channel_ends(
+    output_type: &Arc<dyn weir_api::graph::StreamType>,
+    placement: &Placement,
+    source_vertex: usize,
+    key: (usize, usize, u32, u32),
+) -> Result<(ErasedChannelEnd, ErasedChannelEnd), TaskError> {
+    let (_, target_vertex, producer, consumer) = key;
+    let (sender, receiver) = output_type.channel();
+    let producer_local = (placement.is_local)(source_vertex, producer);
+    let consumer_local = (placement.is_local)(target_vertex, consumer);
+    Ok(match (producer_local, consumer_local, &placement.network) {
+        (true, false, Some(network)) => {
+            // The consumer is elsewhere: our producer writes into a local channel
+            // whose other end goes out over TCP.
+            bridge(Arc::clone(output_type), Arc::clone(network), receiver, true, key)?;
+            (sender, output_type.channel().1)
+        }
+        (false, true, Some(network)) => {
+            bridge(Arc::clone(output_type), Arc::clone(network), sender, false, key)?;
+            (output_type.channel().0, receiver)
+        }
+        _ => (sender, receiver),
+    })
+}
+
+/// What [`deploy`] starts every subtask with.
+struct Deployment<'a, E> {
+    graph: &'a Arc<StreamGraph>,
+    job: &'a Arc<JobGraph>,
+    job_ctx: &'a JobContext,
+    metrics: &'a [Vec<Arc<TaskMetrics>>],
+    checkpointing: &'a CheckpointWiring,
+    events: &'a Sender<E>,
+}
+
+impl<E: From<TaskEvent> + Send + 'static> Deployment<'_, E> {
+    /// Starts the thread of subtask `subtask` of vertex `vertex_index`.
+    fn spawn_subtask(
+        &self,
+        vertex_index: usize,
+        subtask: u32,
+        control: Option<Receiver<TaskControl>>,
+        ends: SubtaskEnds,
+    ) -> Result<JoinHandle<()>, TaskError> {
+        let vertex = &self.job.vertices[vertex_index];
+        let ctx = self.task_context(vertex_index, subtask, control);
+        let wiring = SubtaskWiring {
+            graph: Arc::clone(self.graph),
+            job: Arc::clone(self.job),
+            vertex: vertex_index,
+            outputs: ends.outputs,
+            inputs: ends.inputs,
+            restore: self.checkpointing.restore.clone(),
+        };
+        let events = self.events.clone();
+        let thread_name = format!("weir-task-{}-{subtask}", short_name(&vertex.name));
+        std::thread::Builder::new()
+            .name(thread_name)
+            .spawn(move || run_subtask(wiring, ctx, events))
+            .map_err(|e| TaskError::external("starting a subtask thread", e))
+    }
+
+    /// The context subtask `subtask` of vertex `vertex_index` runs in.
+    fn task_context(&self, vertex_index: usize, subtask: u32, control: Option<Receiver<TaskControl>>) -> TaskContext {
+        let (job, job_ctx, checkpointing) = (self.job, self.job_ctx, self.checkpointing);
+        let vertex = &job.vertices[vertex_index];
+        TaskContext {
+            job_id: job_ctx.job_id,
+            job_name: job_ctx.job_name.clone(),
+            task_name: vertex.name.clone(),
+            operator_name: vertex.name.clone(),
+            subtask_index: subtask,
+            parallelism: vertex.parallelism,
+            max_parallelism: job.max_parallelism,
+            cancel: Arc::clone(&job_ctx.cancel),
+            metrics: Arc::clone(&self.metrics[vertex_index][subtask as usize]),
+            clock: Arc::clone(&job_ctx.clock),
+            operator_uid: String::new(),
+            restored: None,
+            control,
+            snapshots: Some(Arc::new(SubtaskSnapshotSink {
+                vertex: vertex_index,
+                subtask,
+                ended: Arc::clone(&checkpointing.ended),
+                writer: checkpointing.writer.clone(),
+                incremental: checkpointing.incremental.map(IncrementalTracker::new),
+            })),
+            exactly_once: checkpointing.exactly_once,
+            spill: checkpointing.spill.clone(),
+            incremental: checkpointing.incremental.is_some(),
+            attempt: job_ctx.attempt,
+            auto_watermark_interval_ms: job.auto_watermark_interval_ms,
+            side_outputs: None,
+            end_of_data: if checkpointing.final_checkpoint {
+                Some(self.end_of_data(vertex_index, subtask))
+            } else {
+                None
+            },
+        }
+    }
+
+    /// Reports that subtask `subtask` of vertex `vertex_index` reached the end of its input.
+    fn end_of_data(&self, vertex_index: usize, subtask: u32) -> Arc<dyn Fn() + Send + Sync> {
+        let events = self.events.clone();
+        Arc::new(move || {
+            let kind = TaskEventKind::EndOfData;
+            // A closed channel means the master is gone and nobody listens.
+            let _ = events.send(E::from(TaskEvent { vertex: vertex_index, subtask, kind }));
+        })
+    }
 }
 
 fn short_name(name: &str) -> String {
