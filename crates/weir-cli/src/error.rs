@@ -38,3 +38,13 @@ impl CliError {
         CliError::Runtime(message.to_string())
     }
 }
+
+/// Preparation and JobManager errors keep their kind: usage is exit 2, runtime exit 1.
+impl From<weir_jobmanager::JobManagerError> for CliError {
+    fn from(error: weir_jobmanager::JobManagerError) -> CliError {
+        match error {
+            weir_jobmanager::JobManagerError::Usage(message) => CliError::Usage(message),
+            weir_jobmanager::JobManagerError::Runtime(message) => CliError::Runtime(message),
+        }
+    }
+}

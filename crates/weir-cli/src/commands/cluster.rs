@@ -7,128 +7,32 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use weir_api::catalog::JobCatalog;
-use weir_config::Configuration;
 use weir_config::options::{
     HEARTBEAT_INTERVAL, HEARTBEAT_TIMEOUT, JOBMANAGER_RPC_ADDRESS, JOBMANAGER_RPC_PORT, REST_ADDRESS, REST_PORT,
     TASKMANAGER_NUMBER_OF_TASK_SLOTS,
 };
-use weir_rest::{ClusterInfo, RestServer, SubmittedJob};
-use weir_runtime::Dispatcher;
-use weir_runtime::cluster::{
-    ClusterResources, GraphBuilder, JobManagerSource, JobSubmission, RemoteExecutor, run_taskmanager,
-};
+use weir_jobmanager::settings::{connect_ha, ha_settings, wire_security};
+use weir_jobmanager::{JobManager, build_graph, job_config};
+use weir_runtime::cluster::{GraphBuilder, JobManagerSource, JobSubmission, run_taskmanager};
 use weir_types::JobStatus;
 
 use crate::args::{ClusterCommand, ClusterStartArgs, ConfigArgs, ConfigOnly, RunArgs, TaskmanagerArgs};
 use crate::client::{RestClient, error_text};
-use crate::commands::run::{build_graph, prepare};
 use crate::error::CliError;
 use crate::settings;
 
 /// Longest `weir cluster start` waits for its processes to be up.
 const CLUSTER_START_WAIT_MAX: Duration = Duration::from_secs(20);
 
-/// The cluster's configuration plus a submission's own overrides and `-p`.
-pub(crate) fn job_config(base: &Configuration, submission: &JobSubmission) -> Result<Configuration, CliError> {
-    let mut config = base.clone();
-    for entry in &submission.config {
-        config.apply_override(entry).map_err(CliError::usage)?;
-    }
-    if let Some(parallelism) = submission.parallelism {
-        config.set_from("parallelism.default", parallelism.to_string(), "-p");
-    }
-    config.validate().map_err(CliError::usage)?;
-    Ok(config)
-}
-
+/// `weir jobmanager`: a JobManager until SIGTERM or SIGINT (what stopping means for its
+/// jobs depends on high availability: see `weir_jobmanager::JobManager::run`).
 pub fn jobmanager(args: ConfigOnly, catalog: Arc<JobCatalog>) -> Result<ExitCode, CliError> {
     let config = settings::load(&args.config)?;
-    if let Some(ha) = settings::ha_settings(&config)? {
-        return crate::commands::ha::jobmanager(config, catalog, ha);
-    }
-    let base = config.clone();
-    let (rpc_bind, rpc_host, rpc_port) = settings::jobmanager_rpc_hosts(&config)?;
-    let heartbeat_timeout = config.get(&HEARTBEAT_TIMEOUT).map_err(CliError::usage)?;
-    let security = settings::wire_security(&config)?;
-    let listen = settings::host_port(&rpc_bind, rpc_port);
-    let (resources, bound) = ClusterResources::start(&listen, heartbeat_timeout, security).map_err(|e| {
-        CliError::runtime(format!(
-            "cannot listen for TaskManagers on {listen}: {e}; choose another jobmanager.rpc.port or jobmanager.bind-host"
-        ))
-    })?;
-    let rpc_address = settings::host_port(&rpc_host, bound.port());
-    let taskmanager_pods = settings::taskmanager_pods(&config, &resources, Some(rpc_address.clone()))?;
-    let dispatcher = Dispatcher::new("cluster");
-    let submit_resources = Arc::clone(&resources);
-    let submit_dispatcher = Arc::clone(&dispatcher);
-    let submitter = Arc::new(move |submission: JobSubmission| -> Result<SubmittedJob, (u16, String)> {
-        let usage = |e: CliError| (400u16, e.to_string());
-        let config = job_config(&config, &submission).map_err(usage)?;
-        let mut prepared = prepare(
-            &catalog,
-            &config,
-            &submission.job,
-            &submission.args,
-            submission.savepoint.as_deref(),
-            submission.allow_non_restored_state,
-        )
-        .map_err(usage)?;
-        prepared.settings.executor = Some(Arc::new(RemoteExecutor {
-            resources: Arc::clone(&submit_resources),
-            submission: submission.clone(),
-            default_parallelism: prepared.settings.default_parallelism,
-        }));
-        let master =
-            submit_dispatcher.submit(prepared.graph, prepared.settings).map_err(|e| (400u16, e.to_string()))?;
-        for note in &prepared.notes {
-            tracing::info!(job_id = %master.job_id(), "{note}");
-        }
-        Ok(SubmittedJob { job_id: master.job_id().to_string(), notes: prepared.notes })
-    });
-    let list_resources = Arc::clone(&resources);
-    let cluster = ClusterInfo {
-        version: env!("CARGO_PKG_VERSION").to_string(),
-        taskmanager_list: Some(Arc::new(move || list_resources.taskmanagers())),
-        submitter: Some(submitter),
-        configuration: settings::shown_configuration(&base),
-        ..ClusterInfo::default()
-    };
-    let (rest_bind, rest_host) = settings::rest_hosts(&base)?;
-    let port = base.get(&REST_PORT).map_err(CliError::usage)?;
-    let rest = RestServer::start(&rest_bind, port, Arc::clone(&dispatcher), cluster).map_err(CliError::runtime)?;
-    let rest_address = settings::host_port(&rest_host, rest.local_addr().port());
-    eprintln!("JobManager: REST API at http://{rest_address}, TaskManagers connect to {rpc_address}");
-    // SIGTERM / SIGINT: without high availability no JobManager takes the jobs over, so they
-    // are cancelled (sinks abort what they staged, TaskManagers stop the subtasks), then the
-    // process exits.
+    let jobmanager = JobManager::start(config, catalog)?;
     let stop = crate::signals::on_termination("JobManager", |_| {})
         .map_err(|e| CliError::runtime(format!("cannot handle SIGTERM: {e}")))?;
-    while !stop.requested() {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    cancel_jobs_for_shutdown(&dispatcher);
-    drop(taskmanager_pods);
-    resources.stop();
-    drop(rest);
+    jobmanager.run(&stop.flag())?;
     Ok(ExitCode::SUCCESS)
-}
-
-/// How long a stopping JobManager waits for its cancelled jobs to end.
-const SHUTDOWN_JOBS_WAIT_MAX: Duration = Duration::from_secs(15);
-
-/// Cancels every job not ended yet and waits (bounded) for each to end.
-fn cancel_jobs_for_shutdown(dispatcher: &Dispatcher) {
-    use weir_types::Lifecycle as _;
-    let running: Vec<_> = dispatcher.jobs().into_iter().filter(|job| !job.status().is_terminal()).collect();
-    for job in &running {
-        let _ = job.cancel();
-    }
-    let deadline = Instant::now() + SHUTDOWN_JOBS_WAIT_MAX;
-    for job in &running {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let state = job.wait_terminal(Some(left));
-        eprintln!("JobManager: job {} {state:?} (the JobManager is stopping)", job.job_id());
-    }
 }
 
 pub fn taskmanager(args: TaskmanagerArgs, catalog: Arc<JobCatalog>) -> Result<ExitCode, CliError> {
@@ -146,10 +50,10 @@ pub fn taskmanager(args: TaskmanagerArgs, catalog: Arc<JobCatalog>) -> Result<Ex
         interval: config.get(&HEARTBEAT_INTERVAL).map_err(CliError::usage)?,
         timeout: config.get(&HEARTBEAT_TIMEOUT).map_err(CliError::usage)?,
     };
-    let security = settings::wire_security(&config)?;
-    let source = match settings::ha_settings(&config)? {
+    let security = wire_security(&config)?;
+    let source = match ha_settings(&config)? {
         // With high availability the leader is found (and followed) through etcd.
-        Some(ha) => JobManagerSource::Leader(Arc::new(settings::connect_ha(ha)?)),
+        Some(ha) => JobManagerSource::Leader(Arc::new(connect_ha(ha)?)),
         None => JobManagerSource::Fixed(jobmanager),
     };
     let addresses = settings::data_addresses(&config)?;
@@ -268,7 +172,7 @@ fn start(args: ClusterStartArgs) -> Result<ExitCode, CliError> {
     let rpc = format!("{}:{rpc_port}", config.get(&JOBMANAGER_RPC_ADDRESS).map_err(CliError::usage)?);
     let rest_port = config.get(&REST_PORT).map_err(CliError::usage)?;
     let rest = format!("{}:{rest_port}", config.get(&REST_ADDRESS).map_err(CliError::usage)?);
-    let ha = settings::ha_settings(&config)?.is_some();
+    let ha = ha_settings(&config)?.is_some();
     let jobmanagers = args.jobmanagers.max(1);
     if jobmanagers > 1 && !ha {
         let _ = std::fs::remove_dir(&dir);
@@ -396,7 +300,7 @@ fn add_taskmanager(args: ConfigArgs) -> Result<ExitCode, CliError> {
     let name = format!("taskmanager-{index}");
     let mut verb = vec!["taskmanager".to_string()];
     // With HA a TaskManager finds the leader through etcd (and follows it when it changes).
-    let ha = settings::ha_settings(&config)?.is_some();
+    let ha = ha_settings(&config)?.is_some();
     if !ha {
         verb.extend(["--jobmanager".to_string(), rpc.clone()]);
     }

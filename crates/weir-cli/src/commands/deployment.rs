@@ -32,7 +32,7 @@ pub(crate) fn open(config: &Configuration) -> Result<Deployments, CliError> {
     let root = settings::data_dir().join("deployments");
     // The operator's own store is etcd only: with Kubernetes HA the operator runs as
     // `weir operator --kubernetes`, its deployments are resources.
-    match settings::ha_settings(config)?.filter(|ha| ha.kubernetes.is_none()) {
+    match weir_jobmanager::settings::ha_settings(config)?.filter(|ha| ha.kubernetes.is_none()) {
         Some(ha) => {
             let client = Arc::new(weir_ha::EtcdClient::connect(&ha.endpoints).map_err(CliError::runtime)?);
             let store = Arc::new(EtcdStore::new(Arc::clone(&client), &ha.cluster_id));

@@ -3,7 +3,6 @@
 mod cancel;
 pub(crate) mod cluster;
 pub(crate) mod deployment;
-mod ha;
 mod jobs;
 mod list;
 mod operator;

@@ -200,7 +200,7 @@ fn start_rest(
     config: &weir_config::Configuration,
     store: Arc<dyn weir_deploy::DeploymentStore>,
 ) -> Result<RestServer, CliError> {
-    let (host, _) = settings::rest_hosts(config)?;
+    let (host, _) = weir_jobmanager::settings::rest_hosts(config)?;
     let port = config.get(&OPERATOR_REST_PORT).map_err(CliError::usage)?;
     let info = move || ClusterInfo {
         taskmanagers: 0,

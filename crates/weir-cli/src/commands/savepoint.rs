@@ -4,8 +4,8 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use weir_checkpoint::storage::SnapshotStorage;
 use weir_checkpoint::{inspect_json, inspect_text, load_metadata};
+use weir_jobmanager::snapshot_storage;
 use weir_types::JobId;
 
 use crate::args::{SavepointArgs, StopArgs};
@@ -127,13 +127,6 @@ fn wait_for_savepoint(
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-}
-
-/// The snapshot directory of `path` (a directory, or its `_metadata` file).
-pub fn snapshot_storage(path: &str) -> Result<SnapshotStorage, CliError> {
-    let trimmed = path.trim_end_matches('/');
-    let dir = trimmed.strip_suffix("/_metadata").unwrap_or(trimmed);
-    SnapshotStorage::from_url(dir).map_err(|e| CliError::usage(format!("snapshot path '{path}': {e}")))
 }
 
 fn dispose(path: &str) -> Result<ExitCode, CliError> {
