@@ -12,7 +12,7 @@ use weir_api::snapshot::{Barrier, SnapshotFormat};
 
 use super::io::{SimIo, shared_dir_of};
 use super::tasks::Task;
-use super::world::{External, HaFlake, Object, SimHa, SimRng, SimStorage, TaskState};
+use super::world::{External, HaFlake, HaWriteError, Object, SimHa, SimRng, SimStorage, TaskState};
 use crate::checkpointing::book::{
     AdoptedCheckpoint, BookEvent, BookJob, CheckpointBook, Now, OperatorInfo, SnapshotRequest,
 };
@@ -20,6 +20,8 @@ use crate::checkpointing::driver::{Outcomes, drive};
 use crate::checkpointing::settings::CheckpointSettings;
 use crate::checkpointing::writer::SubtaskAck;
 use crate::job_master::checkpoint_outcomes::{self, OutcomeAction};
+use crate::job_master::transitions::{self, FailurePlan};
+use crate::restart::{RestartStrategy, RestartStrategyConfig};
 
 /// The leader's lease in the HA store, in simulated milliseconds.
 const LEASE_MS: u64 = 300;
@@ -76,6 +78,8 @@ pub struct Master {
     pub book: CheckpointBook,
     pub epoch: u64,
     pub final_checkpoint: Option<u64>,
+    /// The real restart strategy (fixed delay), decided on by the real failure rules.
+    pub restart: RestartStrategy,
 }
 
 pub enum Body {
@@ -125,6 +129,12 @@ pub struct Cluster {
     pub job: u32,
     /// The snapshot the current job was submitted from, and whether it claimed it.
     pub initial_restore: Option<(u64, String)>,
+    /// The restart strategy's attempts (`restart-strategy.fixed-delay.attempts`): a job
+    /// whose subtasks fail more often FAILS, and the user resubmits it from its newest
+    /// completed checkpoint.
+    pub restart_attempts: u32,
+    /// Jobs that FAILED and were resubmitted (a count for the summary).
+    pub failed_jobs: u64,
 }
 
 impl Cluster {
@@ -150,6 +160,10 @@ impl Cluster {
             savepoint_seq: 0,
             job: 1,
             initial_restore: None,
+            // From the seed, not its random stream: the runs of earlier seeds stay as they were
+            // until a job gives up.
+            restart_attempts: 2 + (seed % 9) as u32,
+            failed_jobs: 0,
         };
         cluster.take_over(0);
         cluster
@@ -210,7 +224,11 @@ impl Cluster {
         let stats = Arc::new(Mutex::new(Default::default()));
         let first_id = self.ha.next_checkpoint_id.max(self.initial_restore.as_ref().map_or(1, |(id, _)| id + 1));
         let book = CheckpointBook::new(self.settings(), job, first_id, true, stats, self.now().at);
-        self.jms[jm] = JobManager::Leading(Box::new(Master { book, epoch, final_checkpoint: None }));
+        let restart = RestartStrategy::new(
+            RestartStrategyConfig::FixedDelay { attempts: self.restart_attempts, delay: Duration::ZERO },
+            0,
+        );
+        self.jms[jm] = JobManager::Leading(Box::new(Master { book, epoch, final_checkpoint: None, restart }));
         let adopted = self.ha.pointers.iter().map(|(id, location)| AdoptedCheckpoint {
             id: *id,
             location: location.clone(),
@@ -222,7 +240,8 @@ impl Cluster {
             self.drive(jm, BookEvent::Claim { id, location });
         }
         // Killed meanwhile, or nothing to run.
-        if !matches!(self.jms[jm], JobManager::Leading(_)) || self.ha.finished || self.ha.stopped_with.is_some() {
+        let ended = self.ha.finished || self.ha.stopped_with.is_some() || self.ha.failed.is_some();
+        if !matches!(self.jms[jm], JobManager::Leading(_)) || ended {
             return;
         }
         let attempts_alive = !self.tasks.is_empty();
@@ -385,21 +404,65 @@ impl Cluster {
                 }
             }
         }
-        let mut restart = false;
-        for failure in &outcomes.failed {
-            self.trace.push(format!("  {} failed: {}", failure.checkpoint_id, failure.reason));
+        let mut failure = None;
+        for failed in &outcomes.failed {
+            self.trace.push(format!("  {} failed: {}", failed.checkpoint_id, failed.reason));
             let JobManager::Leading(master) = &mut self.jms[jm] else { return };
-            let actions = checkpoint_outcomes::on_failure(failure, &mut master.final_checkpoint, true, 1_000);
+            let actions = checkpoint_outcomes::on_failure(failed, &mut master.final_checkpoint, true, 1_000);
             for action in actions {
                 match action {
                     OutcomeAction::Abort(id) => self.send_to_tasks(jm, |_| Body::Aborted(id)),
-                    OutcomeAction::FailJob { .. } | OutcomeAction::FailOver { .. } => restart = true,
+                    OutcomeAction::FailOver { message, .. } => failure = Some((false, message)),
+                    OutcomeAction::FailJob { message } => failure = Some((true, message)),
                     _ => {}
                 }
             }
         }
-        if restart {
-            self.restart(jm, "too many failed checkpoints");
+        match failure {
+            Some((true, message)) => self.fail_job(jm, &message),
+            Some((false, message)) => self.fail_over(jm, &message),
+            None => {}
+        }
+    }
+
+    /// A failure the job master decides on with its real rules and restart strategy: the
+    /// job restarts, or FAILS once the strategy gives up.
+    pub fn fail_over(&mut self, jm: usize, why: &str) {
+        let now_ms = self.now_ms;
+        let JobManager::Leading(master) = &mut self.jms[jm] else { return };
+        match transitions::failure_plan(&mut master.restart, now_ms, None, "the job", why) {
+            FailurePlan::Fail { cause } => self.fail_job(jm, &cause),
+            FailurePlan::RestartJob { .. } | FailurePlan::RestartRegion { .. } => self.restart(jm, why),
+        }
+    }
+
+    /// The job FAILED: checkpoints in flight are aborted, the attempt is cancelled (what it
+    /// staged is never committed), and the result goes to the HA store, fenced, asked again
+    /// while this JobManager leads (`record_result`): a recorded result is never recovered.
+    pub fn fail_job(&mut self, jm: usize, cause: &str) {
+        self.trace.push(format!("JM{jm}: the job FAILED: {cause}"));
+        self.drive(jm, BookEvent::AbortAll { reason: "the job failed".into() });
+        self.tasks.clear();
+        self.net.clear();
+        let JobManager::Leading(master) = &self.jms[jm] else { return };
+        // What the job's REST API shows as its latest completed checkpoint (the restart
+        // rule's answer), else the snapshot it was submitted from.
+        let store_newest = || Ok::<_, ()>(self.ha.pointers.iter().next_back().map(|(id, l)| (*id, l.clone())));
+        let newest = master.book.restart_point(store_newest).ok().flatten().or(self.initial_restore.clone());
+        let epoch = master.epoch;
+        loop {
+            let newest = newest.clone();
+            let recorded = self.ha.write(epoch, |ha| ha.failed = Some(newest));
+            self.trace.push(format!("  HA: job failed: {recorded:?}"));
+            match recorded {
+                Ok(()) => {
+                    self.failed_jobs += 1;
+                    return;
+                }
+                Err(HaWriteError::LostLeadership) => return self.step_down(jm),
+                // Refused, or applied with its answer lost: asked again.
+                Err(HaWriteError::Unknown) => {}
+            }
         }
     }
 
@@ -466,6 +529,26 @@ impl Cluster {
     /// -s`), claiming the savepoint or not; JobManager `jm` runs the new job.
     pub fn resubmit(&mut self, jm: usize) {
         let Some((id, location)) = self.ha.stopped_with.take() else { return };
+        self.resubmit_from(jm, id, location);
+    }
+
+    /// The job FAILED: the user submits it again from its newest completed checkpoint (`weir
+    /// run -s .../chk-N`), claiming it or not, or afresh when it completed none.
+    pub fn resubmit_failed(&mut self, jm: usize) {
+        let Some(newest) = self.ha.failed.take() else { return };
+        match newest {
+            Some((id, location)) => self.resubmit_from(jm, id, location),
+            None => {
+                self.job += 1;
+                self.trace.push(format!("user: job {} afresh", self.job));
+                self.ha.pointers.clear();
+                self.initial_restore = None;
+                self.take_over_as(jm, false);
+            }
+        }
+    }
+
+    fn resubmit_from(&mut self, jm: usize, id: u64, location: String) {
         let claim = self.rng.one_in(2);
         self.job += 1;
         self.trace.push(format!("user: job {} from {location} (claim: {claim})", self.job));

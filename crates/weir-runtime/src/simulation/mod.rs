@@ -26,6 +26,8 @@ pub struct Report {
     pub violations: Vec<String>,
     pub trace: Vec<String>,
     pub checkpoints: u64,
+    /// Jobs whose restart strategy gave up (each resubmitted by the user).
+    pub failed_jobs: u64,
 }
 
 /// Runs the cluster of `seed` to its end: the job finished, or a violation.
@@ -45,6 +47,7 @@ pub fn run(seed: u64) -> Report {
         steps: cluster.step,
         finished: cluster.ha.finished,
         checkpoints: cluster.highest_id,
+        failed_jobs: cluster.failed_jobs,
         violations: cluster.violations,
         trace: cluster.trace,
     }
@@ -136,6 +139,10 @@ fn tick(cluster: &mut Cluster, jm: usize) {
         // Stopped with a savepoint: whatever runs of it is cancelled, the user resubmits.
         return cluster.resubmit(jm);
     }
+    if cluster.ha.failed.is_some() {
+        // FAILED: the user resubmits it from its newest completed checkpoint.
+        return cluster.resubmit_failed(jm);
+    }
     if cluster.tasks.iter().all(|task| task.finished) {
         cluster.trace.push(format!("JM{jm}: every subtask finished: the job is FINISHED"));
         cluster.ha.finished = true;
@@ -216,7 +223,7 @@ fn to_task(cluster: &mut Cluster, subtask: u32, epoch: u64, body: Body) {
 fn fault(cluster: &mut Cluster) {
     let Some(jm) = leader(cluster) else { return };
     match cluster.rng.below(5) {
-        0 => cluster.restart(jm, "a subtask failed"),
+        0 => cluster.fail_over(jm, "a subtask failed"),
         1 => {
             cluster.trace.push(format!("fault: JM{jm} killed"));
             cluster.jms[jm] = JobManager::Dead { restart_at: cluster.now_ms + 50 + cluster.rng.below(400) };

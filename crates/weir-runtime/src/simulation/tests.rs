@@ -38,34 +38,47 @@ fn failure_text(report: &Report) -> String {
 }
 
 /// Runs `seeds` over the machine's cores; the first failure, if any.
-fn run_all(seeds: Vec<u64>) -> (Option<Report>, u64, u64) {
+fn run_all(seeds: Vec<u64>) -> (Option<Report>, Totals) {
     let threads = std::thread::available_parallelism().map_or(2, |n| n.get()).min(8);
     let chunks: Vec<Vec<u64>> =
         (0..threads).map(|t| seeds.iter().copied().skip(t).step_by(threads).collect()).collect();
-    let results: Vec<(Option<Report>, u64, u64)> = std::thread::scope(|scope| {
+    let results: Vec<(Option<Report>, Totals)> = std::thread::scope(|scope| {
         let handles: Vec<_> = chunks
             .into_iter()
             .map(|chunk| {
                 scope.spawn(move || {
-                    let (mut steps, mut checkpoints) = (0, 0);
+                    let mut totals = Totals::default();
                     for seed in chunk {
                         let report = run(seed);
-                        steps += report.steps as u64;
-                        checkpoints += report.checkpoints;
+                        totals.steps += report.steps as u64;
+                        totals.checkpoints += report.checkpoints;
+                        totals.failed_jobs += report.failed_jobs;
                         if !report.violations.is_empty() {
-                            return (Some(report), steps, checkpoints);
+                            return (Some(report), totals);
                         }
                     }
-                    (None, steps, checkpoints)
+                    (None, totals)
                 })
             })
             .collect();
-        handles.into_iter().map(|handle| handle.join().unwrap_or((None, 0, 0))).collect()
+        handles.into_iter().map(|handle| handle.join().unwrap_or_default()).collect()
     });
-    let steps = results.iter().map(|r| r.1).sum();
-    let checkpoints = results.iter().map(|r| r.2).sum();
+    let mut totals = Totals::default();
+    for (_, part) in &results {
+        totals.steps += part.steps;
+        totals.checkpoints += part.checkpoints;
+        totals.failed_jobs += part.failed_jobs;
+    }
     let failure = results.into_iter().find_map(|r| r.0);
-    (failure, steps, checkpoints)
+    (failure, totals)
+}
+
+/// What a set of seeds came to.
+#[derive(Default)]
+struct Totals {
+    steps: u64,
+    checkpoints: u64,
+    failed_jobs: u64,
 }
 
 #[test]
@@ -73,19 +86,20 @@ fn ten_thousand_seeds_keep_every_invariant() {
     let count = env_u64("WEIR_SIM_SEEDS").unwrap_or(SEEDS);
     let base = env_u64("WEIR_SIM_SEED_BASE").unwrap_or(0);
     let started = std::time::Instant::now();
-    let (failure, steps, checkpoints) = run_all((base..base + count).collect());
+    let (failure, totals) = run_all((base..base + count).collect());
     if let Some(report) = failure {
         panic!("{}", failure_text(&report));
     }
+    let Totals { steps, checkpoints, failed_jobs } = totals;
     eprintln!(
-        "{count} seeds from {base}: {steps} steps, {checkpoints} checkpoint ids, {:.1} s",
+        "{count} seeds from {base}: {steps} steps, {checkpoints} checkpoint ids, {failed_jobs} jobs FAILED and resubmitted, {:.1} s",
         started.elapsed().as_secs_f64()
     );
 }
 
 #[test]
 fn the_regression_seeds_keep_every_invariant() {
-    let (failure, _, _) = run_all(REGRESSION_SEEDS.to_vec());
+    let (failure, _) = run_all(REGRESSION_SEEDS.to_vec());
     if let Some(report) = failure {
         panic!("{}", failure_text(&report));
     }

@@ -101,6 +101,9 @@ pub struct SimHa {
     pub finished: bool,
     /// The job was stopped with this savepoint (its result, recorded by the leader).
     pub stopped_with: Option<(u64, String)>,
+    /// The job FAILED (its result, recorded by the leader), its newest completed checkpoint
+    /// this one (none: it had completed none).
+    pub failed: Option<Option<(u64, String)>>,
     pub flake: Option<HaFlake>,
 }
 
