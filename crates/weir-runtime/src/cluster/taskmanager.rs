@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
+use weir_api::graph::StreamGraph;
 use weir_api::operator::{SystemClock, TaskMetrics};
 use weir_api::snapshot::TaskControl;
 use weir_types::{ExecutionState, JobId};
@@ -304,15 +305,7 @@ pub fn run_taskmanager(
         None => advertised_host(&source),
     };
     let bind_host = addresses.bind_host.unwrap_or_else(|| host.clone());
-    let server = DataServer::start(&host_port(&bind_host, addresses.port), security.clone()).map_err(|e| {
-        std::io::Error::new(
-            e.kind(),
-            format!(
-                "cannot listen for data connections on {}: {e}; set taskmanager.bind-host and taskmanager.data.port",
-                host_port(&bind_host, addresses.port)
-            ),
-        )
-    })?;
+    let server = start_data_server(&bind_host, addresses.port, &security)?;
     let data_address = host_port(&host, server.address().port());
     let state = Arc::new(TaskManagerState {
         id: JobId::generate().to_string(),
@@ -329,27 +322,8 @@ pub fn run_taskmanager(
         last_contact_ms: AtomicU64::new(monotonic_ms()),
         watchdog_tick_ms: AtomicU64::new(monotonic_ms()),
     });
-    {
-        let state = Arc::clone(&state);
-        std::thread::Builder::new().name("weir-tm-watchdog".into()).spawn(move || {
-            loop {
-                std::thread::sleep(Duration::from_millis(200));
-                stop_zombies(&state, heartbeat.timeout);
-                state.watchdog_tick_ms.store(monotonic_ms(), Ordering::SeqCst);
-            }
-        })?;
-    }
-    let (stopped_sender, stopped) = crossbeam_channel::bounded::<()>(1);
-    {
-        let state = Arc::clone(&state);
-        std::thread::Builder::new().name("weir-tm-stop".into()).spawn(move || {
-            while !stop.load(Ordering::SeqCst) {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            shut_down(&state);
-            let _ = stopped_sender.send(());
-        })?;
-    }
+    spawn_watchdog(&state, heartbeat.timeout)?;
+    let stopped = spawn_stopper(&state, stop)?;
     eprintln!("TaskManager {} listening on {}, data port {}", state.id, state.server.address(), state.data_address);
     loop {
         if state.stopping.load(Ordering::SeqCst) {
@@ -361,33 +335,9 @@ pub fn run_taskmanager(
             std::thread::sleep(LEADER_POLL);
             continue;
         };
-        let stream = match crate::network::connect_to(&jobmanager, crate::network::CONNECT_ATTEMPT_TIMEOUT) {
-            Ok(stream) => stream,
-            Err(error) => {
-                tracing::warn!(%jobmanager, %error, "JobManager not reachable; retrying");
-                std::thread::sleep(Duration::from_millis(200));
-                continue;
-            }
-        };
-        // From the first byte on, not only once registered: a JobManager that stopped leading
-        // (cut off from etcd, frozen) may still complete TCP handshakes on its port without
-        // ever answering, and the TaskManager must go to the new leader as soon as etcd
-        // names it rather than wait out the handshake's timeout.
-        let _watch = match (&source, leader_epoch) {
-            (JobManagerSource::Leader(ha), Some(epoch)) => LeaderWatch::start(Arc::clone(ha), epoch, &stream),
-            _ => None,
-        };
-        let stream = match security.connect(stream, Plane::Control) {
-            Ok(stream) => stream,
-            Err(error) if error.is_refusal() => {
-                tracing::error!(%jobmanager, %error, "refused");
-                return Err(std::io::Error::new(std::io::ErrorKind::PermissionDenied, error.to_string()));
-            }
-            Err(error) => {
-                tracing::warn!(%jobmanager, %error, "no handshake with the JobManager; retrying");
-                std::thread::sleep(Duration::from_millis(200));
-                continue;
-            }
+        // The watch lives until the end of this round, the wait before reconnecting included.
+        let Some((stream, _watch)) = connect(&source, &security, &jobmanager, leader_epoch)? else {
+            continue;
         };
         if let Err(error) = follow(&state, stream, &jobmanager, leader_epoch, heartbeat) {
             tracing::warn!(%jobmanager, %error, "connection to the JobManager failed");
@@ -395,16 +345,106 @@ pub fn run_taskmanager(
         if state.stopping.load(Ordering::SeqCst) {
             continue;
         }
-        state.uplink.detach();
-        if !state.keep_running {
-            // Without HA no JobManager will ever take these subtasks over.
-            for attempt in lock(&state.attempts).values() {
-                attempt.cancel.store(true, Ordering::SeqCst);
-            }
-        }
-        tracing::warn!(%jobmanager, "lost the JobManager; reconnecting");
-        std::thread::sleep(Duration::from_millis(100));
+        lost_jobmanager(&state, &jobmanager);
     }
+}
+
+/// Starts the data server on `bind_host:port`.
+fn start_data_server(bind_host: &str, port: u16, security: &WireSecurity) -> std::io::Result<Arc<DataServer>> {
+    DataServer::start(&host_port(bind_host, port), security.clone()).map_err(|e| {
+        std::io::Error::new(
+            e.kind(),
+            format!(
+                "cannot listen for data connections on {}: {e}; set taskmanager.bind-host and taskmanager.data.port",
+                host_port(bind_host, port)
+            ),
+        )
+    })
+}
+
+/// Starts the thread that cancels the subtasks of a TaskManager cut off from its JobManager
+/// ([`stop_zombies`]).
+fn spawn_watchdog(state: &Arc<TaskManagerState>, timeout: Duration) -> std::io::Result<()> {
+    let state = Arc::clone(state);
+    std::thread::Builder::new().name("weir-tm-watchdog".into()).spawn(move || {
+        loop {
+            std::thread::sleep(Duration::from_millis(200));
+            stop_zombies(&state, timeout);
+            state.watchdog_tick_ms.store(monotonic_ms(), Ordering::SeqCst);
+        }
+    })?;
+    Ok(())
+}
+
+/// Starts the thread that shuts the TaskManager down once `stop` is set; the receiver hears
+/// when it is done.
+fn spawn_stopper(
+    state: &Arc<TaskManagerState>,
+    stop: Arc<AtomicBool>,
+) -> std::io::Result<crossbeam_channel::Receiver<()>> {
+    let (stopped_sender, stopped) = crossbeam_channel::bounded::<()>(1);
+    let state = Arc::clone(state);
+    std::thread::Builder::new().name("weir-tm-stop".into()).spawn(move || {
+        while !stop.load(Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        shut_down(&state);
+        let _ = stopped_sender.send(());
+    })?;
+    Ok(stopped)
+}
+
+/// Connects to the JobManager at `jobmanager` and passes the handshake: the connection, with
+/// the [`LeaderWatch`] that ends it when etcd names another leader; `None` (after a pause)
+/// when it should be tried again; an error when the JobManager refused this TaskManager.
+fn connect(
+    source: &JobManagerSource,
+    security: &WireSecurity,
+    jobmanager: &str,
+    leader_epoch: Option<i64>,
+) -> std::io::Result<Option<(TcpStream, Option<LeaderWatch>)>> {
+    let stream = match crate::network::connect_to(jobmanager, crate::network::CONNECT_ATTEMPT_TIMEOUT) {
+        Ok(stream) => stream,
+        Err(error) => {
+            tracing::warn!(%jobmanager, %error, "JobManager not reachable; retrying");
+            std::thread::sleep(Duration::from_millis(200));
+            return Ok(None);
+        }
+    };
+    // From the first byte on, not only once registered: a JobManager that stopped leading
+    // (cut off from etcd, frozen) may still complete TCP handshakes on its port without
+    // ever answering, and the TaskManager must go to the new leader as soon as etcd
+    // names it rather than wait out the handshake's timeout.
+    let watch = match (source, leader_epoch) {
+        (JobManagerSource::Leader(ha), Some(epoch)) => LeaderWatch::start(Arc::clone(ha), epoch, &stream),
+        _ => None,
+    };
+    match security.connect(stream, Plane::Control) {
+        Ok(stream) => Ok(Some((stream, watch))),
+        Err(error) if error.is_refusal() => {
+            tracing::error!(%jobmanager, %error, "refused");
+            Err(std::io::Error::new(std::io::ErrorKind::PermissionDenied, error.to_string()))
+        }
+        Err(error) => {
+            tracing::warn!(%jobmanager, %error, "no handshake with the JobManager; retrying");
+            std::thread::sleep(Duration::from_millis(200));
+            Ok(None)
+        }
+    }
+}
+
+/// After the connection to the JobManager ended (not for a stop): reports wait for the next
+/// one, and without HA the attempts end; a pause before reconnecting.
+fn lost_jobmanager(state: &TaskManagerState, jobmanager: &str) {
+    state.uplink.detach();
+    if !state.keep_running {
+        // Without HA no JobManager will ever take these subtasks over.
+        for attempt in lock(&state.attempts).values() {
+            attempt.cancel.store(true, Ordering::SeqCst);
+        }
+    }
+    tracing::warn!(%jobmanager, "lost the JobManager; reconnecting");
+    std::thread::sleep(Duration::from_millis(100));
 }
 
 /// The host to advertise when `taskmanager.host` is not set: the local address of the route
@@ -597,17 +637,10 @@ fn admit(max_epoch: &AtomicI64, frame: Frame<ToTaskManager>) -> Option<ToTaskMan
     Some(frame.message)
 }
 
+/// Serves the JobManager's messages on `reader` until the connection ends or falls silent
+/// for `heartbeat.timeout`.
 fn serve_jobmanager(state: &Arc<TaskManagerState>, mut reader: BufReader<TcpStream>) {
-    loop {
-        let frame = match receive::<Frame<ToTaskManager>>(&mut reader) {
-            Ok(Some(frame)) => frame,
-            Ok(None) => return,
-            Err(error) if matches!(error.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
-                tracing::warn!("nothing heard from the JobManager within heartbeat.timeout; reconnecting");
-                return;
-            }
-            Err(_) => return,
-        };
+    while let Some(frame) = next_frame(&mut reader) {
         let Some(message) = admit(&state.max_epoch, frame) else { continue };
         state.last_contact_ms.store(monotonic_ms(), Ordering::SeqCst);
         match message {
@@ -617,56 +650,9 @@ fn serve_jobmanager(state: &Arc<TaskManagerState>, mut reader: BufReader<TcpStre
                 // this TaskManager's loss and places the attempt again.
                 tracing::info!(job_id = %spec.job_id, attempt = spec.attempt, "not deployed: this TaskManager is stopping");
             }
-            ToTaskManager::Deploy(spec) => {
-                // A new attempt replaces the job's attempts it overlaps: all of them for a whole
-                // job deploy, the same region's for a region deploy.
-                lock(&state.attempts).retain(|(job_id, number), old| {
-                    let replaced = *job_id == spec.job_id
-                        && (spec.region.is_none() || old.region.is_none() || old.region == spec.region);
-                    if replaced {
-                        old.cancel.store(true, Ordering::SeqCst);
-                        state.server.attempt_ended(job_id, *number);
-                    }
-                    !replaced
-                });
-                match start_attempt(&spec, state) {
-                    Ok(attempt) => {
-                        lock(&state.attempts).insert((spec.job_id.clone(), spec.attempt), attempt);
-                    }
-                    Err(error) => {
-                        // Tell the job master, so the job fails or restarts instead of waiting.
-                        tracing::error!(job_id = %spec.job_id, %error, "cannot deploy");
-                        let mine = state.data_address.clone();
-                        let slot = spec.slot_addresses.iter().position(|a| *a == mine).unwrap_or(0);
-                        let event = TaskEvent {
-                            vertex: 0,
-                            subtask: slot as u32,
-                            kind: TaskEventKind::Failed(weir_api::error::TaskError::external(
-                                format!("deploying on the TaskManager at {mine}"),
-                                error,
-                            )),
-                        };
-                        state.uplink.send(ToJobManager::TaskEvent {
-                            job_id: spec.job_id.clone(),
-                            attempt: spec.attempt,
-                            event,
-                        });
-                    }
-                }
-            }
+            ToTaskManager::Deploy(spec) => deploy_attempt(state, &spec),
             ToTaskManager::Control { job_id, attempt, vertex, subtask, control } => {
-                let attempts = lock(&state.attempts);
-                if let TaskControl::CheckpointComplete(id) | TaskControl::CheckpointAborted(id) = control {
-                    // Late snapshots of an ended checkpoint are not written.
-                    for (_, current) in attempts.iter().filter(|((job, _), _)| *job == job_id) {
-                        current.ended_checkpoints.end(id);
-                    }
-                }
-                if let Some(current) = attempts.get(&(job_id, attempt))
-                    && let Some(sender) = current.controls.get(&(vertex, subtask))
-                {
-                    let _ = sender.send(control);
-                }
+                pass_control(state, (job_id, attempt), (vertex, subtask), control);
             }
             ToTaskManager::Cancel { job_id, attempt } => {
                 // Nothing of the attempt will claim a connection here any more (also when its
@@ -680,7 +666,141 @@ fn serve_jobmanager(state: &Arc<TaskManagerState>, mut reader: BufReader<TcpStre
     }
 }
 
+/// The next frame from the JobManager; `None` when the connection ended or nothing came
+/// within `heartbeat.timeout`.
+fn next_frame(reader: &mut BufReader<TcpStream>) -> Option<Frame<ToTaskManager>> {
+    match receive::<Frame<ToTaskManager>>(reader) {
+        Ok(Some(frame)) => Some(frame),
+        Ok(None) => None,
+        Err(error) if matches!(error.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+            tracing::warn!("nothing heard from the JobManager within heartbeat.timeout; reconnecting");
+            None
+        }
+        Err(_) => None,
+    }
+}
+
+/// Starts the attempt `spec` deploys, in place of the job's attempts it overlaps; a failure
+/// to start is reported to the job master.
+fn deploy_attempt(state: &Arc<TaskManagerState>, spec: &DeploySpec) {
+    // A new attempt replaces the job's attempts it overlaps: all of them for a whole
+    // job deploy, the same region's for a region deploy.
+    lock(&state.attempts).retain(|(job_id, number), old| {
+        let replaced =
+            *job_id == spec.job_id && (spec.region.is_none() || old.region.is_none() || old.region == spec.region);
+        if replaced {
+            old.cancel.store(true, Ordering::SeqCst);
+            state.server.attempt_ended(job_id, *number);
+        }
+        !replaced
+    });
+    match start_attempt(spec, state) {
+        Ok(attempt) => {
+            lock(&state.attempts).insert((spec.job_id.clone(), spec.attempt), attempt);
+        }
+        Err(error) => {
+            // Tell the job master, so the job fails or restarts instead of waiting.
+            tracing::error!(job_id = %spec.job_id, %error, "cannot deploy");
+            let mine = state.data_address.clone();
+            let slot = spec.slot_addresses.iter().position(|a| *a == mine).unwrap_or(0);
+            let event = TaskEvent {
+                vertex: 0,
+                subtask: slot as u32,
+                kind: TaskEventKind::Failed(weir_api::error::TaskError::external(
+                    format!("deploying on the TaskManager at {mine}"),
+                    error,
+                )),
+            };
+            state.uplink.send(ToJobManager::TaskEvent { job_id: spec.job_id.clone(), attempt: spec.attempt, event });
+        }
+    }
+}
+
+/// Passes `control` to subtask `(vertex, subtask)` of attempt `(job_id, attempt)`; the end of
+/// a checkpoint also reaches the job's other attempts here.
+fn pass_control(
+    state: &TaskManagerState,
+    (job_id, attempt): (String, u32),
+    (vertex, subtask): (usize, u32),
+    control: TaskControl,
+) {
+    let attempts = lock(&state.attempts);
+    if let TaskControl::CheckpointComplete(id) | TaskControl::CheckpointAborted(id) = control {
+        // Late snapshots of an ended checkpoint are not written.
+        for (_, current) in attempts.iter().filter(|((job, _), _)| *job == job_id) {
+            current.ended_checkpoints.end(id);
+        }
+    }
+    if let Some(current) = attempts.get(&(job_id, attempt))
+        && let Some(sender) = current.controls.get(&(vertex, subtask))
+    {
+        let _ = sender.send(control);
+    }
+}
+
+/// Builds the attempt `spec` deploys, starts its local subtasks, and reports their events,
+/// counters and snapshots to the JobManager until the attempt ends.
 fn start_attempt(spec: &DeploySpec, state: &Arc<TaskManagerState>) -> Result<Attempt, String> {
+    let (graph, job_graph) = build_graphs(spec, state)?;
+    let job_id: JobId = spec.job_id.parse().map_err(|e: weir_types::ids::BadJobId| e.to_string())?;
+    let placement = attempt_placement(spec, state, &job_graph);
+    let restore = spec.restore.as_ref().map(|location| restore_source(location, &graph, &job_graph)).transpose()?;
+    let cancel = Arc::new(AtomicBool::new(false));
+    let job_ctx = JobContext {
+        job_id,
+        job_name: spec.job_name.clone(),
+        cancel: Arc::clone(&cancel),
+        clock: Arc::new(SystemClock),
+        attempt: spec.attempt,
+        placement,
+    };
+    let metrics = job_graph.new_task_metrics();
+    let channels = ControlChannels::of(&job_graph, &job_ctx.placement);
+    let ended_checkpoints = EndedCheckpoints::new();
+    let (outcomes, outcome_receiver) = crossbeam_channel::unbounded::<WriteOutcome>();
+    let writer = SnapshotWriter::start(outcomes).map_err(|e| e.to_string())?;
+    let wiring = CheckpointWiring {
+        exactly_once: spec.exactly_once,
+        ended: Arc::clone(&ended_checkpoints),
+        writer: writer.queue(),
+        restore: restore.map(Arc::new),
+        final_checkpoint: spec.final_checkpoint,
+        incremental: spec.incremental,
+        spill: spec.spill.clone(),
+    };
+    let (events, event_receiver) = crossbeam_channel::unbounded::<TaskEvent>();
+    let threads = deploy(&graph, &job_graph, &job_ctx, &metrics, channels.receivers, &wiring, &events)
+        .map_err(|e| e.to_string())?;
+    drop(events);
+    let ended = Arc::new(AtomicBool::new(false));
+    let ended_at = Arc::new(Mutex::new(None));
+    let local = local_counters(&job_ctx.placement, metrics);
+    report_metrics(spec, &state.uplink, Arc::clone(&local), Arc::clone(&ended));
+    // Report events and snapshot outcomes to the JobManager until the attempt ends.
+    let reporter = EventReporter {
+        taskmanager: Arc::clone(state),
+        job_id: spec.job_id.clone(),
+        attempt: spec.attempt,
+        states: Arc::clone(&channels.states),
+        ended_at: Arc::clone(&ended_at),
+        ended,
+        local,
+    };
+    std::thread::spawn(move || reporter.run(event_receiver, threads, writer));
+    report_outcomes(spec, &state.uplink, outcome_receiver);
+    Ok(Attempt {
+        region: spec.region,
+        controls: channels.senders,
+        ended_checkpoints,
+        cancel,
+        slot_addresses: spec.slot_addresses.clone(),
+        states: channels.states,
+        ended_at,
+    })
+}
+
+/// The stream graph of `spec`'s job and its job graph, built as the JobManager built them.
+fn build_graphs(spec: &DeploySpec, state: &TaskManagerState) -> Result<(Arc<StreamGraph>, Arc<JobGraph>), String> {
     let graph = Arc::new((state.builder)(&spec.submission)?);
     let settings = JobSettings {
         max_parallelism: Some(spec.max_parallelism),
@@ -688,7 +808,12 @@ fn start_attempt(spec: &DeploySpec, state: &Arc<TaskManagerState>) -> Result<Att
         ..JobSettings::with_parallelism(spec.default_parallelism)
     };
     let job_graph = Arc::new(JobGraph::build(&graph, &settings).map_err(|e| e.to_string())?);
-    let job_id: JobId = spec.job_id.parse().map_err(|e: weir_types::ids::BadJobId| e.to_string())?;
+    Ok((graph, job_graph))
+}
+
+/// Which subtasks of `spec`'s attempt run on this TaskManager (those of its slots, of the
+/// region deployed), and how their channels reach the others.
+fn attempt_placement(spec: &DeploySpec, state: &TaskManagerState, job_graph: &JobGraph) -> Placement {
     let my_address = state.data_address.clone();
     let slots = spec.slot_addresses.clone();
     let local_slots = slots.clone();
@@ -705,111 +830,109 @@ fn start_attempt(spec: &DeploySpec, state: &Arc<TaskManagerState>) -> Result<Att
         server: Arc::clone(&state.server),
         address_of: Arc::new(move |_vertex, subtask| address_slots.get(subtask as usize).cloned()),
     };
-    let restore = match &spec.restore {
-        Some(location) => Some(Arc::new(restore_source(location, &graph, &job_graph)?)),
-        None => None,
-    };
-    let cancel = Arc::new(AtomicBool::new(false));
-    let job_ctx = JobContext {
-        job_id,
-        job_name: spec.job_name.clone(),
-        cancel: Arc::clone(&cancel),
-        clock: Arc::new(SystemClock),
-        attempt: spec.attempt,
-        placement: Placement { is_local: Arc::new(is_local), network: Some(Arc::new(network)) },
-    };
-    let metrics = job_graph.new_task_metrics();
-    let mut controls = HashMap::new();
-    let mut control_receivers = Vec::new();
-    let states: SubtaskStates = Arc::new(Mutex::new(BTreeMap::new()));
-    for (vertex_index, vertex) in job_graph.vertices.iter().enumerate() {
-        let mut receivers = Vec::new();
-        for subtask in 0..vertex.parallelism {
-            let (sender, receiver) = crossbeam_channel::unbounded();
-            controls.insert((vertex_index, subtask), sender);
-            receivers.push(receiver);
-            if (job_ctx.placement.is_local)(vertex_index, subtask) {
-                lock(&states).insert((vertex_index, subtask), (ExecutionState::Deploying, false));
+    Placement { is_local: Arc::new(is_local), network: Some(Arc::new(network)) }
+}
+
+/// The control channels of an attempt's subtasks, and the states of its local ones.
+struct ControlChannels {
+    /// By (vertex, subtask).
+    senders: HashMap<(usize, u32), Sender<TaskControl>>,
+    /// Per vertex, per subtask, as [`deploy`] takes them.
+    receivers: Vec<Vec<crossbeam_channel::Receiver<TaskControl>>>,
+    /// The local subtasks, deploying.
+    states: SubtaskStates,
+}
+
+impl ControlChannels {
+    fn of(job_graph: &JobGraph, placement: &Placement) -> ControlChannels {
+        let mut senders = HashMap::new();
+        let mut control_receivers = Vec::new();
+        let states: SubtaskStates = Arc::new(Mutex::new(BTreeMap::new()));
+        for (vertex_index, vertex) in job_graph.vertices.iter().enumerate() {
+            let mut receivers = Vec::new();
+            for subtask in 0..vertex.parallelism {
+                let (sender, receiver) = crossbeam_channel::unbounded();
+                senders.insert((vertex_index, subtask), sender);
+                receivers.push(receiver);
+                if (placement.is_local)(vertex_index, subtask) {
+                    lock(&states).insert((vertex_index, subtask), (ExecutionState::Deploying, false));
+                }
             }
+            control_receivers.push(receivers);
         }
-        control_receivers.push(receivers);
+        ControlChannels { senders, receivers: control_receivers, states }
     }
-    let ended_checkpoints = EndedCheckpoints::new();
-    let (outcomes, outcome_receiver) = crossbeam_channel::unbounded::<WriteOutcome>();
-    let writer = SnapshotWriter::start(outcomes).map_err(|e| e.to_string())?;
-    let wiring = CheckpointWiring {
-        exactly_once: spec.exactly_once,
-        ended: Arc::clone(&ended_checkpoints),
-        writer: writer.queue(),
-        restore,
-        final_checkpoint: spec.final_checkpoint,
-        incremental: spec.incremental,
-        spill: spec.spill.clone(),
-    };
-    let (events, event_receiver) = crossbeam_channel::unbounded::<TaskEvent>();
-    let threads = deploy(&graph, &job_graph, &job_ctx, &metrics, control_receivers, &wiring, &events)
-        .map_err(|e| e.to_string())?;
-    drop(events);
-    let ended = Arc::new(AtomicBool::new(false));
-    let ended_at = Arc::new(Mutex::new(None));
-    let local = local_counters(&job_ctx.placement, metrics);
-    report_metrics(spec, &state.uplink, Arc::clone(&local), Arc::clone(&ended));
-    // Report events and snapshot outcomes to the JobManager until the attempt ends.
-    let uplink = Arc::clone(&state.uplink);
-    let (event_job, attempt) = (spec.job_id.clone(), spec.attempt);
-    let event_states = Arc::clone(&states);
-    let event_ended_at = Arc::clone(&ended_at);
-    let server = Arc::clone(&state.server);
-    let taskmanager = Arc::clone(state);
-    std::thread::spawn(move || {
-        for mut event in event_receiver {
-            if matches!(event.kind, TaskEventKind::Canceled) && taskmanager.stopping.load(Ordering::SeqCst) {
-                // Cancelled because this TaskManager stops, not because the job master asked:
-                // for the job that is a failure (its subtasks must run elsewhere).
-                event.kind = TaskEventKind::Failed(weir_api::error::TaskError::external(
-                    format!("TaskManager {} at {}", taskmanager.id, taskmanager.data_address),
-                    "the TaskManager shut down (it was stopped, e.g. by SIGTERM)",
-                ));
-            }
-            note_state(&event_states, &event);
-            // A subtask's final counters go ahead of its terminal event, while the JobManager
-            // still routes this attempt's reports.
-            if !matches!(event.kind, TaskEventKind::Initializing | TaskEventKind::Running) {
-                uplink.send_built(|| {
-                    let subtasks: Vec<SubtaskCounters> = local
-                        .iter()
-                        .filter(|(vertex, subtask, _)| *vertex == event.vertex && *subtask == event.subtask)
-                        .map(|(vertex, subtask, m)| counters(*vertex, *subtask, m))
-                        .collect();
-                    ToJobManager::Metrics { job_id: event_job.clone(), attempt, subtasks }
-                });
-            }
-            uplink.send(ToJobManager::TaskEvent { job_id: event_job.clone(), attempt, event });
+}
+
+/// Reports an attempt's subtask events to the JobManager, and ends the attempt once its
+/// subtasks all ended.
+struct EventReporter {
+    taskmanager: Arc<TaskManagerState>,
+    job_id: String,
+    attempt: u32,
+    states: SubtaskStates,
+    ended_at: Arc<Mutex<Option<Instant>>>,
+    /// Set when the attempt ended: its counters are no longer reported.
+    ended: Arc<AtomicBool>,
+    local: LocalCounters,
+}
+
+impl EventReporter {
+    fn run(
+        self,
+        events: crossbeam_channel::Receiver<TaskEvent>,
+        threads: Vec<std::thread::JoinHandle<()>>,
+        writer: SnapshotWriter,
+    ) {
+        for event in events {
+            self.report(event);
         }
         for thread in threads {
             let _ = thread.join();
         }
-        ended.store(true, Ordering::SeqCst);
-        *lock(&event_ended_at) = Some(Instant::now());
-        server.attempt_ended(&event_job, attempt);
+        self.ended.store(true, Ordering::SeqCst);
+        *lock(&self.ended_at) = Some(Instant::now());
+        self.taskmanager.server.attempt_ended(&self.job_id, self.attempt);
         writer.shutdown();
-    });
-    let uplink = Arc::clone(&state.uplink);
-    let snapshot_job = spec.job_id.clone();
+    }
+
+    fn report(&self, mut event: TaskEvent) {
+        let (taskmanager, uplink, attempt) = (&self.taskmanager, &self.taskmanager.uplink, self.attempt);
+        if matches!(event.kind, TaskEventKind::Canceled) && taskmanager.stopping.load(Ordering::SeqCst) {
+            // Cancelled because this TaskManager stops, not because the job master asked:
+            // for the job that is a failure (its subtasks must run elsewhere).
+            event.kind = TaskEventKind::Failed(weir_api::error::TaskError::external(
+                format!("TaskManager {} at {}", taskmanager.id, taskmanager.data_address),
+                "the TaskManager shut down (it was stopped, e.g. by SIGTERM)",
+            ));
+        }
+        note_state(&self.states, &event);
+        // A subtask's final counters go ahead of its terminal event, while the JobManager
+        // still routes this attempt's reports.
+        if !matches!(event.kind, TaskEventKind::Initializing | TaskEventKind::Running) {
+            uplink.send_built(|| {
+                let subtasks: Vec<SubtaskCounters> = self
+                    .local
+                    .iter()
+                    .filter(|(vertex, subtask, _)| *vertex == event.vertex && *subtask == event.subtask)
+                    .map(|(vertex, subtask, m)| counters(*vertex, *subtask, m))
+                    .collect();
+                ToJobManager::Metrics { job_id: self.job_id.clone(), attempt, subtasks }
+            });
+        }
+        uplink.send(ToJobManager::TaskEvent { job_id: self.job_id.clone(), attempt, event });
+    }
+}
+
+/// Reports the attempt's snapshot outcomes to the JobManager as they come.
+fn report_outcomes(spec: &DeploySpec, uplink: &Arc<Uplink>, outcomes: crossbeam_channel::Receiver<WriteOutcome>) {
+    let uplink = Arc::clone(uplink);
+    let (snapshot_job, attempt) = (spec.job_id.clone(), spec.attempt);
     std::thread::spawn(move || {
-        for outcome in outcome_receiver {
+        for outcome in outcomes {
             uplink.send(ToJobManager::Snapshot { job_id: snapshot_job.clone(), attempt, outcome });
         }
     });
-    Ok(Attempt {
-        region: spec.region,
-        controls,
-        ended_checkpoints,
-        cancel,
-        slot_addresses: spec.slot_addresses.clone(),
-        states,
-        ended_at,
-    })
 }
 
 /// Keeps a local subtask's last state for the registration with a new leader.
