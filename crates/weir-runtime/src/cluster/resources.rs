@@ -16,8 +16,8 @@ use weir_api::graph::StreamGraph;
 use weir_api::operator::TaskMetrics;
 
 use super::protocol::{
-    DeploySpec, Frame, JobSubmission, REGISTRATION_LINE_BYTES_MAX, RunningAttempt, ToJobManager, ToTaskManager,
-    receive, receive_at_most, send,
+    DeploySpec, Frame, JobSubmission, REGISTRATION_LINE_BYTES_MAX, RunningAttempt, SubtaskCounters, ToJobManager,
+    ToTaskManager, receive, receive_at_most, send,
 };
 use crate::checkpointing::writer::WriteOutcome;
 use crate::execution::{TaskEvent, TaskEventKind};
@@ -95,6 +95,22 @@ fn foreign_report(taskmanager: &str, (job_id, attempt): &(String, u32), what: &s
         %taskmanager, %job_id, attempt, vertex, subtask,
         "dropped a {what} from TaskManager {taskmanager} about subtask {subtask} of vertex {vertex}, which it does not run"
     );
+}
+
+/// Stores the counters a TaskManager reported of one subtask in the job master's `metrics`.
+fn store_counters(metrics: &TaskMetrics, counters: SubtaskCounters) {
+    metrics.records_in.store(counters.records_in, Ordering::Relaxed);
+    metrics.records_out.store(counters.records_out, Ordering::Relaxed);
+    metrics.backpressured_ms.store(counters.backpressured_ms, Ordering::Relaxed);
+    metrics.restored_bytes.store(counters.restored_bytes, Ordering::Relaxed);
+    for (operator, records_out) in metrics.operators.iter().zip(&counters.operators) {
+        operator.records_out.store(*records_out, Ordering::Relaxed);
+    }
+    metrics.set_splits(counters.splits);
+    metrics.records_skipped.store(counters.records_skipped, Ordering::Relaxed);
+    metrics.records_late.store(counters.records_late, Ordering::Relaxed);
+    metrics.records_late_dropped.store(counters.records_late_dropped, Ordering::Relaxed);
+    metrics.input_watermark.store(counters.input_watermark, Ordering::Relaxed);
 }
 
 /// The next message of a registered TaskManager; `None` at the end of its connection or on
@@ -450,24 +466,7 @@ impl ClusterResources {
                 }
                 ToJobManager::Heartbeat | ToJobManager::Register { .. } => {}
                 ToJobManager::TaskEvent { job_id, attempt, event } => {
-                    let key = (job_id, attempt);
-                    if let Some(route) = lock(&self.routes).get(&key) {
-                        if route.runs(&taskmanager_id, event.subtask) {
-                            let _ = route.task_events.send(event);
-                        } else {
-                            foreign_report(&taskmanager_id, &key, "event", event.vertex, event.subtask);
-                        }
-                        continue;
-                    }
-                    // Not taken over yet: kept for the job master that will.
-                    if let Some(reported) = lock(&self.reported).get_mut(&key) {
-                        if reported.runs(&taskmanager_id, event.vertex, event.subtask) {
-                            reported.note(&event);
-                            reported.pending.push(event);
-                        } else {
-                            foreign_report(&taskmanager_id, &key, "event", event.vertex, event.subtask);
-                        }
-                    }
+                    self.route_task_event(&taskmanager_id, (job_id, attempt), event);
                 }
                 ToJobManager::Metrics { job_id, attempt, subtasks } => {
                     if let Some(route) = lock(&self.routes).get(&(job_id, attempt)) {
@@ -475,44 +474,59 @@ impl ClusterResources {
                             let slot =
                                 route.metrics.get(counters.vertex).and_then(|v| v.get(counters.subtask as usize));
                             if let Some(metrics) = slot {
-                                metrics.records_in.store(counters.records_in, Ordering::Relaxed);
-                                metrics.records_out.store(counters.records_out, Ordering::Relaxed);
-                                metrics.backpressured_ms.store(counters.backpressured_ms, Ordering::Relaxed);
-                                metrics.restored_bytes.store(counters.restored_bytes, Ordering::Relaxed);
-                                for (operator, records_out) in metrics.operators.iter().zip(&counters.operators) {
-                                    operator.records_out.store(*records_out, Ordering::Relaxed);
-                                }
-                                metrics.set_splits(counters.splits);
-                                metrics.records_skipped.store(counters.records_skipped, Ordering::Relaxed);
-                                metrics.records_late.store(counters.records_late, Ordering::Relaxed);
-                                metrics.records_late_dropped.store(counters.records_late_dropped, Ordering::Relaxed);
-                                metrics.input_watermark.store(counters.input_watermark, Ordering::Relaxed);
+                                store_counters(metrics, counters);
                             }
                         }
                     }
                 }
                 ToJobManager::Snapshot { job_id, attempt, outcome } => {
-                    let key = (job_id, attempt);
-                    if let Some(route) = lock(&self.routes).get(&key) {
-                        // A decline names no subtask: it must come from a TaskManager of the attempt.
-                        let runs = match &outcome {
-                            WriteOutcome::Acknowledged(ack) => route.runs(&taskmanager_id, ack.subtask),
-                            WriteOutcome::Declined { .. } => route.slots.contains(&taskmanager_id),
-                        };
-                        if runs {
-                            let _ = route.snapshot_events.send(MasterEvent::Snapshot(outcome));
-                        } else {
-                            let (vertex, subtask) = match &outcome {
-                                WriteOutcome::Acknowledged(ack) => (ack.vertex, ack.subtask),
-                                WriteOutcome::Declined { .. } => (0, 0),
-                            };
-                            foreign_report(&taskmanager_id, &key, "snapshot", vertex, subtask);
-                        }
-                    }
+                    self.route_snapshot(&taskmanager_id, (job_id, attempt), outcome);
                 }
             }
         }
         self.lost(&taskmanager_id, why);
+    }
+
+    /// Passes a subtask's event from `taskmanager_id` to the job master of attempt `key`,
+    /// or keeps it for the master that takes the attempt over.
+    fn route_task_event(&self, taskmanager_id: &str, key: (String, u32), event: TaskEvent) {
+        if let Some(route) = lock(&self.routes).get(&key) {
+            if route.runs(taskmanager_id, event.subtask) {
+                let _ = route.task_events.send(event);
+            } else {
+                foreign_report(taskmanager_id, &key, "event", event.vertex, event.subtask);
+            }
+            return;
+        }
+        // Not taken over yet: kept for the job master that will.
+        if let Some(reported) = lock(&self.reported).get_mut(&key) {
+            if reported.runs(taskmanager_id, event.vertex, event.subtask) {
+                reported.note(&event);
+                reported.pending.push(event);
+            } else {
+                foreign_report(taskmanager_id, &key, "event", event.vertex, event.subtask);
+            }
+        }
+    }
+
+    /// Passes a snapshot's outcome from `taskmanager_id` to the job master of attempt `key`.
+    fn route_snapshot(&self, taskmanager_id: &str, key: (String, u32), outcome: WriteOutcome) {
+        if let Some(route) = lock(&self.routes).get(&key) {
+            // A decline names no subtask: it must come from a TaskManager of the attempt.
+            let runs = match &outcome {
+                WriteOutcome::Acknowledged(ack) => route.runs(taskmanager_id, ack.subtask),
+                WriteOutcome::Declined { .. } => route.slots.iter().any(|slot| slot == taskmanager_id),
+            };
+            if runs {
+                let _ = route.snapshot_events.send(MasterEvent::Snapshot(outcome));
+            } else {
+                let (vertex, subtask) = match &outcome {
+                    WriteOutcome::Acknowledged(ack) => (ack.vertex, ack.subtask),
+                    WriteOutcome::Declined { .. } => (0, 0),
+                };
+                foreign_report(taskmanager_id, &key, "snapshot", vertex, subtask);
+            }
+        }
     }
 
     /// Records the attempts a registering TaskManager kept running that a job master may take
@@ -636,64 +650,12 @@ impl ClusterResources {
         let count = count as usize;
         let deadline = Instant::now() + SLOT_WAIT_MAX;
         loop {
-            {
-                let mut taskmanagers = lock(&self.taskmanagers);
-                let mut jobs = lock(&self.job_slots);
-                let job = jobs.entry(job_id.to_string()).or_default();
-                if job.by_index.len() < count {
-                    job.by_index.resize(count, None);
-                }
-                let missing: Vec<usize> = (0..count)
-                    .filter(|&index| {
-                        !job.by_index[index]
-                            .and_then(|id| job.held.get(&id))
-                            .is_some_and(|slot| taskmanagers.contains_key(&slot.taskmanager))
-                    })
-                    .collect();
-                let free: u32 = taskmanagers.values().map(|tm| tm.slots.saturating_sub(tm.used)).sum();
-                if free as usize >= missing.len() {
-                    lock(&self.waiting).remove(job_id);
-                    let mut ids: Vec<String> = taskmanagers.keys().cloned().collect();
-                    ids.sort();
-                    // Spread new slots over TaskManagers round-robin; there are enough free
-                    // ones, so every pass places at least one.
-                    let mut pending = missing.into_iter().peekable();
-                    while pending.peek().is_some() {
-                        for id in &ids {
-                            let Some(&index) = pending.peek() else { break };
-                            let Some(tm) = taskmanagers.get_mut(id) else { continue };
-                            if tm.used >= tm.slots {
-                                continue;
-                            }
-                            tm.used += 1;
-                            let allocation = self.next_allocation.fetch_add(1, Ordering::Relaxed);
-                            let slot =
-                                SharedSlot { taskmanager: id.clone(), data_address: tm.data_address.clone(), users: 0 };
-                            job.held.insert(allocation, slot);
-                            job.by_index[index] = Some(allocation);
-                            pending.next();
-                        }
-                    }
-                    let mut slots = Vec::with_capacity(count);
-                    for index in 0..count {
-                        let Some(id) = job.by_index[index] else { continue };
-                        if let Some(slot) = job.held.get_mut(&id) {
-                            slot.users += 1;
-                            slots.push((id, slot.taskmanager.clone(), slot.data_address.clone()));
-                        }
-                    }
-                    return Ok(slots);
-                }
-                lock(&self.waiting).insert(job_id.to_string(), missing.len() as u32);
+            if let Some(slots) = self.try_allocate(job_id, count) {
+                return Ok(slots);
             }
             let given_up = cancelled() || Instant::now() >= deadline;
             if given_up {
-                lock(&self.waiting).remove(job_id);
-                // Forget a job that holds nothing (its first attempt never got slots).
-                let mut jobs = lock(&self.job_slots);
-                if jobs.get(job_id).is_some_and(|job| job.held.is_empty()) {
-                    jobs.remove(job_id);
-                }
+                self.stop_waiting(job_id);
             }
             if cancelled() {
                 return Err(TaskError::Cancelled);
@@ -705,6 +667,76 @@ impl ClusterResources {
                 ));
             }
             std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// The job's slots `0..count` for one attempt when the TaskManagers have enough free
+    /// slots for those it lacks (taken now); `None`, and the job counted as waiting for the
+    /// slots it lacks, otherwise.
+    fn try_allocate(&self, job_id: &str, count: usize) -> Option<Vec<AttemptSlot>> {
+        let mut taskmanagers = lock(&self.taskmanagers);
+        let mut jobs = lock(&self.job_slots);
+        let job = jobs.entry(job_id.to_string()).or_default();
+        if job.by_index.len() < count {
+            job.by_index.resize(count, None);
+        }
+        let missing: Vec<usize> = (0..count)
+            .filter(|&index| {
+                !job.by_index[index]
+                    .and_then(|id| job.held.get(&id))
+                    .is_some_and(|slot| taskmanagers.contains_key(&slot.taskmanager))
+            })
+            .collect();
+        let free: u32 = taskmanagers.values().map(|tm| tm.slots.saturating_sub(tm.used)).sum();
+        if (free as usize) < missing.len() {
+            lock(&self.waiting).insert(job_id.to_string(), missing.len() as u32);
+            return None;
+        }
+        lock(&self.waiting).remove(job_id);
+        self.place_slots(&mut taskmanagers, job, missing);
+        let mut slots = Vec::with_capacity(count);
+        for index in 0..count {
+            let Some(id) = job.by_index[index] else { continue };
+            if let Some(slot) = job.held.get_mut(&id) {
+                slot.users += 1;
+                slots.push((id, slot.taskmanager.clone(), slot.data_address.clone()));
+            }
+        }
+        Some(slots)
+    }
+
+    /// Takes a free TaskManager slot for each of the job's slot indexes `missing`; the
+    /// TaskManagers have enough free ones.
+    fn place_slots(&self, taskmanagers: &mut HashMap<String, TaskManager>, job: &mut JobSlots, missing: Vec<usize>) {
+        let mut ids: Vec<String> = taskmanagers.keys().cloned().collect();
+        ids.sort();
+        // Spread new slots over TaskManagers round-robin; there are enough free
+        // ones, so every pass places at least one.
+        let mut pending = missing.into_iter().peekable();
+        while pending.peek().is_some() {
+            for id in &ids {
+                let Some(&index) = pending.peek() else { break };
+                let Some(tm) = taskmanagers.get_mut(id) else { continue };
+                if tm.used >= tm.slots {
+                    continue;
+                }
+                tm.used += 1;
+                let allocation = self.next_allocation.fetch_add(1, Ordering::Relaxed);
+                let slot = SharedSlot { taskmanager: id.clone(), data_address: tm.data_address.clone(), users: 0 };
+                job.held.insert(allocation, slot);
+                job.by_index[index] = Some(allocation);
+                pending.next();
+            }
+        }
+    }
+
+    /// A job gave up waiting for slots.
+    fn stop_waiting(&self, job_id: &str) {
+        lock(&self.waiting).remove(job_id);
+        // Forget a job that holds nothing (its first attempt never got slots).
+        let mut jobs = lock(&self.job_slots);
+        if jobs.get(job_id).is_some_and(|job| job.held.is_empty()) {
+            jobs.remove(job_id);
         }
     }
 
