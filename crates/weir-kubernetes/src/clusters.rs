@@ -522,6 +522,115 @@ impl KubernetesClusters {
     }
 }
 
+/// A cluster [`ClusterBackend::start`] creates: its deployment and number, the spec it runs,
+/// its ConfigMap's name, and the owner reference of its objects.
+struct NewCluster<'a> {
+    name: &'a str,
+    seq: u64,
+    target: &'a DeploymentSpec,
+    config_map: String,
+    owner: Value,
+}
+
+impl KubernetesClusters {
+    /// Native TaskManagers: the file of the pod the JobManager creates for each TaskManager
+    /// it needs, named in `config`.
+    fn native_taskmanager_pod(
+        &self,
+        cluster: &NewCluster<'_>,
+        config: &mut BTreeMap<String, String>,
+    ) -> Result<(&'static str, String), String> {
+        let (name, seq, target) = (cluster.name, cluster.seq, cluster.target);
+        let prefix = Self::prefix(name, seq);
+        // The pod the JobManager creates for each TaskManager it needs (it adds its own
+        // address); owned by the resource like every other object of the cluster.
+        let args = vec!["taskmanager".into(), "-c".into(), format!("{CONF_DIR}/config.yaml")];
+        let mut pod = self.taskmanager_pod(name, seq, target, &cluster.config_map, args)?;
+        pod["metadata"]["generateName"] = json!(format!("{prefix}-taskmanager-"));
+        // Without blockOwnerDeletion: setting it needs rights on the resource the
+        // JobManager's account does not have.
+        let mut pod_owner = cluster.owner.clone();
+        if let Some(reference) = pod_owner.get_mut(0) {
+            reference["blockOwnerDeletion"] = json!(false);
+        }
+        pod["metadata"]["ownerReferences"] = pod_owner;
+        let text = serde_json::to_string_pretty(&pod).map_err(|e| e.to_string())?;
+        config.insert("kubernetes.pod-template-file.taskmanager".into(), format!("{CONF_DIR}/{TASKMANAGER_POD_FILE}"));
+        // The job's slots start with the JobManager instead of after the submission.
+        config
+            .entry("slotmanager.number-of-slots.min".into())
+            .or_insert_with(|| target.job.parallelism.unwrap_or(1).to_string());
+        Ok((TASKMANAGER_POD_FILE, text))
+    }
+
+    /// Creates the JobManager Deployment of `cluster`.
+    fn start_jobmanagers(&self, cluster: &NewCluster<'_>) -> Result<(), String> {
+        let (name, seq, target) = (cluster.name, cluster.seq, cluster.target);
+        let jobmanager_args = vec![
+            "jobmanager".into(),
+            "-c".into(),
+            format!("{CONF_DIR}/config.yaml"),
+            "-D".into(),
+            "rest.address=$(POD_IP)".into(),
+            "-D".into(),
+            "jobmanager.rpc.address=$(POD_IP)".into(),
+        ];
+        let jobmanager_pod = self.pod_template(
+            name,
+            seq,
+            target,
+            PodRole {
+                component: "jobmanager",
+                config_map: &cluster.config_map,
+                args: jobmanager_args,
+                resource: target.job_manager.resource.as_ref(),
+            },
+        )?;
+        self.apply_deployment(name, seq, "jobmanager", target.job_manager.replicas, jobmanager_pod, &cluster.owner)
+    }
+
+    /// Creates the Service of `cluster`'s REST API.
+    fn apply_rest_service(&self, cluster: &NewCluster<'_>) -> Result<(), String> {
+        let (name, seq) = (cluster.name, cluster.seq);
+        let prefix = Self::prefix(name, seq);
+        let service = json!({
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": format!("{prefix}-rest"), "labels": Self::labels(name, seq, "rest"), "ownerReferences": cluster.owner},
+            "spec": {
+                "selector": Self::labels(name, seq, "jobmanager"),
+                "ports": [{"name": "rest", "protocol": "TCP", "port": REST_PORT, "targetPort": REST_PORT}],
+            },
+        });
+        self.apply::<Service>(&format!("{prefix}-rest"), service)
+    }
+
+    /// Creates the TaskManager Deployment of a standalone `cluster`, its TaskManagers pointed
+    /// at the JobManager at `jobmanager_ip` (a native cluster's JobManager creates its own).
+    fn start_taskmanagers(&self, cluster: &NewCluster<'_>, jobmanager_ip: &str) -> Result<(), String> {
+        let (name, seq, target) = (cluster.name, cluster.seq, cluster.target);
+        let taskmanager_args = vec![
+            "taskmanager".into(),
+            "-c".into(),
+            format!("{CONF_DIR}/config.yaml"),
+            "-D".into(),
+            format!("jobmanager.rpc.address={jobmanager_ip}"),
+        ];
+        let taskmanager_pod = self.taskmanager_pod(name, seq, target, &cluster.config_map, taskmanager_args)?;
+        if !native(target) {
+            self.apply_deployment(
+                name,
+                seq,
+                "taskmanager",
+                target.task_manager.replicas,
+                taskmanager_pod,
+                &cluster.owner,
+            )?;
+        }
+        Ok(())
+    }
+}
+
 impl ClusterBackend for KubernetesClusters {
     fn describe(&self) -> String {
         format!("Kubernetes objects in namespace {} of {}", self.kube.namespace(), self.kube.server())
@@ -553,77 +662,17 @@ impl ClusterBackend for KubernetesClusters {
         let prefix = Self::prefix(name, seq);
         let config_map = format!("{prefix}-config");
         let owner = self.owner(name)?;
+        let cluster = NewCluster { name, seq, target, config_map, owner };
         let mut config = self.configuration(name, seq, target);
         let mut files = Vec::new();
         if native(target) {
-            // The pod the JobManager creates for each TaskManager it needs (it adds its own
-            // address); owned by the resource like every other object of the cluster.
-            let args = vec!["taskmanager".into(), "-c".into(), format!("{CONF_DIR}/config.yaml")];
-            let mut pod = self.taskmanager_pod(name, seq, target, &config_map, args)?;
-            pod["metadata"]["generateName"] = json!(format!("{prefix}-taskmanager-"));
-            // Without blockOwnerDeletion: setting it needs rights on the resource the
-            // JobManager's account does not have.
-            let mut pod_owner = owner.clone();
-            if let Some(reference) = pod_owner.get_mut(0) {
-                reference["blockOwnerDeletion"] = json!(false);
-            }
-            pod["metadata"]["ownerReferences"] = pod_owner;
-            let text = serde_json::to_string_pretty(&pod).map_err(|e| e.to_string())?;
-            files.push((TASKMANAGER_POD_FILE, text));
-            config.insert(
-                "kubernetes.pod-template-file.taskmanager".into(),
-                format!("{CONF_DIR}/{TASKMANAGER_POD_FILE}"),
-            );
-            // The job's slots start with the JobManager instead of after the submission.
-            config
-                .entry("slotmanager.number-of-slots.min".into())
-                .or_insert_with(|| target.job.parallelism.unwrap_or(1).to_string());
+            files.push(self.native_taskmanager_pod(&cluster, &mut config)?);
         }
-        self.put_config_map(&config_map, name, seq, &config, &files)?;
-        let conf = format!("{CONF_DIR}/config.yaml");
-        let jobmanager_args = vec![
-            "jobmanager".into(),
-            "-c".into(),
-            conf.clone(),
-            "-D".into(),
-            "rest.address=$(POD_IP)".into(),
-            "-D".into(),
-            "jobmanager.rpc.address=$(POD_IP)".into(),
-        ];
-        let jobmanager_pod = self.pod_template(
-            name,
-            seq,
-            target,
-            PodRole {
-                component: "jobmanager",
-                config_map: &config_map,
-                args: jobmanager_args,
-                resource: target.job_manager.resource.as_ref(),
-            },
-        )?;
-        self.apply_deployment(name, seq, "jobmanager", target.job_manager.replicas, jobmanager_pod, &owner)?;
-        let service = json!({
-            "apiVersion": "v1",
-            "kind": "Service",
-            "metadata": {"name": format!("{prefix}-rest"), "labels": Self::labels(name, seq, "rest"), "ownerReferences": owner},
-            "spec": {
-                "selector": Self::labels(name, seq, "jobmanager"),
-                "ports": [{"name": "rest", "protocol": "TCP", "port": REST_PORT, "targetPort": REST_PORT}],
-            },
-        });
-        self.apply::<Service>(&format!("{prefix}-rest"), service)?;
+        self.put_config_map(&cluster.config_map, name, seq, &config, &files)?;
+        self.start_jobmanagers(&cluster)?;
+        self.apply_rest_service(&cluster)?;
         let jobmanager_ip = self.wait_jobmanager_ip(name, seq)?;
-        let taskmanager_args = vec![
-            "taskmanager".into(),
-            "-c".into(),
-            conf,
-            "-D".into(),
-            format!("jobmanager.rpc.address={jobmanager_ip}"),
-        ];
-        let taskmanager_pod = self.taskmanager_pod(name, seq, target, &config_map, taskmanager_args)?;
-        if !native(target) {
-            self.apply_deployment(name, seq, "taskmanager", target.task_manager.replicas, taskmanager_pod, &owner)?;
-        }
+        self.start_taskmanagers(&cluster, &jobmanager_ip)?;
         Ok(ClusterInfo {
             rest_address: format!("http://{jobmanager_ip}:{REST_PORT}"),
             dir: format!("{}/{prefix}-jobmanager", self.kube.namespace()),
