@@ -77,15 +77,23 @@ pub fn cancellable(status: JobStatus) -> bool {
     matches!(status, JobStatus::Running | JobStatus::Created | JobStatus::Restarting | JobStatus::Reconciling)
 }
 
-/// The terminal status a job in `status` settles in once every subtask ended, if any: a
-/// RUNNING job finished (unless regions wait to restart), a FAILING one failed, a CANCELLING
-/// one is canceled.
+/// The status a job in `status` settles in once every subtask ended, if any: a RUNNING job
+/// finished (unless regions wait to restart).
+///
+/// A FAILING or CANCELLING job is not moved here: its state ends it in [`ending`]'s status
+/// once the result is in the HA store, so a client that sees a job FAILED or CANCELED can
+/// rely on no later leader running it again.
 pub fn settled(status: JobStatus, all_ended: bool, regions_pending: bool) -> Option<JobStatus> {
-    if !all_ended {
-        return None;
-    }
     match status {
-        JobStatus::Running if !regions_pending => Some(JobStatus::Finished),
+        JobStatus::Running if all_ended && !regions_pending => Some(JobStatus::Finished),
+        _ => None,
+    }
+}
+
+/// The globally terminal status a job going down in `status` ends in: FAILING ends FAILED,
+/// CANCELLING ends CANCELED.
+pub fn ending(status: JobStatus) -> Option<JobStatus> {
+    match status {
         JobStatus::Failing => Some(JobStatus::Failed),
         JobStatus::Cancelling => Some(JobStatus::Canceled),
         _ => None,
@@ -131,9 +139,13 @@ mod tests {
         assert_eq!(settled(JobStatus::Running, false, false), None);
         assert_eq!(settled(JobStatus::Running, true, false), Some(JobStatus::Finished));
         assert_eq!(settled(JobStatus::Running, true, true), None);
-        assert_eq!(settled(JobStatus::Failing, true, false), Some(JobStatus::Failed));
-        assert_eq!(settled(JobStatus::Cancelling, true, true), Some(JobStatus::Canceled));
+        // Going down, a job ends in its state, once its result is recorded.
+        assert_eq!(settled(JobStatus::Failing, true, false), None);
+        assert_eq!(settled(JobStatus::Cancelling, true, true), None);
         assert_eq!(settled(JobStatus::Restarting, true, false), None);
+        assert_eq!(ending(JobStatus::Failing), Some(JobStatus::Failed));
+        assert_eq!(ending(JobStatus::Cancelling), Some(JobStatus::Canceled));
+        assert_eq!(ending(JobStatus::Running), None);
     }
 
     #[test]
@@ -145,6 +157,9 @@ mod tests {
                 if let Some(next) = settled(status, all_ended, pending) {
                     assert!(status.can_transition_to(next), "{status} -> {next}");
                 }
+            }
+            if let Some(next) = ending(status) {
+                assert!(status.can_transition_to(next) && next.is_globally_terminal(), "{status} -> {next}");
             }
             if cancellable(status) {
                 assert!(status.can_transition_to(JobStatus::Cancelling), "{status} -> CANCELLING");

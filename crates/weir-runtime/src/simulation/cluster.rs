@@ -438,7 +438,7 @@ impl Cluster {
 
     /// The job FAILED: checkpoints in flight are aborted, the attempt is cancelled (what it
     /// staged is never committed), and the result goes to the HA store, fenced, asked again
-    /// while this JobManager leads (`record_result`): a recorded result is never recovered.
+    /// while this JobManager leads (`end_globally`): a recorded result is never recovered.
     pub fn fail_job(&mut self, jm: usize, cause: &str) {
         self.trace.push(format!("JM{jm}: the job FAILED: {cause}"));
         self.drive(jm, BookEvent::AbortAll { reason: "the job failed".into() });

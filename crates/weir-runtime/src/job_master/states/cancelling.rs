@@ -1,5 +1,5 @@
 //! CANCELLING: a user cancelled the job. The subtasks were told to stop; once every one
-//! ended the job is CANCELED.
+//! ended and the result is recorded the job is CANCELED.
 
 use weir_types::JobStatus;
 
@@ -9,17 +9,8 @@ use crate::job_master::run::JobRun;
 pub(super) fn run(run: &mut JobRun) -> State {
     drain_until_ended(run);
     match run.master.status() {
-        JobStatus::Canceled => {
-            super::finished::record_result(run);
-            State::Ended
-        }
         JobStatus::Cancelling if !run.leading() => State::Suspended,
-        JobStatus::Cancelling => {
-            let master = &run.master;
-            master.update(|record| master.transition_job(record, JobStatus::Canceled));
-            super::finished::record_result(run);
-            State::Ended
-        }
+        JobStatus::Cancelling => super::finished::end_globally(run, JobStatus::Canceled),
         status => state_of(status, run),
     }
 }

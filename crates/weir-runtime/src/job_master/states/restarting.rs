@@ -24,7 +24,7 @@ pub(super) fn run(run: &mut JobRun, delay: Duration) -> State {
     }
     run.join_handles();
     if !wait_before_restart(run, delay) {
-        return State::Ended;
+        return State::Cancelling;
     }
     match run.restore_for_restart() {
         Ok(Some(latest)) => run.restore = Some(latest),
@@ -46,7 +46,8 @@ pub(super) fn run(run: &mut JobRun, delay: Duration) -> State {
 }
 
 /// Waits the restart strategy's delay in RESTARTING, answering cancel and savepoint
-/// requests meanwhile. False when the job was cancelled instead.
+/// requests meanwhile. False when the job was cancelled instead (it is CANCELLING; its
+/// subtasks already ended).
 fn wait_before_restart(run: &mut JobRun, delay: Duration) -> bool {
     let master = Arc::clone(&run.master);
     let deadline = Instant::now() + delay;
@@ -57,10 +58,7 @@ fn wait_before_restart(run: &mut JobRun, delay: Duration) -> bool {
         }
         match run.events.recv_timeout(deadline - now) {
             Ok(MasterEvent::Cancel) => {
-                master.update(|record| {
-                    master.transition_job(record, JobStatus::Cancelling);
-                    master.transition_job(record, JobStatus::Canceled);
-                });
+                master.update(|record| master.transition_job(record, JobStatus::Cancelling));
                 return false;
             }
             Ok(MasterEvent::TriggerSavepoint { request_id, .. }) => master.update(|record| {
