@@ -167,87 +167,135 @@ fn start(args: ClusterStartArgs) -> Result<ExitCode, CliError> {
         )));
     }
     std::fs::create_dir_all(&dir).map_err(|e| CliError::runtime(format!("cannot create {}: {e}", dir.display())))?;
-    let exe = std::env::current_exe().map_err(|e| CliError::runtime(format!("cannot find the weir binary: {e}")))?;
-    let rpc_port = config.get(&JOBMANAGER_RPC_PORT).map_err(CliError::usage)?;
-    let rpc = format!("{}:{rpc_port}", config.get(&JOBMANAGER_RPC_ADDRESS).map_err(CliError::usage)?);
-    let rest_port = config.get(&REST_PORT).map_err(CliError::usage)?;
-    let rest = format!("{}:{rest_port}", config.get(&REST_ADDRESS).map_err(CliError::usage)?);
-    let ha = ha_settings(&config)?.is_some();
-    let jobmanagers = args.jobmanagers.max(1);
-    if jobmanagers > 1 && !ha {
-        let _ = std::fs::remove_dir(&dir);
-        return Err(CliError::usage(format!(
-            "--jobmanagers {jobmanagers} needs high-availability.type: etcd (standby JobManagers take over through etcd; see docs/high-availability.md)"
-        )));
-    }
-    let spawn = |name: &str, verb: Vec<String>| spawn_process(&exe, &dir, name, verb);
+    let layout = ClusterLayout::read(&config, dir, args.jobmanagers)?;
     let started = Instant::now();
     let mut pids = Vec::new();
-    let offset = |port: u16, index: u32| if port == 0 { 0 } else { port.saturating_add(index as u16) };
-    let mut rest_addresses = Vec::new();
-    for index in 0..jobmanagers {
-        let mut jobmanager_args = vec!["jobmanager".to_string()];
-        jobmanager_args.extend(config_args(&args.config));
-        if index > 0 {
-            // Standbys listen next to the first JobManager.
-            jobmanager_args.extend(["-D".to_string(), format!("rest.port={}", offset(rest_port, index))]);
-            jobmanager_args.extend(["-D".to_string(), format!("jobmanager.rpc.port={}", offset(rpc_port, index))]);
-        }
-        rest_addresses.push(format!(
-            "http://{}:{}",
-            config.get(&REST_ADDRESS).map_err(CliError::usage)?,
-            offset(rest_port, index)
-        ));
-        let name = if index == 0 { "jobmanager".to_string() } else { format!("jobmanager-{index}") };
-        pids.push(spawn(&name, jobmanager_args)?);
-    }
-    for index in 0..args.taskmanagers {
-        // With HA a TaskManager finds the leader through etcd.
-        let mut taskmanager_args = vec!["taskmanager".to_string()];
-        if !ha {
-            taskmanager_args.extend(["--jobmanager".to_string(), rpc.clone()]);
-        }
-        taskmanager_args.extend(config_args(&args.config));
-        pids.push(spawn(&format!("taskmanager-{index}"), taskmanager_args)?);
-    }
+    let rest_addresses = layout.start_jobmanagers(&args.config, &mut pids)?;
+    layout.start_taskmanagers(&args.config, args.taskmanagers, &mut pids)?;
     let text: Vec<String> = pids.iter().map(u32::to_string).collect();
     std::fs::write(&pid_file, text.join("\n") + "\n")
         .map_err(|e| CliError::runtime(format!("cannot write {}: {e}", pid_file.display())))?;
-    // Through the first JobManager (a standby forwards to the leader).
-    let client = RestClient::new(&rest);
-    loop {
-        if let Ok(overview) = client.get_json::<Value>("/overview")
-            && overview["taskmanagers"].as_u64() == Some(u64::from(args.taskmanagers))
-        {
-            break;
-        }
-        if started.elapsed() > CLUSTER_START_WAIT_MAX {
-            return Err(CliError::runtime(format!(
-                "the cluster did not come up within {CLUSTER_START_WAIT_MAX:?}; see the logs in {}",
-                dir.display()
-            )));
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    if ha {
+    layout.wait_until_up(args.taskmanagers, started)?;
+    if layout.ha {
         println!(
             "High availability on etcd: JobManagers at {} (one leads, the others stand by)",
             rest_addresses.join(", ")
         );
     }
     let slots = config.get(&TASKMANAGER_NUMBER_OF_TASK_SLOTS).map_err(CliError::usage)?;
-    let jobmanager = if ha {
+    let jobmanager = if layout.ha {
         "TaskManagers registered with the leader".to_string()
     } else {
-        format!("JobManager at http://{rest} (TaskManagers connect to {rpc})")
+        format!("JobManager at http://{} (TaskManagers connect to {})", layout.rest, layout.rpc)
     };
     println!(
         "Cluster started in {} ms: {jobmanager}, {} TaskManager(s) with {slots} slot(s) each; logs in {}",
         started.elapsed().as_millis(),
         args.taskmanagers,
-        dir.display()
+        layout.dir.display()
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// What `weir cluster start` starts and where its processes listen, from the configuration.
+struct ClusterLayout {
+    /// The weir binary the processes run.
+    exe: std::path::PathBuf,
+    /// Where their logs and the pid file are.
+    dir: std::path::PathBuf,
+    rpc_port: u16,
+    /// `host:port` of the first JobManager's RPC, which TaskManagers connect to without HA.
+    rpc: String,
+    rest_host: String,
+    rest_port: u16,
+    /// `host:port` of the first JobManager's REST API.
+    rest: String,
+    /// High availability: standby JobManagers, and TaskManagers that find the leader.
+    ha: bool,
+    jobmanagers: u32,
+}
+
+impl ClusterLayout {
+    /// Reads the layout; more than one JobManager without high availability is refused (and
+    /// the new, still empty cluster directory removed).
+    fn read(config: &weir_config::Configuration, dir: std::path::PathBuf, jobmanagers: u32) -> Result<Self, CliError> {
+        let exe =
+            std::env::current_exe().map_err(|e| CliError::runtime(format!("cannot find the weir binary: {e}")))?;
+        let rpc_port = config.get(&JOBMANAGER_RPC_PORT).map_err(CliError::usage)?;
+        let rpc = format!("{}:{rpc_port}", config.get(&JOBMANAGER_RPC_ADDRESS).map_err(CliError::usage)?);
+        let rest_port = config.get(&REST_PORT).map_err(CliError::usage)?;
+        let rest_host = config.get(&REST_ADDRESS).map_err(CliError::usage)?;
+        let rest = format!("{rest_host}:{rest_port}");
+        let ha = ha_settings(config)?.is_some();
+        let jobmanagers = jobmanagers.max(1);
+        if jobmanagers > 1 && !ha {
+            let _ = std::fs::remove_dir(&dir);
+            return Err(CliError::usage(format!(
+                "--jobmanagers {jobmanagers} needs high-availability.type: etcd (standby JobManagers take over through etcd; see docs/high-availability.md)"
+            )));
+        }
+        Ok(ClusterLayout { exe, dir, rpc_port, rpc, rest_host, rest_port, rest, ha, jobmanagers })
+    }
+
+    /// Port `port` moved up by `index` for the `index`th JobManager; 0 (any free port) stays 0.
+    fn offset(port: u16, index: u32) -> u16 {
+        if port == 0 { 0 } else { port.saturating_add(index as u16) }
+    }
+
+    /// Starts the JobManagers, their pids appended to `pids`; the URL of each one's REST API.
+    fn start_jobmanagers(&self, config: &ConfigArgs, pids: &mut Vec<u32>) -> Result<Vec<String>, CliError> {
+        let mut rest_addresses = Vec::new();
+        for index in 0..self.jobmanagers {
+            let mut jobmanager_args = vec!["jobmanager".to_string()];
+            jobmanager_args.extend(config_args(config));
+            if index > 0 {
+                // Standbys listen next to the first JobManager.
+                let rest_port = Self::offset(self.rest_port, index);
+                let rpc_port = Self::offset(self.rpc_port, index);
+                jobmanager_args.extend(["-D".to_string(), format!("rest.port={rest_port}")]);
+                jobmanager_args.extend(["-D".to_string(), format!("jobmanager.rpc.port={rpc_port}")]);
+            }
+            rest_addresses.push(format!("http://{}:{}", self.rest_host, Self::offset(self.rest_port, index)));
+            let name = if index == 0 { "jobmanager".to_string() } else { format!("jobmanager-{index}") };
+            pids.push(spawn_process(&self.exe, &self.dir, &name, jobmanager_args)?);
+        }
+        Ok(rest_addresses)
+    }
+
+    /// Starts `count` TaskManagers, their pids appended to `pids`.
+    fn start_taskmanagers(&self, config: &ConfigArgs, count: u32, pids: &mut Vec<u32>) -> Result<(), CliError> {
+        for index in 0..count {
+            // With HA a TaskManager finds the leader through etcd.
+            let mut taskmanager_args = vec!["taskmanager".to_string()];
+            if !self.ha {
+                taskmanager_args.extend(["--jobmanager".to_string(), self.rpc.clone()]);
+            }
+            taskmanager_args.extend(config_args(config));
+            pids.push(spawn_process(&self.exe, &self.dir, &format!("taskmanager-{index}"), taskmanager_args)?);
+        }
+        Ok(())
+    }
+
+    /// Waits until `taskmanagers` TaskManagers are registered, at most
+    /// [`CLUSTER_START_WAIT_MAX`] after `started`.
+    fn wait_until_up(&self, taskmanagers: u32, started: Instant) -> Result<(), CliError> {
+        // Through the first JobManager (a standby forwards to the leader).
+        let client = RestClient::new(&self.rest);
+        loop {
+            if let Ok(overview) = client.get_json::<Value>("/overview")
+                && overview["taskmanagers"].as_u64() == Some(u64::from(taskmanagers))
+            {
+                return Ok(());
+            }
+            if started.elapsed() > CLUSTER_START_WAIT_MAX {
+                return Err(CliError::runtime(format!(
+                    "the cluster did not come up within {CLUSTER_START_WAIT_MAX:?}; see the logs in {}",
+                    self.dir.display()
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
 }
 
 /// Starts `weir <verb...>` in the background with its output in `<dir>/<name>.log`; its pid.
