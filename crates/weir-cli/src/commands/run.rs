@@ -9,7 +9,7 @@ use weir_config::options::REST_PORT;
 use weir_jobmanager::settings::{host_port, rest_hosts, shown_configuration};
 use weir_jobmanager::{PreparedJob, prepare};
 use weir_rest::{ClusterInfo, RestServer};
-use weir_runtime::{Dispatcher, JobGraph};
+use weir_runtime::{Dispatcher, JobGraph, JobMaster};
 use weir_types::JobStatus;
 
 use crate::args::RunArgs;
@@ -42,9 +42,14 @@ pub fn run(args: RunArgs, catalog: &JobCatalog) -> Result<ExitCode, CliError> {
             "-d/--detached needs a cluster: pass -m HOST:PORT (start one with `weir cluster start`)",
         ));
     }
+    run_embedded(&args, catalog, &config)
+}
+
+/// Runs the job on an embedded cluster in this process, its REST API up while it runs.
+fn run_embedded(args: &RunArgs, catalog: &JobCatalog, config: &Configuration) -> Result<ExitCode, CliError> {
     let PreparedJob { graph, settings, notes } = prepare(
         catalog,
-        &config,
+        config,
         &args.job,
         &args.job_args,
         args.from_savepoint.as_deref(),
@@ -57,15 +62,36 @@ pub fn run(args: RunArgs, catalog: &JobCatalog) -> Result<ExitCode, CliError> {
     let slots = job_graph.vertices.iter().map(|v| v.parallelism).max().unwrap_or(1);
 
     let dispatcher = Dispatcher::new("localhost");
-    let rest = start_rest(&config, &dispatcher, slots)?;
-    let (_, rest_host) = rest_hosts(&config)?;
+    let rest = start_rest(config, &dispatcher, slots)?;
+    let (_, rest_host) = rest_hosts(config)?;
     eprintln!("Embedded cluster: REST API at http://{}", host_port(&rest_host, rest.local_addr().port()));
 
     let master = dispatcher.submit(graph, settings).map_err(CliError::usage)?;
     println!("Job has been submitted with JobID {}", master.job_id());
-    // Ctrl-C (SIGINT) or SIGTERM: cancel the job and say where it can resume from (retained
-    // checkpoints outlive a cancel, as Flink's RETAIN_ON_CANCELLATION); a second one exits.
-    let interrupted = Arc::clone(&master);
+    cancel_on_termination(&master)?;
+    if args.from_savepoint.is_some() {
+        crate::progress::follow_restore(|| Ok(master.details()))?;
+    }
+    let status = master.wait_terminal(None);
+    let duration_ms = master.overview().duration;
+    linger_for_savepoint_clients(&master);
+    rest.shutdown();
+
+    println!("Job {} ended with state {status} after {duration_ms} ms", master.job_id());
+    match status {
+        JobStatus::Finished => Ok(ExitCode::SUCCESS),
+        JobStatus::Failed => {
+            let cause = master.failure_cause().unwrap_or_else(|| "no cause recorded".into());
+            Err(CliError::runtime(format!("job {} FAILED: {cause}", master.job_id())))
+        }
+        _ => Ok(ExitCode::from(1)),
+    }
+}
+
+/// Ctrl-C (SIGINT) or SIGTERM: cancel the job and say where it can resume from (retained
+/// checkpoints outlive a cancel, as Flink's RETAIN_ON_CANCELLATION); a second one exits.
+fn cancel_on_termination(master: &Arc<JobMaster>) -> Result<(), CliError> {
+    let interrupted = Arc::clone(master);
     crate::signals::on_termination("weir run", move |_| {
         eprintln!("Cancelling job {} (interrupted).", interrupted.job_id());
         let _ = interrupted.cancel();
@@ -82,26 +108,15 @@ pub fn run(args: RunArgs, catalog: &JobCatalog) -> Result<ExitCode, CliError> {
         }
     })
     .map_err(|e| CliError::runtime(format!("cannot handle SIGINT: {e}")))?;
-    if args.from_savepoint.is_some() {
-        crate::progress::follow_restore(|| Ok(master.details()))?;
-    }
-    let status = master.wait_terminal(None);
-    let duration_ms = master.overview().duration;
+    Ok(())
+}
+
+/// Waits, at most [`REPORT_LINGER_MAX`], while savepoints of the ended job are unreported.
+fn linger_for_savepoint_clients(master: &JobMaster) {
     // A `weir stop` or `weir savepoint` client may still have to read where its savepoint is.
     let linger_until = std::time::Instant::now() + REPORT_LINGER_MAX;
     while master.has_unreported_savepoints() && std::time::Instant::now() < linger_until {
         std::thread::sleep(std::time::Duration::from_millis(10));
-    }
-    rest.shutdown();
-
-    println!("Job {} ended with state {status} after {duration_ms} ms", master.job_id());
-    match status {
-        JobStatus::Finished => Ok(ExitCode::SUCCESS),
-        JobStatus::Failed => {
-            let cause = master.failure_cause().unwrap_or_else(|| "no cause recorded".into());
-            Err(CliError::runtime(format!("job {} FAILED: {cause}", master.job_id())))
-        }
-        _ => Ok(ExitCode::from(1)),
     }
 }
 
