@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use weir_config::Configuration;
 use weir_config::options::{OPERATOR_LEASE_DURATION, OPERATOR_RECONCILE_INTERVAL, OPERATOR_REST_PORT};
 use weir_rest::{ClusterInfo, RestServer};
 
@@ -15,6 +16,7 @@ use crate::args::{OperatorAction, OperatorArgs};
 use crate::commands::deployment;
 use crate::error::CliError;
 use crate::settings;
+use crate::signals::StopRequest;
 
 /// How long `-d` waits for the background operator to take control.
 const DETACH_WAIT_MAX: Duration = Duration::from_secs(15);
@@ -48,7 +50,8 @@ fn run(args: &OperatorArgs) -> Result<ExitCode, CliError> {
     // once, and the deployments' clusters keep running.
     let signal = crate::signals::on_termination("Deployment controller", |_| {})
         .map_err(|e| CliError::runtime(format!("cannot handle SIGTERM: {e}")))?;
-    let (client, cluster_id) = match (&deployments.etcd, file_lock) {
+    let serving = Serving { deployments: &deployments, rest: &rest, signal: &signal };
+    match (&deployments.etcd, file_lock) {
         (None, Some(lock)) => {
             announce(&deployments, &rest);
             // The lock file is held until this process ends: nothing can take over from it.
@@ -61,57 +64,91 @@ fn run(args: &OperatorArgs) -> Result<ExitCode, CliError> {
             controller.run(&signal.flag());
             drop(lock);
             eprintln!("Deployment controller: stopped; the deployments keep running");
-            return Ok(ExitCode::SUCCESS);
+            Ok(ExitCode::SUCCESS)
         }
-        (Some((client, cluster_id)), _) => (Arc::clone(client), cluster_id.clone()),
-        (None, None) => return Err(CliError::runtime("no operator lock was taken")),
-    };
-    // With etcd: lead while the lease holds; a lost lease (frozen, cut off from etcd, etcd
-    // restarted) stops the controller at once and the operator stands by and campaigns
-    // again, so a hiccup never leaves the deployments without an operator.
+        (Some((client, cluster_id)), _) => lead_through_etcd(&serving, &config, Arc::clone(client), cluster_id.clone()),
+        (None, None) => Err(CliError::runtime("no operator lock was taken")),
+    }
+}
+
+/// A process-backend operator's deployments, its REST API and its stop request.
+struct Serving<'a> {
+    deployments: &'a deployment::Deployments,
+    rest: &'a RestServer,
+    signal: &'a StopRequest,
+}
+
+/// How one term as the leader in etcd ended.
+enum TermEnd {
+    /// A signal stopped the operator; its leadership is released.
+    Stopped,
+    /// The leadership was lost; the operator stands by again.
+    Lost,
+}
+
+/// With etcd: lead while the lease holds; a lost lease (frozen, cut off from etcd, etcd
+/// restarted) stops the controller at once and the operator stands by and campaigns
+/// again, so a hiccup never leaves the deployments without an operator.
+fn lead_through_etcd(
+    serving: &Serving,
+    config: &Configuration,
+    client: Arc<weir_ha::EtcdClient>,
+    cluster_id: String,
+) -> Result<ExitCode, CliError> {
     loop {
         eprintln!(
             "Deployment controller: standing by until it leads the operators of cluster-id '{cluster_id}' in etcd"
         );
-        let Some(leadership) = weir_deploy::lock::lead(Arc::clone(&client), &cluster_id, &rest.url(), &signal.flag())
-            .map_err(CliError::runtime)?
+        let Some(leadership) =
+            weir_deploy::lock::lead(Arc::clone(&client), &cluster_id, &serving.rest.url(), &serving.signal.flag())
+                .map_err(CliError::runtime)?
         else {
             eprintln!("Deployment controller: stopped while standing by");
             return Ok(ExitCode::SUCCESS);
         };
-        announce(&deployments, &rest);
-        let stop = Arc::new(AtomicBool::new(false));
-        let fence = weir_deploy::Fence::etcd(&leadership);
-        let controller = weir_deploy::Controller::new(
-            Arc::clone(&deployments.store),
-            config.clone(),
-            deployments.root.clone(),
-            fence.clone(),
-        );
-        let loop_stop = Arc::clone(&stop);
-        let worker = std::thread::Builder::new()
-            .name("weir-operator".into())
-            .spawn(move || controller.run(&loop_stop))
-            .map_err(|e| CliError::runtime(format!("cannot start the controller: {e}")))?;
-        while !leadership.wait_lost(Duration::from_millis(50)) {
-            if signal.requested() {
-                // Any step under way stops at its next check of the fence.
-                fence.mark_lost();
-            }
+        announce(serving.deployments, serving.rest);
+        match lead_term(serving, config, leadership)? {
+            TermEnd::Stopped => return Ok(ExitCode::SUCCESS),
+            TermEnd::Lost => {}
         }
-        stop.store(true, Ordering::Relaxed);
-        let _ = worker.join();
-        if signal.requested() {
-            leadership.resign();
-            eprintln!("Deployment controller: stopped and released its leadership; the deployments keep running");
-            return Ok(ExitCode::SUCCESS);
-        }
-        drop(leadership);
-        tracing::warn!(
-            "this operator lost its leadership in etcd (another took over, or etcd was unreachable past the lease); it stands by"
-        );
-        eprintln!("Deployment controller: lost the leadership in etcd; it made no further change");
     }
+}
+
+/// One term as the leader: the controller runs on a thread of its own until the leadership
+/// is lost or a signal asks the operator to stop.
+fn lead_term(serving: &Serving, config: &Configuration, leadership: weir_ha::Leadership) -> Result<TermEnd, CliError> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let fence = weir_deploy::Fence::etcd(&leadership);
+    let controller = weir_deploy::Controller::new(
+        Arc::clone(&serving.deployments.store),
+        config.clone(),
+        serving.deployments.root.clone(),
+        fence.clone(),
+    );
+    let loop_stop = Arc::clone(&stop);
+    let worker = std::thread::Builder::new()
+        .name("weir-operator".into())
+        .spawn(move || controller.run(&loop_stop))
+        .map_err(|e| CliError::runtime(format!("cannot start the controller: {e}")))?;
+    while !leadership.wait_lost(Duration::from_millis(50)) {
+        if serving.signal.requested() {
+            // Any step under way stops at its next check of the fence.
+            fence.mark_lost();
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let _ = worker.join();
+    if serving.signal.requested() {
+        leadership.resign();
+        eprintln!("Deployment controller: stopped and released its leadership; the deployments keep running");
+        return Ok(TermEnd::Stopped);
+    }
+    drop(leadership);
+    tracing::warn!(
+        "this operator lost its leadership in etcd (another took over, or etcd was unreachable past the lease); it stands by"
+    );
+    eprintln!("Deployment controller: lost the leadership in etcd; it made no further change");
+    Ok(TermEnd::Lost)
 }
 
 /// `weir operator --kubernetes`: the same controller over the WeirDeployment resources of a
