@@ -19,7 +19,9 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
-use weir_runtime::checkpointing::stats::CheckpointStatus;
+use weir_runtime::JobDetails;
+use weir_runtime::checkpointing::stats::{CheckpointStats, CheckpointStatus};
+use weir_runtime::status::SubtaskDetails;
 use weir_types::Lifecycle;
 use weir_types::lifecycle::now_ms;
 
@@ -55,22 +57,33 @@ struct Families {
     records_late: Counters,
 }
 
+/// The help suffix of the per-subtask families.
+const PER_SUBTASK: &str = "per subtask (labels job_id, job_name, task, subtask)";
+
 impl Families {
+    /// Registers every family, in the order the scrape lists them.
     fn register(&self, registry: &mut Registry) {
-        let subtask = "per subtask (labels job_id, job_name, task, subtask)";
+        self.register_tasks(registry);
+        self.register_sources_and_event_time(registry);
+        self.register_jobs(registry);
+        self.register_leader(registry);
+    }
+
+    /// Subtasks' and chained operators' record counts and backpressure.
+    fn register_tasks(&self, registry: &mut Registry) {
         registry.register(
             "weir_task_records_in",
-            format!("records a subtask received {subtask}"),
+            format!("records a subtask received {PER_SUBTASK}"),
             self.records_in.clone(),
         );
         registry.register(
             "weir_task_records_out",
-            format!("records a subtask emitted {subtask}"),
+            format!("records a subtask emitted {PER_SUBTASK}"),
             self.records_out.clone(),
         );
         registry.register(
             "weir_task_backpressured_time_ms",
-            format!("milliseconds a subtask waited for downstream capacity {subtask}"),
+            format!("milliseconds a subtask waited for downstream capacity {PER_SUBTASK}"),
             self.backpressured_ms.clone(),
         );
         let operator = "per chained operator (labels job_id, job_name, task, operator: its uid, subtask)";
@@ -84,6 +97,10 @@ impl Families {
             format!("records an operator emitted {operator}"),
             self.operator_records_out.clone(),
         );
+    }
+
+    /// Sources' split positions and skipped records; input watermarks and late records.
+    fn register_sources_and_event_time(&self, registry: &mut Registry) {
         let split = "per source split (labels job_id, job_name, task, subtask, split: <topic>-<partition> for Kafka)";
         registry.register(
             "weir_source_split_current_offset",
@@ -97,19 +114,23 @@ impl Families {
         );
         registry.register(
             "weir_source_records_skipped",
-            format!("records a source skipped because they could not be deserialised {subtask}"),
+            format!("records a source skipped because they could not be deserialised {PER_SUBTASK}"),
             self.records_skipped.clone(),
         );
         registry.register(
             "weir_task_current_input_watermark",
-            format!("the subtask's input watermark, epoch ms (Flink's currentInputWatermark; absent before the first) {subtask}"),
+            format!("the subtask's input watermark, epoch ms (Flink's currentInputWatermark; absent before the first) {PER_SUBTASK}"),
             self.input_watermark.clone(),
         );
         registry.register(
             "weir_task_late_records",
-            format!("records that came after the watermark passed their windows (dropped or sent to a late-data side output) {subtask}"),
+            format!("records that came after the watermark passed their windows (dropped or sent to a late-data side output) {PER_SUBTASK}"),
             self.records_late.clone(),
         );
+    }
+
+    /// Per job: restarts, uptime, state and checkpoints.
+    fn register_jobs(&self, registry: &mut Registry) {
         registry.register("weir_job_restarts", "restarts after failures (Flink's numRestarts)", self.restarts.clone());
         registry.register("weir_job_uptime_ms", "milliseconds since the job started running", self.uptime_ms.clone());
         registry.register("weir_job_state", "1 for the job's current state (label state)", self.job_state.clone());
@@ -134,6 +155,10 @@ impl Families {
             "state size of the latest completed checkpoint",
             self.last_checkpoint_size_bytes.clone(),
         );
+    }
+
+    /// High availability: the leader JobManager.
+    fn register_leader(&self, registry: &mut Registry) {
         registry.register(
             "weir_jobmanager_leader_epoch",
             "high availability: the leadership epoch of the leader JobManager (label leader: its id); it grows with every change of leader",
@@ -144,6 +169,67 @@ impl Families {
             "high availability: when the leader JobManager was elected, epoch milliseconds",
             self.leader_since_ms.clone(),
         );
+    }
+
+    /// A job's restarts, its state, and while it has not ended its uptime; the job's labels.
+    fn job(&self, details: &JobDetails) -> Labels {
+        let job_labels: Labels =
+            vec![("job_id".into(), details.jid.clone()), ("job_name".into(), details.name.clone())];
+        self.restarts.get_or_create(&job_labels).inc_by(u64::from(details.num_restarts));
+        let mut with_state = job_labels.clone();
+        with_state.push(("state".into(), details.state.to_string()));
+        self.job_state.get_or_create(&with_state).set(1);
+        if !details.state.is_terminal() {
+            self.uptime_ms.get_or_create(&job_labels).set(gauge_value(now_ms().saturating_sub(details.start_time)));
+        }
+        job_labels
+    }
+
+    /// One subtask's counters, its splits' and its chained operators'.
+    fn subtask(&self, job_labels: &Labels, task: &str, subtask: &SubtaskDetails) {
+        let mut labels = job_labels.clone();
+        labels.push(("task".into(), task.to_string()));
+        labels.push(("subtask".into(), subtask.subtask.to_string()));
+        self.records_in.get_or_create(&labels).inc_by(subtask.metrics.read_records);
+        self.records_out.get_or_create(&labels).inc_by(subtask.metrics.write_records);
+        self.backpressured_ms.get_or_create(&labels).inc_by(subtask.metrics.backpressured_ms);
+        if subtask.skipped_records > 0 {
+            self.records_skipped.get_or_create(&labels).inc_by(subtask.skipped_records);
+        }
+        if let Some(watermark) = subtask.input_watermark {
+            self.input_watermark.get_or_create(&labels).set(watermark);
+        }
+        if subtask.late_records > 0 {
+            self.records_late.get_or_create(&labels).inc_by(subtask.late_records);
+        }
+        for split in &subtask.splits {
+            let mut labels = labels.clone();
+            labels.push(("split".into(), split.split.clone()));
+            self.split_offset.get_or_create(&labels).set(split.current_offset);
+            if let Some(lag) = split.lag {
+                self.split_lag.get_or_create(&labels).set(lag);
+            }
+        }
+        for operator in &subtask.operators {
+            let mut labels = job_labels.clone();
+            labels.push(("task".into(), task.to_string()));
+            labels.push(("operator".into(), operator.uid.clone()));
+            labels.push(("subtask".into(), subtask.subtask.to_string()));
+            self.operator_records_in.get_or_create(&labels).inc_by(operator.read_records);
+            self.operator_records_out.get_or_create(&labels).inc_by(operator.write_records);
+        }
+    }
+
+    /// A job's checkpoint counts and its latest completed checkpoint's duration and size.
+    fn checkpoints(&self, job_labels: &Labels, stats: &CheckpointStats) {
+        self.checkpoints_completed.get_or_create(job_labels).inc_by(stats.completed);
+        self.checkpoints_failed.get_or_create(job_labels).inc_by(stats.failed);
+        self.checkpoints_in_progress.get_or_create(job_labels).set(gauge_value(stats.in_progress));
+        let latest = stats.history.iter().filter(|c| c.status == CheckpointStatus::Completed).max_by_key(|c| c.id);
+        if let Some(latest) = latest {
+            self.last_checkpoint_duration_ms.get_or_create(job_labels).set(gauge_value(latest.end_to_end_duration));
+            self.last_checkpoint_size_bytes.get_or_create(job_labels).set(gauge_value(latest.state_size));
+        }
     }
 }
 
@@ -157,62 +243,14 @@ pub(crate) fn render(state: &AppState) -> Result<String, std::fmt::Error> {
     let mut flink = flink::FlinkMetrics::new(state);
     for job in state.dispatcher.jobs() {
         let details = job.details();
-        let job_labels: Labels =
-            vec![("job_id".into(), details.jid.clone()), ("job_name".into(), details.name.clone())];
-        families.restarts.get_or_create(&job_labels).inc_by(u64::from(details.num_restarts));
-        let mut with_state = job_labels.clone();
-        with_state.push(("state".into(), details.state.to_string()));
-        families.job_state.get_or_create(&with_state).set(1);
-        if !details.state.is_terminal() {
-            families.uptime_ms.get_or_create(&job_labels).set(gauge_value(now_ms().saturating_sub(details.start_time)));
-        }
+        let job_labels = families.job(&details);
         for vertex in &details.vertices {
             for subtask in &vertex.subtasks {
-                let mut labels = job_labels.clone();
-                labels.push(("task".into(), vertex.name.clone()));
-                labels.push(("subtask".into(), subtask.subtask.to_string()));
-                families.records_in.get_or_create(&labels).inc_by(subtask.metrics.read_records);
-                families.records_out.get_or_create(&labels).inc_by(subtask.metrics.write_records);
-                families.backpressured_ms.get_or_create(&labels).inc_by(subtask.metrics.backpressured_ms);
-                if subtask.skipped_records > 0 {
-                    families.records_skipped.get_or_create(&labels).inc_by(subtask.skipped_records);
-                }
-                if let Some(watermark) = subtask.input_watermark {
-                    families.input_watermark.get_or_create(&labels).set(watermark);
-                }
-                if subtask.late_records > 0 {
-                    families.records_late.get_or_create(&labels).inc_by(subtask.late_records);
-                }
-                for split in &subtask.splits {
-                    let mut labels = labels.clone();
-                    labels.push(("split".into(), split.split.clone()));
-                    families.split_offset.get_or_create(&labels).set(split.current_offset);
-                    if let Some(lag) = split.lag {
-                        families.split_lag.get_or_create(&labels).set(lag);
-                    }
-                }
-                for operator in &subtask.operators {
-                    let mut labels = job_labels.clone();
-                    labels.push(("task".into(), vertex.name.clone()));
-                    labels.push(("operator".into(), operator.uid.clone()));
-                    labels.push(("subtask".into(), subtask.subtask.to_string()));
-                    families.operator_records_in.get_or_create(&labels).inc_by(operator.read_records);
-                    families.operator_records_out.get_or_create(&labels).inc_by(operator.write_records);
-                }
+                families.subtask(&job_labels, &vertex.name, subtask);
             }
         }
         let stats = job.checkpoint_stats();
-        families.checkpoints_completed.get_or_create(&job_labels).inc_by(stats.completed);
-        families.checkpoints_failed.get_or_create(&job_labels).inc_by(stats.failed);
-        families.checkpoints_in_progress.get_or_create(&job_labels).set(gauge_value(stats.in_progress));
-        let latest = stats.history.iter().filter(|c| c.status == CheckpointStatus::Completed).max_by_key(|c| c.id);
-        if let Some(latest) = latest {
-            families
-                .last_checkpoint_duration_ms
-                .get_or_create(&job_labels)
-                .set(gauge_value(latest.end_to_end_duration));
-            families.last_checkpoint_size_bytes.get_or_create(&job_labels).set(gauge_value(latest.state_size));
-        }
+        families.checkpoints(&job_labels, &stats);
         flink.job(&job, &details, &stats);
     }
     if let Some(ha) = state.cluster.ha_overview.as_ref().and_then(|ha| ha()) {
@@ -258,6 +296,7 @@ mod flink {
     use weir_runtime::checkpointing::stats::{CheckpointStats, CheckpointStatus};
     use weir_runtime::cluster::TaskManagerInfo;
     use weir_runtime::jobgraph::operator_id;
+    use weir_runtime::status::SubtaskDetails;
     use weir_runtime::{JobDetails, JobMaster};
     use weir_types::lifecycle::now_ms;
     use weir_types::{ExecutionState, JobStatus, Lifecycle};
@@ -394,6 +433,25 @@ mod flink {
             .collect()
     }
 
+    /// The operators chained in one task.
+    struct Chain<'a> {
+        /// Whether its head is a source.
+        is_source: bool,
+        /// Their names, head first, as the task's name lists them.
+        names: Vec<&'a str>,
+    }
+
+    /// One deployed subtask in a scrape.
+    struct SubtaskScrape<'a> {
+        subtask: &'a SubtaskDetails,
+        /// Its attempt, for the per-second readings.
+        key: SubtaskKey,
+        /// Its task's labels.
+        labels: Labels,
+        /// Its input watermark.
+        watermark: i64,
+    }
+
     /// The Flink gauges of one scrape.
     pub(super) struct FlinkMetrics {
         /// Gauges by (scope, metric name), in the order they are exposed.
@@ -524,8 +582,10 @@ mod flink {
             // weir counts restarts per job (or pipelined region), not per subtask.
             let attempt = details.num_restarts.to_string();
             for (vertex_index, vertex) in details.vertices.iter().enumerate() {
-                let is_source = details.plan.nodes.iter().any(|node| node.id == vertex.id && node.inputs.is_empty());
-                let names: Vec<&str> = vertex.name.split(" -> ").collect();
+                let chain = Chain {
+                    is_source: details.plan.nodes.iter().any(|node| node.id == vertex.id && node.inputs.is_empty()),
+                    names: vertex.name.split(" -> ").collect(),
+                };
                 for subtask in &vertex.subtasks {
                     if !deployed(subtask.status) {
                         continue;
@@ -534,7 +594,7 @@ mod flink {
                         continue;
                     };
                     let index = subtask.subtask.to_string();
-                    let task_labels = labels([
+                    let labels = labels([
                         ("job_id", &details.jid),
                         ("job_name", &details.name),
                         ("task_id", &vertex.id),
@@ -545,63 +605,72 @@ mod flink {
                         ("tm_id", &tm_id),
                         ("host", &host),
                     ]);
-                    let io = &subtask.metrics;
-                    // Flink's value before the first watermark is Long.MIN_VALUE.
-                    let watermark = subtask.input_watermark.unwrap_or(i64::MIN);
-                    self.set(TASK, "numRecordsIn", &task_labels, gauge_value(io.read_records));
-                    self.set(TASK, "numRecordsOut", &task_labels, gauge_value(io.write_records));
-                    self.set(TASK, "currentInputWatermark", &task_labels, watermark);
-                    let key = (details.jid.clone(), vertex.id.clone(), subtask.subtask, subtask.start_time);
-                    let now = self.now;
-                    if let Some(rate) = records_per_second(&key, "numRecordsIn".into(), now, io.read_records) {
-                        self.set_rate(TASK, "numRecordsInPerSecond", &task_labels, rate);
-                    }
-                    if let Some(rate) = records_per_second(&key, "numRecordsOut".into(), now, io.write_records) {
-                        self.set_rate(TASK, "numRecordsOutPerSecond", &task_labels, rate);
-                    }
-                    if let Some(per_second) = backpressure_per_second(key.clone(), now, io.backpressured_ms) {
-                        self.set(TASK, "backPressuredTimeMsPerSecond", &task_labels, per_second);
-                    }
+                    let scrape = SubtaskScrape {
+                        subtask,
+                        key: (details.jid.clone(), vertex.id.clone(), subtask.subtask, subtask.start_time),
+                        labels,
+                        // Flink's value before the first watermark is Long.MIN_VALUE.
+                        watermark: subtask.input_watermark.unwrap_or(i64::MIN),
+                    };
+                    self.task(&scrape);
                     let late_dropped =
                         dropped.get(vertex_index).and_then(|v| v.get(subtask.subtask as usize)).copied().unwrap_or(0);
-                    for (position, operator) in subtask.operators.iter().enumerate() {
-                        let name = match names.get(position) {
-                            Some(name) if names.len() == subtask.operators.len() => *name,
-                            _ => operator.uid.as_str(),
-                        };
-                        let mut operator_labels = task_labels.clone();
-                        operator_labels.push(("operator_id".into(), operator_id(&operator.uid)));
-                        let name: String = name.chars().take(OPERATOR_NAME_MAX_LENGTH).collect();
-                        operator_labels.push(("operator_name".into(), label_value(&name)));
-                        // A source operator's records in are the records it read, as Flink's
-                        // source readers count them (the task's records in).
-                        let records_in =
-                            if position == 0 && is_source { io.read_records } else { operator.read_records };
-                        self.set(OPERATOR, "numRecordsIn", &operator_labels, gauge_value(records_in));
-                        self.set(OPERATOR, "numRecordsOut", &operator_labels, gauge_value(operator.write_records));
-                        let counter = format!("{position}.numRecordsIn");
-                        if let Some(rate) = records_per_second(&key, counter, now, records_in) {
-                            self.set_rate(OPERATOR, "numRecordsInPerSecond", &operator_labels, rate);
-                        }
-                        let counter = format!("{position}.numRecordsOut");
-                        if let Some(rate) = records_per_second(&key, counter, now, operator.write_records) {
-                            self.set_rate(OPERATOR, "numRecordsOutPerSecond", &operator_labels, rate);
-                        }
-                        if position == 0 {
-                            // The task's input watermark is its first operator's; weir does not
-                            // track watermarks between chained operators.
-                            self.set(OPERATOR, "currentInputWatermark", &operator_labels, watermark);
-                            // Late records are counted by the keyed operator a keyed exchange
-                            // feeds, the first of its task.
-                            if subtask.late_records > 0 {
-                                self.set(
-                                    OPERATOR,
-                                    "numLateRecordsDropped",
-                                    &operator_labels,
-                                    gauge_value(late_dropped),
-                                );
-                            }
-                        }
+                    self.operators(&scrape, &chain, late_dropped);
+                }
+            }
+        }
+
+        /// A deployed subtask's own gauges (`flink_taskmanager_job_task_*`).
+        fn task(&mut self, scrape: &SubtaskScrape) {
+            let (task_labels, io, now) = (&scrape.labels, &scrape.subtask.metrics, self.now);
+            self.set(TASK, "numRecordsIn", task_labels, gauge_value(io.read_records));
+            self.set(TASK, "numRecordsOut", task_labels, gauge_value(io.write_records));
+            self.set(TASK, "currentInputWatermark", task_labels, scrape.watermark);
+            if let Some(rate) = records_per_second(&scrape.key, "numRecordsIn".into(), now, io.read_records) {
+                self.set_rate(TASK, "numRecordsInPerSecond", task_labels, rate);
+            }
+            if let Some(rate) = records_per_second(&scrape.key, "numRecordsOut".into(), now, io.write_records) {
+                self.set_rate(TASK, "numRecordsOutPerSecond", task_labels, rate);
+            }
+            if let Some(per_second) = backpressure_per_second(scrape.key.clone(), now, io.backpressured_ms) {
+                self.set(TASK, "backPressuredTimeMsPerSecond", task_labels, per_second);
+            }
+        }
+
+        /// The gauges of a deployed subtask's chained operators
+        /// (`flink_taskmanager_job_task_operator_*`); `late_dropped` is its late records dropped.
+        fn operators(&mut self, scrape: &SubtaskScrape, chain: &Chain, late_dropped: u64) {
+            let (subtask, io, now) = (scrape.subtask, &scrape.subtask.metrics, self.now);
+            for (position, operator) in subtask.operators.iter().enumerate() {
+                let name = match chain.names.get(position) {
+                    Some(name) if chain.names.len() == subtask.operators.len() => *name,
+                    _ => operator.uid.as_str(),
+                };
+                let mut operator_labels = scrape.labels.clone();
+                operator_labels.push(("operator_id".into(), operator_id(&operator.uid)));
+                let name: String = name.chars().take(OPERATOR_NAME_MAX_LENGTH).collect();
+                operator_labels.push(("operator_name".into(), label_value(&name)));
+                // A source operator's records in are the records it read, as Flink's
+                // source readers count them (the task's records in).
+                let records_in = if position == 0 && chain.is_source { io.read_records } else { operator.read_records };
+                self.set(OPERATOR, "numRecordsIn", &operator_labels, gauge_value(records_in));
+                self.set(OPERATOR, "numRecordsOut", &operator_labels, gauge_value(operator.write_records));
+                let counter = format!("{position}.numRecordsIn");
+                if let Some(rate) = records_per_second(&scrape.key, counter, now, records_in) {
+                    self.set_rate(OPERATOR, "numRecordsInPerSecond", &operator_labels, rate);
+                }
+                let counter = format!("{position}.numRecordsOut");
+                if let Some(rate) = records_per_second(&scrape.key, counter, now, operator.write_records) {
+                    self.set_rate(OPERATOR, "numRecordsOutPerSecond", &operator_labels, rate);
+                }
+                if position == 0 {
+                    // The task's input watermark is its first operator's; weir does not
+                    // track watermarks between chained operators.
+                    self.set(OPERATOR, "currentInputWatermark", &operator_labels, scrape.watermark);
+                    // Late records are counted by the keyed operator a keyed exchange
+                    // feeds, the first of its task.
+                    if subtask.late_records > 0 {
+                        self.set(OPERATOR, "numLateRecordsDropped", &operator_labels, gauge_value(late_dropped));
                     }
                 }
             }
