@@ -8,7 +8,7 @@ use axum::extract::rejection::{JsonRejection, PathRejection};
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
-use weir_runtime::checkpointing::stats::{CheckpointEntry, CheckpointStatus};
+use weir_runtime::checkpointing::stats::{CheckpointEntry, CheckpointStatus, SubtaskCheckpoint};
 use weir_runtime::job_master::{CheckpointRequestStatus, SavepointStatus};
 
 use crate::error::ApiError;
@@ -855,6 +855,64 @@ pub struct Alignment {
     pub duration: u64,
 }
 
+/// Milliseconds from the trigger of `entry` to the acknowledgement of `subtask`.
+fn end_to_end(entry: &CheckpointEntry, subtask: &SubtaskCheckpoint) -> u64 {
+    subtask.ack_timestamp.saturating_sub(entry.trigger_timestamp)
+}
+
+impl SubtaskCheckpointStatistics {
+    /// Each of a vertex's `parallelism` subtasks in checkpoint `entry`: completed when it is
+    /// among `acked` (the vertex's acknowledgements), else pending or failed.
+    fn of_vertex(entry: &CheckpointEntry, acked: &[&SubtaskCheckpoint], parallelism: u32) -> Vec<Self> {
+        let aborted = entry.status == CheckpointStatus::Failed;
+        (0..parallelism)
+            .map(|i| match acked.iter().find(|s| s.subtask == i) {
+                Some(s) => SubtaskCheckpointStatistics {
+                    class_name: "completed".into(),
+                    index: i,
+                    status: "completed".into(),
+                    ack_timestamp: Some(s.ack_timestamp),
+                    end_to_end_duration: Some(end_to_end(entry, s)),
+                    checkpointed_size: Some(s.checkpointed_size),
+                    state_size: Some(s.state_size),
+                    checkpoint: Some(SyncAsync { sync: s.timings.sync_ms, async_part: s.timings.async_ms }),
+                    alignment: Some(Alignment { duration: s.timings.alignment_ms, ..Alignment::default() }),
+                    start_delay: Some(s.timings.start_delay_ms),
+                    unaligned_checkpoint: Some(false),
+                    aborted: Some(aborted),
+                },
+                None => SubtaskCheckpointStatistics {
+                    class_name: "pending_or_failed".into(),
+                    index: i,
+                    status: "pending_or_failed".into(),
+                    ..SubtaskCheckpointStatistics::default()
+                },
+            })
+            .collect()
+    }
+}
+
+impl TaskCheckpointSummary {
+    /// The summaries over a vertex's acknowledgements `acked` of checkpoint `entry`.
+    fn of(entry: &CheckpointEntry, acked: &[&SubtaskCheckpoint]) -> Self {
+        let durations: Vec<u64> = acked.iter().map(|s| end_to_end(entry, s)).collect();
+        TaskCheckpointSummary {
+            checkpointed_size: StatsSummary::of(acked.iter().map(|s| s.checkpointed_size).collect()),
+            state_size: StatsSummary::of(acked.iter().map(|s| s.state_size).collect()),
+            end_to_end_duration: StatsSummary::of(durations),
+            checkpoint_duration: SyncAsyncSummary {
+                sync: StatsSummary::of(acked.iter().map(|s| s.timings.sync_ms).collect()),
+                async_part: StatsSummary::of(acked.iter().map(|s| s.timings.async_ms).collect()),
+            },
+            alignment: AlignmentSummary {
+                duration: StatsSummary::of(acked.iter().map(|s| s.timings.alignment_ms).collect()),
+                ..AlignmentSummary::default()
+            },
+            start_delay: StatsSummary::of(acked.iter().map(|s| s.timings.start_delay_ms).collect()),
+        }
+    }
+}
+
 #[utoipa::path(get, path = "/jobs/{jobid}/checkpoints/details/{checkpointid}/subtasks/{vertexid}", tag = "checkpoints", summary = "One vertex's part of a checkpoint, per subtask", params(("jobid" = String, Path, description = "Job id: 32 hex characters", pattern = "^[0-9a-f]{32}$"), ("checkpointid" = u64, Path, description = "Checkpoint id"), ("vertexid" = String, Path, description = "Vertex id: 32 hex characters", pattern = "^[0-9a-f]{32}$")), responses((status = 200, body = TaskCheckpointDetails), (status = 400, description = "Not a job id or checkpoint id", body = ErrorResponse), (status = 404, description = "No such job or vertex, or the checkpoint is not in the history", body = ErrorResponse)))]
 pub(crate) async fn checkpoint_subtasks(
     State(state): State<AppState>,
@@ -880,51 +938,9 @@ pub(crate) async fn checkpoint_subtasks(
     let Some(task) = whole.tasks.into_iter().find(|(vid, _)| *vid == vertexid).map(|(_, t)| t) else {
         return Err(ApiError::not_found(format!("Vertex {vertexid} not found in job {jobid}")));
     };
-    let acked: Vec<&weir_runtime::checkpointing::stats::SubtaskCheckpoint> =
-        entry.subtasks.iter().filter(|s| s.vertex == index).collect();
-    let end_to_end = |s: &weir_runtime::checkpointing::stats::SubtaskCheckpoint| {
-        s.ack_timestamp.saturating_sub(entry.trigger_timestamp)
-    };
-    let aborted = entry.status == CheckpointStatus::Failed;
-    let subtasks = (0..vertices[index].2)
-        .map(|i| match acked.iter().find(|s| s.subtask == i) {
-            Some(s) => SubtaskCheckpointStatistics {
-                class_name: "completed".into(),
-                index: i,
-                status: "completed".into(),
-                ack_timestamp: Some(s.ack_timestamp),
-                end_to_end_duration: Some(end_to_end(s)),
-                checkpointed_size: Some(s.checkpointed_size),
-                state_size: Some(s.state_size),
-                checkpoint: Some(SyncAsync { sync: s.timings.sync_ms, async_part: s.timings.async_ms }),
-                alignment: Some(Alignment { duration: s.timings.alignment_ms, ..Alignment::default() }),
-                start_delay: Some(s.timings.start_delay_ms),
-                unaligned_checkpoint: Some(false),
-                aborted: Some(aborted),
-            },
-            None => SubtaskCheckpointStatistics {
-                class_name: "pending_or_failed".into(),
-                index: i,
-                status: "pending_or_failed".into(),
-                ..SubtaskCheckpointStatistics::default()
-            },
-        })
-        .collect();
-    let durations: Vec<u64> = acked.iter().map(|s| end_to_end(s)).collect();
-    let summary = TaskCheckpointSummary {
-        checkpointed_size: StatsSummary::of(acked.iter().map(|s| s.checkpointed_size).collect()),
-        state_size: StatsSummary::of(acked.iter().map(|s| s.state_size).collect()),
-        end_to_end_duration: StatsSummary::of(durations),
-        checkpoint_duration: SyncAsyncSummary {
-            sync: StatsSummary::of(acked.iter().map(|s| s.timings.sync_ms).collect()),
-            async_part: StatsSummary::of(acked.iter().map(|s| s.timings.async_ms).collect()),
-        },
-        alignment: AlignmentSummary {
-            duration: StatsSummary::of(acked.iter().map(|s| s.timings.alignment_ms).collect()),
-            ..AlignmentSummary::default()
-        },
-        start_delay: StatsSummary::of(acked.iter().map(|s| s.timings.start_delay_ms).collect()),
-    };
+    let acked: Vec<&SubtaskCheckpoint> = entry.subtasks.iter().filter(|s| s.vertex == index).collect();
+    let subtasks = SubtaskCheckpointStatistics::of_vertex(entry, &acked, vertices[index].2);
+    let summary = TaskCheckpointSummary::of(entry, &acked);
     let task = TaskCheckpointStatistics {
         num_acknowledged_subtasks: acked.len() as u32,
         latest_ack_timestamp: acked.iter().map(|s| s.ack_timestamp).max().unwrap_or(task.latest_ack_timestamp),
