@@ -91,31 +91,120 @@ pub(crate) type Params = Result<Query<HashMap<String, String>>, QueryRejection>;
 pub fn router(dispatcher: Arc<Dispatcher>, cluster: ClusterInfo) -> Router {
     let state =
         AppState { dispatcher, cluster: Arc::new(cluster), backpressure: Arc::default(), disposals: Arc::default() };
-    use crate::{applications, disposal, jobmanager, subtasks};
-    let routes: [(&str, MethodRouter<AppState>); 56] = [
-        ("/deployments", get(crate::deployments::deployments)),
-        ("/deployments/{name}", get(crate::deployments::deployment)),
-        ("/jobmanager/config", get(jobmanager_config)),
-        ("/jobs/{jobid}/config", get(job_config)),
-        ("/openapi.json", get(crate::openapi::openapi_json)),
+    let routes = [
+        cluster_routes(),
+        jobmanager_routes(),
+        taskmanager_routes(),
+        job_routes(state.cluster.submitter.is_some()),
+        vertex_routes(),
+        checkpoint_routes(),
+        application_routes(),
+    ];
+    // Prometheus scrapes `/metrics` and the Web UI is at `/` (no `/v1` twins: neither is
+    // part of the versioned REST API).
+    let mut app = Router::new().route("/metrics", get(crate::metrics::metrics)).merge(crate::ui::routes());
+    for (path, method_router) in routes.into_iter().flatten() {
+        app = app.route(&format!("/v1{path}"), method_router.clone()).route(path, method_router);
+    }
+    let app = app.fallback(not_found).method_not_allowed_fallback(method_not_allowed);
+    if state.cluster.leader.is_some() {
+        let layer = axum::middleware::from_fn_with_state(state.clone(), crate::leader::route_to_leader);
+        return app.layer(layer).with_state(state);
+    }
+    app.with_state(state)
+}
+
+/// Paths and their handlers.
+type Routes = Vec<(&'static str, MethodRouter<AppState>)>;
+
+/// The cluster as a whole: overview, configuration, the API's own description, and the
+/// deployment controller's deployments.
+fn cluster_routes() -> Routes {
+    vec![
         ("/overview", get(overview)),
         ("/config", get(config)),
-        // An embedded cluster runs its one job and takes no others: no POST, so a POST gets
-        // 405 with `Allow: GET,HEAD`, as every method a path does not have.
-        ("/jobs", if state.cluster.submitter.is_some() { get(jobs).post(submit_job) } else { get(jobs) }),
+        ("/openapi.json", get(crate::openapi::openapi_json)),
+        ("/deployments", get(crate::deployments::deployments)),
+        ("/deployments/{name}", get(crate::deployments::deployment)),
+    ]
+}
+
+/// `/jobmanager/*`.
+fn jobmanager_routes() -> Routes {
+    use crate::jobmanager;
+    vec![
+        ("/jobmanager/config", get(jobmanager_config)),
+        ("/jobmanager/environment", get(jobmanager::jobmanager_environment)),
+        ("/jobmanager/thread-dump", get(jobmanager::jobmanager_thread_dump)),
+        ("/jobmanager/metrics", get(jobmanager::jobmanager_metrics)),
+    ]
+}
+
+/// `/taskmanagers/*`.
+fn taskmanager_routes() -> Routes {
+    vec![
         ("/taskmanagers", get(taskmanagers)),
         ("/taskmanagers/{taskmanagerid}", get(taskmanager_details)),
         ("/taskmanagers/metrics", get(taskmanagers_metrics)),
         ("/taskmanagers/{taskmanagerid}/metrics", get(taskmanager_metrics)),
         ("/taskmanagers/{taskmanagerid}/thread-dump", get(taskmanager_thread_dump)),
+    ]
+}
+
+/// `/jobs` and a job's own paths (its vertices' and checkpoints' are in [`vertex_routes`]
+/// and [`checkpoint_routes`]); `submits`: the cluster accepts jobs.
+fn job_routes(submits: bool) -> Routes {
+    use crate::{jobmanager, subtasks};
+    vec![
+        // An embedded cluster runs its one job and takes no others: no POST, so a POST gets
+        // 405 with `Allow: GET,HEAD`, as every method a path does not have.
+        ("/jobs", if submits { get(jobs).post(submit_job) } else { get(jobs) }),
         ("/jobs/overview", get(jobs_overview)),
+        ("/jobs/metrics", get(jobmanager::aggregated_job_metrics)),
         ("/jobs/{jobid}", get(job_details).patch(job_patch)),
         ("/jobs/{jobid}/status", get(job_status)),
         ("/jobs/{jobid}/plan", get(job_plan)),
+        ("/jobs/{jobid}/config", get(job_config)),
+        ("/jobs/{jobid}/exceptions", get(job_exceptions)),
+        ("/jobs/{jobid}/metrics", get(jobmanager::job_metrics)),
+        ("/jobs/{jobid}/accumulators", get(subtasks::job_accumulators)),
+        ("/jobs/{jobid}/resource-requirements", get(subtasks::resource_requirements)),
+        ("/jobs/{jobid}/jobmanager/config", get(jobmanager::job_jobmanager_config)),
+        ("/jobs/{jobid}/jobmanager/environment", get(jobmanager::job_jobmanager_environment)),
+        ("/jobs/{jobid}/clientHeartbeat", axum::routing::patch(client_heartbeat)),
+    ]
+}
+
+/// `/jobs/{jobid}/vertices/*`: a vertex, its subtasks and their attempts.
+fn vertex_routes() -> Routes {
+    use crate::subtasks;
+    vec![
         ("/jobs/{jobid}/vertices/{vertexid}", get(job_vertex)),
         ("/jobs/{jobid}/vertices/{vertexid}/backpressure", get(crate::backpressure::backpressure)),
         ("/jobs/{jobid}/vertices/{vertexid}/watermarks", get(crate::watermarks::watermarks)),
-        ("/jobs/{jobid}/exceptions", get(job_exceptions)),
+        ("/jobs/{jobid}/vertices/{vertexid}/accumulators", get(subtasks::vertex_accumulators)),
+        ("/jobs/{jobid}/vertices/{vertexid}/metrics", get(subtasks::vertex_metrics)),
+        ("/jobs/{jobid}/vertices/{vertexid}/taskmanagers", get(subtasks::vertex_taskmanagers)),
+        ("/jobs/{jobid}/vertices/{vertexid}/subtasktimes", get(subtasks::subtask_times)),
+        ("/jobs/{jobid}/vertices/{vertexid}/subtasks/accumulators", get(subtasks::subtasks_accumulators)),
+        ("/jobs/{jobid}/vertices/{vertexid}/subtasks/metrics", get(subtasks::aggregated_subtask_metrics)),
+        ("/jobs/{jobid}/vertices/{vertexid}/subtasks/{subtaskindex}", get(subtasks::subtask)),
+        ("/jobs/{jobid}/vertices/{vertexid}/subtasks/{subtaskindex}/metrics", get(subtasks::one_subtask_metrics)),
+        (
+            "/jobs/{jobid}/vertices/{vertexid}/subtasks/{subtaskindex}/attempts/{attempt}",
+            get(subtasks::subtask_attempt),
+        ),
+        (
+            "/jobs/{jobid}/vertices/{vertexid}/subtasks/{subtaskindex}/attempts/{attempt}/accumulators",
+            get(subtasks::subtask_attempt_accumulators),
+        ),
+    ]
+}
+
+/// A job's checkpoints, savepoints and stop-with-savepoint, and savepoint disposal.
+fn checkpoint_routes() -> Routes {
+    use crate::disposal;
+    vec![
         ("/jobs/{jobid}/checkpoints", get(checkpoints::checkpoints).post(checkpoints::trigger_checkpoint)),
         ("/jobs/{jobid}/checkpoints/{triggerid}", get(checkpoints::checkpoint_request_status)),
         ("/jobs/{jobid}/checkpoints/config", get(checkpoints::checkpoint_config)),
@@ -126,50 +215,19 @@ pub fn router(dispatcher: Arc<Dispatcher>, cluster: ClusterInfo) -> Router {
         ("/jobs/{jobid}/stop", post(checkpoints::stop_with_savepoint)),
         ("/savepoint-disposal", post(disposal::trigger_disposal)),
         ("/savepoint-disposal/{triggerid}", get(disposal::disposal_status)),
-        ("/jobmanager/environment", get(jobmanager::jobmanager_environment)),
-        ("/jobmanager/thread-dump", get(jobmanager::jobmanager_thread_dump)),
-        ("/jobmanager/metrics", get(jobmanager::jobmanager_metrics)),
-        ("/jobs/metrics", get(jobmanager::aggregated_job_metrics)),
-        ("/jobs/{jobid}/metrics", get(jobmanager::job_metrics)),
-        ("/jobs/{jobid}/jobmanager/config", get(jobmanager::job_jobmanager_config)),
-        ("/jobs/{jobid}/jobmanager/environment", get(jobmanager::job_jobmanager_environment)),
-        ("/jobs/{jobid}/accumulators", get(subtasks::job_accumulators)),
-        ("/jobs/{jobid}/vertices/{vertexid}/accumulators", get(subtasks::vertex_accumulators)),
-        ("/jobs/{jobid}/vertices/{vertexid}/subtasks/accumulators", get(subtasks::subtasks_accumulators)),
-        ("/jobs/{jobid}/vertices/{vertexid}/subtasks/metrics", get(subtasks::aggregated_subtask_metrics)),
-        ("/jobs/{jobid}/vertices/{vertexid}/subtasks/{subtaskindex}", get(subtasks::subtask)),
-        (
-            "/jobs/{jobid}/vertices/{vertexid}/subtasks/{subtaskindex}/attempts/{attempt}",
-            get(subtasks::subtask_attempt),
-        ),
-        (
-            "/jobs/{jobid}/vertices/{vertexid}/subtasks/{subtaskindex}/attempts/{attempt}/accumulators",
-            get(subtasks::subtask_attempt_accumulators),
-        ),
-        ("/jobs/{jobid}/resource-requirements", get(subtasks::resource_requirements)),
-        ("/jobs/{jobid}/vertices/{vertexid}/subtasks/{subtaskindex}/metrics", get(subtasks::one_subtask_metrics)),
-        ("/jobs/{jobid}/vertices/{vertexid}/subtasktimes", get(subtasks::subtask_times)),
-        ("/jobs/{jobid}/vertices/{vertexid}/taskmanagers", get(subtasks::vertex_taskmanagers)),
-        ("/jobs/{jobid}/vertices/{vertexid}/metrics", get(subtasks::vertex_metrics)),
+    ]
+}
+
+/// Flink 2's applications.
+fn application_routes() -> Routes {
+    use crate::applications;
+    vec![
         ("/applications/overview", get(applications::applications_overview)),
         ("/applications/{applicationid}", get(applications::application)),
         ("/applications/{applicationid}/exceptions", get(applications::application_exceptions)),
         ("/applications/{applicationid}/jobmanager/config", get(applications::application_jobmanager_config)),
         ("/applications/{applicationid}/cancel", post(applications::cancel_application)),
-        ("/jobs/{jobid}/clientHeartbeat", axum::routing::patch(client_heartbeat)),
-    ];
-    // Prometheus scrapes `/metrics` and the Web UI is at `/` (no `/v1` twins: neither is
-    // part of the versioned REST API).
-    let mut app = Router::new().route("/metrics", get(crate::metrics::metrics)).merge(crate::ui::routes());
-    for (path, method_router) in routes {
-        app = app.route(&format!("/v1{path}"), method_router.clone()).route(path, method_router);
-    }
-    let app = app.fallback(not_found).method_not_allowed_fallback(method_not_allowed);
-    if state.cluster.leader.is_some() {
-        let layer = axum::middleware::from_fn_with_state(state.clone(), crate::leader::route_to_leader);
-        return app.layer(layer).with_state(state);
-    }
-    app.with_state(state)
+    ]
 }
 
 fn flink_version(cluster: &ClusterInfo) -> String {
