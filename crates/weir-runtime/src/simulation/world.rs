@@ -104,7 +104,8 @@ pub struct SimHa {
     /// The job FAILED (its result, recorded by the leader), its newest completed checkpoint
     /// this one (none: it had completed none).
     pub failed: Option<Option<(u64, String)>>,
-    pub flake: Option<HaFlake>,
+    /// How the next HA writes go wrong, in order (an outage spans a few writes).
+    pub flakes: std::collections::VecDeque<HaFlake>,
 }
 
 /// Why an HA write did not take effect (or may have).
@@ -120,7 +121,7 @@ impl SimHa {
         if epoch != self.epoch {
             return Err(HaWriteError::LostLeadership);
         }
-        match self.flake.take() {
+        match self.flakes.pop_front() {
             Some(HaFlake::Refused) => Err(HaWriteError::Unknown),
             Some(HaFlake::AnswerLost) => {
                 apply(self);
