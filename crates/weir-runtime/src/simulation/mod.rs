@@ -237,13 +237,9 @@ fn fault(cluster: &mut Cluster) {
             cluster.jms[jm] = JobManager::Frozen { until, master: Some(master) };
         }
         3 => {
-            // An outage of the store: the next one to three writes go wrong.
-            let writes = 1 + cluster.rng.below(3);
-            for _ in 0..writes {
-                let flake = draw_flake(&mut cluster.rng);
-                cluster.trace.push(format!("fault: an HA write to come: {flake:?}"));
-                cluster.ha.flakes.push_back(flake);
-            }
+            let flake = draw_flake(&mut cluster.rng);
+            cluster.trace.push(format!("fault: the next HA write: {flake:?}"));
+            cluster.ha.flake = Some(flake);
         }
         _ => {
             let other = 1 - jm;

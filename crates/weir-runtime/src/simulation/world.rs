@@ -104,8 +104,7 @@ pub struct SimHa {
     /// The job FAILED (its result, recorded by the leader), its newest completed checkpoint
     /// this one (none: it had completed none).
     pub failed: Option<Option<(u64, String)>>,
-    /// How the next HA writes go wrong, in order (an outage spans a few writes).
-    pub flakes: std::collections::VecDeque<HaFlake>,
+    pub flake: Option<HaFlake>,
 }
 
 /// Why an HA write did not take effect (or may have).
@@ -121,7 +120,7 @@ impl SimHa {
         if epoch != self.epoch {
             return Err(HaWriteError::LostLeadership);
         }
-        match self.flakes.pop_front() {
+        match self.flake.take() {
             Some(HaFlake::Refused) => Err(HaWriteError::Unknown),
             Some(HaFlake::AnswerLost) => {
                 apply(self);
