@@ -950,6 +950,26 @@ mod tests {
     }
 
     #[test]
+    fn while_a_pointer_write_is_unsettled_a_restart_restores_the_stores_newest() {
+        let now = Now::real();
+        let mut book = book();
+        let (first, _) = up_to_pointer(&mut book, now);
+        book.on(BookEvent::PointerRecorded { id: first, result: Ok(()) }, now);
+        let store = |newest: u64| move || Ok::<_, ()>(Some((newest, format!("mem://chk-{newest}"))));
+        // Settled: the book's own newest; the store is not asked.
+        let not_asked = || -> Result<Option<(u64, String)>, ()> { panic!("the store was asked") };
+        assert_eq!(book.restart_point(not_asked).map(|p| p.map(|(id, _)| id)), Ok(Some(first)));
+        // Unsettled (the write may have applied): the store's newest, whatever the book keeps
+        // (the simulation's seed 2720: a restart from the book's own started a second lineage).
+        let (second, _) = up_to_pointer(&mut book, now);
+        let no_answer = Err(PointerError::Unknown("timeout".into()));
+        book.on(BookEvent::PointerRecorded { id: second, result: no_answer }, now);
+        assert_eq!(book.restart_point(store(second)).map(|p| p.map(|(id, _)| id)), Ok(Some(second)));
+        assert_eq!(book.restart_point(store(first)).map(|p| p.map(|(id, _)| id)), Ok(Some(first)));
+        assert_eq!(book.restart_point(|| Err::<Option<(u64, String)>, _>("etcd down")), Err("etcd down"));
+    }
+
+    #[test]
     fn a_lost_leadership_fails_the_checkpoint_and_deletes_its_files() {
         let now = Now::real();
         let mut book = book();
