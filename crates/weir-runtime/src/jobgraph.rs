@@ -103,102 +103,9 @@ pub enum JobGraphError {
 impl JobGraph {
     /// Resolves parallelism, picks the max parallelism and chains `graph`.
     pub fn build(graph: &StreamGraph, settings: &impl GraphDefaults) -> Result<JobGraph, JobGraphError> {
-        let nodes = graph.nodes();
-        let mut parallelism = Vec::with_capacity(nodes.len());
-        for node in nodes {
-            let p = node.parallelism.or(graph.parallelism).unwrap_or(settings.default_parallelism());
-            if p == 0 || p > MAX_PARALLELISM_UPPER_BOUND {
-                return Err(JobGraphError::BadParallelism { operator: node.name.clone(), parallelism: p });
-            }
-            parallelism.push(p);
-        }
-        let highest = parallelism.iter().copied().max().unwrap_or(1);
-        let max_parallelism = match graph.max_parallelism.or(settings.max_parallelism()) {
-            Some(max) if max == 0 || max > MAX_PARALLELISM_UPPER_BOUND => {
-                return Err(JobGraphError::BadMaxParallelism(max));
-            }
-            Some(max) => max,
-            None => compute_default_max_parallelism(highest),
-        };
-        for (node, p) in nodes.iter().zip(&parallelism) {
-            if *p > max_parallelism {
-                return Err(JobGraphError::ParallelismAboveMax {
-                    operator: node.name.clone(),
-                    parallelism: *p,
-                    max_parallelism,
-                });
-            }
-        }
-
-        // Chain: a node joins its producer's vertex when the edge is forward, parallelism is
-        // equal and the producer feeds nobody else (so the chain stays a straight line).
-        let mut vertex_of_node = vec![usize::MAX; nodes.len()];
-        let mut vertices: Vec<JobVertex> = Vec::new();
-        for node in nodes {
-            let chain_into = match node.inputs.first() {
-                Some(edge)
-                    if node.role != NodeRole::Source
-                        && node.inputs.len() == 1
-                        && edge.side.is_none()
-                        && edge.kind == EdgeKind::Auto
-                        && parallelism[edge.source] == parallelism[node.id]
-                        && graph.consumers(edge.source).iter().filter(|(_, e)| e.side.is_none()).count() == 1 =>
-                {
-                    Some(vertex_of_node[edge.source])
-                }
-                _ => None,
-            };
-            let display = display_name(&node.name, node.role);
-            match chain_into {
-                Some(vertex) => {
-                    let v = &mut vertices[vertex];
-                    v.nodes.push(node.id);
-                    v.name.push_str(" -> ");
-                    v.name.push_str(&display);
-                    v.uids.push(node.uid_or_generated());
-                    vertex_of_node[node.id] = vertex;
-                }
-                None => {
-                    let uid = node.uid_or_generated();
-                    vertices.push(JobVertex {
-                        id: vertex_id(&uid),
-                        name: display,
-                        nodes: vec![node.id],
-                        parallelism: parallelism[node.id],
-                        uids: vec![uid],
-                    });
-                    vertex_of_node[node.id] = vertices.len() - 1;
-                }
-            }
-        }
-
-        let mut edges = Vec::new();
-        for node in nodes {
-            for (input_index, edge) in node.inputs.iter().enumerate() {
-                let source_vertex = vertex_of_node[edge.source];
-                let target_vertex = vertex_of_node[node.id];
-                if source_vertex == target_vertex {
-                    continue;
-                }
-                let same_parallelism = parallelism[edge.source] == parallelism[node.id];
-                let forward = edge.kind == EdgeKind::Auto && same_parallelism;
-                let ship_strategy = match edge.kind {
-                    EdgeKind::Hash => "HASH",
-                    EdgeKind::Broadcast => "BROADCAST",
-                    EdgeKind::Auto if forward => "FORWARD",
-                    EdgeKind::Auto | EdgeKind::Rebalance => "REBALANCE",
-                };
-                edges.push(JobEdge {
-                    source_vertex,
-                    source_node: edge.source,
-                    target_vertex,
-                    target_node: node.id,
-                    forward,
-                    ship_strategy,
-                    input_index,
-                });
-            }
-        }
+        let (parallelism, max_parallelism) = resolve_parallelism(graph, settings)?;
+        let (vertices, vertex_of_node) = chain(graph, &parallelism);
+        let edges = vertex_edges(graph, &parallelism, &vertex_of_node);
         Ok(JobGraph {
             job_name: graph.job_name.clone(),
             max_parallelism,
@@ -259,6 +166,118 @@ impl JobGraph {
     pub fn subtask_count(&self) -> u32 {
         self.vertices.iter().map(|v| v.parallelism).sum()
     }
+}
+
+/// Each node's parallelism (its own, the graph's, or the default) and the job's max
+/// parallelism (set, or computed from the highest), each checked against the bounds.
+fn resolve_parallelism(graph: &StreamGraph, settings: &impl GraphDefaults) -> Result<(Vec<u32>, u32), JobGraphError> {
+    let nodes = graph.nodes();
+    let mut parallelism = Vec::with_capacity(nodes.len());
+    for node in nodes {
+        let p = node.parallelism.or(graph.parallelism).unwrap_or(settings.default_parallelism());
+        if p == 0 || p > MAX_PARALLELISM_UPPER_BOUND {
+            return Err(JobGraphError::BadParallelism { operator: node.name.clone(), parallelism: p });
+        }
+        parallelism.push(p);
+    }
+    let highest = parallelism.iter().copied().max().unwrap_or(1);
+    let max_parallelism = match graph.max_parallelism.or(settings.max_parallelism()) {
+        Some(max) if max == 0 || max > MAX_PARALLELISM_UPPER_BOUND => {
+            return Err(JobGraphError::BadMaxParallelism(max));
+        }
+        Some(max) => max,
+        None => compute_default_max_parallelism(highest),
+    };
+    for (node, p) in nodes.iter().zip(&parallelism) {
+        if *p > max_parallelism {
+            return Err(JobGraphError::ParallelismAboveMax {
+                operator: node.name.clone(),
+                parallelism: *p,
+                max_parallelism,
+            });
+        }
+    }
+    Ok((parallelism, max_parallelism))
+}
+
+/// Chains the nodes into vertices: a node joins its producer's vertex when the edge is
+/// forward, parallelism is equal and the producer feeds nobody else (so the chain stays a
+/// straight line). The vertices, and each node's vertex.
+fn chain(graph: &StreamGraph, parallelism: &[u32]) -> (Vec<JobVertex>, Vec<usize>) {
+    let nodes = graph.nodes();
+    let mut vertex_of_node = vec![usize::MAX; nodes.len()];
+    let mut vertices: Vec<JobVertex> = Vec::new();
+    for node in nodes {
+        let chain_into = match node.inputs.first() {
+            Some(edge)
+                if node.role != NodeRole::Source
+                    && node.inputs.len() == 1
+                    && edge.side.is_none()
+                    && edge.kind == EdgeKind::Auto
+                    && parallelism[edge.source] == parallelism[node.id]
+                    && graph.consumers(edge.source).iter().filter(|(_, e)| e.side.is_none()).count() == 1 =>
+            {
+                Some(vertex_of_node[edge.source])
+            }
+            _ => None,
+        };
+        let display = display_name(&node.name, node.role);
+        match chain_into {
+            Some(vertex) => {
+                let v = &mut vertices[vertex];
+                v.nodes.push(node.id);
+                v.name.push_str(" -> ");
+                v.name.push_str(&display);
+                v.uids.push(node.uid_or_generated());
+                vertex_of_node[node.id] = vertex;
+            }
+            None => {
+                let uid = node.uid_or_generated();
+                vertices.push(JobVertex {
+                    id: vertex_id(&uid),
+                    name: display,
+                    nodes: vec![node.id],
+                    parallelism: parallelism[node.id],
+                    uids: vec![uid],
+                });
+                vertex_of_node[node.id] = vertices.len() - 1;
+            }
+        }
+    }
+    (vertices, vertex_of_node)
+}
+
+/// The edges between vertices (edges inside a chain are not among them), with Flink's ship
+/// strategy names.
+fn vertex_edges(graph: &StreamGraph, parallelism: &[u32], vertex_of_node: &[usize]) -> Vec<JobEdge> {
+    let mut edges = Vec::new();
+    for node in graph.nodes() {
+        for (input_index, edge) in node.inputs.iter().enumerate() {
+            let source_vertex = vertex_of_node[edge.source];
+            let target_vertex = vertex_of_node[node.id];
+            if source_vertex == target_vertex {
+                continue;
+            }
+            let same_parallelism = parallelism[edge.source] == parallelism[node.id];
+            let forward = edge.kind == EdgeKind::Auto && same_parallelism;
+            let ship_strategy = match edge.kind {
+                EdgeKind::Hash => "HASH",
+                EdgeKind::Broadcast => "BROADCAST",
+                EdgeKind::Auto if forward => "FORWARD",
+                EdgeKind::Auto | EdgeKind::Rebalance => "REBALANCE",
+            };
+            edges.push(JobEdge {
+                source_vertex,
+                source_node: edge.source,
+                target_vertex,
+                target_node: node.id,
+                forward,
+                ship_strategy,
+                input_index,
+            });
+        }
+    }
+    edges
 }
 
 fn display_name(name: &str, role: NodeRole) -> String {
