@@ -10,7 +10,7 @@ pub(super) fn run(run: &mut JobRun) -> State {
     drain_until_ended(run);
     match run.master.status() {
         JobStatus::Cancelling if !run.leading() => State::Suspended,
-        JobStatus::Cancelling => super::finished::end_globally(run, JobStatus::Canceled),
+        JobStatus::Cancelling => super::finished::end_globally(run),
         status => state_of(status, run),
     }
 }

@@ -11,7 +11,7 @@ pub(super) fn run(run: &mut JobRun) -> State {
     drain_until_ended(run);
     match run.master.status() {
         JobStatus::Failing if !run.leading() => State::Suspended,
-        JobStatus::Failing => super::finished::end_globally(run, JobStatus::Failed),
+        JobStatus::Failing => super::finished::end_globally(run),
         status => state_of(status, run),
     }
 }

@@ -18,11 +18,14 @@ pub(super) fn run(run: &mut JobRun) -> State {
     State::Ended
 }
 
-/// Ends a job going down (FAILING, CANCELLING) in `terminal` once its result is in the HA
-/// store: a client that sees the job FAILED or CANCELED (and, say, resubmits it from its last
+/// Ends a job going down (FAILING, CANCELLING) in its terminal status
+/// (`transitions::ending`) once its result is in the HA store: a client that sees the job FAILED or CANCELED (and, say, resubmits it from its last
 /// checkpoint) can rely on no later leader running it again. A JobManager that loses its
 /// leadership before the result is written suspends the job instead: the next leader decides.
-pub(super) fn end_globally(run: &JobRun, terminal: JobStatus) -> State {
+pub(super) fn end_globally(run: &JobRun) -> State {
+    let Some(terminal) = crate::job_master::transitions::ending(run.master.status()) else {
+        return State::Ended;
+    };
     match record_result(run, terminal) {
         Recorded::No if !run.leading() => State::Suspended,
         Recorded::Yes | Recorded::No => {
