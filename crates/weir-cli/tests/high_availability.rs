@@ -426,6 +426,59 @@ fn a_stop_orphaned_by_the_leader_fails_cleanly_when_reconciling_times_out_and_th
     assert_exactly_once(&committed_lines(&out), 20, None);
 }
 
+#[test]
+fn a_leader_dying_after_a_stop_committed_has_the_job_restored_from_that_savepoint_not_an_older_checkpoint() {
+    let _serial = serial();
+    let mut cluster = HaCluster::start(0, 0, &[]);
+    cluster.start_jobmanager(&[("FAILPOINTS", "stop-subtask-finished=return")]);
+    cluster.wait_for_leader(None);
+    cluster.start_jobmanager(&[]);
+    cluster.start_taskmanager();
+    let out = cluster.output("out");
+    let out_arg = out.to_str().unwrap().to_string();
+    let job = cluster.submit(&["-p", "2", "counter", "--users", "20", "--rate", "2000", "--output", &out_arg]);
+    cluster.wait_job(&job, "RUNNING", JOB_WAIT_MAX);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while cluster.etcd_keys(&format!("jobs/{job}/checkpoints/")).is_empty() {
+        assert!(Instant::now() < deadline, "no checkpoint completed");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Records after the newest checkpoint, which only the stop's savepoint holds.
+    std::thread::sleep(Duration::from_millis(random_ms(200, 600)));
+    let savepoints = cluster.output("savepoints");
+    let body = serde_json::json!({ "targetDirectory": savepoints.to_str().unwrap() }).to_string();
+    let (status, trigger) = cluster.post(&format!("/jobs/{job}/stop"), &body);
+    assert_eq!(status, 202, "{trigger}");
+    let request_id = trigger["request-id"].as_str().unwrap().to_string();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while cluster.forget_exited() == 0 {
+        assert!(Instant::now() < deadline, "the leader did not crash after the stop committed");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // A subtask committed what the stop staged and ended; then the TaskManager dies, so the
+    // new leader has no attempt to take over and restarts the job from its restart point. An
+    // older checkpoint would write the committed records again.
+    let mut taskmanager = cluster.taskmanagers.remove(0);
+    taskmanager.kill_hard();
+    cluster.start_taskmanager();
+    assert_orphaned_request_failed(&cluster, &job, &request_id);
+    cluster.wait_job(&job, "RUNNING", JOB_WAIT_MAX);
+    let stopped = loop {
+        let output =
+            common::run_weir(&["stop", "-m", &cluster.rest(), "--savepoint-path", savepoints.to_str().unwrap(), &job]);
+        if output.status.success() {
+            break output;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(String::from_utf8_lossy(&stopped.stdout).contains("Savepoint completed"));
+    cluster.wait_job(&job, "FINISHED", JOB_WAIT_MAX);
+    assert_exactly_once(&committed_lines(&out), 20, None);
+    // Both savepoints are the user's: the job deleted neither.
+    let kept = std::fs::read_dir(&savepoints).map(|entries| entries.flatten().count()).unwrap_or(0);
+    assert_eq!(kept, 2, "savepoints left in {}", savepoints.display());
+}
+
 /// Bytes in the files of `dir` (staged and committed part files alike).
 fn bytes_written(dir: &std::path::Path) -> u64 {
     std::fs::read_dir(dir).map(|e| e.flatten().filter_map(|f| f.metadata().ok()).map(|m| m.len()).sum()).unwrap_or(0)

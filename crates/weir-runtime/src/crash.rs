@@ -6,7 +6,8 @@
 //! The points: `checkpoint-before-metadata` (every subtask acknowledged, `_metadata` not
 //! written), `checkpoint-after-metadata` (written, its HA pointer not), `checkpoint-after-pointer`
 //! (complete, the sinks not told to commit), `stop-savepoint-triggered` (a stop-with-savepoint's
-//! barriers are out), `submit-after-record` (a submitted job is recorded in the HA store,
+//! barriers are out), `stop-subtask-finished` (its savepoint completed and a subtask finished
+//! after committing it; the job has not ended), `submit-after-record` (a submitted job is recorded in the HA store,
 //! not started). The deployment controller's, between the steps of an upgrade:
 //! `operator-after-stop-triggered`, `operator-after-savepoint-recorded`,
 //! `operator-after-job-cancelled`, `operator-after-cluster-stopped`,

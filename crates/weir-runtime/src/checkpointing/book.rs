@@ -58,6 +58,18 @@ impl SnapshotRequest {
     fn is_periodic(&self) -> bool {
         matches!(self, SnapshotRequest::Periodic)
     }
+
+    /// A stop-with-savepoint: the job ends with it.
+    pub fn is_stop(&self) -> bool {
+        matches!(self, SnapshotRequest::Savepoint { terminate: true, .. })
+    }
+
+    /// Whether its completion is a restart point: a checkpoint, or a stop-with-savepoint,
+    /// whose completion commits (so a failure after it must restore it, not an older one;
+    /// Flink adds that savepoint to the completed-checkpoint store too).
+    fn restores(&self) -> bool {
+        self.is_periodic() || self.is_stop()
+    }
 }
 
 /// A checkpoint or savepoint that completed.
@@ -132,6 +144,8 @@ pub struct AdoptedCheckpoint {
     pub location: String,
     /// The shared files it names (`None`: its metadata could not be read).
     pub uses: Option<BTreeSet<String>>,
+    /// A stop-with-savepoint's savepoint: the user's, never deleted by the job.
+    pub savepoint: bool,
 }
 
 /// What happens to the book.
@@ -417,6 +431,12 @@ impl CheckpointBook {
         if self.retention.has_uncertain() { store_newest() } else { Ok(self.latest_retained()) }
     }
 
+    /// The stop-with-savepoint the job restarts from, if its newest restart point is one (it
+    /// completed, and the job has not taken a checkpoint since).
+    pub fn stopped_with(&self) -> Option<(u64, String)> {
+        self.latest_retained().filter(|(id, _)| self.retention.is_users(*id))
+    }
+
     /// Every retained checkpoint, oldest first: what a user or a restart may restore.
     pub fn retained(&self) -> Vec<(u64, String)> {
         self.retention.retained().cloned().collect()
@@ -597,8 +617,10 @@ impl CheckpointBook {
             let reason = format!("writing {}/_metadata: {e}", pending.location);
             return self.fail(pending, reason, FailMode::Counted, now, out);
         }
-        if self.ha && pending.request.is_periodic() {
-            // Complete once its pointer is in the HA store, and only then committed.
+        if self.ha && pending.request.restores() {
+            // Complete once its pointer is in the HA store, and only then committed: a stop's
+            // savepoint too, so that a leader taking over after its sinks committed restores
+            // it, not an older checkpoint whose replay they committed already.
             let subsumed = self.retention.drops_if_completed(id);
             out.push(Effect::RecordPointer { id, location: pending.location.clone(), subsumed });
             pending.phase = Phase::RecordingPointer;
@@ -629,26 +651,36 @@ impl CheckpointBook {
                 let reason = format!(
                     "cannot record checkpoint {id} as complete in the HA store: {message}; it is not committed, and its files are kept in case the write happened"
                 );
+                if pending.request.is_stop() {
+                    self.retention.leave_to_user(id);
+                }
                 self.fail(pending, reason, FailMode::KeepFiles, now, out);
                 self.retention.keep_uncertain(id, location, uses);
             }
         }
     }
 
-    /// The checkpoint is complete: retained (periodic ones), older periodic ones in flight
-    /// subsumed, and what its completion pushes out deleted by one plan.
+    /// The checkpoint is complete: retained (checkpoints, and a stop's savepoint as the
+    /// user's), older periodic ones in flight subsumed, and what its completion pushes out
+    /// deleted by one plan.
     fn complete(&mut self, pending: PendingCheckpoint, now: Now, out: &mut Vec<Effect>) {
         let id = pending.barrier.checkpoint_id;
         self.record_completion(&pending, now);
         self.consecutive_failures = 0;
         out.push(Effect::RetireDir { id });
-        let periodic = pending.request.is_periodic();
+        let (restores, stop) = (pending.request.restores(), pending.request.is_stop());
+        if pending.request.is_periodic() {
+            self.next_periodic_at = self.next_periodic_at.max(now.at + self.settings.min_pause);
+        }
         let completion = Completion { checkpoint_id: id, request: pending.request, location: pending.location };
-        if !periodic {
+        if !restores {
             out.push(Effect::Completed(completion));
             return;
         }
-        self.next_periodic_at = self.next_periodic_at.max(now.at + self.settings.min_pause);
+        if stop {
+            // The restart point until the job ends, and the user's to keep.
+            self.retention.leave_to_user(id);
+        }
         let plan = self.retention.complete(id, completion.location.clone(), pending.uses);
         let plan = DeletePlan {
             checkpoints: plan.checkpoints,
@@ -693,6 +725,9 @@ impl CheckpointBook {
         for adopted in checkpoints {
             // What an unreadable one uses is unknown: delete nothing shared.
             sweep &= adopted.uses.is_some();
+            if adopted.savepoint {
+                self.retention.leave_to_user(adopted.id);
+            }
             self.retention.adopt(adopted.id, adopted.location, adopted.uses, false);
         }
         if sweep {

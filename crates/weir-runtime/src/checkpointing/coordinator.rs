@@ -147,14 +147,23 @@ impl CheckpointCoordinator {
             let storage = SnapshotStorage::from_url(location)
                 .map_err(|e| format!("checkpoint {id} at '{location}' cannot be used: {e}"))?;
             let storage = storage.blocking();
-            let uses = match storage.block_on(weir_checkpoint::load_metadata(&storage.storage)) {
-                Ok(metadata) => Some(weir_checkpoint::shared_files_of(&metadata)),
+            let (uses, savepoint) = match storage.block_on(weir_checkpoint::load_metadata(&storage.storage)) {
+                Ok(metadata) => {
+                    let savepoint = metadata.kind == weir_checkpoint::format::SnapshotKind::Savepoint;
+                    (Some(weir_checkpoint::shared_files_of(&metadata)), savepoint)
+                }
                 Err(error) => {
                     tracing::warn!(checkpoint = id, %error, "cannot read a recovered checkpoint's metadata");
-                    None
+                    // Only what lies in the job's own checkpoint directory may be deleted.
+                    (
+                        None,
+                        !location.starts_with(self.io.checkpoints_root.child(&job_checkpoints_dir(&self.job_id)).url()),
+                    )
                 }
             };
-            adopted.push(AdoptedCheckpoint { id: *id, location: location.clone(), uses });
+            // A stop-with-savepoint's savepoint is recorded like a checkpoint (it is the
+            // job's restart point until the job ends), and stays the user's.
+            adopted.push(AdoptedCheckpoint { id: *id, location: location.clone(), uses, savepoint });
         }
         self.handle(BookEvent::Adopt { checkpoints: adopted });
         Ok(())

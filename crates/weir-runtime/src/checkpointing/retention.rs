@@ -28,6 +28,9 @@ pub(crate) struct Retention<D> {
     /// may restore them. Protected like retained ones, never a restore point here (a restore
     /// commits), and dropped by the next completion after them.
     uncertain: BTreeMap<u64, D>,
+    /// Snapshots the user owns (a stop-with-savepoint's savepoint): retained and restorable
+    /// like the others while they are the newest, never deleted once pushed out.
+    users: BTreeSet<u64>,
 }
 
 /// What completing a checkpoint removes, decided before any of it runs.
@@ -57,6 +60,7 @@ impl<D> Retention<D> {
             released: BTreeMap::new(),
             claimed: None,
             uncertain: BTreeMap::new(),
+            users: BTreeSet::new(),
         }
     }
 
@@ -93,7 +97,7 @@ impl<D> Retention<D> {
             if self.claimed == Some(old) {
                 self.claimed = None;
                 plan.claimed = Some(entry);
-            } else {
+            } else if !self.users.remove(&old) {
                 plan.checkpoints.push(entry);
             }
             for name in self.shared_refs.remove(&old).unwrap_or_default() {
@@ -134,6 +138,16 @@ impl<D> Retention<D> {
     pub(crate) fn keep_uncertain(&mut self, id: u64, dir: D, uses: BTreeSet<String>) {
         self.uncertain.insert(id, dir);
         self.shared_refs.insert(id, uses);
+    }
+
+    /// Snapshot `id` is the user's: pushed out of retention, it is forgotten, not deleted.
+    pub(crate) fn leave_to_user(&mut self, id: u64) {
+        self.users.insert(id);
+    }
+
+    /// Whether snapshot `id` is the user's.
+    pub(crate) fn is_users(&self, id: u64) -> bool {
+        self.users.contains(&id)
     }
 
     /// Whether a pointer write of a checkpoint got no answer and no completion settled it.
@@ -222,6 +236,21 @@ mod tests {
         assert_eq!(plan.shared_files, vec!["7-x".to_string()]);
         retention.delete_failed("7-x".into(), 8);
         assert_eq!(retention.complete(10, "chk-10", files(&[])).shared_files, vec!["7-x".to_string()]);
+    }
+
+    #[test]
+    fn a_users_savepoint_is_the_newest_while_it_is_and_never_deleted() {
+        let mut retention = Retention::<&str>::new(1);
+        retention.complete(4, "chk-4", files(&[]));
+        retention.leave_to_user(5);
+        let plan = retention.complete(5, "stop-5", files(&[]));
+        assert_eq!(plan.checkpoints, vec![(4, "chk-4")]);
+        assert_eq!(retention.newest(), Some(&(5, "stop-5")));
+        // The job failed while stopping, restarted from it, and checkpoints again.
+        let plan = retention.complete(6, "chk-6", files(&[]));
+        assert!(plan.checkpoints.is_empty() && plan.claimed.is_none());
+        assert!(!retention.is_users(5));
+        assert_eq!(retention.newest(), Some(&(6, "chk-6")));
     }
 
     /// One completion: its id and what it names (`(true, n)`: a new file of its own, else

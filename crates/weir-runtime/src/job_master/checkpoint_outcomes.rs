@@ -21,6 +21,8 @@ pub enum OutcomeAction {
         request_id: String,
         /// Where it is.
         location: String,
+        /// A stop-with-savepoint: reported once the job ended.
+        stop: bool,
     },
     /// A user's savepoint failed.
     SavepointFailed {
@@ -49,10 +51,11 @@ pub enum OutcomeAction {
 pub fn on_completion(completion: &Completion, final_checkpoint: Option<u64>) -> Vec<OutcomeAction> {
     let id = completion.checkpoint_id;
     let mut actions = Vec::new();
-    if let SnapshotRequest::Savepoint { request_id, .. } = &completion.request {
+    if let SnapshotRequest::Savepoint { request_id, terminate, .. } = &completion.request {
         actions.push(OutcomeAction::SavepointCompleted {
             request_id: request_id.clone(),
             location: completion.location.clone(),
+            stop: *terminate,
         });
     }
     if completion.commits() {

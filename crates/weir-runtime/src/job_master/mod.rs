@@ -415,10 +415,11 @@ impl JobMaster {
         Some(status.clone())
     }
 
-    /// True while a finished savepoint request has not been read by its client (an embedded
-    /// cluster keeps its REST API up a moment longer for it).
+    /// True while a savepoint request's final state has not been read by its client (an
+    /// embedded cluster keeps its REST API up a moment longer for it). A stop's is still in
+    /// progress for a moment after the job shows FINISHED: it completes once that is recorded.
     pub fn has_unreported_savepoints(&self) -> bool {
-        self.record().savepoints.values().any(|(status, reported)| *status != SavepointStatus::InProgress && !reported)
+        self.record().savepoints.values().any(|(_, reported)| !reported)
     }
 
     /// Checkpoint counts and history.

@@ -76,6 +76,10 @@ pub(super) struct Supervisor {
     pub(super) final_checkpoint: Option<u64>,
     /// The final checkpoint completed and `Finish` went out: no more checkpoints.
     pub(super) finishing: bool,
+    /// A stop-with-savepoint whose savepoint completed while the subtasks stop: (request
+    /// id, location). Reported complete once the job ended FINISHED and that is recorded;
+    /// failed if the job does anything else first (Flink's StopWithSavepointStoppingException).
+    pub(super) completed_stop: Option<(String, String)>,
 }
 
 impl Supervisor {
@@ -615,6 +619,30 @@ impl JobRun {
         }
     }
 
+    /// The job went `state` (not FINISHED) after its stop's savepoint completed: the stop
+    /// failed, though its savepoint is there and consistent.
+    pub(super) fn fail_completed_stop(&mut self, record: &mut JobRecord, state: JobStatus) {
+        let Some((request_id, location)) = self.sup.completed_stop.take() else { return };
+        let job_id = self.master.job_id;
+        let why = record.exceptions.last().map(|e| format!(" ({})", e.message)).unwrap_or_default();
+        let next = match state {
+            JobStatus::Restarting => {
+                "it restarts from that savepoint and runs on: stop it again once `weir list` shows it RUNNING"
+                    .to_string()
+            }
+            JobStatus::Suspended => {
+                "this JobManager lost its leadership; the next leader restores the job from that savepoint".to_string()
+            }
+            _ => format!(
+                "it went {state}; to go on from where it stopped, start it from that savepoint (weir run -s {location})"
+            ),
+        };
+        let cause = format!(
+            "the savepoint {location} completed, but job {job_id} did not finish while its subtasks were stopping{why}; {next} (Flink: StopWithSavepointStoppingException)"
+        );
+        self.savepoint_failed(record, &request_id, cause);
+    }
+
     /// Fails every savepoint still waiting to be taken: the job went `state` first.
     pub(super) fn fail_waiting_savepoints(&mut self, record: &mut JobRecord, state: JobStatus) {
         for waiting in std::mem::take(&mut self.sup.waiting_savepoints) {
@@ -718,7 +746,12 @@ impl JobRun {
                 self.sup.finishing = true;
                 self.sup.send_to_all(TaskControl::Finish);
             }
-            OutcomeAction::SavepointCompleted { request_id, location } => {
+            OutcomeAction::SavepointCompleted { request_id, location, stop: true } => {
+                // Its sinks commit now; the job ends once its subtasks finish. Until then a
+                // failure restarts the job from this savepoint, and the stop fails.
+                self.sup.completed_stop = Some((request_id, location));
+            }
+            OutcomeAction::SavepointCompleted { request_id, location, stop: false } => {
                 if let Some(ha) = &self.ha
                     && let Err(error) = ha.remove_savepoint_request(&request_id)
                 {
@@ -782,6 +815,10 @@ impl JobRun {
             }
             TaskEventKind::EndOfData => subtask.data_ended = true,
             TaskEventKind::Finished => {
+                if self.sup.completed_stop.is_some() {
+                    // It committed what the stop's savepoint staged.
+                    crate::crash::point("stop-subtask-finished");
+                }
                 // A subtask that completes after it was asked to cancel counts as canceled,
                 // as in Flink.
                 let next = if subtask.history.current() == ExecutionState::Canceling {
@@ -846,6 +883,9 @@ impl JobRun {
     /// `None`), or give up.
     pub(super) fn on_failure(&mut self, record: &mut JobRecord, region: Option<usize>, what: &str, error: &str) {
         let elapsed_ms = self.sup.started.elapsed().as_millis() as u64;
+        // After a stop's savepoint completed, the other regions are finishing: the whole job
+        // restarts from the savepoint (as Flink's stop-with-savepoint fails over globally).
+        let region = region.filter(|_| self.sup.completed_stop.is_none());
         let plan = transitions::failure_plan(&mut self.sup.restart, elapsed_ms, region, what, error);
         if !matches!(plan, FailurePlan::Fail { .. }) {
             // Pending snapshots cannot complete without the failed subtasks.

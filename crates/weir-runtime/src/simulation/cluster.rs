@@ -230,10 +230,14 @@ impl Cluster {
             0,
         );
         self.jms[jm] = JobManager::Leading(Box::new(Master { book, epoch, final_checkpoint: None, restart }));
-        let adopted = self.ha.pointers.iter().map(|(id, location)| AdoptedCheckpoint {
-            id: *id,
-            location: location.clone(),
-            uses: self.metadata(location).map(|m| weir_checkpoint::shared_files_of(&m)),
+        let adopted = self.ha.pointers.iter().map(|(id, location)| {
+            let metadata = self.metadata(location);
+            AdoptedCheckpoint {
+                id: *id,
+                location: location.clone(),
+                uses: metadata.as_ref().map(weir_checkpoint::shared_files_of),
+                savepoint: metadata.is_some_and(|m| m.kind == weir_checkpoint::format::SnapshotKind::Savepoint),
+            }
         });
         let checkpoints = adopted.collect();
         self.drive(jm, BookEvent::Adopt { checkpoints });
@@ -248,13 +252,14 @@ impl Cluster {
         let attempts_alive = !self.tasks.is_empty();
         if attempts_alive && self.rng.one_in(2) {
             // As reconciling does: the old leader's checkpoints in flight are aborted (a stop
-            // that was not recorded resumes the job), the newest completion is sent again.
+            // that was not recorded resumes the job), the newest completion is sent again (a
+            // recorded stop's ends the subtasks).
             self.trace.push(format!("  JM{jm} takes the running attempt over"));
             let newest = self.ha.pointers.keys().next_back().copied();
             for task in &mut self.tasks {
                 task.epoch = epoch;
                 task.leader = jm;
-                if self.ha.stopped_with.is_none() {
+                if task.stopping.is_some() && task.stopping != newest {
                     task.stopping = None;
                 }
             }
@@ -380,19 +385,8 @@ impl Cluster {
         for completion in &outcomes.completed {
             let id = completion.checkpoint_id;
             self.trace.push(format!("  {id} completed ({:?})", completion.request));
-            if matches!(completion.request, SnapshotRequest::Savepoint { terminate: true, .. }) {
-                // The job's result: stopped with this savepoint (fenced, as every HA write).
-                let location = completion.location.clone();
-                let JobManager::Leading(master) = &self.jms[jm] else { return };
-                let recorded = self.ha.write(master.epoch, |ha| ha.stopped_with = Some((id, location)));
-                self.trace.push(format!("  HA: job stopped with {id}: {recorded:?}"));
-                if recorded.is_err() {
-                    // Not stopped after all (or unknown: the next tick reads the store).
-                    self.send_to_tasks(jm, |_| Body::Aborted(id));
-                    continue;
-                }
-            }
-            // The job master's own rules, as they run in a JobManager.
+            // The job master's own rules, as they run in a JobManager (a stop's savepoint is
+            // recorded in the HA store, as the restart point, before this).
             for action in checkpoint_outcomes::on_completion(completion, final_checkpoint) {
                 match action {
                     OutcomeAction::Commit(id) => self.send_to_tasks(jm, |_| Body::Complete { id }),
@@ -532,6 +526,22 @@ impl Cluster {
         };
         self.trace.push(format!("user: {kind} into {location}"));
         self.drive(jm, BookEvent::Trigger { request, location, full: false });
+    }
+
+    /// Every subtask finished: the job's result goes to the HA store, fenced. It stopped with
+    /// a savepoint if that is its restart point (the user starts the next job from it), else
+    /// it FINISHED. A result whose answer was lost is read back at the next tick.
+    pub fn end_finished(&mut self, jm: usize) {
+        let JobManager::Leading(master) = &self.jms[jm] else { return };
+        let (epoch, stopped_with) = (master.epoch, master.book.stopped_with());
+        let recorded = match stopped_with {
+            Some((id, location)) => self.ha.write(epoch, |ha| ha.stopped_with = Some((id, location))),
+            None => self.ha.write(epoch, |ha| ha.finished = true),
+        };
+        self.trace.push(format!("JM{jm}: every subtask finished: the job ended: {recorded:?}"));
+        if recorded == Err(HaWriteError::LostLeadership) {
+            self.step_down(jm);
+        }
     }
 
     /// The job was stopped with a savepoint: the user submits it again from there (`weir run

@@ -144,9 +144,7 @@ fn tick(cluster: &mut Cluster, jm: usize) {
         return cluster.resubmit_failed(jm);
     }
     if cluster.tasks.iter().all(|task| task.finished) {
-        cluster.trace.push(format!("JM{jm}: every subtask finished: the job is FINISHED"));
-        cluster.ha.finished = true;
-        return;
+        return cluster.end_finished(jm);
     }
     let all_ended = cluster.tasks.iter().all(|task| task.ended);
     let now = cluster.now().at;
@@ -198,8 +196,9 @@ fn to_task(cluster: &mut Cluster, subtask: u32, epoch: u64, body: Body) {
     match body {
         Body::Barrier(barrier) => {
             // An ended checkpoint's late snapshot is not written (the writer's rule); the
-            // barrier says where the snapshot goes.
-            if task.ended_checkpoints.contains(&barrier.checkpoint_id) {
+            // barrier says where the snapshot goes. A subtask stopping at a savepoint takes no
+            // further snapshots (the source's rule).
+            if task.ended_checkpoints.contains(&barrier.checkpoint_id) || task.stopping.is_some() {
                 return;
             }
             let ack = task.snapshot(&barrier, &barrier.location, incremental, &mut cluster.rng, &mut cluster.storage);

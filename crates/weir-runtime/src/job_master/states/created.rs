@@ -245,6 +245,7 @@ fn supervisor(
         manual_checkpoints: Vec::new(),
         final_checkpoint: None,
         finishing: false,
+        completed_stop: None,
     }
 }
 

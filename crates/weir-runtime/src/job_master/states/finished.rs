@@ -8,14 +8,37 @@ use std::time::{Duration, Instant};
 use weir_types::JobStatus;
 
 use super::State;
+use crate::job_master::SavepointStatus;
 use crate::job_master::run::JobRun;
 
 pub(super) fn run(run: &mut JobRun) -> State {
     let status = run.master.status();
     if status.is_globally_terminal() {
-        record_result(run, status);
+        let recorded = record_result(run, status);
+        if let Some((request_id, location)) = run.sup.completed_stop.take() {
+            report_stop(run, recorded, request_id, location);
+        }
     }
     State::Ended
+}
+
+/// A stop-with-savepoint is complete once the job ended FINISHED and that is recorded: until
+/// then a new leader would restore the job from the savepoint, and a second job started from
+/// it would write the same records again.
+fn report_stop(run: &JobRun, recorded: Recorded, request_id: String, location: String) {
+    let master = &run.master;
+    master.update(|record| match recorded {
+        Recorded::Yes => {
+            record.savepoints.insert(request_id, (SavepointStatus::Completed(location), false));
+        }
+        Recorded::No => {
+            let cause = format!(
+                "the savepoint {location} completed and job {} finished, but its end could not be recorded in the HA store, so a new leader may restore the job from that savepoint; start a job from it only once `weir list` shows job {} ended under the current leader",
+                master.job_id, master.job_id
+            );
+            run.savepoint_failed(record, &request_id, cause);
+        }
+    });
 }
 
 /// Ends a job going down (FAILING, CANCELLING) in its terminal status

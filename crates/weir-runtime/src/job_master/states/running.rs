@@ -62,6 +62,9 @@ pub(super) fn run(run: &mut JobRun) -> State {
                 let failures = run.sup.coordinator.abort_all("the job is no longer running");
                 run.on_checkpoint_failures(&mut record, failures);
                 run.fail_waiting_savepoints(&mut record, status);
+                if status != JobStatus::Finished {
+                    run.fail_completed_stop(&mut record, status);
+                }
                 run.fail_waiting_checkpoints(&mut record, status);
             }
             status
