@@ -80,6 +80,9 @@ pub(super) struct Supervisor {
     /// id, location). Reported complete once the job ended FINISHED and that is recorded;
     /// failed if the job does anything else first (Flink's StopWithSavepointStoppingException).
     pub(super) completed_stop: Option<(String, String)>,
+    /// Every subtask of the RUNNING job finished: it goes FINISHED once its result is
+    /// recorded (states/finished.rs).
+    pub(super) all_finished: bool,
 }
 
 impl Supervisor {
@@ -449,7 +452,6 @@ impl JobRun {
                         master.transition_job(record, JobStatus::Failing);
                         self.stop_tasks();
                         mark_canceling(record, |_| true);
-                        settle(&master, record, false);
                     });
                     self.sup.region_restarts.clear();
                     return;
@@ -499,7 +501,6 @@ impl JobRun {
             if matches!(record.history.current(), JobStatus::Running | JobStatus::Created | JobStatus::Restarting) {
                 master.transition_job(record, JobStatus::Cancelling);
                 mark_canceling(record, |_| true);
-                settle(master, record, false);
             }
             if record.history.current() == JobStatus::Cancelling {
                 master.transition_job(record, JobStatus::Canceled);
@@ -795,7 +796,6 @@ impl JobRun {
         self.master.transition_job(record, JobStatus::Cancelling);
         self.stop_tasks();
         mark_canceling(record, |_| true);
-        settle(&self.master, record, false);
     }
 
     /// Applies a subtask's state change; while RUNNING a failure goes to the restart
@@ -840,7 +840,9 @@ impl JobRun {
             }
         }
         let regions_pending = !self.sup.region_restarts.is_empty();
-        settle(&self.master, record, regions_pending);
+        let all_ended = record.subtasks.iter().flatten().all(|s| s.history.current().is_terminal());
+        self.sup.all_finished =
+            transitions::settled(record.history.current(), all_ended, regions_pending) == Some(JobStatus::Finished);
     }
 
     fn on_task_failure(&mut self, record: &mut JobRecord, vertex_index: usize, index: u32, error: TaskError, now: u64) {
@@ -932,15 +934,6 @@ impl JobRun {
         if let Some(writer) = self.writer.take() {
             writer.shutdown();
         }
-    }
-}
-
-/// Moves the job to its terminal state once every subtask has ended (a RUNNING job with
-/// regions waiting to restart has not finished).
-pub(super) fn settle(master: &JobMaster, record: &mut JobRecord, regions_pending: bool) {
-    let all_ended = record.subtasks.iter().flatten().all(|s| s.history.current().is_terminal());
-    if let Some(next) = transitions::settled(record.history.current(), all_ended, regions_pending) {
-        master.transition_job(record, next);
     }
 }
 

@@ -246,6 +246,7 @@ fn supervisor(
         final_checkpoint: None,
         finishing: false,
         completed_stop: None,
+        all_finished: false,
     }
 }
 

@@ -1,6 +1,6 @@
-//! FINISHED: every subtask finished (or a stop-with-savepoint completed). With high
-//! availability the job's result goes to the job result store and its HA data is deleted,
-//! so no later leader resumes it. FAILED and CANCELED jobs end through [`end_globally`],
+//! FINISHED: every subtask finished (after the final checkpoint, or a stop-with-savepoint).
+//! With high availability the job's result goes to the job result store and its HA data is
+//! deleted, so no later leader resumes it; only then does the job show FINISHED. FAILED and CANCELED jobs end through [`end_globally`],
 //! which records the result first.
 
 use std::time::{Duration, Instant};
@@ -14,31 +14,36 @@ use crate::job_master::run::JobRun;
 pub(super) fn run(run: &mut JobRun) -> State {
     let status = run.master.status();
     if status.is_globally_terminal() {
-        let recorded = record_result(run, status);
-        if let Some((request_id, location)) = run.sup.completed_stop.take() {
-            report_stop(run, recorded, request_id, location);
-        }
+        record_result(run, status);
+        return State::Ended;
     }
-    State::Ended
-}
-
-/// A stop-with-savepoint is complete once the job ended FINISHED and that is recorded: until
-/// then a new leader would restore the job from the savepoint, and a second job started from
-/// it would write the same records again.
-fn report_stop(run: &JobRun, recorded: Recorded, request_id: String, location: String) {
+    // Every subtask of the RUNNING job finished: FINISHED shows once the result is recorded,
+    // and a stop-with-savepoint completes with it. Until then a new leader would restore the
+    // job (from the stop's savepoint), and a second job started from that savepoint would
+    // write the same records again.
+    let recorded = record_result(run, JobStatus::Finished);
+    if matches!(recorded, Recorded::No) && !run.leading() {
+        return State::Suspended;
+    }
+    let stop = run.sup.completed_stop.take();
     let master = &run.master;
-    master.update(|record| match recorded {
-        Recorded::Yes => {
-            record.savepoints.insert(request_id, (SavepointStatus::Completed(location), false));
-        }
-        Recorded::No => {
-            let cause = format!(
-                "the savepoint {location} completed and job {} finished, but its end could not be recorded in the HA store, so a new leader may restore the job from that savepoint; start a job from it only once `weir list` shows job {} ended under the current leader",
-                master.job_id, master.job_id
-            );
-            run.savepoint_failed(record, &request_id, cause);
+    master.update(|record| {
+        master.transition_job(record, JobStatus::Finished);
+        let Some((request_id, location)) = stop else { return };
+        match recorded {
+            Recorded::Yes => {
+                record.savepoints.insert(request_id, (SavepointStatus::Completed(location), false));
+            }
+            Recorded::No => {
+                let cause = format!(
+                    "the savepoint {location} completed and job {} finished, but its end could not be recorded in the HA store, so a new leader may restore the job from that savepoint; start a job from it only once `weir list` shows job {} ended under the current leader",
+                    master.job_id, master.job_id
+                );
+                run.savepoint_failed(record, &request_id, cause);
+            }
         }
     });
+    State::Ended
 }
 
 /// Ends a job going down (FAILING, CANCELLING) in its terminal status

@@ -18,7 +18,7 @@ use crossbeam_channel::Receiver;
 use weir_api::graph::StreamGraph;
 use weir_types::{JobStatus, Lifecycle};
 
-use super::run::{Incoming, JobRun, SUPERVISOR_TICK, settle};
+use super::run::{Incoming, JobRun, SUPERVISOR_TICK};
 use super::{JobMaster, MasterEvent};
 use crate::job_settings::JobSettings;
 
@@ -122,7 +122,6 @@ fn drain_until_ended(run: &mut JobRun) {
                         .history
                         .transition(weir_types::ExecutionState::Canceled, weir_types::lifecycle::now_ms());
                 }
-                settle(&master, record, false);
                 run.tasks = None;
             }
             Incoming::Nothing => {

@@ -3,7 +3,7 @@
 //! job goes RESTARTING, or FAILING when the strategy gives up); snapshot outcomes complete or
 //! fail checkpoints; savepoint requests trigger savepoints; every tick triggers periodic and
 //! final checkpoints and expires late ones; a cancel goes CANCELLING. When every subtask
-//! finished the job is FINISHED. A JobManager that lost its leadership goes SUSPENDED at once.
+//! finished the job goes FINISHED (states/finished.rs). A JobManager that lost its leadership goes SUSPENDED at once.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -57,12 +57,12 @@ pub(super) fn run(run: &mut JobRun) -> State {
             }
             run.on_tick(&mut record);
             let status = record.history.current();
-            if status != JobStatus::Running {
+            if status != JobStatus::Running || run.sup.all_finished {
                 // Leaving RUNNING: nothing in flight can complete any more.
                 let failures = run.sup.coordinator.abort_all("the job is no longer running");
                 run.on_checkpoint_failures(&mut record, failures);
                 run.fail_waiting_savepoints(&mut record, status);
-                if status != JobStatus::Finished {
+                if status != JobStatus::Running {
                     run.fail_completed_stop(&mut record, status);
                 }
                 run.fail_waiting_checkpoints(&mut record, status);
@@ -72,6 +72,9 @@ pub(super) fn run(run: &mut JobRun) -> State {
         master.changed.notify_all();
         if status != JobStatus::Running {
             return state_of(status, run);
+        }
+        if run.sup.all_finished {
+            return State::Finished;
         }
         if !run.sup.region_restarts.is_empty() {
             run.redeploy_regions();
