@@ -29,4 +29,8 @@ rev $B '        if self.ha {
             // The id is used only once' '        if false {
             // The id is used only once'; run "ids not reserved"; git checkout -q $B
 rev $B 'let subsumed = self.retention.drops_if_completed(id);' 'let subsumed = Vec::new();'; run "subsumed not dropped with the pointer"; git checkout -q $B
+rev $B '        self.is_periodic() || self.is_stop()' '        self.is_periodic()'; run "a stop's savepoint is no restart point"; git checkout -q $B
+R=crates/weir-runtime/src/checkpointing/retention.rs
+rev $R '} else if !self.users.remove(&old) {' '} else {
+                self.users.remove(&old);'; run "a stop's savepoint deleted once subsumed"; git checkout -q $R
 git status --short
