@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use rdkafka::ClientContext;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use weir_api::error::TaskError;
 use weir_api::operator::TaskContext;
 use weir_api::sink::{Sink, SinkWriter};
@@ -148,6 +148,43 @@ impl<T: Send + 'static> KafkaSink<T> {
         TransactionAdmin::new(&self.bootstrap, TRANSACTION_TIMEOUT)
     }
 
+    /// Aborts the open transaction of `transactional_id` by starting a producer under that id,
+    /// as Flink does: the coordinator aborts it and bumps the producer epoch, so the producer
+    /// that opened it (a zombie: a frozen process woken, whose client still holds queued
+    /// records) is fenced. An `EndTxn` abort under the old epoch would let those records in
+    /// afterwards, as a transaction no coordinator knows, holding every `read_committed`
+    /// reader of the partition back for good (Kafka's KIP-890).
+    fn fence(&self, transactional_id: &str) -> Result<(), String> {
+        let mut properties = self.producer_properties();
+        properties.insert("transactional.id".to_string(), transactional_id.to_string());
+        let producer: BaseProducer =
+            client_config(&self.bootstrap, &properties).create().map_err(|e| format!("creating a producer: {e}"))?;
+        producer.init_transactions(TRANSACTION_TIMEOUT).map_err(|e| format!("fencing its producer: {e}"))
+    }
+
+    /// Aborts every open transaction `<prefix>-<subtask>-<n>` from `from` on, up to the first
+    /// id the broker never saw, fencing the producers that opened them; returns that `n` (the
+    /// next free sequence).
+    fn abort_lingering(&self, prefix: &str, subtask: u32, from: u64) -> Result<u64, TaskError> {
+        let admin = self.admin();
+        let mut seq = from;
+        loop {
+            let id = transactional_id(prefix, subtask, seq);
+            let failed =
+                |e: String| TaskError::external(format!("kafka sink: aborting the lingering transaction '{id}'"), e);
+            match admin.describe(&id).map_err(failed)? {
+                None => return Ok(seq),
+                Some(txn) => {
+                    if matches!(txn.state.as_str(), "Ongoing" | "PrepareAbort") {
+                        self.fence(&id).map_err(failed)?;
+                        tracing::info!(transaction = %id, "kafka sink: aborted a lingering transaction");
+                    }
+                }
+            }
+            seq += 1;
+        }
+    }
+
     fn writer(&self, ctx: &TaskContext, prefix: String, next_seq: u64) -> Result<KafkaWriter<T>, TaskError> {
         let writer = KafkaWriter {
             bootstrap: self.bootstrap.clone(),
@@ -221,7 +258,7 @@ impl<T: Send + 'static> Sink<T> for KafkaSink<T> {
             // A start without a snapshot: abort what an earlier attempt of this job (a restart
             // before its first checkpoint) left open here. The ids carry the job id, so no
             // other job's transaction is ever among them.
-            next_seq = abort_lingering(&self.admin(), &prefix, ctx.subtask_index, 0)?;
+            next_seq = self.abort_lingering(&prefix, ctx.subtask_index, 0)?;
         }
         Ok(Box::new(self.writer(ctx, prefix, next_seq)?))
     }
@@ -252,14 +289,14 @@ impl<T: Send + 'static> Sink<T> for KafkaSink<T> {
         }
         let mut own_next = None;
         for ((old_prefix, old_subtask), next) in &next_by_old {
-            let after = abort_lingering(&admin, old_prefix, *old_subtask, *next)?;
+            let after = self.abort_lingering(old_prefix, *old_subtask, *next)?;
             if *old_subtask == subtask && *old_prefix == prefix {
                 own_next = Some(after);
             }
         }
         let next_seq = match (own_next, self.guarantee) {
             (Some(next), _) => next,
-            (None, DeliveryGuarantee::ExactlyOnce) => abort_lingering(&admin, &prefix, subtask, 0)?,
+            (None, DeliveryGuarantee::ExactlyOnce) => self.abort_lingering(&prefix, subtask, 0)?,
             (None, _) => 0,
         };
         Ok(Box::new(self.writer(ctx, prefix, next_seq)?))
@@ -298,27 +335,6 @@ fn commit_restored(admin: &TransactionAdmin, id: &str) -> Result<(), TaskError> 
         }
     }
     Ok(())
-}
-
-/// Aborts every open transaction `<prefix>-<subtask>-<n>` from `from` on, up to the first id
-/// the broker never saw; returns that `n` (the next free sequence).
-fn abort_lingering(admin: &TransactionAdmin, prefix: &str, subtask: u32, from: u64) -> Result<u64, TaskError> {
-    let mut seq = from;
-    loop {
-        let id = transactional_id(prefix, subtask, seq);
-        let failed =
-            |e: String| TaskError::external(format!("kafka sink: aborting the lingering transaction '{id}'"), e);
-        match admin.describe(&id).map_err(failed)? {
-            None => return Ok(seq),
-            Some(txn) => {
-                if matches!(txn.state.as_str(), "Ongoing" | "PrepareAbort") {
-                    admin.end(&id, txn.producer_id, txn.producer_epoch, false).map_err(failed)?;
-                    tracing::info!(transaction = %id, "kafka sink: aborted a lingering transaction");
-                }
-            }
-        }
-        seq += 1;
-    }
 }
 
 /// Keeps the first delivery error the brokers report.
@@ -426,6 +442,7 @@ impl<T: Send + 'static> KafkaWriter<T> {
         }
         if self.current.is_none() {
             let id = transactional_id(&self.prefix, self.subtask, self.next_seq);
+            self.check_unused(&id)?;
             let open = self.create_producer(Some(&id))?;
             open.producer
                 .init_transactions(TRANSACTION_TIMEOUT)
@@ -435,6 +452,26 @@ impl<T: Send + 'static> KafkaWriter<T> {
             self.current = Some(open);
         }
         Ok(self.current.as_ref().unwrap_or_else(|| unreachable!()))
+    }
+
+    /// Every transaction a writer opens has an id the broker never saw: a restore continues
+    /// after the last id it found. One it knows was opened by another attempt of this subtask
+    /// since: either this writer is a zombie (its process was frozen and the job restarted
+    /// it elsewhere), which must open nothing (its transaction would stay open, unseen by
+    /// the new attempt, holding `read_committed` readers back until it times out), or a
+    /// zombie is writing, and the restart this failure causes fences it.
+    fn check_unused(&self, id: &str) -> Result<(), TaskError> {
+        let admin = TransactionAdmin::new(&self.bootstrap, TRANSACTION_TIMEOUT);
+        match admin.describe(id).map_err(|e| self.failed(&format!("looking up transaction '{id}'"), e))? {
+            None => Ok(()),
+            Some(txn) => Err(self.failed(
+                &format!("starting transaction '{id}'"),
+                format!(
+                    "the broker already knows this transactional id (state {}): another attempt of this subtask wrote under it, so this one is stale or a stale one runs beside it; the subtask stops, and the job's restart fences the other",
+                    txn.state
+                ),
+            )),
+        }
     }
 
     fn flush_producer(&self, open: &OpenProducer) -> Result<(), TaskError> {
@@ -634,3 +671,8 @@ mod tests {
         }
     }
 }
+
+/// Against a real broker (noida-db, as the weir-cli Kafka tests start it).
+#[cfg(test)]
+#[path = "sink_broker_tests.rs"]
+mod broker_tests;
