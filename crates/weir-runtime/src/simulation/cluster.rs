@@ -26,6 +26,9 @@ use crate::restart::{RestartStrategy, RestartStrategyConfig};
 
 /// The leader's lease in the HA store, in simulated milliseconds.
 const LEASE_MS: u64 = 300;
+/// `heartbeat.timeout`: how long a JobManager waits before it counts a silent TaskManager
+/// lost, and a TaskManager before it cancels its subtasks (its watchdog).
+pub const HEARTBEAT_MS: u64 = 300;
 
 /// The shape of one run, drawn from its seed.
 #[derive(Clone, Debug)]
@@ -85,14 +88,27 @@ pub struct Master {
 
 pub enum Body {
     Barrier(Barrier),
-    Complete { id: u64 },
+    Complete {
+        id: u64,
+    },
     Finish,
     Aborted(u64),
     Ack(Box<SubtaskAck>),
+    /// The attempt is replaced: it stops (sent after everything else to it, so what was in
+    /// flight still arrives first, as on a TCP connection).
+    Cancel,
 }
 
-/// A message on the network: from a leader of `epoch` to a subtask, or from a subtask of
-/// `attempt` to a JobManager.
+/// A subtask of an attempt that was replaced and has not stopped yet: it still acts on what
+/// reaches it (a completion in flight commits) until its cancel arrives or, cut off, its
+/// TaskManager's watchdog stops it at `stops_at`.
+pub struct Zombie {
+    pub task: Task,
+    pub stops_at: u64,
+}
+
+/// A message on the network: from a leader of `epoch` to a subtask of `attempt`, or from a
+/// subtask of `attempt` to a JobManager.
 pub struct Message {
     pub deliver_at: u64,
     pub channel: (usize, usize),
@@ -136,6 +152,13 @@ pub struct Cluster {
     pub restart_attempts: u32,
     /// Jobs that FAILED and were resubmitted (a count for the summary).
     pub failed_jobs: u64,
+    /// Subtasks of replaced attempts still acting on what reaches them.
+    pub zombies: Vec<Zombie>,
+    /// Network partitions: no message to or from the subtask until then.
+    pub cut_until: std::collections::BTreeMap<u32, u64>,
+    /// A partition outlasting `heartbeat.timeout`: the leader counts the subtask's TaskManager
+    /// lost at this time, if that attempt still runs (subtask, attempt, time).
+    pub loss_noticed: Option<(u32, u64, u64)>,
 }
 
 impl Cluster {
@@ -165,6 +188,9 @@ impl Cluster {
             // in 7): the other runs, the regression seeds among them, stay as they were.
             restart_attempts: if seed % 10 == 7 { 1 + (seed / 10 % 3) as u32 } else { u32::MAX },
             failed_jobs: 0,
+            zombies: Vec::new(),
+            cut_until: std::collections::BTreeMap::new(),
+            loss_noticed: None,
         };
         cluster.take_over(0);
         cluster
@@ -304,7 +330,15 @@ impl Cluster {
             }
             tasks.push(Task::restored(self.job, subtask, attempt, (epoch, jm), state, self.shape.records));
         }
-        self.tasks = tasks;
+        // The replaced attempt stops once its cancel arrives; cut off, its watchdog stops it.
+        self.send_to_tasks(jm, |_| Body::Cancel);
+        for task in std::mem::replace(&mut self.tasks, tasks) {
+            let stops_at = match self.cut_until.get(&task.subtask) {
+                Some(until) if *until > self.now_ms => self.now_ms + HEARTBEAT_MS,
+                _ => u64::MAX,
+            };
+            self.zombies.push(Zombie { task, stops_at });
+        }
     }
 
     /// Subtask `subtask`'s state in the snapshot at `location`; an error names what is missing.
@@ -446,6 +480,7 @@ impl Cluster {
         self.trace.push(format!("JM{jm}: the job FAILED: {cause}"));
         self.drive(jm, BookEvent::AbortAll { reason: "the job failed".into() });
         self.tasks.clear();
+        self.zombies.clear();
         self.net.clear();
         let JobManager::Leading(master) = &self.jms[jm] else { return };
         // What the job's REST API shows as its latest completed checkpoint (the restart
@@ -475,8 +510,41 @@ impl Cluster {
             JobManager::Leading(master) => master.epoch,
             _ => epoch,
         };
+        // To the attempt running now (a replaced one hears only what was sent to it before).
+        let attempt = self.tasks.first().map_or(0, |task| task.attempt);
         for subtask in 0..self.shape.subtasks {
-            self.send(1000 + jm, subtask as usize, epoch, 0, Destination::Task(subtask), body(subtask));
+            self.send(1000 + jm, subtask as usize, epoch, attempt, Destination::Task(subtask), body(subtask));
+        }
+    }
+
+    /// Whether the connection `channel` is cut by a partition now.
+    pub fn is_cut(&self, channel: (usize, usize)) -> bool {
+        [channel.0, channel.1]
+            .iter()
+            .any(|end| *end < 1000 && self.cut_until.get(&(*end as u32)).is_some_and(|until| *until > self.now_ms))
+    }
+
+    /// The connection between the leader and subtask `subtask`'s TaskManager dropped: what
+    /// was in flight on it is lost, and the job master counts the TaskManager lost (the job
+    /// restarts; the old attempt stops once its cancel reaches it after reconnecting).
+    pub fn drop_connection(&mut self, jm: usize, subtask: u32) {
+        let end = subtask as usize;
+        let lost = self.net.iter().filter(|m| m.channel.0 == end || m.channel.1 == end).count();
+        self.net.retain(|m| m.channel.0 != end && m.channel.1 != end);
+        self.trace.push(format!("fault: the connection to subtask {subtask} dropped ({lost} messages lost)"));
+        self.fail_over(jm, "a TaskManager's connection dropped");
+    }
+
+    /// A partition cuts subtask `subtask` off for `ms`: messages wait; longer than
+    /// `heartbeat.timeout`, the leader counts its TaskManager lost.
+    pub fn partition(&mut self, subtask: u32, ms: u64) {
+        let until = self.now_ms + ms;
+        self.trace.push(format!("fault: subtask {subtask} cut off until {until} ms"));
+        self.cut_until.insert(subtask, until);
+        if ms > HEARTBEAT_MS
+            && let Some(task) = self.tasks.get(subtask as usize)
+        {
+            self.loss_noticed = Some((subtask, task.attempt, self.now_ms + HEARTBEAT_MS));
         }
     }
 
@@ -579,6 +647,7 @@ impl Cluster {
             self.savepoints.retain(|(_, saved)| *saved != location);
         }
         self.tasks.clear();
+        self.zombies.clear();
         self.net.clear();
         // Checkpoint ids go on from the savepoint's, in the new job's own directory.
         self.highest_id = id;

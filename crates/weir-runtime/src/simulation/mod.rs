@@ -72,6 +72,17 @@ fn housekeeping(cluster: &mut Cluster) {
             _ => {}
         }
     }
+    cluster.zombies.retain(|zombie| zombie.stops_at > now);
+    if let Some((subtask, attempt, at)) = cluster.loss_noticed
+        && at <= now
+    {
+        cluster.loss_noticed = None;
+        let current = cluster.tasks.first().map(|task| task.attempt) == Some(attempt);
+        if let (true, Some(jm)) = (current, leader(cluster)) {
+            cluster.trace.push(format!("JM{jm}: subtask {subtask}'s TaskManager silent for heartbeat.timeout"));
+            cluster.fail_over(jm, "a TaskManager was lost (heartbeat.timeout)");
+        }
+    }
     if cluster.ha.lease_until < now && !cluster.ha.finished {
         let standby = (0..cluster.jms.len()).find(|jm| matches!(cluster.jms[*jm], JobManager::Standby));
         if let Some(jm) = standby {
@@ -163,7 +174,7 @@ fn deliver(cluster: &mut Cluster) -> bool {
         let first_of_channel = !cluster.net[..index].iter().any(|m| m.channel == message.channel);
         let frozen =
             matches!(message.to, Destination::JobManager(jm) if matches!(cluster.jms[jm], JobManager::Frozen { .. }));
-        if first_of_channel && message.deliver_at <= now && !frozen {
+        if first_of_channel && message.deliver_at <= now && !frozen && !cluster.is_cut(message.channel) {
             heads.push(index);
         }
     }
@@ -173,7 +184,7 @@ fn deliver(cluster: &mut Cluster) -> bool {
     let pick = heads[cluster.rng.below(heads.len() as u64) as usize];
     let message = cluster.net.remove(pick);
     match message.to {
-        Destination::Task(subtask) => to_task(cluster, subtask, message.epoch, message.body),
+        Destination::Task(subtask) => to_task(cluster, subtask, message.attempt, message.epoch, message.body),
         Destination::JobManager(jm) => {
             let current = cluster.tasks.first().map_or(0, |task| task.attempt);
             let accepts = matches!(&cluster.jms[jm], JobManager::Leading(master) if master.epoch == message.epoch);
@@ -185,8 +196,11 @@ fn deliver(cluster: &mut Cluster) -> bool {
     true
 }
 
-fn to_task(cluster: &mut Cluster, subtask: u32, epoch: u64, body: Body) {
+fn to_task(cluster: &mut Cluster, subtask: u32, attempt: u64, epoch: u64, body: Body) {
     let incremental = cluster.shape.incremental;
+    if cluster.tasks.get(subtask as usize).is_none_or(|task| task.attempt != attempt) {
+        return to_zombie(cluster, subtask, attempt, epoch, body);
+    }
     let Some(task) = cluster.tasks.get_mut(subtask as usize) else { return };
     // A finished subtask still answers barriers, with its final state (Flink's checkpoints
     // after tasks finished).
@@ -213,7 +227,33 @@ fn to_task(cluster: &mut Cluster, subtask: u32, epoch: u64, body: Body) {
         }
         Body::Finish => task.finish(),
         Body::Aborted(id) => task.aborted(id),
-        Body::Ack(_) => {}
+        Body::Ack(_) | Body::Cancel => {}
+    }
+}
+
+/// A message in flight to a replaced attempt's subtask, if it has not stopped: a completion
+/// commits, a cancel stops it. It snapshots nothing more (its checkpoints were aborted with
+/// the restart, and its acknowledgements would be refused as an old attempt's).
+fn to_zombie(cluster: &mut Cluster, subtask: u32, attempt: u64, epoch: u64, body: Body) {
+    let Some(at) = cluster.zombies.iter().position(|z| z.task.subtask == subtask && z.task.attempt == attempt) else {
+        return;
+    };
+    let task = &mut cluster.zombies[at].task;
+    if task.epoch != epoch {
+        return;
+    }
+    match body {
+        Body::Complete { id } => {
+            cluster.trace.push(format!("  replaced attempt {attempt}'s subtask {subtask} hears {id} completed"));
+            if let Err(error) = task.complete(id, &mut cluster.external) {
+                cluster.violation(error);
+            }
+        }
+        Body::Aborted(id) => task.aborted(id),
+        Body::Cancel => {
+            cluster.zombies.remove(at);
+        }
+        Body::Barrier(_) | Body::Finish | Body::Ack(_) => {}
     }
 }
 
@@ -221,8 +261,17 @@ fn to_task(cluster: &mut Cluster, subtask: u32, epoch: u64, body: Body) {
 /// JobManager dies (standbys too).
 fn fault(cluster: &mut Cluster) {
     let Some(jm) = leader(cluster) else { return };
-    match cluster.rng.below(5) {
+    match cluster.rng.below(7) {
         0 => cluster.fail_over(jm, "a subtask failed"),
+        5 => {
+            let subtask = cluster.rng.below(cluster.shape.subtasks as u64) as u32;
+            cluster.drop_connection(jm, subtask);
+        }
+        6 => {
+            let subtask = cluster.rng.below(cluster.shape.subtasks as u64) as u32;
+            let ms = 50 + cluster.rng.below(900);
+            cluster.partition(subtask, ms);
+        }
         1 => {
             cluster.trace.push(format!("fault: JM{jm} killed"));
             cluster.jms[jm] = JobManager::Dead { restart_at: cluster.now_ms + 50 + cluster.rng.below(400) };
@@ -240,13 +289,14 @@ fn fault(cluster: &mut Cluster) {
             cluster.trace.push(format!("fault: the next HA write: {flake:?}"));
             cluster.ha.flake = Some(flake);
         }
-        _ => {
+        4 => {
             let other = 1 - jm;
             if matches!(cluster.jms[other], JobManager::Standby) {
                 cluster.trace.push(format!("fault: JM{other} (standby) killed"));
                 cluster.jms[other] = JobManager::Dead { restart_at: cluster.now_ms + 50 + cluster.rng.below(400) };
             }
         }
+        _ => {}
     }
 }
 
