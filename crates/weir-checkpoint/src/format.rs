@@ -563,173 +563,211 @@ fn is_plain_file_name(name: &str) -> bool {
 /// Checks the invariants a reader relies on (see the module documentation); `location`
 /// names the metadata file in errors.
 pub fn validate_metadata(metadata: &SnapshotMetadata, location: &str) -> Result<(), FormatError> {
-    let fail = |reason: String| Err(FormatError::Inconsistent { location: location.to_string(), reason });
-    if !(FORMAT_VERSION_OLDEST..=FORMAT_VERSION).contains(&metadata.format_version) {
-        return fail(format!(
-            "the metadata says format version {}, not one of {FORMAT_VERSION_OLDEST}..={FORMAT_VERSION}",
-            metadata.format_version
-        ));
-    }
-    if metadata.format_version < 2 && metadata.operators.iter().flat_map(|o| &o.subtasks).any(|s| s.finished) {
-        return fail(format!("format version {} has no finished subtasks", metadata.format_version));
-    }
-    if metadata.format_version < 3 && (!metadata.format.is_canonical() || metadata.state_backend.is_some()) {
-        return fail(format!(
-            "format version {} has no native snapshots and no state backend name",
-            metadata.format_version
-        ));
-    }
-    let incremental = metadata.operators.iter().flat_map(|o| &o.subtasks).any(|s| !s.shared_files.is_empty());
-    if incremental && (metadata.format_version < 4 || metadata.kind != SnapshotKind::Checkpoint) {
-        return fail(format!(
-            "a {} of format version {} names shared files; only checkpoints of version 4 and later do",
-            metadata.kind, metadata.format_version
-        ));
-    }
-    let deltas = metadata
-        .operators
-        .iter()
-        .flat_map(|o| &o.subtasks)
-        .flat_map(|s| &s.keyed_states)
-        .flat_map(|state| &state.key_groups)
-        .any(|block| block.delta);
-    if deltas && (metadata.format_version < 5 || !incremental) {
-        return fail(format!(
-            "a {} of format version {} holds entry deltas; only incremental checkpoints of version 5 and later do",
-            metadata.kind, metadata.format_version
-        ));
-    }
+    let fail = |reason: String| FormatError::Inconsistent { location: location.to_string(), reason };
+    validate_versions(metadata).map_err(fail)?;
     let max_p = metadata.max_parallelism;
     if max_p == 0 || max_p > MAX_PARALLELISM_UPPER_BOUND {
-        return fail(format!("max parallelism {max_p} is outside 1..={MAX_PARALLELISM_UPPER_BOUND}"));
+        return Err(fail(format!("max parallelism {max_p} is outside 1..={MAX_PARALLELISM_UPPER_BOUND}")));
     }
     let mut uids = std::collections::BTreeSet::new();
     for operator in &metadata.operators {
-        let uid = &operator.uid;
-        if !uids.insert(uid.as_str()) {
-            return fail(format!("operator uid '{uid}' appears twice"));
+        if !uids.insert(operator.uid.as_str()) {
+            return Err(fail(format!("operator uid '{}' appears twice", operator.uid)));
         }
-        let p = operator.parallelism;
-        if p == 0 || p > max_p {
-            return fail(format!("operator '{uid}' has parallelism {p}, outside 1..={max_p} (the max parallelism)"));
+        validate_operator(operator, max_p).map_err(fail)?;
+    }
+    Ok(())
+}
+
+/// What each format version may hold: finished subtasks (2), native snapshots and a state
+/// backend's name (3), shared files (4, checkpoints only), entry deltas (5, incremental).
+fn validate_versions(metadata: &SnapshotMetadata) -> Result<(), String> {
+    let version = metadata.format_version;
+    if !(FORMAT_VERSION_OLDEST..=FORMAT_VERSION).contains(&version) {
+        return Err(format!(
+            "the metadata says format version {version}, not one of {FORMAT_VERSION_OLDEST}..={FORMAT_VERSION}"
+        ));
+    }
+    let subtasks = || metadata.operators.iter().flat_map(|o| &o.subtasks);
+    if version < 2 && subtasks().any(|s| s.finished) {
+        return Err(format!("format version {version} has no finished subtasks"));
+    }
+    if version < 3 && (!metadata.format.is_canonical() || metadata.state_backend.is_some()) {
+        return Err(format!("format version {version} has no native snapshots and no state backend name"));
+    }
+    let incremental = subtasks().any(|s| !s.shared_files.is_empty());
+    if incremental && (version < 4 || metadata.kind != SnapshotKind::Checkpoint) {
+        return Err(format!(
+            "a {} of format version {version} names shared files; only checkpoints of version 4 and later do",
+            metadata.kind
+        ));
+    }
+    let deltas = subtasks().flat_map(|s| &s.keyed_states).flat_map(|state| &state.key_groups).any(|block| block.delta);
+    if deltas && (version < 5 || !incremental) {
+        return Err(format!(
+            "a {} of format version {version} holds entry deltas; only incremental checkpoints of version 5 and later do",
+            metadata.kind
+        ));
+    }
+    Ok(())
+}
+
+/// One operator: its parallelism and subtask entries, and each subtask's files and state,
+/// with every state of one name of the same kind (keyed) or mode (operator state) in all
+/// subtasks.
+fn validate_operator(operator: &OperatorSnapshot, max_p: u32) -> Result<(), String> {
+    let (uid, p) = (&operator.uid, operator.parallelism);
+    if p == 0 || p > max_p {
+        return Err(format!("operator '{uid}' has parallelism {p}, outside 1..={max_p} (the max parallelism)"));
+    }
+    if operator.subtasks.len() != p as usize {
+        return Err(format!("operator '{uid}' has parallelism {p} but {} subtask entries", operator.subtasks.len()));
+    }
+    let mut keyed_kinds: std::collections::BTreeMap<&str, (&str, &str)> = std::collections::BTreeMap::new();
+    let mut modes: std::collections::BTreeMap<&str, RedistributionMode> = std::collections::BTreeMap::new();
+    for (index, subtask) in operator.subtasks.iter().enumerate() {
+        let at = SubtaskAt { uid, text: format!("operator '{uid}' subtask {index}"), subtask };
+        if subtask.subtask as usize != index {
+            return Err(format!("{} is recorded as subtask {}", at.text, subtask.subtask));
         }
-        if operator.subtasks.len() != p as usize {
-            return fail(format!(
-                "operator '{uid}' has parallelism {p} but {} subtask entries",
-                operator.subtasks.len()
+        let range = subtask_key_groups(&at, operator.key_type.is_some(), max_p, p)?;
+        validate_files(&at)?;
+        validate_keyed_states(&at, range, &mut keyed_kinds)?;
+        validate_operator_states(&at, &mut modes)?;
+    }
+    Ok(())
+}
+
+/// A subtask entry being checked, and how errors name it.
+struct SubtaskAt<'a> {
+    uid: &'a str,
+    text: String,
+    subtask: &'a SubtaskSnapshot,
+}
+
+/// The key groups the subtask owns: those its index owns at this parallelism (keyed), or
+/// none (it must then hold no keyed state).
+fn subtask_key_groups(at: &SubtaskAt, keyed: bool, max_p: u32, p: u32) -> Result<KeyGroupRange, String> {
+    let subtask = at.subtask;
+    if !keyed {
+        if subtask.key_group_range.is_some() || !subtask.keyed_states.is_empty() {
+            return Err(format!("{} has keyed state or key groups but the operator has no key type", at.text));
+        }
+        return Ok(KeyGroupRange::EMPTY);
+    }
+    let expected = compute_key_group_range_for_operator_index(max_p, p, subtask.subtask);
+    if subtask.key_group_range != Some(expected) {
+        let found = subtask.key_group_range.map_or_else(|| "none".to_string(), |range| range.to_string());
+        return Err(format!(
+            "{} has key groups {found}, but with max parallelism {max_p} and parallelism {p} it owns {expected}",
+            at.text
+        ));
+    }
+    Ok(expected)
+}
+
+/// Its data file and shared files are names inside the snapshot (and its `shared/`).
+fn validate_files(at: &SubtaskAt) -> Result<(), String> {
+    if let Some(file) = &at.subtask.file
+        && !is_relative_name(file)
+    {
+        return Err(format!("{} names data file '{file}', which is not a name relative to the snapshot", at.text));
+    }
+    for name in &at.subtask.shared_files {
+        if !is_plain_file_name(name) {
+            return Err(format!("{} names shared file '{name}', which is not a plain file name", at.text));
+        }
+    }
+    Ok(())
+}
+
+/// A state block lies in a file the subtask names, past the data file's header.
+fn validate_block(at: &SubtaskAt, block: &BlockRef, what: &str) -> Result<(), String> {
+    let shared = at.subtask.shared_files.len();
+    match block.shared_file {
+        Some(index) if index as usize >= shared => {
+            return Err(format!("{} state '{what}': a block names shared file {index} of {shared}", at.text));
+        }
+        None if at.subtask.file.is_none() => return Err(format!("{} has state blocks but no data file", at.text)),
+        _ => {}
+    }
+    if block.offset < DATA_HEADER_LEN || block.offset.checked_add(block.length).is_none() {
+        return Err(format!(
+            "{} state '{what}': block at offset {} length {} lies outside a data file",
+            at.text, block.offset, block.length
+        ));
+    }
+    Ok(())
+}
+
+/// Keyed states: each name once, of one kind across subtasks; blocks in key-group order
+/// within `range`, an entry delta only after a block of its key group.
+fn validate_keyed_states<'a>(
+    at: &SubtaskAt<'a>,
+    range: KeyGroupRange,
+    kinds: &mut std::collections::BTreeMap<&'a str, (&'a str, &'a str)>,
+) -> Result<(), String> {
+    let (uid, text) = (at.uid, &at.text);
+    let mut names = std::collections::BTreeSet::new();
+    for state in &at.subtask.keyed_states {
+        let name = &state.name;
+        if !names.insert(name.as_str()) {
+            return Err(format!("{text} has keyed state '{name}' twice"));
+        }
+        let found = (state.kind.as_str(), state.value_type.as_str());
+        if *kinds.entry(name).or_insert(found) != found {
+            return Err(format!(
+                "keyed state '{name}' of operator '{uid}' has different kinds or value types in different subtasks"
             ));
         }
-        let keyed = operator.key_type.is_some();
-        let mut keyed_kinds: std::collections::BTreeMap<&str, (&str, &str)> = std::collections::BTreeMap::new();
-        let mut modes: std::collections::BTreeMap<&str, RedistributionMode> = std::collections::BTreeMap::new();
-        for (index, subtask) in operator.subtasks.iter().enumerate() {
-            let at = format!("operator '{uid}' subtask {index}");
-            if subtask.subtask as usize != index {
-                return fail(format!("{at} is recorded as subtask {}", subtask.subtask));
-            }
-            let range = if keyed {
-                let expected = compute_key_group_range_for_operator_index(max_p, p, subtask.subtask);
-                if subtask.key_group_range != Some(expected) {
-                    let found = subtask.key_group_range.map_or_else(|| "none".to_string(), |range| range.to_string());
-                    return fail(format!(
-                        "{at} has key groups {found}, but with max parallelism {max_p} and parallelism {p} it owns {expected}"
-                    ));
-                }
-                expected
-            } else {
-                if subtask.key_group_range.is_some() || !subtask.keyed_states.is_empty() {
-                    return fail(format!("{at} has keyed state or key groups but the operator has no key type"));
-                }
-                KeyGroupRange::EMPTY
+        let mut previous: Option<u32> = None;
+        for block in &state.key_groups {
+            validate_block(at, block, name)?;
+            let Some(group) = block.key_group else {
+                return Err(format!("{text} keyed state '{name}' has a block without a key group"));
             };
-            if let Some(file) = &subtask.file
-                && !is_relative_name(file)
-            {
-                return fail(format!("{at} names data file '{file}', which is not a name relative to the snapshot"));
+            if !range.contains(group) {
+                return Err(format!("{text} keyed state '{name}' has key group {group}, outside its range {range}"));
             }
-            for name in &subtask.shared_files {
-                if !is_plain_file_name(name) {
-                    return fail(format!("{at} names shared file '{name}', which is not a plain file name"));
-                }
-            }
-            let check_block = |block: &BlockRef, what: &str| -> Result<(), FormatError> {
-                match block.shared_file {
-                    Some(index) if index as usize >= subtask.shared_files.len() => {
-                        return fail(format!(
-                            "{at} state '{what}': a block names shared file {index} of {}",
-                            subtask.shared_files.len()
-                        ));
-                    }
-                    None if subtask.file.is_none() => {
-                        return fail(format!("{at} has state blocks but no data file"));
-                    }
-                    _ => {}
-                }
-                if block.offset < DATA_HEADER_LEN || block.offset.checked_add(block.length).is_none() {
-                    return fail(format!(
-                        "{at} state '{what}': block at offset {} length {} lies outside a data file",
-                        block.offset, block.length
+            if block.delta {
+                if previous != Some(group) {
+                    return Err(format!(
+                        "{text} keyed state '{name}' has an entry delta of key group {group} that follows no block of that key group"
                     ));
                 }
-                Ok(())
-            };
-            let mut names = std::collections::BTreeSet::new();
-            for state in &subtask.keyed_states {
-                if !names.insert(state.name.as_str()) {
-                    return fail(format!("{at} has keyed state '{}' twice", state.name));
-                }
-                let kinds = (state.kind.as_str(), state.value_type.as_str());
-                if *keyed_kinds.entry(&state.name).or_insert(kinds) != kinds {
-                    return fail(format!(
-                        "keyed state '{}' of operator '{uid}' has different kinds or value types in different subtasks",
-                        state.name
-                    ));
-                }
-                let mut previous: Option<u32> = None;
-                for block in &state.key_groups {
-                    check_block(block, &state.name)?;
-                    let Some(group) = block.key_group else {
-                        return fail(format!("{at} keyed state '{}' has a block without a key group", state.name));
-                    };
-                    if !range.contains(group) {
-                        return fail(format!(
-                            "{at} keyed state '{}' has key group {group}, outside its range {range}",
-                            state.name
-                        ));
-                    }
-                    if block.delta {
-                        if previous != Some(group) {
-                            return fail(format!(
-                                "{at} keyed state '{}' has an entry delta of key group {group} that follows no block of that key group",
-                                state.name
-                            ));
-                        }
-                    } else if previous.is_some_and(|previous| previous >= group) {
-                        return fail(format!(
-                            "{at} keyed state '{}' lists key groups out of order or twice (key group {group})",
-                            state.name
-                        ));
-                    }
-                    previous = Some(group);
-                }
+            } else if previous.is_some_and(|previous| previous >= group) {
+                return Err(format!(
+                    "{text} keyed state '{name}' lists key groups out of order or twice (key group {group})"
+                ));
             }
-            let mut names = std::collections::BTreeSet::new();
-            for state in &subtask.operator_states {
-                if !names.insert(state.name.as_str()) {
-                    return fail(format!("{at} has operator state '{}' twice", state.name));
-                }
-                if *modes.entry(&state.name).or_insert(state.mode) != state.mode {
-                    return fail(format!(
-                        "operator state '{}' of operator '{uid}' has different modes in different subtasks",
-                        state.name
-                    ));
-                }
-                for block in &state.elements {
-                    check_block(block, &state.name)?;
-                    if block.key_group.is_some() {
-                        return fail(format!("{at} operator state '{}' has a block with a key group", state.name));
-                    }
-                }
+            previous = Some(group);
+        }
+    }
+    Ok(())
+}
+
+/// Operator states: each name once, of one redistribution mode across subtasks, with no
+/// key groups.
+fn validate_operator_states<'a>(
+    at: &SubtaskAt<'a>,
+    modes: &mut std::collections::BTreeMap<&'a str, RedistributionMode>,
+) -> Result<(), String> {
+    let mut names = std::collections::BTreeSet::new();
+    for state in &at.subtask.operator_states {
+        let name = &state.name;
+        if !names.insert(name.as_str()) {
+            return Err(format!("{} has operator state '{name}' twice", at.text));
+        }
+        if *modes.entry(name).or_insert(state.mode) != state.mode {
+            return Err(format!(
+                "operator state '{name}' of operator '{}' has different modes in different subtasks",
+                at.uid
+            ));
+        }
+        for block in &state.elements {
+            validate_block(at, block, name)?;
+            if block.key_group.is_some() {
+                return Err(format!("{} operator state '{name}' has a block with a key group", at.text));
             }
         }
     }

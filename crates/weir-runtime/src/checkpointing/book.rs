@@ -617,6 +617,10 @@ impl CheckpointBook {
             let reason = format!("writing {}/_metadata: {e}", pending.location);
             return self.fail(pending, reason, FailMode::Counted, now, out);
         }
+        if pending.request.is_stop() {
+            // The restart point until the job ends, and the user's to keep.
+            self.retention.leave_to_user(id);
+        }
         if self.ha && pending.request.restores() {
             // Complete once its pointer is in the HA store, and only then committed: a stop's
             // savepoint too, so that a leader taking over after its sinks committed restores
@@ -651,9 +655,6 @@ impl CheckpointBook {
                 let reason = format!(
                     "cannot record checkpoint {id} as complete in the HA store: {message}; it is not committed, and its files are kept in case the write happened"
                 );
-                if pending.request.is_stop() {
-                    self.retention.leave_to_user(id);
-                }
                 self.fail(pending, reason, FailMode::KeepFiles, now, out);
                 self.retention.keep_uncertain(id, location, uses);
             }
@@ -668,18 +669,14 @@ impl CheckpointBook {
         self.record_completion(&pending, now);
         self.consecutive_failures = 0;
         out.push(Effect::RetireDir { id });
-        let (restores, stop) = (pending.request.restores(), pending.request.is_stop());
-        if pending.request.is_periodic() {
+        let (restores, periodic) = (pending.request.restores(), pending.request.is_periodic());
+        if periodic {
             self.next_periodic_at = self.next_periodic_at.max(now.at + self.settings.min_pause);
         }
         let completion = Completion { checkpoint_id: id, request: pending.request, location: pending.location };
         if !restores {
             out.push(Effect::Completed(completion));
             return;
-        }
-        if stop {
-            // The restart point until the job ends, and the user's to keep.
-            self.retention.leave_to_user(id);
         }
         let plan = self.retention.complete(id, completion.location.clone(), pending.uses);
         let plan = DeletePlan {
@@ -692,6 +689,9 @@ impl CheckpointBook {
             out.push(Effect::Delete(plan));
         }
         out.push(Effect::Completed(completion));
+        if !periodic {
+            return;
+        }
         let older: Vec<u64> =
             self.pending.iter().filter(|(o, p)| **o < id && p.request.is_periodic()).map(|(o, _)| *o).collect();
         for older in older {
@@ -747,6 +747,7 @@ impl CheckpointBook {
         // Retired first: a write that lands after the deletion sees it and removes its own file.
         out.push(Effect::RetireDir { id });
         if mode != FailMode::KeepFiles {
+            self.retention.forget_user(id);
             // A failed checkpoint's files are useless; completed ones are never touched here.
             let shared = self.settings.incremental.is_some();
             out.push(Effect::DeleteFailed { id, location: pending.location.clone(), shared });

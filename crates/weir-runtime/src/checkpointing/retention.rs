@@ -65,13 +65,21 @@ impl<D> Retention<D> {
     }
 
     /// The ids completing checkpoint `id` pushes out of retention (the oldest beyond
-    /// `num_retained`, `id` itself when it is older than all of those kept).
+    /// `num_retained`, `id` itself when it is older than all of those kept, and the user's
+    /// snapshots older than it, which are no restart point any more). A user's snapshot
+    /// completing pushes nothing out: it does not count towards `num_retained`, so the job's
+    /// checkpoints stay beside a stop's savepoint.
     pub(crate) fn drops_if_completed(&self, id: u64) -> Vec<u64> {
-        let mut ids: Vec<u64> = self.retained.iter().map(|(retained, _)| *retained).collect();
+        if self.users.contains(&id) {
+            return Vec::new();
+        }
+        let mut ids: Vec<u64> =
+            self.retained.iter().map(|(retained, _)| *retained).filter(|r| !self.users.contains(r)).collect();
         let at = ids.partition_point(|retained| *retained < id);
         ids.insert(at, id);
         let drop = ids.len().saturating_sub(self.num_retained);
         ids.truncate(drop);
+        ids.extend(self.users.range(..id).filter(|user| self.retained.iter().any(|(r, _)| r == *user)));
         ids.extend(self.uncertain.range(..id).map(|(uncertain, _)| *uncertain));
         ids
     }
@@ -85,6 +93,10 @@ impl<D> Retention<D> {
         self.retained.insert(at, (id, dir));
         self.shared_refs.insert(id, uses);
         let mut plan = RetentionPlan::empty();
+        if self.users.contains(&id) {
+            // A user's snapshot moves nothing: what was released waits for a checkpoint.
+            return plan;
+        }
         for old in dropped {
             let entry = match self.uncertain.remove(&old) {
                 Some(dir) => (old, dir),
@@ -143,6 +155,11 @@ impl<D> Retention<D> {
     /// Snapshot `id` is the user's: pushed out of retention, it is forgotten, not deleted.
     pub(crate) fn leave_to_user(&mut self, id: u64) {
         self.users.insert(id);
+    }
+
+    /// Snapshot `id` failed before it was retained: nothing of it is the user's to keep.
+    pub(crate) fn forget_user(&mut self, id: u64) {
+        self.users.remove(&id);
     }
 
     /// Whether snapshot `id` is the user's.
@@ -243,12 +260,17 @@ mod tests {
         let mut retention = Retention::<&str>::new(1);
         retention.complete(4, "chk-4", files(&[]));
         retention.leave_to_user(5);
+        // A stop's savepoint pushes no checkpoint out: the job's newest stays beside it.
+        assert!(retention.drops_if_completed(5).is_empty());
         let plan = retention.complete(5, "stop-5", files(&[]));
-        assert_eq!(plan.checkpoints, vec![(4, "chk-4")]);
+        assert!(plan.checkpoints.is_empty());
         assert_eq!(retention.newest(), Some(&(5, "stop-5")));
-        // The job failed while stopping, restarted from it, and checkpoints again.
+        // The job failed while stopping, restarted from it, and checkpoints again: the
+        // savepoint is forgotten, not deleted, and the older checkpoint goes as usual.
+        assert_eq!(retention.drops_if_completed(6), vec![4, 5]);
         let plan = retention.complete(6, "chk-6", files(&[]));
-        assert!(plan.checkpoints.is_empty() && plan.claimed.is_none());
+        assert_eq!(plan.checkpoints, vec![(4, "chk-4")]);
+        assert!(plan.claimed.is_none());
         assert!(!retention.is_users(5));
         assert_eq!(retention.newest(), Some(&(6, "chk-6")));
     }
