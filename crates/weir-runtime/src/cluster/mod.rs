@@ -7,6 +7,7 @@
 
 pub mod protocol;
 pub mod resources;
+mod slots;
 pub mod taskmanager;
 
 pub use protocol::JobSubmission;

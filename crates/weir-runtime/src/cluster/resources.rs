@@ -2,7 +2,7 @@
 //! detection (a lost connection at once, silence past the heartbeat timeout), and the
 //! executor that deploys job attempts onto TaskManagers.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::io::{BufReader, BufWriter};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -16,9 +16,10 @@ use weir_api::graph::StreamGraph;
 use weir_api::operator::TaskMetrics;
 
 use super::protocol::{
-    DeploySpec, Frame, JobSubmission, REGISTRATION_LINE_BYTES_MAX, RunningAttempt, SubtaskCounters, ToJobManager,
-    ToTaskManager, receive, receive_at_most, send,
+    DeploySpec, Frame, JobSubmission, REGISTRATION_LINE_BYTES_MAX, SubtaskCounters, ToJobManager, ToTaskManager,
+    receive, receive_at_most, send,
 };
+use super::slots::{AttemptSlot, Cancel, SlotLedger};
 use crate::checkpointing::writer::WriteOutcome;
 use crate::execution::{TaskEvent, TaskEventKind};
 use crate::executor::{AttemptHandle, AttemptSpec, Executor, ReportedAttempt};
@@ -55,13 +56,8 @@ pub struct TaskManagerInfo {
     pub time_since_last_heartbeat: u64,
 }
 
+/// A registered TaskManager's connection (its slots are in the [`SlotLedger`]).
 struct TaskManager {
-    slots: u32,
-    /// Slots in use, those reserved for reported attempts included.
-    used: u32,
-    /// Per job, slots of attempts this TaskManager kept running without a JobManager, held
-    /// for the job until its master takes them over (or stops them).
-    reserved: HashMap<String, u32>,
     data_address: String,
     link: Arc<Mutex<BufWriter<TcpStream>>>,
     connection: TcpStream,
@@ -125,96 +121,14 @@ fn next_message(reader: &mut BufReader<TcpStream>, taskmanager: &str) -> Option<
     }
 }
 
-/// An attempt the TaskManagers reported running when they registered, until its job master
-/// takes it over.
-struct Reported {
-    attempt: ReportedAttempt,
-    /// The TaskManagers running part of it.
-    taskmanagers: std::collections::BTreeSet<String>,
-    /// Its subtasks' events that came before the takeover, replayed to the master then.
-    pending: Vec<TaskEvent>,
-}
-
-impl Reported {
-    /// True when `taskmanager` reported running subtask `(vertex, subtask)` of the attempt.
-    fn runs(&self, taskmanager: &str, vertex: usize, subtask: u32) -> bool {
-        self.attempt.subtasks.iter().any(|s| s.vertex == vertex && s.subtask == subtask && s.taskmanager == taskmanager)
-    }
-
-    /// Applies a subtask's event that came before the takeover to its reported state.
-    fn note(&mut self, event: &TaskEvent) {
-        let Some(subtask) =
-            self.attempt.subtasks.iter_mut().find(|s| s.vertex == event.vertex && s.subtask == event.subtask)
-        else {
-            return;
-        };
-        use weir_types::ExecutionState as State;
-        match &event.kind {
-            TaskEventKind::Initializing => subtask.state = State::Initializing,
-            TaskEventKind::Running => subtask.state = State::Running,
-            TaskEventKind::EndOfData => subtask.data_ended = true,
-            TaskEventKind::Finished => subtask.state = State::Finished,
-            TaskEventKind::Failed(_) => subtask.state = State::Failed,
-            TaskEventKind::Canceled => subtask.state = State::Canceled,
-        }
-    }
-}
-
-/// Which reports of running attempts a registering TaskManager's are kept for a job master
-/// to take over; the others are cancelled on that TaskManager at once, so they hold no slot
-/// and no thread.
-#[derive(Default)]
-struct ReportPolicy {
-    /// A new leader has not recovered its jobs from the HA store yet: every report is kept
-    /// (its job may be among them).
-    recovering: bool,
-    /// Jobs recovered RECONCILING: their master takes reported attempts over.
-    reconciling: HashSet<String>,
-    /// Jobs whose master left RECONCILING in this term: a report of theirs is stale (a
-    /// TaskManager frozen or cut off past the takeover), whatever it says.
-    settled: HashSet<String>,
-}
-
-impl ReportPolicy {
-    fn keeps(&self, job_id: &str) -> bool {
-        !self.settled.contains(job_id) && (self.recovering || self.reconciling.contains(job_id))
-    }
-}
-
-/// The slots a job's attempts share: subtask `i` of every pipelined region runs in the job's
-/// slot `i`, as in Flink's default slot sharing group, so a job needs as many slots as its
-/// highest parallelism however many regions it has.
-#[derive(Default)]
-struct JobSlots {
-    /// Slot index -> the allocation that serves it now.
-    by_index: Vec<Option<u64>>,
-    /// Allocations by id, with the attempts using each.
-    held: HashMap<u64, SharedSlot>,
-}
-
-/// One TaskManager slot a job holds.
-struct SharedSlot {
-    taskmanager: String,
-    data_address: String,
-    /// Attempts (regions) using it; the slot goes back to its TaskManager at 0.
-    users: u32,
-}
-
-/// A slot an attempt uses: (allocation id, TaskManager id, data address).
-type AttemptSlot = (u64, String, String);
-
 /// The TaskManagers of a cluster and the jobs deployed on them.
 pub struct ClusterResources {
+    /// Connections. Locked before `ledger` when both are needed.
     taskmanagers: Mutex<HashMap<String, TaskManager>>,
-    /// By job id. Locked after `taskmanagers` when both are needed.
-    job_slots: Mutex<HashMap<String, JobSlots>>,
-    next_allocation: std::sync::atomic::AtomicU64,
+    /// Slots, what jobs hold and what the TaskManagers reported running.
+    ledger: Mutex<SlotLedger>,
     /// By (job, attempt): with region failover several attempts of a job run at once.
     routes: Mutex<HashMap<(String, u32), Route>>,
-    /// Attempts reported at registration and not taken over yet, by (job, attempt).
-    reported: Mutex<HashMap<(String, u32), Reported>>,
-    /// Which reports are kept. Locked before `reported` when both are needed.
-    report_policy: Mutex<ReportPolicy>,
     heartbeat_timeout: Duration,
     /// This JobManager's leadership epoch (0 without high availability), sent with every
     /// message to a TaskManager.
@@ -223,8 +137,6 @@ pub struct ClusterResources {
     stopped: AtomicBool,
     /// Where the RPC listener listens (to wake its accept loop on stop).
     rpc_address: std::net::SocketAddr,
-    /// Per job, slots an attempt waits for that no TaskManager offers yet.
-    waiting: Mutex<HashMap<String, u32>>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -246,7 +158,7 @@ impl ClusterResources {
         let resources = ClusterResources::start_term(listener, heartbeat_timeout, 0, security)?;
         // Without high availability this JobManager never takes a job over: every attempt a
         // TaskManager reports (it lost its connection and came back) is stale.
-        lock(&resources.report_policy).recovering = false;
+        *lock(&resources.ledger) = SlotLedger::new(false);
         Ok((resources, address))
     }
 
@@ -262,16 +174,12 @@ impl ClusterResources {
         let rpc_address = listener.local_addr()?;
         let resources = Arc::new(ClusterResources {
             taskmanagers: Mutex::new(HashMap::new()),
-            job_slots: Mutex::new(HashMap::new()),
-            next_allocation: std::sync::atomic::AtomicU64::new(0),
+            ledger: Mutex::new(SlotLedger::new(true)),
             routes: Mutex::new(HashMap::new()),
-            reported: Mutex::new(HashMap::new()),
-            report_policy: Mutex::new(ReportPolicy { recovering: true, ..ReportPolicy::default() }),
             heartbeat_timeout,
             epoch,
             stopped: AtomicBool::new(false),
             rpc_address,
-            waiting: Mutex::new(HashMap::new()),
         });
         let accepting = Arc::clone(&resources);
         let registering = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -311,9 +219,7 @@ impl ClusterResources {
     /// Slots the jobs need: those in use plus those attempts wait for (free ones included)
     /// (what a resource manager starting TaskManagers on demand provides for).
     pub fn slots_demanded(&self) -> u32 {
-        let used: u32 = lock(&self.taskmanagers).values().map(|tm| tm.used).sum();
-        let waiting: u32 = lock(&self.waiting).values().sum();
-        used + waiting
+        lock(&self.ledger).slots_demanded()
     }
 
     /// Ends this term: no more TaskManagers are accepted and the connections close (the
@@ -334,18 +240,16 @@ impl ClusterResources {
 
     /// The registered TaskManagers.
     pub fn taskmanagers(&self) -> Vec<TaskManagerInfo> {
-        let mut list: Vec<TaskManagerInfo> = lock(&self.taskmanagers)
-            .iter()
-            .map(|(id, tm)| TaskManagerInfo {
-                id: id.clone(),
-                path: tm.data_address.clone(),
-                slots_number: tm.slots,
-                free_slots: tm.slots.saturating_sub(tm.used),
-                time_since_last_heartbeat: tm.last_heartbeat.elapsed().as_millis() as u64,
+        let taskmanagers = lock(&self.taskmanagers);
+        let offers = lock(&self.ledger).offers();
+        offers
+            .into_iter()
+            .filter_map(|(id, path, slots_number, free_slots)| {
+                let tm = taskmanagers.get(&id)?;
+                let time_since_last_heartbeat = tm.last_heartbeat.elapsed().as_millis() as u64;
+                Some(TaskManagerInfo { id, path, slots_number, free_slots, time_since_last_heartbeat })
             })
-            .collect();
-        list.sort_by(|a, b| a.id.cmp(&b.id));
-        list
+            .collect()
     }
 
     /// Sends every TaskManager a heartbeat.
@@ -432,17 +336,16 @@ impl ClusterResources {
         }
         connection.set_write_timeout(None).ok()?;
         tracing::info!(taskmanager = %taskmanager_id, slots, %data_address, running = running.len(), "TaskManager registered");
-        let (reserved, stale) = self.take_reports(&taskmanager_id, running);
-        let used = reserved.values().sum();
+        let stale = lock(&self.ledger).register(&taskmanager_id, slots, data_address.clone(), running);
         taskmanagers.insert(
             taskmanager_id.clone(),
-            TaskManager { slots, used, reserved, data_address, link, connection, last_heartbeat: Instant::now() },
+            TaskManager { data_address, link, connection, last_heartbeat: Instant::now() },
         );
         drop(taskmanagers);
-        for (job_id, attempt) in stale {
-            tracing::info!(taskmanager = %taskmanager_id, job_id = %job_id, attempt, "cancelling a reported attempt no job master takes over");
-            self.send_to(&taskmanager_id, &ToTaskManager::Cancel { job_id, attempt });
+        for cancel in &stale {
+            tracing::info!(taskmanager = %taskmanager_id, job_id = %cancel.job_id, attempt = cancel.attempt, "cancelling a reported attempt no job master takes over");
         }
+        self.send_cancels(stale);
         Some((taskmanager_id, reader))
     }
 
@@ -499,13 +402,9 @@ impl ClusterResources {
             return;
         }
         // Not taken over yet: kept for the job master that will.
-        if let Some(reported) = lock(&self.reported).get_mut(&key) {
-            if reported.runs(taskmanager_id, event.vertex, event.subtask) {
-                reported.note(&event);
-                reported.pending.push(event);
-            } else {
-                foreign_report(taskmanager_id, &key, "event", event.vertex, event.subtask);
-            }
+        let (vertex, subtask) = (event.vertex, event.subtask);
+        if lock(&self.ledger).note_event(taskmanager_id, &key, event) == Some(false) {
+            foreign_report(taskmanager_id, &key, "event", vertex, subtask);
         }
     }
 
@@ -529,97 +428,41 @@ impl ClusterResources {
         }
     }
 
-    /// Records the attempts a registering TaskManager kept running that a job master may take
-    /// over; returns the slots it holds for them, per job, and the attempts to cancel on it
-    /// at once (no job master takes them over: [`ReportPolicy`]).
-    fn take_reports(
-        &self,
-        taskmanager_id: &str,
-        running: Vec<RunningAttempt>,
-    ) -> (HashMap<String, u32>, Vec<(String, u32)>) {
-        let mut slots_per_job: HashMap<String, std::collections::BTreeSet<u32>> = HashMap::new();
-        let mut stale = Vec::new();
-        let policy = lock(&self.report_policy);
-        let mut reported = lock(&self.reported);
-        for RunningAttempt { job_id, mut attempt } in running {
-            if !policy.keeps(&job_id) {
-                stale.push((job_id, attempt.attempt));
-                continue;
-            }
-            for subtask in &mut attempt.subtasks {
-                subtask.taskmanager = taskmanager_id.to_string();
-                slots_per_job.entry(job_id.clone()).or_default().insert(subtask.subtask);
-            }
-            let key = (job_id, attempt.attempt);
-            let entry = reported.entry(key).or_insert_with(|| Reported {
-                attempt: ReportedAttempt { subtasks: Vec::new(), ..attempt.clone() },
-                taskmanagers: Default::default(),
-                pending: Vec::new(),
-            });
-            entry.taskmanagers.insert(taskmanager_id.to_string());
-            entry.attempt.subtasks.retain(|s| s.taskmanager != taskmanager_id);
-            entry.attempt.subtasks.extend(attempt.subtasks);
-        }
-        (slots_per_job.into_iter().map(|(job, slots)| (job, slots.len() as u32)).collect(), stale)
-    }
-
     /// A new leader recovered `jobs` from the HA store, each RECONCILING: from now on only
     /// their reports are kept (until each settles), and what else was reported is
     /// cancelled on its TaskManagers, its reserved slots freed.
     pub fn recovered(&self, jobs: &[String]) {
-        let stale: Vec<(String, u32)> = {
-            let mut policy = lock(&self.report_policy);
-            policy.recovering = false;
-            for job in jobs {
-                if !policy.settled.contains(job) {
-                    policy.reconciling.insert(job.clone());
-                }
-            }
-            lock(&self.reported).keys().filter(|(job, _)| !policy.keeps(job)).cloned().collect()
-        };
-        for (job_id, attempt) in stale {
-            self.cancel_reported(&job_id, attempt);
-        }
+        let cancels = lock(&self.ledger).recovered(jobs);
+        self.send_cancels(cancels);
     }
 
     /// `job_id`'s master left RECONCILING (it took the reported attempts over, or gave up and
     /// restarts): every attempt of it still reported is cancelled on its TaskManagers, its
     /// reserved slots freed, and later reports of it are cancelled at once.
     fn settle(&self, job_id: &str) {
-        let left: Vec<u32> = {
-            let mut policy = lock(&self.report_policy);
-            policy.reconciling.remove(job_id);
-            policy.settled.insert(job_id.to_string());
-            lock(&self.reported).keys().filter(|(job, _)| job == job_id).map(|(_, attempt)| *attempt).collect()
-        };
-        for attempt in left {
-            tracing::info!(job_id = %job_id, attempt, "cancelling a reported attempt that was not taken over");
-            self.cancel_reported(job_id, attempt);
-        }
-        self.release_reservations(job_id);
+        let cancels = lock(&self.ledger).settle(job_id);
+        self.send_cancels(cancels);
     }
 
     /// Stops a reported attempt on the TaskManagers running it and forgets it.
     fn cancel_reported(&self, job_id: &str, attempt: u32) {
-        let Some(reported) = lock(&self.reported).remove(&(job_id.to_string(), attempt)) else {
-            return;
-        };
-        for taskmanager in &reported.taskmanagers {
-            self.send_to(taskmanager, &ToTaskManager::Cancel { job_id: job_id.to_string(), attempt });
+        let cancels = lock(&self.ledger).cancel_reported(job_id, attempt);
+        self.send_cancels(cancels);
+    }
+
+    /// Carries out the ledger's cancels.
+    fn send_cancels(&self, cancels: Vec<Cancel>) {
+        for Cancel { taskmanager, job_id, attempt } in cancels {
+            self.send_to(&taskmanager, &ToTaskManager::Cancel { job_id, attempt });
         }
-        self.release_reservations(job_id);
     }
 
     /// A TaskManager is gone (`why`): every subtask it ran fails at once.
     fn lost(&self, taskmanager_id: &str, why: &str) {
         let removed = lock(&self.taskmanagers).remove(taskmanager_id);
         let Some(removed) = removed else { return };
-        // Its part of attempts not taken over yet is gone with it.
-        for reported in lock(&self.reported).values_mut() {
-            if reported.taskmanagers.remove(taskmanager_id) {
-                reported.attempt.subtasks.retain(|s| s.taskmanager != taskmanager_id);
-            }
-        }
+        // Its slots, and its part of attempts not taken over yet, are gone with it.
+        lock(&self.ledger).lost(taskmanager_id);
         tracing::warn!(taskmanager = %taskmanager_id, address = %removed.data_address, "TaskManager lost: {why}");
         for route in lock(&self.routes).values() {
             for (slot, owner) in route.slots.iter().enumerate() {
@@ -650,12 +493,12 @@ impl ClusterResources {
         let count = count as usize;
         let deadline = Instant::now() + SLOT_WAIT_MAX;
         loop {
-            if let Some(slots) = self.try_allocate(job_id, count) {
+            if let Some(slots) = lock(&self.ledger).try_allocate(job_id, count) {
                 return Ok(slots);
             }
             let given_up = cancelled() || Instant::now() >= deadline;
             if given_up {
-                self.stop_waiting(job_id);
+                lock(&self.ledger).stop_waiting(job_id);
             }
             if cancelled() {
                 return Err(TaskError::Cancelled);
@@ -670,165 +513,9 @@ impl ClusterResources {
         }
     }
 
-    /// The job's slots `0..count` for one attempt when the TaskManagers have enough free
-    /// slots for those it lacks (taken now); `None`, and the job counted as waiting for the
-    /// slots it lacks, otherwise.
-    fn try_allocate(&self, job_id: &str, count: usize) -> Option<Vec<AttemptSlot>> {
-        let mut taskmanagers = lock(&self.taskmanagers);
-        let mut jobs = lock(&self.job_slots);
-        let job = jobs.entry(job_id.to_string()).or_default();
-        if job.by_index.len() < count {
-            job.by_index.resize(count, None);
-        }
-        let missing: Vec<usize> = (0..count)
-            .filter(|&index| {
-                !job.by_index[index]
-                    .and_then(|id| job.held.get(&id))
-                    .is_some_and(|slot| taskmanagers.contains_key(&slot.taskmanager))
-            })
-            .collect();
-        let free: u32 = taskmanagers.values().map(|tm| tm.slots.saturating_sub(tm.used)).sum();
-        if (free as usize) < missing.len() {
-            lock(&self.waiting).insert(job_id.to_string(), missing.len() as u32);
-            return None;
-        }
-        lock(&self.waiting).remove(job_id);
-        self.place_slots(&mut taskmanagers, job, missing);
-        let mut slots = Vec::with_capacity(count);
-        for index in 0..count {
-            let Some(id) = job.by_index[index] else { continue };
-            if let Some(slot) = job.held.get_mut(&id) {
-                slot.users += 1;
-                slots.push((id, slot.taskmanager.clone(), slot.data_address.clone()));
-            }
-        }
-        Some(slots)
-    }
-
-    /// Takes a free TaskManager slot for each of the job's slot indexes `missing`; the
-    /// TaskManagers have enough free ones.
-    fn place_slots(&self, taskmanagers: &mut HashMap<String, TaskManager>, job: &mut JobSlots, missing: Vec<usize>) {
-        let mut ids: Vec<String> = taskmanagers.keys().cloned().collect();
-        ids.sort();
-        // Spread new slots over TaskManagers round-robin; there are enough free
-        // ones, so every pass places at least one.
-        let mut pending = missing.into_iter().peekable();
-        while pending.peek().is_some() {
-            for id in &ids {
-                let Some(&index) = pending.peek() else { break };
-                let Some(tm) = taskmanagers.get_mut(id) else { continue };
-                if tm.used >= tm.slots {
-                    continue;
-                }
-                tm.used += 1;
-                let allocation = self.next_allocation.fetch_add(1, Ordering::Relaxed);
-                let slot = SharedSlot { taskmanager: id.clone(), data_address: tm.data_address.clone(), users: 0 };
-                job.held.insert(allocation, slot);
-                job.by_index[index] = Some(allocation);
-                pending.next();
-            }
-        }
-    }
-
-    /// A job gave up waiting for slots.
-    fn stop_waiting(&self, job_id: &str) {
-        lock(&self.waiting).remove(job_id);
-        // Forget a job that holds nothing (its first attempt never got slots).
-        let mut jobs = lock(&self.job_slots);
-        if jobs.get(job_id).is_some_and(|job| job.held.is_empty()) {
-            jobs.remove(job_id);
-        }
-    }
-
-    /// An attempt of `job_id` ended: each slot it used has one user less, and a slot nobody
-    /// uses goes back to its TaskManager.
+    /// An attempt of `job_id` ended: its slots go back (those no other attempt uses).
     fn release(&self, job_id: &str, slots: &[AttemptSlot]) {
-        let mut taskmanagers = lock(&self.taskmanagers);
-        let mut jobs = lock(&self.job_slots);
-        let Some(job) = jobs.get_mut(job_id) else { return };
-        for (id, _, _) in slots {
-            let Some(slot) = job.held.get_mut(id) else { continue };
-            slot.users = slot.users.saturating_sub(1);
-            if slot.users > 0 {
-                continue;
-            }
-            if let Some(slot) = job.held.remove(id)
-                && let Some(tm) = taskmanagers.get_mut(&slot.taskmanager)
-            {
-                tm.used = tm.used.saturating_sub(1);
-            }
-            for index in job.by_index.iter_mut() {
-                if *index == Some(*id) {
-                    *index = None;
-                }
-            }
-        }
-        if job.held.is_empty() {
-            jobs.remove(job_id);
-        }
-    }
-
-    /// The job's slots for a reported attempt taken over: slot `i` on the TaskManager whose
-    /// data address is `slot_addresses[i]` (it holds the slot for the job since it
-    /// registered, or the job holds it already for another region's attempt).
-    fn adopt_slots(&self, job_id: &str, slot_addresses: &[String]) -> Result<Vec<AttemptSlot>, TaskError> {
-        let mut taskmanagers = lock(&self.taskmanagers);
-        let mut jobs = lock(&self.job_slots);
-        let job = jobs.entry(job_id.to_string()).or_default();
-        if job.by_index.len() < slot_addresses.len() {
-            job.by_index.resize(slot_addresses.len(), None);
-        }
-        // Every slot's TaskManager first: a failure takes nothing (no slot held for nobody).
-        let mut owners = Vec::with_capacity(slot_addresses.len());
-        for (index, address) in slot_addresses.iter().enumerate() {
-            let owner = taskmanagers.iter().find(|(_, tm)| tm.data_address == *address).map(|(id, _)| id.clone());
-            let Some(owner) = owner else {
-                return Err(TaskError::external(
-                    format!("taking over slot {index} of job {job_id}"),
-                    format!("the TaskManager at {address} has not registered with this JobManager"),
-                ));
-            };
-            owners.push(owner);
-        }
-        let mut slots = Vec::with_capacity(slot_addresses.len());
-        for (index, (address, owner)) in slot_addresses.iter().zip(owners).enumerate() {
-            let held = job.by_index[index].filter(|id| job.held.get(id).is_some_and(|slot| slot.taskmanager == owner));
-            let allocation = match held {
-                Some(allocation) => allocation,
-                None => {
-                    let allocation = self.next_allocation.fetch_add(1, Ordering::Relaxed);
-                    if let Some(tm) = taskmanagers.get_mut(&owner) {
-                        match tm.reserved.get_mut(job_id) {
-                            Some(reserved) if *reserved > 0 => *reserved -= 1,
-                            _ => tm.used += 1,
-                        }
-                    }
-                    let slot = SharedSlot { taskmanager: owner.clone(), data_address: address.clone(), users: 0 };
-                    job.held.insert(allocation, slot);
-                    job.by_index[index] = Some(allocation);
-                    allocation
-                }
-            };
-            if let Some(slot) = job.held.get_mut(&allocation) {
-                slot.users += 1;
-            }
-            slots.push((allocation, owner, address.clone()));
-        }
-        Ok(slots)
-    }
-
-    /// Frees what TaskManagers still reserve for `job_id` once no reported attempt of it is
-    /// left to take over.
-    fn release_reservations(&self, job_id: &str) {
-        let any_left = lock(&self.reported).keys().any(|(job, _)| job == job_id);
-        if any_left {
-            return;
-        }
-        for tm in lock(&self.taskmanagers).values_mut() {
-            if let Some(reserved) = tm.reserved.remove(job_id) {
-                tm.used = tm.used.saturating_sub(reserved);
-            }
-        }
+        lock(&self.ledger).release(job_id, slots);
     }
 
     fn send_to(&self, taskmanager_id: &str, message: &ToTaskManager) {
@@ -935,24 +622,22 @@ impl Executor for RemoteExecutor {
     }
 
     fn running_attempts(&self, job_id: &str) -> Vec<ReportedAttempt> {
-        let mut attempts: Vec<ReportedAttempt> = lock(&self.resources.reported)
-            .iter()
-            .filter(|((job, _), _)| job == job_id)
-            .map(|(_, reported)| reported.attempt.clone())
-            .collect();
-        attempts.sort_by_key(|a| a.attempt);
-        attempts
+        lock(&self.resources.ledger).running_attempts(job_id)
     }
 
     fn adopt(&self, spec: AttemptSpec, reported: &ReportedAttempt) -> Result<Box<dyn AttemptHandle>, TaskError> {
         let job_id = spec.job_id.to_string();
         let parallelism = self.parallelism_in_scope(&spec);
-        let slots = self.resources.adopt_slots(&job_id, &reported.slot_addresses)?;
+        let slots = lock(&self.resources.ledger)
+            .adopt_slots(&job_id, &reported.slot_addresses)
+            .map_err(|(context, reason)| TaskError::external(context, reason))?;
         let owners: Vec<String> = slots.iter().map(|(_, taskmanager, _)| taskmanager.clone()).collect();
         let key = (job_id.clone(), spec.attempt);
-        let pending = lock(&self.resources.reported).remove(&key).map(|r| r.pending).unwrap_or_default();
         {
             let mut routes = lock(&self.resources.routes);
+            // Taken over: no longer reported, and what its job reserved goes once no reported
+            // attempt of it is left.
+            let pending = lock(&self.resources.ledger).take_over(&job_id, spec.attempt);
             for event in pending {
                 let _ = spec.task_events.send(event);
             }
@@ -967,7 +652,6 @@ impl Executor for RemoteExecutor {
                 },
             );
         }
-        self.resources.release_reservations(&job_id);
         let mut involved: Vec<String> = owners.clone();
         involved.sort();
         involved.dedup();
@@ -1057,6 +741,7 @@ impl RemoteExecutor {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cluster::protocol::RunningAttempt;
 
     /// Resources with TaskManagers `ids`, each offering `slots` (their connections are a
     /// loopback pair nobody reads).
@@ -1064,15 +749,14 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let mut peers = Vec::new();
         let mut taskmanagers = HashMap::new();
+        let mut ledger = SlotLedger::new(false);
         for id in ids {
             let ours = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
             peers.push(listener.accept().unwrap().0);
+            ledger.register(id, slots, format!("{id}:1"), Vec::new());
             taskmanagers.insert(
                 id.to_string(),
                 TaskManager {
-                    slots,
-                    used: 0,
-                    reserved: HashMap::new(),
                     data_address: format!("{id}:1"),
                     link: Arc::new(Mutex::new(BufWriter::new(ours.try_clone().unwrap()))),
                     connection: ours,
@@ -1082,22 +766,18 @@ mod tests {
         }
         let resources = ClusterResources {
             taskmanagers: Mutex::new(taskmanagers),
-            job_slots: Mutex::new(HashMap::new()),
-            next_allocation: std::sync::atomic::AtomicU64::new(0),
+            ledger: Mutex::new(ledger),
             routes: Mutex::new(HashMap::new()),
-            reported: Mutex::new(HashMap::new()),
-            report_policy: Mutex::new(ReportPolicy::default()),
             heartbeat_timeout: Duration::from_secs(60),
             epoch: 0,
             stopped: AtomicBool::new(false),
             rpc_address: listener.local_addr().unwrap(),
-            waiting: Mutex::new(HashMap::new()),
         };
         (resources, peers)
     }
 
     fn free(resources: &ClusterResources) -> u32 {
-        lock(&resources.taskmanagers).values().map(|tm| tm.slots - tm.used).sum()
+        lock(&resources.ledger).offers().iter().map(|(_, _, _, free)| free).sum()
     }
 
     /// A TaskManager `id` with two slots registers at `address`, reporting `running`; its
@@ -1187,7 +867,7 @@ mod tests {
         let mut tm = register(address, "a", vec![running("job", 4, "a")]);
         expect_cancel(&mut tm, "job", 4);
         wait_free(&resources, 2);
-        assert!(lock(&resources.reported).is_empty());
+        assert_eq!(lock(&resources.ledger).reported_count(), 0);
         resources.stop();
     }
 
@@ -1203,7 +883,7 @@ mod tests {
             ClusterResources::start_term(listener, Duration::from_secs(60), 7, WireSecurity::open()).unwrap();
         let mut a = register(address, "a", vec![running("recovered", 3, "a"), running("ended", 1, "a")]);
         wait_free(&resources, 0);
-        assert_eq!(lock(&resources.reported).len(), 2, "kept while the leader recovers its jobs");
+        assert_eq!(lock(&resources.ledger).reported_count(), 2, "kept while the leader recovers its jobs");
 
         resources.recovered(&["recovered".to_string()]);
         expect_cancel(&mut a, "ended", 1);
@@ -1213,13 +893,13 @@ mod tests {
         resources.settle("recovered");
         expect_cancel(&mut a, "recovered", 3);
         wait_free(&resources, 2);
-        assert!(lock(&resources.reported).is_empty());
+        assert_eq!(lock(&resources.ledger).reported_count(), 0);
 
         // A TaskManager frozen through all this comes back with the stale attempt.
         let mut b = register(address, "b", vec![running("recovered", 3, "b")]);
         expect_cancel(&mut b, "recovered", 3);
         wait_free(&resources, 4);
-        assert!(lock(&resources.reported).is_empty());
+        assert_eq!(lock(&resources.ledger).reported_count(), 0);
         resources.stop();
     }
 
@@ -1273,7 +953,7 @@ mod tests {
         resources.release("job", &region_1);
         resources.release("job", &region_1);
         assert_eq!(free(&resources), 2, "the last release frees the slots");
-        assert!(lock(&resources.job_slots).is_empty());
+        assert!(lock(&resources.ledger).holds_nothing());
     }
 
     #[test]
@@ -1282,6 +962,7 @@ mod tests {
         let before = resources.allocate("job", 2, NEVER).unwrap();
         assert_eq!(before.iter().map(|(_, tm, _)| tm.as_str()).collect::<Vec<_>>(), ["a", "b"]);
         lock(&resources.taskmanagers).remove("a");
+        lock(&resources.ledger).lost("a");
         // The restarted attempt keeps the slot on b and gets a new one on c for index 0.
         let after = resources.allocate("job", 2, NEVER).unwrap();
         assert_eq!(after[1], before[1]);
@@ -1289,6 +970,6 @@ mod tests {
         resources.release("job", &before);
         resources.release("job", &after);
         assert_eq!(free(&resources), 2, "b and c are free again");
-        assert!(lock(&resources.job_slots).is_empty());
+        assert!(lock(&resources.ledger).holds_nothing());
     }
 }
