@@ -372,11 +372,16 @@ fn assert_orphaned_request_failed(cluster: &HaCluster, job: &str, request_id: &s
     assert_eq!(cluster.etcd_keys(&format!("jobs/{job}/savepoints/")), Vec::<String>::new());
 }
 
-#[test]
-fn a_stop_orphaned_by_the_leader_fails_cleanly_when_reconciling_times_out_and_the_job_restarts() {
-    let _serial = serial();
+/// A leader armed to crash at `crash_point`, a standby and one TaskManager; a counter job
+/// checkpoints, runs `ms_after_checkpoint` more, and is stopped with a savepoint, which the
+/// leader dies in. The cluster, the job, its output and savepoint directories, and the stop's
+/// request id.
+fn stop_through_a_leader_crash(
+    crash_point: &str,
+    ms_after_checkpoint: u64,
+) -> (HaCluster, String, std::path::PathBuf, std::path::PathBuf, String) {
     let mut cluster = HaCluster::start(0, 0, &[]);
-    cluster.start_jobmanager(&[("FAILPOINTS", "stop-savepoint-triggered=return")]);
+    cluster.start_jobmanager(&[("FAILPOINTS", &format!("{crash_point}=return"))]);
     cluster.wait_for_leader(None);
     cluster.start_jobmanager(&[]);
     cluster.start_taskmanager();
@@ -384,12 +389,13 @@ fn a_stop_orphaned_by_the_leader_fails_cleanly_when_reconciling_times_out_and_th
     let out_arg = out.to_str().unwrap().to_string();
     let job = cluster.submit(&["-p", "2", "counter", "--users", "20", "--rate", "2000", "--output", &out_arg]);
     cluster.wait_job(&job, "RUNNING", JOB_WAIT_MAX);
-    // A checkpoint or two complete first, so that the restart has one to restore.
+    // A checkpoint or two complete first, so that a restart has one to restore.
     let deadline = Instant::now() + Duration::from_secs(30);
     while cluster.etcd_keys(&format!("jobs/{job}/checkpoints/")).is_empty() {
         assert!(Instant::now() < deadline, "no checkpoint completed");
         std::thread::sleep(Duration::from_millis(50));
     }
+    std::thread::sleep(Duration::from_millis(ms_after_checkpoint));
     let savepoints = cluster.output("savepoints");
     let body = serde_json::json!({ "targetDirectory": savepoints.to_str().unwrap() }).to_string();
     let (status, trigger) = cluster.post(&format!("/jobs/{job}/stop"), &body);
@@ -397,9 +403,32 @@ fn a_stop_orphaned_by_the_leader_fails_cleanly_when_reconciling_times_out_and_th
     let request_id = trigger["request-id"].as_str().unwrap().to_string();
     let deadline = Instant::now() + Duration::from_secs(10);
     while cluster.forget_exited() == 0 {
-        assert!(Instant::now() < deadline, "the leader did not crash during the stop");
+        assert!(Instant::now() < deadline, "the leader did not reach {crash_point} during the stop");
         std::thread::sleep(Duration::from_millis(20));
     }
+    (cluster, job, out, savepoints, request_id)
+}
+
+/// `weir stop` into `savepoints`, asked again until a leader takes it; then the job must
+/// end FINISHED with every count exactly once.
+fn stop_again_exactly_once(cluster: &HaCluster, job: &str, out: &std::path::Path, savepoints: &std::path::Path) {
+    let stopped = loop {
+        let output =
+            common::run_weir(&["stop", "-m", &cluster.rest(), "--savepoint-path", savepoints.to_str().unwrap(), job]);
+        if output.status.success() {
+            break output;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(String::from_utf8_lossy(&stopped.stdout).contains("Savepoint completed"));
+    cluster.wait_job(job, "FINISHED", JOB_WAIT_MAX);
+    assert_exactly_once(&committed_lines(out), 20, None);
+}
+
+#[test]
+fn a_stop_orphaned_by_the_leader_fails_cleanly_when_reconciling_times_out_and_the_job_restarts() {
+    let _serial = serial();
+    let (mut cluster, job, out, savepoints, request_id) = stop_through_a_leader_crash("stop-savepoint-triggered", 0);
     // The TaskManager that ran the job dies too: nobody reports the attempt, so the new leader's
     // reconciling times out (high-availability.reconcile-timeout: 3s) and it restarts the job
     // from its newest checkpoint on a fresh TaskManager.
@@ -413,48 +442,15 @@ fn a_stop_orphaned_by_the_leader_fails_cleanly_when_reconciling_times_out_and_th
     let exceptions = cluster.get(&format!("/jobs/{job}/exceptions")).unwrap().to_string();
     assert!(exceptions.contains("high-availability.reconcile-timeout"), "{exceptions}");
     // The restarted job stops cleanly and its output is exactly once.
-    let stopped = loop {
-        let output =
-            common::run_weir(&["stop", "-m", &cluster.rest(), "--savepoint-path", savepoints.to_str().unwrap(), &job]);
-        if output.status.success() {
-            break output;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    assert!(String::from_utf8_lossy(&stopped.stdout).contains("Savepoint completed"));
-    cluster.wait_job(&job, "FINISHED", JOB_WAIT_MAX);
-    assert_exactly_once(&committed_lines(&out), 20, None);
+    stop_again_exactly_once(&cluster, &job, &out, &savepoints);
 }
 
 #[test]
 fn a_leader_dying_after_a_stop_committed_has_the_job_restored_from_that_savepoint_not_an_older_checkpoint() {
     let _serial = serial();
-    let mut cluster = HaCluster::start(0, 0, &[]);
-    cluster.start_jobmanager(&[("FAILPOINTS", "stop-subtask-finished=return")]);
-    cluster.wait_for_leader(None);
-    cluster.start_jobmanager(&[]);
-    cluster.start_taskmanager();
-    let out = cluster.output("out");
-    let out_arg = out.to_str().unwrap().to_string();
-    let job = cluster.submit(&["-p", "2", "counter", "--users", "20", "--rate", "2000", "--output", &out_arg]);
-    cluster.wait_job(&job, "RUNNING", JOB_WAIT_MAX);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while cluster.etcd_keys(&format!("jobs/{job}/checkpoints/")).is_empty() {
-        assert!(Instant::now() < deadline, "no checkpoint completed");
-        std::thread::sleep(Duration::from_millis(50));
-    }
     // Records after the newest checkpoint, which only the stop's savepoint holds.
-    std::thread::sleep(Duration::from_millis(random_ms(200, 600)));
-    let savepoints = cluster.output("savepoints");
-    let body = serde_json::json!({ "targetDirectory": savepoints.to_str().unwrap() }).to_string();
-    let (status, trigger) = cluster.post(&format!("/jobs/{job}/stop"), &body);
-    assert_eq!(status, 202, "{trigger}");
-    let request_id = trigger["request-id"].as_str().unwrap().to_string();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while cluster.forget_exited() == 0 {
-        assert!(Instant::now() < deadline, "the leader did not crash after the stop committed");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let (mut cluster, job, out, savepoints, request_id) =
+        stop_through_a_leader_crash("stop-subtask-finished", random_ms(200, 600));
     // A subtask committed what the stop staged and ended; then the TaskManager dies, so the
     // new leader has no attempt to take over and restarts the job from its restart point. An
     // older checkpoint would write the committed records again.
@@ -463,17 +459,7 @@ fn a_leader_dying_after_a_stop_committed_has_the_job_restored_from_that_savepoin
     cluster.start_taskmanager();
     assert_orphaned_request_failed(&cluster, &job, &request_id);
     cluster.wait_job(&job, "RUNNING", JOB_WAIT_MAX);
-    let stopped = loop {
-        let output =
-            common::run_weir(&["stop", "-m", &cluster.rest(), "--savepoint-path", savepoints.to_str().unwrap(), &job]);
-        if output.status.success() {
-            break output;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    assert!(String::from_utf8_lossy(&stopped.stdout).contains("Savepoint completed"));
-    cluster.wait_job(&job, "FINISHED", JOB_WAIT_MAX);
-    assert_exactly_once(&committed_lines(&out), 20, None);
+    stop_again_exactly_once(&cluster, &job, &out, &savepoints);
     // Both savepoints are the user's: the job deleted neither.
     let kept = std::fs::read_dir(&savepoints).map(|entries| entries.flatten().count()).unwrap_or(0);
     assert_eq!(kept, 2, "savepoints left in {}", savepoints.display());
