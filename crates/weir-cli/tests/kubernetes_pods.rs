@@ -209,7 +209,15 @@ fn counter_across_taskmanager_pods_and_sigterm_ends_a_pod_at_once() {
     let started = Instant::now();
     ns.kubectl_ok(&["delete", "pod", "taskmanager-1", "--wait=false"]);
     let mut container_ended: Option<(Duration, i64)> = None;
+    // When the JobManager counted one TaskManager less: the deregistration the pod's weir
+    // sends on SIGTERM, seen in real time however slowly the kubelet reports the pod.
+    let mut deregistered: Option<Duration> = None;
     let pod_gone = ns.wait_for("pod taskmanager-1 to be gone", Duration::from_secs(90), || {
+        if deregistered.is_none()
+            && rest_json(&format!("{rest}/overview")).is_some_and(|overview| overview["taskmanagers"] == 1)
+        {
+            deregistered = Some(started.elapsed());
+        }
         let output = ns.kubectl(&["get", "pod", "taskmanager-1", "-o", "json"]);
         if !output.status.success() {
             let stderr = String::from_utf8_lossy(&output.stderr);
@@ -240,8 +248,16 @@ fn counter_across_taskmanager_pods_and_sigterm_ends_a_pod_at_once() {
             assert!(took <= 5, "the TaskManager took {took} s to end after SIGTERM");
         }
         None => {
-            // Gone before a poll saw it terminated: gone before the grace period ended.
-            assert!(pod_gone < Duration::from_secs(30), "the pod took {} to go", secs(pod_gone));
+            // Gone before a poll saw it terminated (a busy kubelet reports late, and removes
+            // the pod object later still): its weir deregistered on SIGTERM well within the
+            // grace period, so it was not the kubelet's SIGKILL that ended it.
+            eprintln!("  its TaskManager deregistered {} after the delete", deregistered.map_or("never".into(), secs));
+            let prompt = deregistered.is_some_and(|at| at < Duration::from_secs(10));
+            assert!(
+                pod_gone < Duration::from_secs(30) || prompt,
+                "the pod took {} to go and its TaskManager did not deregister within 10 s of the delete",
+                secs(pod_gone)
+            );
         }
     }
     ns.wait_for("the JobManager to count one TaskManager", Duration::from_secs(10), || {
