@@ -1,7 +1,7 @@
 //! FINISHED: every subtask finished (after the final checkpoint, or a stop-with-savepoint).
 //! With high availability the job's result goes to the job result store and its HA data is
-//! deleted, so no later leader resumes it; only then does the job show FINISHED. FAILED and CANCELED jobs end through [`end_globally`],
-//! which records the result first.
+//! deleted, so no later leader resumes it; only then does the job show FINISHED. FAILED and
+//! CANCELED jobs end through [`end_globally`], which records the result first.
 
 use std::time::{Duration, Instant};
 
