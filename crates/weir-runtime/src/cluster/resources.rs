@@ -882,6 +882,12 @@ mod tests {
         let resources =
             ClusterResources::start_term(listener, Duration::from_secs(60), 7, WireSecurity::open()).unwrap();
         let mut a = register(address, "a", vec![running("recovered", 3, "a"), running("ended", 1, "a")]);
+        // The welcome goes out a moment before the JobManager records the registration.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while resources.taskmanagers().is_empty() {
+            assert!(Instant::now() < deadline, "TaskManager a never showed as registered");
+            std::thread::sleep(Duration::from_millis(10));
+        }
         wait_free(&resources, 0);
         assert_eq!(lock(&resources.ledger).reported_count(), 2, "kept while the leader recovers its jobs");
 
