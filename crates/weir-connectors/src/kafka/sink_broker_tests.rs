@@ -27,21 +27,24 @@ fn send(producer: &ThreadedProducer<DeliveryErrors>, topic: &str, value: &str) -
     }
 }
 
+/// An exactly-once sink of strings into `out`, with `out` created on a fresh broker.
+fn exactly_once_sink() -> (broker::Broker, KafkaSink<String>) {
+    let broker = broker::Broker::start();
+    broker.create_topic("out", 1);
+    let serializer = |v: &String| KafkaSinkRecord { value: v.as_bytes().to_vec(), ..KafkaSinkRecord::default() };
+    let sink = KafkaSink::new(&broker.bootstrap, "out", serializer).delivery_guarantee(DeliveryGuarantee::ExactlyOnce);
+    (broker, sink)
+}
+
 /// A zombie's producer whose open transaction a restore aborted sends on (a frozen process
 /// woken: librdkafka's queued requests go out at once). Its records must be refused: a
 /// record accepted after the abort opens a transaction no coordinator knows, which holds
 /// every `read_committed` reader of the partition back for good (Kafka's KIP-890).
 #[test]
 fn a_zombie_writing_after_its_lingering_transaction_was_aborted_blocks_no_reader() {
-    let broker = broker::Broker::start();
-    broker.create_topic("out", 1);
+    let (broker, sink) = exactly_once_sink();
     let zombie = transactional(&broker.bootstrap, "p-0-3");
     send(&zombie, "out", "zombie-1").unwrap();
-    let sink = KafkaSink::<String>::new(&broker.bootstrap, "out", |v: &String| KafkaSinkRecord {
-        value: v.as_bytes().to_vec(),
-        ..KafkaSinkRecord::default()
-    })
-    .delivery_guarantee(DeliveryGuarantee::ExactlyOnce);
     assert_eq!(sink.abort_lingering("p", 0, 3).unwrap(), 4);
     let late = send(&zombie, "out", "zombie-2");
     let next = transactional(&broker.bootstrap, "p-0-4");
@@ -55,29 +58,11 @@ fn a_zombie_writing_after_its_lingering_transaction_was_aborted_blocks_no_reader
 /// id in use (the new attempt committed under it) and opens nothing.
 #[test]
 fn a_writer_never_opens_a_transaction_under_an_id_the_broker_knows() {
-    let broker = broker::Broker::start();
-    broker.create_topic("out", 1);
+    let (broker, sink) = exactly_once_sink();
     let used = transactional(&broker.bootstrap, "p-0-7");
     send(&used, "out", "restored-1").unwrap();
     used.commit_transaction(Duration::from_secs(10)).unwrap();
-    let writer = KafkaWriter::<String> {
-        bootstrap: broker.bootstrap.clone(),
-        topic: "out".into(),
-        properties: BTreeMap::new(),
-        guarantee: DeliveryGuarantee::ExactlyOnce,
-        prefix: "p".into(),
-        serializer: Arc::new(|v: &String| KafkaSinkRecord {
-            value: v.as_bytes().to_vec(),
-            ..KafkaSinkRecord::default()
-        }),
-        subtask: 0,
-        parallelism: 1,
-        next_seq: 7,
-        current: None,
-        staged: Vec::new(),
-        plain: None,
-        commit_at_end: false,
-    };
+    let writer = sink.writer(&TaskContext::for_test(0, 1, 128), "p".into(), 7).unwrap();
     let error = writer.check_unused("p-0-7").unwrap_err().to_string();
     assert!(error.contains("already knows this transactional id") && error.contains("CompleteCommit"), "{error}");
     assert!(writer.check_unused("p-0-8").is_ok());

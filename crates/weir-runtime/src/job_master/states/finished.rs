@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 use weir_types::JobStatus;
 
 use super::State;
-use crate::job_master::SavepointStatus;
 use crate::job_master::run::JobRun;
+use crate::job_master::{JobRecord, SavepointStatus};
 
 pub(super) fn run(run: &mut JobRun) -> State {
     let status = run.master.status();
@@ -21,47 +21,49 @@ pub(super) fn run(run: &mut JobRun) -> State {
     // and a stop-with-savepoint completes with it. Until then a new leader would restore the
     // job (from the stop's savepoint), and a second job started from that savepoint would
     // write the same records again.
-    let recorded = record_result(run, JobStatus::Finished);
-    if matches!(recorded, Recorded::No) && !run.leading() {
-        return State::Suspended;
-    }
     let stop = run.sup.completed_stop.take();
-    let master = &run.master;
-    master.update(|record| {
-        master.transition_job(record, JobStatus::Finished);
+    end_recorded(run, JobStatus::Finished, |record, recorded| {
         let Some((request_id, location)) = stop else { return };
         match recorded {
             Recorded::Yes => {
                 record.savepoints.insert(request_id, (SavepointStatus::Completed(location), false));
             }
             Recorded::No => {
+                let job_id = run.master.job_id;
                 let cause = format!(
-                    "the savepoint {location} completed and job {} finished, but its end could not be recorded in the HA store, so a new leader may restore the job from that savepoint; start a job from it only once `weir list` shows job {} ended under the current leader",
-                    master.job_id, master.job_id
+                    "the savepoint {location} completed and job {job_id} finished, but its end could not be recorded in the HA store, so a new leader may restore the job from that savepoint; start a job from it only once `weir list` shows job {job_id} ended under the current leader"
                 );
                 run.savepoint_failed(record, &request_id, cause);
             }
         }
-    });
-    State::Ended
+    })
 }
 
 /// Ends a job going down (FAILING, CANCELLING) in its terminal status
-/// (`transitions::ending`) once its result is in the HA store: a client that sees the job FAILED or CANCELED (and, say, resubmits it from its last
-/// checkpoint) can rely on no later leader running it again. A JobManager that loses its
-/// leadership before the result is written suspends the job instead: the next leader decides.
+/// (`transitions::ending`) once its result is in the HA store: a client that sees the job
+/// FAILED or CANCELED (and, say, resubmits it from its last checkpoint) can rely on no later
+/// leader running it again. A JobManager that loses its leadership before the result is
+/// written suspends the job instead: the next leader decides.
 pub(super) fn end_globally(run: &JobRun) -> State {
     let Some(terminal) = crate::job_master::transitions::ending(run.master.status()) else {
         return State::Ended;
     };
-    match record_result(run, terminal) {
-        Recorded::No if !run.leading() => State::Suspended,
-        Recorded::Yes | Recorded::No => {
-            let master = &run.master;
-            master.update(|record| master.transition_job(record, terminal));
-            State::Ended
-        }
+    end_recorded(run, terminal, |_, _| {})
+}
+
+/// Records the job's result as `terminal`, then shows the job so and runs `then` in the same
+/// update; a JobManager that lost its leadership before the write suspends the job instead.
+fn end_recorded(run: &JobRun, terminal: JobStatus, then: impl FnOnce(&mut JobRecord, Recorded)) -> State {
+    let recorded = record_result(run, terminal);
+    if matches!(recorded, Recorded::No) && !run.leading() {
+        return State::Suspended;
     }
+    let master = &run.master;
+    master.update(|record| {
+        master.transition_job(record, terminal);
+        then(record, recorded);
+    });
+    State::Ended
 }
 
 /// Whether a job's result is in the HA store (or needs not be: no high availability).
