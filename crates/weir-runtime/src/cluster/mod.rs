@@ -7,7 +7,7 @@
 
 pub mod protocol;
 pub mod resources;
-mod slots;
+pub(crate) mod slots;
 pub mod taskmanager;
 
 pub use protocol::JobSubmission;

@@ -426,6 +426,40 @@ impl SlotLedger {
     pub(crate) fn holds_nothing(&self) -> bool {
         self.jobs.is_empty()
     }
+
+    /// The allocations `job_id` holds (for tests).
+    #[cfg(test)]
+    pub(crate) fn allocations(&self, job_id: &str) -> BTreeSet<u64> {
+        self.jobs.get(job_id).map(|job| job.held.keys().copied().collect()).unwrap_or_default()
+    }
+
+    /// The ledger's own books agree: every TaskManager's used slots are the allocations on
+    /// it plus its reservations, never more than it offers; no job reserves a slot unless an
+    /// attempt of it is still reported (a slot held for nobody); no settled job has a
+    /// reported attempt.
+    #[cfg(test)]
+    pub(crate) fn audit(&self) -> Result<(), String> {
+        for (id, tm) in &self.taskmanagers {
+            let held =
+                self.jobs.values().flat_map(|job| job.held.values()).filter(|slot| slot.taskmanager == *id).count();
+            let reserved: u32 = tm.reserved.values().sum();
+            if tm.used != held as u32 + reserved {
+                return Err(format!("{id}: {} used, {held} held + {reserved} reserved", tm.used));
+            }
+            if tm.used > tm.slots {
+                return Err(format!("{id}: {} used of {}", tm.used, tm.slots));
+            }
+            for (job, count) in &tm.reserved {
+                if *count > 0 && !self.reported.keys().any(|(reported, _)| reported == job) {
+                    return Err(format!("{id} reserves {count} slot(s) for {job}, which has no reported attempt"));
+                }
+            }
+        }
+        if let Some((job, attempt)) = self.reported.keys().find(|(job, _)| self.policy.settled.contains(job)) {
+            return Err(format!("settled job {job} still has attempt {attempt} reported"));
+        }
+        Ok(())
+    }
 }
 
 /// Takes a free TaskManager slot for each of the job's slot indexes `missing`, spread over
@@ -556,33 +590,6 @@ mod tests {
         ]
     }
 
-    /// The ledger's own books agree: every TaskManager's used slots are the allocations on
-    /// it plus its reservations, never more than it offers; no job reserves a slot unless an
-    /// attempt of it is still reported (a slot held for nobody); no settled job has a
-    /// reported attempt.
-    fn check(ledger: &SlotLedger) -> Result<(), String> {
-        for (id, tm) in &ledger.taskmanagers {
-            let held =
-                ledger.jobs.values().flat_map(|job| job.held.values()).filter(|slot| slot.taskmanager == *id).count();
-            let reserved: u32 = tm.reserved.values().sum();
-            if tm.used != held as u32 + reserved {
-                return Err(format!("{id}: {} used, {held} held + {reserved} reserved", tm.used));
-            }
-            if tm.used > tm.slots {
-                return Err(format!("{id}: {} used of {}", tm.used, tm.slots));
-            }
-            for (job, count) in &tm.reserved {
-                if *count > 0 && !ledger.reported.keys().any(|(reported, _)| reported == job) {
-                    return Err(format!("{id} reserves {count} slot(s) for {job}, which has no reported attempt"));
-                }
-            }
-        }
-        if let Some((job, attempt)) = ledger.reported.keys().find(|(job, _)| ledger.policy.settled.contains(job)) {
-            return Err(format!("settled job {job} still has attempt {attempt} reported"));
-        }
-        Ok(())
-    }
-
     proptest! {
         #[test]
         fn no_event_sequence_leaves_a_slot_held_for_nobody(recovering in any::<bool>(), events in proptest::collection::vec(event(), 1..40)) {
@@ -656,7 +663,7 @@ mod tests {
                         }
                     }
                 }
-                prop_assert_eq!(check(&ledger), Ok(()));
+                prop_assert_eq!(ledger.audit(), Ok(()));
             }
             // Every job settles and every attempt ends: every slot is free again.
             for job in JOBS {
@@ -665,7 +672,7 @@ mod tests {
             for (job, slots) in allocations {
                 ledger.release(&job, &slots);
             }
-            prop_assert_eq!(check(&ledger), Ok(()));
+            prop_assert_eq!(ledger.audit(), Ok(()));
             for (id, tm) in &ledger.taskmanagers {
                 prop_assert_eq!(tm.used, 0, "{} still uses slots", id);
             }

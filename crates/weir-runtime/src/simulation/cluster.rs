@@ -12,6 +12,7 @@ use weir_api::snapshot::{Barrier, SnapshotFormat};
 use weir_types::JobStatus;
 
 use super::io::{SimIo, shared_dir_of};
+use super::slots::LeaderSlots;
 use super::tasks::Task;
 use super::world::{External, HaFlake, HaWriteError, Object, SimHa, SimRng, SimStorage, TaskState};
 use crate::checkpointing::book::{
@@ -84,6 +85,8 @@ pub struct Master {
     pub final_checkpoint: Option<u64>,
     /// The real restart strategy (fixed delay), decided on by the real failure rules.
     pub restart: RestartStrategy,
+    /// The real slot ledger of this leader's term, and the TaskManagers registered in it.
+    pub slots: LeaderSlots,
 }
 
 pub enum Body {
@@ -159,6 +162,10 @@ pub struct Cluster {
     /// A partition outlasting `heartbeat.timeout`: the leader counts the subtask's TaskManager
     /// lost at this time, if that attempt still runs (subtask, attempt, time).
     pub loss_noticed: Option<(u32, u64, u64)>,
+    /// The number the next attempt takes.
+    pub next_attempt: u64,
+    /// When the kernel last wrote dirty directories back (deletions became durable).
+    pub written_back_at: u64,
 }
 
 impl Cluster {
@@ -191,6 +198,8 @@ impl Cluster {
             zombies: Vec::new(),
             cut_until: std::collections::BTreeMap::new(),
             loss_noticed: None,
+            next_attempt: 0,
+            written_back_at: 0,
         };
         cluster.take_over(0);
         cluster
@@ -198,6 +207,11 @@ impl Cluster {
 
     pub fn now(&self) -> Now {
         Now { at: self.base + Duration::from_millis(self.now_ms), wall_ms: 1_700_000_000_000 + self.now_ms }
+    }
+
+    /// The attempt running now (none while a new one waits for slots, or the job ended).
+    pub fn current_attempt(&self) -> Option<u64> {
+        self.tasks.first().map(|task| task.attempt)
     }
 
     pub fn faulting(&self) -> bool {
@@ -255,7 +269,19 @@ impl Cluster {
             RestartStrategyConfig::FixedDelay { attempts: self.restart_attempts, delay: Duration::ZERO },
             0,
         );
-        self.jms[jm] = JobManager::Leading(Box::new(Master { book, epoch, final_checkpoint: None, restart }));
+        // A job submitted again runs in the same term, on the same slots; a new term starts
+        // a new ledger.
+        let same_term = match &mut self.jms[jm] {
+            JobManager::Leading(master) if master.epoch == epoch => {
+                let mut slots = std::mem::replace(&mut master.slots, LeaderSlots::new_term());
+                slots.abandon();
+                Some(slots)
+            }
+            _ => None,
+        };
+        let new_term = same_term.is_none();
+        let slots = same_term.unwrap_or_else(LeaderSlots::new_term);
+        self.jms[jm] = JobManager::Leading(Box::new(Master { book, epoch, final_checkpoint: None, restart, slots }));
         let adopted = self.ha.pointers.iter().map(|(id, location)| {
             let metadata = self.metadata(location);
             AdoptedCheckpoint {
@@ -272,11 +298,18 @@ impl Cluster {
         }
         // Killed meanwhile, or nothing to run.
         let ended = self.ha.finished || self.ha.stopped_with.is_some() || self.ha.failed.is_some();
-        if !matches!(self.jms[jm], JobManager::Leading(_)) || ended {
+        if !matches!(self.jms[jm], JobManager::Leading(_)) {
+            return;
+        }
+        if new_term {
+            self.start_slot_term(jm, ended);
+        }
+        if ended {
             return;
         }
         let attempts_alive = !self.tasks.is_empty();
-        if attempts_alive && self.rng.one_in(2) {
+        if attempts_alive && self.rng.one_in(2) && self.adopt_running_attempt(jm) {
+            self.settle_slots(jm);
             // As reconciling does: the old leader's checkpoints in flight are aborted (a stop
             // that was not recorded resumes the job), the newest completion is sent again (a
             // recorded stop's ends the subtasks).
@@ -293,6 +326,7 @@ impl Cluster {
                 self.send_to_tasks(jm, |_| Body::Complete { id });
             }
         } else {
+            self.settle_slots(jm);
             let newest = self.ha.pointers.iter().next_back().map(|(_, location)| location.clone());
             let initial = self.initial_restore.as_ref().map(|(_, location)| location.clone());
             self.deploy(jm, newest.or(initial));
@@ -306,10 +340,27 @@ impl Cluster {
         }
     }
 
-    /// A new attempt of every subtask, from the snapshot at `location` (nothing: afresh); its
-    /// staged transactions are committed (recover and commit).
+    /// The running attempt is replaced by a new one from the snapshot at `location`
+    /// (nothing: afresh), which starts once it has its slots.
     pub fn deploy(&mut self, jm: usize, location: Option<String>) {
-        let attempt = self.tasks.iter().map(|t| t.attempt + 1).max().unwrap_or(0);
+        // The replaced attempt stops once its cancel arrives; cut off, its watchdog stops it.
+        self.send_to_tasks(jm, |_| Body::Cancel);
+        for task in std::mem::take(&mut self.tasks) {
+            let stops_at = match self.cut_until.get(&task.subtask) {
+                Some(until) if *until > self.now_ms => self.now_ms + HEARTBEAT_MS,
+                _ => u64::MAX,
+            };
+            self.zombies.push(Zombie { task, stops_at });
+        }
+        self.allocate_attempt(jm, location);
+    }
+
+    /// A new attempt of every subtask, in the slots just allocated, from the snapshot at
+    /// `location` (nothing: afresh); its staged transactions are committed (recover and
+    /// commit).
+    pub fn start_attempt(&mut self, jm: usize, location: Option<String>) {
+        let attempt = self.next_attempt;
+        self.next_attempt += 1;
         let epoch = self.ha.epoch;
         self.trace.push(format!("  attempt {attempt} deployed from {location:?}"));
         let mut tasks = Vec::new();
@@ -330,15 +381,7 @@ impl Cluster {
             }
             tasks.push(Task::restored(self.job, subtask, attempt, (epoch, jm), state, self.shape.records));
         }
-        // The replaced attempt stops once its cancel arrives; cut off, its watchdog stops it.
-        self.send_to_tasks(jm, |_| Body::Cancel);
-        for task in std::mem::replace(&mut self.tasks, tasks) {
-            let stops_at = match self.cut_until.get(&task.subtask) {
-                Some(until) if *until > self.now_ms => self.now_ms + HEARTBEAT_MS,
-                _ => u64::MAX,
-            };
-            self.zombies.push(Zombie { task, stops_at });
-        }
+        self.tasks = tasks;
     }
 
     /// Subtask `subtask`'s state in the snapshot at `location`; an error names what is missing.
@@ -391,7 +434,7 @@ impl Cluster {
         let (dead, lost) = (io.dead, io.lost_leadership);
         if dead {
             self.trace.push(format!("JM{jm} killed"));
-            self.jms[jm] = JobManager::Dead { restart_at: self.now_ms + 50 + self.rng.below(400) };
+            self.kill(jm);
             return outcomes;
         }
         self.act_on(jm, &outcomes);
@@ -399,6 +442,16 @@ impl Cluster {
             self.step_down(jm);
         }
         outcomes
+    }
+
+    /// JobManager `jm` dies (kill -9); one time in three its machine crashes with it, and
+    /// the deletions it made that were not synced yet are undone.
+    pub fn kill(&mut self, jm: usize) {
+        if self.rng.one_in(3) {
+            let undone = self.storage.machine_crash();
+            self.trace.push(format!("  JM{jm}'s machine crashed: {undone} unsynced deletion(s) undone"));
+        }
+        self.jms[jm] = JobManager::Dead { restart_at: self.now_ms + 50 + self.rng.below(400) };
     }
 
     /// What the job master does with completions and failures.
@@ -479,6 +532,9 @@ impl Cluster {
     pub fn fail_job(&mut self, jm: usize, cause: &str) {
         self.trace.push(format!("JM{jm}: the job FAILED: {cause}"));
         self.drive(jm, BookEvent::AbortAll { reason: "the job failed".into() });
+        if let JobManager::Leading(master) = &mut self.jms[jm] {
+            master.slots.abandon();
+        }
         self.tasks.clear();
         self.zombies.clear();
         self.net.clear();
@@ -511,7 +567,7 @@ impl Cluster {
             _ => epoch,
         };
         // To the attempt running now (a replaced one hears only what was sent to it before).
-        let attempt = self.tasks.first().map_or(0, |task| task.attempt);
+        let Some(attempt) = self.current_attempt() else { return };
         for subtask in 0..self.shape.subtasks {
             self.send(1000 + jm, subtask as usize, epoch, attempt, Destination::Task(subtask), body(subtask));
         }
@@ -532,6 +588,7 @@ impl Cluster {
         let lost = self.net.iter().filter(|m| m.channel.0 == end || m.channel.1 == end).count();
         self.net.retain(|m| m.channel.0 != end && m.channel.1 != end);
         self.trace.push(format!("fault: the connection to subtask {subtask} dropped ({lost} messages lost)"));
+        self.taskmanager_lost(jm, subtask);
         self.fail_over(jm, "a TaskManager's connection dropped");
     }
 
@@ -607,8 +664,14 @@ impl Cluster {
             None => self.ha.write(epoch, |ha| ha.finished = true),
         };
         self.trace.push(format!("JM{jm}: every subtask finished: the job ended: {recorded:?}"));
-        if recorded == Err(HaWriteError::LostLeadership) {
-            self.step_down(jm);
+        match recorded {
+            Ok(()) => {
+                if let JobManager::Leading(master) = &mut self.jms[jm] {
+                    master.slots.release();
+                }
+            }
+            Err(HaWriteError::LostLeadership) => self.step_down(jm),
+            Err(HaWriteError::Unknown) => {}
         }
     }
 

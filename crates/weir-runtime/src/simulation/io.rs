@@ -101,7 +101,7 @@ impl CheckpointIo for SimIo<'_> {
         if shared {
             for name in self.storage.list(&self.shared) {
                 if shared_file_checkpoint(&name) == Some(id) {
-                    self.storage.objects.remove(&format!("{}/{name}", self.shared));
+                    self.storage.delete(&format!("{}/{name}", self.shared));
                 }
             }
         }
@@ -124,7 +124,7 @@ impl CheckpointIo for SimIo<'_> {
             return Err("the process died".into());
         }
         self.trace.push(format!("  delete shared {name}"));
-        self.storage.objects.remove(&format!("{}/{name}", self.shared));
+        self.storage.delete(&format!("{}/{name}", self.shared));
         Ok(())
     }
 
@@ -135,7 +135,7 @@ impl CheckpointIo for SimIo<'_> {
             }
             if shared_file_checkpoint(&name).is_some_and(|id| id < below) && !keep.contains(&name) {
                 self.trace.push(format!("  sweep shared {name}"));
-                self.storage.objects.remove(&format!("{}/{name}", self.shared));
+                self.storage.delete(&format!("{}/{name}", self.shared));
             }
         }
     }

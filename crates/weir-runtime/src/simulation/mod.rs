@@ -13,6 +13,7 @@
 
 mod cluster;
 mod io;
+mod slots;
 mod tasks;
 mod world;
 
@@ -73,6 +74,11 @@ fn housekeeping(cluster: &mut Cluster) {
         }
     }
     cluster.zombies.retain(|zombie| zombie.stops_at > now);
+    // The kernel writes dirty directories back every few seconds.
+    if now >= cluster.written_back_at + 5_000 {
+        cluster.written_back_at = now;
+        cluster.storage.write_back();
+    }
     if let Some((subtask, attempt, at)) = cluster.loss_noticed
         && at <= now
     {
@@ -80,8 +86,12 @@ fn housekeeping(cluster: &mut Cluster) {
         let current = cluster.tasks.first().map(|task| task.attempt) == Some(attempt);
         if let (true, Some(jm)) = (current, leader(cluster)) {
             cluster.trace.push(format!("JM{jm}: subtask {subtask}'s TaskManager silent for heartbeat.timeout"));
+            cluster.taskmanager_lost(jm, subtask);
             cluster.fail_over(jm, "a TaskManager was lost (heartbeat.timeout)");
         }
+    }
+    if let Some(jm) = leader(cluster) {
+        cluster.reconnect_taskmanagers(jm);
     }
     if cluster.ha.lease_until < now && !cluster.ha.finished {
         let standby = (0..cluster.jms.len()).find(|jm| matches!(cluster.jms[*jm], JobManager::Standby));
@@ -154,6 +164,10 @@ fn tick(cluster: &mut Cluster, jm: usize) {
         // FAILED: the user resubmits it from its newest completed checkpoint.
         return cluster.resubmit_failed(jm);
     }
+    if master.slots.waiting.is_some() {
+        // A new attempt waits for its slots: nothing runs to checkpoint or finish.
+        return cluster.start_waiting_attempt(jm);
+    }
     if cluster.tasks.iter().all(|task| task.finished) {
         return cluster.end_finished(jm);
     }
@@ -186,9 +200,9 @@ fn deliver(cluster: &mut Cluster) -> bool {
     match message.to {
         Destination::Task(subtask) => to_task(cluster, subtask, message.attempt, message.epoch, message.body),
         Destination::JobManager(jm) => {
-            let current = cluster.tasks.first().map_or(0, |task| task.attempt);
+            let current = cluster.current_attempt() == Some(message.attempt);
             let accepts = matches!(&cluster.jms[jm], JobManager::Leading(master) if master.epoch == message.epoch);
-            if let (true, true, Body::Ack(ack)) = (accepts, message.attempt == current, message.body) {
+            if let (true, true, Body::Ack(ack)) = (accepts, current, message.body) {
                 cluster.drive(jm, crate::checkpointing::book::BookEvent::Ack(*ack));
             }
         }
@@ -239,7 +253,8 @@ fn to_zombie(cluster: &mut Cluster, subtask: u32, attempt: u64, epoch: u64, body
         return;
     };
     let task = &mut cluster.zombies[at].task;
-    if task.epoch != epoch {
+    // A TaskManager registered with a newer leader takes that leader's cancels.
+    if task.epoch != epoch && !(matches!(body, Body::Cancel) && epoch > task.epoch) {
         return;
     }
     match body {
@@ -274,7 +289,7 @@ fn fault(cluster: &mut Cluster) {
         }
         1 => {
             cluster.trace.push(format!("fault: JM{jm} killed"));
-            cluster.jms[jm] = JobManager::Dead { restart_at: cluster.now_ms + 50 + cluster.rng.below(400) };
+            cluster.kill(jm);
         }
         2 => {
             let until = cluster.now_ms + 100 + cluster.rng.below(1100);
@@ -313,6 +328,9 @@ fn check(cluster: &mut Cluster) {
     if leading.len() == 2 && leading[0] == leading[1] {
         cluster.violation(format!("two JobManagers lead epoch {}", leading[0]));
     }
+    if let Some(jm) = leader(cluster) {
+        cluster.check_slots(jm);
+    }
     for subtask in 0..cluster.shape.subtasks {
         if let Err(error) = cluster.external.committed_prefix(subtask) {
             cluster.violation(error);
@@ -350,6 +368,9 @@ fn finish_check(cluster: &mut Cluster) {
             steps - cluster.shape.fault_steps.min(steps)
         ));
         return;
+    }
+    if let Some(jm) = leader(cluster) {
+        cluster.check_slots_free(jm);
     }
     for subtask in 0..cluster.shape.subtasks {
         match cluster.external.committed_prefix(subtask) {

@@ -33,4 +33,10 @@ rev $B '        self.is_periodic() || self.is_stop()' '        self.is_periodic(
 R=crates/weir-runtime/src/checkpointing/retention.rs
 rev $R '} else if !self.users.remove(&old) {' '} else {
                 self.users.remove(&old);'; run "a stop's savepoint deleted once subsumed"; git checkout -q $R
+S=crates/weir-runtime/src/cluster/slots.rs
+rev $S '        for job in self.jobs.values_mut() {' '        for job in self.jobs.values_mut().filter(|_| false) {'; run "a lost TaskManager's slots stay held by its jobs"; git checkout -q $S
+rev $S '            cancels.extend(self.cancel_reported(job_id, attempt));
+        }
+        self.release_reservations(job_id);' '            let _ = attempt;
+        }'; run "a settled job's reported attempts keep their slots"; git checkout -q $S
 git status --short

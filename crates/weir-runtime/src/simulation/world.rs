@@ -58,26 +58,62 @@ pub enum Object {
     State(TaskState),
 }
 
-/// Object storage: puts are atomic and durable once answered, listing is consistent.
+/// Object storage as `file://` checkpoints see it: a put is atomic and durable once answered
+/// (object_store writes a staged file, fsyncs it and renames it, fsyncing the directory),
+/// listing is consistent, and a deletion is not synced: until the directory is fsynced by a
+/// later put into it, or the kernel writes it back, a crash of the machine brings the file
+/// back.
 #[derive(Default)]
 pub struct SimStorage {
     pub objects: BTreeMap<String, Object>,
+    /// Deleted, the deletion not yet durable.
+    unsynced_deletes: Vec<(String, Object)>,
+}
+
+fn parent(path: &str) -> &str {
+    path.rsplit_once('/').map_or("", |(dir, _)| dir)
 }
 
 impl SimStorage {
     pub fn put(&mut self, path: String, object: Object) {
+        // The put fsyncs its directory: earlier deletions in it are durable with it.
+        let dir = parent(&path).to_string();
+        self.unsynced_deletes.retain(|(deleted, _)| parent(deleted) != dir);
         self.objects.insert(path, object);
+    }
+
+    pub fn delete(&mut self, path: &str) {
+        if let Some(object) = self.objects.remove(path) {
+            self.unsynced_deletes.push((path.to_string(), object));
+        }
     }
 
     pub fn delete_prefix(&mut self, prefix: &str) {
         let prefix = format!("{prefix}/");
-        self.objects.retain(|path, _| !path.starts_with(&prefix));
+        let doomed: Vec<String> = self.objects.keys().filter(|path| path.starts_with(&prefix)).cloned().collect();
+        for path in doomed {
+            self.delete(&path);
+        }
     }
 
     /// Names of the files directly in `dir`.
     pub fn list(&self, dir: &str) -> Vec<String> {
         let prefix = format!("{dir}/");
         self.objects.keys().filter_map(|path| path.strip_prefix(&prefix)).map(str::to_string).collect()
+    }
+
+    /// The kernel wrote every dirty directory back.
+    pub fn write_back(&mut self) {
+        self.unsynced_deletes.clear();
+    }
+
+    /// The machine crashed: deletions not synced are undone. How many.
+    pub fn machine_crash(&mut self) -> usize {
+        let undone = self.unsynced_deletes.len();
+        for (path, object) in self.unsynced_deletes.drain(..) {
+            self.objects.entry(path).or_insert(object);
+        }
+        undone
     }
 }
 
