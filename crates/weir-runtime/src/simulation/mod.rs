@@ -74,6 +74,7 @@ fn housekeeping(cluster: &mut Cluster) {
         }
     }
     cluster.zombies.retain(|zombie| zombie.stops_at > now);
+    cluster.ha.now_ms = now;
     // The kernel writes dirty directories back every few seconds.
     if now >= cluster.written_back_at + 5_000 {
         cluster.written_back_at = now;
@@ -298,6 +299,11 @@ fn fault(cluster: &mut Cluster) {
                 return;
             };
             cluster.jms[jm] = JobManager::Frozen { until, master: Some(master) };
+        }
+        3 if cluster.ha_outages => {
+            let until = cluster.now_ms + 300 + cluster.rng.below(1200);
+            cluster.trace.push(format!("fault: an HA outage until {until} ms: writes flake at random"));
+            cluster.ha.outage_until = until;
         }
         3 => {
             let flake = draw_flake(&mut cluster.rng);

@@ -32,6 +32,8 @@ pub struct LeaderSlots {
     /// When the leader counted each TaskManager lost (it registers again after
     /// [`RECONNECT_MS`]).
     pub lost_at: BTreeMap<u32, u64>,
+    /// Allocations of the running attempt that went with a TaskManager counted lost.
+    pub lost_allocations: BTreeSet<u64>,
     /// An attempt waiting for slots: its job and the snapshot it starts from.
     pub waiting: Option<(String, Option<String>)>,
 }
@@ -44,6 +46,7 @@ impl LeaderSlots {
             held: None,
             registered: BTreeSet::new(),
             lost_at: BTreeMap::new(),
+            lost_allocations: BTreeSet::new(),
             waiting: None,
         }
     }
@@ -53,6 +56,7 @@ impl LeaderSlots {
         if let Some((job, slots)) = self.held.take() {
             self.ledger.release(&job, &slots);
         }
+        self.lost_allocations.clear();
     }
 
     /// The job ended: its attempt's slots go back, and an attempt waiting for slots gives up.
@@ -184,8 +188,14 @@ impl Cluster {
     pub fn taskmanager_lost(&mut self, jm: usize, tm: u32) {
         let now = self.now_ms;
         let Some(slots) = self.leader_slots(jm) else { return };
-        slots.ledger.lost(&taskmanager_id(tm));
+        let id = taskmanager_id(tm);
+        slots.ledger.lost(&id);
         slots.registered.remove(&tm);
+        if let Some((_, held)) = &slots.held {
+            slots
+                .lost_allocations
+                .extend(held.iter().filter(|(_, on, _)| *on == id).map(|(allocation, _, _)| *allocation));
+        }
         slots.lost_at.insert(tm, now);
     }
 
@@ -259,15 +269,7 @@ impl Cluster {
             _ => BTreeSet::new(),
         };
         // Slots on a TaskManager counted lost went with it.
-        let on_lost: BTreeSet<u64> = match &slots.held {
-            Some((_, allocated)) => allocated
-                .iter()
-                .filter(|(_, tm, _)| !slots.registered.iter().any(|r| taskmanager_id(*r) == *tm))
-                .map(|(id, _, _)| *id)
-                .collect(),
-            None => BTreeSet::new(),
-        };
-        let expected: BTreeSet<u64> = held.difference(&on_lost).copied().collect();
+        let expected: BTreeSet<u64> = held.difference(&slots.lost_allocations).copied().collect();
         let actual = slots.ledger.allocations(&job);
         if actual != expected {
             problems.push(format!("{job} holds slots {actual:?}, its running attempt {expected:?}"));

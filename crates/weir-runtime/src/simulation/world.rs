@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use weir_checkpoint::format::SnapshotMetadata;
 
 /// SplitMix64: every choice of a run follows from its seed.
+#[derive(Default)]
 pub struct SimRng(u64);
 
 impl SimRng {
@@ -141,6 +142,12 @@ pub struct SimHa {
     /// this one (none: it had completed none).
     pub failed: Option<Option<(u64, String)>>,
     pub flake: Option<HaFlake>,
+    /// An etcd outage: until this time each write flakes with probability 1/2, drawn from
+    /// `outage_rng` (its own stream, so runs without outages stay as they were).
+    pub outage_until: u64,
+    pub outage_rng: SimRng,
+    /// The simulated clock, as of the last step.
+    pub now_ms: u64,
 }
 
 /// Why an HA write did not take effect (or may have).
@@ -156,7 +163,10 @@ impl SimHa {
         if epoch != self.epoch {
             return Err(HaWriteError::LostLeadership);
         }
-        match self.flake.take() {
+        let in_outage = self.now_ms < self.outage_until && self.outage_rng.one_in(2);
+        let outage_flake =
+            in_outage.then(|| if self.outage_rng.one_in(2) { HaFlake::Refused } else { HaFlake::AnswerLost });
+        match self.flake.take().or(outage_flake) {
             Some(HaFlake::Refused) => Err(HaWriteError::Unknown),
             Some(HaFlake::AnswerLost) => {
                 apply(self);
