@@ -17,6 +17,7 @@ mod checkpoint_requests;
 pub mod events;
 mod run;
 mod states;
+pub mod takeover;
 pub mod transitions;
 
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -87,6 +87,8 @@ pub struct Master {
     pub restart: RestartStrategy,
     /// The real slot ledger of this leader's term, and the TaskManagers registered in it.
     pub slots: LeaderSlots,
+    /// RECONCILING until this time: waiting for the TaskManagers to report the attempt.
+    pub reconciling_until: Option<u64>,
 }
 
 pub enum Body {
@@ -285,7 +287,14 @@ impl Cluster {
         };
         let new_term = same_term.is_none();
         let slots = same_term.unwrap_or_else(LeaderSlots::new_term);
-        self.jms[jm] = JobManager::Leading(Box::new(Master { book, epoch, final_checkpoint: None, restart, slots }));
+        self.jms[jm] = JobManager::Leading(Box::new(Master {
+            book,
+            epoch,
+            final_checkpoint: None,
+            restart,
+            slots,
+            reconciling_until: None,
+        }));
         let adopted = self.ha.pointers.iter().map(|(id, location)| {
             let metadata = self.metadata(location);
             AdoptedCheckpoint {
@@ -311,24 +320,9 @@ impl Cluster {
         if ended {
             return;
         }
-        let attempts_alive = !self.tasks.is_empty();
-        if attempts_alive && self.rng.one_in(2) && self.adopt_running_attempt(jm) {
-            self.settle_slots(jm);
-            // As reconciling does: the old leader's checkpoints in flight are aborted (a stop
-            // that was not recorded resumes the job), the newest completion is sent again (a
-            // recorded stop's ends the subtasks).
-            self.trace.push(format!("  JM{jm} takes the running attempt over"));
-            let newest = self.ha.pointers.keys().next_back().copied();
-            for task in &mut self.tasks {
-                task.epoch = epoch;
-                task.leader = jm;
-                if task.stopping.is_some() && task.stopping != newest {
-                    task.stopping = None;
-                }
-            }
-            if let Some(id) = newest {
-                self.send_to_tasks(jm, |_| Body::Complete { id });
-            }
+        if new_term && !self.tasks.is_empty() {
+            // The old leader's attempt may still run: RECONCILING, as the real master.
+            self.start_reconciling(jm);
         } else {
             self.settle_slots(jm);
             let newest = self.ha.pointers.iter().next_back().map(|(_, location)| location.clone());
@@ -347,6 +341,9 @@ impl Cluster {
     /// The running attempt is replaced by a new one from the snapshot at `location`
     /// (nothing: afresh), which starts once it has its slots.
     pub fn deploy(&mut self, jm: usize, location: Option<String>) {
+        if matches!(&self.jms[jm], JobManager::Leading(master) if master.reconciling_until.is_some()) {
+            self.end_reconciling(jm);
+        }
         // The replaced attempt stops once its cancel arrives; cut off, its watchdog stops it.
         self.send_to_tasks(jm, |_| Body::Cancel);
         for task in std::mem::take(&mut self.tasks) {
@@ -564,7 +561,7 @@ impl Cluster {
         }
     }
 
-    fn send_to_tasks(&mut self, jm: usize, body: impl Fn(u32) -> Body) {
+    pub fn send_to_tasks(&mut self, jm: usize, body: impl Fn(u32) -> Body) {
         let epoch = self.ha.epoch;
         let epoch = match &self.jms[jm] {
             JobManager::Leading(master) => master.epoch,
@@ -644,6 +641,10 @@ impl Cluster {
 
     /// A savepoint a user asks for: `weir savepoint`, or with `terminate` `weir stop`.
     pub fn user_savepoint(&mut self, jm: usize, terminate: bool) {
+        if matches!(&self.jms[jm], JobManager::Leading(master) if master.reconciling_until.is_some()) {
+            // Refused: savepoints are taken of RUNNING jobs only.
+            return self.trace.push("user: savepoint refused (the job is RECONCILING)".into());
+        }
         self.savepoint_seq += 1;
         let kind = if terminate { "stop" } else { "savepoint" };
         let location = format!("sim://sp/{kind}-{}", self.savepoint_seq);

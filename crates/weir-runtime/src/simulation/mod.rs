@@ -14,6 +14,7 @@
 mod cluster;
 mod io;
 mod slots;
+mod takeover;
 mod tasks;
 mod world;
 
@@ -164,6 +165,9 @@ fn tick(cluster: &mut Cluster, jm: usize) {
     if cluster.ha.failed.is_some() {
         // FAILED: the user resubmits it from its newest completed checkpoint.
         return cluster.resubmit_failed(jm);
+    }
+    if master.reconciling_until.is_some() {
+        return cluster.reconcile(jm);
     }
     if master.slots.waiting.is_some() {
         // A new attempt waits for its slots: nothing runs to checkpoint or finish.

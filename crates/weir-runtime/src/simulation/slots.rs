@@ -15,6 +15,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use weir_types::ExecutionState;
 
 use super::cluster::{Body, Cluster, Destination, JobManager};
+use super::takeover::RECONCILE_TIMEOUT_MS;
 use crate::cluster::protocol::RunningAttempt;
 use crate::cluster::slots::{AttemptSlot, Cancel, SlotLedger};
 use crate::executor::{ReportedAttempt, ReportedSubtask};
@@ -29,9 +30,9 @@ pub struct LeaderSlots {
     pub held: Option<(String, Vec<AttemptSlot>)>,
     /// TaskManagers registered in this term.
     pub registered: BTreeSet<u32>,
-    /// When the leader counted each TaskManager lost (it registers again after
-    /// [`RECONNECT_MS`]).
-    pub lost_at: BTreeMap<u32, u64>,
+    /// When each TaskManager not registered yet registers, once it can reach the leader (it
+    /// was counted lost, or is slow to find a new leader).
+    pub registers_at: BTreeMap<u32, u64>,
     /// Allocations of the running attempt that went with a TaskManager counted lost.
     pub lost_allocations: BTreeSet<u64>,
     /// An attempt waiting for slots: its job and the snapshot it starts from.
@@ -45,7 +46,7 @@ impl LeaderSlots {
             ledger: SlotLedger::new(true),
             held: None,
             registered: BTreeSet::new(),
-            lost_at: BTreeMap::new(),
+            registers_at: BTreeMap::new(),
             lost_allocations: BTreeSet::new(),
             waiting: None,
         }
@@ -123,16 +124,29 @@ impl Cluster {
         let Some(slots) = self.leader_slots(jm) else { return };
         let cancels = slots.ledger.register(&taskmanager_id(tm), 1, data_address(tm), running);
         slots.registered.insert(tm);
-        slots.lost_at.remove(&tm);
+        slots.registers_at.remove(&tm);
         self.trace.push(format!("  TM{tm} registers with JM{jm} ({reported} attempt(s) reported)"));
+        // Registered, its subtasks follow this leader.
+        let epoch = self.ha.epoch;
+        let zombies = self.zombies.iter_mut().map(|zombie| &mut zombie.task);
+        for task in self.tasks.iter_mut().chain(zombies).filter(|task| task.subtask == tm) {
+            task.epoch = epoch;
+            task.leader = jm;
+        }
         self.carry_cancels(jm, cancels);
     }
 
-    /// A new term: every TaskManager the leader can reach registers, then the leader
-    /// recovers its job (none once the job ended).
+    /// A new term: every TaskManager the leader can reach registers, one in three of them
+    /// late (up to twice the reconcile timeout: it was slow to find the new leader); then
+    /// the leader recovers its job (none once the job ended).
     pub fn start_slot_term(&mut self, jm: usize, ended: bool) {
         for tm in 0..self.shape.subtasks {
-            if !self.is_cut((tm as usize, tm as usize)) {
+            if self.rng.one_in(3) {
+                let at = self.now_ms + self.rng.below(2 * RECONCILE_TIMEOUT_MS);
+                if let Some(slots) = self.leader_slots(jm) {
+                    slots.registers_at.insert(tm, at);
+                }
+            } else if !self.is_cut((tm as usize, tm as usize)) {
                 self.register(jm, tm);
             }
         }
@@ -140,30 +154,6 @@ impl Cluster {
         let Some(slots) = self.leader_slots(jm) else { return };
         let cancels = slots.ledger.recovered(&jobs);
         self.carry_cancels(jm, cancels);
-    }
-
-    /// The leader takes the running attempt over if every one of its subtasks was reported
-    /// (as `RemoteExecutor::adopt` does); false when it cannot, and the job restarts.
-    pub fn adopt_running_attempt(&mut self, jm: usize) -> bool {
-        let Some(attempt) = self.current_attempt() else { return false };
-        let (job, subtasks) = (self.job_id(), self.shape.subtasks as usize);
-        let Some(slots) = self.leader_slots(jm) else { return false };
-        let reported = slots.ledger.running_attempts(&job).into_iter().find(|a| a.attempt == attempt as u32);
-        let Some(reported) = reported.filter(|r| r.subtasks.len() == subtasks) else {
-            self.trace.push(format!("  attempt {attempt} not reported whole: it cannot be taken over"));
-            return false;
-        };
-        match slots.ledger.adopt_slots(&job, &reported.slot_addresses) {
-            Ok(adopted) => {
-                slots.ledger.take_over(&job, attempt as u32);
-                slots.held = Some((job, adopted));
-                true
-            }
-            Err((what, why)) => {
-                self.trace.push(format!("  {what}: {why}"));
-                false
-            }
-        }
     }
 
     /// The job master left RECONCILING: what is still reported of its job is cancelled.
@@ -175,7 +165,7 @@ impl Cluster {
     }
 
     /// The ledger's cancels go to the TaskManagers, behind what is in flight to them.
-    fn carry_cancels(&mut self, jm: usize, cancels: Vec<Cancel>) {
+    pub fn carry_cancels(&mut self, jm: usize, cancels: Vec<Cancel>) {
         let epoch = self.ha.epoch;
         for Cancel { taskmanager, job_id, attempt } in cancels {
             let Some(tm) = taskmanager.strip_prefix("tm").and_then(|n| n.parse::<u32>().ok()) else { continue };
@@ -196,7 +186,7 @@ impl Cluster {
                 .lost_allocations
                 .extend(held.iter().filter(|(_, on, _)| *on == id).map(|(allocation, _, _)| *allocation));
         }
-        slots.lost_at.insert(tm, now);
+        slots.registers_at.insert(tm, now + RECONNECT_MS);
     }
 
     /// TaskManagers the leader lost and can reach again register; an attempt waiting for
@@ -205,10 +195,10 @@ impl Cluster {
         let now = self.now_ms;
         let JobManager::Leading(master) = &self.jms[jm] else { return };
         let slots = &master.slots;
-        // Lost a while ago, or out of reach when the term began.
+        // Due to register, or out of reach when the term began.
         let due: Vec<u32> = (0..self.shape.subtasks)
-            .filter(|tm| match slots.lost_at.get(tm) {
-                Some(at) => at + RECONNECT_MS <= now,
+            .filter(|tm| match slots.registers_at.get(tm) {
+                Some(at) => *at <= now,
                 None => !slots.registered.contains(tm),
             })
             .filter(|tm| !self.is_cut((*tm as usize, *tm as usize)))

@@ -9,20 +9,18 @@
 //! `high-availability.reconcile-timeout` without a full report restarts the job from the
 //! newest completed checkpoint under its restart strategy, as any failure does.
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use weir_api::snapshot::TaskControl;
-use weir_types::{ExecutionState, JobStatus};
+use weir_types::JobStatus;
 
 use super::{State, state_of};
 use crate::executor::ReportedAttempt;
 use crate::job_master::MasterEvent;
 use crate::job_master::run::{Incoming, JobRun, mark_canceling};
+use crate::job_master::takeover::{self, ReconcileDecision};
 
-/// Old checkpoint ids aborted after a takeover, at most (the newest ones).
-const ABORTED_AFTER_TAKEOVER_MAX: u64 = 1000;
 /// How often the reports are looked at.
 const RECONCILE_POLL: Duration = Duration::from_millis(50);
 
@@ -49,16 +47,24 @@ pub(super) fn run(run: &mut JobRun) -> State {
             return State::Suspended;
         }
         let cancel = handle_requests(run, &job_id);
-        let reported = newest_per_region(run, run.dep.executor.running_attempts(&job_id));
-        let coverage = coverage(run, &reported);
-        let timed_out = Instant::now() >= deadline;
-        if coverage.complete && !coverage.failed && !cancel {
-            let next = take_over(run, &reported, started);
-            run.dep.executor.reconciled(&job_id);
-            return next;
+        let (reported, stale) =
+            takeover::newest_per_region(run.dep.executor.running_attempts(&job_id), run.region_count.is_some());
+        for attempt in stale {
+            run.dep.executor.cancel_attempt(&job_id, attempt);
         }
-        if cancel || coverage.failed || timed_out {
-            return give_up(run, &reported, &coverage, cancel);
+        let expected: usize = run.dep.job_graph.vertices.iter().map(|v| v.parallelism as usize).sum();
+        let coverage = takeover::coverage(&reported, expected, |vertex, region| run.dep.in_region(vertex, region));
+        let timed_out = Instant::now() >= deadline;
+        let timeout_text = format!("{:?}", run.reconcile_timeout);
+        match takeover::decide(&coverage, cancel, timed_out, &timeout_text) {
+            ReconcileDecision::Wait => {}
+            ReconcileDecision::TakeOver => {
+                let next = take_over(run, &reported, started);
+                run.dep.executor.reconciled(&job_id);
+                return next;
+            }
+            ReconcileDecision::Cancel => return give_up(run, &reported, None),
+            ReconcileDecision::GiveUp(reason) => return give_up(run, &reported, Some(reason)),
         }
     }
 }
@@ -87,9 +93,10 @@ fn handle_requests(run: &mut JobRun, job_id: &str) -> bool {
     false
 }
 
-/// Takes over what was reported, so that it can be stopped, then cancels the job (a cancel
-/// came) or treats the incomplete report as a failure (restart from the newest checkpoint).
-fn give_up(run: &mut JobRun, reported: &[ReportedAttempt], coverage: &Coverage, cancel: bool) -> State {
+/// Takes over what was reported, so that it can be stopped, then cancels the job (no
+/// `reason`: a cancel came) or treats the incomplete report as a failure for `reason`
+/// (restart from the newest checkpoint).
+fn give_up(run: &mut JobRun, reported: &[ReportedAttempt], reason: Option<String>) -> State {
     let master = Arc::clone(&run.master);
     let job_id = master.job_id.to_string();
     let (task_events, task_receiver) = crossbeam_channel::unbounded();
@@ -104,19 +111,11 @@ fn give_up(run: &mut JobRun, reported: &[ReportedAttempt], coverage: &Coverage, 
     // runs, so it holds neither slots nor threads while the job restarts.
     run.dep.executor.reconciled(&job_id);
     run.sup.task_events = Some(task_events);
-    let reason = if coverage.failed {
-        "a subtask failed while no JobManager led".to_string()
-    } else {
-        format!(
-            "the TaskManagers reported {} of {} subtasks within {:?} (high-availability.reconcile-timeout)",
-            coverage.reported, coverage.expected, run.reconcile_timeout
-        )
-    };
     master.update(|record| {
-        if cancel {
+        let Some(reason) = reason else {
             run.on_cancel(record);
             return;
-        }
+        };
         tracing::warn!(job_id = %job_id, %reason, "reconciling failed; restarting from the newest completed checkpoint");
         record.exceptions.push(crate::job_master::ExceptionEntry {
             name: "ReconcileFailure".into(),
@@ -151,57 +150,6 @@ fn fail_orphaned_savepoints(run: &mut JobRun) {
     });
 }
 
-/// What the reports cover of the job graph.
-struct Coverage {
-    complete: bool,
-    failed: bool,
-    reported: usize,
-    expected: usize,
-}
-
-fn coverage(run: &JobRun, reported: &[ReportedAttempt]) -> Coverage {
-    let mut covered: BTreeSet<(usize, u32)> = BTreeSet::new();
-    let mut failed = false;
-    for attempt in reported {
-        for subtask in &attempt.subtasks {
-            if !run.dep.in_region(subtask.vertex, attempt.region) {
-                continue;
-            }
-            match subtask.state {
-                ExecutionState::Failed | ExecutionState::Canceled | ExecutionState::Canceling => failed = true,
-                _ => {
-                    covered.insert((subtask.vertex, subtask.subtask));
-                }
-            }
-        }
-    }
-    let expected: usize = run.dep.job_graph.vertices.iter().map(|v| v.parallelism as usize).sum();
-    Coverage { complete: covered.len() == expected, failed, reported: covered.len(), expected }
-}
-
-/// The newest reported attempt of each region (of the job, without regions); older ones are
-/// stopped.
-fn newest_per_region(run: &JobRun, reported: Vec<ReportedAttempt>) -> Vec<ReportedAttempt> {
-    let mut newest: BTreeMap<Option<usize>, ReportedAttempt> = BTreeMap::new();
-    let job_id = run.master.job_id.to_string();
-    for attempt in reported {
-        let region = if run.region_count.is_some() { attempt.region } else { None };
-        match newest.get(&region) {
-            Some(existing) if existing.attempt >= attempt.attempt => {
-                run.dep.executor.cancel_attempt(&job_id, attempt.attempt)
-            }
-            Some(existing) => {
-                run.dep.executor.cancel_attempt(&job_id, existing.attempt);
-                newest.insert(region, attempt);
-            }
-            None => {
-                newest.insert(region, attempt);
-            }
-        }
-    }
-    newest.into_values().collect()
-}
-
 /// Adopts the reported attempts and goes RUNNING without restarting a task.
 fn take_over(run: &mut JobRun, reported: &[ReportedAttempt], started: Instant) -> State {
     let master = Arc::clone(&run.master);
@@ -218,17 +166,16 @@ fn take_over(run: &mut JobRun, reported: &[ReportedAttempt], started: Instant) -
         run.sup.task_events = Some(task_events);
     }
     let latest = run.sup.coordinator.latest_retained().map(|(id, _)| id);
-    let next_id = run.sup.coordinator.next_checkpoint_id();
+    let (recommit, abandoned) = takeover::after_takeover(latest, run.sup.coordinator.next_checkpoint_id());
     master.update(|record| {
         master.transition_job(record, JobStatus::Running);
         // A checkpoint whose pointer the old leader wrote may never have been committed.
-        if let Some(latest) = latest {
+        if let Some(latest) = recommit {
             run.sup.send_to_all(TaskControl::CheckpointComplete(latest));
         }
         // Whatever the old leader triggered after it is abandoned (a stop-with-savepoint
         // included: its subtasks resume, as when a stop fails).
-        let first_abandoned = latest.map_or(1, |id| id + 1).max(next_id.saturating_sub(ABORTED_AFTER_TAKEOVER_MAX));
-        for id in first_abandoned..next_id {
+        for id in abandoned {
             run.sup.send_to_all(TaskControl::CheckpointAborted(id));
         }
     });
