@@ -7,19 +7,20 @@ use super::{Report, run};
 const SEEDS: u64 = 10_000;
 
 /// Seeds that find a bug when its fix is reverted, kept as regression tests; docs/simulation.md
-/// names the fix each one breaks (found again on 2026-12-06, after network faults changed
-/// every run):
-/// - 20: an intermediate savepoint commits (`Completion::commits`);
-/// - 0: checkpoint ids are used before the HA store's counter is past them; or a
-///   stop-with-savepoint is no restart point (its sinks commit, then a failure restores an
-///   older checkpoint, or the job ends short);
-/// - 6: a checkpoint whose HA pointer write got no answer is deleted or has its files
-///   released (`Retention::keep_uncertain`, and the code as it was), or a completion's
-///   pointer write does not drop the checkpoints it subsumes;
-/// - 30: such a checkpoint is restored here;
-/// - 154: a checkpoint naming a released shared file completes (`Retention::may_name`);
-/// - 44: a stop's savepoint is deleted once a later checkpoint subsumes it.
-const REGRESSION_SEEDS: &[u64] = &[0, 6, 20, 30, 44, 154];
+/// names the fix each one breaks (found again on 2026-12-06, after the slot ledger and
+/// RECONCILING's rules came into the simulation and changed every run):
+/// - 108: an intermediate savepoint commits (`Completion::commits`);
+/// - 4: checkpoint ids are used before the HA store's counter is past them;
+/// - 32: a checkpoint whose HA pointer write got no answer has its files deleted;
+/// - 6758: such a checkpoint's files are not protected (the code as it was);
+/// - 126: such a checkpoint is restored here;
+/// - 6: a completion's pointer write does not drop the checkpoints it subsumes;
+/// - 26: a checkpoint naming a released shared file completes (`Retention::may_name`);
+/// - 0: a stop-with-savepoint is no restart point (its sinks commit, then the job ends short);
+/// - 60: a stop's savepoint is deleted once a later checkpoint subsumes it;
+/// - 8989: a TaskManager counted lost leaves its slots held by the jobs that used them;
+/// - 2: a settled job's reported attempts stay reported and keep their slots.
+const REGRESSION_SEEDS: &[u64] = &[0, 2, 4, 6, 26, 32, 60, 108, 126, 6758, 8989];
 
 fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|value| value.trim().parse().ok())
