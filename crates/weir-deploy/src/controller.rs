@@ -12,7 +12,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use weir_config::Configuration;
 use weir_config::options::{
@@ -21,10 +21,8 @@ use weir_config::options::{
     OPERATOR_SAVEPOINT_HISTORY_MAX_AGE, OPERATOR_SAVEPOINT_HISTORY_MAX_COUNT,
 };
 
-use weir_runtime::crash;
-
 use crate::backend::{ClusterBackend, ProcessClusters};
-use crate::cluster_api::{ClusterApi, JobView, SavepointState};
+use crate::cluster_api::{JobView, SavepointState};
 use crate::fence::Fence;
 use crate::history::{HistoryLimits, trim};
 use crate::processes::DeploymentDirs;
@@ -35,6 +33,7 @@ use crate::status::{
 };
 use crate::store::{DeploymentStore, StoredDeployment};
 use crate::wake::Wake;
+use crate::world::{JobsApi, RealWorld, World};
 
 /// How often the controller looks at every deployment.
 pub const TICK: Duration = Duration::from_millis(100);
@@ -49,10 +48,6 @@ const START_ATTEMPTS: u32 = 3;
 /// subtasks still starting, a restart under way).
 const TRIGGER_RETRY_MAX: Duration = Duration::from_secs(30);
 
-fn now_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
-}
-
 /// The controller of one store's deployments.
 pub struct Controller {
     store: Arc<dyn DeploymentStore>,
@@ -66,6 +61,8 @@ pub struct Controller {
     fence: Fence,
     /// Where the clusters run.
     backend: Arc<dyn ClusterBackend>,
+    /// The clock, the clusters' REST APIs, storage.
+    world: Arc<dyn World>,
 }
 
 /// What a reconcile pass did, for the loop's logging.
@@ -96,7 +93,28 @@ impl Controller {
         fence: Fence,
         backend: Arc<dyn ClusterBackend>,
     ) -> Controller {
-        Controller { store, config, root, start_failures: Default::default(), fence, backend }
+        Controller::in_world(store, config, root, fence, backend, Arc::new(RealWorld))
+    }
+
+    /// A controller in `world` (the simulation's; [`RealWorld`] otherwise).
+    pub fn in_world(
+        store: Arc<dyn DeploymentStore>,
+        config: Configuration,
+        root: PathBuf,
+        fence: Fence,
+        backend: Arc<dyn ClusterBackend>,
+        world: Arc<dyn World>,
+    ) -> Controller {
+        Controller { store, config, root, start_failures: Default::default(), fence, backend, world }
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.world.now_ms()
+    }
+
+    /// The REST API of deployment `name`'s cluster.
+    fn api(&self, name: &str, cluster: &crate::status::ClusterInfo) -> Box<dyn JobsApi> {
+        self.world.jobs_api(&self.backend.rest_address(name, cluster))
     }
 
     /// The cluster an operation starts: the one after the newest it knew of.
@@ -136,7 +154,9 @@ impl Controller {
     /// Ok while this controller may act; call before every process action (a cancel, a
     /// stop, a cluster stopped or started, a job submitted, a savepoint disposed).
     fn acting(&self) -> Outcome {
-        self.fence.check().map_err(|lost| lost.to_string())
+        self.fence.check().map_err(|lost| lost.to_string())?;
+        self.world.acting_next();
+        Ok(())
     }
 
     /// Reports a step (or, `warning`, a failure) of deployment `name`: the log, and on
@@ -236,7 +256,7 @@ impl Controller {
                 OperationKind::Deploy | OperationKind::Recover => {}
                 _ => status.reconciliation_status.state = ReconciliationState::Upgrading,
             }
-            status.reconciliation_status.reconciliation_timestamp = now_ms();
+            status.reconciliation_status.reconciliation_timestamp = self.now_ms();
             status.operation = Some(operation.clone());
             self.save(&name, &mut status)?;
             return self.advance(&name, &mut status, operation);
@@ -265,7 +285,7 @@ impl Controller {
             step,
             restore_from: None,
             allow_non_restored_state: false,
-            started_ms: now_ms(),
+            started_ms: self.now_ms(),
             newest_cluster: self.clusters(name).ok().map(|seqs| seqs.last().copied().unwrap_or(0)),
         }
     }
@@ -457,7 +477,7 @@ impl Controller {
         let reconciliation = &status.reconciliation_status;
         let rollback_enabled = settings.get(&OPERATOR_ROLLBACK_ENABLED).unwrap_or(false);
         let readiness = settings.get(&OPERATOR_READINESS_TIMEOUT).unwrap_or(Duration::from_secs(300));
-        let waited = Duration::from_millis(now_ms().saturating_sub(reconciliation.reconciliation_timestamp));
+        let waited = Duration::from_millis(self.now_ms().saturating_sub(reconciliation.reconciliation_timestamp));
         if !(rollback_enabled
             && !status.job_status.ready
             && reconciliation.state == ReconciliationState::Deployed
@@ -539,13 +559,13 @@ impl Controller {
         let (Some(cluster), Some(job_id)) = (status.cluster_info.clone(), status.job_status.job_id.clone()) else {
             return;
         };
-        let api = ClusterApi::new(&self.backend.rest_address(name, &cluster));
+        let api = self.api(name, &cluster);
         let Ok(Some(job)) = api.job(&job_id) else { return };
         let changed = status.job_status.state.as_deref() != Some(&job.state);
         if changed {
             self.report(name, false, "JobStatusChanged", &format!("job {}", job.state));
             status.job_status.state = Some(job.state.clone());
-            status.job_status.update_time = Some(now_ms());
+            status.job_status.update_time = Some(self.now_ms());
         }
         if let Some(path) = &job.latest_checkpoint {
             status.job_status.last_checkpoint_path = Some(path.clone());
@@ -572,7 +592,7 @@ impl Controller {
         let (Some(cluster), Some(job_id)) = (status.cluster_info.clone(), status.job_status.job_id.clone()) else {
             return;
         };
-        let api = ClusterApi::new(&self.backend.rest_address(name, &cluster));
+        let api = self.api(name, &cluster);
         let settings = self.settings(spec);
         if let Some(pending) = status.pending_savepoint.clone() {
             match api.savepoint(&pending.job_id, &pending.request_id) {
@@ -585,7 +605,7 @@ impl Controller {
                         &format!("{} savepoint {location}", pending.trigger_type.as_str()),
                     );
                     status.savepoint_history.push(SavepointRecord {
-                        time_stamp: now_ms(),
+                        time_stamp: self.now_ms(),
                         location,
                         trigger_type: pending.trigger_type,
                         format_type: "CANONICAL".into(),
@@ -609,7 +629,7 @@ impl Controller {
             let target = savepoint_dir(spec, &self.dirs(name));
             let manual = spec.job.savepoint_trigger_nonce.filter(|n| status.last_savepoint_nonce != Some(*n));
             let periodic = settings.get(&OPERATOR_PERIODIC_SAVEPOINT_INTERVAL).ok().flatten().filter(|interval| {
-                now_ms().saturating_sub(status.last_periodic_savepoint_ms) >= interval.as_millis() as u64
+                self.now_ms().saturating_sub(status.last_periodic_savepoint_ms) >= interval.as_millis() as u64
             });
             let trigger = match (manual, periodic) {
                 (Some(nonce), _) => Some((TriggerType::Manual, Some(nonce))),
@@ -617,7 +637,7 @@ impl Controller {
                 _ => None,
             };
             if let Some((trigger_type, nonce)) = trigger
-                && self.fence.is_held()
+                && self.acting().is_ok()
             {
                 match api.trigger_savepoint(&job_id, &target) {
                     Ok(request_id) => {
@@ -630,7 +650,7 @@ impl Controller {
                 }
                 match trigger_type {
                     TriggerType::Manual => status.last_savepoint_nonce = nonce,
-                    _ => status.last_periodic_savepoint_ms = now_ms(),
+                    _ => status.last_periodic_savepoint_ms = self.now_ms(),
                 }
             }
         }
@@ -650,15 +670,15 @@ impl Controller {
         if let Some(path) = &status.job_status.restored_from {
             protected.push(path);
         }
-        let (kept, disposed) = trim(&status.savepoint_history, limits, now_ms(), &protected);
+        let (kept, disposed) = trim(&status.savepoint_history, limits, self.now_ms(), &protected);
         if disposed.is_empty() {
             return;
         }
-        if !self.fence.is_held() {
-            return;
-        }
         for record in &disposed {
-            match dispose(&record.location) {
+            if self.acting().is_err() {
+                return;
+            }
+            match self.world.dispose(&record.location) {
                 Ok(()) => tracing::info!(deployment = %name, "savepoint {} disposed (history limits)", record.location),
                 Err(error) => {
                     tracing::warn!(deployment = %name, "savepoint {} left in place: {error}", record.location)
@@ -687,7 +707,7 @@ impl Controller {
                         self.acting()?;
                         self.backend.stop(name, seq)?;
                     }
-                    crash::point("operator-after-cluster-stopped");
+                    self.world.crash_point("operator-after-cluster-stopped");
                     // (A stateful recovery: one of a stateless deployment starts empty.)
                     if operation.kind == OperationKind::Recover && operation.restore_from.is_some() {
                         // Only now that none of its processes runs is the job's newest
@@ -715,14 +735,14 @@ impl Controller {
                 }
                 Step::StartCluster { seq } => match self.start_cluster(name, status, &operation, seq) {
                     Ok(()) => {
-                        crash::point("operator-after-cluster-started");
+                        self.world.crash_point("operator-after-cluster-started");
                         Some(Step::SubmitJob { seq })
                     }
                     Err(error) => return self.start_failed(name, status, operation, error),
                 },
                 Step::SubmitJob { .. } => match self.submit(name, status, &operation) {
                     Ok(()) => {
-                        crash::point("operator-after-submit");
+                        self.world.crash_point("operator-after-submit");
                         return self.finish(name, status, operation);
                     }
                     Err(error) => return self.start_failed(name, status, operation, error),
@@ -736,6 +756,22 @@ impl Controller {
                 }
                 // The operation was given up (a refusal): the status says why.
                 None => return Ok(()),
+            }
+        }
+    }
+
+    /// Waits for the job to end after a cancel or a stop, while this controller leads.
+    fn wait_terminal(&self, api: &dyn JobsApi, job_id: &str) -> Result<JobView, String> {
+        let started = self.now_ms();
+        loop {
+            self.fence.check().map_err(|lost| lost.to_string())?;
+            match api.job(job_id) {
+                Ok(Some(view)) if matches!(view.state.as_str(), "FINISHED" | "CANCELED" | "FAILED") => return Ok(view),
+                Ok(None) => return Err(format!("job {job_id} disappeared from its cluster while stopping")),
+                _ if self.now_ms().saturating_sub(started) > TERMINAL_WAIT_MAX.as_millis() as u64 => {
+                    return Err(format!("job {job_id} did not end within {TERMINAL_WAIT_MAX:?} of being stopped"));
+                }
+                _ => self.world.sleep(POLL),
             }
         }
     }
@@ -777,7 +813,7 @@ impl Controller {
             }
             _ => None,
         };
-        crash::point("operator-in-pre-flight");
+        self.world.crash_point("operator-in-pre-flight");
         let mut snapshot = snapshot;
         let mut verdict = self.backend.dry_run(name, &target, snapshot.as_deref());
         // The running job's newest checkpoint can be subsumed and removed while it is read:
@@ -785,7 +821,7 @@ impl Controller {
         let mut attempts = 0;
         while verdict.is_err()
             && operation.restore_from.is_none()
-            && snapshot.as_deref().is_some_and(|s| !snapshot_exists(s))
+            && snapshot.as_deref().is_some_and(|s| !self.world.snapshot_exists(s))
             && attempts < 5
         {
             attempts += 1;
@@ -842,10 +878,11 @@ impl Controller {
                 .get("state.checkpoints.dir")
                 .cloned()
                 .unwrap_or_else(|| format!("file://{}", self.dirs(name).checkpoints().display()));
-            newest_complete_checkpoint(&root, job_id)
+            self.world.newest_complete_checkpoint(&root, job_id)
         });
-        let present = observed.as_deref().filter(|o| snapshot_exists(o)).map(str::to_string);
-        newest_checkpoint_of(job_id, [present, stored]).or_else(|| observed.as_deref().map(newest_retained))
+        let present = observed.as_deref().filter(|o| self.world.snapshot_exists(o)).map(str::to_string);
+        newest_checkpoint_of(job_id, [present, stored])
+            .or_else(|| observed.as_deref().map(|o| self.world.newest_retained(o)))
     }
 
     /// The newest completed checkpoint of the current job, the newest (by checkpoint id) of
@@ -869,9 +906,7 @@ impl Controller {
     /// asking its cluster), else the snapshot it started from.
     fn newest_checkpoint(&self, name: &str, status: &DeploymentStatus) -> Option<String> {
         let view = match (&status.cluster_info, &status.job_status.job_id) {
-            (Some(cluster), Some(job_id)) => {
-                ClusterApi::new(&self.backend.rest_address(name, cluster)).job(job_id).ok().flatten()
-            }
+            (Some(cluster), Some(job_id)) => self.api(name, cluster).job(job_id).ok().flatten(),
             _ => None,
         };
         self.current_job_checkpoint(name, status, view.as_ref()).or_else(|| status.job_status.restored_from.clone())
@@ -893,7 +928,7 @@ impl Controller {
             .unwrap_or(true);
         let job = match (&status.cluster_info, &status.job_status.job_id) {
             (Some(cluster), Some(job_id)) => {
-                let api = ClusterApi::new(&self.backend.rest_address(name, cluster));
+                let api = self.api(name, cluster);
                 api.job(job_id).ok().flatten().map(|view| (api, job_id.clone(), view))
             }
             _ => None,
@@ -963,8 +998,8 @@ impl Controller {
         }
         self.acting()?;
         api.cancel(&job_id).map_err(|e| format!("cannot cancel job {job_id}: {e}"))?;
-        let view = wait_terminal(&api, &job_id, &self.fence)?;
-        crash::point("operator-after-job-cancelled");
+        let view = self.wait_terminal(api.as_ref(), &job_id)?;
+        self.world.crash_point("operator-after-job-cancelled");
         self.after_stop(name, status, operation, Some(view))
     }
 
@@ -1010,9 +1045,9 @@ impl Controller {
         );
         self.acting()?;
         api.cancel(&job_id).map_err(|e| format!("cannot cancel job {job_id}: {e}"))?;
-        let mut ended = wait_terminal(&api, &job_id, &self.fence)?;
+        let mut ended = self.wait_terminal(api.as_ref(), &job_id)?;
         ended.latest_checkpoint = ended.latest_checkpoint.or(view.latest_checkpoint);
-        crash::point("operator-after-job-cancelled");
+        self.world.crash_point("operator-after-job-cancelled");
         operation.mode = UpgradeMode::LastState;
         self.after_stop(name, status, operation, Some(ended))
     }
@@ -1028,18 +1063,25 @@ impl Controller {
         job: &StoppingJob,
         target: &str,
     ) -> Result<Result<String, Option<Step>>, String> {
-        let started = Instant::now();
+        let started = self.now_ms();
         let id = loop {
             self.acting()?;
             match job.api.stop_with_savepoint(&job.job_id, target) {
                 Ok(id) => break id,
-                Err(error) if started.elapsed() < TRIGGER_RETRY_MAX => {
+                Err(error) if self.now_ms().saturating_sub(started) < TRIGGER_RETRY_MAX.as_millis() as u64 => {
                     tracing::debug!(deployment = %name, "stop-with-savepoint not taken yet: {error}");
-                    std::thread::sleep(Duration::from_millis(100));
+                    self.world.sleep(Duration::from_millis(100));
                 }
                 Err(error) => {
-                    let next =
-                        self.savepoint_failed(name, status, operation, &job.api, &job.job_id, job.fallback, error)?;
+                    let next = self.savepoint_failed(
+                        name,
+                        status,
+                        operation,
+                        job.api.as_ref(),
+                        &job.job_id,
+                        job.fallback,
+                        error,
+                    )?;
                     return Ok(Err(next));
                 }
             }
@@ -1047,7 +1089,7 @@ impl Controller {
         operation.step = Step::StopJob { request_id: Some(id.clone()) };
         status.operation = Some(operation.clone());
         self.save(name, status)?;
-        crash::point("operator-after-stop-triggered");
+        self.world.crash_point("operator-after-stop-triggered");
         Ok(Ok(id))
     }
 
@@ -1063,23 +1105,27 @@ impl Controller {
         timeout: Duration,
     ) -> Result<Option<Step>, String> {
         let StoppingJob { api, job_id, fallback, .. } = job;
-        let started = Instant::now();
+        let started = self.now_ms();
         loop {
             self.acting()?;
             match api.savepoint(job_id, request_id) {
-                Ok(SavepointState::InProgress) if started.elapsed() < timeout => std::thread::sleep(POLL),
+                Ok(SavepointState::InProgress)
+                    if self.now_ms().saturating_sub(started) < timeout.as_millis() as u64 =>
+                {
+                    self.world.sleep(POLL)
+                }
                 Ok(SavepointState::InProgress) => {
                     let cause = "it did not complete within execution.checkpointing.timeout".to_string();
-                    return self.savepoint_failed(name, status, operation, api, job_id, *fallback, cause);
+                    return self.savepoint_failed(name, status, operation, api.as_ref(), job_id, *fallback, cause);
                 }
                 Ok(SavepointState::Completed(location)) => {
                     self.record_upgrade_savepoint(name, status, operation, &location)?;
-                    crash::point("operator-after-savepoint-recorded");
-                    let view = wait_terminal(api, job_id, &self.fence)?;
+                    self.world.crash_point("operator-after-savepoint-recorded");
+                    let view = self.wait_terminal(api.as_ref(), job_id)?;
                     return self.after_stop(name, status, operation, Some(view));
                 }
                 Ok(SavepointState::Failed(cause)) => {
-                    return self.savepoint_failed(name, status, operation, api, job_id, *fallback, cause);
+                    return self.savepoint_failed(name, status, operation, api.as_ref(), job_id, *fallback, cause);
                 }
                 Err(error) => {
                     // The JobManager lost the request (it restarted): look at the job.
@@ -1112,7 +1158,7 @@ impl Controller {
         status.job_status.upgrade_savepoint_path = Some(location.to_string());
         if !status.savepoint_history.iter().any(|r| r.location == location) {
             status.savepoint_history.push(SavepointRecord {
-                time_stamp: now_ms(),
+                time_stamp: self.now_ms(),
                 location: location.to_string(),
                 trigger_type: TriggerType::Upgrade,
                 format_type: "CANONICAL".into(),
@@ -1132,7 +1178,7 @@ impl Controller {
         name: &str,
         status: &mut DeploymentStatus,
         operation: &mut Operation,
-        api: &ClusterApi,
+        api: &dyn JobsApi,
         job_id: &str,
         fallback: bool,
         cause: String,
@@ -1361,14 +1407,14 @@ impl Controller {
         let Some(target) = &operation.target else {
             return Err("an operation without a target spec starts no cluster".into());
         };
-        let started = Instant::now();
+        let started = self.now_ms();
         self.acting()?;
         let cluster = self.backend.start(name, seq, target)?;
         self.report(
             name,
             false,
             "ClusterStarted",
-            &format!("cluster {seq} started in {} ms", started.elapsed().as_millis()),
+            &format!("cluster {seq} started in {} ms", self.now_ms().saturating_sub(started)),
         );
         status.cluster_info = Some(cluster);
         status.job_status = crate::status::JobStatusInfo {
@@ -1390,7 +1436,7 @@ impl Controller {
         let Some(cluster) = status.cluster_info.clone() else {
             return Err("no cluster was recorded for the job".into());
         };
-        let api = ClusterApi::new(&self.backend.rest_address(name, &cluster));
+        let api = self.api(name, &cluster);
         // A job already there was submitted by a controller that died before recording it.
         let existing = api.jobs()?;
         let job_id = match existing.first() {
@@ -1405,7 +1451,7 @@ impl Controller {
         status.job_status.job_id = Some(job_id);
         status.job_status.job_name = Some(target.job.name.clone());
         status.job_status.state = Some("CREATED".into());
-        status.job_status.start_time = Some(now_ms());
+        status.job_status.start_time = Some(self.now_ms());
         status.job_status.restored_from = operation.restore_from.clone();
         status.job_status.ready = false;
         Ok(())
@@ -1429,7 +1475,7 @@ impl Controller {
         status.error = Some(format!("{} failed: {error}", operation.step.describe()));
         if attempts < START_ATTEMPTS {
             self.save(name, status)?;
-            std::thread::sleep(Duration::from_millis(500));
+            self.world.sleep(Duration::from_millis(500));
             return Ok(());
         }
         self.start_failures.lock().unwrap_or_else(|p| p.into_inner()).remove(name);
@@ -1461,7 +1507,7 @@ impl Controller {
             OperationKind::Rollback => reconciliation.state = ReconciliationState::RolledBack,
             OperationKind::Recover | OperationKind::Delete => {}
         }
-        reconciliation.reconciliation_timestamp = now_ms();
+        reconciliation.reconciliation_timestamp = self.now_ms();
         // A rollback keeps the reason it was made for; a failed job keeps its cause.
         if operation.kind != OperationKind::Rollback && !matches!(status.job_status.state.as_deref(), Some("FAILED")) {
             status.error = None;
@@ -1500,54 +1546,10 @@ fn next_cluster_after(operation: &Operation, clusters: &[u64]) -> u64 {
 /// The job an operation stops: its cluster's REST API, its id, how it was seen, and whether
 /// a job that is not running may fall back to last-state.
 struct StoppingJob {
-    api: ClusterApi,
+    api: Box<dyn JobsApi>,
     job_id: String,
     view: JobView,
     fallback: bool,
-}
-
-fn wait_terminal(api: &ClusterApi, job_id: &str, fence: &Fence) -> Result<JobView, String> {
-    let started = Instant::now();
-    loop {
-        fence.check().map_err(|lost| lost.to_string())?;
-        match api.job(job_id) {
-            Ok(Some(view)) if matches!(view.state.as_str(), "FINISHED" | "CANCELED" | "FAILED") => return Ok(view),
-            Ok(None) => return Err(format!("job {job_id} disappeared from its cluster while stopping")),
-            _ if started.elapsed() > TERMINAL_WAIT_MAX => {
-                return Err(format!("job {job_id} did not end within {TERMINAL_WAIT_MAX:?} of being stopped"));
-            }
-            _ => std::thread::sleep(POLL),
-        }
-    }
-}
-
-/// The checkpoint to restore for a last observed `chk-<n>` at `location`: itself while it is
-/// there, else the newest `chk-<m>` beside it that is. Between two observations a newer
-/// checkpoint may complete and retention delete the observed one, just before the cluster
-/// dies; its successor holds at least as much. Other locations are returned as they are.
-fn newest_retained(location: &str) -> String {
-    if snapshot_exists(location) {
-        return location.to_string();
-    }
-    let trimmed = location.trim_end_matches('/');
-    let Some((parent, name)) = trimmed.rsplit_once('/') else { return location.to_string() };
-    let Some(observed) = name.strip_prefix("chk-").and_then(|n| n.parse::<u64>().ok()) else {
-        return location.to_string();
-    };
-    let Some(dir) = parent.strip_prefix("file://").or(if parent.contains("://") { None } else { Some(parent) }) else {
-        return location.to_string();
-    };
-    let Ok(entries) = std::fs::read_dir(dir) else { return location.to_string() };
-    entries
-        .flatten()
-        .filter_map(|e| {
-            let name = e.file_name().to_string_lossy().to_string();
-            let id = name.strip_prefix("chk-")?.parse::<u64>().ok()?;
-            (id > observed && e.path().join("_metadata").is_file()).then_some(id)
-        })
-        .max()
-        .map(|id| format!("{parent}/chk-{id}"))
-        .unwrap_or_else(|| location.to_string())
 }
 
 /// The newest of `candidates` that is a checkpoint of job `job_id` (`.../<job_id>/chk-<n>`),
@@ -1565,36 +1567,9 @@ fn newest_checkpoint_of(job_id: &str, candidates: impl IntoIterator<Item = Optio
         .map(|(_, path)| path)
 }
 
-/// The newest `chk-<n>` of job `job_id` under the checkpoints root `root` whose `_metadata`
-/// reads, if any (any store `state.checkpoints.dir` accepts).
-fn newest_complete_checkpoint(root: &str, job_id: &str) -> Option<String> {
-    let job_dir = weir_checkpoint::SnapshotStorage::from_url(root).ok()?.child(job_id);
-    let blocking = job_dir.blocking();
-    let mut ids: Vec<u64> =
-        blocking.list_dirs().ok()?.iter().filter_map(|name| name.strip_prefix("chk-")?.parse().ok()).collect();
-    ids.sort_unstable();
-    ids.into_iter()
-        .rev()
-        .map(|id| job_dir.child(&format!("chk-{id}")))
-        .find_map(|dir| blocking.block_on(weir_checkpoint::load_metadata(&dir)).ok().map(|_| dir.url().to_string()))
-}
-
-/// Whether the snapshot at `location` is still there (its `_metadata` reads).
-fn snapshot_exists(location: &str) -> bool {
-    let Ok(storage) = weir_checkpoint::SnapshotStorage::from_url(location) else { return false };
-    let blocking = storage.blocking();
-    blocking.block_on(weir_checkpoint::load_metadata(&storage)).is_ok()
-}
-
-fn dispose(location: &str) -> Result<(), String> {
-    let storage = weir_checkpoint::SnapshotStorage::from_url(location).map_err(|e| e.to_string())?;
-    let blocking = storage.blocking();
-    blocking.block_on(weir_checkpoint::dispose(&storage)).map(|_| ()).map_err(|e| e.to_string())
-}
-
 #[cfg(test)]
 mod tests {
-    use super::{newest_checkpoint_of, newest_complete_checkpoint, newest_retained};
+    use super::newest_checkpoint_of;
 
     #[test]
     fn the_newest_checkpoint_of_a_job_is_the_highest_id_of_its_own_from_any_source() {
@@ -1613,60 +1588,5 @@ mod tests {
         // this job's checkpoints, whatever their ids.
         assert_eq!(of(&[Some("file:///c/bbbb/chk-50"), Some("file:///s/savepoint-aaaa-1")]), None);
         assert_eq!(of(&[None, None]), None);
-    }
-
-    /// A valid `_metadata` of checkpoint `id` with no operators.
-    fn metadata(id: u64) -> Vec<u8> {
-        use weir_checkpoint::format::{FORMAT_VERSION, SnapshotKind, SnapshotMetadata};
-        let metadata = SnapshotMetadata {
-            format_version: FORMAT_VERSION,
-            kind: SnapshotKind::Checkpoint,
-            job_id: "0123456789abcdef0123456789abcdef".into(),
-            job_name: "job".into(),
-            checkpoint_id: id,
-            timestamp_ms: 1,
-            max_parallelism: 128,
-            operators: Vec::new(),
-            format: weir_checkpoint::SnapshotFormat::Native,
-            state_backend: Some("hashmap".into()),
-        };
-        weir_checkpoint::format::encode_metadata(&metadata).to_vec()
-    }
-
-    #[test]
-    fn the_newest_complete_checkpoint_of_a_job_is_found_in_its_directory() {
-        let dir = tempfile::tempdir().unwrap();
-        let job = dir.path().join("0123456789abcdef0123456789abcdef");
-        for id in [4, 9, 12] {
-            std::fs::create_dir_all(job.join(format!("chk-{id}"))).unwrap();
-        }
-        std::fs::write(job.join("chk-4/_metadata"), metadata(4)).unwrap();
-        std::fs::write(job.join("chk-9/_metadata"), metadata(9)).unwrap();
-        // chk-12 was begun but never completed, and chk-10 is junk: neither is a restore point.
-        std::fs::create_dir_all(job.join("chk-10")).unwrap();
-        std::fs::write(job.join("chk-10/_metadata"), b"junk").unwrap();
-        let root = format!("file://{}", dir.path().display());
-        assert_eq!(
-            newest_complete_checkpoint(&root, "0123456789abcdef0123456789abcdef"),
-            Some(format!("{root}/0123456789abcdef0123456789abcdef/chk-9"))
-        );
-        assert_eq!(newest_complete_checkpoint(&root, "ffffffffffffffffffffffffffffffff"), None);
-    }
-
-    #[test]
-    fn a_checkpoint_deleted_since_it_was_observed_gives_way_to_the_newest_one_beside_it() {
-        let dir = tempfile::tempdir().unwrap();
-        for id in [3, 5] {
-            std::fs::create_dir_all(dir.path().join(format!("chk-{id}"))).unwrap();
-            std::fs::write(dir.path().join(format!("chk-{id}/_metadata")), b"x").unwrap();
-        }
-        // chk-7 was begun but never completed: no _metadata.
-        std::fs::create_dir_all(dir.path().join("chk-7")).unwrap();
-        let parent = format!("file://{}", dir.path().display());
-        assert_eq!(newest_retained(&format!("{parent}/chk-2")), format!("{parent}/chk-5"));
-        // Nothing newer than what was observed: the observed one stands (and its restore says
-        // what is wrong with it).
-        assert_eq!(newest_retained(&format!("{parent}/chk-5")), format!("{parent}/chk-5"));
-        assert_eq!(newest_retained(&format!("{parent}/savepoint-x")), format!("{parent}/savepoint-x"));
     }
 }

@@ -30,6 +30,7 @@ pub mod spec;
 pub mod status;
 pub mod store;
 pub mod wake;
+pub mod world;
 
 pub use backend::{ClusterBackend, ProcessClusters};
 pub use controller::Controller;

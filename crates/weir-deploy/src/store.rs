@@ -98,7 +98,11 @@ pub trait DeploymentStore: Send + Sync {
     fn describe(&self) -> String;
 }
 
-fn next_generation(existing: Option<&StoredDeployment>, deployment: &mut WeirDeployment, retry: bool) -> ApplyOutcome {
+pub(crate) fn next_generation(
+    existing: Option<&StoredDeployment>,
+    deployment: &mut WeirDeployment,
+    retry: bool,
+) -> ApplyOutcome {
     match existing {
         None => {
             deployment.metadata.generation = 1;
