@@ -709,6 +709,19 @@ pub const PIPELINE_NAME: ConfigOption<Option<String>> = ConfigOption {
     default: || None,
 };
 
+/// `$internal.pipeline.job-id`: the id a submitted job takes (Flink's
+/// `PipelineOptionsInternal.PIPELINE_FIXED_JOB_ID`). The deployment controller sets it, as
+/// Flink's Kubernetes operator does, so the job's id (and where its checkpoints go) is known
+/// before it is submitted.
+pub const PIPELINE_FIXED_JOB_ID: ConfigOption<Option<String>> = ConfigOption {
+    key: "$internal.pipeline.job-id",
+    fallback_keys: &[],
+    default_description: "none (a random id)",
+    description: "the id the submitted job takes: 32 hexadecimal characters",
+    parse: optional_string,
+    default: || None,
+};
+
 /// The shortest shared secret accepted, in bytes (as weir-runtime's security requires).
 pub const INTERNAL_SECRET_BYTES_MIN: usize = 16;
 
@@ -975,6 +988,7 @@ pub const ALL: &[OptionInfo] = &[
     SLOTMANAGER_NUMBER_OF_SLOTS_MIN.info(),
     HIGH_AVAILABILITY_RECONCILE_TIMEOUT.info(),
     PIPELINE_NAME.info(),
+    PIPELINE_FIXED_JOB_ID.info(),
     SECURITY_INTERNAL_SECRET.info(),
     SECURITY_INTERNAL_SECRET_FILE.info(),
     SECURITY_SSL_INTERNAL_ENABLED.info(),
@@ -1052,6 +1066,7 @@ pub const ALL_KEYS: &[&str] = &[
     SLOTMANAGER_NUMBER_OF_SLOTS_MIN.key,
     HIGH_AVAILABILITY_RECONCILE_TIMEOUT.key,
     PIPELINE_NAME.key,
+    PIPELINE_FIXED_JOB_ID.key,
     SECURITY_INTERNAL_SECRET.key,
     SECURITY_INTERNAL_SECRET_FILE.key,
     SECURITY_SSL_INTERNAL_ENABLED.key,

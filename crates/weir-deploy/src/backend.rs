@@ -53,13 +53,16 @@ pub trait ClusterBackend: Send + Sync {
     /// an Event on the resource (`kubectl describe`); processes have only the log.
     fn event(&self, _name: &str, _warning: bool, _reason: &str, _message: &str) {}
 
-    /// Submits `target`'s job to `cluster`, from `restore_from` if any: its job id.
+    /// Submits `target`'s job to `cluster` as job `job_id` (when given: the controller
+    /// recorded it before, so a job it submitted and never heard back from is still its
+    /// own), from `restore_from` if any: its job id.
     fn submit(
         &self,
         name: &str,
         cluster: &ClusterInfo,
         target: &DeploymentSpec,
         restore_from: Option<&str>,
+        job_id: Option<&str>,
     ) -> Result<String, String>;
 }
 
@@ -128,8 +131,9 @@ impl ClusterBackend for ProcessClusters {
         cluster: &ClusterInfo,
         target: &DeploymentSpec,
         restore_from: Option<&str>,
+        job_id: Option<&str>,
     ) -> Result<String, String> {
         let config = self.dirs(name).cluster(cluster.seq).join("config.yaml");
-        processes::submit(&target.binary, target, &config, &cluster.rest_address, restore_from)
+        processes::submit(&target.binary, target, &config, &cluster.rest_address, restore_from, job_id)
     }
 }

@@ -736,6 +736,11 @@ impl Controller {
                 Step::StartCluster { seq } => match self.start_cluster(name, status, &operation, seq) {
                     Ok(()) => {
                         self.world.crash_point("operator-after-cluster-started");
+                        // The new job's id is chosen and recorded before it is submitted (as
+                        // Flink's operator fixes it): a job submitted by a controller that
+                        // died before hearing back is still known, and so are its checkpoints
+                        // when its cluster is gone too.
+                        status.job_status.job_id = Some(self.world.new_job_id());
                         Some(Step::SubmitJob { seq })
                     }
                     Err(error) => return self.start_failed(name, status, operation, error),
@@ -1281,6 +1286,15 @@ impl Controller {
                     let location = location.clone();
                     self.record_upgrade_savepoint(name, status, operation, &location)?;
                 }
+                if view.is_none()
+                    && operation.restore_from.is_none()
+                    && let Some(location) =
+                        self.unseen_stop_savepoint(name, status, operation, newest_checkpoint.as_deref())
+                {
+                    // Its cluster is gone, and a stop completed (and committed) unseen:
+                    // an older checkpoint would write again what the stop committed.
+                    self.record_upgrade_savepoint(name, status, operation, &location)?;
+                }
                 if operation.restore_from.is_none() {
                     let fallback = Self::running_spec(status)
                         .map(|s| self.settings(s))
@@ -1312,6 +1326,28 @@ impl Controller {
             }
         }
         Ok(None)
+    }
+
+    /// A savepoint of the current job newer than its newest checkpoint, in the directory
+    /// its stops write to: a stop that completed while its cluster went away, so nobody
+    /// heard of it (or a savepoint taken after the newest checkpoint: the newest state either
+    /// way, and its restore commits what it staged).
+    fn unseen_stop_savepoint(
+        &self,
+        name: &str,
+        status: &DeploymentStatus,
+        operation: &Operation,
+        newest_checkpoint: Option<&str>,
+    ) -> Option<String> {
+        let job_id = status.job_status.job_id.as_deref()?;
+        let spec = Self::running_spec(status).or(operation.target.as_ref())?;
+        let dir = savepoint_dir(spec, &self.dirs(name));
+        let (id, location) = self.world.newest_savepoint_of(&dir, job_id)?;
+        let checkpoint_id = newest_checkpoint.and_then(|path| checkpoint_id_of(job_id, path)).unwrap_or(0);
+        (id > checkpoint_id).then(|| {
+            tracing::warn!(deployment = %name, "job {job_id}'s cluster is gone; its savepoint {location} (id {id}) is newer than its newest checkpoint: the new job starts from it");
+            location
+        })
     }
 
     /// The job is not running and nothing is known to start it from: the operation is given
@@ -1437,15 +1473,17 @@ impl Controller {
             return Err("no cluster was recorded for the job".into());
         };
         let api = self.api(name, &cluster);
-        // A job already there was submitted by a controller that died before recording it.
+        // A job already there was submitted by a controller that died before hearing back.
         let existing = api.jobs()?;
+        let chosen = status.job_status.job_id.clone();
         let job_id = match existing.first() {
             Some((id, _)) => id.clone(),
             None => {
                 let mut target = target.clone();
                 target.job.allow_non_restored_state |= operation.allow_non_restored_state;
                 self.acting()?;
-                self.backend.submit(name, &cluster, &target, operation.restore_from.as_deref())?
+                let restore_from = operation.restore_from.as_deref();
+                self.backend.submit(name, &cluster, &target, restore_from, chosen.as_deref())?
             }
         };
         status.job_status.job_id = Some(job_id);
@@ -1555,16 +1593,17 @@ struct StoppingJob {
 /// The newest of `candidates` that is a checkpoint of job `job_id` (`.../<job_id>/chk-<n>`),
 /// by checkpoint id: ids only go up within a job, across leaders too.
 fn newest_checkpoint_of(job_id: &str, candidates: impl IntoIterator<Item = Option<String>>) -> Option<String> {
-    let own = format!("/{job_id}/chk-");
     candidates
         .into_iter()
         .flatten()
-        .filter_map(|path| {
-            let id = path.rsplit_once(&own)?.1.trim_end_matches('/').parse::<u64>().ok()?;
-            Some((id, path))
-        })
+        .filter_map(|path| Some((checkpoint_id_of(job_id, &path)?, path)))
         .max_by_key(|(id, _)| *id)
         .map(|(_, path)| path)
+}
+
+/// The id of `path` when it is a checkpoint of job `job_id` (`.../<job_id>/chk-<n>`).
+fn checkpoint_id_of(job_id: &str, path: &str) -> Option<u64> {
+    path.rsplit_once(&format!("/{job_id}/chk-"))?.1.trim_end_matches('/').parse::<u64>().ok()
 }
 
 #[cfg(test)]

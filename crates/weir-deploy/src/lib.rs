@@ -26,6 +26,8 @@ pub mod history;
 pub mod lock;
 pub mod processes;
 pub mod schema;
+#[cfg(test)]
+mod simulation;
 pub mod spec;
 pub mod status;
 pub mod store;

@@ -292,12 +292,14 @@ pub fn submit(
     config: &Path,
     rest: &str,
     snapshot: Option<&str>,
+    job_id: Option<&str>,
 ) -> Result<String, String> {
     let mut command = Command::new(binary);
     command.args(["run", "-d", "-m", rest, "-c"]).arg(config);
     if let Some(snapshot) = snapshot {
         command.args(["-s", snapshot]);
     }
+    command.args(fixed_job_id_args(job_id));
     run_args(&mut command, spec);
     let output = command
         .env_remove("WEIR_CONF_DIR")
@@ -310,6 +312,14 @@ pub fn submit(
         return Ok(id.trim().to_string());
     }
     Err(last_line(&output.stderr).unwrap_or_else(|| format!("`{binary} run -d` failed ({})", output.status)))
+}
+
+/// `-D $internal.pipeline.job-id=<id>`: the job takes the id the controller chose.
+pub fn fixed_job_id_args(job_id: Option<&str>) -> Vec<String> {
+    match job_id {
+        Some(id) => vec!["-D".into(), format!("{}={id}", weir_config::options::PIPELINE_FIXED_JOB_ID.key)],
+        None => Vec::new(),
+    }
 }
 
 fn run_args(command: &mut Command, spec: &DeploymentSpec) {

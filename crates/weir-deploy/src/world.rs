@@ -66,10 +66,15 @@ pub trait World: Send + Sync {
     /// it is there, else the newest complete `chk-<m>` beside it (`m > n`); other locations
     /// as they are.
     fn newest_retained(&self, location: &str) -> String;
+    /// The newest savepoint of job `job_id` in the savepoint directory `dir`, by checkpoint
+    /// id (savepoints take ids from the job's checkpoint sequence): (id, location).
+    fn newest_savepoint_of(&self, dir: &str, job_id: &str) -> Option<(u64, String)>;
     /// Deletes the snapshot at `location`.
     fn dispose(&self, location: &str) -> Result<(), String>;
     /// A named point where the kill tests may end the process.
     fn crash_point(&self, name: &str);
+    /// A fresh job id (32 hexadecimal characters) for a job about to be submitted.
+    fn new_job_id(&self) -> String;
     /// The controller's leadership check just passed and it acts next: the two are one step
     /// (the simulation does not freeze an operator between them; the window is the
     /// microseconds between a check and a system call, see `fence`).
@@ -104,6 +109,10 @@ impl World for RealWorld {
         newest_retained(location)
     }
 
+    fn newest_savepoint_of(&self, dir: &str, job_id: &str) -> Option<(u64, String)> {
+        newest_savepoint_of(dir, job_id)
+    }
+
     fn dispose(&self, location: &str) -> Result<(), String> {
         let storage = weir_checkpoint::SnapshotStorage::from_url(location).map_err(|e| e.to_string())?;
         let blocking = storage.blocking();
@@ -112,6 +121,10 @@ impl World for RealWorld {
 
     fn crash_point(&self, name: &str) {
         weir_runtime::crash::point(name);
+    }
+
+    fn new_job_id(&self) -> String {
+        weir_types::JobId::generate().to_string()
     }
 }
 
@@ -153,6 +166,25 @@ fn newest_complete_checkpoint(root: &str, job_id: &str) -> Option<String> {
         .rev()
         .map(|id| job_dir.child(&format!("chk-{id}")))
         .find_map(|dir| blocking.block_on(weir_checkpoint::load_metadata(&dir)).ok().map(|_| dir.url().to_string()))
+}
+
+/// Savepoints are named `savepoint-<first 6 of the job id>-<random>`; their `_metadata`
+/// says whose they are and their id.
+fn newest_savepoint_of(dir: &str, job_id: &str) -> Option<(u64, String)> {
+    let storage = weir_checkpoint::SnapshotStorage::from_url(dir).ok()?;
+    let blocking = storage.blocking();
+    let prefix = weir_checkpoint::paths::savepoint_dir_name(job_id, "");
+    blocking
+        .list_dirs()
+        .ok()?
+        .into_iter()
+        .filter(|name| name.starts_with(&prefix))
+        .filter_map(|name| {
+            let savepoint = storage.child(&name);
+            let metadata = blocking.block_on(weir_checkpoint::load_metadata(&savepoint)).ok()?;
+            (metadata.job_id == job_id).then(|| (metadata.checkpoint_id, savepoint.url().to_string()))
+        })
+        .max_by_key(|(id, _)| *id)
 }
 
 fn snapshot_exists(location: &str) -> bool {

@@ -29,6 +29,6 @@ mod server;
 pub mod settings;
 
 pub use error::JobManagerError;
-pub use prepare::{PreparedJob, build_graph, job_config, prepare};
+pub use prepare::{PreparedJob, build_graph, fixed_job_id, job_config, prepare};
 pub use restore::snapshot_storage;
 pub use server::JobManager;

@@ -8,7 +8,8 @@ use weir_api::catalog::{JobArgs, JobCatalog};
 use weir_api::datastream::StreamExecutionEnvironment;
 use weir_api::graph::StreamGraph;
 use weir_config::options::{
-    FAILOVER_STRATEGY, PARALLELISM_DEFAULT, PIPELINE_AUTO_WATERMARK_INTERVAL, PIPELINE_MAX_PARALLELISM, PIPELINE_NAME,
+    FAILOVER_STRATEGY, PARALLELISM_DEFAULT, PIPELINE_AUTO_WATERMARK_INTERVAL, PIPELINE_FIXED_JOB_ID,
+    PIPELINE_MAX_PARALLELISM, PIPELINE_NAME,
 };
 use weir_config::{Configuration, FailoverStrategy};
 use weir_runtime::cluster::JobSubmission;
@@ -45,6 +46,17 @@ pub fn prepare(
     };
     JobGraph::build(&graph, &settings).map_err(Error::usage)?;
     Ok(PreparedJob { graph, settings, notes })
+}
+
+/// The id `$internal.pipeline.job-id` asks the job to take, if set.
+pub fn fixed_job_id(config: &Configuration) -> Result<Option<weir_types::JobId>, Error> {
+    let Some(value) = config.get(&PIPELINE_FIXED_JOB_ID).map_err(Error::usage)? else { return Ok(None) };
+    value.trim().parse().map(Some).map_err(|_| {
+        Error::usage(format!(
+            "{}: '{value}' is not a job id (32 hexadecimal characters, as `weir list` shows them)",
+            PIPELINE_FIXED_JOB_ID.key
+        ))
+    })
 }
 
 /// A job's settings from the configuration: parallelism, checkpointing, restarts, failover.

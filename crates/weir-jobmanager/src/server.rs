@@ -210,7 +210,16 @@ impl Jobs {
         let Some(term) = lock(&self.term).clone() else {
             return Err((503, "this JobManager does not lead the cluster right now; retry in a few seconds".into()));
         };
-        let job_id = JobId::generate();
+        let overrides =
+            weir_config::Configuration::load(None, &submission.config).map_err(|e| (400u16, e.to_string()))?;
+        let fixed = crate::prepare::fixed_job_id(&overrides).map_err(|e| (400u16, e.to_string()))?;
+        if let Some(id) = fixed
+            && self.dispatcher.job(id).is_some()
+        {
+            // Flink answers a second submission of one id so (DuplicateJobSubmissionException).
+            return Err((409, format!("job {id} was submitted already; `weir list -a` shows it")));
+        }
+        let job_id = fixed.unwrap_or_else(JobId::generate);
         let PreparedJob { graph, settings, notes } =
             self.prepare_job(&term, &submission, &job_id.to_string(), None).map_err(|e| (400u16, e.to_string()))?;
         if let Some(store) = &term.store {

@@ -822,6 +822,7 @@ impl ClusterBackend for KubernetesClusters {
         cluster: &ClusterInfo,
         target: &DeploymentSpec,
         restore_from: Option<&str>,
+        job_id: Option<&str>,
     ) -> Result<String, String> {
         let config_map = format!("{}-config", Self::prefix(name, cluster.seq));
         let mut args = vec![
@@ -835,6 +836,7 @@ impl ClusterBackend for KubernetesClusters {
         if let Some(snapshot) = restore_from {
             args.extend(["-s".into(), snapshot.to_string()]);
         }
+        args.extend(processes::fixed_job_id_args(job_id));
         args.extend(processes::run_arguments(target));
         let binary = if target.binary.is_empty() { "weir" } else { target.binary.as_str() };
         // In the new JobManager pod (it runs the target's image); a pod of its own when the

@@ -66,7 +66,8 @@ fn run_embedded(args: &RunArgs, catalog: &JobCatalog, config: &Configuration) ->
     let (_, rest_host) = rest_hosts(config)?;
     eprintln!("Embedded cluster: REST API at http://{}", host_port(&rest_host, rest.local_addr().port()));
 
-    let master = dispatcher.submit(graph, settings).map_err(CliError::usage)?;
+    let job_id = weir_jobmanager::fixed_job_id(config)?.unwrap_or_else(weir_types::JobId::generate);
+    let master = dispatcher.submit_as(job_id, graph, settings).map_err(CliError::usage)?;
     println!("Job has been submitted with JobID {}", master.job_id());
     cancel_on_termination(&master)?;
     if args.from_savepoint.is_some() {
