@@ -256,3 +256,43 @@ fn a_job_waiting_for_slots_is_cancelled_at_once() {
     // The slots the waiting deploy did not get are all free again.
     common::poll_json(&format!("{rest}/overview"), |o| o["slots-available"] == 2);
 }
+
+/// `-D $internal.pipeline.job-id=<id>` (Flink's fixed job id, which the deployment controller
+/// sets): the job takes that id; a second submission of it is refused, as is an id that is
+/// not one.
+#[test]
+fn a_fixed_job_id_is_taken_and_refused_the_second_time() {
+    let mut jobmanager = RunningWeir::start(&["jobmanager", "-D", "rest.port=0", "-D", "jobmanager.rpc.port=0"]);
+    let line = jobmanager.stderr_line("REST API at http://");
+    let rest = line.split("REST API at ").nth(1).unwrap().split(',').next().unwrap().to_string();
+    let rpc = line.rsplit("connect to ").next().unwrap().trim().to_string();
+    let _taskmanager = start_taskmanager(&rpc);
+    common::poll_json(&format!("{rest}/overview"), |o| o["taskmanagers"] == 1);
+    let address = rest.trim_start_matches("http://");
+    let id = "0123456789abcdef0123456789abcdef";
+    let fixed = format!("$internal.pipeline.job-id={id}");
+    let submit = |fixed: &str| {
+        run_weir(&[
+            "run", "-m", address, "-d", "-D", fixed, "counter", "--users", "3", "--rate", "100", "--output", "none",
+        ])
+    };
+    let first = submit(&fixed);
+    let stdout = String::from_utf8_lossy(&first.stdout).to_string();
+    assert!(first.status.success(), "{stdout}{}", String::from_utf8_lossy(&first.stderr));
+    assert!(stdout.contains(&format!("Job has been submitted with JobID {id}")), "{stdout}");
+    common::poll_json(&format!("{rest}/jobs/{id}"), |d| d["state"] == "RUNNING");
+
+    let again = submit(&fixed);
+    let stderr = String::from_utf8_lossy(&again.stderr).to_string();
+    assert!(!again.status.success(), "{stderr}");
+    assert!(stderr.contains(&format!("job {id} was submitted already")), "{stderr}");
+
+    let bad = submit("$internal.pipeline.job-id=not-an-id");
+    let stderr = String::from_utf8_lossy(&bad.stderr).to_string();
+    assert_eq!(bad.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("'not-an-id' is not a job id (32 hexadecimal characters"), "{stderr}");
+
+    let cancel = run_weir(&["cancel", "-m", address, id]);
+    assert!(cancel.status.success(), "{}", String::from_utf8_lossy(&cancel.stderr));
+    common::poll_json(&format!("{rest}/jobs/{id}"), |d| d["state"] == "CANCELED");
+}

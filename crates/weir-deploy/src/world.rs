@@ -195,15 +195,21 @@ fn snapshot_exists(location: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::{newest_complete_checkpoint, newest_retained};
+    use super::{newest_complete_checkpoint, newest_retained, newest_savepoint_of};
+
+    const JOB: &str = "0123456789abcdef0123456789abcdef";
 
     /// A valid `_metadata` of checkpoint `id` with no operators.
     fn metadata(id: u64) -> Vec<u8> {
-        use weir_checkpoint::format::{FORMAT_VERSION, SnapshotKind, SnapshotMetadata};
+        snapshot_metadata(id, JOB, weir_checkpoint::format::SnapshotKind::Checkpoint)
+    }
+
+    fn snapshot_metadata(id: u64, job_id: &str, kind: weir_checkpoint::format::SnapshotKind) -> Vec<u8> {
+        use weir_checkpoint::format::{FORMAT_VERSION, SnapshotMetadata};
         let metadata = SnapshotMetadata {
             format_version: FORMAT_VERSION,
-            kind: SnapshotKind::Checkpoint,
-            job_id: "0123456789abcdef0123456789abcdef".into(),
+            kind,
+            job_id: job_id.into(),
             job_name: "job".into(),
             checkpoint_id: id,
             timestamp_ms: 1,
@@ -228,11 +234,28 @@ mod tests {
         std::fs::create_dir_all(job.join("chk-10")).unwrap();
         std::fs::write(job.join("chk-10/_metadata"), b"junk").unwrap();
         let root = format!("file://{}", dir.path().display());
-        assert_eq!(
-            newest_complete_checkpoint(&root, "0123456789abcdef0123456789abcdef"),
-            Some(format!("{root}/0123456789abcdef0123456789abcdef/chk-9"))
-        );
+        assert_eq!(newest_complete_checkpoint(&root, JOB), Some(format!("{root}/{JOB}/chk-9")));
         assert_eq!(newest_complete_checkpoint(&root, "ffffffffffffffffffffffffffffffff"), None);
+    }
+
+    /// A stop that completed while its cluster went away is found by its `_metadata`: the
+    /// job's own savepoint with the highest id, not another job's of the same name prefix.
+    #[test]
+    fn the_newest_savepoint_of_a_job_is_found_by_its_metadata() {
+        use weir_checkpoint::format::SnapshotKind::Savepoint;
+        let dir = tempfile::tempdir().unwrap();
+        let other = "012345ffffffffffffffffffffffffff";
+        for (name, id, job) in [("aaaa", 7, JOB), ("bbbb", 9, JOB), ("cccc", 12, other)] {
+            let savepoint = dir.path().join(format!("savepoint-012345-{name}"));
+            std::fs::create_dir_all(&savepoint).unwrap();
+            std::fs::write(savepoint.join("_metadata"), snapshot_metadata(id, job, Savepoint)).unwrap();
+        }
+        // Begun, never completed.
+        std::fs::create_dir_all(dir.path().join("savepoint-012345-dddd")).unwrap();
+        let root = format!("file://{}", dir.path().display());
+        assert_eq!(newest_savepoint_of(&root, JOB), Some((9, format!("{root}/savepoint-012345-bbbb"))));
+        assert_eq!(newest_savepoint_of(&root, other).map(|(id, _)| id), Some(12));
+        assert_eq!(newest_savepoint_of(&root, "ffffffffffffffffffffffffffffffff"), None);
     }
 
     #[test]

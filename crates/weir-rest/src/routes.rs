@@ -604,7 +604,7 @@ async fn job_plan(PathJob(job): PathJob) -> Result<Json<JobPlanInfo>, ApiError> 
 
 /// `POST /jobs`: runs a catalog job on a standalone cluster (weir's replacement for Flink's
 /// jar upload: every process has the job catalog built in).
-#[utoipa::path(post, path = "/jobs", tag = "jobs", summary = "Run a catalog job on a standalone cluster", request_body = weir_runtime::cluster::JobSubmission, responses((status = 202, description = "Submitted: `{\"jobid\": \"...\", \"notes\": [\"...\"]}`; `notes` are lines for the user (the snapshot restored, state not restored with -n)"), (status = 400, description = "Bad submission (unknown job, bad arguments, refused restore)", body = ErrorResponse), (status = 405, description = "An embedded cluster does not accept jobs", body = ErrorResponse)))]
+#[utoipa::path(post, path = "/jobs", tag = "jobs", summary = "Run a catalog job on a standalone cluster", request_body = weir_runtime::cluster::JobSubmission, responses((status = 202, description = "Submitted: `{\"jobid\": \"...\", \"notes\": [\"...\"]}`; `notes` are lines for the user (the snapshot restored, state not restored with -n)"), (status = 400, description = "Bad submission (unknown job, bad arguments, refused restore, a bad `$internal.pipeline.job-id`)", body = ErrorResponse), (status = 405, description = "An embedded cluster does not accept jobs", body = ErrorResponse), (status = 409, description = "A job of the id `$internal.pipeline.job-id` names was submitted already", body = ErrorResponse)))]
 async fn submit_job(
     State(state): State<AppState>,
     body: Result<Json<weir_runtime::cluster::JobSubmission>, axum::extract::rejection::JsonRejection>,
