@@ -348,7 +348,13 @@ impl Controller {
             }
             (DesiredState::Suspended, DesiredState::Suspended) => {
                 status.observed_generation = generation;
-                status.reconciliation_status.last_reconciled_spec = Some(spec.clone());
+                // The mode the suspend stopped the job in says where the resume starts (a
+                // savepoint suspend of a job that was not running fell back to last-state);
+                // the new spec's mode must not overwrite it (found by the simulation: the
+                // resume started empty).
+                let mut reconciled = spec.clone();
+                reconciled.job.upgrade_mode = last.job.upgrade_mode;
+                status.reconciliation_status.last_reconciled_spec = Some(reconciled);
                 None
             }
         }

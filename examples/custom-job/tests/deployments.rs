@@ -582,3 +582,39 @@ fn a_savepoint_upgrade_of_a_restarting_job_falls_back_to_its_newest_checkpoint_a
     assert!(operator_log(&harness).contains("last-state fallback, cancelling it"), "{}", operator_log(&harness));
     wait_counts_beyond(&out, &counts_before);
 }
+
+/// A savepoint-mode suspend of a job that is not running falls back to last-state (cancel,
+/// keep the newest checkpoint), and the resume starts from that checkpoint. The controller's
+/// next pass over the suspended deployment used to record the spec's savepoint mode as the
+/// suspend's, and the resume then started empty (the deployment simulation found it).
+#[test]
+fn a_savepoint_suspend_of_a_restarting_job_resumes_from_its_newest_checkpoint() {
+    let harness = Harness::new();
+    let out = harness.out("out");
+    let mut spec = Spec::new(&out);
+    spec.extra_configuration = vec![
+        ("restart-strategy.type", "fixed-delay"),
+        ("restart-strategy.fixed-delay.attempts", "100000"),
+        ("restart-strategy.fixed-delay.delay", "1s"),
+    ];
+    harness.apply(&spec);
+    let first = harness.wait_stable(1);
+    wait_counts_beyond(&out, &BTreeMap::new());
+    kill_taskmanagers(Path::new(first["status"]["clusterInfo"]["dir"].as_str().unwrap()));
+    harness.wait("a job that is not running", |s| {
+        s["status"]["jobStatus"]["state"].as_str().is_some_and(|state| state != "RUNNING")
+    });
+    spec.state = "suspended";
+    harness.apply(&spec);
+    let suspended = harness.wait("SUSPENDED", |s| s["status"]["lifecycleState"] == "SUSPENDED");
+    assert!(operator_log(&harness).contains("last-state fallback, cancelling it"), "{}", operator_log(&harness));
+    // Passes over the suspended deployment change nothing of what the resume starts from.
+    std::thread::sleep(Duration::from_millis(500));
+    let at_suspend = committed_counts(&out);
+    spec.state = "running";
+    harness.apply(&spec);
+    let resumed = harness.wait_stable(3);
+    let restored = resumed["status"]["jobStatus"]["restoredFrom"].as_str().unwrap_or_default();
+    assert!(restored.contains(&format!("/{}/chk-", job_id(&first))), "{suspended:#}\n{resumed:#}");
+    wait_counts_beyond(&out, &at_suspend);
+}

@@ -60,6 +60,9 @@ pub struct Report {
 #[derive(Debug)]
 struct Shape {
     mode: UpgradeMode,
+    /// `kubernetes.operator.periodic.savepoint.interval` of 400 ms, and a history of at most
+    /// 2 savepoints (older ones are disposed).
+    periodic_savepoints: bool,
     fault_steps: usize,
     fault_one_in: u64,
     upgrades: u64,
@@ -72,6 +75,11 @@ struct Driver {
     step: usize,
     threads: Vec<std::thread::JoinHandle<()>>,
     generation: u64,
+    /// The job's version in the newest spec, and whether that spec is suspended.
+    version: u64,
+    suspended: bool,
+    /// Specs applied while faults last.
+    applied: u64,
     elections: u64,
 }
 
@@ -80,6 +88,7 @@ pub fn run(seed: u64) -> Report {
     let mut rng = SimRng::new(seed);
     let shape = Shape {
         mode: if rng.one_in(2) { UpgradeMode::Savepoint } else { UpgradeMode::LastState },
+        periodic_savepoints: rng.one_in(3),
         fault_steps: 400 + rng.below(1600) as usize,
         fault_one_in: 15 + rng.below(60),
         upgrades: 1 + rng.below(4),
@@ -105,8 +114,18 @@ pub fn run(seed: u64) -> Report {
         fail_next_stop: false,
     };
     let sim = Arc::new(Sim { state: Mutex::new(state), baton: baton::Baton::new() });
-    let mut driver = Driver { sim, shape, step: 0, threads: Vec::new(), generation: 0, elections: 0 };
-    driver.apply(false);
+    let mut driver = Driver {
+        sim,
+        shape,
+        step: 0,
+        threads: Vec::new(),
+        generation: 0,
+        version: 1,
+        suspended: false,
+        applied: 0,
+        elections: 0,
+    };
+    driver.apply(Apply::Again);
     driver.elect(0);
     let mut settled_for = 0;
     while driver.step < driver.shape.max_steps && driver.sim.state().violations.is_empty() {
@@ -147,16 +166,23 @@ impl Driver {
         self.sim.state().violation(message);
     }
 
-    /// The user applies the next version of the spec (`retry`: the same spec again, after a
-    /// refusal), as `weir deployment apply` does.
-    fn apply(&mut self, retry: bool) {
-        let version = if retry { self.generation } else { self.generation + 1 };
-        let mut deployment = deployment(version, self.shape.mode);
+    /// The user applies a spec, as `weir deployment apply` does.
+    fn apply(&mut self, what: Apply) {
+        match what {
+            Apply::Upgrade => self.version += 1,
+            Apply::Suspend => self.suspended = true,
+            Apply::Resume => self.suspended = false,
+            Apply::Again => {}
+        }
+        let mut deployment = deployment(self.version, self.shape.mode, self.suspended, self.shape.periodic_savepoints);
         let mut state = self.sim.state();
         let existing = state.store.get(NAME).cloned();
-        next_generation(existing.as_ref(), &mut deployment, retry);
+        next_generation(existing.as_ref(), &mut deployment, what == Apply::Again);
         self.generation = deployment.metadata.generation;
-        state.trace.push(format!("user: applies generation {} (version {version})", self.generation));
+        let (version, suspended) = (self.version, self.suspended);
+        state
+            .trace
+            .push(format!("user: applies generation {} (version {version}, suspended: {suspended})", self.generation));
         let status = existing.map(|e| e.status).unwrap_or_default();
         state.store.insert(NAME.into(), StoredDeployment { deployment, status, delete_requested: false });
     }
@@ -259,7 +285,15 @@ impl Driver {
                 let actor = runnable[self.sim.state().rng.below(runnable.len() as u64) as usize];
                 self.sim.baton.run(actor);
             }
-            60..62 if self.faulting() && self.generation < self.shape.upgrades + 1 => self.apply(false),
+            60..62 if self.faulting() && self.applied < self.shape.upgrades => {
+                self.applied += 1;
+                let what = match self.sim.state().rng.below(4) {
+                    0 if !self.suspended => Apply::Suspend,
+                    _ if self.suspended => Apply::Resume,
+                    _ => Apply::Upgrade,
+                };
+                self.apply(what);
+            }
             _ => self.advance_time(runnable.is_empty()),
         }
         if !self.faulting() {
@@ -295,7 +329,9 @@ impl Driver {
             })
         };
         if refused && self.sim.state().rng.one_in(20) {
-            self.apply(true);
+            self.apply(Apply::Again);
+        } else if self.suspended && self.sim.state().rng.one_in(20) {
+            self.apply(Apply::Resume);
         }
     }
 
@@ -391,7 +427,7 @@ impl Driver {
         lifecycle_state(status) == LifecycleState::Stable
             && status.operation.is_none()
             && status.observed_generation == stored.deployment.metadata.generation
-            && status.refused_generation.is_none()
+            && status.refused_generation != Some(stored.deployment.metadata.generation)
             && running
     }
 
@@ -447,20 +483,42 @@ fn run_controller(handle: Handle, fence: Fence) {
     sim.baton.end();
 }
 
+/// What the user applies.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Apply {
+    /// The next version of the job.
+    Upgrade,
+    Suspend,
+    Resume,
+    /// The same spec again (`weir deployment apply` after a refusal).
+    Again,
+}
+
 /// The deployment as the user applies it: version `version` of the job, upgraded in `mode`.
-fn deployment(version: u64, mode: UpgradeMode) -> WeirDeployment {
+fn deployment(version: u64, mode: UpgradeMode, suspended: bool, periodic_savepoints: bool) -> WeirDeployment {
+    let mut configuration = serde_json::json!({
+        "state.checkpoints.dir": "sim://chk",
+        "state.savepoints.dir": "sim://sp",
+        "execution.checkpointing.interval": "200ms"
+    });
+    if periodic_savepoints {
+        configuration["kubernetes.operator.periodic.savepoint.interval"] = "400ms".into();
+        configuration["kubernetes.operator.savepoint.history.max.count"] = "2".into();
+    }
+    let state = if suspended { "suspended" } else { "running" };
     let value = serde_json::json!({
         "apiVersion": "weir.dev/v1",
         "kind": "WeirDeployment",
         "metadata": { "name": NAME },
         "spec": {
             "binary": "/sim/weir",
-            "configuration": {
-                "state.checkpoints.dir": "sim://chk",
-                "state.savepoints.dir": "sim://sp",
-                "execution.checkpointing.interval": "200ms"
-            },
-            "job": { "name": "counter", "args": ["--version", version.to_string()], "upgradeMode": mode.as_str() }
+            "configuration": configuration,
+            "job": {
+                "name": "counter",
+                "args": ["--version", version.to_string()],
+                "upgradeMode": mode.as_str(),
+                "state": state
+            }
         }
     });
     match serde_json::from_value(value) {

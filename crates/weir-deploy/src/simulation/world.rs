@@ -102,9 +102,11 @@ impl SimJob {
     }
 }
 
-/// A deployment cluster; its JobManager may have died.
+/// A deployment cluster; its JobManager may have died. A stopped cluster stays listed, as
+/// a process cluster's directory does.
 pub struct SimCluster {
     pub alive: bool,
+    /// The jobs this cluster's JobManager was given.
     pub jobs: Vec<String>,
 }
 
@@ -451,8 +453,11 @@ impl ClusterRest {
         }
     }
 
+    /// Job `job_id`, if this cluster's JobManager knows it.
     fn own<'a>(&self, state: &'a mut State, job_id: &str) -> Option<&'a mut SimJob> {
-        state.jobs.get_mut(job_id).filter(|job| Some(job.cluster) == self.cluster && job.state != "GONE")
+        let known =
+            self.cluster.and_then(|seq| state.clusters.get(&seq)).is_some_and(|c| c.jobs.iter().any(|j| j == job_id));
+        state.jobs.get_mut(job_id).filter(|job| known && job.state != "GONE")
     }
 
     fn trigger(&self, job_id: &str, directory: &str, terminate: bool) -> Result<String, String> {
@@ -476,10 +481,11 @@ impl ClusterRest {
 impl JobsApi for ClusterRest {
     fn jobs(&self) -> Result<Vec<(String, String)>, String> {
         let state = self.answering()?;
-        Ok(state
-            .jobs
-            .values()
-            .filter(|job| Some(job.cluster) == self.cluster && job.state != "GONE")
+        let known = self.cluster.and_then(|seq| state.clusters.get(&seq)).map(|c| c.jobs.clone()).unwrap_or_default();
+        Ok(known
+            .iter()
+            .filter_map(|id| state.jobs.get(id))
+            .filter(|job| job.state != "GONE")
             .map(|job| (job.id.clone(), job.state.to_string()))
             .collect())
     }
@@ -541,12 +547,17 @@ impl ClusterBackend for Handle {
     fn stop(&self, _name: &str, seq: u64) -> Result<(), String> {
         let mut state = self.sim.enter(self.actor);
         self.act(&mut state, &format!("stops cluster {seq}"));
-        if let Some(cluster) = state.clusters.remove(&seq) {
-            let now = state.now;
-            for id in cluster.jobs {
-                if let Some(job) = state.jobs.get_mut(&id).filter(|job| !job.terminal()) {
-                    job.leave_running(now, "GONE");
-                }
+        let now = state.now;
+        let jobs = match state.clusters.get_mut(&seq) {
+            Some(cluster) => {
+                cluster.alive = false;
+                cluster.jobs.clone()
+            }
+            None => Vec::new(),
+        };
+        for id in jobs {
+            if let Some(job) = state.jobs.get_mut(&id).filter(|job| !job.terminal()) {
+                job.leave_running(now, "GONE");
             }
         }
         Ok(())
