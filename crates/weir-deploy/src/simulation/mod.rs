@@ -63,6 +63,8 @@ struct Shape {
     /// `kubernetes.operator.periodic.savepoint.interval` of 400 ms, and a history of at most
     /// 2 savepoints (older ones are disposed).
     periodic_savepoints: bool,
+    /// `kubernetes.operator.deployment.rollback.enabled`, with a readiness timeout of 2 s.
+    rollback: bool,
     fault_steps: usize,
     fault_one_in: u64,
     upgrades: u64,
@@ -89,6 +91,7 @@ pub fn run(seed: u64) -> Report {
     let shape = Shape {
         mode: if rng.one_in(2) { UpgradeMode::Savepoint } else { UpgradeMode::LastState },
         periodic_savepoints: rng.one_in(3),
+        rollback: rng.one_in(3),
         fault_steps: 400 + rng.below(1600) as usize,
         fault_one_in: 15 + rng.below(60),
         upgrades: 1 + rng.below(4),
@@ -174,7 +177,7 @@ impl Driver {
             Apply::Resume => self.suspended = false,
             Apply::Again => {}
         }
-        let mut deployment = deployment(self.version, self.shape.mode, self.suspended, self.shape.periodic_savepoints);
+        let mut deployment = deployment(self.version, self.suspended, &self.shape);
         let mut state = self.sim.state();
         let existing = state.store.get(NAME).cloned();
         next_generation(existing.as_ref(), &mut deployment, what == Apply::Again);
@@ -328,10 +331,20 @@ impl Driver {
                 s.status.operation.is_none() && s.status.refused_generation == Some(s.deployment.metadata.generation)
             })
         };
+        let failed = {
+            let state = self.sim.state();
+            state.store.get(NAME).is_some_and(|s| {
+                s.status.operation.is_none()
+                    && matches!(lifecycle_state(&s.status), LifecycleState::Failed | LifecycleState::RolledBack)
+            })
+        };
         if refused && self.sim.state().rng.one_in(20) {
             self.apply(Apply::Again);
         } else if self.suspended && self.sim.state().rng.one_in(20) {
             self.apply(Apply::Resume);
+        } else if failed && self.sim.state().rng.one_in(50) {
+            // A user fixes a failed or rolled-back release with a new one.
+            self.apply(Apply::Upgrade);
         }
     }
 
@@ -339,7 +352,7 @@ impl Driver {
         let mut state = self.sim.state();
         let Some(leader) = state.leader else { return };
         let now = state.now;
-        match state.rng.below(6) {
+        match state.rng.below(7) {
             0 | 1 => {
                 let until = now + 300 + state.rng.below(4_000);
                 if state.operators[leader].frozen_until == 0 && state.operators[leader].dead_until.is_none() {
@@ -373,6 +386,23 @@ impl Driver {
             4 => {
                 state.trace.push("fault: the next stop-with-savepoint fails".into());
                 state.fail_next_stop = true;
+            }
+            5 => {
+                // The job FAILS (its restart strategy gave up); its cluster stays. (One that
+                // never checkpointed needs a person: "Manual restore required.")
+                let running: Option<String> = state
+                    .live_jobs()
+                    .iter()
+                    .find(|job| job.state == "RUNNING" && job.finish_at.is_none() && job.checkpoint_ids > 0)
+                    .map(|job| job.id.clone());
+                if let Some(id) = running {
+                    state.trace.push(format!("fault: job {id} FAILED"));
+                    if let Some(job) = state.jobs.get_mut(&id) {
+                        let progress = job.progress(now);
+                        job.stopped_at = Some(progress);
+                        job.state = "FAILED";
+                    }
+                }
             }
             _ => {
                 let other = 1 - leader;
@@ -495,15 +525,20 @@ enum Apply {
 }
 
 /// The deployment as the user applies it: version `version` of the job, upgraded in `mode`.
-fn deployment(version: u64, mode: UpgradeMode, suspended: bool, periodic_savepoints: bool) -> WeirDeployment {
+fn deployment(version: u64, suspended: bool, shape: &Shape) -> WeirDeployment {
+    let mode = shape.mode;
     let mut configuration = serde_json::json!({
         "state.checkpoints.dir": "sim://chk",
         "state.savepoints.dir": "sim://sp",
         "execution.checkpointing.interval": "200ms"
     });
-    if periodic_savepoints {
+    if shape.periodic_savepoints {
         configuration["kubernetes.operator.periodic.savepoint.interval"] = "400ms".into();
         configuration["kubernetes.operator.savepoint.history.max.count"] = "2".into();
+    }
+    if shape.rollback {
+        configuration["kubernetes.operator.deployment.rollback.enabled"] = "true".into();
+        configuration["kubernetes.operator.deployment.readiness.timeout"] = "2s".into();
     }
     let state = if suspended { "suspended" } else { "running" };
     let value = serde_json::json!({

@@ -206,6 +206,11 @@ impl State {
     fn advance_job(&mut self, id: &str, now: u64) {
         let Some(job) = self.jobs.get_mut(id) else { return };
         if job.terminal() {
+            // A job that ended fails the savepoints still asked of it.
+            let cause = format!("the job is {}", job.state);
+            for request in job.requests.values_mut().filter(|r| r.outcome.is_none()) {
+                request.outcome = Some(SavepointState::Failed(cause.clone()));
+            }
             return;
         }
         if job.state == "CREATED" && job.running_at <= now {
