@@ -10,6 +10,7 @@ pub mod ids;
 pub mod key;
 pub mod keygroups;
 pub mod lifecycle;
+pub mod seeded;
 
 pub use format::SnapshotFormat;
 pub use ids::JobId;

@@ -547,12 +547,11 @@ fn a_savepoint_upgrade_of_a_failed_job_falls_back_to_its_newest_checkpoint_or_ne
     assert_eq!(dirs.clusters().len(), 1, "a new cluster was started");
 }
 
-#[test]
-fn a_savepoint_upgrade_of_a_restarting_job_falls_back_to_its_newest_checkpoint_at_once() {
-    let harness = Harness::new();
-    let out = harness.out("out");
-    let mut spec = Spec::new(&out);
-    // The job restarts for ever once its TaskManagers are gone (nothing to run it on).
+/// A deployment whose job restarts for ever once its TaskManagers are gone (nothing to run
+/// it on): its spec, its first status, the counts it committed before, and its status now
+/// that its job is not running.
+fn restarting_job(harness: &Harness, out: &Path) -> (Spec, Value, BTreeMap<u64, (u64, u64)>, Value) {
+    let mut spec = Spec::new(out);
     spec.extra_configuration = vec![
         ("restart-strategy.type", "fixed-delay"),
         ("restart-strategy.fixed-delay.attempts", "100000"),
@@ -561,11 +560,19 @@ fn a_savepoint_upgrade_of_a_restarting_job_falls_back_to_its_newest_checkpoint_a
     ];
     harness.apply(&spec);
     let first = harness.wait_stable(1);
-    let counts = wait_counts_beyond(&out, &BTreeMap::new());
+    let counts = wait_counts_beyond(out, &BTreeMap::new());
     kill_taskmanagers(Path::new(first["status"]["clusterInfo"]["dir"].as_str().unwrap()));
     let restarting = harness.wait("a job that is not running", |s| {
         s["status"]["jobStatus"]["state"].as_str().is_some_and(|state| state != "RUNNING")
     });
+    (spec, first, counts, restarting)
+}
+
+#[test]
+fn a_savepoint_upgrade_of_a_restarting_job_falls_back_to_its_newest_checkpoint_at_once() {
+    let harness = Harness::new();
+    let out = harness.out("out");
+    let (mut spec, first, counts, restarting) = restarting_job(&harness, &out);
     let state = restarting["status"]["jobStatus"]["state"].as_str().unwrap().to_string();
     assert_ne!(state, "FAILED", "{restarting:#}");
     let counts_before = committed_counts(&out);
@@ -591,19 +598,7 @@ fn a_savepoint_upgrade_of_a_restarting_job_falls_back_to_its_newest_checkpoint_a
 fn a_savepoint_suspend_of_a_restarting_job_resumes_from_its_newest_checkpoint() {
     let harness = Harness::new();
     let out = harness.out("out");
-    let mut spec = Spec::new(&out);
-    spec.extra_configuration = vec![
-        ("restart-strategy.type", "fixed-delay"),
-        ("restart-strategy.fixed-delay.attempts", "100000"),
-        ("restart-strategy.fixed-delay.delay", "1s"),
-    ];
-    harness.apply(&spec);
-    let first = harness.wait_stable(1);
-    wait_counts_beyond(&out, &BTreeMap::new());
-    kill_taskmanagers(Path::new(first["status"]["clusterInfo"]["dir"].as_str().unwrap()));
-    harness.wait("a job that is not running", |s| {
-        s["status"]["jobStatus"]["state"].as_str().is_some_and(|state| state != "RUNNING")
-    });
+    let (mut spec, first, _, _) = restarting_job(&harness, &out);
     spec.state = "suspended";
     harness.apply(&spec);
     let suspended = harness.wait("SUSPENDED", |s| s["status"]["lifecycleState"] == "SUSPENDED");

@@ -23,31 +23,8 @@ pub const CHECKPOINT_INTERVAL_MS: u64 = 200;
 /// Completed checkpoints a job keeps; older ones are deleted.
 const RETAINED_CHECKPOINTS: usize = 2;
 
-/// SplitMix64: every choice of a run follows from its seed.
-pub struct SimRng(u64);
-
-impl SimRng {
-    pub fn new(seed: u64) -> SimRng {
-        SimRng(seed)
-    }
-
-    pub fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `0..n`.
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-
-    pub fn one_in(&mut self, n: u64) -> bool {
-        self.below(n) == 0
-    }
-}
+/// The simulation's random source: every choice of a run follows from its seed.
+pub use weir_types::seeded::SeededRng as SimRng;
 
 /// A savepoint request of a job.
 pub struct Request {
