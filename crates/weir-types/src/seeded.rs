@@ -13,7 +13,7 @@ impl SeededRng {
     }
 
     /// The next 64 random bits.
-    pub fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -23,7 +23,7 @@ impl SeededRng {
 
     /// Uniform in `0..n` (`0` when `n` is 0).
     pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
+        self.next_u64() % n.max(1)
     }
 
     /// True with probability `1/n`.
@@ -39,9 +39,9 @@ mod tests {
     #[test]
     fn a_seed_gives_the_same_stream() {
         let (mut a, mut b) = (SeededRng::new(7), SeededRng::new(7));
-        let first: Vec<u64> = (0..5).map(|_| a.next()).collect();
-        assert_eq!(first, (0..5).map(|_| b.next()).collect::<Vec<_>>());
-        assert_ne!(first[0], SeededRng::new(8).next());
+        let first: Vec<u64> = (0..5).map(|_| a.next_u64()).collect();
+        assert_eq!(first, (0..5).map(|_| b.next_u64()).collect::<Vec<_>>());
+        assert_ne!(first[0], SeededRng::new(8).next_u64());
         assert!((0..100).all(|_| a.below(3) < 3));
     }
 }
