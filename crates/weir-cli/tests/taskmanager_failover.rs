@@ -290,7 +290,8 @@ fn a_fixed_job_id_is_taken_and_refused_the_second_time() {
     let bad = submit("$internal.pipeline.job-id=not-an-id");
     let stderr = String::from_utf8_lossy(&bad.stderr).to_string();
     assert_eq!(bad.status.code(), Some(2), "{stderr}");
-    assert!(stderr.contains("'not-an-id' is not a job id (32 hexadecimal characters"), "{stderr}");
+    assert!(stderr.contains("bad value 'not-an-id' for configuration key '$internal.pipeline.job-id'"), "{stderr}");
+    assert!(stderr.contains("expected a job id: 32 hexadecimal characters"), "{stderr}");
 
     let cancel = run_weir(&["cancel", "-m", address, id]);
     assert!(cancel.status.success(), "{}", String::from_utf8_lossy(&cancel.stderr));

@@ -317,6 +317,7 @@ impl Configuration {
         self.get(&OPERATOR_REST_PORT)?;
         self.get(&HIGH_AVAILABILITY_RECONCILE_TIMEOUT)?;
         self.get(&PIPELINE_NAME)?;
+        self.get(&PIPELINE_FIXED_JOB_ID)?;
         let secret = self.get(&SECURITY_INTERNAL_SECRET)?;
         let secret_file = self.get(&SECURITY_INTERNAL_SECRET_FILE)?;
         let tls = self.get(&SECURITY_SSL_INTERNAL_ENABLED)?;

@@ -164,6 +164,17 @@ pub(crate) mod parse {
         Ok(Some(text.to_string()))
     }
 
+    /// A job id: 32 hexadecimal characters (empty: none).
+    pub(crate) fn optional_job_id(text: &str) -> Result<Option<String>, String> {
+        if text.is_empty() {
+            return Ok(None);
+        }
+        if text.len() == 32 && text.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Ok(Some(text.to_ascii_lowercase()));
+        }
+        Err("expected a job id: 32 hexadecimal characters, as `weir list` shows them".into())
+    }
+
     /// `true` or `false` (any case), as Flink's boolean options.
     pub(crate) fn boolean(text: &str) -> Result<bool, String> {
         match text.to_ascii_lowercase().as_str() {

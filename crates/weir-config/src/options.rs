@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use crate::duration::parse_duration;
 use crate::option::parse::{
-    boolean, duration_at_least, f64_in, host, int_in, is_none_word, memory_size, non_negative_u32, optional_string,
-    port, positive_u32, u32_in,
+    boolean, duration_at_least, f64_in, host, int_in, is_none_word, memory_size, non_negative_u32, optional_job_id,
+    optional_string, port, positive_u32, u32_in,
 };
 use crate::option::{ConfigOption, OptionInfo};
 use crate::values::{
@@ -718,7 +718,7 @@ pub const PIPELINE_FIXED_JOB_ID: ConfigOption<Option<String>> = ConfigOption {
     fallback_keys: &[],
     default_description: "none (a random id)",
     description: "the id the submitted job takes: 32 hexadecimal characters",
-    parse: optional_string,
+    parse: optional_job_id,
     default: || None,
 };
 
