@@ -471,7 +471,12 @@ fn kill_9_and_sigstop_of_every_process_kind_keep_kafka_output_exactly_once() {
     cluster.jobmanager_mut(leader).process.kill_hard();
     let (_, next_epoch) = cluster.wait_for_leader(Some(epoch), STEP_MAX);
     cluster.wait_running(&job, STEP_MAX);
-    assert_eq!(cluster.restarts(&job), 0, "the takeover after a leader's kill restarted tasks");
+    assert_eq!(
+        cluster.restarts(&job),
+        0,
+        "the takeover after a leader's kill restarted tasks: {:?}",
+        cluster.get(&format!("/jobs/{job}/exceptions"))
+    );
     log.push(format!("leader kill -9: epoch {epoch} -> {next_epoch}, RUNNING after {:?}", at.elapsed()));
     cluster.start_jobmanager(leader);
 
@@ -490,7 +495,12 @@ fn kill_9_and_sigstop_of_every_process_kind_keep_kafka_output_exactly_once() {
     cluster.jobmanager_mut(leader).process.wait_line("lost its leadership", woken, STEP_MAX);
     std::thread::sleep(Duration::from_secs(1));
     assert_eq!(registrations_at(&cluster, &cluster.jobmanager(leader).rpc, led_at), 0);
-    assert_eq!(cluster.restarts(&job), 0, "the takeover after a leader's freeze restarted tasks");
+    assert_eq!(
+        cluster.restarts(&job),
+        0,
+        "the takeover after a leader's freeze restarted tasks: {:?}",
+        cluster.get(&format!("/jobs/{job}/exceptions"))
+    );
 
     // etcd killed (and back after a second) and frozen: a leader again, the job RUNNING.
     let at = Instant::now();
