@@ -30,6 +30,8 @@ const LEASE_MS: u64 = 300;
 /// `heartbeat.timeout`: how long a JobManager waits before it counts a silent TaskManager
 /// lost, and a TaskManager before it cancels its subtasks (its watchdog).
 pub const HEARTBEAT_MS: u64 = 300;
+/// `high-availability.reconcile-timeout` in the simulation.
+pub const RECONCILE_TIMEOUT_MS: u64 = 500;
 
 /// The shape of one run, drawn from its seed.
 #[derive(Clone, Debug)]

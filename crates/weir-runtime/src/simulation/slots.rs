@@ -14,8 +14,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use weir_types::ExecutionState;
 
-use super::cluster::{Body, Cluster, Destination, JobManager};
-use super::takeover::RECONCILE_TIMEOUT_MS;
+use super::cluster::{Body, Cluster, Destination, JobManager, RECONCILE_TIMEOUT_MS};
 use crate::cluster::protocol::RunningAttempt;
 use crate::cluster::slots::{AttemptSlot, Cancel, SlotLedger};
 use crate::executor::{ReportedAttempt, ReportedSubtask};

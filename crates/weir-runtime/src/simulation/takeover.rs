@@ -5,11 +5,8 @@
 //! the old leader left in flight. A report that stays incomplete past the reconcile timeout
 //! is a failure the restart strategy decides on.
 
-use super::cluster::{Body, Cluster, JobManager};
+use super::cluster::{Body, Cluster, JobManager, RECONCILE_TIMEOUT_MS};
 use crate::job_master::takeover::{self, ReconcileDecision};
-
-/// `high-availability.reconcile-timeout` in the simulation.
-pub const RECONCILE_TIMEOUT_MS: u64 = 500;
 
 impl Cluster {
     /// Leader `jm` recovered a job whose attempt may still run: it reconciles until the
