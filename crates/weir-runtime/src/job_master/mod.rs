@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::Sender;
+use crossbeam_channel::{Receiver, Sender};
 use weir_api::error::TaskError;
 use weir_api::graph::StreamGraph;
 use weir_api::operator::TaskMetrics;
@@ -181,6 +181,23 @@ impl JobMaster {
         settings: JobSettings,
         location: &str,
     ) -> Result<Arc<JobMaster>, TaskError> {
+        let (master, events) = JobMaster::accept(job_id, &graph, &settings, location);
+        let runner = Arc::clone(&master);
+        std::thread::Builder::new()
+            .name(format!("weir-jobmaster-{}", &job_id.to_string()[..8]))
+            .spawn(move || states::drive(runner, graph, settings, events))
+            .map_err(|e| TaskError::external("starting the job master thread", e))?;
+        Ok(master)
+    }
+
+    /// The master of a job just accepted (INITIALIZING), with the receiver of its events;
+    /// nothing runs it yet.
+    fn accept(
+        job_id: JobId,
+        graph: &StreamGraph,
+        settings: &JobSettings,
+        location: &str,
+    ) -> (Arc<JobMaster>, Receiver<MasterEvent>) {
         let (control, events) = crossbeam_channel::unbounded();
         let execution_config = execution_config(
             settings.restart.describe(),
@@ -196,12 +213,7 @@ impl JobMaster {
             settings.checkpointing.clone(),
             execution_config,
         ));
-        let runner = Arc::clone(&master);
-        std::thread::Builder::new()
-            .name(format!("weir-jobmaster-{}", &job_id.to_string()[..8]))
-            .spawn(move || states::drive(runner, graph, settings, events))
-            .map_err(|e| TaskError::external("starting the job master thread", e))?;
-        Ok(master)
+        (master, events)
     }
 
     /// A job that ended under an earlier leader, as the job result store recorded it: it

@@ -926,12 +926,17 @@ impl JobRun {
         }
     }
 
-    /// Stops the writer threads and joins every attempt (the job's run ended here).
-    pub(super) fn shutdown(&mut self) {
+    /// Joins every attempt and stops the writer threads (the job's run ended here).
+    pub(super) fn shutdown(mut self) {
         self.sup.coordinator.release_shared();
         self.sup.coordinator.release_job_dir();
         self.join_handles();
-        if let Some(writer) = self.writer.take() {
+        let writer = self.writer.take();
+        // The writer threads end once every sender of their queue is gone, the deployment's
+        // included: drop the run first, or the join below waits forever (a thread per job
+        // and its writers would outlive every ended job).
+        drop(self);
+        if let Some(writer) = writer {
             writer.shutdown();
         }
     }

@@ -262,7 +262,7 @@ fn enter(mut run: JobRun, recovered: bool) -> (JobRun, State) {
             }
             master.transition_job(record, JobStatus::Reconciling);
         });
-        return (run, State::Reconciling);
+        return (run, State::Reconciling(super::Reconciling::default()));
     }
     master.update(|record| master.transition_job(record, JobStatus::Running));
     match first_deploy(&mut run) {

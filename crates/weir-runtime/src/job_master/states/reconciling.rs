@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use weir_api::snapshot::TaskControl;
 use weir_types::JobStatus;
 
-use super::{State, state_of};
+use super::{Poll, State, state_of};
 use crate::executor::ReportedAttempt;
 use crate::job_master::MasterEvent;
 use crate::job_master::run::{Incoming, JobRun, mark_canceling};
@@ -24,29 +24,33 @@ use crate::job_master::takeover::{self, ReconcileDecision};
 /// How often the reports are looked at.
 const RECONCILE_POLL: Duration = Duration::from_millis(50);
 
-pub(super) fn run(run: &mut JobRun) -> State {
-    let master = Arc::clone(&run.master);
-    // Whatever happens next (a takeover, a restart, a first deploy, a cancel), the old
-    // leader's savepoints and stops never complete: their checkpoints are abandoned.
-    fail_orphaned_savepoints(run);
-    let job_id = master.job_id.to_string();
-    if run.sup.next_attempt == 0 {
-        // Recorded, but its leader died before deploying anything: deploy it now (anything
-        // reported of it is stale).
-        run.dep.executor.reconciled(&job_id);
-        master.update(|record| master.transition_job(record, JobStatus::Running));
-        return match super::created::first_deploy(run) {
-            Ok(()) => State::Running,
-            Err(()) => State::Ended,
-        };
-    }
-    let started = Instant::now();
-    let deadline = started + run.reconcile_timeout;
-    loop {
-        if !run.leading() {
-            return State::Suspended;
+/// A takeover under way.
+#[derive(Default)]
+pub(in crate::job_master) struct Reconciling {
+    /// When the master began waiting for the TaskManagers' reports.
+    began: Option<Instant>,
+}
+
+impl Reconciling {
+    pub(super) fn poll(&mut self, run: &mut JobRun) -> Poll {
+        if self.began.is_none() {
+            if let Some(next) = enter(run) {
+                return Poll::Go(next);
+            }
+            self.began = Some(Instant::now());
         }
-        let cancel = handle_requests(run, &job_id);
+        if !run.leading() {
+            return Poll::Go(State::Suspended);
+        }
+        Poll::Wait(RECONCILE_POLL)
+    }
+
+    /// Answers what users ask for, then looks at the reports: take the attempt over, wait,
+    /// or give up.
+    pub(super) fn on_event(&mut self, run: &mut JobRun, incoming: Incoming) -> Option<State> {
+        let began = self.began.unwrap_or_else(Instant::now);
+        let job_id = run.master.job_id.to_string();
+        let cancel = on_request(run, &job_id, incoming);
         let (reported, stale) =
             takeover::newest_per_region(run.dep.executor.running_attempts(&job_id), run.region_count.is_some());
         for attempt in stale {
@@ -54,26 +58,46 @@ pub(super) fn run(run: &mut JobRun) -> State {
         }
         let expected: usize = run.dep.job_graph.vertices.iter().map(|v| v.parallelism as usize).sum();
         let coverage = takeover::coverage(&reported, expected, |vertex, region| run.dep.in_region(vertex, region));
-        let timed_out = Instant::now() >= deadline;
+        let timed_out = Instant::now() >= began + run.reconcile_timeout;
         let timeout_text = format!("{:?}", run.reconcile_timeout);
         match takeover::decide(&coverage, cancel, timed_out, &timeout_text) {
-            ReconcileDecision::Wait => {}
+            ReconcileDecision::Wait => None,
             ReconcileDecision::TakeOver => {
-                let next = take_over(run, &reported, started);
+                let next = take_over(run, &reported, began);
                 run.dep.executor.reconciled(&job_id);
-                return next;
+                Some(next)
             }
-            ReconcileDecision::Cancel => return give_up(run, &reported, None),
-            ReconcileDecision::GiveUp(reason) => return give_up(run, &reported, Some(reason)),
+            ReconcileDecision::Cancel => Some(give_up(run, &reported, None)),
+            ReconcileDecision::GiveUp(reason) => Some(give_up(run, &reported, Some(reason))),
         }
     }
 }
 
+/// Entering RECONCILING: the old leader's savepoints fail; a job whose leader died before it
+/// deployed anything is deployed now (`Some`: RUNNING, or ended).
+fn enter(run: &mut JobRun) -> Option<State> {
+    // Whatever happens next (a takeover, a restart, a first deploy, a cancel), the old
+    // leader's savepoints and stops never complete: their checkpoints are abandoned.
+    fail_orphaned_savepoints(run);
+    if run.sup.next_attempt != 0 {
+        return None;
+    }
+    // Recorded, but its leader died before deploying anything: deploy it now (anything
+    // reported of it is stale).
+    let master = Arc::clone(&run.master);
+    run.dep.executor.reconciled(&master.job_id.to_string());
+    master.update(|record| master.transition_job(record, JobStatus::Running));
+    Some(match super::created::first_deploy(run) {
+        Ok(()) => State::Running,
+        Err(()) => State::Ended,
+    })
+}
+
 /// What users ask for while the job reconciles: savepoints and checkpoints are refused until
 /// it runs; true when a cancel came.
-fn handle_requests(run: &mut JobRun, job_id: &str) -> bool {
+fn on_request(run: &mut JobRun, job_id: &str, incoming: Incoming) -> bool {
     let master = Arc::clone(&run.master);
-    match run.next_event(RECONCILE_POLL) {
+    match incoming {
         Incoming::Event(MasterEvent::Cancel) => return true,
         Incoming::Event(MasterEvent::TriggerSavepoint { request_id, .. }) => master.update(|record| {
             let cause = format!(

@@ -9,23 +9,86 @@ use std::time::{Duration, Instant};
 use weir_types::JobStatus;
 
 use super::created::first_deploy;
-use super::{State, drain_until_ended, state_of};
+use super::{Poll, State, drained, on_draining_event, state_of};
 use crate::job_master::MasterEvent;
-use crate::job_master::run::{Incoming, JobRun};
+use crate::job_master::run::{Incoming, JobRun, SUPERVISOR_TICK};
 
-pub(super) fn run(run: &mut JobRun, delay: Duration) -> State {
-    drain_until_ended(run);
-    let status = run.master.status();
-    if status != JobStatus::Restarting {
-        return state_of(status, run);
+/// A whole-job restart under way.
+pub(in crate::job_master) struct Restarting {
+    /// The restart strategy's delay.
+    delay: Duration,
+    /// When the next attempt deploys; `None` while the failed attempt's subtasks end.
+    deploy_at: Option<Instant>,
+}
+
+impl Restarting {
+    /// A restart after `delay`, once the failed attempt ended.
+    pub(in crate::job_master) fn after(delay: Duration) -> Restarting {
+        Restarting { delay, deploy_at: None }
     }
-    if !run.leading() {
-        return State::Suspended;
+
+    pub(super) fn poll(&mut self, run: &mut JobRun) -> Poll {
+        let deploy_at = match self.deploy_at {
+            Some(at) => at,
+            None => {
+                if !drained(run) {
+                    return Poll::Wait(SUPERVISOR_TICK);
+                }
+                let status = run.master.status();
+                if status != JobStatus::Restarting {
+                    return Poll::Go(state_of(status, run));
+                }
+                if !run.leading() {
+                    return Poll::Go(State::Suspended);
+                }
+                run.join_handles();
+                // The attempt ended: what it still reports is of no use (the next deploy
+                // opens new channels).
+                run.tasks = None;
+                *self.deploy_at.insert(Instant::now() + self.delay)
+            }
+        };
+        let now = Instant::now();
+        if now < deploy_at {
+            return Poll::Wait(deploy_at - now);
+        }
+        Poll::Go(restart(run))
     }
-    run.join_handles();
-    if !wait_before_restart(run, delay) {
-        return State::Cancelling;
+
+    pub(super) fn on_event(&mut self, run: &mut JobRun, incoming: Incoming) -> Option<State> {
+        if self.deploy_at.is_none() {
+            on_draining_event(run, incoming);
+            return None;
+        }
+        on_event_while_waiting(run, incoming)
     }
+}
+
+/// Events during the restart delay: a cancel ends the job (its subtasks already ended);
+/// savepoint and checkpoint requests fail with a message; snapshot outcomes of the ended
+/// attempt are of aborted checkpoints and are dropped.
+fn on_event_while_waiting(run: &mut JobRun, incoming: Incoming) -> Option<State> {
+    let master = Arc::clone(&run.master);
+    match incoming {
+        Incoming::Event(MasterEvent::Cancel) => {
+            master.update(|record| master.transition_job(record, JobStatus::Cancelling));
+            return Some(State::Cancelling);
+        }
+        Incoming::Event(MasterEvent::TriggerSavepoint { request_id, .. }) => master.update(|record| {
+            let cause = format!("job {} is RESTARTING; take the savepoint once it runs again", master.job_id);
+            run.savepoint_failed(record, &request_id, cause);
+        }),
+        Incoming::Event(MasterEvent::TriggerCheckpoint { request_id, .. }) => master.update(|record| {
+            let cause = format!("job {} is RESTARTING; ask for the checkpoint once it runs again", master.job_id);
+            record.checkpoint_requests.insert(request_id, crate::job_master::CheckpointRequestStatus::Failed(cause));
+        }),
+        Incoming::Event(_) | Incoming::Nothing | Incoming::TasksClosed => {}
+    }
+    None
+}
+
+/// Restores the newest completed checkpoint and deploys the next attempt.
+fn restart(run: &mut JobRun) -> State {
     match run.restore_for_restart() {
         Ok(Some(latest)) => run.restore = Some(latest),
         Ok(None) => {}
@@ -42,46 +105,5 @@ pub(super) fn run(run: &mut JobRun, delay: Duration) -> State {
     match first_deploy(run) {
         Ok(()) => State::Running,
         Err(()) => State::Ended,
-    }
-}
-
-/// Waits the restart strategy's delay in RESTARTING, answering cancel and savepoint
-/// requests meanwhile. False when the job was cancelled instead (it is CANCELLING; its
-/// subtasks already ended).
-fn wait_before_restart(run: &mut JobRun, delay: Duration) -> bool {
-    let master = Arc::clone(&run.master);
-    let deadline = Instant::now() + delay;
-    loop {
-        let now = Instant::now();
-        if now >= deadline {
-            return true;
-        }
-        match run.events.recv_timeout(deadline - now) {
-            Ok(MasterEvent::Cancel) => {
-                master.update(|record| master.transition_job(record, JobStatus::Cancelling));
-                return false;
-            }
-            Ok(MasterEvent::TriggerSavepoint { request_id, .. }) => master.update(|record| {
-                let cause = format!("job {} is RESTARTING; take the savepoint once it runs again", master.job_id);
-                run.savepoint_failed(record, &request_id, cause);
-            }),
-            Ok(MasterEvent::TriggerCheckpoint { request_id, .. }) => master.update(|record| {
-                let cause = format!("job {} is RESTARTING; ask for the checkpoint once it runs again", master.job_id);
-                record
-                    .checkpoint_requests
-                    .insert(request_id, crate::job_master::CheckpointRequestStatus::Failed(cause));
-            }),
-            Ok(_) | Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
-            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return true,
-        }
-        // Snapshot outcomes of the ended attempt are of aborted checkpoints: drop them.
-        while let Incoming::Event(_) = drain_snapshot(run) {}
-    }
-}
-
-fn drain_snapshot(run: &JobRun) -> Incoming {
-    match run.snapshots.try_recv() {
-        Ok(event) => Incoming::Event(event),
-        Err(_) => Incoming::Nothing,
     }
 }

@@ -10,74 +10,74 @@ use std::time::Instant;
 
 use weir_types::JobStatus;
 
-use super::{State, state_of};
+use super::{Poll, State, state_of};
 use crate::execution::TaskEventKind;
 use crate::job_master::MasterEvent;
 use crate::job_master::run::{Incoming, JobRun, SUPERVISOR_TICK};
 
-pub(super) fn run(run: &mut JobRun) -> State {
-    let master = Arc::clone(&run.master);
-    loop {
-        if !run.leading() {
-            return State::Suspended;
-        }
-        let now = Instant::now();
-        let wait = match run.sup.coordinator.next_wakeup() {
-            Some(at) => at.saturating_duration_since(now).min(SUPERVISOR_TICK),
-            None => SUPERVISOR_TICK,
-        };
-        let incoming = run.next_event(wait);
-        if let Incoming::TasksClosed = incoming {
-            // Every subtask thread ended: nothing more will be reported.
-            run.tasks = None;
-            return State::Ended;
-        }
-        let status = {
-            let mut record = master.record();
-            match incoming {
-                Incoming::Event(MasterEvent::Cancel) => run.on_cancel(&mut record),
-                Incoming::Event(MasterEvent::Task(task)) => {
-                    if matches!(task.kind, TaskEventKind::Finished) && !run.sup.any_finished {
-                        // Finished subtasks cannot take part in checkpoints any more.
-                        run.sup.any_finished = true;
-                        let failures =
-                            run.sup.coordinator.abort_all("a subtask finished before the checkpoint completed");
-                        run.on_checkpoint_failures(&mut record, failures);
-                    }
-                    run.on_task_event(&mut record, task);
-                }
-                Incoming::Event(MasterEvent::TriggerSavepoint { request_id, target, terminate, format, drain }) => {
-                    run.on_trigger_savepoint(&mut record, request_id, target, terminate, format, drain)
-                }
-                Incoming::Event(MasterEvent::TriggerCheckpoint { request_id, full }) => {
-                    run.on_trigger_checkpoint(&mut record, request_id, full)
-                }
-                Incoming::Event(MasterEvent::Snapshot(outcome)) => run.on_snapshot(&mut record, outcome),
-                Incoming::Nothing | Incoming::TasksClosed => {}
-            }
-            run.on_tick(&mut record);
-            let status = record.history.current();
-            if status != JobStatus::Running || run.sup.all_finished {
-                // Leaving RUNNING: nothing in flight can complete any more.
-                let failures = run.sup.coordinator.abort_all("the job is no longer running");
-                run.on_checkpoint_failures(&mut record, failures);
-                run.fail_waiting_savepoints(&mut record, status);
-                if status != JobStatus::Running {
-                    run.fail_completed_stop(&mut record, status);
-                }
-                run.fail_waiting_checkpoints(&mut record, status);
-            }
-            status
-        };
-        master.changed.notify_all();
-        if status != JobStatus::Running {
-            return state_of(status, run);
-        }
-        if run.sup.all_finished {
-            return State::Finished;
-        }
-        if !run.sup.region_restarts.is_empty() {
-            run.redeploy_regions();
-        }
+pub(super) fn poll(run: &mut JobRun) -> Poll {
+    if !run.leading() {
+        return Poll::Go(State::Suspended);
     }
+    let now = Instant::now();
+    Poll::Wait(match run.sup.coordinator.next_wakeup() {
+        Some(at) => at.saturating_duration_since(now).min(SUPERVISOR_TICK),
+        None => SUPERVISOR_TICK,
+    })
+}
+
+pub(super) fn on_event(run: &mut JobRun, incoming: Incoming) -> Option<State> {
+    let master = Arc::clone(&run.master);
+    if let Incoming::TasksClosed = incoming {
+        // Every subtask thread ended: nothing more will be reported.
+        run.tasks = None;
+        return Some(State::Ended);
+    }
+    let status = {
+        let mut record = master.record();
+        match incoming {
+            Incoming::Event(MasterEvent::Cancel) => run.on_cancel(&mut record),
+            Incoming::Event(MasterEvent::Task(task)) => {
+                if matches!(task.kind, TaskEventKind::Finished) && !run.sup.any_finished {
+                    // Finished subtasks cannot take part in checkpoints any more.
+                    run.sup.any_finished = true;
+                    let failures = run.sup.coordinator.abort_all("a subtask finished before the checkpoint completed");
+                    run.on_checkpoint_failures(&mut record, failures);
+                }
+                run.on_task_event(&mut record, task);
+            }
+            Incoming::Event(MasterEvent::TriggerSavepoint { request_id, target, terminate, format, drain }) => {
+                run.on_trigger_savepoint(&mut record, request_id, target, terminate, format, drain)
+            }
+            Incoming::Event(MasterEvent::TriggerCheckpoint { request_id, full }) => {
+                run.on_trigger_checkpoint(&mut record, request_id, full)
+            }
+            Incoming::Event(MasterEvent::Snapshot(outcome)) => run.on_snapshot(&mut record, outcome),
+            Incoming::Nothing | Incoming::TasksClosed => {}
+        }
+        run.on_tick(&mut record);
+        let status = record.history.current();
+        if status != JobStatus::Running || run.sup.all_finished {
+            // Leaving RUNNING: nothing in flight can complete any more.
+            let failures = run.sup.coordinator.abort_all("the job is no longer running");
+            run.on_checkpoint_failures(&mut record, failures);
+            run.fail_waiting_savepoints(&mut record, status);
+            if status != JobStatus::Running {
+                run.fail_completed_stop(&mut record, status);
+            }
+            run.fail_waiting_checkpoints(&mut record, status);
+        }
+        status
+    };
+    master.changed.notify_all();
+    if status != JobStatus::Running {
+        return Some(state_of(status, run));
+    }
+    if run.sup.all_finished {
+        return Some(State::Finished);
+    }
+    if !run.sup.region_restarts.is_empty() {
+        run.redeploy_regions();
+    }
+    None
 }

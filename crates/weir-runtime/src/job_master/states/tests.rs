@@ -1,0 +1,254 @@
+//! The job master stepped by hand, with no thread of its own: a fake executor records each
+//! attempt it is asked to deploy, the test plays that attempt's subtasks (their events go
+//! through the attempt's own channel) and the user (cancel), and looks at the job after each
+//! settled step.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use weir_api::error::TaskError;
+use weir_api::prelude::*;
+use weir_api::testing::{CollectSink, VecSource};
+use weir_types::{ExecutionState, JobId, JobStatus};
+
+use super::{Poll, State, created, step};
+use crate::execution::{TaskEvent, TaskEventKind};
+use crate::executor::{AttemptHandle, AttemptSpec, Executor};
+use crate::job_master::JobMaster;
+use crate::job_master::run::JobRun;
+use crate::job_settings::JobSettings;
+use crate::restart::RestartStrategyConfig;
+
+/// Deploys nothing: keeps each attempt's spec so the test can speak for its subtasks.
+struct RecordingExecutor {
+    attempts: Arc<Mutex<Vec<AttemptSpec>>>,
+}
+
+struct Joined;
+
+impl AttemptHandle for Joined {
+    fn join(self: Box<Self>) {}
+}
+
+impl Executor for RecordingExecutor {
+    fn start(&self, spec: AttemptSpec) -> Result<Box<dyn AttemptHandle>, TaskError> {
+        self.attempts.lock().unwrap().push(spec);
+        Ok(Box::new(Joined))
+    }
+}
+
+struct SteppedJob {
+    master: Arc<JobMaster>,
+    /// Taken when the test ends it.
+    run: Option<JobRun>,
+    state: State,
+    attempts: Arc<Mutex<Vec<AttemptSpec>>>,
+}
+
+impl SteppedJob {
+    /// A source feeding a sink through a map, two subtasks each, deployed (RUNNING).
+    fn start(restart: RestartStrategyConfig) -> SteppedJob {
+        let env = StreamExecutionEnvironment::new();
+        env.from_source(VecSource::new(vec![1u64, 2, 3])).map(|x| x + 1).rebalance().sink_to(CollectSink::default());
+        let graph = env.build("stepped").unwrap();
+        let attempts = Arc::new(Mutex::new(Vec::new()));
+        let executor = RecordingExecutor { attempts: Arc::clone(&attempts) };
+        let settings = JobSettings {
+            restart,
+            executor: Some(Arc::new(executor)),
+            failover_full: true,
+            ..JobSettings::with_parallelism(2)
+        };
+        let (master, events) = JobMaster::accept(JobId::generate(), &graph, &settings, "test-jobmanager");
+        let (run, state) = created::run(Arc::clone(&master), graph, settings, events).expect("the job is created");
+        let mut job = SteppedJob { master, run: Some(run), state, attempts };
+        job.settle();
+        job
+    }
+
+    fn status(&self) -> JobStatus {
+        self.master.status()
+    }
+
+    fn attempt_count(&self) -> usize {
+        self.attempts.lock().unwrap().len()
+    }
+
+    /// Every subtask (vertex, index) of the job.
+    fn subtasks(&self) -> Vec<(usize, u32)> {
+        let attempts = self.attempts.lock().unwrap();
+        let spec = attempts.last().expect("an attempt was deployed");
+        let vertices = spec.job_graph.vertices.iter().enumerate();
+        vertices.flat_map(|(vertex, v)| (0..v.parallelism).map(move |index| (vertex, index))).collect()
+    }
+
+    /// Subtask (vertex, index) of the newest attempt reports `kind`.
+    fn report(&self, (vertex, subtask): (usize, u32), kind: TaskEventKind) {
+        let attempts = self.attempts.lock().unwrap();
+        let spec = attempts.last().expect("an attempt was deployed");
+        spec.task_events.send(TaskEvent { vertex, subtask, kind }).unwrap();
+    }
+
+    fn report_all(&self, kind: impl Fn() -> TaskEventKind) {
+        for subtask in self.subtasks() {
+            self.report(subtask, kind());
+        }
+    }
+
+    fn subtask_state(&self, (vertex, index): (usize, u32)) -> ExecutionState {
+        self.master.record().subtasks[vertex][index as usize].history.current()
+    }
+
+    /// Steps until every sent event is handled and the state waits (or the run ended).
+    fn settle(&mut self) {
+        for _ in 0..1000 {
+            if matches!(self.state, State::Ended) {
+                return;
+            }
+            if !self.pending() {
+                match self.state.poll(self.run.as_mut().expect("running")) {
+                    Poll::Wait(_) => return,
+                    Poll::Go(next) => {
+                        self.state = next;
+                        continue;
+                    }
+                }
+            }
+            let state = std::mem::replace(&mut self.state, State::Ended);
+            self.state = step(self.run.as_mut().expect("running"), state);
+        }
+        panic!("the job master did not settle in 1000 steps");
+    }
+
+    fn run(&self) -> &JobRun {
+        self.run.as_ref().expect("the run has not ended")
+    }
+
+    fn pending(&self) -> bool {
+        !self.run().events.is_empty()
+            || !self.run().snapshots.is_empty()
+            || self.run().tasks.as_ref().is_some_and(|tasks| !tasks.is_empty())
+    }
+
+    fn run_all(&mut self) {
+        self.report_all(|| TaskEventKind::Initializing);
+        self.report_all(|| TaskEventKind::Running);
+        self.settle();
+        assert!(self.subtasks().iter().all(|s| self.subtask_state(*s) == ExecutionState::Running));
+    }
+
+    /// Fails subtask (0, 0) of the running attempt.
+    fn fail_one(&mut self) {
+        let failed = (0, 0);
+        self.report(failed, TaskEventKind::Failed(TaskError::Internal("disk on fire".into())));
+        self.settle();
+    }
+
+    /// Every subtask but the failed one (0, 0) reports it stopped.
+    fn others_stopped(&mut self) {
+        for subtask in self.subtasks().into_iter().filter(|s| *s != (0, 0)) {
+            self.report(subtask, TaskEventKind::Canceled);
+        }
+        self.settle();
+    }
+}
+
+impl Drop for SteppedJob {
+    /// Ends the run as the driver does, once the attempts' subtasks are gone (their specs
+    /// hold senders of the snapshot writers' queue); fails when that hangs.
+    fn drop(&mut self) {
+        self.attempts.lock().unwrap().clear();
+        let Some(run) = self.run.take() else { return };
+        let (done, ended) = crossbeam_channel::bounded(1);
+        std::thread::spawn(move || {
+            run.shutdown();
+            let _ = done.send(());
+        });
+        if ended.recv_timeout(Duration::from_secs(10)).is_err() && !std::thread::panicking() {
+            panic!("the job's run did not shut down within 10 s: its snapshot writer threads still wait");
+        }
+    }
+}
+
+fn restarts(attempts: u32, delay: Duration) -> RestartStrategyConfig {
+    RestartStrategyConfig::FixedDelay { attempts, delay }
+}
+
+#[test]
+fn a_failure_restarts_the_whole_job_once_its_subtasks_ended() {
+    let mut job = SteppedJob::start(restarts(1, Duration::ZERO));
+    assert_eq!(job.status(), JobStatus::Running);
+    assert_eq!(job.attempt_count(), 1);
+    job.run_all();
+    job.fail_one();
+    assert_eq!(job.status(), JobStatus::Restarting);
+    assert!(matches!(job.state, State::Restarting(_)));
+    assert!(job.attempts.lock().unwrap()[0].cancel.load(std::sync::atomic::Ordering::SeqCst), "told to stop");
+    assert_eq!(job.subtask_state((1, 1)), ExecutionState::Canceling);
+    assert_eq!(job.attempt_count(), 1, "no attempt deploys while the failed one still runs");
+    job.others_stopped();
+    assert_eq!(job.status(), JobStatus::Running);
+    assert_eq!(job.attempt_count(), 2);
+    assert_eq!(job.attempts.lock().unwrap()[1].attempt, 1);
+    let record = job.master.record();
+    assert_eq!(record.restarts, 1);
+    assert_eq!(record.exceptions.len(), 1, "one root cause");
+    assert!(record.exceptions[0].message.contains("disk on fire"), "{:?}", record.exceptions);
+}
+
+#[test]
+fn a_restart_strategy_that_gives_up_fails_the_job_once_its_subtasks_ended() {
+    let mut job = SteppedJob::start(RestartStrategyConfig::None);
+    job.run_all();
+    job.fail_one();
+    assert_eq!(job.status(), JobStatus::Failing);
+    job.others_stopped();
+    assert_eq!(job.status(), JobStatus::Failed);
+    assert!(matches!(job.state, State::Ended));
+    let cause = job.master.failure_cause().unwrap_or_default();
+    assert!(cause.contains("disk on fire") && cause.contains("not restarted"), "{cause}");
+}
+
+#[test]
+fn a_cancel_during_the_restart_delay_ends_the_job_without_a_new_attempt() {
+    let mut job = SteppedJob::start(restarts(3, Duration::from_secs(3600)));
+    job.run_all();
+    job.fail_one();
+    job.others_stopped();
+    assert_eq!(job.status(), JobStatus::Restarting, "waiting out the delay");
+    let refused = job.master.trigger_checkpoint(None, false).unwrap_err();
+    assert!(refused.contains("RESTARTING"), "{refused}");
+    job.master.cancel().unwrap();
+    job.settle();
+    assert_eq!(job.status(), JobStatus::Canceled);
+    assert_eq!(job.attempt_count(), 1);
+}
+
+#[test]
+fn a_cancelled_job_is_canceled_once_every_subtask_stopped() {
+    let mut job = SteppedJob::start(RestartStrategyConfig::None);
+    job.run_all();
+    job.master.cancel().unwrap();
+    job.settle();
+    assert_eq!(job.status(), JobStatus::Cancelling);
+    let subtasks = job.subtasks();
+    for subtask in &subtasks[1..] {
+        job.report(*subtask, TaskEventKind::Canceled);
+    }
+    job.settle();
+    assert_eq!(job.status(), JobStatus::Cancelling, "one subtask still runs");
+    job.report(subtasks[0], TaskEventKind::Canceled);
+    job.settle();
+    assert_eq!(job.status(), JobStatus::Canceled);
+}
+
+#[test]
+fn a_job_whose_subtasks_all_finished_is_finished() {
+    let mut job = SteppedJob::start(RestartStrategyConfig::None);
+    job.run_all();
+    job.report_all(|| TaskEventKind::EndOfData);
+    job.report_all(|| TaskEventKind::Finished);
+    job.settle();
+    assert_eq!(job.status(), JobStatus::Finished);
+    assert!(matches!(job.state, State::Ended));
+}
