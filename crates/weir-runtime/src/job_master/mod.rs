@@ -470,6 +470,9 @@ impl JobMaster {
         if let Err(illegal) = record.history.transition(next, now_ms()) {
             // A refused move is a bug in this file; keep the job in its state and say so.
             tracing::error!(job_id = %self.job_id, error = %illegal, "job state machine refused a transition");
+            // The job master's own tests step it through every path: there it is a failure.
+            #[cfg(test)]
+            panic!("job {}: {illegal}", self.job_id);
         }
     }
 }

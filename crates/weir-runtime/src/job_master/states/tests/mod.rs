@@ -1,7 +1,9 @@
 //! The job master stepped by hand, with no thread of its own: a fake executor records each
 //! attempt it is asked to deploy, the test plays that attempt's subtasks (their events go
 //! through the attempt's own channel) and the user (cancel), and looks at the job after each
-//! settled step.
+//! settled step. `random.rs` plays the subtasks at random, seed by seed.
+
+mod random;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -15,6 +17,7 @@ use super::{Poll, State, created, step};
 use crate::execution::{TaskEvent, TaskEventKind};
 use crate::executor::{AttemptHandle, AttemptSpec, Executor};
 use crate::job_master::JobMaster;
+use crate::job_master::run::Incoming;
 use crate::job_master::run::JobRun;
 use crate::job_settings::JobSettings;
 use crate::restart::RestartStrategyConfig;
@@ -37,28 +40,30 @@ impl Executor for RecordingExecutor {
     }
 }
 
-struct SteppedJob {
-    master: Arc<JobMaster>,
+pub(super) struct SteppedJob {
+    pub(super) master: Arc<JobMaster>,
     /// Taken when the test ends it.
     run: Option<JobRun>,
-    state: State,
-    attempts: Arc<Mutex<Vec<AttemptSpec>>>,
+    pub(super) state: State,
+    /// Every attempt deployed, in order.
+    pub(super) attempts: Arc<Mutex<Vec<AttemptSpec>>>,
 }
 
 impl SteppedJob {
     /// A source feeding a sink through a map, two subtasks each, deployed (RUNNING).
     fn start(restart: RestartStrategyConfig) -> SteppedJob {
         let env = StreamExecutionEnvironment::new();
-        env.from_source(VecSource::new(vec![1u64, 2, 3])).map(|x| x + 1).rebalance().sink_to(CollectSink::default());
+        pipeline(&env);
+        SteppedJob::of(&env, JobSettings { restart, failover_full: true, ..JobSettings::with_parallelism(2) })
+    }
+
+    /// The job `env` builds, created and deployed (RUNNING) under `settings`, its attempts
+    /// recorded instead of run.
+    pub(super) fn of(env: &StreamExecutionEnvironment, settings: JobSettings) -> SteppedJob {
         let graph = env.build("stepped").unwrap();
         let attempts = Arc::new(Mutex::new(Vec::new()));
         let executor = RecordingExecutor { attempts: Arc::clone(&attempts) };
-        let settings = JobSettings {
-            restart,
-            executor: Some(Arc::new(executor)),
-            failover_full: true,
-            ..JobSettings::with_parallelism(2)
-        };
+        let settings = JobSettings { executor: Some(Arc::new(executor)), ..settings };
         let (master, events) = JobMaster::accept(JobId::generate(), &graph, &settings, "test-jobmanager");
         let (run, state) = created::run(Arc::clone(&master), graph, settings, events).expect("the job is created");
         let mut job = SteppedJob { master, run: Some(run), state, attempts };
@@ -66,7 +71,7 @@ impl SteppedJob {
         job
     }
 
-    fn status(&self) -> JobStatus {
+    pub(super) fn status(&self) -> JobStatus {
         self.master.status()
     }
 
@@ -99,35 +104,33 @@ impl SteppedJob {
         self.master.record().subtasks[vertex][index as usize].history.current()
     }
 
-    /// Steps until every sent event is handled and the state waits (or the run ended).
-    fn settle(&mut self) {
+    /// Steps until every sent event is handled and the state waits with nothing to do (or
+    /// the run ended). A waiting state gets one tick (time passes) before the test goes on.
+    pub(super) fn settle(&mut self) {
+        let mut ticked = false;
         for _ in 0..1000 {
             if matches!(self.state, State::Ended) {
                 return;
             }
-            if !self.pending() {
-                match self.state.poll(self.run.as_mut().expect("running")) {
-                    Poll::Wait(_) => return,
-                    Poll::Go(next) => {
-                        self.state = next;
-                        continue;
+            let run = self.run.as_mut().expect("the run has not ended");
+            if !pending(run) {
+                match self.state.poll(run) {
+                    Poll::Go(next) => self.state = next,
+                    Poll::Wait(_) if ticked => return,
+                    Poll::Wait(_) => {
+                        ticked = true;
+                        if let Some(next) = self.state.on_event(run, Incoming::Nothing) {
+                            self.state = next;
+                        }
                     }
                 }
+                continue;
             }
+            ticked = false;
             let state = std::mem::replace(&mut self.state, State::Ended);
-            self.state = step(self.run.as_mut().expect("running"), state);
+            self.state = step(run, state);
         }
         panic!("the job master did not settle in 1000 steps");
-    }
-
-    fn run(&self) -> &JobRun {
-        self.run.as_ref().expect("the run has not ended")
-    }
-
-    fn pending(&self) -> bool {
-        !self.run().events.is_empty()
-            || !self.run().snapshots.is_empty()
-            || self.run().tasks.as_ref().is_some_and(|tasks| !tasks.is_empty())
     }
 
     fn run_all(&mut self) {
@@ -153,6 +156,11 @@ impl SteppedJob {
     }
 }
 
+/// True when an event waits for the master.
+fn pending(run: &JobRun) -> bool {
+    !run.events.is_empty() || !run.snapshots.is_empty() || run.tasks.as_ref().is_some_and(|tasks| !tasks.is_empty())
+}
+
 impl Drop for SteppedJob {
     /// Ends the run as the driver does, once the attempts' subtasks are gone (their specs
     /// hold senders of the snapshot writers' queue); fails when that hangs.
@@ -168,6 +176,11 @@ impl Drop for SteppedJob {
             panic!("the job's run did not shut down within 10 s: its snapshot writer threads still wait");
         }
     }
+}
+
+/// A source feeding a sink through a map and a rebalance.
+pub(super) fn pipeline(env: &StreamExecutionEnvironment) {
+    env.from_source(VecSource::new(vec![1u64, 2, 3])).map(|x| x + 1).rebalance().sink_to(CollectSink::default());
 }
 
 fn restarts(attempts: u32, delay: Duration) -> RestartStrategyConfig {

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Shows that the job master's random-subtask test (random.rs) finds each rule it guards when
+# that rule is broken: breaks each in turn (in the working tree, restored with git checkout
+# after each run), runs the seeds and prints the first failure. Run from a clean working
+# tree: it checks the files out again.
+cd "$(dirname "$0")/../../../../../.."
+S=crates/weir-runtime/src/job_master
+if [ -n "$(git status --porcelain -- $S)" ]; then
+  echo "$S has uncommitted changes; commit or stash them first (this script checks files out)" >&2
+  exit 1
+fi
+run() { echo -n "$1: "; cargo test -q -p weir-runtime --lib job_master::states::tests::random 2>&1 | grep -E "^seed " | head -1; }
+rev() { python3 -c "
+import sys
+p,old,new=sys.argv[1],sys.argv[2],sys.argv[3]
+s=open(p).read()
+assert old in s, (p, old)
+open(p,'w').write(s.replace(old,new))" "$@"; }
+rev $S/states/restarting.rs '                if !drained(run) {' '                if false {'; run "a job restarts once its failed attempt ended"; git checkout -q $S
+rev $S/run.rs '                    *at <= now
+                        && record' '                    *at <= now
+                        || record'; run "a region redeploys once its subtasks ended"; git checkout -q $S
+rev $S/states/going_down.rs '    if !drained(run) {' '    if false {'; run "a failed or cancelled job ends once its subtasks ended"; git checkout -q $S
+git status --short
