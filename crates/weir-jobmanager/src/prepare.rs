@@ -72,6 +72,7 @@ fn job_settings(config: &Configuration) -> Result<JobSettings, Error> {
         executor: None,
         failover_full: config.get(&FAILOVER_STRATEGY).map_err(Error::usage)? == FailoverStrategy::Full,
         ha: None,
+        clock: weir_runtime::control_clock::ControlClock::system(),
         auto_watermark_interval_ms: Some(
             config.get(&PIPELINE_AUTO_WATERMARK_INTERVAL).map_err(Error::usage)?.as_millis() as u64,
         ),

@@ -28,6 +28,8 @@ pub struct JobSettings {
     pub ha: Option<JobHa>,
     /// `pipeline.auto-watermark-interval` in ms (`None`: Flink's 200 ms).
     pub auto_watermark_interval_ms: Option<u64>,
+    /// The job master's clock: the system's, or a test's.
+    pub clock: crate::control_clock::ControlClock,
 }
 
 /// A job's high-availability wiring.

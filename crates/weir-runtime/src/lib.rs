@@ -17,6 +17,7 @@ static ALLOCATOR: weir_types::fuzzing::CappedAlloc = weir_types::fuzzing::Capped
 
 pub mod checkpointing;
 pub mod cluster;
+pub mod control_clock;
 pub mod crash;
 pub mod dispatcher;
 pub mod execution;

@@ -23,6 +23,7 @@ use super::ended::EndedCheckpoints;
 use super::settings::CheckpointSettings;
 use super::stats::CheckpointStats;
 use super::writer::SubtaskAck;
+use crate::control_clock::ControlClock;
 
 pub use super::settings::STATE_BACKEND;
 
@@ -46,6 +47,8 @@ pub struct CheckpointCoordinator {
     /// The lock on the job's local checkpoint directory while the job runs (without high
     /// availability): see [`weir_checkpoint::leftovers`].
     job_dir_lock: Option<weir_checkpoint::JobDirLock>,
+    /// The job master's clock: checkpoint schedules and timeouts follow it.
+    clock: ControlClock,
 }
 
 impl CheckpointCoordinator {
@@ -61,6 +64,7 @@ impl CheckpointCoordinator {
         expected_acks: usize,
         first_id: u64,
         stats: Arc<Mutex<CheckpointStats>>,
+        clock: ControlClock,
     ) -> Result<CheckpointCoordinator, String> {
         let checkpoints_root = SnapshotStorage::from_url(&settings.checkpoints_url)
             .map_err(|e| format!("state.checkpoints.dir '{}' cannot be used: {e}", settings.checkpoints_url))?;
@@ -72,7 +76,7 @@ impl CheckpointCoordinator {
             operators,
             expected_acks,
         };
-        let book = CheckpointBook::new(settings, job, first_id, false, stats, Instant::now());
+        let book = CheckpointBook::new(settings, job, first_id, false, stats, clock.now());
         let io = StorageIo {
             checkpoints_root,
             shared_dir,
@@ -82,7 +86,14 @@ impl CheckpointCoordinator {
             prepared: None,
             ha: None,
         };
-        Ok(CheckpointCoordinator { book, io, job_id: job_id.to_string(), subsumed: Vec::new(), job_dir_lock: None })
+        Ok(CheckpointCoordinator {
+            book,
+            io,
+            job_id: job_id.to_string(),
+            subsumed: Vec::new(),
+            job_dir_lock: None,
+            clock,
+        })
     }
 
     /// Locks the job's checkpoint directory for as long as the job runs, and removes what
@@ -313,7 +324,8 @@ impl CheckpointCoordinator {
     }
 
     fn handle(&mut self, event: BookEvent) -> Outcomes {
-        drive(&mut self.book, &mut self.io, event, Now::real())
+        let now = Now { at: self.clock.now(), wall_ms: weir_types::lifecycle::now_ms() };
+        drive(&mut self.book, &mut self.io, event, now)
     }
 
     #[cfg(test)]
@@ -506,8 +518,18 @@ mod tests {
     fn coordinator(settings: CheckpointSettings) -> CheckpointCoordinator {
         let operators = vec![OperatorInfo { uid: "source".into(), name: "source".into(), parallelism: 2, vertex: 0 }];
         let stats = Arc::new(Mutex::new(CheckpointStats::default()));
-        CheckpointCoordinator::new(settings, "0123456789abcdef0123456789abcdef", "test", 128, operators, 2, 1, stats)
-            .unwrap()
+        CheckpointCoordinator::new(
+            settings,
+            "0123456789abcdef0123456789abcdef",
+            "test",
+            128,
+            operators,
+            2,
+            1,
+            stats,
+            ControlClock::system(),
+        )
+        .unwrap()
     }
 
     fn ack(checkpoint_id: u64, subtask: u32) -> SubtaskAck {
@@ -723,7 +745,9 @@ mod tests {
         settings.incremental = Some(10);
         let operators = vec![OperatorInfo { uid: "source".into(), name: "source".into(), parallelism: 1, vertex: 0 }];
         let stats = Arc::new(Mutex::new(CheckpointStats::default()));
-        let mut coordinator = CheckpointCoordinator::new(settings, job, "test", 128, operators, 1, 5, stats).unwrap();
+        let mut coordinator =
+            CheckpointCoordinator::new(settings, job, "test", 128, operators, 1, 5, stats, ControlClock::system())
+                .unwrap();
         coordinator.adopt_retained(&[(3, format!("{url}/{job}/chk-3"))]).unwrap();
         let exists = |name: &str| root.exists(&format!("{job}/shared/{name}")).unwrap();
         assert!(exists("chk-2-task-0-0.state") && exists("chk-3-task-0-0.state") && exists("chk-9-task-0-0.state"));

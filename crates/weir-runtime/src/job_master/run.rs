@@ -18,6 +18,7 @@ use crate::checkpointing::coordinator::{Failure, SnapshotRequest};
 use crate::checkpointing::ended::EndedCheckpoints;
 use crate::checkpointing::writer::{SnapshotWriter, WriteJob, WriteOutcome};
 use crate::checkpointing::{CheckpointCoordinator, RestoreOpenError, RestoreSource};
+use crate::control_clock::ControlClock;
 use crate::execution::{CheckpointWiring, TaskEvent, TaskEventKind};
 use crate::executor::{AttemptHandle, AttemptSpec, Executor, ReportedAttempt};
 use crate::job_master::checkpoint_outcomes::{self, OutcomeAction};
@@ -162,6 +163,8 @@ pub(super) struct JobRun {
     pub(super) reconcile_timeout: Duration,
     /// Savepoint requests the previous leader had in flight (failed once the job runs).
     pub(super) orphaned_savepoints: Vec<String>,
+    /// Restart delays, checkpoint schedules and deadlines follow this clock.
+    pub(super) clock: ControlClock,
 }
 
 /// How long a restart waits for the HA store to say which checkpoint is the newest.
@@ -396,7 +399,7 @@ impl JobRun {
     /// Redeploys the failed regions whose subtasks all ended and whose restart delay passed,
     /// each restoring the newest completed checkpoint.
     pub(super) fn redeploy_regions(&mut self) {
-        let now = Instant::now();
+        let now = self.clock.now();
         let ready: Vec<usize> = {
             let record = self.master.record();
             if record.history.current() != JobStatus::Running {
@@ -532,7 +535,7 @@ impl JobRun {
 
     /// Checkpoint timeouts, waiting savepoints, and the periodic and final checkpoints.
     pub(super) fn on_tick(&mut self, record: &mut JobRecord) {
-        let now = Instant::now();
+        let now = self.clock.now();
         let failures = self.sup.coordinator.expire(now);
         self.on_checkpoint_failures(record, failures);
         self.on_waiting_savepoints(record, now);
@@ -678,7 +681,7 @@ impl JobRun {
                 terminate,
                 format,
                 drain,
-                deadline: Instant::now() + SAVEPOINT_WAITS_FOR_RUNNING,
+                deadline: self.clock.now() + SAVEPOINT_WAITS_FOR_RUNNING,
             });
             return;
         }
@@ -884,7 +887,7 @@ impl JobRun {
     /// A failure the restart strategy decides on: restart `region` (the whole job when
     /// `None`), or give up.
     pub(super) fn on_failure(&mut self, record: &mut JobRecord, region: Option<usize>, what: &str, error: &str) {
-        let elapsed_ms = self.sup.started.elapsed().as_millis() as u64;
+        let elapsed_ms = self.clock.now().saturating_duration_since(self.sup.started).as_millis() as u64;
         // After a stop's savepoint completed, the other regions are finishing: the whole job
         // restarts from the savepoint (as Flink's stop-with-savepoint fails over globally).
         let region = region.filter(|_| self.sup.completed_stop.is_none());
@@ -903,7 +906,7 @@ impl JobRun {
         match plan {
             FailurePlan::RestartRegion { region, delay } => {
                 tracing::warn!(job_id = %self.master.job_id, task = %what, error = %error, region, delay_ms = delay.as_millis() as u64, "subtask failed; restarting its pipelined region");
-                self.sup.region_restarts.push((region, Instant::now() + delay));
+                self.sup.region_restarts.push((region, self.clock.now() + delay));
                 if let Some(flag) = self.cancel_flags().get(region) {
                     flag.store(true, Ordering::SeqCst);
                 }

@@ -4,7 +4,6 @@
 //! that arrived meanwhile ends it CANCELED before anything runs.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use crossbeam_channel::Receiver;
 use weir_api::error::TaskError;
@@ -75,6 +74,7 @@ pub(super) fn run(
         writer: Some(writer),
         ha: settings.ha.as_ref().map(|ha| ha.store.clone()),
         reconcile_timeout: settings.ha.as_ref().map(|ha| ha.reconcile_timeout).unwrap_or_default(),
+        clock: settings.clock.clone(),
         orphaned_savepoints: recovered.as_ref().map(|r| r.savepoints.clone()).unwrap_or_default(),
     };
     Some(enter(run, recovered.is_some()))
@@ -193,6 +193,7 @@ fn new_coordinator(
         job_graph.subtask_count() as usize,
         first_id,
         Arc::clone(&master.checkpoint_stats),
+        settings.clock.clone(),
     )?;
     if let Some(ha) = &settings.ha {
         coordinator = coordinator.with_ha(ha.store.clone());
@@ -235,7 +236,7 @@ fn supervisor(
         any_finished: false,
         restart: RestartStrategy::new(settings.restart.clone(), seed),
         pending_restart: None,
-        started: Instant::now(),
+        started: settings.clock.now(),
         region_restarts: Vec::new(),
         task_events: None,
         handles: Vec::new(),

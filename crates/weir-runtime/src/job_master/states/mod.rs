@@ -171,7 +171,7 @@ fn on_draining_event(run: &mut JobRun, incoming: Incoming) {
             run.tasks = None;
         }
         Incoming::Nothing => {
-            let failures = run.sup.coordinator.expire(std::time::Instant::now());
+            let failures = run.sup.coordinator.expire(run.clock.now());
             run.on_checkpoint_failures(record, failures);
         }
     });

@@ -37,7 +37,7 @@ impl Reconciling {
             if let Some(next) = enter(run) {
                 return Poll::Go(next);
             }
-            self.began = Some(Instant::now());
+            self.began = Some(run.clock.now());
         }
         if !run.leading() {
             return Poll::Go(State::Suspended);
@@ -48,7 +48,7 @@ impl Reconciling {
     /// Answers what users ask for, then looks at the reports: take the attempt over, wait,
     /// or give up.
     pub(super) fn on_event(&mut self, run: &mut JobRun, incoming: Incoming) -> Option<State> {
-        let began = self.began.unwrap_or_else(Instant::now);
+        let began = self.began.unwrap_or_else(|| run.clock.now());
         let job_id = run.master.job_id.to_string();
         let cancel = on_request(run, &job_id, incoming);
         let (reported, stale) =
@@ -58,7 +58,7 @@ impl Reconciling {
         }
         let expected: usize = run.dep.job_graph.vertices.iter().map(|v| v.parallelism as usize).sum();
         let coverage = takeover::coverage(&reported, expected, |vertex, region| run.dep.in_region(vertex, region));
-        let timed_out = Instant::now() >= began + run.reconcile_timeout;
+        let timed_out = run.clock.now() >= began + run.reconcile_timeout;
         let timeout_text = format!("{:?}", run.reconcile_timeout);
         match takeover::decide(&coverage, cancel, timed_out, &timeout_text) {
             ReconcileDecision::Wait => None,
@@ -206,7 +206,7 @@ fn take_over(run: &mut JobRun, reported: &[ReportedAttempt], started: Instant) -
     tracing::info!(
         job_id = %master.job_id,
         attempts = reported.len(),
-        elapsed_ms = started.elapsed().as_millis() as u64,
+        elapsed_ms = run.clock.now().saturating_duration_since(started).as_millis() as u64,
         "took over the running job without restarting it"
     );
     State::Running

@@ -45,10 +45,10 @@ impl Restarting {
                 // The attempt ended: what it still reports is of no use (the next deploy
                 // opens new channels).
                 run.tasks = None;
-                *self.deploy_at.insert(Instant::now() + self.delay)
+                *self.deploy_at.insert(run.clock.now() + self.delay)
             }
         };
-        let now = Instant::now();
+        let now = run.clock.now();
         if now < deploy_at {
             return Poll::Wait(deploy_at - now);
         }

@@ -6,7 +6,6 @@
 //! finished the job goes FINISHED (states/finished.rs). A JobManager that lost its leadership goes SUSPENDED at once.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use weir_types::JobStatus;
 
@@ -19,7 +18,7 @@ pub(super) fn poll(run: &mut JobRun) -> Poll {
     if !run.leading() {
         return Poll::Go(State::Suspended);
     }
-    let now = Instant::now();
+    let now = run.clock.now();
     Poll::Wait(match run.sup.coordinator.next_wakeup() {
         Some(at) => at.saturating_duration_since(now).min(SUPERVISOR_TICK),
         None => SUPERVISOR_TICK,

@@ -14,11 +14,12 @@ use weir_api::testing::{CollectSink, VecSource};
 use weir_types::{ExecutionState, JobId, JobStatus};
 
 use super::{Poll, State, created, step};
+use crate::control_clock::ControlClock;
 use crate::execution::{TaskEvent, TaskEventKind};
 use crate::executor::{AttemptHandle, AttemptSpec, Executor};
 use crate::job_master::JobMaster;
-use crate::job_master::run::Incoming;
 use crate::job_master::run::JobRun;
+use crate::job_master::run::{Incoming, SUPERVISOR_TICK};
 use crate::job_settings::JobSettings;
 use crate::restart::RestartStrategyConfig;
 
@@ -63,7 +64,7 @@ impl SteppedJob {
         let graph = env.build("stepped").unwrap();
         let attempts = Arc::new(Mutex::new(Vec::new()));
         let executor = RecordingExecutor { attempts: Arc::clone(&attempts) };
-        let settings = JobSettings { executor: Some(Arc::new(executor)), ..settings };
+        let settings = JobSettings { executor: Some(Arc::new(executor)), clock: ControlClock::manual(), ..settings };
         let (master, events) = JobMaster::accept(JobId::generate(), &graph, &settings, "test-jobmanager");
         let (run, state) = created::run(Arc::clone(&master), graph, settings, events).expect("the job is created");
         let mut job = SteppedJob { master, run: Some(run), state, attempts };
@@ -105,7 +106,8 @@ impl SteppedJob {
     }
 
     /// Steps until every sent event is handled and the state waits with nothing to do (or
-    /// the run ended). A waiting state gets one tick (time passes) before the test goes on.
+    /// the run ended). A waiting state gets one tick (the clock moves on by what it waits for,
+    /// at most the supervisor's tick) before the test goes on.
     pub(super) fn settle(&mut self) {
         let mut ticked = false;
         for _ in 0..1000 {
@@ -117,8 +119,9 @@ impl SteppedJob {
                 match self.state.poll(run) {
                     Poll::Go(next) => self.state = next,
                     Poll::Wait(_) if ticked => return,
-                    Poll::Wait(_) => {
+                    Poll::Wait(wait) => {
                         ticked = true;
+                        run.clock.advance(wait.min(SUPERVISOR_TICK));
                         if let Some(next) = self.state.on_event(run, Incoming::Nothing) {
                             self.state = next;
                         }
