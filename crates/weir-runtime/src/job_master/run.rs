@@ -888,13 +888,21 @@ impl JobRun {
     /// `None`), or give up.
     pub(super) fn on_failure(&mut self, record: &mut JobRecord, region: Option<usize>, what: &str, error: &str) {
         let elapsed_ms = self.clock.now().saturating_duration_since(self.sup.started).as_millis() as u64;
-        // After a stop's savepoint completed, the other regions are finishing: the whole job
-        // restarts from the savepoint (as Flink's stop-with-savepoint fails over globally).
-        let region = region.filter(|_| self.sup.completed_stop.is_none());
+        // After a stop's savepoint completed, or the final checkpoint (`Finish` went out),
+        // the other regions are finishing: the whole job restarts from that snapshot (as
+        // Flink's stop-with-savepoint fails over globally). A region restarted alone would
+        // wait for a `Finish` nobody sends again: no checkpoint is taken once subtasks finish.
+        let region = region.filter(|_| self.sup.completed_stop.is_none() && !self.sup.finishing);
         let plan = transitions::failure_plan(&mut self.sup.restart, elapsed_ms, region, what, error);
         if !matches!(plan, FailurePlan::Fail { .. }) {
             // Pending snapshots cannot complete without the failed subtasks.
             let failures = self.sup.coordinator.abort_all("the job is restarting after a failure");
+            // An aborted final checkpoint is taken again once every input ended again (a
+            // region restart keeps the job RUNNING: nothing else would clear it, and the
+            // subtasks would wait for `Finish` forever).
+            if failures.iter().any(|failure| Some(failure.checkpoint_id) == self.sup.final_checkpoint) {
+                self.sup.final_checkpoint = None;
+            }
             for failure in &failures {
                 if let SnapshotRequest::Savepoint { request_id, .. } = &failure.request {
                     self.savepoint_failed(record, request_id, failure.reason.clone());

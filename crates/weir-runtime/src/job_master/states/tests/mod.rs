@@ -3,6 +3,7 @@
 //! through the attempt's own channel) and the user (cancel), and looks at the job after each
 //! settled step. `random.rs` plays the subtasks at random, seed by seed.
 
+mod lineage;
 mod random;
 
 use std::sync::{Arc, Mutex};

@@ -1,41 +1,55 @@
 //! The real job master with its subtasks played at random, one seed at a time: subtasks
-//! start, run, end their input and finish, or fail; a user may cancel; failures stop after a
-//! while. The job runs under the whole-job or the region failover, with a random restart
-//! budget. After every settled step:
+//! start, run, emit records, end their input and finish, or fail; a user may cancel or take
+//! a savepoint; failures stop after a while. The job runs under the whole-job or the region
+//! failover, with a random restart budget, and on most seeds with periodic checkpoints: the
+//! sources take the barriers the real checkpoint coordinator triggers, every subtask
+//! acknowledges them in its own time, the sinks commit what a completion names
+//! (`lineage.rs`). After every settled step:
 //!
 //! - no pipelined region (the whole job, under full failover) has two attempts alive: a
 //!   restart deploys only once every subtask of the failed attempt ended;
-//! - every restart the record counts deploys one attempt (a region's or the job's) once the
-//!   failed one ended, and no attempt deploys without one;
+//! - every restart the record counts deploys its attempts (one region's, or one per region)
+//!   once the failed ones ended, and no attempt deploys without one;
 //! - a terminal job has no subtask alive, and its end is the one its story allows: FINISHED
 //!   when every subtask finished, CANCELED only after a cancel, FAILED only once the restart
 //!   budget is spent;
+//! - each region's committed records are 1..=n, none twice, and a FINISHED job committed
+//!   every record its sources had;
 //!
 //! and once failures stop, the job ends (liveness). A failure names its seed and prints the
 //! trace; `JOB_MASTER_SEED=n cargo test -p weir-runtime --lib random_subtasks` replays it.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use weir_api::error::TaskError;
+use weir_api::graph::NodeRole;
 use weir_api::prelude::*;
+use weir_api::snapshot::TaskControl;
 use weir_types::seeded::SeededRng;
 use weir_types::{ExecutionState, JobStatus, Lifecycle};
 
+use super::lineage::Lineage;
 use super::{SteppedJob, pipeline};
+use crate::checkpointing::CheckpointSettings;
+use crate::checkpointing::writer::{SubtaskAck, WriteOutcome};
 use crate::execution::{TaskEvent, TaskEventKind};
 use crate::executor::AttemptSpec;
+use crate::job_master::MasterEvent;
 use crate::job_settings::JobSettings;
 use crate::restart::RestartStrategyConfig;
 
-/// Seeds per test run.
-const SEEDS: u64 = 2000;
+/// Seeds per test run (`JOB_MASTER_SEEDS` sets another number).
+const SEEDS: u64 = 1000;
 /// Steps of a seed after which subtasks stop failing and users stop cancelling.
-const FAULT_STEPS: usize = 300;
+const FAULT_STEPS: usize = 400;
 /// Steps a seed may take in all.
-const MAX_STEPS: usize = 3000;
+const MAX_STEPS: usize = 4000;
+/// Records each region's sources have.
+const RECORDS: u64 = 30;
 
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq, PartialOrd)]
 enum Stage {
     Deployed,
     Initializing,
@@ -50,6 +64,25 @@ struct PlayedSubtask {
     vertex: usize,
     index: u32,
     stage: Stage,
+    source: bool,
+    sink: bool,
+    /// How many of its attempt's barriers it acknowledged.
+    acked: usize,
+    /// `Finish` reached it (after the final checkpoint).
+    may_finish: bool,
+}
+
+/// What a played subtask does on its turn.
+#[derive(Debug)]
+enum Move {
+    Report(TaskEventKind),
+    /// Acknowledges a barrier (its input had ended before it, or not).
+    Acknowledge {
+        id: u64,
+        finished: bool,
+    },
+    /// A source emitted a record, or a subtask waits (for its input's end, or `Finish`).
+    Nothing,
 }
 
 struct Play {
@@ -62,6 +95,12 @@ struct Play {
     first_attempts: usize,
     restart_budget: Option<u32>,
     cancelled: bool,
+    /// Periodic checkpoints run (and the sinks commit through them).
+    checkpoints: bool,
+    /// Each region's records (`None`: the whole job's, under full failover).
+    lineages: BTreeMap<Option<usize>, Lineage>,
+    /// Where checkpoints and savepoints go.
+    dir: tempfile::TempDir,
     trace: Vec<String>,
 }
 
@@ -92,7 +131,16 @@ impl Play {
             Some(attempts) => RestartStrategyConfig::FixedDelay { attempts, delay: Duration::ZERO },
             None => RestartStrategyConfig::None,
         };
-        let settings = JobSettings { restart, failover_full: !regions, ..JobSettings::with_parallelism(2) };
+        let checkpoints = !rng.one_in(4);
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let checkpointing = CheckpointSettings {
+            interval: checkpoints.then_some(Duration::from_millis(100)),
+            checkpoints_url: format!("file://{}/checkpoints", dir.path().display()),
+            savepoints_url: Some(format!("file://{}/savepoints", dir.path().display())),
+            ..CheckpointSettings::default()
+        };
+        let settings =
+            JobSettings { restart, failover_full: !regions, checkpointing, ..JobSettings::with_parallelism(2) };
         let job = SteppedJob::of(&env, settings);
         let first_attempts = job.attempts.lock().unwrap().len();
         let mut play = Play {
@@ -103,7 +151,10 @@ impl Play {
             first_attempts,
             restart_budget,
             cancelled: false,
-            trace: vec![format!("regions: {regions}, restart budget: {restart_budget:?}")],
+            checkpoints,
+            lineages: BTreeMap::new(),
+            dir,
+            trace: vec![format!("regions: {regions}, restart budget: {restart_budget:?}, checkpoints: {checkpoints}")],
         };
         play.see_new_attempts();
         play
@@ -127,10 +178,22 @@ impl Play {
                     alive.stage
                 ));
             }
-            self.trace.push(format!("attempt {number} deployed (region {:?})", region_of(spec)));
+            let restored = spec.restore.as_ref().map(|r| r.metadata.checkpoint_id);
+            self.trace
+                .push(format!("attempt {number} deployed (region {:?}, restoring {restored:?})", region_of(spec)));
+            if let Err(broken) = self.lineages.entry(region_of(spec)).or_default().start(number, restored) {
+                return Some(broken);
+            }
+            let nodes = spec.graph.nodes();
             for (vertex, v) in spec.job_graph.vertices.iter().enumerate().filter(|(vertex, _)| deploys(spec, *vertex)) {
+                let source = nodes[v.nodes[0]].role == NodeRole::Source;
+                let sink = v.nodes.iter().any(|node| nodes[*node].role == NodeRole::Sink);
                 for index in 0..v.parallelism {
-                    self.subtasks.push(PlayedSubtask { attempt: number, vertex, index, stage: Stage::Deployed });
+                    let stage = Stage::Deployed;
+                    let (acked, may_finish) = (0, false);
+                    let played =
+                        PlayedSubtask { attempt: number, vertex, index, stage, source, sink, acked, may_finish };
+                    self.subtasks.push(played);
                 }
             }
         }
@@ -138,65 +201,152 @@ impl Play {
         None
     }
 
-    /// One move of the test: a subtask acts, or the user cancels; then the master settles.
-    fn act(&mut self, faults: bool) {
-        if faults && !self.cancelled && self.rng.one_in(300) {
+    /// One move of the test: a subtask acts, or the user cancels or asks for a savepoint;
+    /// then the master settles.
+    fn act(&mut self, faults: bool) -> Result<(), String> {
+        if faults && !self.cancelled && self.rng.one_in(1500) {
             self.cancelled = true;
             let answer = self.job.master.cancel();
             self.trace.push(format!("user cancels: {answer:?}"));
             self.job.settle();
-            return;
+            return Ok(());
+        }
+        if self.checkpoints && self.rng.one_in(150) {
+            let target = format!("file://{}/savepoints", self.dir.path().display());
+            let answer = self.job.master.trigger_savepoint(Some(target), false);
+            self.trace.push(format!("user asks for a savepoint: {answer:?}"));
+            self.job.settle();
+            return Ok(());
         }
         let alive: Vec<usize> = (0..self.subtasks.len()).filter(|i| self.subtasks[*i].stage != Stage::Ended).collect();
         if alive.is_empty() {
             self.job.settle();
-            return;
+            return Ok(());
         }
         let chosen = alive[self.rng.below(alive.len() as u64) as usize];
-        let kind = self.next_report(chosen, faults);
+        self.read_controls(chosen)?;
+        let next = self.next_move(chosen, faults);
         let subtask = &self.subtasks[chosen];
-        self.trace.push(format!("attempt {} subtask {}/{}: {kind:?}", subtask.attempt, subtask.vertex, subtask.index));
         let attempts = self.job.attempts.lock().unwrap();
-        // An ended attempt's channel may be closed: the master reads the newest one only.
-        let _ = attempts[subtask.attempt].task_events.send(TaskEvent {
-            vertex: subtask.vertex,
-            subtask: subtask.index,
-            kind,
-        });
+        let spec = &attempts[subtask.attempt];
+        let (vertex, index) = (subtask.vertex, subtask.index);
+        // An ended attempt's channels may be closed: the master reads the newest one only.
+        match next {
+            Move::Report(kind) => {
+                self.trace.push(format!("attempt {} subtask {vertex}/{index}: {kind:?}", subtask.attempt));
+                let _ = spec.task_events.send(TaskEvent { vertex, subtask: index, kind });
+            }
+            Move::Acknowledge { id: checkpoint_id, finished } => {
+                self.trace
+                    .push(format!("attempt {} subtask {vertex}/{index} acknowledges {checkpoint_id}", subtask.attempt));
+                let ack = SubtaskAck {
+                    checkpoint_id,
+                    vertex,
+                    subtask: index,
+                    operators: Vec::new(),
+                    finished,
+                    timings: Default::default(),
+                };
+                let _ = spec.snapshot_events.send(MasterEvent::Snapshot(WriteOutcome::Acknowledged(ack)));
+            }
+            Move::Nothing => {}
+        }
         drop(attempts);
         self.job.settle();
+        Ok(())
     }
 
-    /// What subtask `chosen` reports next: it stops once told to, may fail while faults
-    /// run, and otherwise moves one stage on.
-    fn next_report(&mut self, chosen: usize, faults: bool) -> TaskEventKind {
-        let told_to_stop = {
+    /// Subtask `chosen` reads what the master sent it: a source takes barriers, a sink
+    /// commits completions, anyone may be told to finish.
+    fn read_controls(&mut self, chosen: usize) -> Result<(), String> {
+        let messages: Vec<TaskControl> = {
+            let attempts = self.job.attempts.lock().unwrap();
+            let subtask = &self.subtasks[chosen];
+            let spec = &attempts[subtask.attempt];
+            spec.controls[subtask.vertex][subtask.index as usize].try_iter().collect()
+        };
+        let (attempt, source, sink) = {
+            let subtask = &self.subtasks[chosen];
+            (subtask.attempt, subtask.source, subtask.sink)
+        };
+        let region = region_of(&self.job.attempts.lock().unwrap()[attempt]);
+        let sources_ended = self.sources_ended(attempt);
+        let lineage = self.lineages.entry(region).or_default();
+        for message in messages {
+            match message {
+                TaskControl::TriggerCheckpoint(barrier) if source => {
+                    lineage.barrier(attempt, barrier.checkpoint_id, sources_ended);
+                    self.trace.push(format!("attempt {attempt} takes barrier {}", barrier.checkpoint_id));
+                }
+                TaskControl::CheckpointComplete(id) if sink => {
+                    self.trace.push(format!("attempt {attempt} commits up to {id}"));
+                    lineage.complete(attempt, id)?;
+                }
+                TaskControl::Finish => self.subtasks[chosen].may_finish = true,
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// What subtask `chosen` does next: it stops once told to, may fail while faults run,
+    /// acknowledges a barrier its sources took, and otherwise moves on: a source emits its
+    /// records, then ends its input; the others end theirs after every source.
+    fn next_move(&mut self, chosen: usize, faults: bool) -> Move {
+        let (told_to_stop, region) = {
             let attempts = self.job.attempts.lock().unwrap();
             let spec = &attempts[self.subtasks[chosen].attempt];
-            spec.cancel.load(Ordering::SeqCst) || spec.job_cancelled.load(Ordering::SeqCst)
+            (spec.cancel.load(Ordering::SeqCst) || spec.job_cancelled.load(Ordering::SeqCst), region_of(spec))
         };
+        let attempt = self.subtasks[chosen].attempt;
+        let sources_ended = self.sources_ended(attempt);
+        let lineage = self.lineages.entry(region).or_default();
+        // Barriers travel with the records: a subtask's input ends after every barrier its
+        // sources took before they ended.
+        let before_end = lineage.barriers(attempt).iter().filter(|(_, after_end)| !after_end).count();
         let subtask = &mut self.subtasks[chosen];
         if told_to_stop {
-            // A subtask whose input ended may finish before it sees the cancel.
-            let finished = subtask.stage == Stage::InputEnded && self.rng.one_in(3);
+            // A subtask whose input ended may finish before it sees the cancel (with
+            // checkpoints, only once `Finish` reached it).
+            let may_finish = subtask.may_finish || !self.checkpoints;
+            let finished = subtask.stage == Stage::InputEnded && may_finish && self.rng.one_in(3);
             subtask.stage = Stage::Ended;
-            return if finished { TaskEventKind::Finished } else { TaskEventKind::Canceled };
+            return Move::Report(if finished { TaskEventKind::Finished } else { TaskEventKind::Canceled });
         }
-        if faults && self.rng.one_in(25) {
+        if faults && self.rng.one_in(120) {
             subtask.stage = Stage::Ended;
-            return TaskEventKind::Failed(TaskError::Internal(format!(
-                "played failure of attempt {}",
-                subtask.attempt
-            )));
+            let error = TaskError::Internal(format!("played failure of attempt {attempt}"));
+            return Move::Report(TaskEventKind::Failed(error));
+        }
+        let running = matches!(subtask.stage, Stage::Running | Stage::InputEnded);
+        if let Some((id, after_end)) = lineage.barriers(attempt).get(subtask.acked).copied().filter(|_| running)
+            && self.rng.one_in(2)
+        {
+            subtask.acked += 1;
+            return Move::Acknowledge { id, finished: after_end };
         }
         let (next, kind) = match subtask.stage {
             Stage::Deployed => (Stage::Initializing, TaskEventKind::Initializing),
             Stage::Initializing => (Stage::Running, TaskEventKind::Running),
-            Stage::Running => (Stage::InputEnded, TaskEventKind::EndOfData),
+            Stage::Running if subtask.source && lineage.position(attempt) < RECORDS => {
+                lineage.emit(attempt);
+                return Move::Nothing;
+            }
+            Stage::Running if subtask.source || (sources_ended && subtask.acked >= before_end) => {
+                (Stage::InputEnded, TaskEventKind::EndOfData)
+            }
+            // With checkpoints a subtask finishes once the final checkpoint completed.
+            Stage::Running | Stage::InputEnded if self.checkpoints && !subtask.may_finish => return Move::Nothing,
+            Stage::Running => return Move::Nothing,
             Stage::InputEnded | Stage::Ended => (Stage::Ended, TaskEventKind::Finished),
         };
         subtask.stage = next;
-        kind
+        Move::Report(kind)
+    }
+
+    /// True when every source subtask of `attempt` ended its input (or ended).
+    fn sources_ended(&self, attempt: usize) -> bool {
+        self.subtasks.iter().filter(|s| s.attempt == attempt && s.source).all(|s| s.stage >= Stage::InputEnded)
     }
 
     /// The invariants after a settled step.
@@ -209,11 +359,25 @@ impl Play {
         let restarts_pending = self.job.run.as_ref().is_some_and(|run| !run.sup.region_restarts.is_empty())
             || status != JobStatus::Running;
         let restarts = record.restarts as usize;
-        if redeployed > restarts || (!restarts_pending && redeployed != restarts) {
+        // A region restart deploys one attempt, a whole-job restart one per region.
+        if redeployed > restarts * self.first_attempts || (!restarts_pending && redeployed < restarts) {
             return Err(format!("{deployed} attempts deployed but {restarts} restarts counted (job {status})"));
+        }
+        for (region, lineage) in &self.lineages {
+            lineage.check().map_err(|broken| format!("region {region:?}: {broken}"))?;
         }
         if !status.is_terminal() {
             return Ok(());
+        }
+        if status == JobStatus::Finished && self.checkpoints {
+            for (region, lineage) in &self.lineages {
+                if lineage.committed() as u64 != RECORDS {
+                    return Err(format!(
+                        "FINISHED with {} of {RECORDS} records committed in region {region:?}",
+                        lineage.committed()
+                    ));
+                }
+            }
         }
         if let Some(alive) = self.subtasks.iter().find(|s| s.stage != Stage::Ended) {
             return Err(format!(
@@ -225,9 +389,10 @@ impl Play {
         match status {
             JobStatus::Finished if !all_finished => Err("FINISHED with subtasks that did not finish".into()),
             JobStatus::Canceled if !self.cancelled => Err("CANCELED without a cancel".into()),
-            JobStatus::Failed if self.restart_budget.is_some_and(|budget| record.restarts < budget) => {
-                Err(format!("FAILED after {} restarts of a budget of {:?}", record.restarts, self.restart_budget))
-            }
+            JobStatus::Failed if self.restart_budget.is_some_and(|budget| record.restarts < budget) => Err(format!(
+                "FAILED after {} restarts of a budget of {:?}: {:?}",
+                record.restarts, self.restart_budget, record.failure_cause
+            )),
             JobStatus::Finished | JobStatus::Canceled | JobStatus::Failed => Ok(()),
             other => Err(format!("ended {other} with no leadership to lose")),
         }
@@ -238,17 +403,41 @@ impl Play {
 fn play(seed: u64) -> Result<Vec<String>, (String, Vec<String>)> {
     let mut play = Play::new(seed);
     for step in 0..MAX_STEPS {
-        play.act(step < FAULT_STEPS);
-        let checked = match play.see_new_attempts() {
-            Some(broken) => Err(broken),
-            None => play.check(),
+        let checked = match (play.act(step < FAULT_STEPS), play.see_new_attempts()) {
+            (Err(broken), _) | (Ok(()), Some(broken)) => Err(broken),
+            (Ok(()), None) => play.check(),
         };
         if let Err(broken) = checked {
             return Err((broken, play.trace));
         }
         if play.job.status().is_terminal() {
             play.trace.push(format!("job {}", play.job.status()));
+            if play.job.status() == JobStatus::Failed {
+                let cause = play.job.master.failure_cause().unwrap_or_default();
+                let cause: String = cause.split(':').next().unwrap_or_default().chars().take(60).collect();
+                play.trace.push(format!("cause {cause}"));
+            }
             return Ok(play.trace);
+        }
+    }
+    if let Some(run) = play.job.run.as_ref() {
+        let record = play.job.master.record();
+        play.trace.push(format!(
+            "final {:?} finishing {} any_finished {} regions {:?} subtasks {:?} next id {}",
+            run.sup.final_checkpoint,
+            run.sup.finishing,
+            run.sup.any_finished,
+            run.sup.region_restarts.len(),
+            record.subtasks.iter().flatten().map(|s| (s.history.current(), s.data_ended)).collect::<Vec<_>>(),
+            run.sup.coordinator.next_checkpoint_id()
+        ));
+        for s in &play.subtasks {
+            if s.stage != Stage::Ended {
+                play.trace.push(format!(
+                    "played {}/{} of {}: {:?} acked {} may_finish {}",
+                    s.vertex, s.index, s.attempt, s.stage, s.acked, s.may_finish
+                ));
+            }
         }
     }
     Err((
@@ -261,15 +450,32 @@ fn play(seed: u64) -> Result<Vec<String>, (String, Vec<String>)> {
 }
 
 #[test]
-fn random_subtasks_never_meet_two_attempts_of_a_region_and_every_job_ends() {
+fn random_subtasks_commit_every_record_once_never_meet_two_attempts_of_a_region_and_every_job_ends() {
     let seeds: Vec<u64> = match std::env::var("JOB_MASTER_SEED").ok().and_then(|s| s.parse().ok()) {
         Some(seed) => vec![seed],
-        None => (0..SEEDS).collect(),
+        None => (0..std::env::var("JOB_MASTER_SEEDS").ok().and_then(|n| n.parse().ok()).unwrap_or(SEEDS)).collect(),
     };
     let mut ends = std::collections::BTreeMap::new();
     for seed in seeds {
         match play(seed) {
-            Ok(trace) => *ends.entry(trace.last().cloned().unwrap_or_default()).or_insert(0) += 1,
+            Ok(trace) => {
+                *ends
+                    .entry(trace.iter().rev().find(|l| l.starts_with("job ")).cloned().unwrap_or_default())
+                    .or_insert(0) += 1;
+                if let Some(cause) = trace.last().filter(|l| l.starts_with("cause")) {
+                    *ends.entry(cause.clone()).or_insert(0) += 1;
+                }
+                for (what, needle) in [
+                    ("commits", "commits up to"),
+                    ("restores", "restoring Some"),
+                    ("savepoints", "savepoint: Ok"),
+                    ("barriers", "takes barrier"),
+                ] {
+                    if trace.iter().any(|line| line.contains(needle)) {
+                        *ends.entry(format!("seeds with {what}")).or_insert(0) += 1;
+                    }
+                }
+            }
             Err((broken, trace)) => {
                 let tail = trace.iter().rev().take(40).rev().cloned().collect::<Vec<_>>().join("\n  ");
                 panic!(
