@@ -21,4 +21,8 @@ rev $S/run.rs '                    *at <= now
                         && record' '                    *at <= now
                         || record'; run "a region redeploys once its subtasks ended"; git checkout -q $S
 rev $S/states/going_down.rs '    if !drained(run) {' '    if false {'; run "a failed or cancelled job ends once its subtasks ended"; git checkout -q $S
+rev $S/run.rs '            if failures.iter().any(|failure| Some(failure.checkpoint_id) == self.sup.final_checkpoint) {' '            if false {'; run "an aborted final checkpoint is taken again"; git checkout -q $S
+rev $S/run.rs ' && !self.sup.finishing);' ');'; run "a failure after Finish went out restarts the whole job"; git checkout -q $S
+rev $S/checkpoint_outcomes.rs '    if completion.commits() {' '    if true {'; run "an intermediate savepoint commits nothing"; git checkout -q $S
+rev $S/checkpoint_outcomes.rs '        actions.push(OutcomeAction::Finish);' ''; run "the final checkpoint's completion sends Finish"; git checkout -q $S
 git status --short
