@@ -1,11 +1,11 @@
-//! A bounded job of two pipelined regions (region failover, Flink's default) whose second
-//! region fails around the job's final checkpoint. The checkpoint interval is a minute, so
-//! the final checkpoint (taken once every input ended) is the job's only one. Both cases hung
-//! the job in RUNNING before their fixes (found by the job master's random-subtask test):
-//! every subtask waited for a `Finish` nobody would send.
+//! Jobs of two pipelined regions (region failover, Flink's default) whose second region
+//! fails at the end of the job: in the final checkpoint, at its completion, or in a
+//! stop-with-savepoint. Each case hung (part of) the job before its fix, found by the job
+//! master's random-subtask test: subtasks waited for a `Finish`, or for the end of a stop,
+//! that nobody would send.
 
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use weir_api::operator::TaskContext;
@@ -20,6 +20,12 @@ use weir_types::JobStatus;
 static FAILED_AT_SNAPSHOT: AtomicBool = AtomicBool::new(false);
 /// Set once the completion failure happened.
 static FAILED_AT_COMPLETION: AtomicBool = AtomicBool::new(false);
+/// Set by the stop test before it asks for the stop: the next snapshot fails.
+static STOP_ASKED: AtomicBool = AtomicBool::new(false);
+/// Set once the stop's snapshot failed.
+static FAILED_AT_STOP: AtomicBool = AtomicBool::new(false);
+/// Records the endless region's sink received.
+static ENDLESS_RECORDS: AtomicU64 = AtomicU64::new(0);
 
 const RECORDS: u64 = 500;
 
@@ -158,4 +164,84 @@ fn a_region_failing_after_the_final_checkpoint_completed_restarts_the_whole_job_
     assert_eq!(restarts, 1);
     assert_eq!(committed(&first), (0..RECORDS).collect::<Vec<_>>(), "every record of the first region once");
     assert_eq!(committed(&second), (0..RECORDS).collect::<Vec<_>>(), "every record of the second region once");
+}
+
+/// Passes records on; once the stop was asked for, fails its next snapshot (the stop's
+/// savepoint: the job takes no periodic checkpoints), after the other region's sources took
+/// the stop's barrier.
+#[derive(Clone, Default)]
+struct FailTheStopOnce;
+
+impl ProcessFunction<u64, u64> for FailTheStopOnce {
+    fn process_element(&mut self, record: u64, out: &mut Collector<'_, u64>) -> FnResult {
+        out.collect(record);
+        Ok(())
+    }
+
+    fn snapshot_state(&mut self, _state: &mut OperatorStateContext) -> FnResult {
+        if STOP_ASKED.load(Ordering::SeqCst) && !FAILED_AT_STOP.swap(true, Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(300));
+            return Err("failing in the stop's savepoint, once".into());
+        }
+        Ok(())
+    }
+}
+
+/// A stop-with-savepoint fails because one region fails in it; the other region, whose
+/// sources had stopped at the stop's barrier, must hear that the savepoint was aborted and
+/// go on (it kept its sources stopped for good before the fix), and a second stop ends the
+/// job.
+#[test]
+fn a_stop_that_fails_in_one_region_lets_the_other_region_run_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let env = StreamExecutionEnvironment::new();
+    env.from_source(EndlessSource::paced(8, Duration::from_millis(2)))
+        .uid("endless-source")
+        .map(|v: u64| {
+            ENDLESS_RECORDS.fetch_add(1, Ordering::SeqCst);
+            v
+        })
+        .uid("endless-count")
+        .sink_to(CollectSink::default())
+        .uid("endless-sink");
+    env.from_source(EndlessSource::paced(8, Duration::from_millis(2)))
+        .uid("failing-source")
+        .process(FailTheStopOnce)
+        .uid("failing-pass")
+        .sink_to(CollectSink::default())
+        .uid("failing-sink");
+    let mut settings = JobSettings::with_parallelism(1);
+    settings.checkpointing.checkpoints_url = format!("file://{}/checkpoints", dir.path().display());
+    settings.checkpointing.savepoints_url = Some(format!("file://{}/savepoints", dir.path().display()));
+    settings.restart = RestartStrategyConfig::FixedDelay { attempts: 3, delay: Duration::ZERO };
+    let dispatcher = Dispatcher::new("localhost");
+    let job = dispatcher.submit(env.build("a stop fails in one region").unwrap(), settings).unwrap();
+    let wait_for = |what: &str, done: &dyn Fn() -> bool| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(15);
+        while !done() {
+            if std::time::Instant::now() > deadline {
+                let _ = job.cancel();
+                job.wait_terminal(Some(Duration::from_secs(10)));
+                panic!("{what} within 15 s");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    wait_for("the endless region runs", &|| ENDLESS_RECORDS.load(Ordering::SeqCst) > 100);
+
+    STOP_ASKED.store(true, Ordering::SeqCst);
+    let stop = job.trigger_savepoint(None, true).unwrap();
+    wait_for("the failed stop is reported", &|| {
+        matches!(job.savepoint_status(&stop), Some(weir_runtime::job_master::SavepointStatus::Failed(_)))
+    });
+    assert!(FAILED_AT_STOP.load(Ordering::SeqCst), "the failure never happened: the test proves nothing");
+    assert_eq!(job.status(), JobStatus::Running);
+    let after_the_failed_stop = ENDLESS_RECORDS.load(Ordering::SeqCst);
+    wait_for("the endless region's sources resume after the failed stop", &|| {
+        ENDLESS_RECORDS.load(Ordering::SeqCst) > after_the_failed_stop + 100
+    });
+
+    let second = job.trigger_savepoint(None, true).unwrap();
+    assert_eq!(job.wait_terminal(Some(Duration::from_secs(20))), JobStatus::Finished, "{:?}", job.failure_cause());
+    assert!(matches!(job.savepoint_status(&second), Some(weir_runtime::job_master::SavepointStatus::Completed(_))));
 }

@@ -897,6 +897,14 @@ impl JobRun {
         if !matches!(plan, FailurePlan::Fail { .. }) {
             // Pending snapshots cannot complete without the failed subtasks.
             let failures = self.sup.coordinator.abort_all("the job is restarting after a failure");
+            if matches!(plan, FailurePlan::RestartRegion { .. }) {
+                // The other regions keep running and must hear it: a source stopped at a
+                // stop-with-savepoint's barrier takes no checkpoint and emits nothing until
+                // that savepoint completes or is aborted.
+                for failure in &failures {
+                    self.sup.send_to_all(TaskControl::CheckpointAborted(failure.checkpoint_id));
+                }
+            }
             // An aborted final checkpoint is taken again once every input ended again (a
             // region restart keeps the job RUNNING: nothing else would clear it, and the
             // subtasks would wait for `Finish` forever).

@@ -20,6 +20,8 @@ struct AttemptRecords {
     /// The barriers its sources took, in order, each with whether every source's input
     /// had ended before it.
     barriers: Vec<(u64, bool)>,
+    /// The stop-with-savepoint barrier its sources took and stopped at, until aborted.
+    stop: Option<u64>,
 }
 
 /// What a barrier's snapshot holds of the attempt that took it.
@@ -79,17 +81,33 @@ impl Lineage {
     }
 
     /// Barrier `id` passes `attempt`'s sources (once; both source subtasks receive it),
-    /// after the end of their input or not.
-    pub(super) fn barrier(&mut self, attempt: usize, id: u64, after_end: bool) {
+    /// after the end of their input or not; a stop's barrier stops them.
+    pub(super) fn barrier(&mut self, attempt: usize, id: u64, after_end: bool, stop: bool) {
         let Some(records) = self.attempts.get_mut(&attempt) else { return };
-        if records.barriers.iter().any(|(taken, _)| *taken == id) {
+        // Sources stopping at a stop's barrier take no further checkpoints (they drop them).
+        if records.stop.is_some() || records.barriers.iter().any(|(taken, _)| *taken == id) {
             return;
         }
         records.barriers.push((id, after_end));
+        if stop {
+            records.stop = Some(id);
+        }
         let transaction = std::mem::take(&mut records.staged);
         records.pre_committed.insert(id, transaction);
         let snapshot = Snapshot { attempt, position: records.position, pre_committed: records.pre_committed.clone() };
         self.snapshots.insert(id, snapshot);
+    }
+
+    /// The stop barrier `attempt`'s sources stopped at, if any.
+    pub(super) fn stopping(&self, attempt: usize) -> Option<u64> {
+        self.attempts.get(&attempt).and_then(|a| a.stop)
+    }
+
+    /// Checkpoint `id` was aborted: a stop at it resumes.
+    pub(super) fn abort(&mut self, attempt: usize, id: u64) {
+        if let Some(records) = self.attempts.get_mut(&attempt).filter(|a| a.stop == Some(id)) {
+            records.stop = None;
+        }
     }
 
     /// Checkpoint `id`'s completion reaches `attempt`'s sink: it commits every transaction
@@ -142,14 +160,14 @@ mod tests {
         lineage.start(0, None).unwrap();
         lineage.emit(0);
         lineage.emit(0);
-        lineage.barrier(0, 1, false);
+        lineage.barrier(0, 1, false, false);
         lineage.emit(0);
         // Attempt 0 fails before checkpoint 1's completion reached its sink.
         lineage.start(1, Some(1)).unwrap();
         assert_eq!(lineage.committed(), 2);
         assert_eq!(lineage.position(1), 2);
         lineage.emit(1);
-        lineage.barrier(1, 2, false);
+        lineage.barrier(1, 2, false, false);
         lineage.complete(1, 2).unwrap();
         lineage.check().unwrap();
         assert_eq!(lineage.committed(), 3);
@@ -160,13 +178,13 @@ mod tests {
         let mut lineage = Lineage::default();
         lineage.start(0, None).unwrap();
         lineage.emit(0);
-        lineage.barrier(0, 1, false);
+        lineage.barrier(0, 1, false, false);
         lineage.emit(0);
-        lineage.barrier(0, 2, false);
+        lineage.barrier(0, 2, false, false);
         lineage.complete(0, 2).unwrap();
         lineage.start(1, Some(1)).unwrap();
         lineage.emit(1);
-        lineage.barrier(1, 3, false);
+        lineage.barrier(1, 3, false, false);
         let duplicate = lineage.complete(1, 3).unwrap_err();
         assert!(duplicate.contains("record 2 committed twice"), "{duplicate}");
     }

@@ -73,6 +73,8 @@ struct PlayedSubtask {
     acked: usize,
     /// `Finish` reached it (after the final checkpoint).
     may_finish: bool,
+    /// The completion of the stop its attempt's sources stopped at reached it.
+    stop_completed: bool,
 }
 
 /// What a played subtask does on its turn.
@@ -98,6 +100,8 @@ struct Play {
     first_attempts: usize,
     restart_budget: Option<u32>,
     cancelled: bool,
+    /// A user asked to stop the job with a savepoint.
+    stopped: bool,
     /// Periodic checkpoints run (and the sinks commit through them).
     checkpoints: bool,
     /// Each region's records (`None`: the whole job's, under full failover).
@@ -154,6 +158,7 @@ impl Play {
             first_attempts,
             restart_budget,
             cancelled: false,
+            stopped: false,
             checkpoints,
             lineages: BTreeMap::new(),
             dir,
@@ -193,9 +198,18 @@ impl Play {
                 let sink = v.nodes.iter().any(|node| nodes[*node].role == NodeRole::Sink);
                 for index in 0..v.parallelism {
                     let stage = Stage::Deployed;
-                    let (acked, may_finish) = (0, false);
-                    let played =
-                        PlayedSubtask { attempt: number, vertex, index, stage, source, sink, acked, may_finish };
+                    let (acked, may_finish, stop_completed) = (0, false, false);
+                    let played = PlayedSubtask {
+                        attempt: number,
+                        vertex,
+                        index,
+                        stage,
+                        source,
+                        sink,
+                        acked,
+                        may_finish,
+                        stop_completed,
+                    };
                     self.subtasks.push(played);
                 }
             }
@@ -216,8 +230,10 @@ impl Play {
         }
         if self.checkpoints && self.rng.one_in(150) {
             let target = format!("file://{}/savepoints", self.dir.path().display());
-            let answer = self.job.master.trigger_savepoint(Some(target), false);
-            self.trace.push(format!("user asks for a savepoint: {answer:?}"));
+            let stop = self.rng.one_in(4);
+            self.stopped |= stop;
+            let answer = self.job.master.trigger_savepoint(Some(target), stop);
+            self.trace.push(format!("user asks for a savepoint (stop: {stop}): {answer:?}"));
             self.job.settle();
             return Ok(());
         }
@@ -278,13 +294,20 @@ impl Play {
         for message in messages {
             match message {
                 TaskControl::TriggerCheckpoint(barrier) if source => {
-                    lineage.barrier(attempt, barrier.checkpoint_id, sources_ended);
-                    self.trace.push(format!("attempt {attempt} takes barrier {}", barrier.checkpoint_id));
+                    lineage.barrier(attempt, barrier.checkpoint_id, sources_ended, barrier.terminates());
+                    let stop = if barrier.terminates() { " (a stop)" } else { "" };
+                    self.trace.push(format!("attempt {attempt} takes barrier {}{stop}", barrier.checkpoint_id));
                 }
-                TaskControl::CheckpointComplete(id) if sink => {
-                    self.trace.push(format!("attempt {attempt} commits up to {id}"));
-                    lineage.complete(attempt, id)?;
+                TaskControl::CheckpointComplete(id) => {
+                    if lineage.stopping(attempt) == Some(id) {
+                        self.subtasks[chosen].stop_completed = true;
+                    }
+                    if sink {
+                        self.trace.push(format!("attempt {attempt} commits up to {id}"));
+                        lineage.complete(attempt, id)?;
+                    }
                 }
+                TaskControl::CheckpointAborted(id) => lineage.abort(attempt, id),
                 TaskControl::Finish => self.subtasks[chosen].may_finish = true,
                 _ => {}
             }
@@ -327,6 +350,15 @@ impl Play {
         {
             subtask.acked += 1;
             return Move::Acknowledge { id, finished: after_end };
+        }
+        if let Some(stop) = lineage.stopping(attempt) {
+            // Stopped at a stop's barrier: ends once it took part and the savepoint completed.
+            let took_part = lineage.barriers(attempt).iter().position(|(id, _)| *id == stop) < Some(subtask.acked);
+            if subtask.stop_completed && took_part {
+                subtask.stage = Stage::Ended;
+                return Move::Report(TaskEventKind::Finished);
+            }
+            return Move::Nothing;
         }
         let (next, kind) = match subtask.stage {
             Stage::Deployed => (Stage::Initializing, TaskEventKind::Initializing),
@@ -372,7 +404,7 @@ impl Play {
         if !status.is_terminal() {
             return Ok(());
         }
-        if status == JobStatus::Finished && self.checkpoints {
+        if status == JobStatus::Finished && self.checkpoints && !self.stopped {
             for (region, lineage) in &self.lineages {
                 if lineage.committed() as u64 != RECORDS {
                     return Err(format!(
@@ -437,8 +469,15 @@ fn play(seed: u64) -> Result<Vec<String>, (String, Vec<String>)> {
         for s in &play.subtasks {
             if s.stage != Stage::Ended {
                 play.trace.push(format!(
-                    "played {}/{} of {}: {:?} acked {} may_finish {}",
-                    s.vertex, s.index, s.attempt, s.stage, s.acked, s.may_finish
+                    "played {}/{} of {}: {:?} acked {} may_finish {} stop_completed {} stopping at {:?}",
+                    s.vertex,
+                    s.index,
+                    s.attempt,
+                    s.stage,
+                    s.acked,
+                    s.may_finish,
+                    s.stop_completed,
+                    play.lineages.values().map(|l| l.stopping(s.attempt)).collect::<Vec<_>>()
                 ));
             }
         }
@@ -474,7 +513,8 @@ fn random_subtasks_commit_every_record_once_never_meet_two_attempts_of_a_region_
                 for (what, needle) in [
                     ("commits", "commits up to"),
                     ("restores", "restoring Some"),
-                    ("savepoints", "savepoint: Ok"),
+                    ("savepoints", "(stop: false): Ok"),
+                    ("stops", "(stop: true): Ok"),
                     ("barriers", "takes barrier"),
                 ] {
                     if trace.iter().any(|line| line.contains(needle)) {
@@ -483,7 +523,9 @@ fn random_subtasks_commit_every_record_once_never_meet_two_attempts_of_a_region_
                 }
             }
             Err((broken, trace)) => {
-                let tail = trace.iter().rev().take(40).rev().cloned().collect::<Vec<_>>().join("\n  ");
+                // A replay prints the whole trace.
+                let shown = if std::env::var("JOB_MASTER_SEED").is_ok() { trace.len() } else { 40 };
+                let tail = trace.iter().rev().take(shown).rev().cloned().collect::<Vec<_>>().join("\n  ");
                 panic!(
                     "seed {seed}: {broken}\n  ...\n  {tail}\nreplay: JOB_MASTER_SEED={seed} cargo test -p weir-runtime --lib random_subtasks"
                 );
