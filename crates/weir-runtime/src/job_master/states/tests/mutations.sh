@@ -25,4 +25,5 @@ rev $S/run.rs '            if failures.iter().any(|failure| Some(failure.checkpo
 rev $S/run.rs ' && !self.sup.finishing);' ');'; run "a failure after Finish went out restarts the whole job"; git checkout -q $S
 rev $S/checkpoint_outcomes.rs '    if completion.commits() {' '    if true {'; run "an intermediate savepoint commits nothing"; git checkout -q $S
 rev $S/checkpoint_outcomes.rs '        actions.push(OutcomeAction::Finish);' ''; run "the final checkpoint's completion sends Finish"; git checkout -q $S
+rev $S/run.rs '            if matches!(plan, FailurePlan::RestartRegion { .. }) {' '            if false {'; run "a region restart announces the aborted checkpoints to the other regions"; git checkout -q $S
 git status --short
