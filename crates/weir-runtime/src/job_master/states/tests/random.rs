@@ -230,7 +230,8 @@ impl Play {
         }
         if self.checkpoints && self.rng.one_in(150) {
             let target = format!("file://{}/savepoints", self.dir.path().display());
-            let stop = self.rng.one_in(4);
+            // Stops, as cancels, end while failures do: a job must end by itself after that.
+            let stop = faults && self.rng.one_in(4);
             self.stopped |= stop;
             let answer = self.job.master.trigger_savepoint(Some(target), stop);
             self.trace.push(format!("user asks for a savepoint (stop: {stop}): {answer:?}"));
