@@ -42,9 +42,6 @@ use crate::restart::RestartStrategyConfig;
 
 /// Seeds per test run (`JOB_MASTER_SEEDS` sets another number).
 const SEEDS: u64 = 1000;
-/// Seeds beyond those that found a bug when its fix is reverted (`mutations.sh`): 1100, a
-/// region failing after `Finish` went out.
-const REGRESSION_SEEDS: &[u64] = &[1100];
 /// Steps of a seed after which subtasks stop failing and users stop cancelling.
 const FAULT_STEPS: usize = 400;
 /// Steps a seed may take in all.
@@ -498,7 +495,7 @@ fn random_subtasks_commit_every_record_once_never_meet_two_attempts_of_a_region_
         Some(seed) => vec![seed],
         None => {
             let count = std::env::var("JOB_MASTER_SEEDS").ok().and_then(|n| n.parse().ok()).unwrap_or(SEEDS);
-            (0..count).chain(REGRESSION_SEEDS.iter().copied()).collect()
+            (0..count).collect()
         }
     };
     let mut ends = std::collections::BTreeMap::new();
