@@ -448,15 +448,26 @@ impl CheckpointBook {
     }
 
     /// True when fewer periodic checkpoints are in flight than `max-concurrent-checkpoints`
-    /// allows (the final checkpoint is bound by it too; savepoints are not, as in Flink).
+    /// allows (the final checkpoint is bound by it too; savepoints are not, as in Flink) and
+    /// no stop-with-savepoint is.
     pub fn periodic_slot_free(&self) -> bool {
+        // None while a stop-with-savepoint is in flight, as Flink stops its checkpoint
+        // scheduler for one: sources stopped at its barrier drop every later trigger, so a
+        // checkpoint triggered meanwhile could only expire, a counted failure, if the stop
+        // fails and the job runs on.
+        if self.pending.values().any(|p| p.request.is_stop()) {
+            return false;
+        }
         let in_flight = self.pending.values().filter(|p| p.request.is_periodic()).count() as u32;
         in_flight < self.settings.max_concurrent
     }
 
-    /// When the book next needs attention (a trigger or a timeout).
+    /// When the book next needs attention (a trigger or a timeout). A periodic checkpoint
+    /// due while every periodic slot is taken waits for an event (a completion or failure
+    /// frees the slot), not for the clock: a wakeup in the past would have the job master
+    /// spin until the checkpoint in flight ends.
     pub fn next_wakeup(&self) -> Option<Instant> {
-        let mut wakeup = self.settings.interval.map(|_| self.next_periodic_at);
+        let mut wakeup = self.settings.interval.filter(|_| self.periodic_slot_free()).map(|_| self.next_periodic_at);
         for pending in self.pending.values() {
             let expiry = pending.started + self.settings.timeout;
             wakeup = Some(wakeup.map_or(expiry, |w| w.min(expiry)));
@@ -956,6 +967,46 @@ mod tests {
             [Effect::RecordPointer { subsumed, .. }] => (id, subsumed.clone()),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn a_checkpoint_in_flight_past_the_interval_wakes_the_master_at_its_timeout_not_at_once() {
+        let start = Instant::now();
+        let mut book = book();
+        book.settings.interval = Some(Duration::from_secs(1));
+        book.settings.timeout = Duration::from_secs(60);
+        book.next_periodic_at = start;
+        let now = Now { at: start, wall_ms: 0 };
+        let location = "mem://chk-1".to_string();
+        book.on(BookEvent::Trigger { request: SnapshotRequest::Periodic, location, full: false }, now);
+        book.on(BookEvent::IdReserved { id: 1, result: Ok(()) }, now);
+        // Ten seconds on, the next periodic checkpoint is due but the only slot is taken.
+        let later = start + Duration::from_secs(10);
+        assert!(!book.periodic_due(later));
+        assert_eq!(book.next_wakeup(), Some(start + Duration::from_secs(60)), "the timeout, not a time long past");
+    }
+
+    #[test]
+    fn no_periodic_checkpoint_is_due_while_a_stop_with_savepoint_is_in_flight() {
+        let start = Instant::now();
+        let mut book = book();
+        book.settings.interval = Some(Duration::from_secs(1));
+        book.next_periodic_at = start;
+        let now = Now { at: start, wall_ms: 0 };
+        let format = weir_api::snapshot::SnapshotFormat::Canonical;
+        let stop = SnapshotRequest::Savepoint { request_id: "stop".into(), terminate: true, format, drain: false };
+        let location = "mem://savepoint-1".to_string();
+        book.on(BookEvent::Trigger { request: stop, location, full: false }, now);
+        book.on(BookEvent::IdReserved { id: 1, result: Ok(()) }, now);
+        let later = Now { at: start + Duration::from_secs(5), wall_ms: 0 };
+        assert!(!book.periodic_due(later.at), "sources stopped at the stop's barrier would drop it");
+        assert!(!book.periodic_slot_free(), "nor the final checkpoint");
+        // The stop fails (a subtask could not write its snapshot): the job runs on, and so do
+        // its checkpoints.
+        let reason = "disk full".to_string();
+        let effects = book.on(BookEvent::Decline { checkpoint_id: 1, reason }, later);
+        assert!(effects.iter().any(|e| matches!(e, Effect::Failed(_))), "{effects:?}");
+        assert!(book.periodic_due(later.at));
     }
 
     #[test]

@@ -328,6 +328,12 @@ impl CheckpointCoordinator {
         drive(&mut self.book, &mut self.io, event, now)
     }
 
+    /// Ids of the checkpoints in flight (the job master's tests print them).
+    #[cfg(test)]
+    pub(crate) fn pending_ids(&self) -> Vec<u64> {
+        self.book.pending_ids()
+    }
+
     #[cfg(test)]
     fn stats(&self) -> std::sync::MutexGuard<'_, CheckpointStats> {
         self.book.stats()

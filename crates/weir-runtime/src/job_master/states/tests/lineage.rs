@@ -8,6 +8,16 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+/// A barrier an attempt's sources took.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct TakenBarrier {
+    pub(super) id: u64,
+    /// Every source's input had ended before it.
+    pub(super) after_end: bool,
+    /// A savepoint's (a stop's too), not a checkpoint's.
+    pub(super) savepoint: bool,
+}
+
 /// What one attempt of the region holds.
 #[derive(Default)]
 struct AttemptRecords {
@@ -17,9 +27,8 @@ struct AttemptRecords {
     staged: Vec<u64>,
     /// Transactions pre-committed at a barrier and not committed yet, by checkpoint id.
     pre_committed: BTreeMap<u64, Vec<u64>>,
-    /// The barriers its sources took, in order, each with whether every source's input
-    /// had ended before it.
-    barriers: Vec<(u64, bool)>,
+    /// The barriers its sources took, in order.
+    barriers: Vec<TakenBarrier>,
     /// The stop-with-savepoint barrier its sources took and stopped at, until aborted.
     stop: Option<u64>,
 }
@@ -65,9 +74,8 @@ impl Lineage {
         self.attempts.get(&attempt).map_or(0, |a| a.position)
     }
 
-    /// The barriers `attempt`'s sources took, in order, each with whether every source's
-    /// input had ended before it.
-    pub(super) fn barriers(&self, attempt: usize) -> &[(u64, bool)] {
+    /// The barriers `attempt`'s sources took, in order.
+    pub(super) fn barriers(&self, attempt: usize) -> &[TakenBarrier] {
         self.attempts.get(&attempt).map_or(&[], |a| &a.barriers)
     }
 
@@ -80,15 +88,16 @@ impl Lineage {
         }
     }
 
-    /// Barrier `id` passes `attempt`'s sources (once; both source subtasks receive it),
-    /// after the end of their input or not; a stop's barrier stops them.
-    pub(super) fn barrier(&mut self, attempt: usize, id: u64, after_end: bool, stop: bool) {
+    /// `barrier` passes `attempt`'s sources (once; both source subtasks receive it); a
+    /// stop's barrier stops them.
+    pub(super) fn barrier(&mut self, attempt: usize, barrier: TakenBarrier, stop: bool) {
         let Some(records) = self.attempts.get_mut(&attempt) else { return };
+        let id = barrier.id;
         // Sources stopping at a stop's barrier take no further checkpoints (they drop them).
-        if records.stop.is_some() || records.barriers.iter().any(|(taken, _)| *taken == id) {
+        if records.stop.is_some() || records.barriers.iter().any(|taken| taken.id == id) {
             return;
         }
-        records.barriers.push((id, after_end));
+        records.barriers.push(barrier);
         if stop {
             records.stop = Some(id);
         }
@@ -152,7 +161,11 @@ impl Lineage {
 
 #[cfg(test)]
 mod tests {
-    use super::Lineage;
+    use super::{Lineage, TakenBarrier};
+
+    fn checkpoint(id: u64) -> TakenBarrier {
+        TakenBarrier { id, after_end: false, savepoint: false }
+    }
 
     #[test]
     fn a_restore_commits_its_snapshot_and_replays_what_came_after_it() {
@@ -160,14 +173,14 @@ mod tests {
         lineage.start(0, None).unwrap();
         lineage.emit(0);
         lineage.emit(0);
-        lineage.barrier(0, 1, false, false);
+        lineage.barrier(0, checkpoint(1), false);
         lineage.emit(0);
         // Attempt 0 fails before checkpoint 1's completion reached its sink.
         lineage.start(1, Some(1)).unwrap();
         assert_eq!(lineage.committed(), 2);
         assert_eq!(lineage.position(1), 2);
         lineage.emit(1);
-        lineage.barrier(1, 2, false, false);
+        lineage.barrier(1, checkpoint(2), false);
         lineage.complete(1, 2).unwrap();
         lineage.check().unwrap();
         assert_eq!(lineage.committed(), 3);
@@ -178,13 +191,13 @@ mod tests {
         let mut lineage = Lineage::default();
         lineage.start(0, None).unwrap();
         lineage.emit(0);
-        lineage.barrier(0, 1, false, false);
+        lineage.barrier(0, checkpoint(1), false);
         lineage.emit(0);
-        lineage.barrier(0, 2, false, false);
+        lineage.barrier(0, checkpoint(2), false);
         lineage.complete(0, 2).unwrap();
         lineage.start(1, Some(1)).unwrap();
         lineage.emit(1);
-        lineage.barrier(1, 3, false, false);
+        lineage.barrier(1, checkpoint(3), false);
         let duplicate = lineage.complete(1, 3).unwrap_err();
         assert!(duplicate.contains("record 2 committed twice"), "{duplicate}");
     }

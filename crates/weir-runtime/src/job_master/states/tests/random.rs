@@ -26,11 +26,11 @@ use std::time::Duration;
 use weir_api::error::TaskError;
 use weir_api::graph::NodeRole;
 use weir_api::prelude::*;
-use weir_api::snapshot::TaskControl;
+use weir_api::snapshot::{BarrierKind, TaskControl};
 use weir_types::seeded::SeededRng;
 use weir_types::{ExecutionState, JobStatus, Lifecycle};
 
-use super::lineage::Lineage;
+use super::lineage::{Lineage, TakenBarrier};
 use super::{SteppedJob, pipeline};
 use crate::checkpointing::CheckpointSettings;
 use crate::checkpointing::writer::{SubtaskAck, WriteOutcome};
@@ -83,6 +83,8 @@ enum Move {
         id: u64,
         finished: bool,
     },
+    /// Declines a savepoint's barrier: its snapshot failed.
+    Decline(u64),
     /// A source emitted a record, or a subtask waits (for its input's end, or `Finish`).
     Nothing,
 }
@@ -139,6 +141,8 @@ impl Play {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let checkpointing = CheckpointSettings {
             interval: checkpoints.then_some(Duration::from_millis(100)),
+            // Short enough to expire within a seed: a checkpoint nobody can finish fails.
+            timeout: Duration::from_secs(60),
             checkpoints_url: format!("file://{}/checkpoints", dir.path().display()),
             savepoints_url: Some(format!("file://{}/savepoints", dir.path().display())),
             ..CheckpointSettings::default()
@@ -266,6 +270,13 @@ impl Play {
                 };
                 let _ = spec.snapshot_events.send(MasterEvent::Snapshot(WriteOutcome::Acknowledged(ack)));
             }
+            Move::Decline(checkpoint_id) => {
+                self.trace
+                    .push(format!("attempt {} subtask {vertex}/{index} declines {checkpoint_id}", subtask.attempt));
+                let reason = "played snapshot failure".to_string();
+                let _ =
+                    spec.snapshot_events.send(MasterEvent::Snapshot(WriteOutcome::Declined { checkpoint_id, reason }));
+            }
             Move::Nothing => {}
         }
         drop(attempts);
@@ -292,7 +303,9 @@ impl Play {
         for message in messages {
             match message {
                 TaskControl::TriggerCheckpoint(barrier) if source => {
-                    lineage.barrier(attempt, barrier.checkpoint_id, sources_ended, barrier.terminates());
+                    let savepoint = matches!(barrier.kind, BarrierKind::Savepoint { .. });
+                    let taken = TakenBarrier { id: barrier.checkpoint_id, after_end: sources_ended, savepoint };
+                    lineage.barrier(attempt, taken, barrier.terminates());
                     let stop = if barrier.terminates() { " (a stop)" } else { "" };
                     self.trace.push(format!("attempt {attempt} takes barrier {}{stop}", barrier.checkpoint_id));
                 }
@@ -327,7 +340,7 @@ impl Play {
         let lineage = self.lineages.entry(region).or_default();
         // Barriers travel with the records: a subtask's input ends after every barrier its
         // sources took before they ended.
-        let before_end = lineage.barriers(attempt).iter().filter(|(_, after_end)| !after_end).count();
+        let before_end = lineage.barriers(attempt).iter().filter(|barrier| !barrier.after_end).count();
         let subtask = &mut self.subtasks[chosen];
         if told_to_stop {
             // A subtask whose input ended may finish before it sees the cancel (with
@@ -343,15 +356,20 @@ impl Play {
             return Move::Report(TaskEventKind::Failed(error));
         }
         let running = matches!(subtask.stage, Stage::Running | Stage::InputEnded);
-        if let Some((id, after_end)) = lineage.barriers(attempt).get(subtask.acked).copied().filter(|_| running)
+        if let Some(barrier) = lineage.barriers(attempt).get(subtask.acked).copied().filter(|_| running)
             && self.rng.one_in(2)
         {
             subtask.acked += 1;
-            return Move::Acknowledge { id, finished: after_end };
+            // A savepoint may fail in a subtask (a stop too: the job then runs on).
+            if faults && barrier.savepoint && self.rng.one_in(6) {
+                return Move::Decline(barrier.id);
+            }
+            return Move::Acknowledge { id: barrier.id, finished: barrier.after_end };
         }
         if let Some(stop) = lineage.stopping(attempt) {
             // Stopped at a stop's barrier: ends once it took part and the savepoint completed.
-            let took_part = lineage.barriers(attempt).iter().position(|(id, _)| *id == stop) < Some(subtask.acked);
+            let took_part =
+                lineage.barriers(attempt).iter().position(|barrier| barrier.id == stop) < Some(subtask.acked);
             if subtask.stop_completed && took_part {
                 subtask.stage = Stage::Ended;
                 return Move::Report(TaskEventKind::Finished);
@@ -456,13 +474,15 @@ fn play(seed: u64) -> Result<Vec<String>, (String, Vec<String>)> {
     if let Some(run) = play.job.run.as_ref() {
         let record = play.job.master.record();
         play.trace.push(format!(
-            "final {:?} finishing {} any_finished {} regions {:?} subtasks {:?} next id {}",
+            "final {:?} finishing {} any_finished {} regions {:?} subtasks {:?} next id {} pending {:?} slot free {}",
             run.sup.final_checkpoint,
             run.sup.finishing,
             run.sup.any_finished,
             run.sup.region_restarts.len(),
             record.subtasks.iter().flatten().map(|s| (s.history.current(), s.data_ended)).collect::<Vec<_>>(),
-            run.sup.coordinator.next_checkpoint_id()
+            run.sup.coordinator.next_checkpoint_id(),
+            run.sup.coordinator.pending_ids(),
+            run.sup.coordinator.periodic_slot_free()
         ));
         for s in &play.subtasks {
             if s.stage != Stage::Ended {
