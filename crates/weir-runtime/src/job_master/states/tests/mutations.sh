@@ -26,4 +26,6 @@ rev $S/run.rs ' && !self.sup.finishing);' ');'; run "a failure after Finish went
 rev $S/checkpoint_outcomes.rs '    if completion.commits() {' '    if true {'; run "an intermediate savepoint commits nothing"; git checkout -q $S
 rev $S/checkpoint_outcomes.rs '        actions.push(OutcomeAction::Finish);' ''; run "the final checkpoint's completion sends Finish"; git checkout -q $S
 rev $S/run.rs '            if matches!(plan, FailurePlan::RestartRegion { .. }) {' '            if false {'; run "a region restart announces the aborted checkpoints to the other regions"; git checkout -q $S
+C=crates/weir-runtime/src/checkpointing/book.rs
+rev $C '        if self.pending.values().any(|p| p.request.is_stop()) {' '        if false {'; run "no periodic checkpoint while a stop is in flight"; git checkout -q $C
 git status --short
