@@ -897,23 +897,18 @@ impl JobRun {
         if !matches!(plan, FailurePlan::Fail { .. }) {
             // Pending snapshots cannot complete without the failed subtasks.
             let failures = self.sup.coordinator.abort_all("the job is restarting after a failure");
-            if matches!(plan, FailurePlan::RestartRegion { .. }) {
-                // The other regions keep running and must hear it: a source stopped at a
-                // stop-with-savepoint's barrier takes no checkpoint and emits nothing until
-                // that savepoint completes or is aborted.
-                for failure in &failures {
-                    self.sup.send_to_all(TaskControl::CheckpointAborted(failure.checkpoint_id));
-                }
-            }
-            // An aborted final checkpoint is taken again once every input ended again (a
-            // region restart keeps the job RUNNING: nothing else would clear it, and the
-            // subtasks would wait for `Finish` forever).
-            if failures.iter().any(|failure| Some(failure.checkpoint_id) == self.sup.final_checkpoint) {
-                self.sup.final_checkpoint = None;
-            }
+            // Decided as every failed checkpoint is (an aborted final one is taken again, a
+            // savepoint fails), without counting against the tolerance: the restart is the
+            // job's answer. The aborts go out only when regions keep running: a source
+            // stopped at a stop-with-savepoint's barrier emits nothing until that savepoint
+            // completes or is aborted.
+            let region_restart = matches!(plan, FailurePlan::RestartRegion { .. });
             for failure in &failures {
-                if let SnapshotRequest::Savepoint { request_id, .. } = &failure.request {
-                    self.savepoint_failed(record, request_id, failure.reason.clone());
+                for action in checkpoint_outcomes::on_failure(failure, &mut self.sup.final_checkpoint, false, 0) {
+                    match action {
+                        OutcomeAction::Abort(_) if !region_restart => {}
+                        action => self.carry_out(record, action),
+                    }
                 }
             }
             self.checkpoint_requests_failed(record, &failures);

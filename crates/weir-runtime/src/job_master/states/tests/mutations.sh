@@ -21,11 +21,11 @@ rev $S/run.rs '                    *at <= now
                         && record' '                    *at <= now
                         || record'; run "a region redeploys once its subtasks ended"; git checkout -q $S
 rev $S/states/going_down.rs '    if !drained(run) {' '    if false {'; run "a failed or cancelled job ends once its subtasks ended"; git checkout -q $S
-rev $S/run.rs '            if failures.iter().any(|failure| Some(failure.checkpoint_id) == self.sup.final_checkpoint) {' '            if false {'; run "an aborted final checkpoint is taken again"; git checkout -q $S
+rev $S/run.rs 'checkpoint_outcomes::on_failure(failure, &mut self.sup.final_checkpoint, false, 0)' 'checkpoint_outcomes::on_failure(failure, &mut self.sup.final_checkpoint.clone(), false, 0)'; run "an aborted final checkpoint is taken again"; git checkout -q $S
 rev $S/run.rs ' && !self.sup.finishing);' ');'; run "a failure after Finish went out restarts the whole job"; git checkout -q $S
 rev $S/checkpoint_outcomes.rs '    if completion.commits() {' '    if true {'; run "an intermediate savepoint commits nothing"; git checkout -q $S
 rev $S/checkpoint_outcomes.rs '        actions.push(OutcomeAction::Finish);' ''; run "the final checkpoint's completion sends Finish"; git checkout -q $S
-rev $S/run.rs '            if matches!(plan, FailurePlan::RestartRegion { .. }) {' '            if false {'; run "a region restart announces the aborted checkpoints to the other regions"; git checkout -q $S
+rev $S/run.rs '                        OutcomeAction::Abort(_) if !region_restart => {}' '                        OutcomeAction::Abort(_) => {}'; run "a region restart announces the aborted checkpoints to the other regions"; git checkout -q $S
 C=crates/weir-runtime/src/checkpointing/book.rs
 rev $C '        if self.pending.values().any(|p| p.request.is_stop()) {' '        if false {'; run "no periodic checkpoint while a stop is in flight"; git checkout -q $C
 git status --short
