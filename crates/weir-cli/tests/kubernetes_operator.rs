@@ -216,10 +216,11 @@ fn wait_status(
             return resource;
         }
         if Instant::now() > deadline {
+            let diagnostics = ns.diagnostics();
             panic!(
-                "waited {STATE_MAX:?} for {what}; the resource: {resource:#}\noperator log:\n{}\n{}",
+                "waited {STATE_MAX:?} for {what}; its status: {}\n{diagnostics}\noperator log:\n{}\nthe resource: {resource:#}",
+                resource["status"],
                 operator.log(),
-                ns.diagnostics()
             );
         }
         std::thread::sleep(Duration::from_millis(100));
@@ -245,12 +246,14 @@ fn wait_finished_exactly_once_of(ns: &Namespace, operator: &dyn OperatorLog, out
         if resource["status"]["jobStatus"]["state"] == "FINISHED" {
             break;
         }
-        assert!(
-            Instant::now() < deadline,
-            "the job did not finish within {JOB_MAX:?}: {resource:#}\n{}\n{}",
-            operator.log(),
-            ns.diagnostics()
-        );
+        if Instant::now() > deadline {
+            let diagnostics = ns.diagnostics();
+            panic!(
+                "the job did not finish within {JOB_MAX:?}; its status: {}\n{diagnostics}\noperator log:\n{}\nthe resource: {resource:#}",
+                resource["status"],
+                operator.log(),
+            );
+        }
         std::thread::sleep(Duration::from_millis(200));
     }
     let lines = committed_lines(out);

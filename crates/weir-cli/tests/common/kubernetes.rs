@@ -501,8 +501,20 @@ impl Namespace<'_> {
     }
 
     /// `kubectl describe pods`, each pod's last 60 log lines (and its previous container's) and
-    /// the namespace's events, for failure messages.
+    /// the namespace's events, for failure messages. The text is also kept in
+    /// `<cache>/logs/failures/<namespace>.txt`, named first: CI shows only the beginning and the
+    /// end of a long failure, and its node's logs stay on the machine.
     pub fn diagnostics(&self) -> String {
+        let text = self.collect_diagnostics();
+        let dir = self.node.cache.join("logs/failures");
+        let path = dir.join(format!("{}.txt", self.name));
+        match std::fs::create_dir_all(&dir).and_then(|()| std::fs::write(&path, &text)) {
+            Ok(()) => format!("(the pods' logs, descriptions and events are kept in {})\n{text}", path.display()),
+            Err(error) => format!("(could not keep them in {}: {error})\n{text}", path.display()),
+        }
+    }
+
+    fn collect_diagnostics(&self) -> String {
         let text = |output: Output| {
             String::from_utf8_lossy(&output.stdout).to_string() + &String::from_utf8_lossy(&output.stderr)
         };
