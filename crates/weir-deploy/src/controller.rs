@@ -703,32 +703,7 @@ impl Controller {
                 Step::PreFlight => self.pre_flight(name, status, &mut operation)?,
                 Step::StopJob { request_id } => self.stop_job(name, &dirs, status, &mut operation, request_id)?,
                 Step::StopCluster => {
-                    for seq in self.clusters(name)? {
-                        if operation.newest_cluster.is_some_and(|newest| seq > newest) {
-                            // Started after this operation began, so by another controller:
-                            // not this operation's to stop.
-                            tracing::warn!(deployment = %name, "cluster {seq} is newer than this operation; left alone");
-                            continue;
-                        }
-                        self.acting()?;
-                        self.backend.stop(name, seq)?;
-                    }
-                    self.world.crash_point("operator-after-cluster-stopped");
-                    // (A stateful recovery: one of a stateless deployment starts empty.)
-                    if operation.kind == OperationKind::Recover && operation.restore_from.is_some() {
-                        // Only now that none of its processes runs is the job's newest
-                        // checkpoint final: a JobManager that was going away (a pod being
-                        // deleted) can still complete, and commit, one after the controller
-                        // saw it gone.
-                        let job_id = status.job_status.job_id.clone().unwrap_or_default();
-                        let newest = [self.current_job_checkpoint(name, status, None), operation.restore_from.clone()];
-                        if let Some(newest) =
-                            newest_checkpoint_of(&job_id, newest).or_else(|| status.job_status.restored_from.clone())
-                        {
-                            operation.restore_from = Some(newest);
-                        }
-                    }
-                    status.cluster_info = None;
+                    self.stop_clusters(name, status, &mut operation)?;
                     match operation.kind {
                         OperationKind::Suspend => return self.finish(name, status, operation),
                         OperationKind::Delete => {
@@ -769,6 +744,37 @@ impl Controller {
                 None => return Ok(()),
             }
         }
+    }
+
+    /// Stops the deployment's clusters this operation may stop; the cluster is gone after.
+    fn stop_clusters(&self, name: &str, status: &mut DeploymentStatus, operation: &mut Operation) -> Outcome {
+        for seq in self.clusters(name)? {
+            if operation.newest_cluster.is_some_and(|newest| seq > newest) {
+                // Started after this operation began, so by another controller:
+                // not this operation's to stop.
+                tracing::warn!(deployment = %name, "cluster {seq} is newer than this operation; left alone");
+                continue;
+            }
+            self.acting()?;
+            self.backend.stop(name, seq)?;
+        }
+        self.world.crash_point("operator-after-cluster-stopped");
+        // (A stateful recovery: one of a stateless deployment starts empty.)
+        if operation.kind == OperationKind::Recover && operation.restore_from.is_some() {
+            // Only now that none of its processes runs is the job's newest
+            // checkpoint final: a JobManager that was going away (a pod being
+            // deleted) can still complete, and commit, one after the controller
+            // saw it gone.
+            let job_id = status.job_status.job_id.clone().unwrap_or_default();
+            let newest = [self.current_job_checkpoint(name, status, None), operation.restore_from.clone()];
+            if let Some(newest) =
+                newest_checkpoint_of(&job_id, newest).or_else(|| status.job_status.restored_from.clone())
+            {
+                operation.restore_from = Some(newest);
+            }
+        }
+        status.cluster_info = None;
+        Ok(())
     }
 
     /// Waits for the job to end after a cancel or a stop, while this controller leads.

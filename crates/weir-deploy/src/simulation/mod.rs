@@ -35,7 +35,7 @@ use weir_config::Configuration;
 use crate::controller::{Controller, TICK};
 use crate::fence::Fence;
 use crate::spec::{UpgradeMode, WeirDeployment};
-use crate::status::{LifecycleState, lifecycle_state};
+use crate::status::{LifecycleState, TriggerType, lifecycle_state};
 use crate::store::{StoredDeployment, next_generation};
 use world::{Actor, Handle, Killed, Operator, Sim, SimRng, State};
 
@@ -68,6 +68,8 @@ struct Shape {
     fault_steps: usize,
     fault_one_in: u64,
     upgrades: u64,
+    /// The step at which the user deletes the deployment, if they do (one seed in five).
+    delete_at: Option<usize>,
     max_steps: usize,
 }
 
@@ -83,6 +85,14 @@ struct Driver {
     /// Specs applied while faults last.
     applied: u64,
     elections: u64,
+    /// The newest `savepointTriggerNonce` the user set (a manual savepoint).
+    nonce: Option<i64>,
+    /// The user deleted the deployment: nothing is applied any more.
+    deleted: bool,
+    /// The user's choices added after the first seeds were recorded (manual savepoints,
+    /// deletes) draw from a stream of their own, so that the other choices of a seed, and
+    /// the regression seeds, stay as they were.
+    user_rng: SimRng,
 }
 
 /// Runs the deployment of `seed` until it settles after its faults, or a violation.
@@ -95,8 +105,12 @@ pub fn run(seed: u64) -> Report {
         fault_steps: 400 + rng.below(1600) as usize,
         fault_one_in: 15 + rng.below(60),
         upgrades: 1 + rng.below(4),
+        delete_at: None,
         max_steps: 30_000,
     };
+    let mut user_rng = SimRng::new(seed ^ 0x5eed_de1e_7e5a_0001);
+    let shape =
+        Shape { delete_at: user_rng.one_in(5).then(|| user_rng.below(shape.fault_steps as u64) as usize), ..shape };
     let state = State {
         rng,
         now: 0,
@@ -127,6 +141,9 @@ pub fn run(seed: u64) -> Report {
         suspended: false,
         applied: 0,
         elections: 0,
+        nonce: None,
+        deleted: false,
+        user_rng,
     };
     driver.apply(Apply::Again);
     driver.elect(0);
@@ -175,17 +192,20 @@ impl Driver {
             Apply::Upgrade => self.version += 1,
             Apply::Suspend => self.suspended = true,
             Apply::Resume => self.suspended = false,
+            Apply::Savepoint => self.nonce = Some(self.nonce.unwrap_or(0) + 1),
             Apply::Again => {}
         }
-        let mut deployment = deployment(self.version, self.suspended, &self.shape);
+        let mut deployment = deployment(self.version, self.suspended, self.nonce, &self.shape);
         let mut state = self.sim.state();
         let existing = state.store.get(NAME).cloned();
         next_generation(existing.as_ref(), &mut deployment, what == Apply::Again);
         self.generation = deployment.metadata.generation;
         let (version, suspended) = (self.version, self.suspended);
-        state
-            .trace
-            .push(format!("user: applies generation {} (version {version}, suspended: {suspended})", self.generation));
+        let nonce = self.nonce;
+        state.trace.push(format!(
+            "user: applies generation {} (version {version}, suspended: {suspended}, savepoint nonce: {nonce:?})",
+            self.generation
+        ));
         let status = existing.map(|e| e.status).unwrap_or_default();
         state.store.insert(NAME.into(), StoredDeployment { deployment, status, delete_requested: false });
     }
@@ -288,18 +308,23 @@ impl Driver {
                 let actor = runnable[self.sim.state().rng.below(runnable.len() as u64) as usize];
                 self.sim.baton.run(actor);
             }
-            60..62 if self.faulting() && self.applied < self.shape.upgrades => {
+            60..62 if self.faulting() && self.applied < self.shape.upgrades && !self.deleted => {
                 self.applied += 1;
                 let what = match self.sim.state().rng.below(4) {
                     0 if !self.suspended => Apply::Suspend,
                     _ if self.suspended => Apply::Resume,
                     _ => Apply::Upgrade,
                 };
+                // One change in three is a manual savepoint instead (a new nonce).
+                let what = if self.user_rng.one_in(3) { Apply::Savepoint } else { what };
                 self.apply(what);
             }
             _ => self.advance_time(runnable.is_empty()),
         }
-        if !self.faulting() {
+        if self.shape.delete_at == Some(self.step) {
+            self.delete();
+        }
+        if !self.faulting() && !self.deleted {
             self.user_retries_a_refusal();
         }
         let fault = self.faulting() && {
@@ -321,6 +346,17 @@ impl Driver {
             _ => state.now + step,
         };
         state.advance_jobs();
+    }
+
+    /// The user deletes the deployment, as `weir deployment delete` (or `kubectl delete`)
+    /// does: the operator is to stop its job and clusters and then forget it.
+    fn delete(&mut self) {
+        self.deleted = true;
+        let mut state = self.sim.state();
+        if let Some(stored) = state.store.get_mut(NAME) {
+            stored.delete_requested = true;
+        }
+        state.trace.push("user: deletes the deployment".into());
     }
 
     /// After faults, a user whose upgrade was refused applies it again.
@@ -446,15 +482,31 @@ impl Driver {
         if live.len() > 1 {
             state.violation(format!("two jobs of the deployment run at once: {}", live.join(", ")));
         }
+        // Deleted: what it ran was stopped first.
+        if self.deleted && !state.store.contains_key(NAME) {
+            let alive: Vec<u64> = state.clusters.iter().filter(|(_, c)| c.alive).map(|(seq, _)| *seq).collect();
+            if !live.is_empty() || !alive.is_empty() {
+                state.violation(format!(
+                    "the deployment is deleted, yet jobs [{}] and clusters {alive:?} still run",
+                    live.join(", ")
+                ));
+            }
+        }
     }
 
-    /// The newest spec runs: STABLE, its job RUNNING, nothing under way.
+    /// The newest spec runs: STABLE, its job RUNNING, its newest manual savepoint taken (or
+    /// refused with a reason), nothing under way. A deleted deployment is gone.
     fn settled(&self) -> bool {
         let state = self.sim.state();
-        let Some(stored) = state.store.get(NAME) else { return false };
+        let Some(stored) = state.store.get(NAME) else { return self.deleted };
+        if self.deleted {
+            return false;
+        }
         let status = &stored.status;
         let running = state.live_jobs().iter().any(|job| job.state == "RUNNING");
         lifecycle_state(status) == LifecycleState::Stable
+            && status.last_savepoint_nonce == self.nonce
+            && status.pending_savepoint.as_ref().is_none_or(|pending| pending.trigger_type != TriggerType::Manual)
             && status.operation.is_none()
             && status.observed_generation == stored.deployment.metadata.generation
             && status.refused_generation != Some(stored.deployment.metadata.generation)
@@ -520,12 +572,14 @@ enum Apply {
     Upgrade,
     Suspend,
     Resume,
+    /// A new `savepointTriggerNonce`: a manual savepoint.
+    Savepoint,
     /// The same spec again (`weir deployment apply` after a refusal).
     Again,
 }
 
 /// The deployment as the user applies it: version `version` of the job, upgraded in `mode`.
-fn deployment(version: u64, suspended: bool, shape: &Shape) -> WeirDeployment {
+fn deployment(version: u64, suspended: bool, nonce: Option<i64>, shape: &Shape) -> WeirDeployment {
     let mode = shape.mode;
     let mut configuration = serde_json::json!({
         "state.checkpoints.dir": "sim://chk",
@@ -541,7 +595,7 @@ fn deployment(version: u64, suspended: bool, shape: &Shape) -> WeirDeployment {
         configuration["kubernetes.operator.deployment.readiness.timeout"] = "2s".into();
     }
     let state = if suspended { "suspended" } else { "running" };
-    let value = serde_json::json!({
+    let mut value = serde_json::json!({
         "apiVersion": "weir.dev/v1",
         "kind": "WeirDeployment",
         "metadata": { "name": NAME },
@@ -556,6 +610,9 @@ fn deployment(version: u64, suspended: bool, shape: &Shape) -> WeirDeployment {
             }
         }
     });
+    if let Some(nonce) = nonce {
+        value["spec"]["job"]["savepointTriggerNonce"] = nonce.into();
+    }
     match serde_json::from_value(value) {
         Ok(deployment) => deployment,
         Err(error) => unreachable!("the simulation's spec is valid: {error}"),

@@ -21,10 +21,11 @@ rev $C '                if view.is_none()
                     && operation.restore_from.is_none()' '                if view.is_none()
                     && false
                     && operation.restore_from.is_none()'; run "a stop's savepoint looked for when its cluster is gone"; git checkout -q $C
-rev $C '                        self.acting()?;
-                        self.backend.stop(name, seq)?;' '                        self.backend.stop(name, seq)?;'; run "the leadership checked before a cluster is stopped"; git checkout -q $C
+rev $C '            self.acting()?;
+            self.backend.stop(name, seq)?;' '            self.backend.stop(name, seq)?;'; run "the leadership checked before a cluster is stopped"; git checkout -q $C
 rev $C '        self.acting()?;
         let cluster = self.backend.start(name, seq, target)?;' '        let cluster = self.backend.start(name, seq, target)?;'; run "the leadership checked before a cluster is started"; git checkout -q $C
 rev $C '                reconciled.job.upgrade_mode = last.job.upgrade_mode;' '                let _ = &last;'; run "a suspend's mode kept while the deployment stays suspended"; git checkout -q $C
-rev $C '                            continue;' ''; run "a cluster newer than the operation left alone (behind the fence: not expected to be found)"; git checkout -q $C
+rev $C 'left alone");
+                continue;' 'left alone");'; run "a cluster newer than the operation left alone (behind the fence: not expected to be found)"; git checkout -q $C
 git status --short

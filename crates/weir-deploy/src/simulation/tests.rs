@@ -42,6 +42,7 @@ fn a_thousand_seeds_of_two_operators_keep_every_invariant() {
     let base = env_u64("WEIR_DEPLOY_SIM_SEED_BASE").unwrap_or(0);
     let started = std::time::Instant::now();
     let (mut steps, mut generations, mut elections) = (0, 0, 0);
+    let (mut deleted, mut manual_savepoints) = (0, 0);
     for seed in base..base + count {
         let report = run(seed);
         if !report.violations.is_empty() {
@@ -50,9 +51,12 @@ fn a_thousand_seeds_of_two_operators_keep_every_invariant() {
         steps += report.steps;
         generations += report.generations;
         elections += report.elections;
+        deleted += report.trace.iter().filter(|line| line.contains("the store forgets")).count();
+        manual_savepoints += report.trace.iter().filter(|line| line.contains("MANUAL savepoint")).count();
     }
     eprintln!(
-        "{count} seeds from {base}: {steps} steps, {generations} generations applied, {elections} elections, {:.1} s",
+        "{count} seeds from {base}: {steps} steps, {generations} generations applied, {elections} elections, \
+         {deleted} deployments deleted, {manual_savepoints} manual savepoints, {:.1} s",
         started.elapsed().as_secs_f64()
     );
 }

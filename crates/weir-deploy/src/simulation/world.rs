@@ -687,6 +687,7 @@ impl DeploymentStore for Handle {
         let mut state = self.sim.enter(self.actor);
         fenced(&mut state, fence)?;
         state.store.remove(name);
+        state.trace.push(format!("  the store forgets deployment {name}"));
         Ok(())
     }
 
