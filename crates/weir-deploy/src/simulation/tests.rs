@@ -10,14 +10,15 @@ const SEEDS: u64 = 1_000;
 /// - 35: the new job's id is not chosen and recorded before it is submitted, so a job a
 ///   controller submitted and never heard back from is unknown once its cluster dies, and
 ///   the next upgrade restores the job before it;
-/// - 157: a stop-with-savepoint that completed (and committed) while its cluster went away
+/// - 757: a stop-with-savepoint that completed (and committed) while its cluster went away
 ///   is not looked for, and the new job starts from an older checkpoint;
-/// - 102: a suspended deployment's next pass records the spec's mode over the one its
+/// - 258: a suspended deployment's next pass records the spec's mode over the one its
 ///   suspend used, and the resume starts empty;
-/// - 40: a cluster is stopped without the leadership checked first (an operator woken
+/// - 260: a cluster is stopped without the leadership checked first (an operator woken
 ///   after its successor took over stops a cluster);
-/// - 88: a cluster is started without the leadership checked first.
-const REGRESSION_SEEDS: &[u64] = &[35, 40, 88, 102, 157];
+/// - 126: a cluster is started without the leadership checked first (the deployment's
+///   deletion then leaves it running too).
+const REGRESSION_SEEDS: &[u64] = &[35, 126, 258, 260, 757];
 
 fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|value| value.trim().parse().ok())
