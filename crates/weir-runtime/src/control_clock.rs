@@ -40,6 +40,15 @@ impl ControlClock {
             micros.fetch_add(by.as_micros() as u64, Ordering::SeqCst);
         }
     }
+
+    /// Waits `by`: the thread sleeps on the system's clock; a manual clock moves on at once
+    /// (so that a retry loop of a stepped job master replays the same, without waiting).
+    pub fn sleep(&self, by: Duration) {
+        match &self.manual {
+            None => std::thread::sleep(by),
+            Some(_) => self.advance(by),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -56,5 +65,7 @@ mod tests {
         clock.advance(Duration::from_millis(250));
         assert_eq!(clone.now(), start + Duration::from_millis(250));
         assert!(ControlClock::system().now() >= start);
+        clone.sleep(Duration::from_secs(30));
+        assert_eq!(clock.now(), start + Duration::from_millis(30_250));
     }
 }

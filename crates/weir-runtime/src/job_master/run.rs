@@ -466,13 +466,13 @@ impl JobRun {
     /// Where a restart starts, asking the HA store again (for up to half a minute, while this
     /// JobManager leads) when it does not answer.
     fn restart_point(&self) -> Result<Option<(u64, String)>, String> {
-        let deadline = Instant::now() + RESTART_POINT_WAIT_MAX;
+        let deadline = self.clock.now() + RESTART_POINT_WAIT_MAX;
         loop {
             match self.sup.coordinator.restart_point() {
                 Ok(point) => return Ok(point),
-                Err(error) if Instant::now() < deadline && self.leading() => {
+                Err(error) if self.clock.now() < deadline && self.leading() => {
                     tracing::warn!(job_id = %self.master.job_id, %error, "no restart point yet; asking the HA store again");
-                    std::thread::sleep(Duration::from_millis(200));
+                    self.clock.sleep(Duration::from_millis(200));
                 }
                 Err(error) => return Err(error),
             }

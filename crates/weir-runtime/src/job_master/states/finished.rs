@@ -3,7 +3,7 @@
 //! deleted, so no later leader resumes it; only then does the job show FINISHED. FAILED and
 //! CANCELED jobs end through [`end_globally`], which records the result first.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use weir_types::JobStatus;
 
@@ -89,13 +89,13 @@ fn record_result(run: &JobRun, state: JobStatus) -> Recorded {
         failure,
         job_name: Some(run.master.job_name().to_string()),
     };
-    let deadline = Instant::now() + RESULT_WRITE_WAIT_MAX;
+    let deadline = run.clock.now() + RESULT_WRITE_WAIT_MAX;
     loop {
         match ha.finish(&result) {
             Ok(()) => return Recorded::Yes,
-            Err(error) if Instant::now() < deadline && run.leading() => {
+            Err(error) if run.clock.now() < deadline && run.leading() => {
                 tracing::warn!(job_id = %run.master.job_id, %error, "cannot record the job's result in the HA store yet; retrying");
-                std::thread::sleep(RESULT_WRITE_RETRY);
+                run.clock.sleep(RESULT_WRITE_RETRY);
             }
             Err(error) => {
                 tracing::error!(job_id = %run.master.job_id, %error, "cannot record the job's result in the HA store; a new leader may recover it");
