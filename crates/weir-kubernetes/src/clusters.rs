@@ -47,6 +47,21 @@ const MANAGER: &str = "weir-operator";
 const POD_WAIT_MAX: Duration = Duration::from_secs(180);
 /// Longest wait for a pre-flight or submission pod to end.
 const RUNNER_WAIT_MAX: Duration = Duration::from_secs(180);
+/// Longest wait for a pre-flight or a submission exec'd in the JobManager pod (`weir run
+/// --dry-run`, `weir run -d`: a second or two) to end, connection included. An exec whose
+/// end never reaches the operator (no end of its streams, no exit status) held the operator
+/// until the 180 s of a runner pod, while its job ran unobserved; now the step is tried
+/// again (a fixed job id finds the job if the submission went through).
+const EXEC_WAIT_MAX: Duration = Duration::from_secs(30);
+/// How long the exit status may lag behind the end of the exec's output.
+const EXEC_STATUS_WAIT_MAX: Duration = Duration::from_secs(10);
+
+/// What a command exec'd in a pod printed, and whether it exited 0: `None` when its end
+/// was not seen (the wait ran out, or the exit status was lost), so the output may be cut.
+struct ExecOutput {
+    succeeded: Option<bool>,
+    output: String,
+}
 
 /// What a pod of a cluster is for: its component label, its ConfigMap, the binary's
 /// arguments, its CPU and memory.
@@ -397,15 +412,16 @@ impl KubernetesClusters {
     }
 
     /// Runs `args` of `binary` in the running JobManager pod of `cluster` (an exec, which
-    /// needs no pod to be scheduled: a second or two less than [`Self::run_pod`]); whether
-    /// it exited 0, and its output.
+    /// needs no pod to be scheduled: a second or two less than [`Self::run_pod`]); its
+    /// output and whether it exited 0. An error: the exec could not be made (no pod, no
+    /// `pods/exec` permission).
     fn exec_in_jobmanager(
         &self,
         name: &str,
         cluster: &ClusterInfo,
         binary: &str,
         args: Vec<String>,
-    ) -> Result<(bool, String), String> {
+    ) -> Result<ExecOutput, String> {
         let host = rest_host(cluster);
         let pods = self.pods(&Self::selector(name, Some(cluster.seq), Some("jobmanager")))?;
         let pod = pods
@@ -418,20 +434,44 @@ impl KubernetesClusters {
         command.extend(args);
         self.kube.block_on(async {
             use tokio::io::AsyncReadExt as _;
+            use tokio::time::{Instant, timeout_at};
+            let deadline = Instant::now() + EXEC_WAIT_MAX;
+            let unseen = |output: String| {
+                tracing::warn!(deployment = %name, "the exec in pod {pod} did not end within {EXEC_WAIT_MAX:?}");
+                ExecOutput { succeeded: None, output }
+            };
             let params = AttachParams::default().container(CONTAINER).stdin(false).stdout(true).stderr(true);
-            let mut process =
-                api.exec(&pod, command, &params).await.map_err(|e| format!("cannot exec in pod {pod}: {e}"))?;
+            let mut process = match timeout_at(deadline, api.exec(&pod, command, &params)).await {
+                Ok(process) => process.map_err(|e| format!("cannot exec in pod {pod}: {e}"))?,
+                Err(_) => return Ok(unseen(String::new())),
+            };
             let mut stdout = process.stdout().ok_or("the exec has no stdout")?;
             let mut stderr = process.stderr().ok_or("the exec has no stderr")?;
             let status = process.take_status().ok_or("the exec has no status")?;
-            let (mut out, mut err) = (String::new(), String::new());
-            let read = async { tokio::join!(stdout.read_to_string(&mut out), stderr.read_to_string(&mut err)) };
-            let (read_out, read_err) = tokio::time::timeout(RUNNER_WAIT_MAX, read)
-                .await
-                .map_err(|_| format!("the exec in pod {pod} did not end within {RUNNER_WAIT_MAX:?}"))?;
-            read_out.and(read_err).map_err(|e| format!("reading the exec's output in pod {pod}: {e}"))?;
-            let succeeded = status.await.and_then(|s| s.status).as_deref() == Some("Success");
-            Ok((succeeded, out + &err))
+            // Read into buffers that outlive a timeout: what was printed before it is kept.
+            let (mut out, mut err) = (Vec::new(), Vec::new());
+            let read = async { tokio::join!(stdout.read_to_end(&mut out), stderr.read_to_end(&mut err)) };
+            let ended = timeout_at(deadline, read).await;
+            let text =
+                |out: &[u8], err: &[u8]| String::from_utf8_lossy(out).into_owned() + &String::from_utf8_lossy(err);
+            match ended {
+                Ok((Ok(_), Ok(_))) => {}
+                Ok((read_out, read_err)) => {
+                    let error = read_out.and(read_err).err().map(|e| e.to_string()).unwrap_or_default();
+                    tracing::warn!(deployment = %name, "reading the exec's output in pod {pod}: {error}");
+                    return Ok(ExecOutput { succeeded: None, output: text(&out, &err) });
+                }
+                Err(_) => return Ok(unseen(text(&out, &err))),
+            }
+            let status_deadline = deadline.min(Instant::now() + EXEC_STATUS_WAIT_MAX);
+            let succeeded = match timeout_at(status_deadline, status).await {
+                Ok(status) => Some(status.and_then(|s| s.status).as_deref() == Some("Success")),
+                Err(_) => {
+                    tracing::warn!(deployment = %name, "the exec in pod {pod} ended without an exit status");
+                    None
+                }
+            };
+            Ok(ExecOutput { succeeded, output: text(&out, &err) })
         })
     }
 
@@ -792,10 +832,15 @@ impl ClusterBackend for KubernetesClusters {
             }
             args.extend(processes::run_arguments(target));
             match self.exec_in_jobmanager(name, &cluster, binary, args) {
-                Ok((true, output)) => return Ok(output.lines().map(str::to_string).collect()),
-                Ok((false, output)) => {
+                Ok(ExecOutput { succeeded: Some(true), output }) => {
+                    return Ok(output.lines().map(str::to_string).collect());
+                }
+                Ok(ExecOutput { succeeded: Some(false), output }) => {
                     return Err(processes::last_line(output.as_bytes())
                         .unwrap_or_else(|| "the pre-flight failed with no message".into()));
+                }
+                Ok(ExecOutput { succeeded: None, .. }) => {
+                    tracing::info!(deployment = %name, "the pre-flight's exec did not end; running it in a pod of its own")
                 }
                 Err(error) => tracing::info!(deployment = %name, %error, "running the pre-flight in a pod of its own"),
             }
@@ -842,17 +887,37 @@ impl ClusterBackend for KubernetesClusters {
         // In the new JobManager pod (it runs the target's image); a pod of its own when the
         // exec is refused (no `pods/exec` permission, say).
         let logs = match self.exec_in_jobmanager(name, cluster, binary, args.clone()) {
-            Ok((_, output)) => output,
+            Ok(ExecOutput { output, succeeded }) => {
+                if let Some(id) = submitted_job_id(&output) {
+                    return Ok(id);
+                }
+                if succeeded.is_none() {
+                    // Not known whether it was submitted: the controller tries the step
+                    // again, and finds the job if it was (its id is fixed beforehand).
+                    return Err(format!(
+                        "the submission exec'd in the JobManager pod did not end within {EXEC_WAIT_MAX:?}{}",
+                        processes::last_line(output.as_bytes())
+                            .map(|l| format!(" (it printed: {l})"))
+                            .unwrap_or_default()
+                    ));
+                }
+                output
+            }
             Err(error) => {
                 tracing::info!(deployment = %name, %error, "submitting from a pod of its own instead");
                 self.run_pod(name, cluster.seq, target, &config_map, args)?.1
             }
         };
-        if let Some(id) = logs.lines().find_map(|l| l.strip_prefix("Job has been submitted with JobID ")) {
-            return Ok(id.trim().to_string());
+        if let Some(id) = submitted_job_id(&logs) {
+            return Ok(id);
         }
         Err(processes::last_line(logs.as_bytes()).unwrap_or_else(|| "the submission pod printed nothing".into()))
     }
+}
+
+/// The job id `weir run` printed on submitting a job (as `flink run` prints it).
+fn submitted_job_id(output: &str) -> Option<String> {
+    output.lines().find_map(|l| l.strip_prefix("Job has been submitted with JobID ")).map(|id| id.trim().to_string())
 }
 
 /// Whether `target`'s JobManager creates its TaskManager pods (`spec.mode: native`).
@@ -991,5 +1056,12 @@ mod tests {
         assert_eq!(memory_quantity("2g"), "2Gi");
         assert_eq!(memory_quantity("512Mi"), "512Mi");
         assert_eq!(memory_quantity("1.5G"), "1.5Gi");
+    }
+
+    #[test]
+    fn the_submitted_job_id_is_read_from_what_weir_run_printed_even_when_cut() {
+        let printed = "Job has been submitted with JobID 6f2a62c1d0e84b3f9a1b2c3d4e5f6a7b\nWaiting for";
+        assert_eq!(submitted_job_id(printed).as_deref(), Some("6f2a62c1d0e84b3f9a1b2c3d4e5f6a7b"));
+        assert_eq!(submitted_job_id("error: cannot reach the JobManager"), None);
     }
 }
