@@ -216,15 +216,21 @@ fn wait_status(
             return resource;
         }
         if Instant::now() > deadline {
-            let diagnostics = ns.diagnostics();
-            panic!(
-                "waited {STATE_MAX:?} for {what}; its status: {}\n{diagnostics}\noperator log:\n{}\nthe resource: {resource:#}",
-                resource["status"],
-                operator.log(),
-            );
+            give_up(ns, operator, &format!("waited {STATE_MAX:?} for {what}"), &resource);
         }
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// Fails the test: its status first (CI shows the beginning and the end of a long failure),
+/// then the pods' diagnostics (also kept in a file), the operator's log, the whole resource.
+fn give_up(ns: &Namespace, operator: &dyn OperatorLog, what: &str, resource: &serde_json::Value) -> ! {
+    let diagnostics = ns.diagnostics();
+    panic!(
+        "{what}; its status: {}\n{diagnostics}\noperator log:\n{}\nthe resource: {resource:#}",
+        resource["status"],
+        operator.log()
+    );
 }
 
 fn stable_at(resource: &serde_json::Value, generation: u64) -> bool {
@@ -247,12 +253,7 @@ fn wait_finished_exactly_once_of(ns: &Namespace, operator: &dyn OperatorLog, out
             break;
         }
         if Instant::now() > deadline {
-            let diagnostics = ns.diagnostics();
-            panic!(
-                "the job did not finish within {JOB_MAX:?}; its status: {}\n{diagnostics}\noperator log:\n{}\nthe resource: {resource:#}",
-                resource["status"],
-                operator.log(),
-            );
+            give_up(ns, operator, &format!("the job did not finish within {JOB_MAX:?}"), &resource);
         }
         std::thread::sleep(Duration::from_millis(200));
     }
