@@ -2,7 +2,8 @@
 //! ConfigMap (`kubernetes`): leader election among JobManagers ([`election`]), and what a new
 //! leader recovers jobs from ([`store`]), with every key built in [`layout`], on a store with
 //! etcd's semantics ([`kv`]): etcd reached through its JSON gateway ([`etcd`]), or the
-//! ConfigMap store of `weir-kubernetes`.
+//! ConfigMap store of `weir-kubernetes`, or held in memory for tests that step a job master
+//! by hand ([`memory`]).
 //!
 //! The design follows Flink's ZooKeeper and Kubernetes HA services: the coordination service
 //! holds small pointers, the blobs go to `high-availability.storageDir`. What weir adds: the
@@ -14,6 +15,7 @@ pub mod election;
 pub mod etcd;
 pub mod kv;
 pub mod layout;
+pub mod memory;
 pub mod store;
 pub mod testing;
 

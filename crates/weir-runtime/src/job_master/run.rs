@@ -350,7 +350,18 @@ impl JobRun {
         // SCHEDULED while the executor finds slots, then DEPLOYING.
         self.reset_subtasks(region, &metrics, ExecutionState::Scheduled);
         let spec = self.attempt_spec(attempt, region, restore, task_events, metrics);
-        let handle = self.dep.executor.start(spec)?;
+        let handle = self.dep.executor.start(spec).inspect_err(|_| {
+            // Never deployed: its subtasks end here, or a restart would wait for them forever.
+            self.master.update(|record| {
+                for (vertex, subtasks) in record.subtasks.iter_mut().enumerate() {
+                    if self.dep.in_region(vertex, region) {
+                        for subtask in subtasks.iter_mut().filter(|s| !s.history.current().is_terminal()) {
+                            let _ = subtask.history.transition(ExecutionState::Failed, now_ms());
+                        }
+                    }
+                }
+            })
+        })?;
         self.master.update(|record| {
             for (vertex, subtasks) in record.subtasks.iter_mut().enumerate() {
                 if self.dep.in_region(vertex, region) {
@@ -449,15 +460,14 @@ impl JobRun {
                     return;
                 }
                 Err(cause) => {
+                    // A failure the restart strategy decides on, as a subtask's is (the HA
+                    // store not answering once must not fail a job with restarts left).
                     let master = Arc::clone(&self.master);
-                    master.update(|record| {
-                        record.failure_cause = Some(cause);
-                        master.transition_job(record, JobStatus::Failing);
-                        self.stop_tasks();
-                        mark_canceling(record, |_| true);
-                    });
-                    self.sup.region_restarts.clear();
-                    return;
+                    master.update(|record| self.on_failure(record, Some(region), "the restart", &cause));
+                    if master.status() != JobStatus::Running {
+                        self.sup.region_restarts.clear();
+                        return;
+                    }
                 }
             }
         }
@@ -498,32 +508,27 @@ impl JobRun {
     }
 
     /// Ends the job CANCELED when a cancel arrived while it was being deployed.
+    /// A cancel stopped the deploy: CANCELLING if the job showed RUNNING (its end, CANCELED,
+    /// is recorded before it shows: `finished::end_before_start`).
     pub(super) fn cancel_before_start(&self) {
         let master = &self.master;
         master.update(|record| {
-            if matches!(record.history.current(), JobStatus::Running | JobStatus::Created | JobStatus::Restarting) {
+            if record.history.current() == JobStatus::Running {
                 master.transition_job(record, JobStatus::Cancelling);
-                mark_canceling(record, |_| true);
             }
-            if record.history.current() == JobStatus::Cancelling {
-                master.transition_job(record, JobStatus::Canceled);
-            }
+            mark_canceling(record, |_| true);
         });
     }
 
+    /// The deploy failed with `cause`: FAILING if the job showed RUNNING (its end, FAILED,
+    /// is recorded before it shows: `finished::end_before_start`).
     pub(super) fn fail_before_start(&self, cause: String) {
         let master = &self.master;
-        if !self.leading() {
-            // Not this JobManager's job any more: the new leader decides.
-            master.update(|record| master.transition_job(record, JobStatus::Suspended));
-            return;
-        }
         master.update(|record| {
             record.failure_cause = Some(cause);
             if matches!(record.history.current(), JobStatus::Running | JobStatus::Reconciling) {
                 master.transition_job(record, JobStatus::Failing);
             }
-            master.transition_job(record, JobStatus::Failed);
         });
     }
 
@@ -927,7 +932,10 @@ impl JobRun {
             FailurePlan::RestartJob { delay } => {
                 tracing::warn!(job_id = %self.master.job_id, task = %what, error = %error, delay_ms = delay.as_millis() as u64, "failure; restarting the job");
                 self.sup.pending_restart = Some(delay);
-                self.master.transition_job(record, JobStatus::Restarting);
+                // A restart that failed before it deployed is RESTARTING already.
+                if record.history.current() != JobStatus::Restarting {
+                    self.master.transition_job(record, JobStatus::Restarting);
+                }
                 self.stop_tasks();
                 mark_canceling(record, |_| true);
             }

@@ -268,24 +268,33 @@ fn enter(mut run: JobRun, recovered: bool) -> (JobRun, State) {
     master.update(|record| master.transition_job(record, JobStatus::Running));
     match first_deploy(&mut run) {
         Ok(()) => (run, State::Running),
-        Err(()) => (run, State::Ended),
+        Err(ended) => (run, ended),
     }
 }
 
-/// Deploys the first round; a failure ends the job before it ran (CANCELED when a cancel
-/// stopped the wait for slots, else FAILED).
-pub(super) fn first_deploy(run: &mut JobRun) -> Result<(), ()> {
-    if let Err(error) = run.deploy_round() {
-        run.stop_tasks();
-        if matches!(error, TaskError::Cancelled)
-            && run.master.cancel_requested.load(std::sync::atomic::Ordering::SeqCst)
-        {
-            run.cancel_before_start();
-        } else {
-            run.fail_before_start(error.to_string());
-        }
-        run.join_handles();
-        return Err(());
+/// Deploys the first round; a failure ends the job before it ran ([`deploy_failed`]): the
+/// state it ends in is the error.
+pub(super) fn first_deploy(run: &mut JobRun) -> Result<(), State> {
+    run.deploy_round().map_err(|error| deploy_failed(run, error))
+}
+
+/// Ends a job whose deploy failed with `error` before it ran: CANCELED when a cancel stopped
+/// the wait for slots, else FAILED, recorded in the HA store before it shows (a job shown
+/// ended never runs again under a later leader); SUSPENDED when another leader decides.
+pub(super) fn deploy_failed(run: &mut JobRun, error: TaskError) -> State {
+    run.stop_tasks();
+    run.join_handles();
+    if !run.leading() {
+        return State::Suspended;
     }
-    Ok(())
+    let cancelled =
+        matches!(error, TaskError::Cancelled) && run.master.cancel_requested.load(std::sync::atomic::Ordering::SeqCst);
+    let terminal = if cancelled {
+        run.cancel_before_start();
+        JobStatus::Canceled
+    } else {
+        run.fail_before_start(error.to_string());
+        JobStatus::Failed
+    };
+    super::finished::end_before_start(run, terminal)
 }

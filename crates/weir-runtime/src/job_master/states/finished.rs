@@ -51,6 +51,12 @@ pub(super) fn end_globally(run: &JobRun) -> State {
     end_recorded(run, terminal, |_, _| {})
 }
 
+/// Ends a job whose deploy did not go through (`created::first_deploy`) in `terminal` once
+/// its result is in the HA store, as [`end_globally`] does.
+pub(super) fn end_before_start(run: &JobRun, terminal: JobStatus) -> State {
+    end_recorded(run, terminal, |_, _| {})
+}
+
 /// Records the job's result as `terminal`, then shows the job so and runs `then` in the same
 /// update; a JobManager that lost its leadership before the write suspends the job instead.
 fn end_recorded(run: &JobRun, terminal: JobStatus, then: impl FnOnce(&mut JobRecord, Recorded)) -> State {

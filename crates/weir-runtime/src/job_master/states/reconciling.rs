@@ -89,7 +89,7 @@ fn enter(run: &mut JobRun) -> Option<State> {
     master.update(|record| master.transition_job(record, JobStatus::Running));
     Some(match super::created::first_deploy(run) {
         Ok(()) => State::Running,
-        Err(()) => State::Ended,
+        Err(ended) => ended,
     })
 }
 

@@ -4,11 +4,13 @@
 //! and deploys the next attempt: RUNNING again.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use weir_api::error::TaskError;
 use weir_types::JobStatus;
 
-use super::created::first_deploy;
+use super::created::deploy_failed;
 use super::{Poll, State, drained, on_draining_event, state_of};
 use crate::job_master::MasterEvent;
 use crate::job_master::run::{Incoming, JobRun, SUPERVISOR_TICK};
@@ -87,23 +89,37 @@ fn on_event_while_waiting(run: &mut JobRun, incoming: Incoming) -> Option<State>
     None
 }
 
-/// Restores the newest completed checkpoint and deploys the next attempt.
+/// Restores the newest completed checkpoint and deploys the next attempt. Not reading the
+/// restart point (the HA store did not answer) or not deploying (the executor, or the HA
+/// store recording the attempt number) is a failure the restart strategy decides on, as a
+/// subtask's is: the job restarts again after its delay, or goes FAILING and records its
+/// result. (It ended FAILED at once, with restarts left and its result unrecorded, so a new
+/// leader would have run it again.)
 fn restart(run: &mut JobRun) -> State {
     match run.restore_for_restart() {
         Ok(Some(latest)) => run.restore = Some(latest),
         Ok(None) => {}
         // Its leadership ended while it asked the HA store: the next leader restarts it.
         Err(_) if !run.leading() => return State::Suspended,
-        Err(cause) => {
-            run.fail_before_start(cause);
-            return State::Ended;
-        }
+        Err(cause) => return restart_failed(run, "reading the restart point", &cause),
     }
     tracing::info!(job_id = %run.master.job_id, attempt = run.sup.next_attempt, "restarting the job");
     let master = Arc::clone(&run.master);
     master.update(|record| master.transition_job(record, JobStatus::Running));
-    match first_deploy(run) {
-        Ok(()) => State::Running,
-        Err(()) => State::Ended,
+    let Err(error) = run.deploy_round() else { return State::Running };
+    let cancelled = matches!(error, TaskError::Cancelled) && master.cancel_requested.load(Ordering::SeqCst);
+    if cancelled || !run.leading() {
+        // A cancel stopped the wait for slots (CANCELED), or another leader decides.
+        return deploy_failed(run, error);
     }
+    run.stop_tasks();
+    run.join_handles();
+    restart_failed(run, "deploying the restarted job", &error.to_string())
+}
+
+/// The restart strategy decides on a restart that failed (`what` failed with `error`).
+fn restart_failed(run: &mut JobRun, what: &str, error: &str) -> State {
+    let master = Arc::clone(&run.master);
+    master.update(|record| run.on_failure(record, None, what, error));
+    state_of(master.status(), run)
 }

@@ -3,6 +3,7 @@
 //! through the attempt's own channel) and the user (cancel), and looks at the job after each
 //! settled step. `random.rs` plays the subtasks at random, seed by seed.
 
+mod flaky_ha;
 mod lineage;
 mod random;
 
@@ -35,6 +36,15 @@ impl AttemptHandle for Joined {
     fn join(self: Box<Self>) {}
 }
 
+/// Deploys nothing, ever: no slots.
+struct RefusingExecutor;
+
+impl Executor for RefusingExecutor {
+    fn start(&self, _: AttemptSpec) -> Result<Box<dyn AttemptHandle>, TaskError> {
+        Err(TaskError::Internal("no slots for the job".into()))
+    }
+}
+
 impl Executor for RecordingExecutor {
     fn start(&self, spec: AttemptSpec) -> Result<Box<dyn AttemptHandle>, TaskError> {
         self.attempts.lock().unwrap().push(spec);
@@ -62,11 +72,20 @@ impl SteppedJob {
     /// The job `env` builds, created and deployed (RUNNING) under `settings`, its attempts
     /// recorded instead of run.
     pub(super) fn of(env: &StreamExecutionEnvironment, settings: JobSettings) -> SteppedJob {
+        SteppedJob::of_job(JobId::generate(), env, settings)
+    }
+
+    /// [`SteppedJob::of`] with the job's id chosen by the caller (its HA keys name it).
+    pub(super) fn of_job(job_id: JobId, env: &StreamExecutionEnvironment, settings: JobSettings) -> SteppedJob {
         let graph = env.build("stepped").unwrap();
         let attempts = Arc::new(Mutex::new(Vec::new()));
-        let executor = RecordingExecutor { attempts: Arc::clone(&attempts) };
-        let settings = JobSettings { executor: Some(Arc::new(executor)), clock: ControlClock::manual(), ..settings };
-        let (master, events) = JobMaster::accept(JobId::generate(), &graph, &settings, "test-jobmanager");
+        // The test's own executor, if it brings one (then no attempt is recorded).
+        let executor = settings.executor.clone().unwrap_or_else(|| {
+            let recording: Arc<dyn Executor> = Arc::new(RecordingExecutor { attempts: Arc::clone(&attempts) });
+            recording
+        });
+        let settings = JobSettings { executor: Some(executor), clock: ControlClock::manual(), ..settings };
+        let (master, events) = JobMaster::accept(job_id, &graph, &settings, "test-jobmanager");
         let (run, state) = created::run(Arc::clone(&master), graph, settings, events).expect("the job is created");
         let mut job = SteppedJob { master, run: Some(run), state, attempts };
         job.settle();
@@ -268,4 +287,26 @@ fn a_job_whose_subtasks_all_finished_is_finished() {
     job.settle();
     assert_eq!(job.status(), JobStatus::Finished);
     assert!(matches!(job.state, State::Ended));
+}
+
+/// A job whose first deploy fails shows FAILED only once its result is in the HA store: it
+/// was recorded as submitted, and a new leader would otherwise recover it and run it again.
+#[test]
+fn a_job_whose_deploy_fails_is_failed_with_its_result_recorded_in_the_ha_store() {
+    let env = StreamExecutionEnvironment::new();
+    pipeline(&env);
+    let job_id = JobId::generate();
+    let dir = tempfile::tempdir().unwrap();
+    let storage = format!("file://{}/ha", dir.path().display());
+    let (ha, job_ha) = flaky_ha::PlayedHa::new(job_id, storage, weir_types::seeded::SeededRng::new(1));
+    let settings = JobSettings {
+        executor: Some(Arc::new(RefusingExecutor)),
+        ha: Some(job_ha),
+        restart: restarts(3, Duration::ZERO),
+        ..JobSettings::with_parallelism(2)
+    };
+    let job = SteppedJob::of_job(job_id, &env, settings);
+    assert_eq!(job.status(), JobStatus::Failed);
+    assert!(job.master.failure_cause().unwrap_or_default().contains("no slots"));
+    assert!(ha.records_result(), "FAILED without its result in the HA store");
 }

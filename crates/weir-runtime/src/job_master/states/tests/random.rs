@@ -15,6 +15,10 @@
 //!   budget is spent;
 //! - each region's committed records are 1..=n, none twice, and a FINISHED job committed
 //!   every record its sources had;
+//! - with high availability (half the seeds: the real HA job store on a memory store whose
+//!   calls fail, or lose their answer, at random while faults run): an attempt restores only
+//!   a checkpoint the HA store records, a barrier's id is below the recorded checkpoint
+//!   counter, and an ended job's result is recorded;
 //!
 //! and once failures stop, the job ends (liveness). A failure names its seed and prints the
 //! trace; `JOB_MASTER_SEED=n cargo test -p weir-runtime --lib random_subtasks` replays it.
@@ -28,8 +32,9 @@ use weir_api::graph::NodeRole;
 use weir_api::prelude::*;
 use weir_api::snapshot::{BarrierKind, TaskControl};
 use weir_types::seeded::SeededRng;
-use weir_types::{ExecutionState, JobStatus, Lifecycle};
+use weir_types::{ExecutionState, JobId, JobStatus, Lifecycle};
 
+use super::flaky_ha::PlayedHa;
 use super::lineage::{Lineage, TakenBarrier};
 use super::{SteppedJob, pipeline};
 use crate::checkpointing::CheckpointSettings;
@@ -107,6 +112,8 @@ struct Play {
     lineages: BTreeMap<Option<usize>, Lineage>,
     /// Where checkpoints and savepoints go.
     dir: tempfile::TempDir,
+    /// The HA store, on HA seeds.
+    ha: Option<PlayedHa>,
     trace: Vec<String>,
 }
 
@@ -147,9 +154,25 @@ impl Play {
             savepoints_url: Some(format!("file://{}/savepoints", dir.path().display())),
             ..CheckpointSettings::default()
         };
-        let settings =
-            JobSettings { restart, failover_full: !regions, checkpointing, ..JobSettings::with_parallelism(2) };
-        let job = SteppedJob::of(&env, settings);
+        // High availability draws from a stream of its own: the other choices of a seed, and
+        // the seeds mutations.sh prints, stay as they were without it.
+        let mut ha_rng = SeededRng::new(seed ^ 0x6861_5f66_6c61_6b79);
+        let job_id = JobId::generate();
+        let (ha, job_ha) = match ha_rng.one_in(2) {
+            true => {
+                let (played, job_ha) = PlayedHa::new(job_id, format!("file://{}/ha", dir.path().display()), ha_rng);
+                (Some(played), Some(job_ha))
+            }
+            false => (None, None),
+        };
+        let settings = JobSettings {
+            restart,
+            failover_full: !regions,
+            checkpointing,
+            ha: job_ha,
+            ..JobSettings::with_parallelism(2)
+        };
+        let job = SteppedJob::of_job(job_id, &env, settings);
         let first_attempts = job.attempts.lock().unwrap().len();
         let mut play = Play {
             rng,
@@ -163,7 +186,11 @@ impl Play {
             checkpoints,
             lineages: BTreeMap::new(),
             dir,
-            trace: vec![format!("regions: {regions}, restart budget: {restart_budget:?}, checkpoints: {checkpoints}")],
+            trace: vec![format!(
+                "regions: {regions}, restart budget: {restart_budget:?}, checkpoints: {checkpoints}, HA: {}",
+                ha.is_some()
+            )],
+            ha,
         };
         play.see_new_attempts();
         play
@@ -188,6 +215,11 @@ impl Play {
                 ));
             }
             let restored = spec.restore.as_ref().map(|r| r.metadata.checkpoint_id);
+            if let (Some(ha), Some(id)) = (&self.ha, restored)
+                && !ha.records_checkpoint(id)
+            {
+                return Some(format!("attempt {number} restores checkpoint {id}, which the HA store does not record"));
+            }
             self.trace
                 .push(format!("attempt {number} deployed (region {:?}, restoring {restored:?})", region_of(spec)));
             if let Err(broken) = self.lineages.entry(region_of(spec)).or_default().start(number, restored) {
@@ -303,6 +335,19 @@ impl Play {
         for message in messages {
             match message {
                 TaskControl::TriggerCheckpoint(barrier) if source => {
+                    // An id is handed out only once the HA store's counter is past it (a new
+                    // leader goes on from the counter: it must never reuse one).
+                    if let Some(ha) = &self.ha
+                        && !self.job.status().is_terminal()
+                    {
+                        let next = ha.next_checkpoint_id();
+                        if next.is_none_or(|next| next <= barrier.checkpoint_id) {
+                            return Err(format!(
+                                "barrier {} taken while the HA store's next checkpoint id is {next:?}",
+                                barrier.checkpoint_id
+                            ));
+                        }
+                    }
                     let savepoint = matches!(barrier.kind, BarrierKind::Savepoint { .. });
                     let taken = TakenBarrier { id: barrier.checkpoint_id, after_end: sources_ended, savepoint };
                     lineage.barrier(attempt, taken, barrier.terminates());
@@ -410,8 +455,12 @@ impl Play {
         let restarts_pending = self.job.run.as_ref().is_some_and(|run| !run.sup.region_restarts.is_empty())
             || status != JobStatus::Running;
         let restarts = record.restarts as usize;
+        // A deploy the HA store failed is a restart that deployed nothing.
+        let failed_deploys = self.ha.as_ref().map_or(0, PlayedHa::failed_deploys);
         // A region restart deploys one attempt, a whole-job restart one per region.
-        if redeployed > restarts * self.first_attempts || (!restarts_pending && redeployed < restarts) {
+        if redeployed > restarts * self.first_attempts
+            || (!restarts_pending && redeployed + failed_deploys < restarts)
+        {
             return Err(format!("{deployed} attempts deployed but {restarts} restarts counted (job {status})"));
         }
         for (region, lineage) in &self.lineages {
@@ -429,6 +478,9 @@ impl Play {
                     ));
                 }
             }
+        }
+        if self.ha.as_ref().is_some_and(|ha| !ha.records_result()) {
+            return Err(format!("job {status}, but its result is not in the HA store (a new leader would run it again)"));
         }
         if let Some(alive) = self.subtasks.iter().find(|s| s.stage != Stage::Ended) {
             return Err(format!(
@@ -454,7 +506,14 @@ impl Play {
 fn play(seed: u64) -> Result<Vec<String>, (String, Vec<String>)> {
     let mut play = Play::new(seed);
     for step in 0..MAX_STEPS {
-        let checked = match (play.act(step < FAULT_STEPS), play.see_new_attempts()) {
+        if let Some(ha) = &play.ha {
+            ha.faults(step < FAULT_STEPS);
+        }
+        let acted = play.act(step < FAULT_STEPS);
+        if let Some(ha) = &play.ha {
+            play.trace.extend(ha.drain_log());
+        }
+        let checked = match (acted, play.see_new_attempts()) {
             (Err(broken), _) | (Ok(()), Some(broken)) => Err(broken),
             (Ok(()), None) => play.check(),
         };
@@ -534,6 +593,8 @@ fn random_subtasks_commit_every_record_once_never_meet_two_attempts_of_a_region_
                     ("savepoints", "(stop: false): Ok"),
                     ("stops", "(stop: true): Ok"),
                     ("barriers", "takes barrier"),
+                    ("HA", "HA: true"),
+                    ("HA flakes", "HA write"),
                 ] {
                     if trace.iter().any(|line| line.contains(needle)) {
                         *ends.entry(format!("seeds with {what}")).or_insert(0) += 1;
