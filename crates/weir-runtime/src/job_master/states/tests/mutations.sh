@@ -26,6 +26,9 @@ rev $S/run.rs ' && !self.sup.finishing);' ');'; run "a failure after Finish went
 rev $S/checkpoint_outcomes.rs '    if completion.commits() {' '    if true {'; run "an intermediate savepoint commits nothing"; git checkout -q $S
 rev $S/checkpoint_outcomes.rs '        actions.push(OutcomeAction::Finish);' ''; run "the final checkpoint's completion sends Finish"; git checkout -q $S
 rev $S/run.rs '                        OutcomeAction::Abort(_) if !region_restart => {}' '                        OutcomeAction::Abort(_) => {}'; run "a region restart announces the aborted checkpoints to the other regions"; git checkout -q $S
+rev $S/states/restarting.rs '    restart_failed(run, "deploying the restarted job", &error.to_string())' '    deploy_failed(run, error)'; run "a restart whose deploy failed goes to the restart strategy"; git checkout -q $S
+rev $S/run.rs '                    master.update(|record| self.on_failure(record, Some(region), "the restart", &cause));' '                    master.update(|record| { record.failure_cause = Some(cause.clone()); master.transition_job(record, JobStatus::Failing); self.stop_tasks(); mark_canceling(record, |_| true); });'; run "a region restart whose deploy failed goes to the restart strategy"; git checkout -q $S
+rev $S/states/finished.rs '    let recorded = record_result(run, terminal);' '    let recorded = Recorded::Yes;'; run "an ended job's result is recorded before it shows"; git checkout -q $S
 C=crates/weir-runtime/src/checkpointing/book.rs
 rev $C '        if self.pending.values().any(|p| p.request.is_stop()) {' '        if false {'; run "no periodic checkpoint while a stop is in flight"; git checkout -q $C
 git status --short
