@@ -7,6 +7,7 @@ mod flaky_ha;
 mod lineage;
 mod random;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -25,9 +26,14 @@ use crate::job_master::run::{Incoming, SUPERVISOR_TICK};
 use crate::job_settings::JobSettings;
 use crate::restart::RestartStrategyConfig;
 
-/// Deploys nothing: keeps each attempt's spec so the test can speak for its subtasks.
+/// Deploys nothing: keeps each attempt's spec so the test can speak for its subtasks, or
+/// refuses to start it (no slots) when the test said so.
 struct RecordingExecutor {
     attempts: Arc<Mutex<Vec<AttemptSpec>>>,
+    /// Starts still to refuse.
+    refusals: Arc<AtomicUsize>,
+    /// Starts refused so far.
+    refused: Arc<AtomicUsize>,
 }
 
 struct Joined;
@@ -47,6 +53,10 @@ impl Executor for RefusingExecutor {
 
 impl Executor for RecordingExecutor {
     fn start(&self, spec: AttemptSpec) -> Result<Box<dyn AttemptHandle>, TaskError> {
+        if self.refusals.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok() {
+            self.refused.fetch_add(1, Ordering::SeqCst);
+            return Err(TaskError::Internal("played: the executor found no slots".into()));
+        }
         self.attempts.lock().unwrap().push(spec);
         Ok(Box::new(Joined))
     }
@@ -59,6 +69,10 @@ pub(super) struct SteppedJob {
     pub(super) state: State,
     /// Every attempt deployed, in order.
     pub(super) attempts: Arc<Mutex<Vec<AttemptSpec>>>,
+    /// Starts the executor is to refuse.
+    pub(super) refusals: Arc<AtomicUsize>,
+    /// Starts it refused.
+    pub(super) refused: Arc<AtomicUsize>,
 }
 
 impl SteppedJob {
@@ -79,15 +93,20 @@ impl SteppedJob {
     pub(super) fn of_job(job_id: JobId, env: &StreamExecutionEnvironment, settings: JobSettings) -> SteppedJob {
         let graph = env.build("stepped").unwrap();
         let attempts = Arc::new(Mutex::new(Vec::new()));
+        let (refusals, refused) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
         // The test's own executor, if it brings one (then no attempt is recorded).
         let executor = settings.executor.clone().unwrap_or_else(|| {
-            let recording: Arc<dyn Executor> = Arc::new(RecordingExecutor { attempts: Arc::clone(&attempts) });
+            let recording: Arc<dyn Executor> = Arc::new(RecordingExecutor {
+                attempts: Arc::clone(&attempts),
+                refusals: Arc::clone(&refusals),
+                refused: Arc::clone(&refused),
+            });
             recording
         });
         let settings = JobSettings { executor: Some(executor), clock: ControlClock::manual(), ..settings };
         let (master, events) = JobMaster::accept(job_id, &graph, &settings, "test-jobmanager");
         let (run, state) = created::run(Arc::clone(&master), graph, settings, events).expect("the job is created");
-        let mut job = SteppedJob { master, run: Some(run), state, attempts };
+        let mut job = SteppedJob { master, run: Some(run), state, attempts, refusals, refused };
         job.settle();
         job
     }

@@ -96,6 +96,9 @@ enum Move {
 
 struct Play {
     rng: SeededRng,
+    /// The executor's refusals draw from a stream of their own (the other choices of a seed
+    /// stay as they were without them).
+    executor_rng: SeededRng,
     job: SteppedJob,
     subtasks: Vec<PlayedSubtask>,
     /// Attempts whose subtasks are in `subtasks`.
@@ -176,6 +179,7 @@ impl Play {
         let first_attempts = job.attempts.lock().unwrap().len();
         let mut play = Play {
             rng,
+            executor_rng: SeededRng::new(seed ^ 0x7265_6675_7365_7321),
             job,
             subtasks: Vec::new(),
             known_attempts: 0,
@@ -254,6 +258,14 @@ impl Play {
     /// One move of the test: a subtask acts, or the user cancels or asks for a savepoint;
     /// then the master settles.
     fn act(&mut self, faults: bool) -> Result<(), String> {
+        if faults && self.executor_rng.one_in(250) {
+            // No slots for the next attempt: a restart that cannot deploy.
+            self.job.refusals.store(1, Ordering::SeqCst);
+            self.trace.push("the executor will refuse its next start".into());
+        }
+        if !faults {
+            self.job.refusals.store(0, Ordering::SeqCst);
+        }
         if faults && !self.cancelled && self.rng.one_in(1500) {
             self.cancelled = true;
             let answer = self.job.master.cancel();
@@ -455,8 +467,9 @@ impl Play {
         let restarts_pending = self.job.run.as_ref().is_some_and(|run| !run.sup.region_restarts.is_empty())
             || status != JobStatus::Running;
         let restarts = record.restarts as usize;
-        // A deploy the HA store failed is a restart that deployed nothing.
-        let failed_deploys = self.ha.as_ref().map_or(0, PlayedHa::failed_deploys);
+        // A deploy the HA store or the executor failed is a restart that deployed nothing.
+        let failed_deploys = self.ha.as_ref().map_or(0, PlayedHa::failed_deploys)
+            + self.job.refused.load(Ordering::SeqCst) * self.first_attempts;
         // A region restart deploys one attempt, a whole-job restart one per region.
         if redeployed > restarts * self.first_attempts
             || (!restarts_pending && redeployed + failed_deploys < restarts)
@@ -595,6 +608,7 @@ fn random_subtasks_commit_every_record_once_never_meet_two_attempts_of_a_region_
                     ("barriers", "takes barrier"),
                     ("HA", "HA: true"),
                     ("HA flakes", "HA write"),
+                    ("refused starts", "will refuse"),
                 ] {
                     if trace.iter().any(|line| line.contains(needle)) {
                         *ends.entry(format!("seeds with {what}")).or_insert(0) += 1;
