@@ -759,22 +759,38 @@ impl Controller {
             self.backend.stop(name, seq)?;
         }
         self.world.crash_point("operator-after-cluster-stopped");
-        // (A stateful recovery: one of a stateless deployment starts empty.)
-        if operation.kind == OperationKind::Recover && operation.restore_from.is_some() {
-            // Only now that none of its processes runs is the job's newest
-            // checkpoint final: a JobManager that was going away (a pod being
-            // deleted) can still complete, and commit, one after the controller
-            // saw it gone.
-            let job_id = status.job_status.job_id.clone().unwrap_or_default();
-            let newest = [self.current_job_checkpoint(name, status, None), operation.restore_from.clone()];
-            if let Some(newest) =
-                newest_checkpoint_of(&job_id, newest).or_else(|| status.job_status.restored_from.clone())
-            {
-                operation.restore_from = Some(newest);
-            }
-        }
+        self.restart_from_the_final_checkpoint(name, status, operation);
         status.cluster_info = None;
         Ok(())
+    }
+
+    /// Only once none of its processes runs is the job's newest checkpoint final: a
+    /// JobManager that was going away (a pod being deleted), or that came back (with high
+    /// availability its pod restarts and recovers the job), can complete, and commit, a
+    /// checkpoint after the controller chose where the next job starts. An operation that
+    /// starts from one of the job's own checkpoints (a last-state upgrade, suspend or
+    /// rollback, a recovery) takes the newest now; a savepoint stays as it is.
+    fn restart_from_the_final_checkpoint(&self, name: &str, status: &mut DeploymentStatus, operation: &mut Operation) {
+        let job_id = status.job_status.job_id.clone().unwrap_or_default();
+        let chosen = operation.restore_from.clone();
+        let own_checkpoint = chosen.as_deref().is_some_and(|path| checkpoint_id_of(&job_id, path).is_some());
+        // (A stateful recovery: one of a stateless deployment starts empty.)
+        let recovery = operation.kind == OperationKind::Recover && chosen.is_some();
+        if !own_checkpoint && !recovery {
+            return;
+        }
+        let newest = newest_checkpoint_of(&job_id, [self.current_job_checkpoint(name, status, None), chosen.clone()])
+            .or_else(|| if recovery { status.job_status.restored_from.clone() } else { None });
+        let Some(newest) = newest.filter(|newest| Some(newest) != chosen.as_ref()) else { return };
+        tracing::info!(deployment = %name, "job {job_id} completed {newest} after {chosen:?} was chosen: the next job starts from it");
+        // A suspend recorded where its resume starts: the same place.
+        let job_status = &mut status.job_status;
+        for recorded in [&mut job_status.last_checkpoint_path, &mut job_status.upgrade_savepoint_path] {
+            if operation.kind == OperationKind::Suspend && *recorded == chosen {
+                *recorded = Some(newest.clone());
+            }
+        }
+        operation.restore_from = Some(newest);
     }
 
     /// Waits for the job to end after a cancel or a stop, while this controller leads.

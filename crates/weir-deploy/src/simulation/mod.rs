@@ -111,7 +111,7 @@ pub fn run(seed: u64) -> Report {
     let mut user_rng = SimRng::new(seed ^ 0x5eed_de1e_7e5a_0001);
     let shape =
         Shape { delete_at: user_rng.one_in(5).then(|| user_rng.below(shape.fault_steps as u64) as usize), ..shape };
-    let state = State {
+    let mut state = State {
         rng,
         now: 0,
         trace: vec![format!("seed {seed}: {shape:?}")],
@@ -129,7 +129,11 @@ pub fn run(seed: u64) -> Report {
         next_job: 0,
         next_request: 0,
         fail_next_stop: false,
+        // A stream of its own, as the user's later choices: other seeds run as they did.
+        ha_clusters: SimRng::new(seed ^ 0x4841_636c_7573_7465).one_in(3),
     };
+    let ha = state.ha_clusters;
+    state.trace.push(format!("clusters with high availability: {ha}"));
     let sim = Arc::new(Sim { state: Mutex::new(state), baton: baton::Baton::new() });
     let mut driver = Driver {
         sim,
@@ -410,8 +414,15 @@ impl Driver {
                     .collect();
                 if let Some((seq, id)) = live.first().cloned() {
                     state.trace.push(format!("fault: the JobManager of cluster {seq} died"));
+                    // With HA it comes back (a pod restarted) and recovers a job that was
+                    // neither stopping nor cancelling; a stopping one is not modelled.
+                    let recoverable = state.ha_clusters
+                        && state.jobs.get(&id).is_some_and(|job| {
+                            job.latest_checkpoint.is_some() && job.finish_at.is_none() && job.cancel_at.is_none()
+                        });
                     if let Some(cluster) = state.clusters.get_mut(&seq) {
                         cluster.alive = false;
+                        cluster.revive_at = recoverable.then_some(now + 800);
                     }
                     if let Some(job) = state.jobs.get_mut(&id) {
                         job.state = "GONE";

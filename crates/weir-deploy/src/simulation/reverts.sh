@@ -9,7 +9,7 @@ if [ -n "$(git status --porcelain -- crates/weir-deploy/src)" ]; then
   exit 1
 fi
 C=crates/weir-deploy/src/controller.rs
-run() { echo -n "$1: "; WEIR_DEPLOY_SIM_SEEDS=${SEEDS:-2000} cargo test -q -p weir-deploy --lib simulation::tests::a_thousand -- --nocapture 2>&1 | grep -E "^seed .* failed after|seeds from" | head -1; }
+run() { echo -n "$1: "; WEIR_DEPLOY_SIM_SEEDS=${SEEDS:-2000} WEIR_DEPLOY_SIM_SEED_BASE=${BASE:-0} cargo test -q -p weir-deploy --lib simulation::tests::a_thousand -- --nocapture 2>&1 | grep -E "^seed .* failed after|seeds from" | head -1; }
 rev() { python3 -c "
 import sys
 p,old,new=sys.argv[1],sys.argv[2],sys.argv[3]
@@ -28,4 +28,5 @@ rev $C '        self.acting()?;
 rev $C '                reconciled.job.upgrade_mode = last.job.upgrade_mode;' '                let _ = &last;'; run "a suspend's mode kept while the deployment stays suspended"; git checkout -q $C
 rev $C 'left alone");
                 continue;' 'left alone");'; run "a cluster newer than the operation left alone (behind the fence: not expected to be found)"; git checkout -q $C
+rev $C '        if !own_checkpoint && !recovery {' '        if !recovery {'; SEEDS=10000 BASE=1000 run "an operation starting from the job's own checkpoint takes the newest once its cluster stopped"; git checkout -q $C
 git status --short

@@ -85,6 +85,10 @@ pub struct SimCluster {
     pub alive: bool,
     /// The jobs this cluster's JobManager was given.
     pub jobs: Vec<String>,
+    /// With high availability, a JobManager that died comes back then (Kubernetes restarts
+    /// its pod) unless the cluster is stopped first, and recovers its jobs from their newest
+    /// checkpoint recorded in the cluster's HA store.
+    pub revive_at: Option<u64>,
 }
 
 /// An actor: one operator's controller, on a thread of its own.
@@ -146,6 +150,9 @@ pub struct State {
     pub next_request: u64,
     /// The next stop-with-savepoint fails.
     pub fail_next_stop: bool,
+    /// The clusters run with high availability (`high-availability.type`): their HA store
+    /// records each job's newest checkpoint, and a JobManager that dies comes back.
+    pub ha_clusters: bool,
 }
 
 impl State {
@@ -174,9 +181,57 @@ impl State {
     /// Checkpoints, savepoints, stops, cancels and starts that are due.
     pub fn advance_jobs(&mut self) {
         let now = self.now;
+        self.revive_jobmanagers(now);
         let ids: Vec<String> = self.jobs.keys().cloned().collect();
         for id in ids {
             self.advance_job(&id, now);
+        }
+    }
+
+    /// HA clusters whose JobManager is due back: it recovers each job it ran from the newest
+    /// checkpoint the HA store recorded (the same job, its sink recovering and committing
+    /// what that checkpoint staged), and fails the savepoints asked of the one that died.
+    fn revive_jobmanagers(&mut self, now: u64) {
+        let due: Vec<u64> = self
+            .clusters
+            .iter()
+            .filter(|(_, cluster)| !cluster.alive && cluster.revive_at.is_some_and(|at| at <= now))
+            .map(|(seq, _)| *seq)
+            .collect();
+        for seq in due {
+            let Some(cluster) = self.clusters.get_mut(&seq) else { continue };
+            cluster.alive = true;
+            cluster.revive_at = None;
+            let jobs = cluster.jobs.clone();
+            self.trace.push(format!("  the JobManager of cluster {seq} is back (HA)"));
+            for id in jobs {
+                let Some(job) = self.jobs.get_mut(&id).filter(|job| job.state == "GONE") else { continue };
+                let Some(snap) = job.latest_checkpoint.as_ref().and_then(|l| self.snapshots.get(l)).cloned() else {
+                    continue;
+                };
+                for request in job.requests.values_mut().filter(|r| r.outcome.is_none()) {
+                    request.outcome = Some(SavepointState::Failed("the JobManager failed over".into()));
+                }
+                job.state = "CREATED";
+                job.running_at = now + 20;
+                job.start_progress = snap.progress;
+                job.stopped_at = None;
+                job.committed = snap.progress;
+                job.next_checkpoint_at = u64::MAX;
+                self.trace.push(format!("  job {id} recovered from checkpoint {} at {}", snap.id, snap.progress));
+                self.recover_commit(&id, &snap);
+            }
+        }
+    }
+
+    /// A job starting from `snap` commits what the snapshot staged (recover and commit;
+    /// committing a transaction again is a no-op).
+    fn recover_commit(&mut self, id: &str, snap: &Snap) {
+        if snap.progress > snap.pending_from && self.committed_end == snap.pending_from {
+            if let Some(job) = self.jobs.get_mut(id) {
+                job.committed = snap.pending_from;
+            }
+            self.commit(id, snap.progress);
         }
     }
 
@@ -533,6 +588,7 @@ impl ClusterBackend for Handle {
         let jobs = match state.clusters.get_mut(&seq) {
             Some(cluster) => {
                 cluster.alive = false;
+                cluster.revive_at = None;
                 cluster.jobs.clone()
             }
             None => Vec::new(),
@@ -556,13 +612,23 @@ impl ClusterBackend for Handle {
                 }
             }
         }
-        state.clusters.insert(seq, SimCluster { alive: true, jobs: Vec::new() });
+        state.clusters.insert(seq, SimCluster { alive: true, jobs: Vec::new(), revive_at: None });
         Ok(ClusterInfo {
             rest_address: format!("sim://cluster-{seq}"),
             dir: format!("/sim/clusters/{seq}"),
             binary: target.binary.clone(),
             seq,
         })
+    }
+
+    /// With HA, the cluster's HA store holds each job's newest checkpoint, readable while
+    /// its JobManager is down.
+    fn recorded_checkpoint(&self, _name: &str, _cluster: &ClusterInfo, job_id: &str) -> Option<String> {
+        let state = self.sim.enter(self.actor);
+        if !state.ha_clusters {
+            return None;
+        }
+        state.jobs.get(job_id).and_then(|job| job.latest_checkpoint.clone())
     }
 
     fn jobmanager_alive(&self, _name: &str, cluster: &ClusterInfo) -> bool {
@@ -639,15 +705,9 @@ impl ClusterBackend for Handle {
             submitted_at: now,
         };
         state.trace.push(format!("  job {id} submitted to cluster {} at input position {start}", cluster.seq));
-        let pending_from = restored.map_or(0, |snap| snap.pending_from);
         state.jobs.insert(id.clone(), job);
-        // Its sink commits what the snapshot staged (recover and commit; committing a
-        // transaction again is a no-op).
-        if start > pending_from && state.committed_end == pending_from {
-            if let Some(job) = state.jobs.get_mut(&id) {
-                job.committed = pending_from;
-            }
-            state.commit(&id, start);
+        if let Some(snap) = restored {
+            state.recover_commit(&id, &snap);
         }
         if let Some(cluster) = state.clusters.get_mut(&cluster.seq) {
             cluster.jobs.push(id.clone());
