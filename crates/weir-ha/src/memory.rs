@@ -70,7 +70,9 @@ impl KeyValueStore for MemoryStore {
                     let kv = KeyValue { key: key.clone(), value, create_revision, mod_revision: revision, lease };
                     keyspace.keys.insert(key, kv);
                 }
-                Op::Delete { key, prefix } => keyspace.keys.retain(|k, _| !(k == key || (*prefix && k.starts_with(key)))),
+                Op::Delete { key, prefix } => {
+                    keyspace.keys.retain(|k, _| !(k == key || (*prefix && k.starts_with(key))))
+                }
             }
         }
         Ok(TxnResult { succeeded, revision })
@@ -115,7 +117,9 @@ mod tests {
         let epoch = store.get("leader").unwrap().unwrap().create_revision;
         assert_eq!(epoch, created.revision);
         // A second candidate loses: the key exists.
-        assert!(!store.txn(&[Compare::CreateRevision("leader".into(), 0)], &[put("leader", "b")], &[]).unwrap().succeeded);
+        assert!(
+            !store.txn(&[Compare::CreateRevision("leader".into(), 0)], &[put("leader", "b")], &[]).unwrap().succeeded
+        );
         let fenced = [Compare::CreateRevision("leader".into(), epoch)];
         store.txn(&fenced, &[put("jobs/j/1", "x"), put("jobs/j/2", "y"), put("jobs/k", "z")], &[]).unwrap();
         store.txn(&fenced, &[put("leader", "a again")], &[]).unwrap();
