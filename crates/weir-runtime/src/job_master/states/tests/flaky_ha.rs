@@ -108,6 +108,7 @@ pub(super) struct PlayedHa {
     flakes: Arc<Mutex<Flakes>>,
     layout: Layout,
     job_id: String,
+    guard: LeadershipGuard,
 }
 
 impl PlayedHa {
@@ -131,9 +132,22 @@ impl PlayedHa {
             kubernetes: None,
         };
         let services = HaServices::on(settings, client).expect("HA services on the memory store");
-        let job_store = services.store(guard).job(&job_id.to_string());
+        let job_store = services.store(guard.clone()).job(&job_id.to_string());
         let ha = JobHa { store: job_store, recovered: None, reconcile_timeout: Duration::from_secs(10) };
-        (PlayedHa { store, flakes, layout, job_id: job_id.to_string() }, ha)
+        (PlayedHa { store, flakes, layout, job_id: job_id.to_string(), guard }, ha)
+    }
+
+    /// This JobManager loses its leadership (its lease lapsed: another leads now); the store's
+    /// revision then, which no write of this master may move any more.
+    pub(super) fn lose_leadership(&self) -> i64 {
+        self.guard.mark_lost();
+        self.revision()
+    }
+
+    /// The store's revision: it moves with every write applied.
+    pub(super) fn revision(&self) -> i64 {
+        // A transaction without operations reads the revision and moves nothing.
+        self.store.txn(&[], &[], &[]).map_or(0, |result| result.revision)
     }
 
     /// Calls flake from now on while `on`.

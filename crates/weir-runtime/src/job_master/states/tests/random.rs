@@ -18,7 +18,9 @@
 //! - with high availability (half the seeds: the real HA job store on a memory store whose
 //!   calls fail, or lose their answer, at random while faults run): an attempt restores only
 //!   a checkpoint the HA store records, a barrier's id is below the recorded checkpoint
-//!   counter, and an ended job's result is recorded;
+//!   counter, and an ended job's result is recorded; a JobManager that lost its leadership
+//!   (now and then, while faults run) deploys nothing and writes nothing to the HA store
+//!   any more, and goes SUSPENDED;
 //!
 //! and once failures stop, the job ends (liveness). A failure names its seed and prints the
 //! trace; `JOB_MASTER_SEED=n cargo test -p weir-runtime --lib random_subtasks` replays it.
@@ -102,6 +104,8 @@ struct Play {
     /// The executor's refusals draw from a stream of their own (the other choices of a seed
     /// stay as they were without them).
     executor_rng: SeededRng,
+    /// And so does the loss of the leadership.
+    leadership_rng: SeededRng,
     job: SteppedJob,
     subtasks: Vec<PlayedSubtask>,
     /// Attempts whose subtasks are in `subtasks`.
@@ -120,6 +124,9 @@ struct Play {
     dir: tempfile::TempDir,
     /// The HA store, on HA seeds.
     ha: Option<PlayedHa>,
+    /// This JobManager lost its leadership: the attempts deployed and the HA store's
+    /// revision then (neither may change afterwards).
+    lost_leadership: Option<(usize, i64)>,
     trace: Vec<String>,
 }
 
@@ -183,6 +190,7 @@ impl Play {
         let mut play = Play {
             rng,
             executor_rng: SeededRng::new(seed ^ 0x7265_6675_7365_7321),
+            leadership_rng: SeededRng::new(seed ^ 0x6c65_6164_6572_7321),
             job,
             subtasks: Vec::new(),
             known_attempts: 0,
@@ -198,6 +206,7 @@ impl Play {
                 ha.is_some()
             )],
             ha,
+            lost_leadership: None,
         };
         play.see_new_attempts();
         play
@@ -268,6 +277,18 @@ impl Play {
         }
         if !faults {
             self.job.refusals.store(0, Ordering::SeqCst);
+        }
+        if let Some(ha) = &self.ha
+            && faults
+            && self.lost_leadership.is_none()
+            && self.leadership_rng.one_in(1500)
+        {
+            // Its lease lapsed (frozen, cut off): another JobManager leads now.
+            let revision = ha.lose_leadership();
+            self.lost_leadership = Some((self.job.attempts.lock().unwrap().len(), revision));
+            self.trace.push("this JobManager loses its leadership".into());
+            self.job.settle();
+            return Ok(());
         }
         if faults && !self.cancelled && self.rng.one_in(1500) {
             self.cancelled = true;
@@ -481,6 +502,21 @@ impl Play {
         for (region, lineage) in &self.lineages {
             lineage.check().map_err(|broken| format!("region {region:?}: {broken}"))?;
         }
+        if let (Some((attempts, revision)), Some(ha)) = (self.lost_leadership, &self.ha) {
+            // A JobManager that no longer leads deploys nothing and writes nothing: the new
+            // leader does (two leaders acting at once write records twice).
+            if deployed != attempts {
+                return Err(format!("{} attempts deployed after the leadership was lost", deployed - attempts));
+            }
+            if ha.revision() != revision {
+                return Err("the HA store was written after the leadership was lost".into());
+            }
+            if status.is_terminal() && status != JobStatus::Suspended && !ha.records_result() {
+                return Err(format!("job {status} after the leadership was lost, without its result recorded"));
+            }
+            // Its subtasks keep running for the new leader; nothing more to check here.
+            return Ok(());
+        }
         if !status.is_terminal() {
             return Ok(());
         }
@@ -613,6 +649,7 @@ fn random_subtasks_commit_every_record_once_never_meet_two_attempts_of_a_region_
                     ("HA", "HA: true"),
                     ("HA flakes", "HA write"),
                     ("refused starts", "will refuse"),
+                    ("lost leaderships", "loses its leadership"),
                 ] {
                     if trace.iter().any(|line| line.contains(needle)) {
                         *ends.entry(format!("seeds with {what}")).or_insert(0) += 1;
