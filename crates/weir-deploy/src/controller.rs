@@ -766,21 +766,31 @@ impl Controller {
 
     /// Only once none of its processes runs is the job's newest checkpoint final: a
     /// JobManager that was going away (a pod being deleted), or that came back (with high
-    /// availability its pod restarts and recovers the job), can complete, and commit, a
-    /// checkpoint after the controller chose where the next job starts. An operation that
-    /// starts from one of the job's own checkpoints (a last-state upgrade, suspend or
-    /// rollback, a recovery) takes the newest now; a savepoint stays as it is.
+    /// availability its pod restarts and recovers the job, from a stop's savepoint too, and
+    /// the job runs on), can complete, and commit, a checkpoint after the controller chose
+    /// where the next job starts. An operation that starts from one of the job's own
+    /// checkpoints (a last-state upgrade, suspend or rollback, a recovery) takes the newest
+    /// now; one that starts from the job's own savepoint takes a checkpoint newer than it.
     fn restart_from_the_final_checkpoint(&self, name: &str, status: &mut DeploymentStatus, operation: &mut Operation) {
         let job_id = status.job_status.job_id.clone().unwrap_or_default();
         let chosen = operation.restore_from.clone();
         let own_checkpoint = chosen.as_deref().is_some_and(|path| checkpoint_id_of(&job_id, path).is_some());
         // (A stateful recovery: one of a stateless deployment starts empty.)
         let recovery = operation.kind == OperationKind::Recover && chosen.is_some();
-        if !own_checkpoint && !recovery {
+        // A savepoint of this job: at most the id of its newest savepoint in that directory.
+        let savepoint_id_bound = chosen.as_deref().filter(|_| !own_checkpoint).and_then(|path| {
+            let dir = path.trim_end_matches('/').rsplit_once('/')?.0;
+            self.world.newest_savepoint_of(dir, &job_id).map(|(id, _)| id)
+        });
+        if !own_checkpoint && !recovery && savepoint_id_bound.is_none() {
             return;
         }
-        let newest = newest_checkpoint_of(&job_id, [self.current_job_checkpoint(name, status, None), chosen.clone()])
-            .or_else(|| if recovery { status.job_status.restored_from.clone() } else { None });
+        let newest_own =
+            newest_checkpoint_of(&job_id, [self.current_job_checkpoint(name, status, None), chosen.clone()]);
+        let newest = match savepoint_id_bound {
+            Some(bound) => newest_own.filter(|path| checkpoint_id_of(&job_id, path).is_some_and(|id| id > bound)),
+            None => newest_own.or_else(|| if recovery { status.job_status.restored_from.clone() } else { None }),
+        };
         let Some(newest) = newest.filter(|newest| Some(newest) != chosen.as_ref()) else { return };
         tracing::info!(deployment = %name, "job {job_id} completed {newest} after {chosen:?} was chosen: the next job starts from it");
         // A suspend recorded where its resume starts: the same place.

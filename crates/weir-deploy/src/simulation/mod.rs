@@ -415,10 +415,10 @@ impl Driver {
                 if let Some((seq, id)) = live.first().cloned() {
                     state.trace.push(format!("fault: the JobManager of cluster {seq} died"));
                     // With HA it comes back (a pod restarted) and recovers a job that was
-                    // neither stopping nor cancelling; a stopping one is not modelled.
+                    // not being cancelled (not modelled) from its restart point.
                     let recoverable = state.ha_clusters
                         && state.jobs.get(&id).is_some_and(|job| {
-                            job.latest_checkpoint.is_some() && job.finish_at.is_none() && job.cancel_at.is_none()
+                            (job.latest_checkpoint.is_some() || job.stop_savepoint.is_some()) && job.cancel_at.is_none()
                         });
                     if let Some(cluster) = state.clusters.get_mut(&seq) {
                         cluster.alive = false;

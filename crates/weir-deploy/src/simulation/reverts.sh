@@ -29,4 +29,5 @@ rev $C '                reconciled.job.upgrade_mode = last.job.upgrade_mode;' ' 
 rev $C 'left alone");
                 continue;' 'left alone");'; run "a cluster newer than the operation left alone (behind the fence: not expected to be found)"; git checkout -q $C
 rev $C '        if !own_checkpoint && !recovery {' '        if !recovery {'; SEEDS=10000 BASE=1000 run "an operation starting from the job's own checkpoint takes the newest once its cluster stopped"; git checkout -q $C
+rev $C '        let savepoint_id_bound = chosen.as_deref().filter(|_| !own_checkpoint)' '        let savepoint_id_bound = chosen.as_deref().filter(|_| false)'; BASE=1000 run "an operation starting from the job's own savepoint takes a newer checkpoint once its cluster stopped"; git checkout -q $C
 git status --short

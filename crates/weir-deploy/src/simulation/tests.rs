@@ -20,8 +20,10 @@ const SEEDS: u64 = 1_000;
 ///   deletion then leaves it running too);
 /// - 10771: an operation that chose the job's newest checkpoint while its HA JobManager was
 ///   down starts from it although the JobManager came back and completed (and committed)
-///   newer ones before the cluster was stopped.
-const REGRESSION_SEEDS: &[u64] = &[35, 126, 258, 260, 757, 10771];
+///   newer ones before the cluster was stopped;
+/// - 1507: the same after a stop's savepoint: the JobManager died before the job finished,
+///   came back, restored the savepoint and ran on past it.
+const REGRESSION_SEEDS: &[u64] = &[35, 126, 258, 260, 757, 1507, 10771];
 
 fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|value| value.trim().parse().ok())

@@ -53,6 +53,9 @@ pub struct SimJob {
     pub retained: Vec<String>,
     pub latest_checkpoint: Option<String>,
     pub latest_savepoint: Option<String>,
+    /// The savepoint of a stop that completed (with HA, recorded as the job's restart point
+    /// before its sink committed).
+    pub stop_savepoint: Option<String>,
     pub requests: BTreeMap<String, Request>,
     pub cancel_at: Option<u64>,
     pub finish_at: Option<u64>,
@@ -188,9 +191,11 @@ impl State {
         }
     }
 
-    /// HA clusters whose JobManager is due back: it recovers each job it ran from the newest
-    /// checkpoint the HA store recorded (the same job, its sink recovering and committing
-    /// what that checkpoint staged), and fails the savepoints asked of the one that died.
+    /// HA clusters whose JobManager is due back: it recovers each job it ran from its restart
+    /// point in the HA store, the newest of its checkpoints and a stop's savepoint (the same
+    /// job, its sink recovering and committing what that snapshot staged; a stop that had
+    /// not finished is lost, and the job runs on, as in Flink), and fails the savepoints
+    /// asked of the one that died.
     fn revive_jobmanagers(&mut self, now: u64) {
         let due: Vec<u64> = self
             .clusters
@@ -206,9 +211,12 @@ impl State {
             self.trace.push(format!("  the JobManager of cluster {seq} is back (HA)"));
             for id in jobs {
                 let Some(job) = self.jobs.get_mut(&id).filter(|job| job.state == "GONE") else { continue };
-                let Some(snap) = job.latest_checkpoint.as_ref().and_then(|l| self.snapshots.get(l)).cloned() else {
-                    continue;
-                };
+                let snaps = [&job.latest_checkpoint, &job.stop_savepoint];
+                let restart_point =
+                    snaps.into_iter().flatten().filter_map(|l| self.snapshots.get(l)).max_by_key(|s| s.id);
+                let Some(snap) = restart_point.cloned() else { continue };
+                job.finish_at = None;
+                job.stop_savepoint = None;
                 for request in job.requests.values_mut().filter(|r| r.outcome.is_none()) {
                     request.outcome = Some(SavepointState::Failed("the JobManager failed over".into()));
                 }
@@ -218,7 +226,7 @@ impl State {
                 job.stopped_at = None;
                 job.committed = snap.progress;
                 job.next_checkpoint_at = u64::MAX;
-                self.trace.push(format!("  job {id} recovered from checkpoint {} at {}", snap.id, snap.progress));
+                self.trace.push(format!("  job {id} recovered from snapshot {} at {}", snap.id, snap.progress));
                 self.recover_commit(&id, &snap);
             }
         }
@@ -319,6 +327,7 @@ impl State {
                     job.leave_running(now, "RUNNING");
                     job.next_checkpoint_at = u64::MAX;
                     job.finish_at = Some(now + 5);
+                    job.stop_savepoint = Some(location.clone());
                 }
             }
         }
@@ -699,6 +708,7 @@ impl ClusterBackend for Handle {
             retained: Vec::new(),
             latest_checkpoint: None,
             latest_savepoint: None,
+            stop_savepoint: None,
             requests: BTreeMap::new(),
             cancel_at: None,
             finish_at: None,
