@@ -787,17 +787,21 @@ impl Controller {
         }
         let newest_own =
             newest_checkpoint_of(&job_id, [self.current_job_checkpoint(name, status, None), chosen.clone()]);
+        // (A recovery's start is its own checkpoint or the snapshot the job started from:
+        // when the job has no checkpoint, what was chosen stays.)
         let newest = match savepoint_id_bound {
             Some(bound) => newest_own.filter(|path| checkpoint_id_of(&job_id, path).is_some_and(|id| id > bound)),
-            None => newest_own.or_else(|| if recovery { status.job_status.restored_from.clone() } else { None }),
+            None => newest_own,
         };
         let Some(newest) = newest.filter(|newest| Some(newest) != chosen.as_ref()) else { return };
         tracing::info!(deployment = %name, "job {job_id} completed {newest} after {chosen:?} was chosen: the next job starts from it");
         // A suspend recorded where its resume starts: the same place.
-        let job_status = &mut status.job_status;
-        for recorded in [&mut job_status.last_checkpoint_path, &mut job_status.upgrade_savepoint_path] {
-            if operation.kind == OperationKind::Suspend && *recorded == chosen {
-                *recorded = Some(newest.clone());
+        if operation.kind == OperationKind::Suspend {
+            let job_status = &mut status.job_status;
+            for recorded in [&mut job_status.last_checkpoint_path, &mut job_status.upgrade_savepoint_path] {
+                if *recorded == chosen {
+                    *recorded = Some(newest.clone());
+                }
             }
         }
         operation.restore_from = Some(newest);

@@ -895,7 +895,7 @@ impl ClusterBackend for KubernetesClusters {
                     // Not known whether it was submitted: the controller tries the step
                     // again, and finds the job if it was (its id is fixed beforehand).
                     return Err(format!(
-                        "the submission exec'd in the JobManager pod did not end within {EXEC_WAIT_MAX:?}{}",
+                        "the end of the submission exec'd in the JobManager pod was not seen (within {EXEC_WAIT_MAX:?}){}",
                         processes::last_line(output.as_bytes())
                             .map(|l| format!(" (it printed: {l})"))
                             .unwrap_or_default()

@@ -352,15 +352,8 @@ impl JobRun {
         let spec = self.attempt_spec(attempt, region, restore, task_events, metrics);
         let handle = self.dep.executor.start(spec).inspect_err(|_| {
             // Never deployed: its subtasks end here, or a restart would wait for them forever.
-            self.master.update(|record| {
-                for (vertex, subtasks) in record.subtasks.iter_mut().enumerate() {
-                    if self.dep.in_region(vertex, region) {
-                        for subtask in subtasks.iter_mut().filter(|s| !s.history.current().is_terminal()) {
-                            let _ = subtask.history.transition(ExecutionState::Failed, now_ms());
-                        }
-                    }
-                }
-            })
+            let dep = &self.dep;
+            self.master.update(|record| mark_never_deployed(record, |vertex| dep.in_region(vertex, region)))
         })?;
         self.master.update(|record| {
             for (vertex, subtasks) in record.subtasks.iter_mut().enumerate() {
@@ -507,7 +500,6 @@ impl JobRun {
         Ok(Some(Arc::new(source)))
     }
 
-    /// Ends the job CANCELED when a cancel arrived while it was being deployed.
     /// A cancel stopped the deploy: CANCELLING if the job showed RUNNING (its end, CANCELED,
     /// is recorded before it shows: `finished::end_before_start`).
     pub(super) fn cancel_before_start(&self) {
@@ -990,6 +982,17 @@ pub(crate) fn confine_target(target: &str, savepoints_root: Option<&str>) -> Res
     Err(format!(
         "savepoint target '{target}' is outside state.savepoints.dir ({root}); this cluster writes savepoints only there — give a directory inside it, or none for the default"
     ))
+}
+
+/// Subtasks of the selected vertices whose attempt never started end FAILED.
+fn mark_never_deployed(record: &mut JobRecord, include: impl Fn(usize) -> bool) {
+    let now = now_ms();
+    let selected = record.subtasks.iter_mut().enumerate().filter(|(vertex, _)| include(*vertex));
+    for subtask in selected.flat_map(|(_, subtasks)| subtasks.iter_mut()) {
+        if !subtask.history.current().is_terminal() {
+            let _ = subtask.history.transition(ExecutionState::Failed, now);
+        }
+    }
 }
 
 /// Marks the running subtasks of the vertices `include` selects as CANCELING (subtasks

@@ -278,6 +278,11 @@ pub(super) fn first_deploy(run: &mut JobRun) -> Result<(), State> {
     run.deploy_round().map_err(|error| deploy_failed(run, error))
 }
 
+/// True when `error` is a user's cancel stopping the deploy (its wait for slots).
+pub(super) fn cancelled_by_user(run: &JobRun, error: &TaskError) -> bool {
+    matches!(error, TaskError::Cancelled) && run.master.cancel_requested.load(std::sync::atomic::Ordering::SeqCst)
+}
+
 /// Ends a job whose deploy failed with `error` before it ran: CANCELED when a cancel stopped
 /// the wait for slots, else FAILED, recorded in the HA store before it shows (a job shown
 /// ended never runs again under a later leader); SUSPENDED when another leader decides.
@@ -287,9 +292,7 @@ pub(super) fn deploy_failed(run: &mut JobRun, error: TaskError) -> State {
     if !run.leading() {
         return State::Suspended;
     }
-    let cancelled =
-        matches!(error, TaskError::Cancelled) && run.master.cancel_requested.load(std::sync::atomic::Ordering::SeqCst);
-    let terminal = if cancelled {
+    let terminal = if cancelled_by_user(run, &error) {
         run.cancel_before_start();
         JobStatus::Canceled
     } else {

@@ -4,13 +4,11 @@
 //! and deploys the next attempt: RUNNING again.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use weir_api::error::TaskError;
 use weir_types::JobStatus;
 
-use super::created::deploy_failed;
+use super::created::{cancelled_by_user, deploy_failed};
 use super::{Poll, State, drained, on_draining_event, state_of};
 use crate::job_master::MasterEvent;
 use crate::job_master::run::{Incoming, JobRun, SUPERVISOR_TICK};
@@ -107,8 +105,7 @@ fn restart(run: &mut JobRun) -> State {
     let master = Arc::clone(&run.master);
     master.update(|record| master.transition_job(record, JobStatus::Running));
     let Err(error) = run.deploy_round() else { return State::Running };
-    let cancelled = matches!(error, TaskError::Cancelled) && master.cancel_requested.load(Ordering::SeqCst);
-    if cancelled || !run.leading() {
+    if cancelled_by_user(run, &error) || !run.leading() {
         // A cancel stopped the wait for slots (CANCELED), or another leader decides.
         return deploy_failed(run, error);
     }
