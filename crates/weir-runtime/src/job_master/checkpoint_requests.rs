@@ -48,7 +48,7 @@ impl JobRun {
                 for (request_id, _) in std::mem::take(&mut self.sup.waiting_checkpoints) {
                     self.sup.manual_checkpoints.push((barrier.checkpoint_id, request_id));
                 }
-                self.sup.send_to_sources(TaskControl::TriggerCheckpoint(barrier));
+                self.send_to_sources(TaskControl::TriggerCheckpoint(barrier));
             }
             Err(cause) => {
                 for (request_id, _) in std::mem::take(&mut self.sup.waiting_checkpoints) {

@@ -14,6 +14,7 @@
 
 pub mod checkpoint_outcomes;
 mod checkpoint_requests;
+pub mod effects;
 pub mod events;
 mod run;
 mod states;
@@ -161,9 +162,6 @@ pub struct JobMaster {
     record: Mutex<JobRecord>,
     changed: Condvar,
     control: Sender<MasterEvent>,
-    /// The cancel flags of the running subtasks: one per attempt, or one per region in
-    /// region mode (a restart gets a fresh one).
-    cancel: Mutex<Vec<Arc<AtomicBool>>>,
     /// Set by [`JobMaster::cancel`] at once, so a deploy waiting for slots stops waiting
     /// (the master thread cannot read its events meanwhile).
     cancel_requested: Arc<AtomicBool>,
@@ -256,7 +254,6 @@ impl JobMaster {
             record: Mutex::new(record),
             changed: Condvar::new(),
             control,
-            cancel: Mutex::new(Vec::new()),
             cancel_requested: Arc::new(AtomicBool::new(false)),
             location: location.to_string(),
             checkpoint_stats: Arc::new(Mutex::new(CheckpointStats::default())),

@@ -3,7 +3,7 @@
 //! savepoint requests and checkpoint ticks.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, MutexGuard};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
@@ -20,7 +20,8 @@ use crate::checkpointing::writer::{SnapshotWriter, WriteJob, WriteOutcome};
 use crate::checkpointing::{CheckpointCoordinator, RestoreOpenError, RestoreSource};
 use crate::control_clock::ControlClock;
 use crate::execution::{CheckpointWiring, TaskEvent, TaskEventKind};
-use crate::executor::{AttemptHandle, AttemptSpec, Executor, ReportedAttempt};
+use crate::executor::{AttemptHandle, AttemptSpec, ReportedAttempt};
+use crate::job_master::effects::{Answer, EffectError, HaWrite, MasterEffect, MasterIo, Recipients};
 use crate::job_master::checkpoint_outcomes::{self, OutcomeAction};
 use crate::job_master::transitions::{self, FailurePlan};
 use crate::jobgraph::JobGraph;
@@ -46,8 +47,6 @@ pub(super) struct WaitingSavepoint {
 /// What the states keep between events besides the job record.
 pub(super) struct Supervisor {
     pub(super) coordinator: CheckpointCoordinator,
-    pub(super) controls: Vec<Vec<Sender<TaskControl>>>,
-    pub(super) source_vertices: Vec<usize>,
     pub(super) savepoints_url: Option<String>,
     pub(super) any_finished: bool,
     pub(super) restart: RestartStrategy,
@@ -86,28 +85,10 @@ pub(super) struct Supervisor {
     pub(super) all_finished: bool,
 }
 
-impl Supervisor {
-    pub(super) fn send_to_sources(&self, message: TaskControl) {
-        for vertex in &self.source_vertices {
-            for control in &self.controls[*vertex] {
-                let _ = control.send(message.clone());
-            }
-        }
-    }
-
-    pub(super) fn send_to_all(&self, message: TaskControl) {
-        // Ended subtasks dropped their receivers; a failed send to them is expected.
-        for control in self.controls.iter().flatten() {
-            let _ = control.send(message.clone());
-        }
-    }
-}
-
 /// What every deploy of the job needs.
 pub(super) struct Deployment {
     pub(super) graph: Arc<StreamGraph>,
     pub(super) job_graph: Arc<JobGraph>,
-    pub(super) executor: Arc<dyn Executor>,
     pub(super) exactly_once: bool,
     /// Periodic checkpoints are on: tasks wait at the end of their input for the final one.
     pub(super) final_checkpoint: bool,
@@ -157,8 +138,8 @@ pub(super) struct JobRun {
     /// The number of pipelined regions in region failover mode.
     pub(super) region_count: Option<usize>,
     pub(super) writer: Option<SnapshotWriter>,
-    /// The job's HA store when the cluster runs with high availability.
-    pub(super) ha: Option<weir_ha::JobStore>,
+    /// Carries out what the master decides: deploys, control messages, HA writes.
+    pub(super) io: Box<dyn MasterIo>,
     /// How long a new leader waits for the TaskManagers to report the running attempt.
     pub(super) reconcile_timeout: Duration,
     /// Savepoint requests the previous leader had in flight (failed once the job runs).
@@ -188,21 +169,39 @@ impl JobRun {
 
     /// True when the job may act: no HA, or this JobManager still holds its leadership.
     pub(super) fn leading(&self) -> bool {
-        self.ha.as_ref().is_none_or(|ha| ha.guard().is_held())
+        self.io.leading()
     }
 
-    pub(super) fn cancel_flags(&self) -> MutexGuard<'_, Vec<Arc<AtomicBool>>> {
-        match self.master.cancel.lock() {
-            Ok(guard) => guard,
-            Err(poisoned) => poisoned.into_inner(),
+    /// Carries out an effect that cannot fail (it reaches no store and deploys nothing).
+    pub(super) fn tell(&mut self, effect: MasterEffect) {
+        if let Err(error) = self.io.carry_out(effect) {
+            tracing::warn!(job_id = %self.master.job_id, %error, "a job master effect failed");
         }
+    }
+
+    /// Sends `message` to every source subtask.
+    pub(super) fn send_to_sources(&mut self, message: TaskControl) {
+        self.tell(MasterEffect::Control { to: Recipients::Sources, message });
+    }
+
+    /// Sends `message` to every running subtask (ended ones dropped their channels).
+    pub(super) fn send_to_all(&mut self, message: TaskControl) {
+        self.tell(MasterEffect::Control { to: Recipients::All, message });
     }
 
     /// Tells every running subtask to stop.
-    pub(super) fn stop_tasks(&self) {
-        for flag in self.cancel_flags().iter() {
-            flag.store(true, Ordering::SeqCst);
-        }
+    pub(super) fn stop_tasks(&mut self) {
+        self.tell(MasterEffect::StopTasks { region: None });
+    }
+
+    /// Forgets the previous attempts' control channels (they ended or are being taken over).
+    pub(super) fn forget_tasks(&mut self) {
+        self.tell(MasterEffect::ForgetTasks);
+    }
+
+    /// Writes to the HA store (nothing without high availability).
+    pub(super) fn record(&mut self, write: HaWrite) -> Result<(), EffectError> {
+        self.io.carry_out(MasterEffect::Record(write)).map(|_| ())
     }
 
     /// Joins every attempt handle (their subtasks ended).
@@ -214,7 +213,7 @@ impl JobRun {
     /// Deploys the whole job (every region in region mode) as a new round, restoring
     /// `self.restore`.
     pub(super) fn deploy_round(&mut self) -> Result<(), TaskError> {
-        self.sup.controls = vec![Vec::new(); self.dep.job_graph.vertices.len()];
+        self.forget_tasks();
         let (task_events, task_receiver) = crossbeam_channel::unbounded::<TaskEvent>();
         self.tasks = Some(task_receiver);
         let restore = self.restore.clone();
@@ -237,9 +236,8 @@ impl JobRun {
     /// Takes the next attempt number (recorded in HA first, so no later leader reuses it).
     fn take_attempt(&mut self) -> Result<u32, TaskError> {
         let attempt = self.sup.next_attempt;
-        if let Some(ha) = &self.ha {
-            ha.set_next_attempt(attempt + 1).map_err(|e| TaskError::external("recording the attempt number", e))?;
-        }
+        self.record(HaWrite::NextAttempt(attempt + 1))
+            .map_err(|e| TaskError::external("recording the attempt number", e))?;
         self.sup.next_attempt += 1;
         Ok(attempt)
     }
@@ -276,41 +274,17 @@ impl JobRun {
         });
     }
 
-    /// The attempt spec for `region` (the whole job when `None`), with fresh control
-    /// channels installed in the supervisor.
+    /// The attempt spec for `region` (the whole job when `None`); the io connects its control
+    /// channels when it deploys.
     fn attempt_spec(
-        &mut self,
+        &self,
         attempt: u32,
         region: Option<usize>,
         restore: Option<Arc<RestoreSource>>,
         task_events: Sender<TaskEvent>,
         metrics: Vec<Vec<Arc<weir_api::operator::TaskMetrics>>>,
     ) -> AttemptSpec {
-        let cancel = Arc::new(AtomicBool::new(false));
-        {
-            let mut flags = self.cancel_flags();
-            match region {
-                Some(region) => {
-                    if flags.len() <= region {
-                        flags.resize_with(region + 1, || Arc::new(AtomicBool::new(false)));
-                    }
-                    flags[region] = Arc::clone(&cancel);
-                }
-                None => *flags = vec![Arc::clone(&cancel)],
-            }
-        }
         let job_graph = &self.dep.job_graph;
-        let mut control_receivers = Vec::with_capacity(job_graph.vertices.len());
-        for (index, vertex) in job_graph.vertices.iter().enumerate() {
-            let (senders, receivers): (Vec<_>, Vec<_>) =
-                (0..vertex.parallelism).map(|_| crossbeam_channel::unbounded::<TaskControl>()).unzip();
-            if self.dep.in_region(index, region)
-                && let Some(slot) = self.sup.controls.get_mut(index)
-            {
-                *slot = senders;
-            }
-            control_receivers.push(receivers);
-        }
         AttemptSpec {
             job_id: self.master.job_id,
             job_name: self.master.job_name.clone(),
@@ -318,7 +292,7 @@ impl JobRun {
             graph: Arc::clone(&self.dep.graph),
             job_graph: Arc::clone(job_graph),
             metrics,
-            controls: control_receivers,
+            controls: Vec::new(),
             wiring: CheckpointWiring {
                 exactly_once: self.dep.exactly_once,
                 final_checkpoint: self.dep.final_checkpoint,
@@ -328,7 +302,7 @@ impl JobRun {
                 writer: self.dep.writer.clone(),
                 restore: restore.clone(),
             },
-            cancel,
+            cancel: Arc::new(AtomicBool::new(false)),
             job_cancelled: Arc::clone(&self.master.cancel_requested),
             task_events,
             snapshot_events: self.dep.snapshot_events.clone(),
@@ -350,11 +324,16 @@ impl JobRun {
         // SCHEDULED while the executor finds slots, then DEPLOYING.
         self.reset_subtasks(region, &metrics, ExecutionState::Scheduled);
         let spec = self.attempt_spec(attempt, region, restore, task_events, metrics);
-        let handle = self.dep.executor.start(spec).inspect_err(|_| {
-            // Never deployed: its subtasks end here, or a restart would wait for them forever.
-            let dep = &self.dep;
-            self.master.update(|record| mark_never_deployed(record, |vertex| dep.in_region(vertex, region)))
-        })?;
+        let handle = match self.io.carry_out(MasterEffect::Deploy(spec)) {
+            Ok(Answer::Deployed(handle)) => handle,
+            Ok(Answer::Done) => return Err(TaskError::Internal("the io deployed nothing".into())),
+            Err(error) => {
+                // Never deployed: its subtasks end here, or a restart would wait for them forever.
+                let dep = &self.dep;
+                self.master.update(|record| mark_never_deployed(record, |vertex| dep.in_region(vertex, region)));
+                return Err(error.into_task_error());
+            }
+        };
         self.master.update(|record| {
             for (vertex, subtasks) in record.subtasks.iter_mut().enumerate() {
                 if self.dep.in_region(vertex, region) {
@@ -382,7 +361,11 @@ impl JobRun {
         let metrics = self.dep.job_graph.new_task_metrics();
         self.reset_subtasks(region, &metrics, ExecutionState::Reconciling);
         let spec = self.attempt_spec(reported.attempt, region, None, task_events, metrics);
-        let handle = self.dep.executor.adopt(spec, reported)?;
+        let handle = match self.io.carry_out(MasterEffect::Adopt { spec, reported: reported.clone() }) {
+            Ok(Answer::Deployed(handle)) => handle,
+            Ok(Answer::Done) => return Err(TaskError::Internal("the io took over nothing".into())),
+            Err(error) => return Err(error.into_task_error()),
+        };
         self.master.update(|record| {
             for subtask in &reported.subtasks {
                 let Some(slot) =
@@ -553,7 +536,7 @@ impl JobRun {
                 Ok(barrier) => {
                     tracing::info!(job_id = %self.master.job_id, checkpoint = barrier.checkpoint_id, "every input ended: final checkpoint");
                     self.sup.final_checkpoint = Some(barrier.checkpoint_id);
-                    self.sup.send_to_sources(TaskControl::TriggerCheckpoint(barrier));
+                    self.send_to_sources(TaskControl::TriggerCheckpoint(barrier));
                 }
                 // Another checkpoint is in flight or the pause runs: try again on the next tick.
                 Err(reason) => tracing::debug!(job_id = %self.master.job_id, %reason, "final checkpoint deferred"),
@@ -564,7 +547,7 @@ impl JobRun {
             return;
         }
         match self.sup.coordinator.trigger(SnapshotRequest::Periodic, None) {
-            Ok(barrier) => self.sup.send_to_sources(TaskControl::TriggerCheckpoint(barrier)),
+            Ok(barrier) => self.send_to_sources(TaskControl::TriggerCheckpoint(barrier)),
             Err(error) => tracing::warn!(job_id = %self.master.job_id, error = %error, "cannot trigger a checkpoint"),
         }
     }
@@ -611,11 +594,9 @@ impl JobRun {
     }
 
     /// Records a savepoint request's failure (and forgets it in HA).
-    pub(super) fn savepoint_failed(&self, record: &mut JobRecord, request_id: &str, cause: String) {
+    pub(super) fn savepoint_failed(&mut self, record: &mut JobRecord, request_id: &str, cause: String) {
         record.savepoints.insert(request_id.to_string(), (SavepointStatus::Failed(cause), false));
-        if let Some(ha) = &self.ha
-            && let Err(error) = ha.remove_savepoint_request(request_id)
-        {
+        if let Err(error) = self.record(HaWrite::ForgetSavepointRequest { request_id: request_id.to_string() }) {
             tracing::warn!(job_id = %self.master.job_id, %error, "cannot remove a savepoint request from the HA store");
         }
     }
@@ -682,9 +663,7 @@ impl JobRun {
             });
             return;
         }
-        if let Some(ha) = &self.ha
-            && let Err(error) = ha.add_savepoint_request(&request_id, terminate)
-        {
+        if let Err(error) = self.record(HaWrite::SavepointRequest { request_id: request_id.clone(), terminate }) {
             return self.savepoint_failed(record, &request_id, error.to_string());
         }
         let root = target.or_else(|| self.sup.savepoints_url.clone());
@@ -692,7 +671,7 @@ impl JobRun {
         match self.sup.coordinator.trigger(request, root.as_deref()) {
             Ok(barrier) => {
                 record.savepoint_checkpoints.insert(request_id.clone(), barrier.checkpoint_id);
-                self.sup.send_to_sources(TaskControl::TriggerCheckpoint(barrier));
+                self.send_to_sources(TaskControl::TriggerCheckpoint(barrier));
                 if terminate {
                     crate::crash::point("stop-savepoint-triggered");
                 }
@@ -739,13 +718,13 @@ impl JobRun {
     /// Carries out what the job master decided about a checkpoint's outcome.
     fn carry_out(&mut self, record: &mut JobRecord, action: OutcomeAction) {
         match action {
-            OutcomeAction::Commit(id) => self.sup.send_to_all(TaskControl::CheckpointComplete(id)),
-            OutcomeAction::Abort(id) => self.sup.send_to_all(TaskControl::CheckpointAborted(id)),
+            OutcomeAction::Commit(id) => self.send_to_all(TaskControl::CheckpointComplete(id)),
+            OutcomeAction::Abort(id) => self.send_to_all(TaskControl::CheckpointAborted(id)),
             OutcomeAction::ReleaseShared => self.sup.coordinator.release_shared(),
             OutcomeAction::Finish => {
                 // Everything up to the end of every input is committed: finish.
                 self.sup.finishing = true;
-                self.sup.send_to_all(TaskControl::Finish);
+                self.send_to_all(TaskControl::Finish);
             }
             OutcomeAction::SavepointCompleted { request_id, location, stop: true } => {
                 // Its sinks commit now; the job ends once its subtasks finish. Until then a
@@ -753,9 +732,7 @@ impl JobRun {
                 self.sup.completed_stop = Some((request_id, location));
             }
             OutcomeAction::SavepointCompleted { request_id, location, stop: false } => {
-                if let Some(ha) = &self.ha
-                    && let Err(error) = ha.remove_savepoint_request(&request_id)
-                {
+                if let Err(error) = self.record(HaWrite::ForgetSavepointRequest { request_id: request_id.clone() }) {
                     tracing::warn!(job_id = %self.master.job_id, %error, "cannot remove a savepoint request from the HA store");
                 }
                 record.savepoints.insert(request_id, (SavepointStatus::Completed(location), false));
@@ -915,9 +892,7 @@ impl JobRun {
             FailurePlan::RestartRegion { region, delay } => {
                 tracing::warn!(job_id = %self.master.job_id, task = %what, error = %error, region, delay_ms = delay.as_millis() as u64, "subtask failed; restarting its pipelined region");
                 self.sup.region_restarts.push((region, self.clock.now() + delay));
-                if let Some(flag) = self.cancel_flags().get(region) {
-                    flag.store(true, Ordering::SeqCst);
-                }
+                self.tell(MasterEffect::StopTasks { region: Some(region) });
                 let dep = &self.dep;
                 mark_canceling(record, |vertex| dep.in_region(vertex, Some(region)));
             }

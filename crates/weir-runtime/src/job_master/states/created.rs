@@ -15,7 +15,8 @@ use super::State;
 use crate::checkpointing::CheckpointCoordinator;
 use crate::checkpointing::coordinator::OperatorInfo;
 use crate::checkpointing::writer::SnapshotWriter;
-use crate::executor::LocalExecutor;
+use crate::executor::{Executor, LocalExecutor};
+use crate::job_master::effects::{ClusterIo, MasterIo};
 use crate::job_master::run::{Deployment, JobRun, Supervisor};
 use crate::job_master::{JobMaster, LOCAL_HOST, MasterEvent, SavepointStatus, SubtaskRecord};
 use crate::job_settings::JobSettings;
@@ -27,6 +28,18 @@ pub(super) fn run(
     graph: StreamGraph,
     settings: JobSettings,
     events: Receiver<MasterEvent>,
+) -> Option<(JobRun, State)> {
+    run_with_io(master, graph, settings, events, |io| io)
+}
+
+/// [`run`], its effects carried out by what `wrap` makes of the JobManager's io (the stepped
+/// tests watch them).
+pub(super) fn run_with_io(
+    master: Arc<JobMaster>,
+    graph: StreamGraph,
+    settings: JobSettings,
+    events: Receiver<MasterEvent>,
+    wrap: impl FnOnce(Box<dyn MasterIo>) -> Box<dyn MasterIo>,
 ) -> Option<(JobRun, State)> {
     let job_graph = build_job_graph(&master, &graph, &settings)?;
     // A cancel that arrived while the job was being created ends it before it runs.
@@ -60,7 +73,8 @@ pub(super) fn run(
     };
     let recovered = settings.ha.as_ref().and_then(|ha| ha.recovered.clone());
     let ended = coordinator.ended();
-    let sup = supervisor(&master, &graph, &job_graph, &settings, coordinator);
+    let sup = supervisor(&master, &settings, coordinator);
+    let io = wrap(Box::new(cluster_io(&master, &graph, &job_graph, &settings)));
     let (dep, region_count) = deployment(graph, &job_graph, &settings, ended, &writer, snapshot_events);
     let run = JobRun {
         master: Arc::clone(&master),
@@ -72,7 +86,7 @@ pub(super) fn run(
         restore: settings.restore.clone(),
         region_count,
         writer: Some(writer),
-        ha: settings.ha.as_ref().map(|ha| ha.store.clone()),
+        io,
         reconcile_timeout: settings.ha.as_ref().map(|ha| ha.reconcile_timeout).unwrap_or_default(),
         clock: settings.clock.clone(),
         orphaned_savepoints: recovered.as_ref().map(|r| r.savepoints.clone()).unwrap_or_default(),
@@ -98,10 +112,6 @@ fn deployment(
     let dep = Deployment {
         graph: Arc::new(graph),
         job_graph: Arc::clone(job_graph),
-        executor: match &settings.executor {
-            Some(executor) => Arc::clone(executor),
-            None => Arc::new(LocalExecutor),
-        },
         exactly_once: settings.checkpointing.exactly_once,
         final_checkpoint: settings.checkpointing.interval.is_some(),
         incremental: settings.checkpointing.incremental,
@@ -211,27 +221,34 @@ fn new_coordinator(
     Ok(coordinator)
 }
 
-/// What the job's run keeps across its states.
-fn supervisor(
-    master: &JobMaster,
-    graph: &StreamGraph,
-    job_graph: &JobGraph,
-    settings: &JobSettings,
-    coordinator: CheckpointCoordinator,
-) -> Supervisor {
-    let source_vertices: Vec<usize> = job_graph
+/// The io that carries out the job master's effects: on the executor `settings` name (this
+/// process's threads by default), recording in its HA store.
+fn cluster_io(master: &JobMaster, graph: &StreamGraph, job_graph: &JobGraph, settings: &JobSettings) -> ClusterIo {
+    let sources: Vec<usize> = job_graph
         .vertices
         .iter()
         .enumerate()
         .filter(|(_, v)| graph.nodes()[v.nodes[0]].role == weir_api::graph::NodeRole::Source)
         .map(|(index, _)| index)
         .collect();
+    let executor: Arc<dyn Executor> = match &settings.executor {
+        Some(executor) => Arc::clone(executor),
+        None => Arc::new(LocalExecutor),
+    };
+    let ha = settings.ha.as_ref().map(|ha| ha.store.clone());
+    ClusterIo::new(master.job_id.to_string(), executor, ha, sources)
+}
+
+/// What the job's run keeps across its states.
+fn supervisor(
+    master: &JobMaster,
+    settings: &JobSettings,
+    coordinator: CheckpointCoordinator,
+) -> Supervisor {
     let seed = (master.job_id.to_string().bytes().fold(0u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)))) | 1;
     let recovered = settings.ha.as_ref().and_then(|ha| ha.recovered.as_ref());
     Supervisor {
         coordinator,
-        controls: Vec::new(),
-        source_vertices,
         savepoints_url: settings.checkpointing.savepoints_url.clone(),
         any_finished: false,
         restart: RestartStrategy::new(settings.restart.clone(), seed),

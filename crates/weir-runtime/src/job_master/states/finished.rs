@@ -8,6 +8,7 @@ use std::time::Duration;
 use weir_types::JobStatus;
 
 use super::State;
+use crate::job_master::effects::HaWrite;
 use crate::job_master::run::JobRun;
 use crate::job_master::{JobRecord, SavepointStatus};
 
@@ -22,7 +23,7 @@ pub(super) fn run(run: &mut JobRun) -> State {
     // job (from the stop's savepoint), and a second job started from that savepoint would
     // write the same records again.
     let stop = run.sup.completed_stop.take();
-    end_recorded(run, JobStatus::Finished, |record, recorded| {
+    end_recorded(run, JobStatus::Finished, |run, record, recorded| {
         let Some((request_id, location)) = stop else { return };
         match recorded {
             Recorded::Yes => {
@@ -44,30 +45,34 @@ pub(super) fn run(run: &mut JobRun) -> State {
 /// FAILED or CANCELED (and, say, resubmits it from its last checkpoint) can rely on no later
 /// leader running it again. A JobManager that loses its leadership before the result is
 /// written suspends the job instead: the next leader decides.
-pub(super) fn end_globally(run: &JobRun) -> State {
+pub(super) fn end_globally(run: &mut JobRun) -> State {
     let Some(terminal) = crate::job_master::transitions::ending(run.master.status()) else {
         return State::Ended;
     };
-    end_recorded(run, terminal, |_, _| {})
+    end_recorded(run, terminal, |_, _, _| {})
 }
 
 /// Ends a job whose deploy did not go through (`created::first_deploy`) in `terminal` once
 /// its result is in the HA store, as [`end_globally`] does.
-pub(super) fn end_before_start(run: &JobRun, terminal: JobStatus) -> State {
-    end_recorded(run, terminal, |_, _| {})
+pub(super) fn end_before_start(run: &mut JobRun, terminal: JobStatus) -> State {
+    end_recorded(run, terminal, |_, _, _| {})
 }
 
 /// Records the job's result as `terminal`, then shows the job so and runs `then` in the same
 /// update; a JobManager that lost its leadership before the write suspends the job instead.
-fn end_recorded(run: &JobRun, terminal: JobStatus, then: impl FnOnce(&mut JobRecord, Recorded)) -> State {
+fn end_recorded(
+    run: &mut JobRun,
+    terminal: JobStatus,
+    then: impl FnOnce(&mut JobRun, &mut JobRecord, Recorded),
+) -> State {
     let recorded = record_result(run, terminal);
     if matches!(recorded, Recorded::No) && !run.leading() {
         return State::Suspended;
     }
-    let master = &run.master;
+    let master = std::sync::Arc::clone(&run.master);
     master.update(|record| {
         master.transition_job(record, terminal);
-        then(record, recorded);
+        then(run, record, recorded);
     });
     State::Ended
 }
@@ -85,8 +90,7 @@ const RESULT_WRITE_RETRY: Duration = Duration::from_millis(200);
 
 /// Records the job's result, `state`, in the HA store (nothing without HA), asking again
 /// while this JobManager leads: an unrecorded result lets the next leader recover the job.
-fn record_result(run: &JobRun, state: JobStatus) -> Recorded {
-    let Some(ha) = &run.ha else { return Recorded::Yes };
+fn record_result(run: &mut JobRun, state: JobStatus) -> Recorded {
     let failure = run.master.record().failure_cause.clone();
     let result = weir_ha::JobResult {
         job_id: run.master.job_id.to_string(),
@@ -97,7 +101,7 @@ fn record_result(run: &JobRun, state: JobStatus) -> Recorded {
     };
     let deadline = run.clock.now() + RESULT_WRITE_WAIT_MAX;
     loop {
-        match ha.finish(&result) {
+        match run.record(HaWrite::Result(result.clone())) {
             Ok(()) => return Recorded::Yes,
             Err(error) if run.clock.now() < deadline && run.leading() => {
                 tracing::warn!(job_id = %run.master.job_id, %error, "cannot record the job's result in the HA store yet; retrying");

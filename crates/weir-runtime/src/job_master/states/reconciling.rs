@@ -18,6 +18,7 @@ use weir_types::JobStatus;
 use super::{Poll, State, state_of};
 use crate::executor::ReportedAttempt;
 use crate::job_master::MasterEvent;
+use crate::job_master::effects::MasterEffect;
 use crate::job_master::run::{Incoming, JobRun, mark_canceling};
 use crate::job_master::takeover::{self, ReconcileDecision};
 
@@ -52,9 +53,9 @@ impl Reconciling {
         let job_id = run.master.job_id.to_string();
         let cancel = on_request(run, &job_id, incoming);
         let (reported, stale) =
-            takeover::newest_per_region(run.dep.executor.running_attempts(&job_id), run.region_count.is_some());
+            takeover::newest_per_region(run.io.reported_attempts(), run.region_count.is_some());
         for attempt in stale {
-            run.dep.executor.cancel_attempt(&job_id, attempt);
+            run.tell(MasterEffect::CancelReported { attempt });
         }
         let expected: usize = run.dep.job_graph.vertices.iter().map(|v| v.parallelism as usize).sum();
         let coverage = takeover::coverage(&reported, expected, |vertex, region| run.dep.in_region(vertex, region));
@@ -64,7 +65,7 @@ impl Reconciling {
             ReconcileDecision::Wait => None,
             ReconcileDecision::TakeOver => {
                 let next = take_over(run, &reported, began);
-                run.dep.executor.reconciled(&job_id);
+                run.tell(MasterEffect::EndReconcile);
                 Some(next)
             }
             ReconcileDecision::Cancel => Some(give_up(run, &reported, None)),
@@ -85,7 +86,7 @@ fn enter(run: &mut JobRun) -> Option<State> {
     // Recorded, but its leader died before deploying anything: deploy it now (anything
     // reported of it is stale).
     let master = Arc::clone(&run.master);
-    run.dep.executor.reconciled(&master.job_id.to_string());
+    run.tell(MasterEffect::EndReconcile);
     master.update(|record| master.transition_job(record, JobStatus::Running));
     Some(match super::created::first_deploy(run) {
         Ok(()) => State::Running,
@@ -125,7 +126,7 @@ fn give_up(run: &mut JobRun, reported: &[ReportedAttempt], reason: Option<String
     let job_id = master.job_id.to_string();
     let (task_events, task_receiver) = crossbeam_channel::unbounded();
     run.tasks = Some(task_receiver);
-    run.sup.controls = vec![Vec::new(); run.dep.job_graph.vertices.len()];
+    run.forget_tasks();
     for attempt in reported {
         if let Err(error) = run.adopt(attempt, task_events.clone()) {
             tracing::warn!(job_id = %job_id, attempt = attempt.attempt, %error, "cannot take over a reported attempt; it is cancelled");
@@ -133,7 +134,7 @@ fn give_up(run: &mut JobRun, reported: &[ReportedAttempt], reason: Option<String
     }
     // What could not be taken over (a TaskManager of it is gone) is cancelled where it still
     // runs, so it holds neither slots nor threads while the job restarts.
-    run.dep.executor.reconciled(&job_id);
+    run.tell(MasterEffect::EndReconcile);
     run.sup.task_events = Some(task_events);
     master.update(|record| {
         let Some(reason) = reason else {
@@ -179,7 +180,7 @@ fn take_over(run: &mut JobRun, reported: &[ReportedAttempt], started: Instant) -
     let master = Arc::clone(&run.master);
     let (task_events, task_receiver) = crossbeam_channel::unbounded();
     run.tasks = Some(task_receiver);
-    run.sup.controls = vec![Vec::new(); run.dep.job_graph.vertices.len()];
+    run.forget_tasks();
     for attempt in reported {
         if let Err(error) = run.adopt(attempt, task_events.clone()) {
             master.update(|record| run.on_failure(record, None, "reconciling", &error.to_string()));
@@ -195,12 +196,12 @@ fn take_over(run: &mut JobRun, reported: &[ReportedAttempt], started: Instant) -
         master.transition_job(record, JobStatus::Running);
         // A checkpoint whose pointer the old leader wrote may never have been committed.
         if let Some(latest) = recommit {
-            run.sup.send_to_all(TaskControl::CheckpointComplete(latest));
+            run.send_to_all(TaskControl::CheckpointComplete(latest));
         }
         // Whatever the old leader triggered after it is abandoned (a stop-with-savepoint
         // included: its subtasks resume, as when a stop fails).
         for id in abandoned {
-            run.sup.send_to_all(TaskControl::CheckpointAborted(id));
+            run.send_to_all(TaskControl::CheckpointAborted(id));
         }
     });
     tracing::info!(
