@@ -5,7 +5,9 @@
 //! handed to [`MasterIo::carry_out`]: a deploy or a takeover of an attempt, a control message
 //! or a cancel to the subtasks, the end of RECONCILING, a write to the HA store. A
 //! JobManager carries them out with [`ClusterIo`]: the executor, the subtasks' control
-//! channels and cancel flags, and the job's HA store. The job master's stepped tests put
+//! channels and cancel flags, and the job's HA store. It is also the fence: an effect on
+//! the tasks is refused once this JobManager no longer leads, as the HA store refuses its
+//! writes. The job master's stepped tests put
 //! their own io around it: they see every effect in order, in the trace a failing seed
 //! prints, and check what a JobManager that lost its leadership still does.
 //!
@@ -112,16 +114,17 @@ impl fmt::Debug for MasterEffect {
 }
 
 impl MasterEffect {
-    /// True for an effect that changes what runs or what is recorded: a JobManager that lost
-    /// its leadership must do none of them (the new leader runs the job).
-    pub fn acts_as_leader(&self) -> bool {
+    /// True for an effect that changes what runs on the TaskManagers: a JobManager that lost
+    /// its leadership must do none of them (the new leader runs the job; HA writes need no
+    /// such care, the store refuses them).
+    pub fn touches_tasks(&self) -> bool {
         matches!(
             self,
             MasterEffect::Deploy(_)
                 | MasterEffect::Adopt { .. }
                 | MasterEffect::CancelReported { .. }
+                | MasterEffect::EndReconcile
                 | MasterEffect::StopTasks { .. }
-                | MasterEffect::Record(_)
         )
     }
 }
@@ -252,6 +255,12 @@ impl ClusterIo {
 
 impl MasterIo for ClusterIo {
     fn carry_out(&mut self, effect: MasterEffect) -> Result<Answer, EffectError> {
+        // The fence: checked right before the act, so a leadership lost while the master
+        // decided (after its last HA write) changes nothing on the TaskManagers. The new
+        // leader reconciles with what runs there.
+        if effect.touches_tasks() && !self.leading() {
+            return Err(EffectError::Ha(weir_ha::HaError::LostLeadership));
+        }
         match effect {
             MasterEffect::Deploy(mut spec) => {
                 self.links.connect(&mut spec);

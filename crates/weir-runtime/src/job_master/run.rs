@@ -765,7 +765,9 @@ impl JobRun {
     }
 
     pub(super) fn on_cancel(&mut self, record: &mut JobRecord) {
-        if !transitions::cancellable(record.history.current()) {
+        if !transitions::cancellable(record.history.current()) || !self.leading() {
+            // A JobManager that lost its leadership touches no task: the job is suspended
+            // here, and the new leader runs it (and takes the cancel).
             return;
         }
         self.sup.pending_restart = None;
@@ -859,8 +861,13 @@ impl JobRun {
     }
 
     /// A failure the restart strategy decides on: restart `region` (the whole job when
-    /// `None`), or give up.
+    /// `None`), or give up. A JobManager that lost its leadership decides nothing: the job is
+    /// suspended here, its tasks left to the new leader.
     pub(super) fn on_failure(&mut self, record: &mut JobRecord, region: Option<usize>, what: &str, error: &str) {
+        if !self.leading() {
+            tracing::info!(job_id = %self.master.job_id, what, error, "a failure after the leadership was lost: left to the new leader");
+            return;
+        }
         let elapsed_ms = self.clock.now().saturating_duration_since(self.sup.started).as_millis() as u64;
         // After a stop's savepoint completed, or the final checkpoint (`Finish` went out),
         // the other regions are finishing: the whole job restarts from that snapshot (as

@@ -304,11 +304,13 @@ pub(super) fn cancelled_by_user(run: &JobRun, error: &TaskError) -> bool {
 /// the wait for slots, else FAILED, recorded in the HA store before it shows (a job shown
 /// ended never runs again under a later leader); SUSPENDED when another leader decides.
 pub(super) fn deploy_failed(run: &mut JobRun, error: TaskError) -> State {
-    run.stop_tasks();
-    run.join_handles();
     if !run.leading() {
+        // The new leader reconciles with whatever of this deploy went out: it is not stopped
+        // from here (it may be the attempt the new leader takes over).
         return State::Suspended;
     }
+    run.stop_tasks();
+    run.join_handles();
     let terminal = if cancelled_by_user(run, &error) {
         run.cancel_before_start();
         JobStatus::Canceled

@@ -102,7 +102,8 @@ impl KeyValueStore for FlakyStore {
 }
 
 /// The HA side of a played job: the store the job master writes through, and the keys
-/// behind it.
+/// behind it. A clone shares them (and the leadership).
+#[derive(Clone)]
 pub(super) struct PlayedHa {
     store: Arc<MemoryStore>,
     flakes: Arc<Mutex<Flakes>>,

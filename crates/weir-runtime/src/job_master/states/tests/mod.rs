@@ -21,6 +21,7 @@ use crate::control_clock::ControlClock;
 use crate::execution::{TaskEvent, TaskEventKind};
 use crate::executor::{AttemptHandle, AttemptSpec, Executor};
 use crate::job_master::JobMaster;
+use crate::job_master::effects::{Answer, EffectError, MasterEffect, MasterIo};
 use crate::job_master::run::JobRun;
 use crate::job_master::run::{Incoming, SUPERVISOR_TICK};
 use crate::job_settings::JobSettings;
@@ -62,6 +63,50 @@ impl Executor for RecordingExecutor {
     }
 }
 
+/// What the stepped tests see of the job master's effects.
+#[derive(Default)]
+pub(super) struct EffectWatch {
+    /// Every effect carried out since the test last looked, as trace lines.
+    pub(super) log: Vec<String>,
+    /// Effects on the tasks carried out while this JobManager did not lead.
+    pub(super) without_leadership: Vec<String>,
+    /// Called after each effect carried out while leading (the random test loses the
+    /// leadership there, at an effect boundary); what it returns goes to the log.
+    pub(super) after_effect: Option<Box<dyn FnMut() -> Option<String> + Send>>,
+}
+
+/// The JobManager's io, watched: every effect goes through [`EffectWatch`].
+struct WatchedIo {
+    inner: Box<dyn MasterIo>,
+    watch: Arc<Mutex<EffectWatch>>,
+}
+
+impl MasterIo for WatchedIo {
+    fn carry_out(&mut self, effect: MasterEffect) -> Result<Answer, EffectError> {
+        let line = format!("{effect:?}");
+        let (leading, touches_tasks) = (self.inner.leading(), effect.touches_tasks());
+        let answer = self.inner.carry_out(effect);
+        let mut watch = self.watch.lock().unwrap();
+        if touches_tasks && !leading && answer.is_ok() {
+            watch.without_leadership.push(line.clone());
+        }
+        let failed = if answer.is_err() { " (failed)" } else { "" };
+        watch.log.push(format!("effect {line}{failed}"));
+        if leading && let Some(line) = watch.after_effect.as_mut().and_then(|after| after()) {
+            watch.log.push(line);
+        }
+        answer
+    }
+
+    fn reported_attempts(&self) -> Vec<crate::executor::ReportedAttempt> {
+        self.inner.reported_attempts()
+    }
+
+    fn leading(&self) -> bool {
+        self.inner.leading()
+    }
+}
+
 pub(super) struct SteppedJob {
     pub(super) master: Arc<JobMaster>,
     /// Taken when the test ends it.
@@ -73,6 +118,8 @@ pub(super) struct SteppedJob {
     pub(super) refusals: Arc<AtomicUsize>,
     /// Starts it refused.
     pub(super) refused: Arc<AtomicUsize>,
+    /// The job master's effects.
+    pub(super) watch: Arc<Mutex<EffectWatch>>,
 }
 
 impl SteppedJob {
@@ -105,8 +152,12 @@ impl SteppedJob {
         });
         let settings = JobSettings { executor: Some(executor), clock: ControlClock::manual(), ..settings };
         let (master, events) = JobMaster::accept(job_id, &graph, &settings, "test-jobmanager");
-        let (run, state) = created::run(Arc::clone(&master), graph, settings, events).expect("the job is created");
-        let mut job = SteppedJob { master, run: Some(run), state, attempts, refusals, refused };
+        let watch = Arc::new(Mutex::new(EffectWatch::default()));
+        let watched = Arc::clone(&watch);
+        let wrap = move |inner| -> Box<dyn MasterIo> { Box::new(WatchedIo { inner, watch: watched }) };
+        let (run, state) =
+            created::run_with_io(Arc::clone(&master), graph, settings, events, wrap).expect("the job is created");
+        let mut job = SteppedJob { master, run: Some(run), state, attempts, refusals, refused, watch };
         job.settle();
         job
     }

@@ -26,7 +26,8 @@
 //! trace; `JOB_MASTER_SEED=n cargo test -p weir-runtime --lib random_subtasks` replays it.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use weir_api::error::TaskError;
@@ -56,6 +57,8 @@ const REGRESSION_SEEDS: &[u64] = &[1219];
 const FAULT_STEPS: usize = 400;
 /// Steps a seed may take in all.
 const MAX_STEPS: usize = 4000;
+/// One effect in this many, while faults run on an HA seed, is followed by a lost leadership.
+const EFFECTS_PER_LOSS: u64 = 200;
 /// Records each region's sources have.
 const RECORDS: u64 = 30;
 
@@ -125,8 +128,11 @@ struct Play {
     /// The HA store, on HA seeds.
     ha: Option<PlayedHa>,
     /// This JobManager lost its leadership: the attempts deployed and the HA store's
-    /// revision then (neither may change afterwards).
-    lost_leadership: Option<(usize, i64)>,
+    /// revision then (neither may change afterwards). Set between steps, or by the job
+    /// master's io after an effect.
+    lost_leadership: Arc<Mutex<Option<(usize, i64)>>>,
+    /// Faults run (the io reads it to lose the leadership only then).
+    faults: Arc<AtomicBool>,
     trace: Vec<String>,
 }
 
@@ -206,10 +212,29 @@ impl Play {
                 ha.is_some()
             )],
             ha,
-            lost_leadership: None,
+            lost_leadership: Arc::new(Mutex::new(None)),
+            faults: Arc::new(AtomicBool::new(true)),
         };
+        play.lose_leadership_at_effects(seed);
         play.see_new_attempts();
         play
+    }
+
+    /// On HA seeds, while faults run, the JobManager may lose its leadership right after any
+    /// effect it carries out (a random stream of its own: the seeds' other choices stay).
+    fn lose_leadership_at_effects(&mut self, seed: u64) {
+        let Some(ha) = self.ha.clone() else { return };
+        let mut rng = SeededRng::new(seed ^ 0x6566_6665_6374_7321);
+        let (lost, faults, attempts) =
+            (Arc::clone(&self.lost_leadership), Arc::clone(&self.faults), Arc::clone(&self.job.attempts));
+        self.job.watch.lock().unwrap().after_effect = Some(Box::new(move || {
+            let mut lost = lost.lock().unwrap();
+            if lost.is_some() || !faults.load(Ordering::SeqCst) || !rng.one_in(EFFECTS_PER_LOSS) {
+                return None;
+            }
+            *lost = Some((attempts.lock().unwrap().len(), ha.lose_leadership()));
+            Some("this JobManager loses its leadership after that effect".into())
+        }));
     }
 
     /// Plays the subtasks of attempts deployed since the last look; a new attempt of a
@@ -278,14 +303,15 @@ impl Play {
         if !faults {
             self.job.refusals.store(0, Ordering::SeqCst);
         }
+        self.faults.store(faults, Ordering::SeqCst);
         if let Some(ha) = &self.ha
             && faults
-            && self.lost_leadership.is_none()
+            && self.lost_leadership.lock().unwrap().is_none()
             && self.leadership_rng.one_in(1500)
         {
             // Its lease lapsed (frozen, cut off): another JobManager leads now.
             let revision = ha.lose_leadership();
-            self.lost_leadership = Some((self.job.attempts.lock().unwrap().len(), revision));
+            *self.lost_leadership.lock().unwrap() = Some((self.job.attempts.lock().unwrap().len(), revision));
             self.trace.push("this JobManager loses its leadership".into());
             self.job.settle();
             return Ok(());
@@ -502,7 +528,11 @@ impl Play {
         for (region, lineage) in &self.lineages {
             lineage.check().map_err(|broken| format!("region {region:?}: {broken}"))?;
         }
-        if let (Some((attempts, revision)), Some(ha)) = (self.lost_leadership, &self.ha) {
+        if let Some(touched) = self.job.watch.lock().unwrap().without_leadership.first() {
+            return Err(format!("a JobManager that lost its leadership still carried out {touched}"));
+        }
+        let lost_leadership = *self.lost_leadership.lock().unwrap();
+        if let (Some((attempts, revision)), Some(ha)) = (lost_leadership, &self.ha) {
             // A JobManager that no longer leads deploys nothing and writes nothing: the new
             // leader does (two leaders acting at once write records twice).
             if deployed != attempts {
@@ -563,6 +593,8 @@ fn play(seed: u64) -> Result<Vec<String>, (String, Vec<String>)> {
             ha.faults(step < FAULT_STEPS);
         }
         let acted = play.act(step < FAULT_STEPS);
+        let effects = std::mem::take(&mut play.job.watch.lock().unwrap().log);
+        play.trace.extend(effects);
         if let Some(ha) = &play.ha {
             play.trace.extend(ha.drain_log());
         }
@@ -650,6 +682,7 @@ fn random_subtasks_commit_every_record_once_never_meet_two_attempts_of_a_region_
                     ("HA flakes", "HA write"),
                     ("refused starts", "will refuse"),
                     ("lost leaderships", "loses its leadership"),
+                    ("lost leaderships after an effect", "leadership after that effect"),
                 ] {
                     if trace.iter().any(|line| line.contains(needle)) {
                         *ends.entry(format!("seeds with {what}")).or_insert(0) += 1;
