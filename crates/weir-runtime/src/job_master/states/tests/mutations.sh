@@ -30,6 +30,7 @@ rev $S/states/restarting.rs '    restart_failed(run, "deploying the restarted jo
 rev $S/run.rs '                    master.update(|record| self.on_failure(record, Some(region), "the restart", &cause));' '                    master.update(|record| { record.failure_cause = Some(cause.clone()); master.transition_job(record, JobStatus::Failing); self.stop_tasks(); mark_canceling(record, |_| true); });'; run "a region restart whose deploy failed goes to the restart strategy"; git checkout -q $S
 rev $S/states/finished.rs '    let recorded = record_result(run, terminal);' '    let recorded = Recorded::Yes;'; run "an ended job's result is recorded before it shows"; git checkout -q $S
 rev $S/run.rs 'self.master.update(|record| mark_never_deployed(record, |vertex| dep.in_region(vertex, region)))' 'let _ = dep;'; run "a subtask whose attempt the executor refused ends FAILED"; git checkout -q $S
+rev $S/effects.rs '        if effect.touches_tasks() && !self.leading() {' '        if false {'; run "a JobManager that lost its leadership touches no task (the io's fence)"; git checkout -q $S
 C=crates/weir-runtime/src/checkpointing/book.rs
 rev $C '        if self.pending.values().any(|p| p.request.is_stop()) {' '        if false {'; run "no periodic checkpoint while a stop is in flight"; git checkout -q $C
 git status --short
