@@ -166,7 +166,9 @@ impl Lifecycle for ExecutionState {
             Initializing => matches!(next, Running | Finished | Canceling),
             Running => matches!(next, Finished | Canceling),
             Canceling => matches!(next, Canceled),
-            Reconciling => matches!(next, Initializing | Running | Finished | Canceled),
+            // A new leader takes over a subtask in the state its TaskManager reports, which
+            // may be DEPLOYING (deployed, not yet initializing).
+            Reconciling => matches!(next, Deploying | Initializing | Running | Finished | Canceled),
             Finished | Canceled | Failed => false,
         }
     }

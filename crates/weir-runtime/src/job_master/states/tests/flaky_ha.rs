@@ -15,6 +15,8 @@ use weir_types::seeded::SeededRng;
 use crate::job_settings::JobHa;
 
 const CLUSTER_ID: &str = "random-subtasks";
+/// How long a new leader waits for the reports of the running attempts.
+const RECONCILE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Whether calls flake now, and what they did (for the trace).
 struct Flakes {
@@ -110,6 +112,7 @@ pub(super) struct PlayedHa {
     layout: Layout,
     job_id: String,
     guard: LeadershipGuard,
+    services: Arc<HaServices>,
 }
 
 impl PlayedHa {
@@ -132,10 +135,32 @@ impl PlayedHa {
             lease_ttl: Duration::from_secs(10),
             kubernetes: None,
         };
-        let services = HaServices::on(settings, client).expect("HA services on the memory store");
-        let job_store = services.store(guard.clone()).job(&job_id.to_string());
-        let ha = JobHa { store: job_store, recovered: None, reconcile_timeout: Duration::from_secs(10) };
-        (PlayedHa { store, flakes, layout, job_id: job_id.to_string(), guard }, ha)
+        let services = Arc::new(HaServices::on(settings, client).expect("HA services on the memory store"));
+        let term = services.store(guard.clone());
+        // Recorded as submitted, as a JobManager does before it runs a job: a new leader
+        // recovers it from the store.
+        term.record_submission(&job_id.to_string(), b"played").expect("the memory store records the submission");
+        let job_store = term.job(&job_id.to_string());
+        let ha = JobHa { store: job_store, recovered: None, reconcile_timeout: RECONCILE_TIMEOUT };
+        (PlayedHa { store, flakes, layout, job_id: job_id.to_string(), guard, services }, ha)
+    }
+
+    /// Another JobManager wins the election (the leader key created again: a new epoch) and
+    /// recovers the job, if the store still holds it; `Err` when the store did not answer.
+    /// Later losses of the leadership are this new leader's.
+    pub(super) fn new_leader(&mut self) -> Result<Option<JobHa>, String> {
+        let leader = self.layout.leader();
+        self.store.txn(&[], &[Op::Delete { key: leader.clone(), prefix: false }], &[]).map_err(|e| e.to_string())?;
+        let put = Op::Put { key: leader, value: b"next-jobmanager".to_vec(), lease: 0 };
+        let epoch = self.store.txn(&[], &[put], &[]).map_err(|e| e.to_string())?.revision;
+        let guard = LeadershipGuard::external(epoch);
+        guard.renewed(Duration::from_secs(1 << 30));
+        self.guard = guard.clone();
+        let term = self.services.store(guard);
+        let jobs = term.recoverable_jobs().map_err(|e| e.to_string())?;
+        let Some(recovered) = jobs.into_iter().find(|job| job.job_id == self.job_id) else { return Ok(None) };
+        let store = term.job(&self.job_id);
+        Ok(Some(JobHa { store, recovered: Some(recovered), reconcile_timeout: RECONCILE_TIMEOUT }))
     }
 
     /// This JobManager loses its leadership (its lease lapsed: another leads now); the store's

@@ -19,7 +19,7 @@ use weir_types::{ExecutionState, JobId, JobStatus};
 use super::{Poll, State, created, step};
 use crate::control_clock::ControlClock;
 use crate::execution::{TaskEvent, TaskEventKind};
-use crate::executor::{AttemptHandle, AttemptSpec, Executor};
+use crate::executor::{AttemptHandle, AttemptSpec, Executor, ReportedAttempt};
 use crate::job_master::JobMaster;
 use crate::job_master::effects::{Answer, EffectError, MasterEffect, MasterIo};
 use crate::job_master::run::JobRun;
@@ -27,14 +27,44 @@ use crate::job_master::run::{Incoming, SUPERVISOR_TICK};
 use crate::job_settings::JobSettings;
 use crate::restart::RestartStrategyConfig;
 
-/// Deploys nothing: keeps each attempt's spec so the test can speak for its subtasks, or
-/// refuses to start it (no slots) when the test said so.
-struct RecordingExecutor {
-    attempts: Arc<Mutex<Vec<AttemptSpec>>>,
+/// What the test's executors share with the test, across the JobManagers of a run.
+#[derive(Clone, Default)]
+pub(super) struct Deployments {
+    /// Every attempt deployed, in order; an attempt a new leader takes over keeps its place,
+    /// its spec replaced by the new leader's.
+    pub(super) attempts: Arc<Mutex<Vec<AttemptSpec>>>,
     /// Starts still to refuse.
-    refusals: Arc<AtomicUsize>,
+    pub(super) refusals: Arc<AtomicUsize>,
     /// Starts refused so far.
-    refused: Arc<AtomicUsize>,
+    pub(super) refused: Arc<AtomicUsize>,
+    /// What the TaskManagers report to a new leader (the test fills it).
+    pub(super) reports: Arc<Mutex<Vec<ReportedAttempt>>>,
+    /// Places in `attempts` a new leader took over, not yet seen by the test.
+    pub(super) adopted: Arc<Mutex<Vec<usize>>>,
+    /// Takeovers and cancels of reported attempts, for the trace.
+    pub(super) log: Arc<Mutex<Vec<String>>>,
+}
+
+impl Deployments {
+    /// Tells every subtask of attempt number `attempt`, except at the places in `keep`, to
+    /// stop (its TaskManagers cancel it).
+    fn cancel(&self, attempt: u32, keep: &[usize]) {
+        let attempts = self.attempts.lock().unwrap();
+        for (place, spec) in attempts.iter().enumerate() {
+            if spec.attempt == attempt && !keep.contains(&place) {
+                spec.cancel.store(true, Ordering::SeqCst);
+            }
+        }
+    }
+}
+
+/// Deploys nothing: keeps each attempt's spec so the test can speak for its subtasks, or
+/// refuses to start it (no slots) when the test said so. To a new leader it reports what
+/// the test says still runs, and takes it over by handing the test the new spec.
+struct RecordingExecutor {
+    deployments: Deployments,
+    /// Places this JobManager took over.
+    taken_over: Mutex<Vec<usize>>,
 }
 
 struct Joined;
@@ -54,12 +84,45 @@ impl Executor for RefusingExecutor {
 
 impl Executor for RecordingExecutor {
     fn start(&self, spec: AttemptSpec) -> Result<Box<dyn AttemptHandle>, TaskError> {
-        if self.refusals.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok() {
-            self.refused.fetch_add(1, Ordering::SeqCst);
+        let d = &self.deployments;
+        if d.refusals.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok() {
+            d.refused.fetch_add(1, Ordering::SeqCst);
             return Err(TaskError::Internal("played: the executor found no slots".into()));
         }
-        self.attempts.lock().unwrap().push(spec);
+        d.attempts.lock().unwrap().push(spec);
         Ok(Box::new(Joined))
+    }
+
+    fn running_attempts(&self, _job_id: &str) -> Vec<ReportedAttempt> {
+        self.deployments.reports.lock().unwrap().clone()
+    }
+
+    fn adopt(&self, spec: AttemptSpec, reported: &ReportedAttempt) -> Result<Box<dyn AttemptHandle>, TaskError> {
+        let d = &self.deployments;
+        let mut attempts = d.attempts.lock().unwrap();
+        let place = attempts.iter().rposition(|a| a.attempt == reported.attempt).ok_or_else(|| {
+            TaskError::Internal(format!("played: attempt {} is not running", reported.attempt))
+        })?;
+        attempts[place] = spec;
+        self.taken_over.lock().unwrap().push(place);
+        d.adopted.lock().unwrap().push(place);
+        d.log.lock().unwrap().push(format!("attempt {} (place {place}) taken over", reported.attempt));
+        Ok(Box::new(Joined))
+    }
+
+    fn cancel_attempt(&self, _job_id: &str, attempt: u32) {
+        self.deployments.log.lock().unwrap().push(format!("reported attempt {attempt} cancelled"));
+        self.deployments.cancel(attempt, &self.taken_over.lock().unwrap());
+    }
+
+    fn reconciled(&self, _job_id: &str) {
+        let d = &self.deployments;
+        let reports = std::mem::take(&mut *d.reports.lock().unwrap());
+        let kept = self.taken_over.lock().unwrap().clone();
+        for report in reports {
+            d.cancel(report.attempt, &kept);
+        }
+        d.log.lock().unwrap().push("reconciled: what was not taken over is cancelled".into());
     }
 }
 
@@ -98,7 +161,7 @@ impl MasterIo for WatchedIo {
         answer
     }
 
-    fn reported_attempts(&self) -> Vec<crate::executor::ReportedAttempt> {
+    fn reported_attempts(&self) -> Vec<ReportedAttempt> {
         self.inner.reported_attempts()
     }
 
@@ -118,6 +181,8 @@ pub(super) struct SteppedJob {
     pub(super) refusals: Arc<AtomicUsize>,
     /// Starts it refused.
     pub(super) refused: Arc<AtomicUsize>,
+    /// What the executor shares with the test.
+    pub(super) deployments: Deployments,
     /// The job master's effects.
     pub(super) watch: Arc<Mutex<EffectWatch>>,
 }
@@ -138,16 +203,25 @@ impl SteppedJob {
 
     /// [`SteppedJob::of`] with the job's id chosen by the caller (its HA keys name it).
     pub(super) fn of_job(job_id: JobId, env: &StreamExecutionEnvironment, settings: JobSettings) -> SteppedJob {
+        SteppedJob::of_job_on(job_id, env, settings, Deployments::default())
+    }
+
+    /// [`SteppedJob::of_job`] on `deployments` (a new leader's job master goes on with the
+    /// attempts of the one before it).
+    pub(super) fn of_job_on(
+        job_id: JobId,
+        env: &StreamExecutionEnvironment,
+        settings: JobSettings,
+        deployments: Deployments,
+    ) -> SteppedJob {
         let graph = env.build("stepped").unwrap();
-        let attempts = Arc::new(Mutex::new(Vec::new()));
-        let (refusals, refused) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let d = deployments.clone();
+        let (attempts, refusals, refused) = (d.attempts, d.refusals, d.refused);
         // The test's own executor, if it brings one (then no attempt is recorded).
         let executor = settings.executor.clone().unwrap_or_else(|| {
-            let recording: Arc<dyn Executor> = Arc::new(RecordingExecutor {
-                attempts: Arc::clone(&attempts),
-                refusals: Arc::clone(&refusals),
-                refused: Arc::clone(&refused),
-            });
+            let taken_over = Mutex::new(Vec::new());
+            let recording: Arc<dyn Executor> =
+                Arc::new(RecordingExecutor { deployments: deployments.clone(), taken_over });
             recording
         });
         let settings = JobSettings { executor: Some(executor), clock: ControlClock::manual(), ..settings };
@@ -157,7 +231,7 @@ impl SteppedJob {
         let wrap = move |inner| -> Box<dyn MasterIo> { Box::new(WatchedIo { inner, watch: watched }) };
         let (run, state) =
             created::run_with_io(Arc::clone(&master), graph, settings, events, wrap).expect("the job is created");
-        let mut job = SteppedJob { master, run: Some(run), state, attempts, refusals, refused, watch };
+        let mut job = SteppedJob { master, run: Some(run), state, attempts, refusals, refused, deployments, watch };
         job.settle();
         job
     }
