@@ -322,6 +322,17 @@ mod tests {
         assert!(!Running.can_transition_to(Canceled));
     }
 
+    /// A new leader takes a subtask over in whatever live state its TaskManager reports; a
+    /// refused move left it RECONCILING, and a restart then counted it ended though it ran.
+    #[test]
+    fn a_subtask_taken_over_may_be_in_any_live_state_its_taskmanager_reports() {
+        use ExecutionState::*;
+        for reported in [Deploying, Initializing, Running, Finished, Canceled] {
+            let mut h = StateHistory::new(Reconciling, 0);
+            assert!(h.transition(reported, 1).is_ok(), "RECONCILING -> {reported}");
+        }
+    }
+
     #[test]
     fn states_serialize_as_flink_names() {
         assert_eq!(serde_json::to_string(&JobStatus::Running).unwrap(), "\"RUNNING\"");

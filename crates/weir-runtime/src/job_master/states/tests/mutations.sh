@@ -31,6 +31,10 @@ rev $S/run.rs '                    master.update(|record| self.on_failure(record
 rev $S/states/finished.rs '    let recorded = record_result(run, terminal);' '    let recorded = Recorded::Yes;'; run "an ended job's result is recorded before it shows"; git checkout -q $S
 rev $S/run.rs 'self.master.update(|record| mark_never_deployed(record, |vertex| dep.in_region(vertex, region)))' 'let _ = dep;'; run "a subtask whose attempt the executor refused ends FAILED"; git checkout -q $S
 rev $S/effects.rs '        if effect.touches_tasks() && !self.leading() {' '        if false {'; run "a JobManager that lost its leadership touches no task (the io's fence)"; git checkout -q $S
+rev $S/takeover.rs '    if coverage.complete {' '    if coverage.complete || coverage.reported > 0 {'; run "a new leader takes over only a complete report"; git checkout -q $S
+rev $S/states/reconciling.rs '            run.send_to_all(TaskControl::CheckpointAborted(id));' '            let _ = id;'; run "a takeover aborts what the old leader left in flight"; git checkout -q $S
+T=crates/weir-types/src/lifecycle.rs
+rev $T 'Reconciling => matches!(next, Deploying | ' 'Reconciling => matches!(next, '; run "a subtask reported DEPLOYING is taken over"; git checkout -q $T
 C=crates/weir-runtime/src/checkpointing/book.rs
 rev $C '        if self.pending.values().any(|p| p.request.is_stop()) {' '        if false {'; run "no periodic checkpoint while a stop is in flight"; git checkout -q $C
 git status --short

@@ -19,8 +19,13 @@
 //!   calls fail, or lose their answer, at random while faults run): an attempt restores only
 //!   a checkpoint the HA store records, a barrier's id is below the recorded checkpoint
 //!   counter, and an ended job's result is recorded; a JobManager that lost its leadership
-//!   (now and then, while faults run) deploys nothing and writes nothing to the HA store
-//!   any more, and goes SUSPENDED;
+//!   (now and then while faults run, between steps or right after any effect it carries
+//!   out) deploys nothing, touches no task and writes nothing to the HA store any more, and
+//!   goes SUSPENDED. A new leader is then elected (a new epoch in the store), recovers the
+//!   job as a JobManager does (`HaStore::recoverable_jobs`) and runs a second real job
+//!   master through RECONCILING over what the played TaskManagers report: it takes the
+//!   attempt over (the subtasks follow its channels), cancels stale attempts, or gives up
+//!   and restarts; the old master is stepped on beside it;
 //!
 //! and once failures stop, the job ends (liveness). A failure names its seed and prints the
 //! trace; `JOB_MASTER_SEED=n cargo test -p weir-runtime --lib random_subtasks` replays it.
@@ -51,8 +56,10 @@ use crate::restart::RestartStrategyConfig;
 /// Seeds per test run (`JOB_MASTER_SEEDS` sets another number).
 const SEEDS: u64 = 1000;
 /// Seeds beyond the first thousand that find a guarded rule broken (mutations.sh):
-/// - 1219: a periodic checkpoint triggered while a stop-with-savepoint is in flight.
-const REGRESSION_SEEDS: &[u64] = &[1219];
+/// - 1219: a periodic checkpoint triggered while a stop-with-savepoint is in flight;
+/// - 3106: a subtask reported DEPLOYING to a new leader, not taken over;
+/// - 6804: a takeover that leaves the old leader's stop-with-savepoint in flight.
+const REGRESSION_SEEDS: &[u64] = &[1219, 3106, 6804];
 /// Steps of a seed after which subtasks stop failing and users stop cancelling.
 const FAULT_STEPS: usize = 400;
 /// Steps a seed may take in all.
