@@ -134,8 +134,11 @@ pub(super) struct EffectWatch {
     /// Effects on the tasks carried out while this JobManager did not lead.
     pub(super) without_leadership: Vec<String>,
     /// Called after each effect carried out while leading (the random test loses the
-    /// leadership there, at an effect boundary); what it returns goes to the log.
-    pub(super) after_effect: Option<Box<dyn FnMut() -> Option<String> + Send>>,
+    /// leadership there, at an effect boundary, or kills the JobManager's process): a line
+    /// for the log, and whether the process is dead.
+    pub(super) after_effect: Option<Box<dyn FnMut() -> Option<(String, bool)> + Send>>,
+    /// The JobManager's process was killed: nothing it decides leaves it any more.
+    pub(super) dead: bool,
 }
 
 /// The JobManager's io, watched: every effect goes through [`EffectWatch`].
@@ -146,6 +149,14 @@ struct WatchedIo {
 
 impl MasterIo for WatchedIo {
     fn carry_out(&mut self, effect: MasterEffect) -> Result<Answer, EffectError> {
+        if self.watch.lock().unwrap().dead {
+            // A dead process sends nothing; what it would have asked fails as a lost
+            // leadership does (the lease ran out with the process).
+            return match effect {
+                MasterEffect::Control { .. } | MasterEffect::ForgetTasks => Ok(Answer::Done),
+                _ => Err(EffectError::Ha(weir_ha::HaError::LostLeadership)),
+            };
+        }
         let line = format!("{effect:?}");
         let (leading, touches_tasks) = (self.inner.leading(), effect.touches_tasks());
         let answer = self.inner.carry_out(effect);
@@ -155,8 +166,9 @@ impl MasterIo for WatchedIo {
         }
         let failed = if answer.is_err() { " (failed)" } else { "" };
         watch.log.push(format!("effect {line}{failed}"));
-        if leading && let Some(line) = watch.after_effect.as_mut().and_then(|after| after()) {
+        if leading && let Some((line, dead)) = watch.after_effect.as_mut().and_then(|after| after()) {
             watch.log.push(line);
+            watch.dead = dead;
         }
         answer
     }

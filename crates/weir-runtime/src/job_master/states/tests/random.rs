@@ -260,7 +260,11 @@ impl Play {
                 return None;
             }
             *lost = Some((attempts.lock().unwrap().len(), ha.lose_leadership()));
-            Some("this JobManager loses its leadership after that effect".into())
+            // Frozen (it wakes to find another leader), or its process killed (kill -9).
+            if rng.one_in(2) {
+                return Some(("this JobManager's process is killed after that effect".into(), true));
+            }
+            Some(("this JobManager loses its leadership after that effect".into(), false))
         }));
     }
 
@@ -499,9 +503,9 @@ impl Play {
             // The TaskManagers report what runs now (a subtask that ended since is gone).
             self.report_running();
         }
-        self.job.settle();
-        for old in &mut self.old_jobs {
-            old.settle();
+        // A killed JobManager's master does nothing more (the next leader takes over).
+        for job in self.old_jobs.iter_mut().chain([&mut self.job]).filter(|job| !job.watch.lock().unwrap().dead) {
+            job.settle();
         }
     }
 
@@ -832,6 +836,7 @@ fn random_subtasks_commit_every_record_once_never_meet_two_attempts_of_a_region_
                     ("refused starts", "will refuse"),
                     ("lost leaderships", "loses its leadership"),
                     ("lost leaderships after an effect", "leadership after that effect"),
+                    ("JobManagers killed after an effect", "process is killed"),
                     ("new leaders", "leads and recovers the job"),
                     ("attempts taken over", ") taken over"),
                     ("ends recorded before a loss", "ended before its leader lost"),
