@@ -142,6 +142,8 @@ struct Play {
     faults: Arc<AtomicBool>,
     /// When a new leader takes over after a loss (a random stream of its own).
     takeover_rng: SeededRng,
+    /// When a TaskManager's connection drops (a random stream of its own).
+    network_rng: SeededRng,
     /// New leaders so far: the current job master is number `takeovers`.
     takeovers: usize,
     /// The job masters of earlier leaders, still stepped (they must not act any more).
@@ -232,6 +234,7 @@ impl Play {
             lost_leadership: Arc::new(Mutex::new(None)),
             faults: Arc::new(AtomicBool::new(true)),
             takeover_rng: SeededRng::new(seed ^ 0x7461_6b65_6f76_6572),
+            network_rng: SeededRng::new(seed ^ 0x6e65_7477_6f72_6b21),
             takeovers: 0,
             old_jobs: Vec::new(),
             master_of: Vec::new(),
@@ -414,6 +417,10 @@ impl Play {
             self.job.refusals.store(0, Ordering::SeqCst);
         }
         self.faults.store(faults, Ordering::SeqCst);
+        if faults && self.network_rng.one_in(600) {
+            let taskmanager = self.network_rng.below(2) as u32;
+            self.drop_connection(taskmanager);
+        }
         if self.lost_leadership.lock().unwrap().is_some() && !self.ended_unseen {
             // A new leader takes over a while after the loss (at once once faults stopped, or
             // once the old job master ended).
@@ -495,6 +502,25 @@ impl Play {
         drop(attempts);
         self.settle_all();
         Ok(())
+    }
+
+    /// TaskManager `taskmanager` (it runs subtask `taskmanager` of every vertex) loses its
+    /// connection to the JobManager: what was in flight to its subtasks is lost, it cancels
+    /// them, and the JobManager's resources report each one failed to its master.
+    fn drop_connection(&mut self, taskmanager: u32) {
+        self.trace.push(format!("TaskManager tm-{taskmanager}'s connection drops"));
+        let attempts = self.job.attempts.lock().unwrap();
+        for subtask in self.subtasks.iter_mut().filter(|s| s.index == taskmanager && s.stage != Stage::Ended) {
+            let spec = &attempts[subtask.attempt];
+            let lost = spec.controls[subtask.vertex][subtask.index as usize].try_iter().count();
+            subtask.stage = Stage::Ended;
+            let error = TaskError::Internal(format!("played: TaskManager tm-{taskmanager} lost ({lost} messages lost)"));
+            let event = TaskEvent { vertex: subtask.vertex, subtask: subtask.index, kind: TaskEventKind::Failed(error) };
+            // An attempt nobody leads any more has no master to hear it.
+            let _ = spec.task_events.send(event);
+        }
+        drop(attempts);
+        self.settle_all();
     }
 
     /// Every job master handles what came to it: the current one and the earlier leaders'.
@@ -837,6 +863,7 @@ fn random_subtasks_commit_every_record_once_never_meet_two_attempts_of_a_region_
                     ("lost leaderships", "loses its leadership"),
                     ("lost leaderships after an effect", "leadership after that effect"),
                     ("JobManagers killed after an effect", "process is killed"),
+                    ("connections dropped", "connection drops"),
                     ("new leaders", "leads and recovers the job"),
                     ("attempts taken over", ") taken over"),
                     ("ends recorded before a loss", "ended before its leader lost"),
