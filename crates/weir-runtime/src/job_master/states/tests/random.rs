@@ -57,9 +57,10 @@ use crate::restart::RestartStrategyConfig;
 const SEEDS: u64 = 1000;
 /// Seeds beyond the first thousand that find a guarded rule broken (mutations.sh):
 /// - 1219: a periodic checkpoint triggered while a stop-with-savepoint is in flight;
+/// - 1384: a restart's deploy after the leadership was lost (the io's fence);
 /// - 3106: a subtask reported DEPLOYING to a new leader, not taken over;
-/// - 6804: a takeover that leaves the old leader's stop-with-savepoint in flight.
-const REGRESSION_SEEDS: &[u64] = &[1219, 3106, 6804];
+/// - 27526: a takeover that leaves the old leader's checkpoints in flight.
+const REGRESSION_SEEDS: &[u64] = &[1219, 1384, 3106, 27526];
 /// Steps of a seed after which subtasks stop failing and users stop cancelling.
 const FAULT_STEPS: usize = 400;
 /// Steps a seed may take in all.
