@@ -98,10 +98,22 @@ impl fmt::Debug for MasterEffect {
         let region = |spec: &AttemptSpec| spec.region.as_ref().map(|(_, region)| *region);
         match self {
             MasterEffect::Deploy(spec) => {
-                write!(f, "Deploy {{ attempt: {}, region: {:?}, restore: {} }}", spec.attempt, region(spec), spec.restore.is_some())
+                write!(
+                    f,
+                    "Deploy {{ attempt: {}, region: {:?}, restore: {} }}",
+                    spec.attempt,
+                    region(spec),
+                    spec.restore.is_some()
+                )
             }
             MasterEffect::Adopt { spec, reported } => {
-                write!(f, "Adopt {{ attempt: {}, region: {:?}, subtasks: {} }}", spec.attempt, region(spec), reported.subtasks.len())
+                write!(
+                    f,
+                    "Adopt {{ attempt: {}, region: {:?}, subtasks: {} }}",
+                    spec.attempt,
+                    region(spec),
+                    reported.subtasks.len()
+                )
             }
             MasterEffect::CancelReported { attempt } => write!(f, "CancelReported {{ attempt: {attempt} }}"),
             MasterEffect::EndReconcile => write!(f, "EndReconcile"),
@@ -187,7 +199,8 @@ impl TaskLinks {
         let vertices = spec.job_graph.vertices.len();
         self.controls.resize_with(vertices, Vec::new);
         let region = spec.region.as_ref().map(|(regions, region)| (Arc::clone(regions), *region));
-        let deploys = |vertex: usize| region.as_ref().is_none_or(|(regions, region)| regions.get(vertex) == Some(region));
+        let deploys =
+            |vertex: usize| region.as_ref().is_none_or(|(regions, region)| regions.get(vertex) == Some(region));
         spec.controls = Vec::with_capacity(vertices);
         for (vertex, description) in spec.job_graph.vertices.iter().enumerate() {
             let (senders, receivers): (Vec<_>, Vec<_>) =
@@ -238,7 +251,12 @@ pub struct ClusterIo {
 impl ClusterIo {
     /// The io of job `job_id`, deploying on `executor`, recording in `ha`; `sources` are its
     /// source vertices.
-    pub fn new(job_id: String, executor: Arc<dyn Executor>, ha: Option<weir_ha::JobStore>, sources: Vec<usize>) -> Self {
+    pub fn new(
+        job_id: String,
+        executor: Arc<dyn Executor>,
+        ha: Option<weir_ha::JobStore>,
+        sources: Vec<usize>,
+    ) -> Self {
         ClusterIo { job_id, executor, ha, sources, links: TaskLinks::default() }
     }
 

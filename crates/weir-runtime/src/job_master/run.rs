@@ -2,8 +2,8 @@
 //! deploying attempts, restoring the newest checkpoint, and handling task events, snapshots,
 //! savepoint requests and checkpoint ticks.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
@@ -21,8 +21,8 @@ use crate::checkpointing::{CheckpointCoordinator, RestoreOpenError, RestoreSourc
 use crate::control_clock::ControlClock;
 use crate::execution::{CheckpointWiring, TaskEvent, TaskEventKind};
 use crate::executor::{AttemptHandle, AttemptSpec, ReportedAttempt};
-use crate::job_master::effects::{Answer, EffectError, HaWrite, MasterEffect, MasterIo, Recipients};
 use crate::job_master::checkpoint_outcomes::{self, OutcomeAction};
+use crate::job_master::effects::{Answer, EffectError, HaWrite, MasterEffect, MasterIo, Recipients};
 use crate::job_master::transitions::{self, FailurePlan};
 use crate::jobgraph::JobGraph;
 use crate::restart::RestartStrategy;

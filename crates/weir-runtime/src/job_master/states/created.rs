@@ -240,11 +240,7 @@ fn cluster_io(master: &JobMaster, graph: &StreamGraph, job_graph: &JobGraph, set
 }
 
 /// What the job's run keeps across its states.
-fn supervisor(
-    master: &JobMaster,
-    settings: &JobSettings,
-    coordinator: CheckpointCoordinator,
-) -> Supervisor {
+fn supervisor(master: &JobMaster, settings: &JobSettings, coordinator: CheckpointCoordinator) -> Supervisor {
     let seed = (master.job_id.to_string().bytes().fold(0u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)))) | 1;
     let recovered = settings.ha.as_ref().and_then(|ha| ha.recovered.as_ref());
     Supervisor {

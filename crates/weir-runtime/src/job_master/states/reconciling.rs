@@ -52,8 +52,7 @@ impl Reconciling {
         let began = self.began.unwrap_or_else(|| run.clock.now());
         let job_id = run.master.job_id.to_string();
         let cancel = on_request(run, &job_id, incoming);
-        let (reported, stale) =
-            takeover::newest_per_region(run.io.reported_attempts(), run.region_count.is_some());
+        let (reported, stale) = takeover::newest_per_region(run.io.reported_attempts(), run.region_count.is_some());
         for attempt in stale {
             run.tell(MasterEffect::CancelReported { attempt });
         }

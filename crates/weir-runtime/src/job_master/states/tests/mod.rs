@@ -100,9 +100,10 @@ impl Executor for RecordingExecutor {
     fn adopt(&self, spec: AttemptSpec, reported: &ReportedAttempt) -> Result<Box<dyn AttemptHandle>, TaskError> {
         let d = &self.deployments;
         let mut attempts = d.attempts.lock().unwrap();
-        let place = attempts.iter().rposition(|a| a.attempt == reported.attempt).ok_or_else(|| {
-            TaskError::Internal(format!("played: attempt {} is not running", reported.attempt))
-        })?;
+        let place = attempts
+            .iter()
+            .rposition(|a| a.attempt == reported.attempt)
+            .ok_or_else(|| TaskError::Internal(format!("played: attempt {} is not running", reported.attempt)))?;
         attempts[place] = spec;
         self.taken_over.lock().unwrap().push(place);
         d.adopted.lock().unwrap().push(place);
@@ -126,6 +127,9 @@ impl Executor for RecordingExecutor {
     }
 }
 
+/// Called after an effect: a line for the log, and whether the JobManager's process died.
+pub(super) type AfterEffect = Box<dyn FnMut() -> Option<(String, bool)> + Send>;
+
 /// What the stepped tests see of the job master's effects.
 #[derive(Default)]
 pub(super) struct EffectWatch {
@@ -136,7 +140,7 @@ pub(super) struct EffectWatch {
     /// Called after each effect carried out while leading (the random test loses the
     /// leadership there, at an effect boundary, or kills the JobManager's process): a line
     /// for the log, and whether the process is dead.
-    pub(super) after_effect: Option<Box<dyn FnMut() -> Option<(String, bool)> + Send>>,
+    pub(super) after_effect: Option<AfterEffect>,
     /// The JobManager's process was killed: nothing it decides leaves it any more.
     pub(super) dead: bool,
 }

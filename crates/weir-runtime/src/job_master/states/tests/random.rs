@@ -210,7 +210,8 @@ impl Play {
             }
             false => (None, None),
         };
-        let settings = JobSettings { restart, failover_full: !regions, checkpointing, ..JobSettings::with_parallelism(2) };
+        let settings =
+            JobSettings { restart, failover_full: !regions, checkpointing, ..JobSettings::with_parallelism(2) };
         let job = SteppedJob::of_job(job_id, &env, JobSettings { ha: job_ha, ..settings.clone() });
         let first_attempts = job.attempts.lock().unwrap().len();
         let mut play = Play {
@@ -406,9 +407,10 @@ impl Play {
         None
     }
 
-    /// One move of the test: a subtask acts, or the user cancels or asks for a savepoint;
-    /// then the master settles.
-    fn act(&mut self, faults: bool) -> Result<(), String> {
+    /// The faults of a step beside the subtasks' own (each from a random stream of its own):
+    /// an executor that refuses its next start, a dropped connection, a new leader taking
+    /// over after a loss.
+    fn infrastructure_faults(&mut self, faults: bool) {
         if faults && self.executor_rng.one_in(250) {
             // No slots for the next attempt: a restart that cannot deploy.
             self.job.refusals.store(1, Ordering::SeqCst);
@@ -430,7 +432,12 @@ impl Play {
                 self.take_over();
             }
         }
+    }
 
+    /// One move of the test: a subtask acts, or the user cancels or asks for a savepoint;
+    /// then the master settles.
+    fn act(&mut self, faults: bool) -> Result<(), String> {
+        self.infrastructure_faults(faults);
         if let Some(ha) = &self.ha
             && faults
             && self.lost_leadership.lock().unwrap().is_none()
@@ -515,8 +522,10 @@ impl Play {
             let spec = &attempts[subtask.attempt];
             let lost = spec.controls[subtask.vertex][subtask.index as usize].try_iter().count();
             subtask.stage = Stage::Ended;
-            let error = TaskError::Internal(format!("played: TaskManager tm-{taskmanager} lost ({lost} messages lost)"));
-            let event = TaskEvent { vertex: subtask.vertex, subtask: subtask.index, kind: TaskEventKind::Failed(error) };
+            let error =
+                TaskError::Internal(format!("played: TaskManager tm-{taskmanager} lost ({lost} messages lost)"));
+            let event =
+                TaskEvent { vertex: subtask.vertex, subtask: subtask.index, kind: TaskEventKind::Failed(error) };
             // An attempt nobody leads any more has no master to hear it.
             let _ = spec.task_events.send(event);
         }
@@ -680,8 +689,8 @@ impl Play {
             + self.job.refused.load(Ordering::SeqCst) * self.first_attempts;
         // A region restart deploys one attempt, a whole-job restart one per region (counted
         // for the first leader only: a new one counts its own restarts from its takeover).
-        let miscounted =
-            redeployed > restarts * self.first_attempts || (!restarts_pending && redeployed + failed_deploys < restarts);
+        let miscounted = redeployed > restarts * self.first_attempts
+            || (!restarts_pending && redeployed + failed_deploys < restarts);
         if self.takeovers == 0 && miscounted {
             return Err(format!("{deployed} attempts deployed but {restarts} restarts counted (job {status})"));
         }
@@ -712,6 +721,11 @@ impl Play {
         if !status.is_terminal() {
             return Ok(());
         }
+        self.check_end(status, &record)
+    }
+
+    /// The invariants of a job that ended (the current leader's master shows it ended).
+    fn check_end(&self, status: JobStatus, record: &crate::job_master::JobRecord) -> Result<(), String> {
         if status == JobStatus::Finished && self.checkpoints && !self.stopped {
             for (region, lineage) in &self.lineages {
                 if lineage.committed() as u64 != RECORDS {
