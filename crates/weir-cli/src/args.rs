@@ -236,7 +236,7 @@ pub struct StopArgs {
     #[arg(short = 'm', long = "jobmanager", value_name = "HOST:PORT")]
     pub jobmanager: Option<String>,
     /// Where the savepoint goes (default: state.savepoints.dir)
-    #[arg(short = 'p', long = "savepoint-path", value_name = "DIR")]
+    #[arg(short = 'p', long = "savepoint-path", alias = "savepointPath", value_name = "DIR")]
     pub savepoint_path: Option<String>,
     /// The savepoint's format: canonical (portable, the default) or native (the state
     /// backend's own layout: faster, restores only into the same backend)
@@ -316,10 +316,10 @@ pub struct RunArgs {
     #[arg(short = 'p', long = "parallelism", value_name = "N", value_parser = parse_parallelism)]
     pub parallelism: Option<u32>,
     /// Start from a savepoint or retained checkpoint directory (or its _metadata file)
-    #[arg(short = 's', long = "from-savepoint", value_name = "PATH")]
+    #[arg(short = 's', long = "from-savepoint", alias = "fromSavepoint", value_name = "PATH")]
     pub from_savepoint: Option<String>,
     /// Allow state in the snapshot that no operator of the job claims (it is dropped)
-    #[arg(short = 'n', long = "allow-non-restored-state")]
+    #[arg(short = 'n', long = "allow-non-restored-state", alias = "allowNonRestoredState")]
     pub allow_non_restored_state: bool,
     /// Check everything (job, arguments, configuration, and with -s whether the job can read
     /// the snapshot) and print what would run and what would be restored; start nothing
@@ -345,6 +345,15 @@ pub struct ListArgs {
     /// Print the jobs as JSON
     #[arg(long)]
     pub json: bool,
+    /// Show only running (and restarting) jobs, as `flink list -r`
+    #[arg(short = 'r', long = "running")]
+    pub running: bool,
+    /// Show only scheduled jobs (created, not yet running), as `flink list -s`
+    #[arg(short = 's', long = "scheduled")]
+    pub scheduled: bool,
+    /// Show running, scheduled and terminated jobs, as `flink list -a`
+    #[arg(short = 'a', long = "all")]
+    pub all: bool,
     /// Configuration
     #[command(flatten)]
     pub config: ConfigArgs,

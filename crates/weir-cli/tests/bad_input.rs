@@ -110,6 +110,28 @@ fn cancel_and_list_without_a_cluster_are_runtime_errors() {
     }
 }
 
+/// Flink's spellings of the flags parse (a script written for `flink` runs unchanged): the
+/// errors are about the missing cluster or snapshot, not about the arguments.
+#[test]
+fn flink_spellings_of_the_flags_are_accepted() {
+    for args in [
+        vec!["list", "-m", "127.0.0.1:1", "-r"],
+        vec!["list", "-m", "127.0.0.1:1", "-a"],
+        vec!["list", "-m", "127.0.0.1:1", "-s"],
+        vec!["stop", "-m", "127.0.0.1:1", "--savepointPath", "/tmp/sp", "0123456789abcdef0123456789abcdef"],
+    ] {
+        let output = run_weir(&args);
+        assert_eq!(output.status.code(), Some(1), "{args:?}: {}", String::from_utf8_lossy(&output.stderr));
+        let errors = error_lines(&output);
+        assert!(errors[0].contains("cannot reach the JobManager REST API at http://127.0.0.1:1"), "{errors:?}");
+    }
+    for flag in ["--fromSavepoint", "-s"] {
+        let args =
+            ["run", "--dry-run", flag, "/nonexistent/savepoint", "--allowNonRestoredState", "counter", "--users", "10"];
+        assert_usage_error(&args, "/nonexistent/savepoint");
+    }
+}
+
 #[test]
 fn unknown_verb_is_a_usage_error() {
     let output = run_weir(&["frobnicate"]);
