@@ -161,11 +161,11 @@ pub enum EffectError {
 }
 
 impl EffectError {
-    /// As the error of a deploy (an HA write that failed on the way names itself).
+    /// As the error of a deploy (a refused HA write, or the fence, names itself).
     pub fn into_task_error(self) -> TaskError {
         match self {
             EffectError::Deploy(error) => error,
-            EffectError::Ha(error) => TaskError::external("writing to the HA store", error),
+            EffectError::Ha(error) => TaskError::external("high availability", error),
         }
     }
 }

@@ -172,7 +172,8 @@ impl JobRun {
         self.io.leading()
     }
 
-    /// Carries out an effect that cannot fail (it reaches no store and deploys nothing).
+    /// Carries out an effect whose failure changes nothing the master decides (a control
+    /// message, a stop; refused once the leadership is lost): a failure is logged.
     pub(super) fn tell(&mut self, effect: MasterEffect) {
         if let Err(error) = self.io.carry_out(effect) {
             tracing::warn!(job_id = %self.master.job_id, %error, "a job master effect failed");
@@ -197,6 +198,15 @@ impl JobRun {
     /// Forgets the previous attempts' control channels (they ended or are being taken over).
     pub(super) fn forget_tasks(&mut self) {
         self.tell(MasterEffect::ForgetTasks);
+    }
+
+    /// Deploys or takes over an attempt (`effect` is one of those): its handle.
+    fn start_attempt(&mut self, effect: MasterEffect) -> Result<Box<dyn AttemptHandle>, TaskError> {
+        match self.io.carry_out(effect) {
+            Ok(Answer::Deployed(handle)) => Ok(handle),
+            Ok(Answer::Done) => Err(TaskError::Internal("the job master's io started no attempt".into())),
+            Err(error) => Err(error.into_task_error()),
+        }
     }
 
     /// Writes to the HA store (nothing without high availability).
@@ -324,16 +334,11 @@ impl JobRun {
         // SCHEDULED while the executor finds slots, then DEPLOYING.
         self.reset_subtasks(region, &metrics, ExecutionState::Scheduled);
         let spec = self.attempt_spec(attempt, region, restore, task_events, metrics);
-        let handle = match self.io.carry_out(MasterEffect::Deploy(spec)) {
-            Ok(Answer::Deployed(handle)) => handle,
-            Ok(Answer::Done) => return Err(TaskError::Internal("the io deployed nothing".into())),
-            Err(error) => {
-                // Never deployed: its subtasks end here, or a restart would wait for them forever.
-                let dep = &self.dep;
-                self.master.update(|record| mark_never_deployed(record, |vertex| dep.in_region(vertex, region)));
-                return Err(error.into_task_error());
-            }
-        };
+        let handle = self.start_attempt(MasterEffect::Deploy(spec)).inspect_err(|_| {
+            // Never deployed: its subtasks end here, or a restart would wait for them forever.
+            let dep = &self.dep;
+            self.master.update(|record| mark_never_deployed(record, |vertex| dep.in_region(vertex, region)));
+        })?;
         self.master.update(|record| {
             for (vertex, subtasks) in record.subtasks.iter_mut().enumerate() {
                 if self.dep.in_region(vertex, region) {
@@ -361,11 +366,7 @@ impl JobRun {
         let metrics = self.dep.job_graph.new_task_metrics();
         self.reset_subtasks(region, &metrics, ExecutionState::Reconciling);
         let spec = self.attempt_spec(reported.attempt, region, None, task_events, metrics);
-        let handle = match self.io.carry_out(MasterEffect::Adopt { spec, reported: reported.clone() }) {
-            Ok(Answer::Deployed(handle)) => handle,
-            Ok(Answer::Done) => return Err(TaskError::Internal("the io took over nothing".into())),
-            Err(error) => return Err(error.into_task_error()),
-        };
+        let handle = self.start_attempt(MasterEffect::Adopt { spec, reported: reported.clone() })?;
         self.master.update(|record| {
             for subtask in &reported.subtasks {
                 let Some(slot) =

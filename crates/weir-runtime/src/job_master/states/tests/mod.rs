@@ -191,13 +191,7 @@ pub(super) struct SteppedJob {
     /// Taken when the test ends it.
     run: Option<JobRun>,
     pub(super) state: State,
-    /// Every attempt deployed, in order.
-    pub(super) attempts: Arc<Mutex<Vec<AttemptSpec>>>,
-    /// Starts the executor is to refuse.
-    pub(super) refusals: Arc<AtomicUsize>,
-    /// Starts it refused.
-    pub(super) refused: Arc<AtomicUsize>,
-    /// What the executor shares with the test.
+    /// What the executor shares with the test: the attempts deployed, the starts to refuse.
     pub(super) deployments: Deployments,
     /// The job master's effects.
     pub(super) watch: Arc<Mutex<EffectWatch>>,
@@ -231,8 +225,6 @@ impl SteppedJob {
         deployments: Deployments,
     ) -> SteppedJob {
         let graph = env.build("stepped").unwrap();
-        let d = deployments.clone();
-        let (attempts, refusals, refused) = (d.attempts, d.refusals, d.refused);
         // The test's own executor, if it brings one (then no attempt is recorded).
         let executor = settings.executor.clone().unwrap_or_else(|| {
             let taken_over = Mutex::new(Vec::new());
@@ -247,7 +239,7 @@ impl SteppedJob {
         let wrap = move |inner| -> Box<dyn MasterIo> { Box::new(WatchedIo { inner, watch: watched }) };
         let (run, state) =
             created::run_with_io(Arc::clone(&master), graph, settings, events, wrap).expect("the job is created");
-        let mut job = SteppedJob { master, run: Some(run), state, attempts, refusals, refused, deployments, watch };
+        let mut job = SteppedJob { master, run: Some(run), state, deployments, watch };
         job.settle();
         job
     }
@@ -257,12 +249,12 @@ impl SteppedJob {
     }
 
     fn attempt_count(&self) -> usize {
-        self.attempts.lock().unwrap().len()
+        self.deployments.attempts.lock().unwrap().len()
     }
 
     /// Every subtask (vertex, index) of the job.
     fn subtasks(&self) -> Vec<(usize, u32)> {
-        let attempts = self.attempts.lock().unwrap();
+        let attempts = self.deployments.attempts.lock().unwrap();
         let spec = attempts.last().expect("an attempt was deployed");
         let vertices = spec.job_graph.vertices.iter().enumerate();
         vertices.flat_map(|(vertex, v)| (0..v.parallelism).map(move |index| (vertex, index))).collect()
@@ -270,7 +262,7 @@ impl SteppedJob {
 
     /// Subtask (vertex, index) of the newest attempt reports `kind`.
     fn report(&self, (vertex, subtask): (usize, u32), kind: TaskEventKind) {
-        let attempts = self.attempts.lock().unwrap();
+        let attempts = self.deployments.attempts.lock().unwrap();
         let spec = attempts.last().expect("an attempt was deployed");
         spec.task_events.send(TaskEvent { vertex, subtask, kind }).unwrap();
     }
@@ -348,7 +340,7 @@ impl Drop for SteppedJob {
     /// Ends the run as the driver does, once the attempts' subtasks are gone (their specs
     /// hold senders of the snapshot writers' queue); fails when that hangs.
     fn drop(&mut self) {
-        self.attempts.lock().unwrap().clear();
+        self.deployments.attempts.lock().unwrap().clear();
         let Some(run) = self.run.take() else { return };
         let (done, ended) = crossbeam_channel::bounded(1);
         std::thread::spawn(move || {
@@ -379,13 +371,16 @@ fn a_failure_restarts_the_whole_job_once_its_subtasks_ended() {
     job.fail_one();
     assert_eq!(job.status(), JobStatus::Restarting);
     assert!(matches!(job.state, State::Restarting(_)));
-    assert!(job.attempts.lock().unwrap()[0].cancel.load(std::sync::atomic::Ordering::SeqCst), "told to stop");
+    assert!(
+        job.deployments.attempts.lock().unwrap()[0].cancel.load(std::sync::atomic::Ordering::SeqCst),
+        "told to stop"
+    );
     assert_eq!(job.subtask_state((1, 1)), ExecutionState::Canceling);
     assert_eq!(job.attempt_count(), 1, "no attempt deploys while the failed one still runs");
     job.others_stopped();
     assert_eq!(job.status(), JobStatus::Running);
     assert_eq!(job.attempt_count(), 2);
-    assert_eq!(job.attempts.lock().unwrap()[1].attempt, 1);
+    assert_eq!(job.deployments.attempts.lock().unwrap()[1].attempt, 1);
     let record = job.master.record();
     assert_eq!(record.restarts, 1);
     assert_eq!(record.exceptions.len(), 1, "one root cause");

@@ -213,7 +213,7 @@ impl Play {
         let settings =
             JobSettings { restart, failover_full: !regions, checkpointing, ..JobSettings::with_parallelism(2) };
         let job = SteppedJob::of_job(job_id, &env, JobSettings { ha: job_ha, ..settings.clone() });
-        let first_attempts = job.attempts.lock().unwrap().len();
+        let first_attempts = job.deployments.attempts.lock().unwrap().len();
         let mut play = Play {
             rng,
             executor_rng: SeededRng::new(seed ^ 0x7265_6675_7365_7321),
@@ -258,7 +258,7 @@ impl Play {
         let Some(ha) = self.ha.clone() else { return };
         let mut rng = SeededRng::new(seed ^ 0x6566_6665_6374_7321 ^ (self.takeovers as u64) << 48);
         let (lost, faults, attempts) =
-            (Arc::clone(&self.lost_leadership), Arc::clone(&self.faults), Arc::clone(&self.job.attempts));
+            (Arc::clone(&self.lost_leadership), Arc::clone(&self.faults), Arc::clone(&self.job.deployments.attempts));
         self.job.watch.lock().unwrap().after_effect = Some(Box::new(move || {
             let mut lost = lost.lock().unwrap();
             if lost.is_some() || !faults.load(Ordering::SeqCst) || !rng.one_in(EFFECTS_PER_LOSS) {
@@ -280,7 +280,7 @@ impl Play {
         let Some(ha) = self.ha.as_mut() else { return };
         let elected = ha.new_leader();
         // The election moved the store's revision: the old leader's writes are counted from here.
-        let attempts = self.job.attempts.lock().unwrap().len();
+        let attempts = self.job.deployments.attempts.lock().unwrap().len();
         *self.lost_leadership.lock().unwrap() = Some((attempts, ha.revision()));
         let job_ha = match elected {
             Ok(Some(job_ha)) => job_ha,
@@ -313,7 +313,7 @@ impl Play {
     /// What the TaskManagers report to a new leader: every subtask alive and not told to
     /// stop, by attempt.
     fn report_running(&self) {
-        let attempts = self.job.attempts.lock().unwrap();
+        let attempts = self.job.deployments.attempts.lock().unwrap();
         let mut reports: BTreeMap<u32, ReportedAttempt> = BTreeMap::new();
         for subtask in self.subtasks.iter().filter(|s| s.stage != Stage::Ended) {
             let spec = &attempts[subtask.attempt];
@@ -349,7 +349,7 @@ impl Play {
             self.master_of[place] = self.takeovers;
         }
         self.trace.extend(std::mem::take(&mut *deployments.log.lock().unwrap()));
-        let attempts = self.job.attempts.lock().unwrap();
+        let attempts = self.job.deployments.attempts.lock().unwrap();
         for (number, spec) in attempts.iter().enumerate().skip(self.known_attempts) {
             self.master_of.push(self.takeovers);
             // An earlier leader's attempt that the current one did not take over was told to
@@ -413,11 +413,11 @@ impl Play {
     fn infrastructure_faults(&mut self, faults: bool) {
         if faults && self.executor_rng.one_in(250) {
             // No slots for the next attempt: a restart that cannot deploy.
-            self.job.refusals.store(1, Ordering::SeqCst);
+            self.job.deployments.refusals.store(1, Ordering::SeqCst);
             self.trace.push("the executor will refuse its next start".into());
         }
         if !faults {
-            self.job.refusals.store(0, Ordering::SeqCst);
+            self.job.deployments.refusals.store(0, Ordering::SeqCst);
         }
         self.faults.store(faults, Ordering::SeqCst);
         if faults && self.network_rng.one_in(600) {
@@ -445,7 +445,8 @@ impl Play {
         {
             // Its lease lapsed (frozen, cut off): another JobManager leads now.
             let revision = ha.lose_leadership();
-            *self.lost_leadership.lock().unwrap() = Some((self.job.attempts.lock().unwrap().len(), revision));
+            *self.lost_leadership.lock().unwrap() =
+                Some((self.job.deployments.attempts.lock().unwrap().len(), revision));
             self.trace.push("this JobManager loses its leadership".into());
             self.settle_all();
             return Ok(());
@@ -476,7 +477,7 @@ impl Play {
         self.read_controls(chosen)?;
         let next = self.next_move(chosen, faults);
         let subtask = &self.subtasks[chosen];
-        let attempts = self.job.attempts.lock().unwrap();
+        let attempts = self.job.deployments.attempts.lock().unwrap();
         let spec = &attempts[subtask.attempt];
         let (vertex, index) = (subtask.vertex, subtask.index);
         // An ended attempt's channels may be closed: the master reads the newest one only.
@@ -517,7 +518,7 @@ impl Play {
     /// them, and the JobManager's resources report each one failed to its master.
     fn drop_connection(&mut self, taskmanager: u32) {
         self.trace.push(format!("TaskManager tm-{taskmanager}'s connection drops"));
-        let attempts = self.job.attempts.lock().unwrap();
+        let attempts = self.job.deployments.attempts.lock().unwrap();
         for subtask in self.subtasks.iter_mut().filter(|s| s.index == taskmanager && s.stage != Stage::Ended) {
             let spec = &attempts[subtask.attempt];
             let lost = spec.controls[subtask.vertex][subtask.index as usize].try_iter().count();
@@ -549,7 +550,7 @@ impl Play {
     /// commits completions, anyone may be told to finish.
     fn read_controls(&mut self, chosen: usize) -> Result<(), String> {
         let messages: Vec<TaskControl> = {
-            let attempts = self.job.attempts.lock().unwrap();
+            let attempts = self.job.deployments.attempts.lock().unwrap();
             let subtask = &self.subtasks[chosen];
             let spec = &attempts[subtask.attempt];
             spec.controls[subtask.vertex][subtask.index as usize].try_iter().collect()
@@ -558,7 +559,7 @@ impl Play {
             let subtask = &self.subtasks[chosen];
             (subtask.attempt, subtask.source, subtask.sink)
         };
-        let region = region_of(&self.job.attempts.lock().unwrap()[attempt]);
+        let region = region_of(&self.job.deployments.attempts.lock().unwrap()[attempt]);
         let sources_ended = self.sources_ended(attempt);
         let lineage = self.lineages.entry(region).or_default();
         for message in messages {
@@ -605,7 +606,7 @@ impl Play {
     /// records, then ends its input; the others end theirs after every source.
     fn next_move(&mut self, chosen: usize, faults: bool) -> Move {
         let (told_to_stop, region) = {
-            let attempts = self.job.attempts.lock().unwrap();
+            let attempts = self.job.deployments.attempts.lock().unwrap();
             let spec = &attempts[self.subtasks[chosen].attempt];
             (spec.cancel.load(Ordering::SeqCst) || spec.job_cancelled.load(Ordering::SeqCst), region_of(spec))
         };
@@ -678,7 +679,7 @@ impl Play {
     fn check(&self) -> Result<(), String> {
         let status = self.job.status();
         let record = self.job.master.record();
-        let deployed = self.job.attempts.lock().unwrap().len();
+        let deployed = self.job.deployments.attempts.lock().unwrap().len();
         let redeployed = deployed - self.first_attempts;
         // A restart is counted at the failure and deployed once its subtasks ended.
         let restarts_pending = self.job.run.as_ref().is_some_and(|run| !run.sup.region_restarts.is_empty())
@@ -686,7 +687,7 @@ impl Play {
         let restarts = record.restarts as usize;
         // A deploy the HA store or the executor failed is a restart that deployed nothing.
         let failed_deploys = self.ha.as_ref().map_or(0, PlayedHa::failed_deploys)
-            + self.job.refused.load(Ordering::SeqCst) * self.first_attempts;
+            + self.job.deployments.refused.load(Ordering::SeqCst) * self.first_attempts;
         // A region restart deploys one attempt, a whole-job restart one per region (counted
         // for the first leader only: a new one counts its own restarts from its takeover).
         let miscounted = redeployed > restarts * self.first_attempts
@@ -741,7 +742,7 @@ impl Play {
                 "job {status}, but its result is not in the HA store (a new leader would run it again)"
             ));
         }
-        let attempts = self.job.attempts.lock().unwrap();
+        let attempts = self.job.deployments.attempts.lock().unwrap();
         // An earlier leader's subtask the current one told to stop may still be going.
         let zombie = |s: &&PlayedSubtask| {
             self.master_of[s.attempt] != self.takeovers && attempts[s.attempt].cancel.load(Ordering::SeqCst)
