@@ -29,7 +29,6 @@ pub use error::CliError;
 /// Parses the process arguments and runs the command against `catalog`.
 pub fn main_with(catalog: JobCatalog) -> ExitCode {
     install_panic_hook();
-    init_logging();
     let cli = match args::Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
@@ -52,6 +51,13 @@ pub fn main_with(catalog: JobCatalog) -> ExitCode {
             return code;
         }
     };
+    // The operator tells every step it takes, as Flink's operator logs each reconcile at
+    // INFO; everything else says only what went wrong unless WEIR_LOG asks for more.
+    let default_filter = match cli.command {
+        args::Command::Operator(_) => "warn,weir_deploy=info,weir_kubernetes=info",
+        _ => "warn",
+    };
+    init_logging(default_filter);
     if let Err(error) = weir_runtime::crash::arm_from_env() {
         eprintln!("error: {error}");
         return ExitCode::from(2);
@@ -65,9 +71,9 @@ pub fn main_with(catalog: JobCatalog) -> ExitCode {
     }
 }
 
-fn init_logging() {
+fn init_logging(default_filter: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("WEIR_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

@@ -440,6 +440,11 @@ fn the_tutorial_runs_as_written() {
     assert_eq!(counted.matches("10 users, 0 whose counts").count(), 2, "{counted}");
     assert!(counted.contains("10 users, 10 whose counts"), "{counted}");
     assert!(output("weir operator stop").contains("Stopped the operator"), "{}", output("weir operator stop"));
+    // The operator, started with -d and no WEIR_LOG, told each step it took in its log.
+    let operator_log = std::fs::read_to_string(data_dir.join("operator/operator.log")).unwrap_or_default();
+    for step in ["stop job ", "with a savepoint into file://", "stop cluster ", "start cluster ", "submit job "] {
+        assert!(operator_log.contains(step), "the operator's log has no '{step}':\n{operator_log}");
+    }
 
     // 10. Stopped.
     let stopped = &outputs[steps.len() - 1];

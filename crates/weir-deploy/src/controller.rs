@@ -23,12 +23,13 @@ use weir_config::options::{
 
 use crate::backend::{ClusterBackend, ProcessClusters};
 use crate::cluster_api::{JobView, SavepointState};
+use crate::effects::{ControllerEffect, EffectAnswer};
 use crate::fence::Fence;
 use crate::history::{HistoryLimits, trim};
 use crate::processes::DeploymentDirs;
 use crate::spec::{DeploymentSpec, DesiredState, UpgradeMode, upgrade_diff};
 use crate::status::{
-    DeploymentStatus, MANUAL_RESTORE_REQUIRED, Operation, OperationKind, PendingSavepoint, ReconciliationState,
+    ClusterInfo, DeploymentStatus, MANUAL_RESTORE_REQUIRED, Operation, OperationKind, PendingSavepoint, ReconciliationState,
     SavepointRecord, Step, TriggerType, lifecycle_state,
 };
 use crate::store::{DeploymentStore, StoredDeployment};
@@ -151,23 +152,74 @@ impl Controller {
         }
     }
 
-    /// Ok while this controller may act; call before every process action (a cancel, a
-    /// stop, a cluster stopped or started, a job submitted, a savepoint disposed).
+    /// Ok while this controller may act: [`Self::carry_out`] asks right before every
+    /// effect on a cluster or storage; a step asks before it begins.
     fn acting(&self) -> Outcome {
         self.fence.check().map_err(|lost| lost.to_string())?;
         self.world.acting_next();
         Ok(())
     }
 
+    /// Carries out `effect` on deployment `name`'s world: the one place the controller acts.
+    /// An effect on a cluster or storage waits for the leadership check, and nothing comes
+    /// between the two; each is logged at `info` (a status write at `debug`).
+    fn carry_out(&self, name: &str, effect: ControllerEffect<'_>) -> Result<EffectAnswer, String> {
+        // The cluster's API is made before the check, which the next call into the world
+        // must follow at once.
+        let api = match &effect {
+            ControllerEffect::CancelJob { cluster, .. }
+            | ControllerEffect::StopWithSavepoint { cluster, .. }
+            | ControllerEffect::TriggerSavepoint { cluster, .. } => Some(self.api(name, cluster)),
+            _ => None,
+        };
+        match &effect {
+            ControllerEffect::Report { warning: true, message, .. } => tracing::warn!(deployment = %name, "{message}"),
+            ControllerEffect::Report { message, .. } => tracing::info!(deployment = %name, "{message}"),
+            ControllerEffect::WriteStatus { .. } => tracing::debug!(deployment = %name, "{effect}"),
+            _ => tracing::info!(deployment = %name, "{effect}"),
+        }
+        if effect.acts() {
+            self.acting()?;
+        }
+        match (&effect, api) {
+            (ControllerEffect::StopCluster { seq }, _) => self.backend.stop(name, *seq).map(|()| EffectAnswer::Done),
+            (ControllerEffect::StartCluster { seq, target }, _) => {
+                self.backend.start(name, *seq, target).map(EffectAnswer::Cluster)
+            }
+            (ControllerEffect::SubmitJob { cluster, target, restore_from, job_id }, _) => {
+                self.backend.submit(name, cluster, target, *restore_from, *job_id).map(EffectAnswer::Job)
+            }
+            (ControllerEffect::CancelJob { job_id, .. }, Some(api)) => {
+                api.cancel(job_id).map(|()| EffectAnswer::Done).map_err(|e| format!("cannot cancel job {job_id}: {e}"))
+            }
+            (ControllerEffect::StopWithSavepoint { job_id, directory, .. }, Some(api)) => {
+                api.stop_with_savepoint(job_id, directory).map(EffectAnswer::Request)
+            }
+            (ControllerEffect::TriggerSavepoint { job_id, directory, .. }, Some(api)) => {
+                api.trigger_savepoint(job_id, directory).map(EffectAnswer::Request)
+            }
+            (ControllerEffect::DisposeSnapshot { location }, _) => {
+                self.world.dispose(location).map(|()| EffectAnswer::Done)
+            }
+            (ControllerEffect::WriteStatus { status }, _) => {
+                self.store.put_status(name, status, &self.fence).map(|()| EffectAnswer::Done).map_err(|e| e.to_string())
+            }
+            (ControllerEffect::RemoveDeployment, _) => {
+                self.store.remove(name, &self.fence).map(|()| EffectAnswer::Done).map_err(|e| e.to_string())
+            }
+            (ControllerEffect::Report { warning, reason, message }, _) => {
+                self.backend.event(name, *warning, reason, message);
+                Ok(EffectAnswer::Done)
+            }
+            (_, None) => Err(format!("no cluster API for {effect}")),
+        }
+    }
+
     /// Reports a step (or, `warning`, a failure) of deployment `name`: the log, and on
     /// Kubernetes an Event on the resource with `reason`.
     fn report(&self, name: &str, warning: bool, reason: &str, message: &str) {
-        if warning {
-            tracing::warn!(deployment = %name, "{message}");
-        } else {
-            tracing::info!(deployment = %name, "{message}");
-        }
-        self.backend.event(name, warning, reason, message);
+        // A report cannot fail: a backend that cannot record an event logs why.
+        let _ = self.carry_out(name, ControllerEffect::Report { warning, reason, message });
     }
 
     /// One pass over every deployment.
@@ -214,7 +266,7 @@ impl Controller {
 
     fn save(&self, name: &str, status: &mut DeploymentStatus) -> Outcome {
         status.lifecycle_state = lifecycle_state(status);
-        self.store.put_status(name, status, &self.fence).map_err(|e| e.to_string())
+        self.carry_out(name, ControllerEffect::WriteStatus { status }).map(drop)
     }
 
     /// Looks at one deployment and takes its next step, if any.
@@ -645,7 +697,8 @@ impl Controller {
             if let Some((trigger_type, nonce)) = trigger
                 && self.acting().is_ok()
             {
-                match api.trigger_savepoint(&job_id, &target) {
+                let effect = ControllerEffect::TriggerSavepoint { cluster: &cluster, job_id: &job_id, directory: &target };
+                match self.carry_out(name, effect).and_then(EffectAnswer::id) {
                     Ok(request_id) => {
                         status.pending_savepoint =
                             Some(PendingSavepoint { job_id: job_id.clone(), request_id, trigger_type, nonce });
@@ -684,8 +737,8 @@ impl Controller {
             if self.acting().is_err() {
                 return;
             }
-            match self.world.dispose(&record.location) {
-                Ok(()) => tracing::info!(deployment = %name, "savepoint {} disposed (history limits)", record.location),
+            match self.carry_out(name, ControllerEffect::DisposeSnapshot { location: &record.location }) {
+                Ok(_) => tracing::info!(deployment = %name, "savepoint {} disposed (history limits)", record.location),
                 Err(error) => {
                     tracing::warn!(deployment = %name, "savepoint {} left in place: {error}", record.location)
                 }
@@ -707,7 +760,7 @@ impl Controller {
                     match operation.kind {
                         OperationKind::Suspend => return self.finish(name, status, operation),
                         OperationKind::Delete => {
-                            self.store.remove(name, &self.fence).map_err(|e| e.to_string())?;
+                            self.carry_out(name, ControllerEffect::RemoveDeployment)?;
                             tracing::info!(deployment = %name, "deleted");
                             return Ok(());
                         }
@@ -755,8 +808,7 @@ impl Controller {
                 tracing::warn!(deployment = %name, "cluster {seq} is newer than this operation; left alone");
                 continue;
             }
-            self.acting()?;
-            self.backend.stop(name, seq)?;
+            self.carry_out(name, ControllerEffect::StopCluster { seq })?;
         }
         self.world.crash_point("operator-after-cluster-stopped");
         self.restart_from_the_final_checkpoint(name, status, operation);
@@ -976,12 +1028,12 @@ impl Controller {
         let job = match (&status.cluster_info, &status.job_status.job_id) {
             (Some(cluster), Some(job_id)) => {
                 let api = self.api(name, cluster);
-                api.job(job_id).ok().flatten().map(|view| (api, job_id.clone(), view))
+                api.job(job_id).ok().flatten().map(|view| (api, cluster.clone(), job_id.clone(), view))
             }
             _ => None,
         };
         let mode = operation.mode;
-        let Some((api, job_id, view)) = job else {
+        let Some((api, cluster, job_id, view)) = job else {
             // No job to stop (the cluster is gone): start from what is known.
             return self.after_stop(name, status, operation, None);
         };
@@ -989,7 +1041,7 @@ impl Controller {
         if terminal {
             return self.after_stop(name, status, operation, Some(view));
         }
-        let job = StoppingJob { api, job_id, view, fallback };
+        let job = StoppingJob { api, cluster, job_id, view, fallback };
         match (operation.kind, mode) {
             (OperationKind::Delete | OperationKind::Rollback | OperationKind::Recover, _)
             | (_, UpgradeMode::Stateless | UpgradeMode::LastState) => self.cancel_to_stop(name, status, operation, job),
@@ -1030,7 +1082,7 @@ impl Controller {
         operation: &mut Operation,
         job: StoppingJob,
     ) -> Result<Option<Step>, String> {
-        let StoppingJob { api, job_id, .. } = job;
+        let StoppingJob { api, cluster, job_id, .. } = job;
         if matches!(operation.mode, UpgradeMode::LastState)
             && operation.kind != OperationKind::Rollback
             && operation.kind != OperationKind::Delete
@@ -1043,8 +1095,7 @@ impl Controller {
             );
             return self.refuse(name, status, operation, error);
         }
-        self.acting()?;
-        api.cancel(&job_id).map_err(|e| format!("cannot cancel job {job_id}: {e}"))?;
+        self.carry_out(name, ControllerEffect::CancelJob { cluster: &cluster, job_id: &job_id })?;
         let view = self.wait_terminal(api.as_ref(), &job_id)?;
         self.world.crash_point("operator-after-job-cancelled");
         self.after_stop(name, status, operation, Some(view))
@@ -1065,7 +1116,7 @@ impl Controller {
         operation: &mut Operation,
         job: StoppingJob,
     ) -> Result<Option<Step>, String> {
-        let StoppingJob { api, job_id, view, fallback } = job;
+        let StoppingJob { api, cluster, job_id, view, fallback } = job;
         let newest = view.latest_checkpoint.clone().or_else(|| status.job_status.restored_from.clone());
         let error = match (fallback, &newest) {
             (true, Some(_)) => None,
@@ -1090,8 +1141,7 @@ impl Controller {
                 view.state
             ),
         );
-        self.acting()?;
-        api.cancel(&job_id).map_err(|e| format!("cannot cancel job {job_id}: {e}"))?;
+        self.carry_out(name, ControllerEffect::CancelJob { cluster: &cluster, job_id: &job_id })?;
         let mut ended = self.wait_terminal(api.as_ref(), &job_id)?;
         ended.latest_checkpoint = ended.latest_checkpoint.or(view.latest_checkpoint);
         self.world.crash_point("operator-after-job-cancelled");
@@ -1112,8 +1162,9 @@ impl Controller {
     ) -> Result<Result<String, Option<Step>>, String> {
         let started = self.now_ms();
         let id = loop {
-            self.acting()?;
-            match job.api.stop_with_savepoint(&job.job_id, target) {
+            let effect =
+                ControllerEffect::StopWithSavepoint { cluster: &job.cluster, job_id: &job.job_id, directory: target };
+            match self.carry_out(name, effect).and_then(EffectAnswer::id) {
                 Ok(id) => break id,
                 Err(error) if self.now_ms().saturating_sub(started) < TRIGGER_RETRY_MAX.as_millis() as u64 => {
                     tracing::debug!(deployment = %name, "stop-with-savepoint not taken yet: {error}");
@@ -1486,8 +1537,7 @@ impl Controller {
             return Err("an operation without a target spec starts no cluster".into());
         };
         let started = self.now_ms();
-        self.acting()?;
-        let cluster = self.backend.start(name, seq, target)?;
+        let cluster = self.carry_out(name, ControllerEffect::StartCluster { seq, target })?.cluster()?;
         self.report(
             name,
             false,
@@ -1523,9 +1573,14 @@ impl Controller {
             None => {
                 let mut target = target.clone();
                 target.job.allow_non_restored_state |= operation.allow_non_restored_state;
-                self.acting()?;
                 let restore_from = operation.restore_from.as_deref();
-                self.backend.submit(name, &cluster, &target, restore_from, chosen.as_deref())?
+                let effect = ControllerEffect::SubmitJob {
+                    cluster: &cluster,
+                    target: &target,
+                    restore_from,
+                    job_id: chosen.as_deref(),
+                };
+                self.carry_out(name, effect)?.id()?
             }
         };
         status.job_status.job_id = Some(job_id);
@@ -1627,6 +1682,8 @@ fn next_cluster_after(operation: &Operation, clusters: &[u64]) -> u64 {
 /// a job that is not running may fall back to last-state.
 struct StoppingJob {
     api: Box<dyn JobsApi>,
+    /// The cluster it runs on.
+    cluster: ClusterInfo,
     job_id: String,
     view: JobView,
     fallback: bool,

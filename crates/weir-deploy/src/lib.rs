@@ -10,6 +10,7 @@
 //! - [`fence`]: the leadership every controller write and process action is conditioned on.
 //! - [`controller`]: the reconcile loop and its operations (deploy, upgrade, suspend,
 //!   resume, rollback, recover, delete).
+//! - [`effects`]: what the controller does to the world, as values carried out in one place.
 //! - [`backend`]: where clusters run ([`backend::ClusterBackend`]): processes here, or
 //!   Kubernetes objects (`weir-kubernetes`); the controller's rules are the same for both.
 //! - [`processes`]: a deployment's clusters as processes of its binary.
@@ -21,6 +22,7 @@
 pub mod backend;
 pub mod cluster_api;
 pub mod controller;
+pub mod effects;
 pub mod fence;
 pub mod history;
 pub mod lock;
