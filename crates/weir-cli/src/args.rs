@@ -100,6 +100,9 @@ pub enum DeploymentCommand {
     /// Show a deployment's savepoint history
     #[command(after_help = "Example:\n  weir deployment history orders")]
     History(DeploymentNameArgs),
+    /// Show what the operator did with a deployment and why: its steps, refusals, rollbacks
+    #[command(after_help = "Examples:\n  weir deployment events orders\n  weir deployment events orders -o json")]
+    Events(DeploymentEventsArgs),
     /// Delete a deployment: the operator cancels its job, stops its cluster and removes it
     #[command(after_help = "Example:\n  weir deployment delete orders")]
     Delete(DeploymentNameArgs),
@@ -122,6 +125,19 @@ pub struct DeploymentGetArgs {
     /// One deployment (all when absent)
     pub name: Option<String>,
     /// Output format: the full object as yaml or json
+    #[arg(short = 'o', long = "output", value_name = "yaml|json")]
+    pub output: Option<OutputFormat>,
+    /// Configuration
+    #[command(flatten)]
+    pub config: ConfigArgs,
+}
+
+/// `weir deployment events`.
+#[derive(Args, Debug)]
+pub struct DeploymentEventsArgs {
+    /// The deployment's metadata.name
+    pub name: String,
+    /// Output format: the events as yaml or json
     #[arg(short = 'o', long = "output", value_name = "yaml|json")]
     pub output: Option<OutputFormat>,
     /// Configuration

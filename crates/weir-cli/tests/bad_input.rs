@@ -182,3 +182,34 @@ fn a_closed_stdout_ends_weir_without_a_panic() {
     assert!(!stderr.contains("panicked") && !stderr.contains("backtrace"), "{stderr}");
     assert!(stderr.is_empty(), "{stderr}");
 }
+
+/// A deployment whose job cannot start (an unknown job, a bad argument) is refused by `weir
+/// deployment apply` itself, naming why, and nothing is stored; a good one is stored.
+#[test]
+fn a_deployment_whose_job_does_not_start_is_refused_at_apply() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let apply = |job: &str, args: &str| {
+        let file = dir.path().join("orders.yaml");
+        let spec = format!(
+            "apiVersion: weir.dev/v1\nkind: WeirDeployment\nmetadata:\n  name: orders\nspec:\n  binary: {}\n  taskManager:\n    replicas: 1\n  job:\n    name: {job}\n    args: [{args}]\n    parallelism: 1\n",
+            env!("CARGO_BIN_EXE_weir")
+        );
+        std::fs::write(&file, spec).unwrap();
+        common::weir().env("WEIR_DATA_DIR", &data).args(["deployment", "apply", "-f"]).arg(&file).output().unwrap()
+    };
+    for (job, args, needle) in [
+        ("countr", "", "unknown job 'countr'"),
+        ("counter", "--users, abc", "bad value 'abc' for --users"),
+    ] {
+        let refused = apply(job, args);
+        let stderr = String::from_utf8_lossy(&refused.stderr);
+        assert_eq!(refused.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains("spec.job: the job does not start") && stderr.contains(needle), "{stderr}");
+        assert!(stderr.contains("nothing was applied"), "{stderr}");
+        assert!(!data.join("deployments/orders/deployment.json").exists(), "a refused spec was stored");
+    }
+    let applied = apply("counter", "--users, \"10\", --output, none");
+    assert!(applied.status.success(), "{}", String::from_utf8_lossy(&applied.stderr));
+    assert!(data.join("deployments/orders/deployment.json").exists());
+}

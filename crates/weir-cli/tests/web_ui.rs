@@ -181,9 +181,10 @@ fn the_web_ui_shows_a_running_job_in_a_real_browser() {
 
 /// The operator's Web UI (`weir operator`): the deployments page lists a deployment with its
 /// lifecycle, job state and mode, and the deployment's page shows its job (linked to its own
-/// cluster's Web UI), reconciliation and savepoint history.
+/// cluster's Web UI), reconciliation, savepoint history and events; an upgrade the pre-flight
+/// refuses shows as refused there, in `weir deployment get` and in `weir deployment events`.
 #[test]
-fn the_operator_web_ui_shows_a_deployment_its_status_and_savepoint_history() {
+fn the_operator_web_ui_shows_a_deployment_its_status_savepoint_history_and_events() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let operator_data = data.clone();
@@ -197,14 +198,17 @@ fn the_operator_web_ui_shows_a_deployment_its_status_and_savepoint_history() {
     let line = operator.stderr_line("REST API and Web UI at ");
     let rest = line.split("REST API and Web UI at ").nth(1).unwrap().trim().to_string();
     let spec = format!(
-        "apiVersion: weir.dev/v1\nkind: WeirDeployment\nmetadata:\n  name: orders\nspec:\n  binary: {}\n  configuration:\n    execution.checkpointing.interval: 300ms\n  taskManager:\n    replicas: 1\n    slots: 2\n  job:\n    name: counter\n    args: [--users, \"100\", --rate, \"200\", --output, none]\n    parallelism: 2\n    upgradeMode: savepoint\n    savepointTriggerNonce: 1\n",
+        "apiVersion: weir.dev/v1\nkind: WeirDeployment\nmetadata:\n  name: orders\nspec:\n  binary: {}\n  configuration:\n    execution.checkpointing.interval: 300ms\n  taskManager:\n    replicas: 1\n    slots: 2\n  job:\n    name: counter\n    args: [--users, \"100\", --rate, \"200\", --output, none{{enrich}}]\n    parallelism: 2\n    upgradeMode: savepoint\n    savepointTriggerNonce: 1\n",
         env!("CARGO_BIN_EXE_weir")
     );
     let file = dir.path().join("orders.yaml");
-    std::fs::write(&file, spec).unwrap();
-    let applied =
-        common::weir().env("WEIR_DATA_DIR", &data).args(["deployment", "apply", "-f"]).arg(&file).output().unwrap();
-    assert!(applied.status.success(), "{applied:?}");
+    let apply = |enrich: &str| {
+        std::fs::write(&file, spec.replace("{enrich}", enrich)).unwrap();
+        let applied =
+            common::weir().env("WEIR_DATA_DIR", &data).args(["deployment", "apply", "-f"]).arg(&file).output().unwrap();
+        assert!(applied.status.success(), "{applied:?}");
+    };
+    apply(", --enrich");
     let deployment = poll_json(&format!("{rest}/deployments/orders"), |d| {
         d["status"]["lifecycleState"] == "STABLE"
             && d["status"]["savepointHistory"]
@@ -228,6 +232,29 @@ fn the_operator_web_ui_shows_a_deployment_its_status_and_savepoint_history() {
     assert!(page.contains("<h2>Reconciliation</h2>") && page.contains("Last stable spec"), "{page}");
     assert!(page.contains("<h2>Savepoint history</h2>") && page.contains(&savepoint), "no history: {page}");
     assert!(page.contains("<span class=\"state st-MANUAL\">MANUAL</span>"), "no trigger type: {page}");
+
+    // An upgrade that drops the enrich operator's state is refused by the pre-flight: the
+    // listing, the description, the events and the page say so, and the job runs on.
+    apply("");
+    poll_json(&format!("{rest}/deployments/orders"), |d| d["status"]["refusedGeneration"] == 2);
+    let weir = |args: &[&str]| {
+        let output = common::weir().env("WEIR_DATA_DIR", &data).args(args).output().unwrap();
+        assert!(output.status.success(), "{args:?}: {output:?}");
+        String::from_utf8_lossy(&output.stdout).to_string()
+    };
+    let listed = weir(&["deployment", "get"]);
+    assert!(listed.contains("STABLE") && listed.contains("2/2 (2 refused)"), "{listed}");
+    let described = weir(&["deployment", "get", "orders"]);
+    assert!(described.contains("Refused:          generation 2: counter"), "{described}");
+    assert!(described.contains("--output none --enrich (parallelism 2"), "the running spec is not shown: {described}");
+    let events = weir(&["deployment", "events", "orders"]);
+    for needle in ["Normal   ClusterStarted", "Normal   SavepointCompleted", "Warning  Refused"] {
+        assert!(events.contains(needle), "no '{needle}' in the events:\n{events}");
+    }
+    assert!(events.contains("enrich"), "the refusal does not name the operator:\n{events}");
+    let page = rendered(&format!("{rest}/#/deployment/orders"));
+    assert!(page.contains("2 refused"), "the page does not show the refusal: {page}");
+    assert!(page.contains("<h2>Events</h2>") && page.contains("<td>Refused</td>"), "no events on the page: {page}");
 
     if let Some(screenshots) = std::env::var_os("WEIR_UI_SCREENSHOT_DIR") {
         screenshot(&PathBuf::from(screenshots), "web-ui-deployment.png", &format!("{rest}/#/deployment/orders"));

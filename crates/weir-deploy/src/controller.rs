@@ -24,6 +24,7 @@ use weir_config::options::{
 use crate::backend::{ClusterBackend, ProcessClusters};
 use crate::cluster_api::{JobView, SavepointState};
 use crate::effects::{ControllerEffect, EffectAnswer};
+use crate::events::DeploymentEvent;
 use crate::fence::Fence;
 use crate::history::{HistoryLimits, trim};
 use crate::processes::DeploymentDirs;
@@ -209,6 +210,10 @@ impl Controller {
             }
             (ControllerEffect::Report { warning, reason, message }, _) => {
                 self.backend.event(name, *warning, reason, message);
+                let event = DeploymentEvent::now(*warning, reason, message);
+                if let Err(error) = self.store.record_event(name, &event) {
+                    tracing::debug!(deployment = %name, "the event was not recorded: {error}");
+                }
                 Ok(EffectAnswer::Done)
             }
             (_, None) => Err(format!("no cluster API for {effect}")),

@@ -90,13 +90,13 @@ impl fmt::Display for ControllerEffect<'_> {
             ControllerEffect::WriteStatus { status } => match &status.operation {
                 Some(operation) => write!(
                     f,
-                    "write status: {:?}, {:?} of generation {} at {}",
-                    status.lifecycle_state,
+                    "write status: {}, {:?} of generation {} at {}",
+                    status.lifecycle_state.as_str(),
                     operation.kind,
                     operation.generation,
                     operation.step.describe()
                 ),
-                None => write!(f, "write status: {:?}", status.lifecycle_state),
+                None => write!(f, "write status: {}", status.lifecycle_state.as_str()),
             },
             ControllerEffect::RemoveDeployment => write!(f, "remove the deployment"),
             ControllerEffect::Report { warning, reason, message } => {

@@ -10,6 +10,7 @@
 //! - [`fence`]: the leadership every controller write and process action is conditioned on.
 //! - [`controller`]: the reconcile loop and its operations (deploy, upgrade, suspend,
 //!   resume, rollback, recover, delete).
+//! - [`events`]: a deployment's events (its steps and failures), as Kubernetes Events.
 //! - [`effects`]: what the controller does to the world, as values carried out in one place.
 //! - [`backend`]: where clusters run ([`backend::ClusterBackend`]): processes here, or
 //!   Kubernetes objects (`weir-kubernetes`); the controller's rules are the same for both.
@@ -23,6 +24,7 @@ pub mod backend;
 pub mod cluster_api;
 pub mod controller;
 pub mod effects;
+pub mod events;
 pub mod fence;
 pub mod history;
 pub mod lock;

@@ -75,6 +75,22 @@ pub enum LifecycleState {
 }
 
 impl LifecycleState {
+    /// The operator's spelling (`ROLLED_BACK`), as the status's JSON and every listing
+    /// show it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LifecycleState::Created => "CREATED",
+            LifecycleState::Deployed => "DEPLOYED",
+            LifecycleState::Stable => "STABLE",
+            LifecycleState::Upgrading => "UPGRADING",
+            LifecycleState::Suspended => "SUSPENDED",
+            LifecycleState::Failed => "FAILED",
+            LifecycleState::RollingBack => "ROLLING_BACK",
+            LifecycleState::RolledBack => "ROLLED_BACK",
+            LifecycleState::Deleting => "DELETING",
+        }
+    }
+
     /// Whether nothing more happens without a change (the operator's terminal flag).
     pub fn is_terminal(self) -> bool {
         matches!(
@@ -147,6 +163,18 @@ pub enum ReconciliationState {
     RollingBack,
     /// Back on the last stable spec.
     RolledBack,
+}
+
+impl ReconciliationState {
+    /// The operator's spelling (`ROLLED_BACK`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReconciliationState::Deployed => "DEPLOYED",
+            ReconciliationState::Upgrading => "UPGRADING",
+            ReconciliationState::RollingBack => "ROLLING_BACK",
+            ReconciliationState::RolledBack => "ROLLED_BACK",
+        }
+    }
 }
 
 /// One savepoint of the history.
@@ -348,6 +376,29 @@ pub fn lifecycle_state(status: &DeploymentStatus) -> LifecycleState {
 mod tests {
     use super::*;
     use crate::spec::{JobManagerSpec, JobSpec, TaskManagerSpec};
+
+    /// One spelling everywhere: the listings' words are the JSON's.
+    #[test]
+    fn states_are_spelled_as_their_json() {
+        use LifecycleState as L;
+        for state in [
+            L::Created,
+            L::Deployed,
+            L::Stable,
+            L::Upgrading,
+            L::Suspended,
+            L::Failed,
+            L::RollingBack,
+            L::RolledBack,
+            L::Deleting,
+        ] {
+            assert_eq!(serde_json::to_value(state).unwrap(), state.as_str());
+        }
+        use ReconciliationState as R;
+        for state in [R::Deployed, R::Upgrading, R::RollingBack, R::RolledBack] {
+            assert_eq!(serde_json::to_value(state).unwrap(), state.as_str());
+        }
+    }
 
     fn spec(parallelism: u32, state: DesiredState) -> DeploymentSpec {
         DeploymentSpec {

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use weir_ha::etcd::{Compare, EtcdClient, Op};
 
+use crate::events::{DeploymentEvent, appended};
 use crate::fence::{Fence, LeadershipLost};
 use crate::spec::WeirDeployment;
 use crate::status::DeploymentStatus;
@@ -96,6 +97,20 @@ pub trait DeploymentStore: Send + Sync {
     fn put_status(&self, name: &str, status: &DeploymentStatus, fence: &Fence) -> Result<(), StoreError>;
     /// Where it keeps things, for messages.
     fn describe(&self) -> String;
+    /// Records an event of deployment `name` (not fenced: an event changes nothing the
+    /// controller decides on). A store whose events live elsewhere records none.
+    fn record_event(&self, _name: &str, _event: &DeploymentEvent) -> Result<(), StoreError> {
+        Ok(())
+    }
+    /// The events of deployment `name`, oldest first.
+    fn events(&self, name: &str) -> Result<Vec<DeploymentEvent>, StoreError> {
+        Err(StoreError::Io(format!("{} keeps no events of deployment '{name}'", self.describe())))
+    }
+}
+
+/// Events as stored: a JSON array.
+fn decode_events(bytes: &[u8], what: &str) -> Result<Vec<DeploymentEvent>, StoreError> {
+    serde_json::from_slice(bytes).map_err(|e| StoreError::Corrupt { what: what.to_string(), reason: e.to_string() })
 }
 
 pub(crate) fn next_generation(
@@ -120,7 +135,7 @@ pub(crate) fn next_generation(
 }
 
 /// Deployments under `<data dir>/deployments/<name>/`: `deployment.json`, `status.json`,
-/// `delete-requested`. Every write goes to a temporary file renamed into place.
+/// `delete-requested`, `events.json`. Every write goes to a temporary file renamed into place.
 pub struct FileStore {
     root: PathBuf,
 }
@@ -228,7 +243,7 @@ impl DeploymentStore for FileStore {
         fence.check()?;
         let dir = self.dir(name);
         // The record goes first, so a half-removed deployment is never listed.
-        for file in ["deployment.json", "status.json", "delete-requested"] {
+        for file in ["deployment.json", "status.json", "delete-requested", "events.json"] {
             match std::fs::remove_file(dir.join(file)) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -247,10 +262,28 @@ impl DeploymentStore for FileStore {
     fn describe(&self) -> String {
         format!("the data directory ({})", self.root.display())
     }
+
+    fn record_event(&self, name: &str, event: &DeploymentEvent) -> Result<(), StoreError> {
+        // Only a leading operator writes here (the data directory's lock file), so the read
+        // and the write need no lock of their own. Events a damaged file held are lost; the
+        // new one is kept.
+        let events = self.events(name).unwrap_or_default();
+        let bytes = serde_json::to_vec(&appended(events, event.clone())).map_err(|e| StoreError::Io(e.to_string()))?;
+        write_atomically(&self.dir(name).join("events.json"), &bytes)
+    }
+
+    fn events(&self, name: &str) -> Result<Vec<DeploymentEvent>, StoreError> {
+        let path = self.dir(name).join("events.json");
+        match std::fs::read(&path) {
+            Ok(bytes) => decode_events(&bytes, &path.display().to_string()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+            Err(e) => Err(StoreError::Io(format!("cannot read {}: {e}", path.display()))),
+        }
+    }
 }
 
 /// Deployments in etcd under `/weir/<cluster-id>/deployments/<name>/`: `spec`, `status`,
-/// `delete`.
+/// `delete`, `events`.
 pub struct EtcdStore {
     client: Arc<EtcdClient>,
     prefix: String,
@@ -362,6 +395,20 @@ impl DeploymentStore for EtcdStore {
 
     fn describe(&self) -> String {
         format!("etcd at {} (cluster-id '{}')", self.client.endpoints().join(","), self.cluster_id)
+    }
+
+    fn record_event(&self, name: &str, event: &DeploymentEvent) -> Result<(), StoreError> {
+        let events = self.events(name).unwrap_or_default();
+        let bytes = serde_json::to_vec(&appended(events, event.clone())).map_err(|e| StoreError::Io(e.to_string()))?;
+        self.client.put(&self.key(name, "events"), &bytes, 0).map_err(Self::etcd)
+    }
+
+    fn events(&self, name: &str) -> Result<Vec<DeploymentEvent>, StoreError> {
+        let key = self.key(name, "events");
+        match self.client.get(&key).map_err(Self::etcd)? {
+            Some(kv) => decode_events(&kv.value, &format!("etcd key {key}")),
+            None => Ok(Vec::new()),
+        }
     }
 }
 

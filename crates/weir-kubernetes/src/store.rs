@@ -153,4 +153,13 @@ impl DeploymentStore for KubernetesStore {
     fn describe(&self) -> String {
         format!("WeirDeployments in namespace {} of {}", self.kube.namespace(), self.kube.server())
     }
+
+    /// The controller's events are Kubernetes Events on the resource (the backend records
+    /// them), where `kubectl` shows them.
+    fn events(&self, name: &str) -> Result<Vec<weir_deploy::events::DeploymentEvent>, StoreError> {
+        Err(StoreError::Io(format!(
+            "the events of a WeirDeployment are Kubernetes Events: `kubectl describe weirdeployment {name} -n {}`",
+            self.kube.namespace()
+        )))
+    }
 }

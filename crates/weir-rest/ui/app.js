@@ -682,12 +682,16 @@ async function pageDeployment(name) {
   const op = st.operation;
   const history = (st.savepointHistory || []).slice().reverse().map((h) => `<tr>
     <td>${fmtTime(h.timeStamp)}</td><td>${badge(h.triggerType)}</td><td>${esc(h.formatType)}</td><td class="mono">${esc(h.location)}</td></tr>`).join("");
+  // Newest first, as kubectl describe's Events read best on a page.
+  const events = (d.events || []).slice().reverse().map((e) => `<tr>
+    <td>${fmtTime(e.timeMs)}</td><td>${e.type === "Warning" ? `<span class="error-text">Warning</span>` : "Normal"}</td><td>${esc(e.reason)}</td><td>${esc(e.message)}</td></tr>`).join("");
+  const refused = st.refusedGeneration != null && st.refusedGeneration === d.metadata.generation;
   const specRow = (label, spec) => spec ? `<tr><th>${label}</th><td>${esc(spec.binary)} · ${esc(spec.job.name)} ${esc((spec.job.args || []).join(" "))} · p=${esc(String(spec.job.parallelism || "default"))} · ${esc(spec.job.upgradeMode)} · ${esc(spec.job.state)}</td></tr>` : "";
   return `
     <div class="cards">
       <div class="card"><div class="label">Lifecycle</div><div class="value">${lifecycleBadge(st.lifecycleState || "CREATED")}</div></div>
       <div class="card"><div class="label">Job</div><div class="value">${job.state ? badge(job.state) : "-"}</div></div>
-      <div class="card"><div class="label">Generation</div><div class="value">${esc(String(st.observedGeneration || 0))} <small>of ${esc(String(d.metadata.generation))}</small></div></div>
+      <div class="card"><div class="label">Generation</div><div class="value">${esc(String(st.observedGeneration || 0))} <small>of ${esc(String(d.metadata.generation))}${refused ? ` · <span class="error-text">${esc(String(st.refusedGeneration))} refused</span>` : ""}</small></div></div>
       <div class="card"><div class="label">Savepoints</div><div class="value">${(st.savepointHistory || []).length}</div></div>
     </div>
     ${st.error ? `<div class="panel"><h2>Error</h2><p class="error-text">${esc(st.error)}</p></div>` : ""}
@@ -704,7 +708,8 @@ async function pageDeployment(name) {
       <tr><th>Since</th><td>${rec.reconciliationTimestamp ? fmtTime(rec.reconciliationTimestamp) : "-"}</td></tr>
       ${specRow("Last reconciled spec", rec.lastReconciledSpec)}
       ${specRow("Last stable spec", rec.lastStableSpec)}</table></div>
-    <div class="panel"><h2>Savepoint history</h2>${history ? `<table><tr><th>Time</th><th>Trigger</th><th>Format</th><th>Location</th></tr>${history}</table>` : `<p class="muted">No savepoint yet.</p>`}</div>`;
+    <div class="panel"><h2>Savepoint history</h2>${history ? `<table><tr><th>Time</th><th>Trigger</th><th>Format</th><th>Location</th></tr>${history}</table>` : `<p class="muted">No savepoint yet.</p>`}</div>
+    <div class="panel" id="deployment-events"><h2>Events</h2>${events ? `<table><tr><th>Time</th><th>Type</th><th>Reason</th><th>Message</th></tr>${events}</table>` : `<p class="muted">No events recorded.</p>`}</div>`;
 }
 
 // ---------------------------------------------------------------- start

@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 use weir_config::Configuration;
 use weir_deploy::store::{DeploymentStore, EtcdStore, FileStore, StoredDeployment};
 
-use crate::args::{DeploymentApplyArgs, DeploymentCommand, DeploymentGetArgs, DeploymentNameArgs, OutputFormat};
+use crate::args::{
+    DeploymentApplyArgs, DeploymentCommand, DeploymentEventsArgs, DeploymentGetArgs, DeploymentNameArgs, OutputFormat,
+};
 use crate::error::CliError;
 use crate::settings;
 
@@ -59,6 +61,7 @@ pub fn deployment(command: DeploymentCommand) -> Result<ExitCode, CliError> {
         DeploymentCommand::Apply(args) => apply(args),
         DeploymentCommand::Get(args) => get(args),
         DeploymentCommand::History(args) => history(args),
+        DeploymentCommand::Events(args) => events(args),
         DeploymentCommand::Delete(args) => delete(args),
     }
 }
@@ -94,6 +97,12 @@ fn apply(args: DeploymentApplyArgs) -> Result<ExitCode, CliError> {
     for warning in &warnings {
         eprintln!("warning: {warning}");
     }
+    validate_job(&deployment).map_err(|e| {
+        CliError::usage(format!(
+            "{}: spec.job: the job does not start: {e}; nothing was applied",
+            args.file.display()
+        ))
+    })?;
     let deployments = open(&config)?;
     let name = deployment.metadata.name.clone();
     let existing = deployments.store.get(&name).map_err(store_error)?;
@@ -112,6 +121,23 @@ fn apply(args: DeploymentApplyArgs) -> Result<ExitCode, CliError> {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Whether the deployment's binary builds its job from the spec's name, arguments and
+/// configuration (`run --dry-run`, no snapshot): a typo is refused at apply, not by the
+/// operator's pre-flight after the user walked away. The pre-flight still checks the new
+/// spec against the state it would start from.
+fn validate_job(deployment: &weir_deploy::WeirDeployment) -> Result<(), String> {
+    let spec = &deployment.spec;
+    let dir = std::env::temp_dir().join(format!("weir-apply-{}", std::process::id()));
+    let dirs = weir_deploy::processes::DeploymentDirs::new(dir.clone());
+    let ports = weir_deploy::processes::Ports { rest: 0, rpc: 0 };
+    let configuration =
+        weir_deploy::processes::cluster_configuration(spec, &deployment.metadata.name, 0, &dirs, ports);
+    let checked = weir_deploy::processes::write_configuration(&dir, &configuration)
+        .and_then(|config| weir_deploy::processes::dry_run(&spec.binary, spec, &config, None));
+    let _ = std::fs::remove_dir_all(&dir);
+    checked.map(drop)
 }
 
 /// An absolute path of an executable file: a path as given, or a name looked up on `PATH`.
@@ -182,10 +208,16 @@ fn get(args: DeploymentGetArgs) -> Result<ExitCode, CliError> {
             let status = &stored.status;
             [
                 stored.deployment.metadata.name.clone(),
-                format!("{:?}", status.lifecycle_state).to_uppercase(),
+                status.lifecycle_state.as_str().to_string(),
                 status.job_status.state.clone().unwrap_or_else(|| "-".into()),
                 stored.deployment.spec.job.upgrade_mode.as_str().to_string(),
-                format!("{}/{}", status.observed_generation, stored.deployment.metadata.generation),
+                match refused(stored) {
+                    Some(generation) => format!(
+                        "{}/{} ({generation} refused)",
+                        status.observed_generation, stored.deployment.metadata.generation
+                    ),
+                    None => format!("{}/{}", status.observed_generation, stored.deployment.metadata.generation),
+                },
                 status.job_status.job_id.clone().unwrap_or_else(|| "-".into()),
             ]
         })
@@ -212,16 +244,15 @@ fn get(args: DeploymentGetArgs) -> Result<ExitCode, CliError> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// One deployment, readable.
-fn describe(stored: &StoredDeployment) {
-    let spec = &stored.deployment.spec;
-    let status = &stored.status;
-    println!("Name:             {}", stored.deployment.metadata.name);
-    println!("Generation:       {} (observed {})", stored.deployment.metadata.generation, status.observed_generation);
-    println!("Lifecycle:        {:?}", status.lifecycle_state);
-    println!("Binary:           {}", spec.binary);
-    println!(
-        "Job:              {} {} (parallelism {}, upgrade mode {}, {})",
+/// The generation the operator refused, while it is the applied one.
+fn refused(stored: &StoredDeployment) -> Option<u64> {
+    stored.status.refused_generation.filter(|g| *g == stored.deployment.metadata.generation)
+}
+
+/// A spec's job in one line.
+fn spec_line(spec: &weir_deploy::DeploymentSpec) -> String {
+    format!(
+        "{} {} (parallelism {}, upgrade mode {}, {})",
         spec.job.name,
         spec.job.args.join(" "),
         spec.job.parallelism.map_or("default".to_string(), |p| p.to_string()),
@@ -230,7 +261,26 @@ fn describe(stored: &StoredDeployment) {
             weir_deploy::spec::DesiredState::Running => "running",
             weir_deploy::spec::DesiredState::Suspended => "suspended",
         }
-    );
+    )
+}
+
+/// One deployment, readable.
+fn describe(stored: &StoredDeployment) {
+    let spec = &stored.deployment.spec;
+    let status = &stored.status;
+    println!("Name:             {}", stored.deployment.metadata.name);
+    println!("Generation:       {} (observed {})", stored.deployment.metadata.generation, status.observed_generation);
+    println!("Lifecycle:        {}", status.lifecycle_state.as_str());
+    // A refused spec is not what runs: the running one is shown, and the refused one apart.
+    let running = match refused(stored) {
+        Some(generation) => {
+            println!("Refused:          generation {generation}: {} (see Error; the job runs on as it was)", spec_line(spec));
+            status.reconciliation_status.last_reconciled_spec.as_ref().unwrap_or(spec)
+        }
+        None => spec,
+    };
+    println!("Binary:           {}", running.binary);
+    println!("Job:              {}", spec_line(running));
     let job = &status.job_status;
     println!(
         "Job status:       {} {}",
@@ -246,7 +296,7 @@ fn describe(stored: &StoredDeployment) {
     if let Some(path) = &job.last_checkpoint_path {
         println!("Last checkpoint:  {path}");
     }
-    println!("Reconciliation:   {:?}", status.reconciliation_status.state);
+    println!("Reconciliation:   {}", status.reconciliation_status.state.as_str());
     if let Some(operation) = &status.operation {
         println!(
             "In progress:      {:?} to generation {} ({} mode): {}",
@@ -279,6 +329,35 @@ fn history(args: DeploymentNameArgs) -> Result<ExitCode, CliError> {
             record.trigger_type.as_str(),
             record.format_type,
             record.location
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The operator's events of one deployment, oldest first, as `kubectl describe` lists a
+/// resource's Events.
+fn events(args: DeploymentEventsArgs) -> Result<ExitCode, CliError> {
+    let config = settings::load(&args.config)?;
+    let deployments = open(&config)?;
+    find(&deployments, &args.name)?;
+    let events = deployments.store.events(&args.name).map_err(store_error)?;
+    if let Some(format) = args.output {
+        let value = serde_json::json!({ "events": events });
+        print_structured(&value, format)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    if events.is_empty() {
+        println!("No events of '{}' yet: the operator records them as it acts (`weir operator -d` starts it).", args.name);
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("{:<23}  {:<7}  {:<18}  MESSAGE", "TIME", "TYPE", "REASON");
+    for event in &events {
+        println!(
+            "{:<23}  {:<7}  {:<18}  {}",
+            weir_checkpoint::inspect::format_utc(event.time_ms),
+            event.kind,
+            event.reason,
+            event.message
         );
     }
     Ok(ExitCode::SUCCESS)

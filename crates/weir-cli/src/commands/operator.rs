@@ -245,10 +245,17 @@ fn start_rest(
         deployments: Some({
             let store = Arc::clone(&store);
             Arc::new(move || {
-                store
-                    .list()
-                    .map(|all| all.iter().map(weir_deploy::StoredDeployment::to_json).collect())
-                    .map_err(|e| e.to_string())
+                let all = store.list().map_err(|e| e.to_string())?;
+                // Each with its events (none where the store keeps them elsewhere).
+                Ok(all
+                    .iter()
+                    .map(|stored| {
+                        let mut value = stored.to_json();
+                        let name = &stored.deployment.metadata.name;
+                        value["events"] = serde_json::json!(store.events(name).unwrap_or_default());
+                        value
+                    })
+                    .collect())
             })
         }),
         ..ClusterInfo::default()
