@@ -26,6 +26,7 @@ pub mod routes;
 pub mod server;
 pub mod subtasks;
 mod ui;
+mod uploads;
 pub mod watermarks;
 
 pub use error::RestError;

@@ -27,6 +27,8 @@ use crate::responses::*;
         crate::routes::config,
         crate::routes::jobs,
         crate::routes::submit_job,
+        crate::uploads::upload_jar,
+        crate::uploads::run_jar,
         crate::routes::jobs_overview,
         crate::routes::jobmanager_config,
         crate::routes::job_config,

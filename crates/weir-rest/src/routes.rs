@@ -159,6 +159,9 @@ fn job_routes(submits: bool) -> Routes {
         // An embedded cluster runs its one job and takes no others: no POST, so a POST gets
         // 405 with `Allow: GET,HEAD`, as every method a path does not have.
         ("/jobs", if submits { get(jobs).post(submit_job) } else { get(jobs) }),
+        // Flink's jar upload and run: read, then refused with what to do instead.
+        ("/jars/upload", post(crate::uploads::upload_jar)),
+        ("/jars/{jarid}/run", post(crate::uploads::run_jar)),
         ("/jobs/overview", get(jobs_overview)),
         ("/jobs/metrics", get(jobmanager::aggregated_job_metrics)),
         ("/jobs/{jobid}", get(job_details).patch(job_patch)),
@@ -607,13 +610,20 @@ async fn job_plan(PathJob(job): PathJob) -> Result<Json<JobPlanInfo>, ApiError> 
 #[utoipa::path(post, path = "/jobs", tag = "jobs", summary = "Run a catalog job on a standalone cluster", request_body = weir_runtime::cluster::JobSubmission, responses((status = 202, description = "Submitted: `{\"jobid\": \"...\", \"notes\": [\"...\"]}`; `notes` are lines for the user (the snapshot restored, state not restored with -n)"), (status = 400, description = "Bad submission (unknown job, bad arguments, refused restore, a bad `$internal.pipeline.job-id`)", body = ErrorResponse), (status = 405, description = "An embedded cluster does not accept jobs", body = ErrorResponse), (status = 409, description = "A job of the id `$internal.pipeline.job-id` names was submitted already", body = ErrorResponse)))]
 async fn submit_job(
     State(state): State<AppState>,
-    body: Result<Json<weir_runtime::cluster::JobSubmission>, axum::extract::rejection::JsonRejection>,
+    request: axum::extract::Request,
 ) -> Result<axum::response::Response, ApiError> {
+    use axum::extract::FromRequest as _;
+    // `flink run`: a JobGraph and jars, read to the end before the refusal (see `uploads`).
+    if crate::uploads::is_multipart(request.headers()) {
+        return Err(crate::uploads::refuse_program_upload(request.into_body()).await);
+    }
     let Some(submitter) = state.cluster.submitter.clone() else {
         // Not routed without a submitter (see `router`); kept as a guard.
         return Err(ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "this cluster accepts no job submissions"));
     };
-    let Json(submission) = body.map_err(|e| ApiError::bad_request(format!("bad job submission: {e}")))?;
+    let Json(submission) = Json::<weir_runtime::cluster::JobSubmission>::from_request(request, &())
+        .await
+        .map_err(|e| ApiError::bad_request(format!("bad job submission: {e}")))?;
     // Building and validating the graph is short CPU work; keep it off the async workers.
     let result = tokio::task::spawn_blocking(move || submitter(submission))
         .await
@@ -629,12 +639,18 @@ async fn submit_job(
     }
 }
 
-async fn not_found(uri: Uri) -> ApiError {
+async fn not_found(uri: Uri, body: axum::body::Body) -> ApiError {
+    crate::uploads::drain(body).await;
     ApiError::not_found(format!("Not found: {}", uri.path()))
 }
 
-async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
+async fn method_not_allowed(method: Method, uri: Uri, headers: axum::http::HeaderMap, body: axum::body::Body) -> ApiError {
     let path = uri.path().trim_end_matches('/');
+    // An answer to an upload the client is still sending must wait for its end.
+    crate::uploads::drain(body).await;
+    if method == Method::POST && (path == "/jobs" || path == "/v1/jobs") && crate::uploads::is_multipart(&headers) {
+        return ApiError::bad_request(crate::uploads::RUN_CATALOG_JOBS.to_string());
+    }
     if method == Method::POST && (path == "/jobs" || path == "/v1/jobs") {
         return ApiError::new(
             StatusCode::METHOD_NOT_ALLOWED,

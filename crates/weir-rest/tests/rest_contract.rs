@@ -363,6 +363,51 @@ fn client_mistakes_get_flink_error_bodies() {
     server.shutdown();
 }
 
+/// `POST path` of a multipart upload of `size` bytes over a plain socket, as Flink's client
+/// sends a JobGraph and its jars: every byte is written before the answer is read (a server
+/// that answers early and closes makes the write fail), then the status and body.
+fn upload(server: &RestServer, path: &str, size: usize) -> (u16, String) {
+    use std::io::{Read as _, Write as _};
+    let mut socket = std::net::TcpStream::connect(server.local_addr()).unwrap();
+    socket.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let boundary = "----flink-jobgraph";
+    let mut body = format!(
+        "--{boundary}\r\nContent-Disposition: form-data; name=\"request\"\r\nContent-Type: application/json\r\n\r\n{{\"jobGraphFileName\":\"job.bin\",\"jobJarFileNames\":[\"job.jar\"]}}\r\n--{boundary}\r\nContent-Disposition: form-data; name=\"file_0\"; filename=\"job.jar\"\r\nContent-Type: application/octet-stream\r\n\r\n"
+    )
+    .into_bytes();
+    body.resize(body.len() + size, b'j');
+    body.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: multipart/form-data; boundary={boundary}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    socket.write_all(head.as_bytes()).unwrap();
+    for chunk in body.chunks(64 * 1024) {
+        socket.write_all(chunk).expect("the server stopped reading the upload before its end");
+    }
+    let mut answer = String::new();
+    socket.read_to_string(&mut answer).unwrap();
+    let status = answer.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let body = answer.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    (status, body)
+}
+
+/// `flink run` posts a JobGraph and jars to `/jobs`, and scripts upload jars to
+/// `/jars/upload`: weir reads the whole upload, then answers 400 saying what to run instead
+/// (a Flink client shown "Channel became inactive" retries for a minute).
+#[test]
+fn a_flink_program_upload_is_read_then_refused_with_what_to_do() {
+    let (_dispatcher, server) = start(2);
+    for path in ["/jobs", "/v1/jobs", "/jars/upload", "/jars/abc_job.jar/run"] {
+        let started = std::time::Instant::now();
+        let (status, body) = upload(&server, path, 8 << 20);
+        assert_eq!(status, 400, "{path}: {body}");
+        assert!(body.contains("weir runs the jobs compiled into its binary") && body.contains("weir jobs"), "{body}");
+        assert!(started.elapsed() < Duration::from_secs(10), "{path} took {:?}", started.elapsed());
+    }
+    server.shutdown();
+}
+
 #[test]
 fn a_taken_port_is_reported_with_what_to_do() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -552,6 +597,8 @@ fn openapi_documents_every_route() {
         ("/applications/{applicationid}/exceptions", &["get"]),
         ("/applications/{applicationid}/jobmanager/config", &["get"]),
         ("/applications/{applicationid}/cancel", &["post"]),
+        ("/jars/upload", &["post"]),
+        ("/jars/{jarid}/run", &["post"]),
     ];
     let mut documented: Vec<&String> = paths.keys().collect();
     documented.sort();
