@@ -43,9 +43,7 @@ pub fn main_with(catalog: JobCatalog) -> ExitCode {
                 }
                 // A usage error is one `error:` line, as every other error.
                 _ => {
-                    let rendered = e.render().to_string();
-                    let first = rendered.lines().find(|l| !l.trim().is_empty()).unwrap_or("error: invalid arguments");
-                    eprintln!("{first} (see --help)");
+                    eprintln!("{}", usage_error_line(&e.render().to_string()));
                 }
             }
             return code;
@@ -69,6 +67,33 @@ pub fn main_with(catalog: JobCatalog) -> ExitCode {
             ExitCode::from(error.exit_code())
         }
     }
+}
+
+/// clap's rendered usage error as one `error:` line: what is wrong, with the arguments it
+/// names (clap lists missing ones on lines of their own) and its "tip:" (a similar
+/// subcommand or flag), without the usage block.
+fn usage_error_line(rendered: &str) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    for line in rendered.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        if line.starts_with("Usage:") || line.starts_with("For more information") {
+            break;
+        }
+        parts.push(line.to_string());
+    }
+    let Some((first, rest)) = parts.split_first() else { return "error: invalid arguments (see --help)".into() };
+    let mut text = first.trim_end_matches(':').to_string();
+    if !rest.is_empty() {
+        let (tips, named): (Vec<&String>, Vec<&String>) = rest.iter().partition(|l| l.starts_with("tip:"));
+        if !named.is_empty() {
+            text.push_str(": ");
+            text.push_str(&named.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", "));
+        }
+        for tip in tips {
+            text.push_str("; ");
+            text.push_str(tip);
+        }
+    }
+    format!("{text} (see --help)")
 }
 
 fn init_logging(default_filter: &str) {

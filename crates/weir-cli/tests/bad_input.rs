@@ -84,6 +84,16 @@ fn bad_value_in_config_file_names_key_and_file() {
     assert!(errors[0].contains("execution.checkpointing.interval") && errors[0].contains("config.yaml"), "{errors:?}");
 }
 
+/// clap's usage errors as one line that names what is missing, and suggests the command or
+/// flag meant.
+#[test]
+fn usage_errors_name_the_missing_argument_and_suggest_the_one_meant() {
+    assert_usage_error(&["run"], "the following required arguments were not provided: <JOB>");
+    assert_usage_error(&["deployment", "apply"], "were not provided: --filename <FILE>");
+    assert_usage_error(&["cancle"], "unrecognized subcommand 'cancle'; tip: a similar subcommand exists: 'cancel'");
+    assert_usage_error(&["run", "--paralelism", "2", "counter"], "tip: a similar argument exists: '--parallelism'");
+}
+
 #[test]
 fn missing_and_malformed_job_arguments() {
     assert_usage_error(&["run", "counter"], "give --users U (generated events) or --input kafka:");
