@@ -106,6 +106,7 @@ impl StreamExecutionEnvironment {
             declared_states: Vec::new(),
             inputs: Vec::new(),
             exclusive_target: None,
+            writes_to_stdout: false,
             restore_check: Some(restore_check),
             source_factory: Some(factory),
             operator_factory: None,
@@ -240,6 +241,7 @@ impl<T: Data> DataStream<T> {
             declared_states: Vec::new(),
             inputs: vec![edge],
             exclusive_target: None,
+            writes_to_stdout: false,
             restore_check: None,
             source_factory: None,
             operator_factory: Some(factory),
@@ -410,6 +412,7 @@ impl<T: Data> DataStream<T> {
     /// Writes the stream to `sink`.
     pub fn sink_to<S: Sink<T>>(&self, sink: S) -> DataStreamSink {
         let target = sink.exclusive_target();
+        let to_stdout = sink.writes_to_stdout();
         let sink = Arc::new(sink);
         let checked = Arc::clone(&sink);
         let restore_check = RestoreCheck {
@@ -433,6 +436,7 @@ impl<T: Data> DataStream<T> {
         stream.with_node(|node| {
             node.role = NodeRole::Sink;
             node.exclusive_target = target;
+            node.writes_to_stdout = to_stdout;
             node.restore_check = Some(restore_check);
         });
         DataStreamSink { stream }

@@ -114,6 +114,8 @@ pub struct StreamNode {
     pub inputs: Vec<StreamEdge>,
     /// For sinks: where only this sink may write ([`crate::sink::Sink::exclusive_target`]).
     pub exclusive_target: Option<String>,
+    /// For sinks: it prints its records to the process's stdout ([`crate::sink::Sink::writes_to_stdout`]).
+    pub writes_to_stdout: bool,
     /// For sources and sinks: the check of their restored state before a restore starts.
     pub restore_check: Option<RestoreCheck>,
     pub(crate) source_factory: Option<SourceFactory>,
@@ -158,6 +160,12 @@ pub struct StreamGraph {
 }
 
 impl StreamGraph {
+    /// Whether a sink of the job prints to stdout: `weir run` then keeps stdout for the
+    /// records and writes its own lines to stderr.
+    pub fn writes_to_stdout(&self) -> bool {
+        self.nodes.iter().any(|node| node.writes_to_stdout)
+    }
+
     /// The nodes, in a topological order.
     pub fn nodes(&self) -> &[StreamNode] {
         &self.nodes

@@ -16,6 +16,12 @@ pub trait Sink<T>: Send + Sync + 'static {
         None
     }
 
+    /// Whether it prints its records to the process's stdout (a print sink): the command
+    /// line then writes its own status lines to stderr, so stdout holds only records.
+    fn writes_to_stdout(&self) -> bool {
+        false
+    }
+
     /// The writer of a restored job: `committables` are every subtask's pending commits of
     /// the snapshot (their checkpoint completed, so they must end up committed, once).
     /// Sinks without pending commits need not override this.

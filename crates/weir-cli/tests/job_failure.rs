@@ -9,8 +9,10 @@ fn assert_failed_with(args: &[&str], needles: &[&str]) {
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(1), "{stdout}\n{stderr}");
-    assert!(stdout.contains("Job has been submitted with JobID "), "{stdout}");
-    assert!(stdout.contains("ended with state FAILED"), "{stdout}");
+    // On stderr when the job's records go to stdout (`--output -`).
+    let status_lines = if args.contains(&"-") { &stderr } else { &stdout };
+    assert!(status_lines.contains("Job has been submitted with JobID "), "{stdout}\n{stderr}");
+    assert!(status_lines.contains("ended with state FAILED"), "{stdout}\n{stderr}");
     let errors = error_lines(&output);
     assert_eq!(errors.len(), 1, "{stderr}");
     for needle in needles {

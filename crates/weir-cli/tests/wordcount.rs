@@ -101,7 +101,11 @@ fn wordcount_prints_to_stdout_with_dash() {
         run_weir(&["run", "-D", "rest.port=0", "wordcount", "--input", input.to_str().unwrap(), "--output", "-"]);
     assert!(output.status.success());
     let stdout = String::from_utf8_lossy(&output.stdout);
-    let lines: Vec<String> = stdout.lines().filter(|l| l.contains('\t')).map(str::to_string).collect();
+    // Stdout holds the records only; the run's own lines are on stderr.
+    assert!(stdout.lines().all(|l| l.contains('\t')), "not only records on stdout:\n{stdout}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("Job has been submitted with JobID ") && stderr.contains("ended with state FINISHED"), "{stderr}");
+    let lines: Vec<String> = stdout.lines().map(str::to_string).collect();
     let counts = parse_counts(&lines);
     assert_eq!(counts.get("to"), Some(&2));
     assert_eq!(counts.get("be"), Some(&2));

@@ -26,6 +26,10 @@ impl<T: Send + 'static> Sink<T> for PrintSink<T> {
     fn create_writer(&self, _ctx: &TaskContext) -> Result<Box<dyn SinkWriter<T>>, TaskError> {
         Ok(Box::new(PrintWriter { format: self.format, text: String::new(), out: LockedStdout }))
     }
+
+    fn writes_to_stdout(&self) -> bool {
+        true
+    }
 }
 
 /// Stdout, locked once per call (so one `write_all` is one uninterrupted write).

@@ -59,6 +59,15 @@ fn run_embedded(args: &RunArgs, catalog: &JobCatalog, config: &Configuration) ->
         eprintln!("{note}");
     }
     let job_graph = JobGraph::build(&graph, &settings).map_err(CliError::usage)?;
+    // Records on stdout: the run's own lines go to stderr, so `> out.txt` holds records only.
+    let records_on_stdout = graph.writes_to_stdout();
+    let status_line = |line: String| {
+        if records_on_stdout {
+            eprintln!("{line}");
+        } else {
+            println!("{line}");
+        }
+    };
     let slots = job_graph.vertices.iter().map(|v| v.parallelism).max().unwrap_or(1);
 
     let dispatcher = Dispatcher::new("localhost");
@@ -68,7 +77,7 @@ fn run_embedded(args: &RunArgs, catalog: &JobCatalog, config: &Configuration) ->
 
     let job_id = weir_jobmanager::fixed_job_id(config)?.unwrap_or_else(weir_types::JobId::generate);
     let master = dispatcher.submit_as(job_id, graph, settings).map_err(CliError::usage)?;
-    println!("Job has been submitted with JobID {}", master.job_id());
+    status_line(format!("Job has been submitted with JobID {}", master.job_id()));
     cancel_on_termination(&master)?;
     if args.from_savepoint.is_some() {
         crate::progress::follow_restore(|| Ok(master.details()))?;
@@ -78,7 +87,7 @@ fn run_embedded(args: &RunArgs, catalog: &JobCatalog, config: &Configuration) ->
     linger_for_savepoint_clients(&master);
     rest.shutdown();
 
-    println!("Job {} ended with state {status} after {duration_ms} ms", master.job_id());
+    status_line(format!("Job {} ended with state {status} after {duration_ms} ms", master.job_id()));
     match status {
         JobStatus::Finished => Ok(ExitCode::SUCCESS),
         JobStatus::Failed => {

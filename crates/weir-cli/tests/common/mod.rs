@@ -97,11 +97,22 @@ impl RunningWeir {
         line.split("REST API at ").nth(1).unwrap().trim().to_string()
     }
 
-    /// The job id `run` printed.
+    /// The job id `run` printed (on stdout, or on stderr when its records go to stdout).
     pub fn job_id(&mut self) -> String {
-        let stdout = Arc::clone(&self.stdout);
-        let line = self.wait_for_line(&stdout, "Job has been submitted with JobID ");
-        line.rsplit(' ').next().unwrap().to_string()
+        let marker = "Job has been submitted with JobID ";
+        let deadline = Instant::now() + WAIT_MAX;
+        loop {
+            for stream in [&self.stdout, &self.stderr] {
+                if let Some(line) = stream.lock().unwrap().iter().find(|l| l.contains(marker)) {
+                    return line.rsplit(' ').next().unwrap().to_string();
+                }
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("weir exited with {status} before printing '{marker}'; stderr: {:?}", self.stderr_lines());
+            }
+            assert!(Instant::now() < deadline, "no '{marker}' within {WAIT_MAX:?}; stderr: {:?}", self.stderr_lines());
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 
     /// Waits for the process to end; returns its exit code.
