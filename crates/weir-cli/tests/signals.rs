@@ -1,5 +1,6 @@
 //! SIGTERM and SIGINT stop every process gracefully, with real processes: an embedded run
-//! cancels its job and names the checkpoint to resume from; a TaskManager cancels its
+//! cancels its job and names the checkpoint to resume from; a run following a job on a
+//! cluster detaches from it, saying how to reach it; a TaskManager cancels its
 //! subtasks and deregisters (its job restarts elsewhere at once); a JobManager without high
 //! availability cancels its jobs and exits 0; a second signal exits at once. (The leader's
 //! hand-over with high availability is in `high_availability.rs`, the operator's in
@@ -65,9 +66,8 @@ fn taskmanager_id(taskmanager: &mut RunningWeir) -> String {
     line.split("TaskManager ").nth(1).and_then(|rest| rest.split(' ').next()).unwrap_or_default().to_string()
 }
 
-#[test]
-fn sigterm_deregisters_a_taskmanager_and_stops_a_jobmanager_with_its_jobs() {
-    let dir = tempfile::tempdir().unwrap();
+/// A JobManager on free ports: it, its REST base URL and its RPC address.
+fn start_jobmanager() -> (RunningWeir, String, String) {
     let mut jobmanager = RunningWeir::start(&[
         "jobmanager",
         "-D",
@@ -80,6 +80,45 @@ fn sigterm_deregisters_a_taskmanager_and_stops_a_jobmanager_with_its_jobs() {
     let line = jobmanager.stderr_line("REST API at http://");
     let rest = line.split("REST API at ").nth(1).unwrap().split(',').next().unwrap().to_string();
     let rpc = line.rsplit("connect to ").next().unwrap().trim().to_string();
+    (jobmanager, rest, rpc)
+}
+
+/// Ctrl-C on `weir run -m` following a job (attached, as `flink run` without `-d`): the
+/// client goes, the job keeps running on the cluster, and the client says how to cancel or
+/// stop it and where a new run would resume from.
+#[test]
+fn ctrl_c_detaches_from_a_job_on_a_cluster_and_says_how_to_reach_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut jobmanager, rest, rpc) = start_jobmanager();
+    let mut taskmanager = RunningWeir::start(&["taskmanager", "--jobmanager", &rpc]);
+    taskmanager.stderr_line("registered at");
+    let checkpoints = format!("state.checkpoints.dir=file://{}", dir.path().display());
+    let address = rest.trim_start_matches("http://").to_string();
+    let mut args = vec!["run", "-m", &address, "-p", "1", "-D", "execution.checkpointing.interval=200ms"];
+    args.extend(["-D", &checkpoints]);
+    args.extend(PACED_COUNTER);
+    let mut run = RunningWeir::start(&args);
+    let job_id = run.job_id();
+    poll_json(&format!("{rest}/jobs/{job_id}/checkpoints"), |c| c["counts"]["completed"].as_u64() >= Some(1));
+    run.signal("INT");
+    assert_eq!(run.wait(), Some(130), "an interrupted client exits 130");
+    let stderr = run.stderr_lines().join("\n");
+    assert!(stderr.contains(&format!("Detached from job {job_id}: it keeps running")), "{stderr}");
+    assert!(stderr.contains(&format!("weir cancel -m {address} {job_id}")), "{stderr}");
+    let resume = stderr.lines().find_map(|l| l.split("resumes from it with: weir run -s ").nth(1)).expect(&stderr);
+    let path = resume.split_whitespace().next().unwrap().trim_start_matches("file://");
+    assert!(std::path::Path::new(path).join("_metadata").is_file(), "{path} is not a retained checkpoint");
+    assert_eq!(get(&format!("{rest}/jobs/{job_id}")).json()["state"], "RUNNING", "the job did not keep running");
+    jobmanager.signal("TERM");
+    assert_eq!(jobmanager.wait(), Some(0));
+    taskmanager.signal("TERM");
+    taskmanager.wait();
+}
+
+#[test]
+fn sigterm_deregisters_a_taskmanager_and_stops_a_jobmanager_with_its_jobs() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut jobmanager, rest, rpc) = start_jobmanager();
     let mut taskmanagers: Vec<RunningWeir> = (0..2)
         .map(|_| {
             let mut tm = RunningWeir::start(&["taskmanager", "--jobmanager", &rpc]);

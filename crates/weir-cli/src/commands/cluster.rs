@@ -102,6 +102,7 @@ pub fn submit(address: &str, args: &RunArgs) -> Result<ExitCode, CliError> {
     if args.detached {
         return Ok(ExitCode::SUCCESS);
     }
+    detach_on_interrupt(address, &job_id)?;
     if args.from_savepoint.is_some() {
         crate::progress::follow_restore(|| {
             let details: Value = client.get_json(&format!("/jobs/{job_id}"))?;
@@ -128,6 +129,31 @@ pub fn submit(address: &str, args: &RunArgs) -> Result<ExitCode, CliError> {
         }
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// Ctrl-C (or SIGTERM) while following a job on a cluster: as Flink's attached `flink run`
+/// (without `-sae`), the job keeps running and the client goes; it says how to reach the
+/// job and where it could resume from.
+fn detach_on_interrupt(address: &str, job_id: &str) -> Result<(), CliError> {
+    let (address, job_id) = (address.to_string(), job_id.to_string());
+    crate::signals::on_termination("weir run", move |signal| {
+        let newest = RestClient::new(&address)
+            .get_json::<Value>(&format!("/jobs/{job_id}/checkpoints"))
+            .ok()
+            .and_then(|stats| stats["latest"]["completed"]["external_path"].as_str().map(str::to_string));
+        eprintln!(
+            "Detached from job {job_id}: it keeps running on the cluster at {address}. `weir cancel -m {address} {job_id}` cancels it, `weir stop -m {address} {job_id}` stops it with a savepoint."
+        );
+        match newest {
+            Some(path) => eprintln!("Its newest checkpoint is {path}; a new run resumes from it with: weir run -s {path} ..."),
+            None => eprintln!("It has completed no checkpoint yet."),
+        }
+        // Exited as a shell reports an interrupted command.
+        #[allow(clippy::disallowed_methods)]
+        std::process::exit(128 + signal);
+    })
+    .map(drop)
+    .map_err(|e| CliError::runtime(format!("cannot handle SIGINT: {e}")))
 }
 
 fn cluster_dir() -> std::path::PathBuf {
