@@ -1,5 +1,7 @@
 //! A small blocking client of the REST API (the CLI's side of `list` and `cancel`).
 
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use serde::de::DeserializeOwned;
@@ -11,10 +13,30 @@ const REST_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Talks to one cluster's REST API.
 pub struct RestClient {
-    base: String,
+    /// The base URL; a [`Retry`] may move it to the JobManager that leads now.
+    base: Mutex<String>,
     agent: ureq::Agent,
     /// What to do when the address does not answer, when the default advice is wrong.
     unreachable_hint: Option<String>,
+    retry: Option<Retry>,
+    /// The first retry was announced.
+    announced: AtomicBool,
+}
+
+/// Where the JobManager is now (with high availability: the leader etcd names); asked
+/// before each retry.
+pub type Locate = Box<dyn Fn() -> Result<String, CliError> + Send + Sync>;
+
+/// How a request is tried again while its JobManager does not answer, as Flink's CLI does
+/// with `rest.retry.max-attempts` and `rest.retry.delay`: a JobManager failover takes a few
+/// seconds, and a CLI command issued in them should wait it out rather than fail.
+pub struct Retry {
+    /// Tries in all (1: no retry).
+    pub attempts: u32,
+    /// The wait between two tries.
+    pub delay: Duration,
+    /// Where to send the next try.
+    pub locate: Option<Locate>,
 }
 
 /// A response: status code and body.
@@ -38,7 +60,13 @@ impl RestClient {
             .timeout_global(Some(REST_REQUEST_TIMEOUT))
             .build()
             .new_agent();
-        RestClient { base, agent, unreachable_hint: None }
+        RestClient { base: Mutex::new(base), agent, unreachable_hint: None, retry: None, announced: AtomicBool::new(false) }
+    }
+
+    /// The same client, trying again as `retry` says while the JobManager does not answer.
+    pub fn with_retry(mut self, retry: Retry) -> RestClient {
+        self.retry = Some(retry);
+        self
     }
 
     /// The same client, advising `hint` when its address does not answer.
@@ -48,8 +76,8 @@ impl RestClient {
     }
 
     /// The base URL.
-    pub fn base(&self) -> &str {
-        &self.base
+    pub fn base(&self) -> String {
+        self.base.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     fn unreachable(&self, error: ureq::Error) -> CliError {
@@ -57,35 +85,69 @@ impl RestClient {
             .unreachable_hint
             .as_deref()
             .unwrap_or("is a job or cluster running there? pass -m HOST:PORT or set rest.address/rest.port");
-        CliError::runtime(format!("cannot reach the JobManager REST API at {} ({error}); {hint}", self.base))
+        CliError::runtime(format!("cannot reach the JobManager REST API at {} ({error}); {hint}", self.base()))
     }
 
-    fn read(&self, response: Result<ureq::http::Response<ureq::Body>, ureq::Error>) -> Result<Response, CliError> {
-        let mut response = response.map_err(|e| self.unreachable(e))?;
+    fn read(&self, response: Result<ureq::http::Response<ureq::Body>, ureq::Error>) -> Result<Response, ureq::Error> {
+        let mut response = response?;
         let status = response.status().as_u16();
-        let body = response.body_mut().read_to_string().map_err(|e| self.unreachable(e))?;
+        let body = response.body_mut().read_to_string()?;
         Ok(Response { status, body })
+    }
+
+    /// Sends `request` to the base URL, and with a [`Retry`] again (to where it locates the
+    /// JobManager) while no JobManager answers or the one that does is unavailable (503).
+    fn send(
+        &self,
+        request: impl Fn(&str) -> Result<ureq::http::Response<ureq::Body>, ureq::Error>,
+    ) -> Result<Response, CliError> {
+        let attempts = self.retry.as_ref().map_or(1, |r| r.attempts.max(1));
+        let mut attempt = 1;
+        loop {
+            let outcome = self.read(request(&self.base()));
+            let retryable = match &outcome {
+                Ok(response) => response.status == 503,
+                Err(error) => is_unanswered(error),
+            };
+            let Some(retry) = self.retry.as_ref().filter(|_| retryable && attempt < attempts) else {
+                return outcome.map_err(|e| self.unreachable(e));
+            };
+            if !self.announced.swap(true, Ordering::Relaxed) {
+                let why = match &outcome {
+                    Ok(response) => error_text(&response.body),
+                    Err(error) => error.to_string(),
+                };
+                eprintln!(
+                    "The JobManager at {} does not answer ({why}); trying again every {:?}, {} times at most (rest.retry.delay, rest.retry.max-attempts)",
+                    self.base(),
+                    retry.delay,
+                    attempts - 1
+                );
+            }
+            std::thread::sleep(retry.delay);
+            if let Some(Ok(address)) = retry.locate.as_ref().map(|locate| locate()) {
+                *self.base.lock().unwrap_or_else(|p| p.into_inner()) = RestClient::new(&address).base();
+            }
+            attempt += 1;
+        }
     }
 
     /// GET `path`.
     pub fn get(&self, path: &str) -> Result<Response, CliError> {
-        self.read(self.agent.get(format!("{}{path}", self.base)).call())
+        self.send(|base| self.agent.get(format!("{base}{path}")).call())
     }
 
     /// PATCH `path` with an empty body.
     pub fn patch(&self, path: &str) -> Result<Response, CliError> {
-        self.read(self.agent.patch(format!("{}{path}", self.base)).send_empty())
+        self.send(|base| self.agent.patch(format!("{base}{path}")).send_empty())
     }
 
     /// POST `path` with a JSON body.
     pub fn post_json(&self, path: &str, body: &serde_json::Value) -> Result<Response, CliError> {
         let text = body.to_string();
-        self.read(
-            self.agent
-                .post(format!("{}{path}", self.base))
-                .header("content-type", "application/json")
-                .send(text.as_bytes()),
-        )
+        self.send(|base| {
+            self.agent.post(format!("{base}{path}")).header("content-type", "application/json").send(text.as_bytes())
+        })
     }
 
     /// GET `path` and decode a 200 answer as JSON.
@@ -94,15 +156,24 @@ impl RestClient {
         if response.status != 200 {
             return Err(CliError::runtime(format!(
                 "{}{path} answered {}: {}",
-                self.base,
+                self.base(),
                 response.status,
                 error_text(&response.body)
             )));
         }
         serde_json::from_str(&response.body).map_err(|e| {
-            CliError::runtime(format!("{}{path} answered something that is not a weir REST response: {e}", self.base))
+            CliError::runtime(format!("{}{path} answered something that is not a weir REST response: {e}", self.base()))
         })
     }
+}
+
+/// Whether no JobManager answered at all (refused, reset, timed out, not found): a failover
+/// may be under way. An answer, even an error, is not retried.
+fn is_unanswered(error: &ureq::Error) -> bool {
+    matches!(
+        error,
+        ureq::Error::Io(_) | ureq::Error::ConnectionFailed | ureq::Error::Timeout(_) | ureq::Error::HostNotFound
+    )
 }
 
 /// Turns a job request's non-2xx answer into the error a user reads (`action`: "cancel job").

@@ -9,7 +9,7 @@ use weir_config::options::{REST_ADDRESS, REST_PORT};
 use weir_jobmanager::settings::{connect_ha, ha_settings};
 
 use crate::args::ConfigArgs;
-use crate::client::RestClient;
+use crate::client::{RestClient, Retry};
 use crate::error::CliError;
 
 /// Loads, validates and warns; configuration mistakes are usage errors (exit 2).
@@ -68,13 +68,38 @@ pub fn jobmanager_address(explicit: Option<&str>, config: &Configuration) -> Res
 
 /// A client of the REST API at [`jobmanager_address`]; when etcd named the address, a
 /// failure to reach it says that a failover may be under way.
+///
+/// It tries again through a JobManager failover (`rest.retry.max-attempts` times,
+/// `rest.retry.delay` apart) when the leader came from the HA store, asking it for the
+/// leader before each try, or when `rest.retry.max-attempts` is set; a plain address that
+/// does not answer fails at once.
 pub fn jobmanager_client(explicit: Option<&str>, config: &Configuration) -> Result<RestClient, CliError> {
-    let (address, cluster_id) = resolve_jobmanager(explicit, config)?;
+    use weir_config::options::{REST_RETRY_DELAY, REST_RETRY_MAX_ATTEMPTS};
+    let attempts = config.get(&REST_RETRY_MAX_ATTEMPTS).map_err(CliError::usage)?;
+    let delay = config.get(&REST_RETRY_DELAY).map_err(CliError::usage)?;
+    let mut resolved = resolve_jobmanager(explicit, config);
+    // No leader yet (the old one's lease has not expired, or a standby is taking over):
+    // asked again, as a request that got no answer is.
+    let mut attempt = 1;
+    while resolved.is_err() && attempt < attempts && explicit.is_none() && ha_settings(config)?.is_some() {
+        std::thread::sleep(delay);
+        resolved = resolve_jobmanager(explicit, config);
+        attempt += 1;
+    }
+    let (address, cluster_id) = resolved?;
     let client = RestClient::new(&address);
     Ok(match cluster_id {
-        Some(cluster_id) => client.with_unreachable_hint(format!(
-            "etcd names it the leader of cluster '{cluster_id}'; if it just died, a standby takes over within the lease TTL (high-availability.etcd.lease-ttl): retry in a few seconds"
-        )),
+        Some(cluster_id) => {
+            let located = config.clone();
+            let locate: crate::client::Locate =
+                Box::new(move || resolve_jobmanager(None, &located).map(|(address, _)| address));
+            client
+                .with_unreachable_hint(format!(
+                    "etcd names it the leader of cluster '{cluster_id}', and no leader answered within rest.retry.max-attempts x rest.retry.delay; is a JobManager of the cluster running?"
+                ))
+                .with_retry(Retry { attempts, delay, locate: Some(locate) })
+        }
+        None if config.contains(&REST_RETRY_MAX_ATTEMPTS) => client.with_retry(Retry { attempts, delay, locate: None }),
         None => client,
     })
 }

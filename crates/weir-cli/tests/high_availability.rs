@@ -522,6 +522,25 @@ fn a_new_leader_commits_the_checkpoint_its_predecessor_recorded_but_never_commit
     assert_eq!(attempts(&out), [0].into(), "the takeover restarted tasks");
 }
 
+/// `weir list` run the moment the leader is killed waits out the failover, as Flink's CLI
+/// does with `rest.retry.*`: etcd still names the dead leader until its lease expires, the
+/// CLI tries again, asks etcd again, and lists the job from the new leader.
+#[test]
+fn the_cli_waits_out_a_jobmanager_failover() {
+    let _serial = serial();
+    let mut cluster = HaCluster::start(2, 1, &[]);
+    let out = cluster.output("out");
+    let job = cluster.submit(&bounded_counter(out.to_str().unwrap(), "1000000", "2000"));
+    cluster.wait_job(&job, "RUNNING", JOB_WAIT_MAX);
+    let config = cluster.config.to_str().unwrap().to_string();
+    cluster.kill_leader();
+    let listed = common::run_weir(&["list", "-c", &config, "-D", "rest.retry.delay=200ms"]);
+    let (stdout, stderr) = (String::from_utf8_lossy(&listed.stdout), String::from_utf8_lossy(&listed.stderr));
+    assert!(listed.status.success(), "{stdout}{stderr}");
+    assert!(stdout.contains(&job), "the job is not listed: {stdout}");
+    assert!(stderr.contains("does not answer") && stderr.contains("trying again every 200ms"), "{stderr}");
+}
+
 #[test]
 fn a_standby_jobmanagers_rest_api_answers_with_the_leaders_data() {
     let _serial = serial();

@@ -259,6 +259,8 @@ impl Configuration {
         self.get(&REST_ADDRESS)?;
         self.get(&REST_PORT)?;
         self.get(&REST_BIND_ADDRESS)?;
+        self.get(&REST_RETRY_MAX_ATTEMPTS)?;
+        self.get(&REST_RETRY_DELAY)?;
         self.get(&JOBMANAGER_RPC_ADDRESS)?;
         self.get(&JOBMANAGER_RPC_PORT)?;
         self.get(&JOBMANAGER_BIND_HOST)?;

@@ -145,6 +145,27 @@ pub const REST_PORT: ConfigOption<u16> = ConfigOption {
     default: || 8081,
 };
 
+/// `rest.retry.max-attempts`: how often the CLI tries a REST request whose JobManager does
+/// not answer (a failover under way).
+pub const REST_RETRY_MAX_ATTEMPTS: ConfigOption<u32> = ConfigOption {
+    key: "rest.retry.max-attempts",
+    fallback_keys: &[],
+    default_description: "20",
+    description: "attempts of a CLI request while the JobManager does not answer (with high availability, or when set); 1 tries once",
+    parse: positive_u32,
+    default: || 20,
+};
+
+/// `rest.retry.delay`: the wait between two of those attempts.
+pub const REST_RETRY_DELAY: ConfigOption<Duration> = ConfigOption {
+    key: "rest.retry.delay",
+    fallback_keys: &[],
+    default_description: "1s",
+    description: "wait between two attempts of a CLI request while the JobManager does not answer",
+    parse: crate::duration::parse_duration,
+    default: || Duration::from_secs(1),
+};
+
 /// `rest.bind-address`: the local address the REST server binds; `None` means `rest.address`.
 pub const REST_BIND_ADDRESS: ConfigOption<Option<String>> = ConfigOption {
     key: "rest.bind-address",
@@ -938,6 +959,8 @@ pub const ALL: &[OptionInfo] = &[
     REST_ADDRESS.info(),
     REST_PORT.info(),
     REST_BIND_ADDRESS.info(),
+    REST_RETRY_MAX_ATTEMPTS.info(),
+    REST_RETRY_DELAY.info(),
     JOBMANAGER_RPC_ADDRESS.info(),
     JOBMANAGER_RPC_PORT.info(),
     JOBMANAGER_BIND_HOST.info(),
@@ -1016,6 +1039,8 @@ pub const ALL_KEYS: &[&str] = &[
     REST_ADDRESS.key,
     REST_PORT.key,
     REST_BIND_ADDRESS.key,
+    REST_RETRY_MAX_ATTEMPTS.key,
+    REST_RETRY_DELAY.key,
     JOBMANAGER_RPC_ADDRESS.key,
     JOBMANAGER_RPC_PORT.key,
     JOBMANAGER_BIND_HOST.key,
