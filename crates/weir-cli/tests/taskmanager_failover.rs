@@ -136,6 +136,7 @@ fn cluster_start_and_stop_manage_background_processes() {
     let start = common::weir()
         .env("WEIR_DATA_DIR", data)
         .args(["cluster", "start", "--taskmanagers", "2", "-D", "rest.port=18391", "-D", "jobmanager.rpc.port=18392"])
+        .args(["-D", "taskmanager.numberOfTaskSlots=2"])
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&start.stdout).to_string();
@@ -143,21 +144,39 @@ fn cluster_start_and_stop_manage_background_processes() {
     assert!(stdout.contains("2 TaskManager(s)"), "{stdout}");
     let taskmanagers = get("http://127.0.0.1:18391/taskmanagers").json();
     assert_eq!(taskmanagers["taskmanagers"].as_array().unwrap().len(), 2);
+    // A second cluster on the same ports: its JobManager cannot listen, which it says at
+    // once, and its TaskManager is stopped rather than left registered with the first one.
+    let other = tempfile::tempdir().unwrap();
+    let started = std::time::Instant::now();
+    let clash = common::weir()
+        .env("WEIR_DATA_DIR", other.path())
+        .args(["cluster", "start", "-D", "rest.port=18391", "-D", "jobmanager.rpc.port=18392"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&clash.stderr).to_string();
+    assert_eq!(clash.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("jobmanager") && stderr.contains("Address already in use"), "{stderr}");
+    assert!(stderr.contains("what it had started is stopped"), "{stderr}");
+    assert!(started.elapsed() < Duration::from_secs(10), "noticed after {:?}", started.elapsed());
+    assert!(!other.path().join("cluster/cluster.pids").exists(), "the failed start left its pid file");
+    std::thread::sleep(Duration::from_millis(500));
+    let taskmanagers = get("http://127.0.0.1:18391/taskmanagers").json();
+    assert_eq!(taskmanagers["taskmanagers"].as_array().unwrap().len(), 2, "{taskmanagers}");
     // A job submitted with -m runs on the cluster and the CLI follows it to the end.
     let run =
         run_weir(&["run", "-m", "127.0.0.1:18391", "counter", "--users", "5", "--events", "1000", "--output", "none"]);
     assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
     assert!(String::from_utf8_lossy(&run.stdout).contains("ended with state FINISHED"));
-    // One more TaskManager, as Flink's `taskmanager.sh start`: registered, and stopped with the rest.
-    let add = common::weir()
-        .env("WEIR_DATA_DIR", data)
-        .args(["cluster", "add-taskmanager", "-D", "rest.port=18391", "-D", "jobmanager.rpc.port=18392"])
-        .output()
-        .unwrap();
+    // One more TaskManager, as Flink's `taskmanager.sh start`: with the configuration the
+    // cluster was started with (its ports, 2 slots), registered, and stopped with the rest.
+    let add = common::weir().env("WEIR_DATA_DIR", data).args(["cluster", "add-taskmanager"]).output().unwrap();
     let stdout = String::from_utf8_lossy(&add.stdout).to_string();
     assert!(add.status.success(), "{stdout}{}", String::from_utf8_lossy(&add.stderr));
     assert!(stdout.contains("TaskManager started in") && stdout.contains("taskmanager-2.log"), "{stdout}");
-    assert_eq!(get("http://127.0.0.1:18391/taskmanagers").json()["taskmanagers"].as_array().unwrap().len(), 3);
+    let taskmanagers = get("http://127.0.0.1:18391/taskmanagers").json();
+    let taskmanagers = taskmanagers["taskmanagers"].as_array().unwrap().clone();
+    assert_eq!(taskmanagers.len(), 3);
+    assert!(taskmanagers.iter().all(|tm| tm["slotsNumber"] == 2), "{taskmanagers:?}");
     let stop = common::weir().env("WEIR_DATA_DIR", data).args(["cluster", "stop"]).output().unwrap();
     assert!(stop.status.success());
     assert!(String::from_utf8_lossy(&stop.stdout).contains("Stopped 4 cluster process(es)."));

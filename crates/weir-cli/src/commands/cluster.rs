@@ -195,13 +195,27 @@ fn start(args: ClusterStartArgs) -> Result<ExitCode, CliError> {
     std::fs::create_dir_all(&dir).map_err(|e| CliError::runtime(format!("cannot create {}: {e}", dir.display())))?;
     let layout = ClusterLayout::read(&config, dir, args.jobmanagers)?;
     let started = Instant::now();
-    let mut pids = Vec::new();
-    let rest_addresses = layout.start_jobmanagers(&args.config, &mut pids)?;
-    layout.start_taskmanagers(&args.config, args.taskmanagers, &mut pids)?;
-    let text: Vec<String> = pids.iter().map(u32::to_string).collect();
+    let mut processes = Vec::new();
+    let spawned = layout
+        .start_jobmanagers(&args.config, &mut processes)
+        .and_then(|rest| layout.start_taskmanagers(&args.config, args.taskmanagers, &mut processes).map(|()| rest));
+    let rest_addresses = match spawned {
+        Ok(rest) => rest,
+        Err(error) => {
+            stop_started(&mut processes);
+            return Err(error);
+        }
+    };
+    let text: Vec<String> = processes.iter().map(|p| p.child.id().to_string()).collect();
     std::fs::write(&pid_file, text.join("\n") + "\n")
         .map_err(|e| CliError::runtime(format!("cannot write {}: {e}", pid_file.display())))?;
-    layout.wait_until_up(args.taskmanagers, started)?;
+    // `add-taskmanager` starts its TaskManagers with the same configuration.
+    record_config_args(&layout.dir, &args.config)?;
+    if let Err(error) = layout.wait_until_up(args.taskmanagers, started, &mut processes) {
+        stop_started(&mut processes);
+        let _ = std::fs::remove_file(&pid_file);
+        return Err(error);
+    }
     if layout.ha {
         println!(
             "High availability on etcd: JobManagers at {} (one leads, the others stand by)",
@@ -268,8 +282,8 @@ impl ClusterLayout {
         if port == 0 { 0 } else { port.saturating_add(index as u16) }
     }
 
-    /// Starts the JobManagers, their pids appended to `pids`; the URL of each one's REST API.
-    fn start_jobmanagers(&self, config: &ConfigArgs, pids: &mut Vec<u32>) -> Result<Vec<String>, CliError> {
+    /// Starts the JobManagers, appended to `processes`; the URL of each one's REST API.
+    fn start_jobmanagers(&self, config: &ConfigArgs, processes: &mut Vec<Started>) -> Result<Vec<String>, CliError> {
         let mut rest_addresses = Vec::new();
         for index in 0..self.jobmanagers {
             let mut jobmanager_args = vec!["jobmanager".to_string()];
@@ -283,13 +297,13 @@ impl ClusterLayout {
             }
             rest_addresses.push(format!("http://{}:{}", self.rest_host, Self::offset(self.rest_port, index)));
             let name = if index == 0 { "jobmanager".to_string() } else { format!("jobmanager-{index}") };
-            pids.push(spawn_process(&self.exe, &self.dir, &name, jobmanager_args)?);
+            processes.push(spawn_process(&self.exe, &self.dir, &name, jobmanager_args)?);
         }
         Ok(rest_addresses)
     }
 
-    /// Starts `count` TaskManagers, their pids appended to `pids`.
-    fn start_taskmanagers(&self, config: &ConfigArgs, count: u32, pids: &mut Vec<u32>) -> Result<(), CliError> {
+    /// Starts `count` TaskManagers, appended to `processes`.
+    fn start_taskmanagers(&self, config: &ConfigArgs, count: u32, processes: &mut Vec<Started>) -> Result<(), CliError> {
         for index in 0..count {
             // With HA a TaskManager finds the leader through etcd.
             let mut taskmanager_args = vec!["taskmanager".to_string()];
@@ -297,18 +311,29 @@ impl ClusterLayout {
                 taskmanager_args.extend(["--jobmanager".to_string(), self.rpc.clone()]);
             }
             taskmanager_args.extend(config_args(config));
-            pids.push(spawn_process(&self.exe, &self.dir, &format!("taskmanager-{index}"), taskmanager_args)?);
+            processes.push(spawn_process(&self.exe, &self.dir, &format!("taskmanager-{index}"), taskmanager_args)?);
         }
         Ok(())
     }
 
     /// Waits until `taskmanagers` TaskManagers are registered, at most
-    /// [`CLUSTER_START_WAIT_MAX`] after `started`.
-    fn wait_until_up(&self, taskmanagers: u32, started: Instant) -> Result<(), CliError> {
+    /// [`CLUSTER_START_WAIT_MAX`] after `started`. A process of `processes` that exits
+    /// meanwhile (a JobManager whose ports another cluster holds) fails the start at once,
+    /// with its error: the REST API answering may be another cluster's.
+    fn wait_until_up(&self, taskmanagers: u32, started: Instant, processes: &mut [Started]) -> Result<(), CliError> {
         // Through the first JobManager (a standby forwards to the leader).
         let client = RestClient::new(&self.rest);
         loop {
-            if let Ok(overview) = client.get_json::<Value>("/overview")
+            if let Some(exited) = processes.iter_mut().find_map(|p| p.exited(&self.dir)) {
+                return Err(CliError::runtime(format!(
+                    "{exited}; the cluster was not started and what it had started is stopped"
+                )));
+            }
+            // Until each JobManager says it listens, the REST API answering may be another
+            // cluster's, with this cluster's TaskManagers registering there.
+            let listening = processes.iter().filter(|p| p.name.starts_with("jobmanager")).all(|p| p.listening(&self.dir));
+            if listening
+                && let Ok(overview) = client.get_json::<Value>("/overview")
                 && overview["taskmanagers"].as_u64() == Some(u64::from(taskmanagers))
             {
                 return Ok(());
@@ -324,8 +349,81 @@ impl ClusterLayout {
     }
 }
 
-/// Starts `weir <verb...>` in the background with its output in `<dir>/<name>.log`; its pid.
-fn spawn_process(exe: &std::path::Path, dir: &std::path::Path, name: &str, verb: Vec<String>) -> Result<u32, CliError> {
+/// A cluster process `cluster start` started.
+struct Started {
+    /// `jobmanager`, `taskmanager-0`, ...: its log is `<name>.log`.
+    name: String,
+    child: std::process::Child,
+}
+
+impl Started {
+    /// Whether its log says it serves (a JobManager's "REST API at ..." line).
+    fn listening(&self, dir: &std::path::Path) -> bool {
+        std::fs::read_to_string(dir.join(format!("{}.log", self.name))).is_ok_and(|log| log.contains("REST API at "))
+    }
+
+    /// Why it ended, if it did: its exit status and the last error of its log.
+    fn exited(&mut self, dir: &std::path::Path) -> Option<String> {
+        let status = self.child.try_wait().ok().flatten()?;
+        let log = std::fs::read_to_string(dir.join(format!("{}.log", self.name))).unwrap_or_default();
+        let error = log.lines().rev().find(|l| l.contains("error")).or_else(|| log.lines().last()).unwrap_or("no output");
+        Some(format!("{} (pid {}) exited at once ({status}): {}", self.name, self.child.id(), error.trim()))
+    }
+}
+
+/// Ends every process of an unfinished start (a TaskManager may already have registered with
+/// whatever JobManager holds the ports).
+fn stop_started(processes: &mut [Started]) {
+    for process in processes {
+        let _ = process.child.kill();
+        let _ = process.child.wait();
+    }
+}
+
+/// The file `cluster start` records its `-c` and `-D` arguments in.
+fn config_args_file(dir: &std::path::Path) -> std::path::PathBuf {
+    dir.join("cluster.args")
+}
+
+/// Records `config` (the configuration file as an absolute path) for `add-taskmanager`.
+fn record_config_args(dir: &std::path::Path, config: &ConfigArgs) -> Result<(), CliError> {
+    let mut recorded = config.clone();
+    if let Some(file) = &recorded.config {
+        recorded.config = Some(std::path::absolute(file).unwrap_or_else(|_| file.clone()));
+    }
+    let text = serde_json::to_string(&config_args(&recorded)).map_err(CliError::runtime)?;
+    let path = config_args_file(dir);
+    std::fs::write(&path, text).map_err(|e| CliError::runtime(format!("cannot write {}: {e}", path.display())))
+}
+
+/// `args` over what `cluster start` recorded: its configuration file unless `args` names
+/// one, its `-D`s before those of `args` (which win).
+fn with_recorded_config_args(dir: &std::path::Path, args: &ConfigArgs) -> Result<ConfigArgs, CliError> {
+    let path = config_args_file(dir);
+    let recorded: Vec<String> = match std::fs::read_to_string(&path) {
+        Ok(text) => serde_json::from_str(&text).map_err(|e| {
+            CliError::runtime(format!("{} is damaged ({e}); stop the cluster and start it again", path.display()))
+        })?,
+        // A cluster started by an older weir recorded none.
+        Err(_) => Vec::new(),
+    };
+    let mut merged = ConfigArgs { config: None, dynamic: Vec::new() };
+    let mut words = recorded.into_iter();
+    while let (Some(flag), Some(value)) = (words.next(), words.next()) {
+        match flag.as_str() {
+            "-c" => merged.config = Some(value.into()),
+            _ => merged.dynamic.push(value),
+        }
+    }
+    if args.config.is_some() {
+        merged.config = args.config.clone();
+    }
+    merged.dynamic.extend(args.dynamic.iter().cloned());
+    Ok(merged)
+}
+
+/// Starts `weir <verb...>` in the background with its output in `<dir>/<name>.log`.
+fn spawn_process(exe: &std::path::Path, dir: &std::path::Path, name: &str, verb: Vec<String>) -> Result<Started, CliError> {
     let log = std::fs::File::create(dir.join(format!("{name}.log")))
         .map_err(|e| CliError::runtime(format!("cannot create the log of {name}: {e}")))?;
     let err = log.try_clone().map_err(|e| CliError::runtime(e.to_string()))?;
@@ -336,14 +434,15 @@ fn spawn_process(exe: &std::path::Path, dir: &std::path::Path, name: &str, verb:
         .stderr(Stdio::from(err))
         .spawn()
         .map_err(|e| CliError::runtime(format!("cannot start {name}: {e}")))?;
-    Ok(child.id())
+    Ok(Started { name: name.to_string(), child })
 }
 
 /// `weir cluster add-taskmanager`: one more TaskManager for the cluster `cluster start`
 /// started, recorded in its pid file so `cluster stop` ends it too.
 fn add_taskmanager(args: ConfigArgs) -> Result<ExitCode, CliError> {
-    let config = settings::load(&args)?;
     let dir = cluster_dir();
+    let args = with_recorded_config_args(&dir, &args)?;
+    let config = settings::load(&args)?;
     let pid_file = dir.join("cluster.pids");
     if !pid_file.exists() {
         return Err(CliError::runtime(format!(
@@ -380,7 +479,7 @@ fn add_taskmanager(args: ConfigArgs) -> Result<ExitCode, CliError> {
     }
     verb.extend(config_args(&args));
     let started = Instant::now();
-    let pid = spawn_process(&exe, &dir, &name, verb)?;
+    let pid = spawn_process(&exe, &dir, &name, verb)?.child.id();
     let mut pids = std::fs::OpenOptions::new()
         .append(true)
         .open(&pid_file)
