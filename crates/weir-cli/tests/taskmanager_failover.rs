@@ -129,12 +129,27 @@ fn three_taskmanager_kills_during_a_run_keep_the_output_exactly_once() {
     }
 }
 
+/// `weir cluster stop` of the cluster in a data directory when dropped, so a failed
+/// assertion leaves no process behind.
+struct StopCluster(std::path::PathBuf);
+
+impl Drop for StopCluster {
+    fn drop(&mut self) {
+        if self.0.join("cluster/cluster.pids").exists() {
+            let _ = common::weir().env("WEIR_DATA_DIR", &self.0).args(["cluster", "stop"]).output();
+        }
+    }
+}
+
 #[test]
 fn cluster_start_and_stop_manage_background_processes() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().to_str().unwrap();
+    let _stopped_at_the_end = StopCluster(dir.path().to_path_buf());
     let start = common::weir()
         .env("WEIR_DATA_DIR", data)
+        // The cluster's processes log as they do by default (warnings), for the slot wait below.
+        .env_remove("WEIR_LOG")
         .args(["cluster", "start", "--taskmanagers", "2", "-D", "rest.port=18391", "-D", "jobmanager.rpc.port=18392"])
         .args(["-D", "taskmanager.numberOfTaskSlots=2"])
         .output()
@@ -167,6 +182,25 @@ fn cluster_start_and_stop_manage_background_processes() {
         run_weir(&["run", "-m", "127.0.0.1:18391", "counter", "--users", "5", "--events", "1000", "--output", "none"]);
     assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
     assert!(String::from_utf8_lossy(&run.stdout).contains("ended with state FINISHED"));
+    // A job that needs more slots than the cluster has says so in the JobManager's log.
+    let waiting = run_weir(&["run", "-m", "127.0.0.1:18391", "-d", "-p", "6", "counter", "--users", "5", "--output", "none"]);
+    assert!(waiting.status.success(), "{}", String::from_utf8_lossy(&waiting.stderr));
+    let waiting_job = String::from_utf8_lossy(&waiting.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("Job has been submitted with JobID "))
+        .unwrap()
+        .trim()
+        .to_string();
+    let log = std::path::Path::new(data).join("cluster/jobmanager.log");
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !std::fs::read_to_string(&log).unwrap_or_default().contains("the job waits for 6 slots") {
+        assert!(std::time::Instant::now() < deadline, "{}", std::fs::read_to_string(&log).unwrap_or_default());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let said = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(said.contains("have 4 of 4 free") && said.contains("weir cluster add-taskmanager"), "{said}");
+    let cancel = run_weir(&["cancel", "-m", "127.0.0.1:18391", &waiting_job]);
+    assert!(cancel.status.success(), "{}", String::from_utf8_lossy(&cancel.stderr));
     // One more TaskManager, as Flink's `taskmanager.sh start`: with the configuration the
     // cluster was started with (its ports, 2 slots), registered, and stopped with the rest.
     let add = common::weir().env("WEIR_DATA_DIR", data).args(["cluster", "add-taskmanager"]).output().unwrap();

@@ -491,10 +491,26 @@ impl ClusterResources {
     /// Slots other attempts of the job hold are shared, not taken again.
     fn allocate(&self, job_id: &str, count: u32, cancelled: impl Fn() -> bool) -> Result<Vec<AttemptSlot>, TaskError> {
         let count = count as usize;
-        let deadline = Instant::now() + SLOT_WAIT_MAX;
+        let started = Instant::now();
+        let deadline = started + SLOT_WAIT_MAX;
+        let mut told = false;
         loop {
             if let Some(slots) = lock(&self.ledger).try_allocate(job_id, count) {
+                if told {
+                    tracing::warn!(job = %job_id, "the job got its {count} slots after {:?}", started.elapsed());
+                }
                 return Ok(slots);
+            }
+            // Once, the first time it waits: a job that does not start says why.
+            if !told {
+                told = true;
+                let offers = lock(&self.ledger).offers();
+                let (total, free) = offers.iter().fold((0, 0), |(t, f), (_, _, slots, free)| (t + slots, f + free));
+                tracing::warn!(
+                    job = %job_id,
+                    "the job waits for {count} slots; the cluster's {} TaskManager(s) have {free} of {total} free: start more TaskManagers (weir cluster add-taskmanager, or raise taskmanager.numberOfTaskSlots), or it fails after {SLOT_WAIT_MAX:?}",
+                    offers.len()
+                );
             }
             let given_up = cancelled() || Instant::now() >= deadline;
             if given_up {
