@@ -16,6 +16,7 @@ mod client;
 mod commands;
 mod error;
 mod progress;
+mod runs;
 mod settings;
 mod signals;
 

@@ -104,6 +104,46 @@ pub fn jobmanager_client(explicit: Option<&str>, config: &Configuration) -> Resu
     })
 }
 
+/// Whether the CLI would ask the default address (nothing names one: no `-m`,
+/// `$WEIR_JOBMANAGER`, `rest.address`/`rest.port` or high availability).
+fn default_address(explicit: Option<&str>, config: &Configuration) -> Result<bool, CliError> {
+    Ok(explicit.is_none()
+        && std::env::var("WEIR_JOBMANAGER").ok().is_none_or(|a| a.is_empty())
+        && !config.contains(&REST_ADDRESS)
+        && !config.contains(&REST_PORT)
+        && ha_settings(config)?.is_none())
+}
+
+/// A client of the JobManager that has `job_id`: [`jobmanager_client`], unless nothing names
+/// an address and a `weir run` of this machine serves the job elsewhere (its REST port moved
+/// off a taken default), which is then asked instead.
+pub fn jobmanager_client_for_job(
+    explicit: Option<&str>,
+    config: &Configuration,
+    job_id: &str,
+) -> Result<RestClient, CliError> {
+    if default_address(explicit, config)?
+        && let Some(run) = crate::runs::live().into_iter().find(|run| run.job_id == job_id)
+    {
+        let client = RestClient::new(&run.rest);
+        if client.base() != RestClient::new(&jobmanager_address(explicit, config)?).base() {
+            eprintln!("Job {job_id} runs in `weir run` (pid {}) at {}.", run.pid, run.rest);
+        }
+        return Ok(client);
+    }
+    jobmanager_client(explicit, config)
+}
+
+/// The `weir run`s of this machine whose jobs the default address does not serve, when
+/// nothing names an address (for `weir list` to mention).
+pub fn runs_elsewhere(explicit: Option<&str>, config: &Configuration) -> Result<Vec<crate::runs::RunRecord>, CliError> {
+    if !default_address(explicit, config)? {
+        return Ok(Vec::new());
+    }
+    let default = RestClient::new(&jobmanager_address(explicit, config)?).base();
+    Ok(crate::runs::live().into_iter().filter(|run| RestClient::new(&run.rest).base() != default).collect())
+}
+
 /// The address, and the HA cluster id when etcd named it.
 fn resolve_jobmanager(explicit: Option<&str>, config: &Configuration) -> Result<(String, Option<String>), CliError> {
     if let Some(address) = explicit {

@@ -97,3 +97,44 @@ fn unknown_job_on_the_cluster_is_a_runtime_error() {
     assert_eq!(patch(&format!("{rest}/jobs/{job_id}?mode=cancel")).status, 202);
     assert_eq!(weir.wait(), Some(1));
 }
+
+/// Another cluster holds the default REST port 8081 (here a stand-in answering every
+/// request with no jobs). A `weir run` takes a free port instead, and `weir list` and `weir
+/// stop` without -m do not ask the other cluster about its job: `list` says where the run
+/// is, and `stop` finds the job's run and stops it there.
+#[test]
+fn a_run_whose_rest_port_moved_off_a_taken_8081_is_found_without_m() {
+    use std::io::{BufRead as _, Write as _};
+    let other = std::net::TcpListener::bind("127.0.0.1:8081")
+        .expect("this test plays another cluster on 127.0.0.1:8081, which must be free");
+    std::thread::spawn(move || {
+        for stream in other.incoming().flatten() {
+            let mut reader = std::io::BufReader::new(&stream);
+            let mut line = String::new();
+            while reader.read_line(&mut line).is_ok_and(|n| n > 2) {
+                line.clear();
+            }
+            let body = r#"{"jobs":[]}"#;
+            let _ = write!(&stream, "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
+        }
+    });
+    let data = tempfile::tempdir().unwrap();
+    let env = |mut command: std::process::Command| {
+        command.env("WEIR_DATA_DIR", data.path());
+        command
+    };
+    let mut run = RunningWeir::start_with(env, &["run", "counter", "--users", "10", "--rate", "100", "--output", "none"]);
+    let job = run.job_id();
+    let rest = run.rest_url();
+    assert!(!rest.ends_with(":8081"), "{rest}");
+    let list = env(common::weir()).arg("list").output().unwrap();
+    let stderr = String::from_utf8_lossy(&list.stderr);
+    let hint = format!("serves job {job} at {rest}, not here: weir list -m {}", rest.trim_start_matches("http://"));
+    assert!(stderr.contains(&hint), "{stderr}");
+    let savepoints = data.path().join("savepoints");
+    let stop = env(common::weir()).args(["stop", "-p", savepoints.to_str().unwrap(), &job]).output().unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&stop.stdout), String::from_utf8_lossy(&stop.stderr));
+    assert!(stop.status.success(), "{stdout}{stderr}");
+    assert!(stderr.contains(&format!("Job {job} runs in `weir run`")) && stdout.contains("Savepoint completed"), "{stderr}");
+    assert_eq!(run.wait(), Some(0), "the run did not end with its stop");
+}

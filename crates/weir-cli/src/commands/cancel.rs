@@ -21,7 +21,7 @@ struct Status {
 pub fn cancel(args: CancelArgs) -> Result<ExitCode, CliError> {
     let job_id: JobId = args.job_id.parse().map_err(CliError::usage)?;
     let config = settings::load(&args.config)?;
-    let client = settings::jobmanager_client(args.jobmanager.as_deref(), &config)?;
+    let client = settings::jobmanager_client_for_job(args.jobmanager.as_deref(), &config, &job_id.to_string())?;
     let response = client.patch(&format!("/jobs/{job_id}?mode=cancel"))?;
     check_job_response(&response, &client, job_id, "cancel job")?;
     println!("Cancelling job {job_id}.");

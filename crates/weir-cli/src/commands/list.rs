@@ -24,6 +24,16 @@ const END: &str = "-------------------------------------------------------------
 pub fn list(args: ListArgs) -> Result<ExitCode, CliError> {
     let config = settings::load(&args.config)?;
     let client = settings::jobmanager_client(args.jobmanager.as_deref(), &config)?;
+    // A `weir run` whose REST port moved off the default one is not at this address.
+    for run in settings::runs_elsewhere(args.jobmanager.as_deref(), &config)? {
+        eprintln!(
+            "note: `weir run` (pid {}) serves job {} at {}, not here: weir list -m {}",
+            run.pid,
+            run.job_id,
+            run.rest,
+            run.rest.trim_start_matches("http://")
+        );
+    }
     if args.json {
         let response = client.get("/jobs/overview")?;
         if response.status != 200 {

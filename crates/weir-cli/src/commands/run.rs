@@ -78,6 +78,11 @@ fn run_embedded(args: &RunArgs, catalog: &JobCatalog, config: &Configuration) ->
     let job_id = weir_jobmanager::fixed_job_id(config)?.unwrap_or_else(weir_types::JobId::generate);
     let master = dispatcher.submit_as(job_id, graph, settings).map_err(CliError::usage)?;
     status_line(format!("Job has been submitted with JobID {}", master.job_id()));
+    // Found by `weir list`/`stop` without -m even if the REST port moved off a taken 8081.
+    let _registered = crate::runs::register(
+        &master.job_id().to_string(),
+        &format!("http://{}", host_port(&rest_host, rest.local_addr().port())),
+    );
     cancel_on_termination(&master)?;
     if args.from_savepoint.is_some() {
         crate::progress::follow_restore(|| Ok(master.details()))?;
@@ -201,7 +206,9 @@ fn start_rest(config: &Configuration, dispatcher: &Arc<Dispatcher>, slots: u32) 
         Ok(server) => Ok(server),
         Err(error) if config.contains(&REST_PORT) => Err(CliError::runtime(error)),
         Err(error) => {
-            eprintln!("warning: {error}; using a free port instead");
+            eprintln!(
+                "warning: {error}; using a free port instead (`weir list`, `stop`, `cancel` and `savepoint` without -m find this run's job there)"
+            );
             RestServer::start(&address, 0, Arc::clone(dispatcher), cluster()).map_err(CliError::runtime)
         }
     }

@@ -51,7 +51,7 @@ pub fn savepoint(args: SavepointArgs) -> Result<ExitCode, CliError> {
     };
     let job_id: JobId = job_id.parse().map_err(CliError::usage)?;
     let config = settings::load(&args.config)?;
-    let client = settings::jobmanager_client(args.jobmanager.as_deref(), &config)?;
+    let client = settings::jobmanager_client_for_job(args.jobmanager.as_deref(), &config, &job_id.to_string())?;
     println!("Triggering savepoint for job {job_id}.");
     let format = args.format.unwrap_or(crate::args::FormatArg::Canonical).rest_name();
     let body = json!({"target-directory": target, "cancel-job": false, "formatType": format});
@@ -64,7 +64,7 @@ pub fn savepoint(args: SavepointArgs) -> Result<ExitCode, CliError> {
 pub fn stop(args: StopArgs) -> Result<ExitCode, CliError> {
     let job_id: JobId = args.job_id.parse().map_err(CliError::usage)?;
     let config = settings::load(&args.config)?;
-    let client = settings::jobmanager_client(args.jobmanager.as_deref(), &config)?;
+    let client = settings::jobmanager_client_for_job(args.jobmanager.as_deref(), &config, &job_id.to_string())?;
     println!("Suspending job {job_id} with a savepoint.");
     let body = json!({
         "targetDirectory": args.savepoint_path.as_deref().map(absolute),
