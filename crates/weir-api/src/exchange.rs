@@ -819,7 +819,9 @@ impl<T: Send> TaskBody for SourceBody<T> {
             SourcePoll::Idle(wait) => {
                 self.head.flush()?;
                 let wait = wait.min(IDLE_WAIT_MAX).min(time_to_next_timer(self.head.as_ref(), &self.ctx));
+                let idle_since = self.ctx.metrics.idle_begins();
                 std::thread::sleep(wait);
+                self.ctx.metrics.idle_ended(idle_since);
                 Ok(Step::Idle)
             }
             SourcePoll::End => {
@@ -1188,9 +1190,17 @@ impl<T: Send> TaskBody for InputBody<T> {
         if let Some(control) = &control {
             select.recv(control);
         }
+        let metrics = std::sync::Arc::clone(&self.ctx.metrics);
+        let idle_since = metrics.idle_begins();
         let operation = match select.select_timeout(wait) {
-            Ok(operation) => operation,
-            Err(_) => return Ok(Step::Idle),
+            Ok(operation) => {
+                metrics.idle_ended(idle_since);
+                operation
+            }
+            Err(_) => {
+                metrics.idle_ended(idle_since);
+                return Ok(Step::Idle);
+            }
         };
         if operation.index() == indices.len() {
             // The control channel: handled at the top of the next step.

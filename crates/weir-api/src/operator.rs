@@ -94,6 +94,11 @@ pub struct TaskMetrics {
     /// When the wait on a full output channel going on now began (epoch ms; 0: none), so a
     /// reader counts a sender blocked right now ([`TaskMetrics::backpressured_ms_now`]).
     pub backpressured_since_ms: AtomicU64,
+    /// Milliseconds spent waiting for input (an input task with nothing to read, a source
+    /// with nothing available), up to the end of the last wait: Flink's idle time.
+    pub idle_ms: AtomicU64,
+    /// When the wait for input going on now began (epoch ms; 0: none).
+    pub idle_since_ms: AtomicU64,
     /// Snapshot bytes read while restoring this subtask's state.
     pub restored_bytes: AtomicU64,
     /// Each chained operator's counters, in the order of the task's chain (head first).
@@ -184,6 +189,32 @@ impl TaskMetrics {
     #[inline]
     pub fn add_out(&self, n: usize) {
         self.records_out.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    /// A wait for input begins: its start is published, so the idle time grows while the
+    /// task waits. Returns the start for [`TaskMetrics::idle_ended`]. (Two clock reads per
+    /// wait, on the path where the task has nothing to do.)
+    pub fn idle_begins(&self) -> u64 {
+        let since = weir_types::lifecycle::now_ms().max(1);
+        self.idle_since_ms.store(since, Ordering::Relaxed);
+        since
+    }
+
+    /// The wait for input that began at `since` ended.
+    pub fn idle_ended(&self, since: u64) {
+        // On the clock `since` is on, so the total never shrinks as a wait ends.
+        let waited = weir_types::lifecycle::now_ms().saturating_sub(since);
+        self.idle_ms.fetch_add(waited, Ordering::Relaxed);
+        self.idle_since_ms.store(0, Ordering::Relaxed);
+    }
+
+    /// Milliseconds waiting for input so far, the wait going on now included.
+    pub fn idle_ms_now(&self) -> u64 {
+        let done = self.idle_ms.load(Ordering::Relaxed);
+        match self.idle_since_ms.load(Ordering::Relaxed) {
+            0 => done,
+            since => done + weir_types::lifecycle::now_ms().saturating_sub(since),
+        }
     }
 
     /// Milliseconds blocked on full output channels so far, the wait going on now included.

@@ -60,7 +60,13 @@ impl RestClient {
             .timeout_global(Some(REST_REQUEST_TIMEOUT))
             .build()
             .new_agent();
-        RestClient { base: Mutex::new(base), agent, unreachable_hint: None, retry: None, announced: AtomicBool::new(false) }
+        RestClient {
+            base: Mutex::new(base),
+            agent,
+            unreachable_hint: None,
+            retry: None,
+            announced: AtomicBool::new(false),
+        }
     }
 
     /// The same client, trying again as `retry` says while the JobManager does not answer.

@@ -208,10 +208,9 @@ fn a_deployment_whose_job_does_not_start_is_refused_at_apply() {
         std::fs::write(&file, spec).unwrap();
         common::weir().env("WEIR_DATA_DIR", &data).args(["deployment", "apply", "-f"]).arg(&file).output().unwrap()
     };
-    for (job, args, needle) in [
-        ("countr", "", "unknown job 'countr'"),
-        ("counter", "--users, abc", "bad value 'abc' for --users"),
-    ] {
+    for (job, args, needle) in
+        [("countr", "", "unknown job 'countr'"), ("counter", "--users, abc", "bad value 'abc' for --users")]
+    {
         let refused = apply(job, args);
         let stderr = String::from_utf8_lossy(&refused.stderr);
         assert_eq!(refused.status.code(), Some(2), "{stderr}");

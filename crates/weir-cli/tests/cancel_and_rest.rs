@@ -115,7 +115,8 @@ fn a_run_whose_rest_port_moved_off_a_taken_8081_is_found_without_m() {
                 line.clear();
             }
             let body = r#"{"jobs":[]}"#;
-            let _ = write!(&stream, "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
+            let _ =
+                write!(&stream, "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
         }
     });
     let data = tempfile::tempdir().unwrap();
@@ -123,7 +124,8 @@ fn a_run_whose_rest_port_moved_off_a_taken_8081_is_found_without_m() {
         command.env("WEIR_DATA_DIR", data.path());
         command
     };
-    let mut run = RunningWeir::start_with(env, &["run", "counter", "--users", "10", "--rate", "100", "--output", "none"]);
+    let mut run =
+        RunningWeir::start_with(env, &["run", "counter", "--users", "10", "--rate", "100", "--output", "none"]);
     let job = run.job_id();
     let rest = run.rest_url();
     assert!(!rest.ends_with(":8081"), "{rest}");
@@ -135,6 +137,9 @@ fn a_run_whose_rest_port_moved_off_a_taken_8081_is_found_without_m() {
     let stop = env(common::weir()).args(["stop", "-p", savepoints.to_str().unwrap(), &job]).output().unwrap();
     let (stdout, stderr) = (String::from_utf8_lossy(&stop.stdout), String::from_utf8_lossy(&stop.stderr));
     assert!(stop.status.success(), "{stdout}{stderr}");
-    assert!(stderr.contains(&format!("Job {job} runs in `weir run`")) && stdout.contains("Savepoint completed"), "{stderr}");
+    assert!(
+        stderr.contains(&format!("Job {job} runs in `weir run`")) && stdout.contains("Savepoint completed"),
+        "{stderr}"
+    );
     assert_eq!(run.wait(), Some(0), "the run did not end with its stop");
 }

@@ -3,9 +3,14 @@
 //! and the real `flink` CLI lists, checkpoints, savepoints, disposes, stops and cancels weir
 //! jobs on a standalone cluster and on the embedded one of `weir run`.
 //!
-//! Both need Apache Flink's distribution from PyPI (`apache-flink` and
+//! Flink's Web Dashboard, served from its distribution in front of weir's REST API and
+//! rendered in headless Chromium, shows each vertex's busy and backpressured time.
+//!
+//! All need Apache Flink's distribution from PyPI (`apache-flink` and
 //! `apache-flink-libraries`, which `.ci/test` installs) at `WEIR_FLINK_HOME`, and Java 17.
 
+#[path = "common/browser.rs"]
+mod browser;
 mod common;
 
 use std::path::{Path, PathBuf};
@@ -411,4 +416,58 @@ fn the_flink_cli_lists_checkpoints_savepoints_disposes_stops_and_cancels() {
     assert_eq!(to_stop.wait(), Some(0), "weir run ends after flink stop: {:?}", to_stop.stdout_lines());
     let stdout = to_stop.stdout_lines().join("\n");
     assert!(stdout.contains("ended with state FINISHED"), "{stdout}");
+}
+
+/// Flink's Web Dashboard, its own files from Flink's distribution in front of weir's REST
+/// API, rendered in Chromium: every vertex of a running job shows its busy and
+/// backpressured time (Flink's `busyTimeMsPerSecond` and `backPressuredTimeMsPerSecond`,
+/// the maximum over its subtasks), not "N/A".
+#[test]
+fn flinks_dashboard_shows_the_busy_and_backpressured_time_of_weirs_vertices() {
+    let home = flink_home();
+    let mut run = RunningWeir::start(&[
+        "run",
+        "-D",
+        "rest.port=0",
+        "-p",
+        "2",
+        "counter",
+        "--users",
+        "100",
+        "--rate",
+        "20000",
+        "--output",
+        "none",
+    ]);
+    let rest = run.rest_url();
+    let job = run.job_id();
+    poll_json(&format!("{rest}/jobs/{job}"), |d| d["state"] == "RUNNING");
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/flink/dashboard.py");
+    let mut dashboard = common::KilledOnDrop(
+        Command::new("python3")
+            .arg(&script)
+            .arg(home.join("lib/flink-dist-2.3.0.jar"))
+            .arg(&rest)
+            .arg(port.to_string())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("python3 runs the dashboard's server"),
+    );
+    let url = format!("http://127.0.0.1:{port}");
+    let deadline = Instant::now() + WAIT_MAX;
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "the dashboard's server did not answer");
+        assert!(dashboard.0.try_wait().unwrap().is_none(), "the dashboard's server exited");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // A second of running gives every subtask a time split.
+    std::thread::sleep(Duration::from_millis(1200));
+    let page = browser::headless(&format!("{url}/#/job/running/{job}/overview"), &["--dump-dom"]);
+    let shown = |label: &str| page.matches(label).count();
+    assert_eq!(shown("Busy (max): "), 2, "not every vertex shows its busy time:\n{page}");
+    assert_eq!(shown("Backpressured (max): "), 2, "{page}");
+    assert!(!page.contains("Busy (max): N/A") && !page.contains("Backpressured (max): N/A"), "{page}");
+    run.kill_hard();
 }

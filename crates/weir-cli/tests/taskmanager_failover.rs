@@ -183,7 +183,8 @@ fn cluster_start_and_stop_manage_background_processes() {
     assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
     assert!(String::from_utf8_lossy(&run.stdout).contains("ended with state FINISHED"));
     // A job that needs more slots than the cluster has says so in the JobManager's log.
-    let waiting = run_weir(&["run", "-m", "127.0.0.1:18391", "-d", "-p", "6", "counter", "--users", "5", "--output", "none"]);
+    let waiting =
+        run_weir(&["run", "-m", "127.0.0.1:18391", "-d", "-p", "6", "counter", "--users", "5", "--output", "none"]);
     assert!(waiting.status.success(), "{}", String::from_utf8_lossy(&waiting.stderr));
     let waiting_job = String::from_utf8_lossy(&waiting.stdout)
         .lines()

@@ -7,84 +7,16 @@
 //! names another binary. With `WEIR_UI_SCREENSHOT_DIR=dir` the test also saves screenshots
 //! of the job page and its checkpoints tab there (how `docs/web-ui-*.png` are made).
 
+#[path = "common/browser.rs"]
+mod browser;
 mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use browser::{BROWSER_MAX, CHROMIUM_FLAGS, chromium, headless};
 use common::{RunningWeir, poll_json};
-
-/// Longest one browser run may take (it normally takes 1-3 s).
-const BROWSER_MAX: Duration = Duration::from_secs(60);
-
-/// Headless, as root in a container, nothing fetched in the background, a fixed window.
-const CHROMIUM_FLAGS: [&str; 9] = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-    "--disable-quic",
-    "--window-size=1400,1000",
-];
-
-fn chromium() -> PathBuf {
-    if let Ok(path) = std::env::var("WEIR_CHROMIUM") {
-        return PathBuf::from(path);
-    }
-    for name in ["chromium", "chromium-browser", "google-chrome"] {
-        for dir in std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()) {
-            let candidate = dir.join(name);
-            if candidate.is_file() {
-                return candidate;
-            }
-        }
-    }
-    panic!(
-        "the Web UI test needs Chromium: install it with `apt-get install -y chromium` \
-         (.ci/test does) or set WEIR_CHROMIUM to a Chrome/Chromium binary"
-    );
-}
-
-/// Runs headless Chromium on `url` with `extra` arguments (`--dump-dom` or `--screenshot`);
-/// returns its stdout. The page gets a virtual time budget, so its first render and a few
-/// refreshes complete before Chromium dumps or shoots it.
-fn headless(url: &str, extra: &[&str]) -> String {
-    let profile = tempfile::tempdir().unwrap();
-    let mut child = Command::new(chromium())
-        .args(CHROMIUM_FLAGS)
-        .args(["--hide-scrollbars", "--virtual-time-budget=4000"])
-        .arg(format!("--user-data-dir={}", profile.path().display()))
-        .args(extra)
-        .arg(url)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("chromium starts");
-    let mut stdout = child.stdout.take().unwrap();
-    let reader = std::thread::spawn(move || {
-        let mut text = String::new();
-        let _ = std::io::Read::read_to_string(&mut stdout, &mut text);
-        text
-    });
-    let deadline = Instant::now() + BROWSER_MAX;
-    loop {
-        if child.try_wait().unwrap().is_some() {
-            break;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("chromium did not finish {url} within {BROWSER_MAX:?}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    reader.join().unwrap()
-}
 
 fn rendered(url: &str) -> String {
     let dom = headless(url, &["--dump-dom"]);
@@ -140,6 +72,18 @@ fn the_web_ui_shows_a_running_job_in_a_real_browser() {
     assert!(page.contains("<h1>counter <span class=\"state st-RUNNING\">RUNNING</span></h1>"), "{page}");
     assert!(page.contains("<svg") && page.contains("Source: source -&gt; to-event"), "no operator graph: {page}");
     assert!(page.contains("Subtasks of enrich"), "no subtask table: {page}");
+    // Each running node shows its time split, as Flink's graph, from the subtask metrics.
+    assert!(page.contains("Busy (max): ") && page.contains("Backpressured (max): "), "no time split: {page}");
+    let split = common::get(&format!(
+        "{rest}/jobs/{jid}/vertices/{vertex}/subtasks/metrics?get=busyTimeMsPerSecond,idleTimeMsPerSecond,backPressuredTimeMsPerSecond&agg=max,min"
+    ))
+    .json();
+    let ids: Vec<&str> = split.as_array().unwrap().iter().filter_map(|m| m["id"].as_str()).collect();
+    assert_eq!(ids, ["busyTimeMsPerSecond", "idleTimeMsPerSecond", "backPressuredTimeMsPerSecond"], "{split}");
+    for metric in split.as_array().unwrap() {
+        let max = metric["max"].as_f64().unwrap();
+        assert!((0.0..=1000.0).contains(&max), "{split}");
+    }
     // The counter has no event time: its subtasks show no watermark and no late records.
     assert!(page.contains("<th>Watermark</th>") && page.contains("No Watermark"), "no watermark column: {page}");
     assert!(page.contains("Late Records"), "no late-records column: {page}");

@@ -104,7 +104,10 @@ fn wordcount_prints_to_stdout_with_dash() {
     // Stdout holds the records only; the run's own lines are on stderr.
     assert!(stdout.lines().all(|l| l.contains('\t')), "not only records on stdout:\n{stdout}");
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains("Job has been submitted with JobID ") && stderr.contains("ended with state FINISHED"), "{stderr}");
+    assert!(
+        stderr.contains("Job has been submitted with JobID ") && stderr.contains("ended with state FINISHED"),
+        "{stderr}"
+    );
     let lines: Vec<String> = stdout.lines().map(str::to_string).collect();
     let counts = parse_counts(&lines);
     assert_eq!(counts.get("to"), Some(&2));

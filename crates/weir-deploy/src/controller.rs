@@ -30,8 +30,8 @@ use crate::history::{HistoryLimits, trim};
 use crate::processes::DeploymentDirs;
 use crate::spec::{DeploymentSpec, DesiredState, UpgradeMode, upgrade_diff};
 use crate::status::{
-    ClusterInfo, DeploymentStatus, MANUAL_RESTORE_REQUIRED, Operation, OperationKind, PendingSavepoint, ReconciliationState,
-    SavepointRecord, Step, TriggerType, lifecycle_state,
+    ClusterInfo, DeploymentStatus, MANUAL_RESTORE_REQUIRED, Operation, OperationKind, PendingSavepoint,
+    ReconciliationState, SavepointRecord, Step, TriggerType, lifecycle_state,
 };
 use crate::store::{DeploymentStore, StoredDeployment};
 use crate::wake::Wake;
@@ -702,7 +702,8 @@ impl Controller {
             if let Some((trigger_type, nonce)) = trigger
                 && self.acting().is_ok()
             {
-                let effect = ControllerEffect::TriggerSavepoint { cluster: &cluster, job_id: &job_id, directory: &target };
+                let effect =
+                    ControllerEffect::TriggerSavepoint { cluster: &cluster, job_id: &job_id, directory: &target };
                 match self.carry_out(name, effect).and_then(EffectAnswer::id) {
                     Ok(request_id) => {
                         status.pending_savepoint =

@@ -40,7 +40,8 @@ impl DeploymentEvent {
     /// An event now, by the wall clock (events are for people; the controller's decisions
     /// read its world's clock).
     pub fn now(warning: bool, reason: &str, message: &str) -> DeploymentEvent {
-        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
+        let now =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
         DeploymentEvent::new(now, warning, reason, message)
     }
 }

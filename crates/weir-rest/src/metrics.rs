@@ -286,9 +286,8 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> Result<impl IntoRe
 /// ends) and a subtask's from its deployment until it ends.
 mod flink {
     use std::collections::BTreeMap;
-    use std::sync::Mutex;
     use std::sync::atomic::Ordering;
-    use std::time::{Duration, Instant};
+    use std::time::Instant;
 
     use prometheus_client::collector::Collector;
     use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
@@ -341,60 +340,7 @@ mod flink {
         (JobStatus::Restarting, "restartingTime"),
     ];
 
-    /// The shortest window a per-second backpressure value is measured over, and the
-    /// longest (older readings are forgotten).
-    const RATE_WINDOW_MIN: Duration = Duration::from_secs(1);
-    const RATE_WINDOW_MAX: Duration = Duration::from_secs(300);
-
-    /// One attempt of one subtask: job id, vertex id, subtask index, when it was created.
-    type SubtaskKey = (String, String, u32, u64);
-
-    /// One counter of one subtask attempt: `backPressuredTimeMs`, `numRecordsIn`,
-    /// `numRecordsOut`, or `<operator position>.numRecordsIn` / `.numRecordsOut`.
-    type CounterKey = (SubtaskKey, String);
-
-    /// A counter's value at the latest scrape at least [`RATE_WINDOW_MIN`] after the one
-    /// before, and at that one before.
-    struct Readings {
-        newest: (Instant, u64),
-        before: Option<(Instant, u64)>,
-    }
-
-    /// Readings by subtask attempt, of every REST server of this process (keys carry job
-    /// ids, so servers never share one).
-    static READINGS: Mutex<BTreeMap<CounterKey, Readings>> = Mutex::new(BTreeMap::new());
-
-    /// How fast the counter `key` grew per second since an earlier scrape (at least
-    /// [`RATE_WINDOW_MIN`] ago); `None` at its first scrape, or when it shrank (another
-    /// attempt's).
-    fn per_second(key: CounterKey, now: Instant, count: u64) -> Option<f64> {
-        let mut readings = READINGS.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let base = match readings.get_mut(&key) {
-            None => {
-                readings.insert(key, Readings { newest: (now, count), before: None });
-                return None;
-            }
-            Some(entry) if now.saturating_duration_since(entry.newest.0) >= RATE_WINDOW_MIN => {
-                let base = entry.newest;
-                *entry = Readings { newest: (now, count), before: Some(base) };
-                base
-            }
-            Some(entry) => entry.before?,
-        };
-        let window = now.saturating_duration_since(base.0);
-        if window < RATE_WINDOW_MIN || window > RATE_WINDOW_MAX || count < base.1 {
-            return None;
-        }
-        Some((count - base.1) as f64 / window.as_secs_f64())
-    }
-
-    /// Milliseconds per second `key` was blocked on full output channels since an earlier
-    /// scrape (at least [`RATE_WINDOW_MIN`] ago), Flink's `backPressuredTimeMsPerSecond`;
-    /// `None` at a subtask's first scrape.
-    fn backpressure_per_second(key: SubtaskKey, now: Instant, blocked_ms: u64) -> Option<i64> {
-        let rate = per_second((key, "backPressuredTimeMs".to_string()), now, blocked_ms)?;
-        Some(rate.round().clamp(0.0, 1000.0) as i64)
-    }
+    use crate::rates::{RATE_WINDOW_MAX, READINGS, SubtaskKey, per_second, time_per_second};
 
     /// Records per second a counter of `key` grew, Flink's `numRecordsInPerSecond` and
     /// `numRecordsOutPerSecond` meters (Flink's average over its last minute; here over the
@@ -632,8 +578,13 @@ mod flink {
             if let Some(rate) = records_per_second(&scrape.key, "numRecordsOut".into(), now, io.write_records) {
                 self.set_rate(TASK, "numRecordsOutPerSecond", task_labels, rate);
             }
-            if let Some(per_second) = backpressure_per_second(scrape.key.clone(), now, io.backpressured_ms) {
-                self.set(TASK, "backPressuredTimeMsPerSecond", task_labels, per_second);
+            self.set(TASK, "accumulatedIdleTimeMs", task_labels, gauge_value(io.accumulated_idle_time));
+            self.set(TASK, "accumulatedBusyTimeMs", task_labels, io.accumulated_busy_time as i64);
+            self.set(TASK, "accumulatedBackPressuredTimeMs", task_labels, gauge_value(io.backpressured_ms));
+            if let Some(time) = time_per_second(&scrape.key, now, io) {
+                self.set(TASK, "busyTimeMsPerSecond", task_labels, time.busy);
+                self.set(TASK, "idleTimeMsPerSecond", task_labels, time.idle);
+                self.set(TASK, "backPressuredTimeMsPerSecond", task_labels, time.backpressured);
             }
         }
 
@@ -712,6 +663,8 @@ mod flink {
 
     #[cfg(test)]
     mod tests {
+        use std::time::Duration;
+
         use super::*;
 
         #[test]
@@ -719,20 +672,6 @@ mod flink {
             assert_eq!(label_value("Source: counter -> KeyedProcess"), "Source:_counter____KeyedProcess");
             assert_eq!(label_value("127.0.0.1"), "127_0_0_1");
             assert_eq!(label_value("a_b:C9"), "a_b:C9");
-        }
-
-        #[test]
-        fn backpressure_is_a_rate_over_at_least_a_second() {
-            let key = ("job".to_string(), "vertex".to_string(), 0, 1);
-            let start = Instant::now();
-            assert_eq!(backpressure_per_second(key.clone(), start, 100), None, "one reading is no rate");
-            assert_eq!(backpressure_per_second(key.clone(), start + Duration::from_millis(300), 200), None);
-            let two = start + Duration::from_secs(2);
-            assert_eq!(backpressure_per_second(key.clone(), two, 1100), Some(500), "1000 ms blocked in 2 s");
-            // Soon after: still measured against the reading a second or more before.
-            assert_eq!(backpressure_per_second(key.clone(), two + Duration::from_millis(500), 1100), Some(400));
-            // A smaller count than before is another attempt's: no rate from it.
-            assert_eq!(backpressure_per_second(key, two + Duration::from_secs(3), 0), None);
         }
 
         #[test]

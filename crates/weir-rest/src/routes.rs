@@ -644,7 +644,12 @@ async fn not_found(uri: Uri, body: axum::body::Body) -> ApiError {
     ApiError::not_found(format!("Not found: {}", uri.path()))
 }
 
-async fn method_not_allowed(method: Method, uri: Uri, headers: axum::http::HeaderMap, body: axum::body::Body) -> ApiError {
+async fn method_not_allowed(
+    method: Method,
+    uri: Uri,
+    headers: axum::http::HeaderMap,
+    body: axum::body::Body,
+) -> ApiError {
     let path = uri.path().trim_end_matches('/');
     // An answer to an upload the client is still sending must wait for its end.
     crate::uploads::drain(body).await;

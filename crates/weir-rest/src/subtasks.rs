@@ -358,14 +358,25 @@ pub(crate) async fn resource_requirements(
 }
 
 /// A subtask's task metrics under Flink's names.
-fn subtask_metrics(subtask: &SubtaskDetails) -> Vec<(String, String)> {
+/// The task metrics of subtask `subtask` of vertex `vertex` of job `job`, by Flink's ids.
+fn subtask_metrics(job: &str, vertex: &str, subtask: &SubtaskDetails) -> Vec<(String, String)> {
+    let io = &subtask.metrics;
     let mut metrics = vec![
-        ("numRecordsIn".to_string(), subtask.metrics.read_records.to_string()),
-        ("numRecordsOut".to_string(), subtask.metrics.write_records.to_string()),
-        ("accumulatedBackPressuredTimeMs".to_string(), subtask.metrics.backpressured_ms.to_string()),
+        ("numRecordsIn".to_string(), io.read_records.to_string()),
+        ("numRecordsOut".to_string(), io.write_records.to_string()),
+        ("accumulatedBackPressuredTimeMs".to_string(), io.backpressured_ms.to_string()),
+        ("accumulatedIdleTimeMs".to_string(), io.accumulated_idle_time.to_string()),
+        ("accumulatedBusyTimeMs".to_string(), (io.accumulated_busy_time as u64).to_string()),
         ("currentInputWatermark".to_string(), subtask.input_watermark.unwrap_or(i64::MIN).to_string()),
         ("numLateRecordsDropped".to_string(), subtask.late_records.to_string()),
     ];
+    // The time split the dashboard colours its graph by (Busy (max), Backpressured (max)).
+    let key = (job.to_string(), vertex.to_string(), subtask.subtask, subtask.start_time);
+    if let Some(time) = crate::rates::time_per_second(&key, std::time::Instant::now(), io) {
+        metrics.push(("busyTimeMsPerSecond".to_string(), time.busy.to_string()));
+        metrics.push(("idleTimeMsPerSecond".to_string(), time.idle.to_string()));
+        metrics.push(("backPressuredTimeMsPerSecond".to_string(), time.backpressured.to_string()));
+    }
     metrics.sort();
     metrics
 }
@@ -382,7 +393,9 @@ pub(crate) async fn vertex_metrics(
     let all = vertex
         .subtasks
         .iter()
-        .flat_map(|s| subtask_metrics(s).into_iter().map(move |(id, v)| (format!("{}.{id}", s.subtask), v)))
+        .flat_map(|s| {
+            subtask_metrics(&jobid, &vertex.id, s).into_iter().map(move |(id, v)| (format!("{}.{id}", s.subtask), v))
+        })
         .collect();
     Ok(Json(query(all, &params)))
 }
@@ -396,7 +409,7 @@ pub(crate) async fn one_subtask_metrics(
     let Path((jobid, vertexid, index)) = ids?;
     let Query(params) = params?;
     let vertex = find_vertex(&state.dispatcher, &jobid, &vertexid)?;
-    Ok(Json(query(subtask_metrics(&subtask_of(&vertex, &index)?), &params)))
+    Ok(Json(query(subtask_metrics(&jobid, &vertex.id, &subtask_of(&vertex, &index)?), &params)))
 }
 
 #[utoipa::path(get, path = "/jobs/{jobid}/vertices/{vertexid}/subtasks/metrics", tag = "metrics", summary = "Task metrics aggregated over a vertex's subtasks: ids, or `agg` of those in `get`", params(("jobid" = String, Path, description = "Job id: 32 hex characters", pattern = "^[0-9a-f]{32}$"), ("vertexid" = String, Path, description = "Vertex id: 32 hex characters", pattern = "^[0-9a-f]{32}$"), ("get" = Option<String>, Query, description = "Comma-separated metric ids"), ("agg" = Option<String>, Query, description = "Comma-separated aggregations: min, max, avg, sum, skew (default all)", pattern = "^(min|max|avg|sum|skew)(,(min|max|avg|sum|skew))*$"), ("subtasks" = Option<String>, Query, description = "Comma-separated subtask indexes (default all)", pattern = "^[0-9]+(,[0-9]+)*$")), responses((status = 200, body = [AggregatedMetric]), (status = 400, description = "Not a job id, or an unknown aggregation", body = ErrorResponse), (status = 404, description = "No such job or vertex", body = ErrorResponse)))]
@@ -413,7 +426,7 @@ pub(crate) async fn aggregated_subtask_metrics(
         .subtasks
         .iter()
         .filter(|s| chosen.as_ref().is_none_or(|c| c.contains(&s.subtask)))
-        .map(subtask_metrics)
+        .map(|s| subtask_metrics(&jobid, &vertex.id, s))
         .collect();
     Ok(Json(aggregate(entities, &params)?))
 }

@@ -248,9 +248,18 @@ async function tabOverview(job, selected) {
   const live = !TERMINAL.includes(job.state);
   // Backpressure is measured over a window, so ask only while the job runs.
   const pressure = {};
+  // Busy (max) and Backpressured (max) per vertex, as Flink's graph shows them.
+  const time = {};
   if (live) {
     const results = await Promise.all(job.vertices.map((v) => api(`jobs/${job.jid}/vertices/${v.id}/backpressure`).catch(() => null)));
     job.vertices.forEach((v, i) => { pressure[v.id] = results[i]; });
+    const split = await Promise.all(job.vertices.map((v) =>
+      api(`jobs/${job.jid}/vertices/${v.id}/subtasks/metrics?get=busyTimeMsPerSecond,backPressuredTimeMsPerSecond&agg=max`).catch(() => [])));
+    job.vertices.forEach((v, i) => {
+      const max = (id) => { const m = split[i].find((x) => x.id === id); return m ? m.max : undefined; };
+      const busy = max("busyTimeMsPerSecond"), backpressured = max("backPressuredTimeMsPerSecond");
+      if (busy !== undefined && backpressured !== undefined) time[v.id] = { busy, backpressured };
+    });
   }
   const vertex = job.vertices.find((v) => v.id === selected);
   const rows = job.vertices.map((v) => {
@@ -269,7 +278,7 @@ async function tabOverview(job, selected) {
   }).join("");
   return `
     <div class="panel"><h2>Operator graph <span class="muted" style="font-weight:400">(click an operator for its subtasks)</span></h2>
-      <div class="graph">${graphSvg(job, pressure, selected)}</div></div>
+      <div class="graph">${graphSvg(job, pressure, selected, time)}</div></div>
     <div class="panel"><h2>Operators</h2>
       <table><thead><tr><th>Name</th><th class="num">Parallelism</th><th class="num">Records Received</th><th class="num">Records Sent</th><th>Backpressure</th><th>Tasks</th><th>Status</th></tr></thead>
       <tbody>${rows || `<tr><td colspan="7" class="empty">The job graph is not built yet.</td></tr>`}</tbody></table></div>
@@ -324,7 +333,15 @@ function subtasksPanel(job, vertex, bp) {
 
 // Lays vertices out in columns by their distance from a source, then draws boxes and the
 // exchanges between them, labelled with their ship strategy as Flink's plan view does.
-function graphSvg(job, pressure, selected) {
+// A node's fill by its time split, as Flink's graph: redder the busier, greyer the more
+// backpressured.
+function timeFill(t) {
+  if (!t) return "";
+  if (t.backpressured > t.busy) return `fill:hsl(220,12%,${Math.round(100 - t.backpressured / 25)}%)`;
+  return `fill:hsl(0,85%,${Math.round(100 - t.busy / 22)}%)`;
+}
+
+function graphSvg(job, pressure, selected, time = {}) {
   const nodes = job.plan && job.plan.nodes ? job.plan.nodes : [];
   if (!nodes.length) return `<div class="empty">The job graph is not built yet.</div>`;
   const byId = Object.fromEntries(job.vertices.map((v) => [v.id, v]));
@@ -364,12 +381,13 @@ function graphSvg(job, pressure, selected) {
     const colour = { ok: "#16a34a", low: "#d97706", high: "#dc2626" }[bp ? bp["backpressure-level"] : ""] || "#6b7280";
     svg += `<g class="vnode${n.id === selected ? " selected" : ""}" onclick="location.hash='#/job/${esc(job.jid)}/overview?vertex=${esc(n.id)}'">
       <title>${esc(n.description)}</title>
-      <rect class="box" x="${p.x}" y="${p.y}" width="${W}" height="${H}" rx="7"/>
+      <rect class="box" x="${p.x}" y="${p.y}" width="${W}" height="${H}" rx="7" style="${timeFill(time[n.id])}"/>
       <rect x="${p.x}" y="${p.y}" width="6" height="${H}" rx="3" class="st-${esc(status)}" style="fill:var(--${statusColour(status)})"/>
       <text class="title" x="${p.x + 16}" y="${p.y + 21}">${esc(name)}</text>
       <text x="${p.x + 16}" y="${p.y + 41}">Parallelism ${n.parallelism} · ${esc(status)}</text>
       <text x="${p.x + 16}" y="${p.y + 60}">In ${fmtCount(v ? v.metrics["read-records"] : 0)} · Out ${fmtCount(v ? v.metrics["write-records"] : 0)}</text>
       <text x="${p.x + 16}" y="${p.y + 80}" style="fill:${colour};font-weight:600">${esc(bpText)}</text>
+      ${time[n.id] ? `<text class="time-split" x="${p.x + 16}" y="${p.y + 97}">Busy (max): ${Math.round(time[n.id].busy / 10)}% · Backpressured (max): ${Math.round(time[n.id].backpressured / 10)}%</text>` : ""}
     </g>`;
   }
   return `${svg}</svg>`;

@@ -159,10 +159,10 @@ pub struct VertexMetrics {
     /// The same milliseconds under Flink's name.
     #[serde(rename = "accumulated-backpressured-time", default)]
     pub accumulated_backpressured_time: u64,
-    /// Always 0: idle time is not measured.
+    /// Milliseconds waiting for input.
     #[serde(rename = "accumulated-idle-time", default)]
     pub accumulated_idle_time: u64,
-    /// Always 0: busy time is not measured.
+    /// Milliseconds running and neither waiting for input nor blocked on output.
     #[serde(rename = "accumulated-busy-time", default)]
     pub accumulated_busy_time: f64,
 }
@@ -181,12 +181,22 @@ impl VertexMetrics {
         }
     }
 
+    /// The same counters with the time split: `idle_ms` waiting for input and `busy_ms`
+    /// working (the rest of the time running, backpressure being the third part).
+    pub fn with_time(self, idle_ms: u64, busy_ms: u64) -> VertexMetrics {
+        VertexMetrics { accumulated_idle_time: idle_ms, accumulated_busy_time: busy_ms as f64, ..self }
+    }
+
     /// The sum of `self` and `other`.
     pub fn plus(&self, other: &VertexMetrics) -> VertexMetrics {
         VertexMetrics::of(
             self.read_records + other.read_records,
             self.write_records + other.write_records,
             self.backpressured_ms + other.backpressured_ms,
+        )
+        .with_time(
+            self.accumulated_idle_time + other.accumulated_idle_time,
+            (self.accumulated_busy_time + other.accumulated_busy_time) as u64,
         )
     }
 }
@@ -509,11 +519,19 @@ fn entered_timestamps<S: Lifecycle + 'static>(
 /// Subtask `index` of a vertex, in attempt `attempt`.
 fn subtask_details(index: usize, subtask: &SubtaskRecord, attempt: u32, is_source: bool) -> SubtaskDetails {
     let state = subtask.history.current();
+    let backpressured_ms = subtask.metrics.backpressured_ms_now();
+    let idle_ms = subtask.metrics.idle_ms_now();
+    // Busy: the time RUNNING that was neither waiting for input nor blocked on output.
+    let running_ms = subtask.history.last_entered(ExecutionState::Running).map_or(0, |since| {
+        let until = if state.is_terminal() { subtask.history.current_since() } else { weir_types::lifecycle::now_ms() };
+        until.saturating_sub(since)
+    });
     let subtask_metrics = VertexMetrics::of(
         subtask.metrics.records_in.load(Ordering::Relaxed),
         subtask.metrics.records_out.load(Ordering::Relaxed),
-        subtask.metrics.backpressured_ms_now(),
-    );
+        backpressured_ms,
+    )
+    .with_time(idle_ms, running_ms.saturating_sub(idle_ms + backpressured_ms));
     let created = subtask.history.transitions().first().map(|t| t.at_ms).unwrap_or_default();
     let terminal_at = if state.is_terminal() { Some(subtask.history.current_since()) } else { None };
     let (subtask_end, subtask_duration) = end_and_duration(created, terminal_at);

@@ -303,7 +303,12 @@ impl ClusterLayout {
     }
 
     /// Starts `count` TaskManagers, appended to `processes`.
-    fn start_taskmanagers(&self, config: &ConfigArgs, count: u32, processes: &mut Vec<Started>) -> Result<(), CliError> {
+    fn start_taskmanagers(
+        &self,
+        config: &ConfigArgs,
+        count: u32,
+        processes: &mut Vec<Started>,
+    ) -> Result<(), CliError> {
         for index in 0..count {
             // With HA a TaskManager finds the leader through etcd.
             let mut taskmanager_args = vec!["taskmanager".to_string()];
@@ -331,7 +336,8 @@ impl ClusterLayout {
             }
             // Until each JobManager says it listens, the REST API answering may be another
             // cluster's, with this cluster's TaskManagers registering there.
-            let listening = processes.iter().filter(|p| p.name.starts_with("jobmanager")).all(|p| p.listening(&self.dir));
+            let listening =
+                processes.iter().filter(|p| p.name.starts_with("jobmanager")).all(|p| p.listening(&self.dir));
             if listening
                 && let Ok(overview) = client.get_json::<Value>("/overview")
                 && overview["taskmanagers"].as_u64() == Some(u64::from(taskmanagers))
@@ -366,7 +372,8 @@ impl Started {
     fn exited(&mut self, dir: &std::path::Path) -> Option<String> {
         let status = self.child.try_wait().ok().flatten()?;
         let log = std::fs::read_to_string(dir.join(format!("{}.log", self.name))).unwrap_or_default();
-        let error = log.lines().rev().find(|l| l.contains("error")).or_else(|| log.lines().last()).unwrap_or("no output");
+        let error =
+            log.lines().rev().find(|l| l.contains("error")).or_else(|| log.lines().last()).unwrap_or("no output");
         Some(format!("{} (pid {}) exited at once ({status}): {}", self.name, self.child.id(), error.trim()))
     }
 }
@@ -423,7 +430,12 @@ fn with_recorded_config_args(dir: &std::path::Path, args: &ConfigArgs) -> Result
 }
 
 /// Starts `weir <verb...>` in the background with its output in `<dir>/<name>.log`.
-fn spawn_process(exe: &std::path::Path, dir: &std::path::Path, name: &str, verb: Vec<String>) -> Result<Started, CliError> {
+fn spawn_process(
+    exe: &std::path::Path,
+    dir: &std::path::Path,
+    name: &str,
+    verb: Vec<String>,
+) -> Result<Started, CliError> {
     let log = std::fs::File::create(dir.join(format!("{name}.log")))
         .map_err(|e| CliError::runtime(format!("cannot create the log of {name}: {e}")))?;
     let err = log.try_clone().map_err(|e| CliError::runtime(e.to_string()))?;

@@ -98,10 +98,7 @@ fn apply(args: DeploymentApplyArgs) -> Result<ExitCode, CliError> {
         eprintln!("warning: {warning}");
     }
     validate_job(&deployment).map_err(|e| {
-        CliError::usage(format!(
-            "{}: spec.job: the job does not start: {e}; nothing was applied",
-            args.file.display()
-        ))
+        CliError::usage(format!("{}: spec.job: the job does not start: {e}; nothing was applied", args.file.display()))
     })?;
     let deployments = open(&config)?;
     let name = deployment.metadata.name.clone();
@@ -132,8 +129,7 @@ fn validate_job(deployment: &weir_deploy::WeirDeployment) -> Result<(), String> 
     let dir = std::env::temp_dir().join(format!("weir-apply-{}", std::process::id()));
     let dirs = weir_deploy::processes::DeploymentDirs::new(dir.clone());
     let ports = weir_deploy::processes::Ports { rest: 0, rpc: 0 };
-    let configuration =
-        weir_deploy::processes::cluster_configuration(spec, &deployment.metadata.name, 0, &dirs, ports);
+    let configuration = weir_deploy::processes::cluster_configuration(spec, &deployment.metadata.name, 0, &dirs, ports);
     let checked = weir_deploy::processes::write_configuration(&dir, &configuration)
         .and_then(|config| weir_deploy::processes::dry_run(&spec.binary, spec, &config, None));
     let _ = std::fs::remove_dir_all(&dir);
@@ -274,7 +270,10 @@ fn describe(stored: &StoredDeployment) {
     // A refused spec is not what runs: the running one is shown, and the refused one apart.
     let running = match refused(stored) {
         Some(generation) => {
-            println!("Refused:          generation {generation}: {} (see Error; the job runs on as it was)", spec_line(spec));
+            println!(
+                "Refused:          generation {generation}: {} (see Error; the job runs on as it was)",
+                spec_line(spec)
+            );
             status.reconciliation_status.last_reconciled_spec.as_ref().unwrap_or(spec)
         }
         None => spec,
@@ -347,7 +346,10 @@ fn events(args: DeploymentEventsArgs) -> Result<ExitCode, CliError> {
         return Ok(ExitCode::SUCCESS);
     }
     if events.is_empty() {
-        println!("No events of '{}' yet: the operator records them as it acts (`weir operator -d` starts it).", args.name);
+        println!(
+            "No events of '{}' yet: the operator records them as it acts (`weir operator -d` starts it).",
+            args.name
+        );
         return Ok(ExitCode::SUCCESS);
     }
     println!("{:<23}  {:<7}  {:<18}  MESSAGE", "TIME", "TYPE", "REASON");

@@ -162,6 +162,16 @@ impl RunningWeir {
     }
 }
 
+/// A child process killed (and reaped) when dropped, so a failed assertion leaves none.
+pub struct KilledOnDrop(pub Child);
+
+impl Drop for KilledOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 impl Drop for RunningWeir {
     fn drop(&mut self) {
         let _ = self.child.kill();

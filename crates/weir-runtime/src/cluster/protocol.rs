@@ -144,6 +144,9 @@ pub struct SubtaskCounters {
     pub records_out: u64,
     /// Milliseconds backpressured.
     pub backpressured_ms: u64,
+    /// Milliseconds waiting for input.
+    #[serde(default)]
+    pub idle_ms: u64,
     /// Snapshot bytes read while restoring.
     #[serde(default)]
     pub restored_bytes: u64,

@@ -98,6 +98,7 @@ fn store_counters(metrics: &TaskMetrics, counters: SubtaskCounters) {
     metrics.records_in.store(counters.records_in, Ordering::Relaxed);
     metrics.records_out.store(counters.records_out, Ordering::Relaxed);
     metrics.backpressured_ms.store(counters.backpressured_ms, Ordering::Relaxed);
+    metrics.idle_ms.store(counters.idle_ms, Ordering::Relaxed);
     metrics.restored_bytes.store(counters.restored_bytes, Ordering::Relaxed);
     for (operator, records_out) in metrics.operators.iter().zip(&counters.operators) {
         operator.records_out.store(*records_out, Ordering::Relaxed);

@@ -976,6 +976,7 @@ fn counters(vertex: usize, subtask: u32, metrics: &TaskMetrics) -> SubtaskCounte
         records_in: metrics.records_in.load(Ordering::Relaxed),
         records_out: metrics.records_out.load(Ordering::Relaxed),
         backpressured_ms: metrics.backpressured_ms_now(),
+        idle_ms: metrics.idle_ms_now(),
         restored_bytes: metrics.restored_bytes.load(Ordering::Relaxed),
         operators: metrics.operators.iter().map(|o| o.records_out.load(Ordering::Relaxed)).collect(),
         splits: metrics.splits(),
