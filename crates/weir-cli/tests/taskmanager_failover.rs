@@ -159,6 +159,15 @@ fn cluster_start_and_stop_manage_background_processes() {
     assert!(stdout.contains("2 TaskManager(s)"), "{stdout}");
     let taskmanagers = get("http://127.0.0.1:18391/taskmanagers").json();
     assert_eq!(taskmanagers["taskmanagers"].as_array().unwrap().len(), 2);
+    // As Flink: the last heartbeat as a time (its dashboard shows it as a date), and the
+    // machine's cores and memory.
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
+    for tm in taskmanagers["taskmanagers"].as_array().unwrap() {
+        let heartbeat = tm["timeSinceLastHeartbeat"].as_u64().unwrap();
+        assert!(heartbeat <= now + 1000 && heartbeat + 30_000 >= now, "{tm}");
+        assert!(tm["hardware"]["cpuCores"].as_u64() >= Some(1), "{tm}");
+        assert!(tm["hardware"]["physicalMemory"].as_u64() > Some(0), "{tm}");
+    }
     // A second cluster on the same ports: its JobManager cannot listen, which it says at
     // once, and its TaskManager is stopped rather than left registered with the first one.
     let other = tempfile::tempdir().unwrap();

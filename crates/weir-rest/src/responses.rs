@@ -335,7 +335,11 @@ impl TaskManagerEntry {
             assigned_tasks: used,
             total_resource: ResourceProfile::cores(info.slots_number),
             free_resource: ResourceProfile::cores(info.free_slots),
-            hardware: HardwareDescription::default(),
+            hardware: HardwareDescription {
+                cpu_cores: info.hardware.cpu_cores,
+                physical_memory: info.hardware.physical_memory,
+                ..HardwareDescription::default()
+            },
             memory_configuration: MemoryConfiguration::default(),
             blocked: false,
             info,
@@ -375,13 +379,13 @@ impl ResourceProfile {
 /// Flink's `HardwareDescription`.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct HardwareDescription {
-    /// 0: not reported.
+    /// CPU cores the TaskManager's process may use.
     #[serde(rename = "cpuCores")]
     pub cpu_cores: u32,
-    /// 0: not reported.
+    /// Bytes of physical memory of its machine (0 where the system does not say).
     #[serde(rename = "physicalMemory")]
     pub physical_memory: u64,
-    /// 0: not reported.
+    /// 0: Flink's is the JVM's free heap; weir has no JVM.
     #[serde(rename = "freeMemory")]
     pub free_memory: u64,
     /// 0: not reported.

@@ -463,7 +463,9 @@ fn taskmanager_list(state: &AppState) -> Vec<TaskManagerInfo> {
             path: "localhost".into(),
             slots_number: state.cluster.slots_total,
             free_slots: state.cluster.slots_total.saturating_sub(state.dispatcher.busy_subtasks()),
-            time_since_last_heartbeat: 0,
+            // It is this process: alive now.
+            last_heartbeat_ms: weir_types::lifecycle::now_ms(),
+            hardware: weir_runtime::cluster::protocol::Hardware::of_this_machine(),
         }],
     }
 }

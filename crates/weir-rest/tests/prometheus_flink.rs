@@ -170,6 +170,11 @@ fn flink_names_and_labels_describe_a_running_job() {
         ("numRecordsIn", "taskmanager_job_task"),
         ("numRecordsOut", "taskmanager_job_task"),
         ("backPressuredTimeMsPerSecond", "taskmanager_job_task"),
+        ("busyTimeMsPerSecond", "taskmanager_job_task"),
+        ("idleTimeMsPerSecond", "taskmanager_job_task"),
+        ("accumulatedBusyTimeMs", "taskmanager_job_task"),
+        ("accumulatedIdleTimeMs", "taskmanager_job_task"),
+        ("accumulatedBackPressuredTimeMs", "taskmanager_job_task"),
         ("numRecordsInPerSecond", "taskmanager_job_task"),
         ("numRecordsOutPerSecond", "taskmanager_job_task"),
         ("numRecordsInPerSecond", "taskmanager_job_task_operator"),
@@ -185,7 +190,7 @@ fn flink_names_and_labels_describe_a_running_job() {
         assert!(text.contains(&format!("# HELP {family} {name} (scope: {scope})\n")), "{family} help: {text}");
     }
     // Names weir does not measure are not served.
-    for absent in ["busyTimeMsPerSecond", "idleTimeMsPerSecond", "numBytesInPerSecond", "numBytesOutPerSecond"] {
+    for absent in ["numBytesInPerSecond", "numBytesOutPerSecond"] {
         assert!(!text.contains(absent), "{absent} is served: {text}");
     }
 
@@ -263,8 +268,14 @@ fn flink_names_and_labels_describe_a_running_job() {
             }
             let in_rate = one(&text, "flink_taskmanager_job_task_numRecordsInPerSecond", &labels).value;
             assert!(in_rate > 0.0, "the job is running: {in_rate}");
-            let blocked = one(&text, "flink_taskmanager_job_task_backPressuredTimeMsPerSecond", &labels).value;
-            assert!((0.0..=1000.0).contains(&blocked), "{blocked}");
+            // The time split: three parts of each second.
+            let part = |name: &str| one(&text, &format!("flink_taskmanager_job_task_{name}"), &labels).value;
+            let (busy, idle, blocked) =
+                (part("busyTimeMsPerSecond"), part("idleTimeMsPerSecond"), part("backPressuredTimeMsPerSecond"));
+            for value in [busy, idle, blocked] {
+                assert!((0.0..=1000.0).contains(&value), "{busy} {idle} {blocked}");
+            }
+            assert_eq!(busy + idle + blocked, 1000.0, "the parts of a second add up to it");
             let watermark = one(&text, "flink_taskmanager_job_task_currentInputWatermark", &labels).value;
 
             // Its chained operators: Flink's operator labels added.

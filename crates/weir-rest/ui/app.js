@@ -547,7 +547,7 @@ async function pageTaskManagers() {
       <td class="mono">${esc(tm.path)}</td>
       <td class="num">${tm.slotsNumber}</td>
       <td class="num">${tm.freeSlots}</td>
-      <td class="num">${fmtDuration(tm.timeSinceLastHeartbeat)} ago</td>
+      <td class="num">${fmtDuration(Math.max(0, Date.now() - tm.timeSinceLastHeartbeat))} ago</td>
     </tr>`).join("");
   return `<div class="panel"><h2>Task Managers</h2>
     ${taskmanagers.length ? `<table><thead><tr><th>ID</th><th>Data Address</th><th class="num">Slots</th><th class="num">Free Slots</th><th class="num">Last Heartbeat</th></tr></thead><tbody>${rows}</tbody></table>`
@@ -571,11 +571,13 @@ async function pageTaskManager(id) {
     <div class="cards">
       <div class="card"><div class="label">Slots</div><div class="value">${tm.slotsNumber}</div></div>
       <div class="card"><div class="label">Free Slots</div><div class="value">${tm.freeSlots}</div></div>
-      <div class="card"><div class="label">Last Heartbeat</div><div class="value">${fmtDuration(tm.timeSinceLastHeartbeat)} <small>ago</small></div></div>
+      <div class="card"><div class="label">Last Heartbeat</div><div class="value">${fmtDuration(Math.max(0, Date.now() - tm.timeSinceLastHeartbeat))} <small>ago</small></div></div>
       <div class="card"><div class="label">Subtasks</div><div class="value">${tm.tasks.length}</div></div>
     </div>
     <div class="panel"><h2>TaskManager ${esc(tm.id)}</h2><div class="body"><dl class="kv">
       <dt>ID</dt><dd class="mono">${esc(tm.id)}</dd><dt>Data address</dt><dd class="mono">${esc(tm.path)}</dd>
+      <dt>CPU cores</dt><dd>${tm.hardware && tm.hardware.cpuCores ? tm.hardware.cpuCores : "–"}</dd>
+      <dt>Physical memory</dt><dd>${tm.hardware && tm.hardware.physicalMemory ? fmtBytes(tm.hardware.physicalMemory) : "–"}</dd>
     </dl></div></div>
     <div class="panel"><h2>Subtasks on this TaskManager</h2>
       ${rows ? `<table><thead><tr><th>Job</th><th>Operator</th><th class="num">Subtask</th><th class="num">Records Received</th><th class="num">Records Sent</th><th>Status</th></tr></thead><tbody>${rows}</tbody></table>`

@@ -29,6 +29,30 @@ pub struct JobSubmission {
     pub allow_non_restored_state: bool,
 }
 
+/// What a TaskManager's machine offers, as Flink's `HardwareDescription` reports it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hardware {
+    /// CPU cores this process may use.
+    pub cpu_cores: u32,
+    /// Bytes of physical memory (0 where the system does not say).
+    pub physical_memory: u64,
+}
+
+impl Hardware {
+    /// This machine: the cores the process may run on, and `MemTotal` of `/proc/meminfo`.
+    pub fn of_this_machine() -> Hardware {
+        let cpu_cores = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
+        let physical_memory = std::fs::read_to_string("/proc/meminfo")
+            .ok()
+            .and_then(|text| {
+                let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
+                line.split_whitespace().nth(1)?.parse::<u64>().ok()
+            })
+            .map_or(0, |kib| kib * 1024);
+        Hardware { cpu_cores, physical_memory }
+    }
+}
+
 /// One attempt of a job, deployed to a TaskManager.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct DeploySpec {
@@ -86,6 +110,9 @@ pub enum ToJobManager {
         /// over instead of restarting them).
         #[serde(default)]
         running: Vec<RunningAttempt>,
+        /// Its machine (absent from an older TaskManager).
+        #[serde(default)]
+        hardware: Hardware,
     },
     /// Still alive.
     Heartbeat,
@@ -330,6 +357,7 @@ mod tests {
             taskmanager_id: "tm-1".into(),
             slots: 2,
             data_address: "127.0.0.1:4000".into(),
+            hardware: Hardware { cpu_cores: 2, physical_memory: 1 << 30 },
             running: vec![RunningAttempt {
                 job_id: "a".repeat(32),
                 attempt: ReportedAttempt {

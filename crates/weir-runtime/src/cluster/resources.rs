@@ -16,6 +16,7 @@ use weir_api::graph::StreamGraph;
 use weir_api::operator::TaskMetrics;
 
 use super::protocol::{
+    Hardware,
     DeploySpec, Frame, JobSubmission, REGISTRATION_LINE_BYTES_MAX, SubtaskCounters, ToJobManager, ToTaskManager,
     receive, receive_at_most, send,
 };
@@ -51,9 +52,13 @@ pub struct TaskManagerInfo {
     /// Slots not in use.
     #[serde(rename = "freeSlots")]
     pub free_slots: u32,
-    /// Milliseconds since its last heartbeat.
+    /// When its last heartbeat came, epoch ms: what Flink sends under this (misleading)
+    /// name, and its dashboard shows as a date.
     #[serde(rename = "timeSinceLastHeartbeat")]
-    pub time_since_last_heartbeat: u64,
+    pub last_heartbeat_ms: u64,
+    /// Its machine.
+    #[serde(skip)]
+    pub hardware: Hardware,
 }
 
 /// A registered TaskManager's connection (its slots are in the [`SlotLedger`]).
@@ -62,6 +67,7 @@ struct TaskManager {
     link: Arc<Mutex<BufWriter<TcpStream>>>,
     connection: TcpStream,
     last_heartbeat: Instant,
+    hardware: Hardware,
 }
 
 /// Where a job attempt's reports go.
@@ -247,8 +253,9 @@ impl ClusterResources {
             .into_iter()
             .filter_map(|(id, path, slots_number, free_slots)| {
                 let tm = taskmanagers.get(&id)?;
-                let time_since_last_heartbeat = tm.last_heartbeat.elapsed().as_millis() as u64;
-                Some(TaskManagerInfo { id, path, slots_number, free_slots, time_since_last_heartbeat })
+                let since = tm.last_heartbeat.elapsed().as_millis() as u64;
+                let last_heartbeat_ms = weir_types::lifecycle::now_ms().saturating_sub(since);
+                Some(TaskManagerInfo { id, path, slots_number, free_slots, last_heartbeat_ms, hardware: tm.hardware })
             })
             .collect()
     }
@@ -297,12 +304,12 @@ impl ClusterResources {
         let connection = stream.try_clone().ok()?;
         stream.set_read_timeout(Some(REGISTRATION_TIMEOUT)).ok()?;
         let mut reader = BufReader::new(stream);
-        let (taskmanager_id, slots, data_address, running) = match receive_at_most(
+        let (taskmanager_id, slots, data_address, running, hardware) = match receive_at_most(
             &mut reader,
             REGISTRATION_LINE_BYTES_MAX,
         ) {
-            Ok(Some(ToJobManager::Register { taskmanager_id, slots, data_address, running })) => {
-                (taskmanager_id, slots, data_address, running)
+            Ok(Some(ToJobManager::Register { taskmanager_id, slots, data_address, running, hardware })) => {
+                (taskmanager_id, slots, data_address, running, hardware)
             }
             Ok(Some(_)) => {
                 tracing::warn!(%peer, "a connection on the TaskManager port sent a message before registering; dropped");
@@ -340,7 +347,7 @@ impl ClusterResources {
         let stale = lock(&self.ledger).register(&taskmanager_id, slots, data_address.clone(), running);
         taskmanagers.insert(
             taskmanager_id.clone(),
-            TaskManager { data_address, link, connection, last_heartbeat: Instant::now() },
+            TaskManager { data_address, link, connection, last_heartbeat: Instant::now(), hardware },
         );
         drop(taskmanagers);
         for cancel in &stale {
@@ -778,6 +785,7 @@ mod tests {
                     link: Arc::new(Mutex::new(BufWriter::new(ours.try_clone().unwrap()))),
                     connection: ours,
                     last_heartbeat: Instant::now(),
+                    hardware: Hardware::default(),
                 },
             );
         }

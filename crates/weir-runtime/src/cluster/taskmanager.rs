@@ -22,7 +22,7 @@ use weir_api::snapshot::TaskControl;
 use weir_types::{ExecutionState, JobId};
 
 use super::GraphBuilder;
-use super::protocol::{DeploySpec, Frame, RunningAttempt, SubtaskCounters, ToJobManager, ToTaskManager, receive, send};
+use super::protocol::{DeploySpec, Frame, Hardware, RunningAttempt, SubtaskCounters, ToJobManager, ToTaskManager, receive, send};
 use crate::checkpointing::RestoreSource;
 use crate::checkpointing::ended::EndedCheckpoints;
 use crate::checkpointing::writer::{SnapshotWriter, WriteOutcome};
@@ -549,6 +549,7 @@ fn follow(
         slots: state.slots,
         data_address: state.data_address.clone(),
         running: running_attempts(state),
+        hardware: Hardware::of_this_machine(),
     };
     send(&mut writer, &register)?;
     stream.set_read_timeout(Some(WELCOME_WAIT_MAX))?;
