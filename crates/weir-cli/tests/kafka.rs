@@ -307,7 +307,8 @@ fn errors_name_the_topic_the_servers_and_the_schemes_weir_knows() {
     assert!(text.contains("reaching the brokers 127.0.0.1:1"), "{text}");
 }
 
-/// Each partition's offset and lag are in `/metrics` and in the source vertex's subtasks.
+/// Each partition's offset and lag are in `/metrics` (also as Flink's `pendingRecords` and
+/// Kafka's `records-lag-max`) and in the source vertex's subtasks.
 #[test]
 fn metrics_show_each_partitions_offset_and_lag() {
     let _serial = serial();
@@ -331,7 +332,12 @@ fn metrics_show_each_partitions_offset_and_lag() {
             line("weir_source_split_current_offset").is_some_and(|l| l.ends_with(" 500"))
                 && line("weir_source_split_lag").is_some_and(|l| l.ends_with(" 0"))
         });
-        if caught_up {
+        // Flink's names too: the source operator's pending records and largest lag.
+        let flink = ["pendingRecords", "KafkaSourceReader_KafkaConsumer_records_lag_max"].iter().all(|name| {
+            text.lines()
+                .any(|l| l.starts_with(&format!("flink_taskmanager_job_task_operator_{name}{{")) && l.ends_with(" 0"))
+        });
+        if caught_up && flink {
             break;
         }
         assert!(std::time::Instant::now() < deadline, "no offsets 500 and lag 0 in /metrics: {text}");

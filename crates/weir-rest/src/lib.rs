@@ -21,6 +21,7 @@ pub mod leader;
 pub mod metric_queries;
 mod metrics;
 pub mod openapi;
+mod process;
 mod rates;
 pub mod responses;
 pub mod routes;

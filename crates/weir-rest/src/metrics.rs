@@ -261,9 +261,30 @@ pub(crate) fn render(state: &AppState) -> Result<String, std::fmt::Error> {
     let mut registry = Registry::default();
     families.register(&mut registry);
     flink.register(&mut registry);
+    register_process(&mut registry);
     let mut text = String::new();
     encode(&mut text, &registry)?;
     Ok(text)
+}
+
+/// Prometheus's standard process metrics (`process_cpu_seconds_total`,
+/// `process_resident_memory_bytes`, ...), as its client libraries export them.
+fn register_process(registry: &mut Registry) {
+    let Some(stats) = crate::process::ProcessStats::read() else { return };
+    let cpu = Counter::<f64, AtomicU64>::default();
+    cpu.inc_by(stats.cpu_ns as f64 / 1e9);
+    registry.register("process_cpu_seconds", "User and system CPU time spent, seconds", cpu);
+    for (name, help, value) in [
+        ("process_resident_memory_bytes", "Resident memory size, bytes", stats.resident_bytes),
+        ("process_virtual_memory_bytes", "Virtual memory size, bytes", stats.virtual_bytes),
+        ("process_threads", "Threads of the process", stats.threads),
+        ("process_open_fds", "Open file descriptors", stats.open_fds),
+        ("process_start_time_seconds", "Start time of the process since the Unix epoch, seconds", stats.start_time_seconds),
+    ] {
+        let gauge = Gauge::<i64>::default();
+        gauge.set(gauge_value(value));
+        registry.register(name, help, gauge);
+    }
 }
 
 /// `GET /metrics`.
@@ -471,6 +492,21 @@ mod flink {
             }
         }
 
+        /// The process's CPU and threads under the names of Flink's JVM status metrics:
+        /// `Status_JVM_CPU_Time` (ns), `Status_JVM_CPU_Load` (the share of all cores it used
+        /// since a scrape at least a second before) and `Status_JVM_Threads_Count`.
+        fn process(&mut self, jm: &Labels) {
+            let Some(stats) = crate::process::ProcessStats::read() else { return };
+            self.set(JOBMANAGER, "Status_JVM_CPU_Time", jm, gauge_value(stats.cpu_ns));
+            self.set(JOBMANAGER, "Status_JVM_Threads_Count", jm, gauge_value(stats.threads));
+            let key = (("process".to_string(), "jobmanager".to_string(), 0, 0), "cpuNs".to_string());
+            if let Some(ns_per_second) = per_second(key, self.now, stats.cpu_ns) {
+                let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+                let load = (ns_per_second / 1e9 / cores).clamp(0.0, 1.0);
+                self.set_rate(JOBMANAGER, "Status_JVM_CPU_Load", jm, (load * 1000.0).round() / 1000.0);
+            }
+        }
+
         /// A job's gauges (`flink_jobmanager_job_*`) and its subtasks'.
         pub(super) fn job(&mut self, job: &JobMaster, details: &JobDetails, stats: &CheckpointStats) {
             if details.state.is_terminal() {
@@ -623,6 +659,15 @@ mod flink {
                     if subtask.late_records > 0 {
                         self.set(OPERATOR, "numLateRecordsDropped", &operator_labels, gauge_value(late_dropped));
                     }
+                    // A source reading splits with a known end (Kafka partitions): the
+                    // records still to read, FLIP-33's `pendingRecords`, and the largest
+                    // partition lag, as Kafka's consumer reports `records-lag-max`.
+                    let lags: Vec<i64> = subtask.splits.iter().filter_map(|split| split.lag).collect();
+                    if chain.is_source && !lags.is_empty() {
+                        self.set(OPERATOR, "pendingRecords", &operator_labels, lags.iter().sum());
+                        let max = lags.iter().copied().max().unwrap_or(0);
+                        self.set(OPERATOR, "KafkaSourceReader_KafkaConsumer_records_lag_max", &operator_labels, max);
+                    }
                 }
             }
         }
@@ -632,6 +677,7 @@ mod flink {
             let jm = labels([("host", &self.host)]);
             let running = gauge_value(self.running_jobs);
             self.set(JOBMANAGER, "numRunningJobs", &jm, running);
+            self.process(&jm);
             registry.register_collector(Box::new(FlinkGauges(self.gauges)));
         }
     }

@@ -198,6 +198,17 @@ fn flink_names_and_labels_describe_a_running_job() {
     let overview = json(&server, "/overview");
     let jm = [("host", "localhost")];
     assert_eq!(one(&text, "flink_jobmanager_numRunningJobs", &jm).value, 1.0);
+    // The process, under the names of Flink's JVM status metrics and Prometheus's own.
+    let cpu_ns = one(&text, "flink_jobmanager_Status_JVM_CPU_Time", &jm).value;
+    assert!(cpu_ns > 0.0, "{cpu_ns}");
+    let load = one(&text, "flink_jobmanager_Status_JVM_CPU_Load", &jm).value;
+    assert!((0.0..=1.0).contains(&load), "{load}");
+    assert!(one(&text, "flink_jobmanager_Status_JVM_Threads_Count", &jm).value >= 2.0);
+    for name in ["process_cpu_seconds_total", "process_resident_memory_bytes", "process_threads", "process_open_fds"] {
+        let line = text.lines().find(|l| l.starts_with(&format!("{name} "))).unwrap_or_else(|| panic!("no {name}"));
+        let value: f64 = line.rsplit(' ').next().unwrap().parse().unwrap();
+        assert!(value > 0.0, "{line}");
+    }
     assert_eq!(one(&text, "flink_jobmanager_numRegisteredTaskManagers", &jm).value, 1.0);
     assert_eq!(one(&text, "flink_jobmanager_taskSlotsTotal", &jm).value, 6.0);
     let available = one(&text, "flink_jobmanager_taskSlotsAvailable", &jm);

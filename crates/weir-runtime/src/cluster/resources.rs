@@ -16,9 +16,8 @@ use weir_api::graph::StreamGraph;
 use weir_api::operator::TaskMetrics;
 
 use super::protocol::{
-    Hardware,
-    DeploySpec, Frame, JobSubmission, REGISTRATION_LINE_BYTES_MAX, SubtaskCounters, ToJobManager, ToTaskManager,
-    receive, receive_at_most, send,
+    DeploySpec, Frame, Hardware, JobSubmission, REGISTRATION_LINE_BYTES_MAX, SubtaskCounters, ToJobManager,
+    ToTaskManager, receive, receive_at_most, send,
 };
 use super::slots::{AttemptSlot, Cancel, SlotLedger};
 use crate::checkpointing::writer::WriteOutcome;

@@ -22,7 +22,9 @@ use weir_api::snapshot::TaskControl;
 use weir_types::{ExecutionState, JobId};
 
 use super::GraphBuilder;
-use super::protocol::{DeploySpec, Frame, Hardware, RunningAttempt, SubtaskCounters, ToJobManager, ToTaskManager, receive, send};
+use super::protocol::{
+    DeploySpec, Frame, Hardware, RunningAttempt, SubtaskCounters, ToJobManager, ToTaskManager, receive, send,
+};
 use crate::checkpointing::RestoreSource;
 use crate::checkpointing::ended::EndedCheckpoints;
 use crate::checkpointing::writer::{SnapshotWriter, WriteOutcome};
