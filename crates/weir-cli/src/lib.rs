@@ -51,9 +51,15 @@ pub fn main_with(catalog: JobCatalog) -> ExitCode {
         }
     };
     // The operator tells every step it takes, as Flink's operator logs each reconcile at
-    // INFO; everything else says only what went wrong unless WEIR_LOG asks for more.
+    // INFO; `weir run` and the other commands say only what went wrong unless WEIR_LOG asks
+    // for more.
+    // A JobManager and a TaskManager log at info, as Flink's do (their logs go to files and
+    // the Web UI): registrations, checkpoints, restarts.
     let default_filter = match cli.command {
         args::Command::Operator(_) => "warn,weir_deploy=info,weir_kubernetes=info",
+        args::Command::Jobmanager(_) | args::Command::Taskmanager(_) => {
+            "warn,weir_runtime=info,weir_jobmanager=info,weir_rest=info,weir_ha=info,weir_checkpoint=info,weir_cli=info"
+        }
         _ => "warn",
     };
     init_logging(default_filter);
@@ -102,7 +108,8 @@ fn init_logging(default_filter: &str) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        // Also kept in memory for the REST API's /jobmanager/log.
+        .with_writer(|| weir_runtime::log_tail::TeeToStderr)
         .with_target(false)
         // Colours on a terminal only: cluster processes log to files.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))

@@ -168,6 +168,9 @@ fn cluster_start_and_stop_manage_background_processes() {
         assert!(tm["hardware"]["cpuCores"].as_u64() >= Some(1), "{tm}");
         assert!(tm["hardware"]["physicalMemory"].as_u64() > Some(0), "{tm}");
     }
+    // The JobManager logs at info by default, and serves its log where Flink does.
+    let log = get("http://127.0.0.1:18391/jobmanager/log").body;
+    assert!(log.contains("INFO") && log.contains("TaskManager registered"), "{log}");
     // A second cluster on the same ports: its JobManager cannot listen, which it says at
     // once, and its TaskManager is stopped rather than left registered with the first one.
     let other = tempfile::tempdir().unwrap();

@@ -17,6 +17,7 @@ pub mod deployments;
 pub mod disposal;
 pub mod error;
 pub mod jobmanager;
+pub mod logs;
 pub mod leader;
 pub mod metric_queries;
 mod metrics;

@@ -513,3 +513,18 @@ pub struct ConfigEntry {
     /// Its value as set (secrets masked).
     pub value: String,
 }
+
+/// One option of the effective configuration (`GET /jobmanager/config/effective`).
+#[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct EffectiveConfigEntry {
+    /// The option's name (Flink's).
+    pub key: String,
+    /// Its value: as set (secrets masked), else its default.
+    pub value: String,
+    /// Its default, as the user would write it.
+    pub default: String,
+    /// Whether it is set (in the configuration file or with -D), not defaulted.
+    pub set: bool,
+    /// What it does.
+    pub description: String,
+}

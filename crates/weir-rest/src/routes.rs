@@ -136,6 +136,11 @@ fn jobmanager_routes() -> Routes {
         ("/jobmanager/config", get(jobmanager_config)),
         ("/jobmanager/environment", get(jobmanager::jobmanager_environment)),
         ("/jobmanager/thread-dump", get(jobmanager::jobmanager_thread_dump)),
+        ("/jobmanager/config/effective", get(jobmanager_effective_config)),
+        ("/jobmanager/log", get(crate::logs::jobmanager_log)),
+        ("/jobmanager/stdout", get(crate::logs::jobmanager_stdout)),
+        ("/jobmanager/logs", get(crate::logs::jobmanager_logs)),
+        ("/jobmanager/logs/{filename}", get(crate::logs::jobmanager_log_file)),
         ("/jobmanager/metrics", get(jobmanager::jobmanager_metrics)),
     ]
 }
@@ -148,6 +153,8 @@ fn taskmanager_routes() -> Routes {
         ("/taskmanagers/metrics", get(taskmanagers_metrics)),
         ("/taskmanagers/{taskmanagerid}/metrics", get(taskmanager_metrics)),
         ("/taskmanagers/{taskmanagerid}/thread-dump", get(taskmanager_thread_dump)),
+        ("/taskmanagers/{taskmanagerid}/log", get(crate::logs::taskmanager_log)),
+        ("/taskmanagers/{taskmanagerid}/logs", get(crate::logs::taskmanager_logs)),
     ]
 }
 
@@ -453,7 +460,7 @@ async fn job_patch(
 }
 
 /// The id `GET /taskmanagers` gives the embedded cluster's one TaskManager.
-const EMBEDDED_TASKMANAGER: &str = "embedded";
+pub(crate) const EMBEDDED_TASKMANAGER: &str = "embedded";
 
 fn taskmanager_list(state: &AppState) -> Vec<TaskManagerInfo> {
     match &state.cluster.taskmanager_list {
@@ -576,6 +583,41 @@ async fn taskmanager_thread_dump(
 #[utoipa::path(get, path = "/jobmanager/config", tag = "cluster", summary = "The configuration options set on this JobManager (secrets masked)", responses((status = 200, body = Vec<ConfigEntry>)))]
 async fn jobmanager_config(State(state): State<AppState>) -> Json<Vec<ConfigEntry>> {
     Json(config_entries(&state))
+}
+
+/// `GET /jobmanager/config/effective`: every option weir knows with its value here, set or
+/// defaulted, then the other keys set (weir's own or Flink's it does not take).
+#[utoipa::path(get, path = "/jobmanager/config/effective", tag = "cluster", summary = "The effective configuration: every option with its value, set or default (weir's; Flink's /jobmanager/config lists the set ones)", responses((status = 200, body = Vec<crate::responses::EffectiveConfigEntry>)))]
+pub(crate) async fn jobmanager_effective_config(
+    State(state): State<AppState>,
+) -> Json<Vec<crate::responses::EffectiveConfigEntry>> {
+    use crate::responses::EffectiveConfigEntry;
+    let set: std::collections::BTreeMap<&str, &str> =
+        state.cluster.configuration.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let mut entries: Vec<EffectiveConfigEntry> = weir_config::options::ALL
+        .iter()
+        .map(|option| {
+            let value = set.get(option.key).or_else(|| option.fallback_keys.iter().find_map(|k| set.get(k)));
+            EffectiveConfigEntry {
+                key: option.key.to_string(),
+                value: value.map_or(option.default_description, |v| v).to_string(),
+                default: option.default_description.to_string(),
+                set: value.is_some(),
+                description: option.description.to_string(),
+            }
+        })
+        .collect();
+    let known = |key: &str| weir_config::options::ALL.iter().any(|o| o.key == key || o.fallback_keys.contains(&key));
+    for (key, value) in set.iter().filter(|(key, _)| !known(key)) {
+        entries.push(EffectiveConfigEntry {
+            key: key.to_string(),
+            value: value.to_string(),
+            default: String::new(),
+            set: true,
+            description: String::new(),
+        });
+    }
+    Json(entries)
 }
 
 /// The configuration options set, as `GET /jobmanager/config` answers them.

@@ -408,6 +408,28 @@ fn a_flink_program_upload_is_read_then_refused_with_what_to_do() {
     server.shutdown();
 }
 
+/// Flink's log paths serve the newest part of this process's log (what the logger kept),
+/// the embedded TaskManager's too; a log that does not exist is a 404 saying which do.
+#[test]
+fn the_log_is_served_at_flinks_paths() {
+    let (_dispatcher, server) = start(2);
+    let client = Client::new(&server);
+    weir_runtime::log_tail::append(b"2026-12-06T00:00:00Z  INFO a line the logger wrote\n");
+    for path in ["/jobmanager/log", "/jobmanager/logs/jobmanager.log", "/taskmanagers/embedded/log"] {
+        let (status, _, text) = get_text(&server, path);
+        assert_eq!(status, 200, "{path}");
+        assert!(text.contains("INFO a line the logger wrote"), "{path}: {text}");
+    }
+    let logs = client.get_ok("/jobmanager/logs");
+    assert_eq!(logs["logs"][0]["name"], "jobmanager.log", "{logs}");
+    assert!(logs["logs"][0]["size"].as_u64() > Some(0), "{logs}");
+    let (status, body) = client.get("/jobmanager/logs/other.log");
+    assert_error(status, &body, 404, "the JobManager has jobmanager.log");
+    let (status, body) = client.get("/taskmanagers/tm-1/log");
+    assert_error(status, &body, 404, "stays in its own process");
+    server.shutdown();
+}
+
 #[test]
 fn a_taken_port_is_reported_with_what_to_do() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -598,6 +620,13 @@ fn openapi_documents_every_route() {
         ("/applications/{applicationid}/jobmanager/config", &["get"]),
         ("/applications/{applicationid}/cancel", &["post"]),
         ("/jars/upload", &["post"]),
+        ("/jobmanager/log", &["get"]),
+        ("/jobmanager/config/effective", &["get"]),
+        ("/jobmanager/stdout", &["get"]),
+        ("/jobmanager/logs", &["get"]),
+        ("/jobmanager/logs/{filename}", &["get"]),
+        ("/taskmanagers/{taskmanagerid}/log", &["get"]),
+        ("/taskmanagers/{taskmanagerid}/logs", &["get"]),
         ("/jars/{jarid}/run", &["post"]),
     ];
     let mut documented: Vec<&String> = paths.keys().collect();
@@ -622,7 +651,9 @@ fn openapi_documents_every_route() {
             .replace("{subtaskindex}", "0")
             .replace("{attempt}", "0")
             .replace("{applicationid}", "00000000000000000000000000000000");
-        if methods.contains(&"get") && *path != "/metrics" {
+        // (Text, not JSON: the metrics and the logs.)
+        let text = *path == "/metrics" || path.contains("/log") || path.ends_with("/stdout");
+        if methods.contains(&"get") && !text {
             let (status, body) = client.get(&concrete);
             if status == 404 {
                 let message = body["errors"][0].as_str().unwrap_or_default();

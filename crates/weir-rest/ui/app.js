@@ -528,11 +528,17 @@ async function tabConfiguration(jid) {
 async function pageJobManager() {
   setCrumbs([["Job Manager"]]);
   setActiveNav("jobmanager");
-  const entries = await api("jobmanager/config");
-  const rows = entries.map((e) => `<tr><td class="mono">${esc(e.key)}</td><td class="mono path">${esc(e.value)}</td></tr>`).join("");
-  return `<div class="panel"><h2>Configuration</h2>
-    ${rows ? `<table><thead><tr><th>Key</th><th>Value</th></tr></thead><tbody>${rows}</tbody></table>`
-      : `<div class="empty">No option is set: every option has its default (see docs/configuration.md).</div>`}</div>`;
+  // Every option with its value here: those set first, then the defaults.
+  const entries = await api("jobmanager/config/effective");
+  const ordered = entries.filter((e) => e.set).concat(entries.filter((e) => !e.set));
+  const rows = ordered.map((e) => `<tr${e.set ? "" : ` class="muted"`}><td class="mono">${esc(e.key)}</td><td class="mono path">${esc(e.value)}</td>
+    <td>${e.set ? "set" : "default"}</td><td>${esc(e.description)}</td></tr>`).join("");
+  const log = await fetch("jobmanager/log").then((r) => (r.ok ? r.text() : "")).catch(() => "");
+  const tail = log.split("\n").slice(-300).join("\n");
+  return `<div class="panel"><h2>Configuration <span class="muted" style="font-weight:400">(${entries.filter((e) => e.set).length} set, the rest default)</span></h2>
+    <table><thead><tr><th>Key</th><th>Value</th><th>Source</th><th>Description</th></tr></thead><tbody>${rows}</tbody></table></div>
+    <div class="panel" id="jobmanager-log"><h2>Log <span class="muted" style="font-weight:400">(the newest lines; all of it at <a href="jobmanager/log">/jobmanager/log</a>)</span></h2>
+    ${tail.trim() ? `<pre class="trace">${esc(tail)}</pre>` : `<div class="empty">Nothing logged yet.</div>`}</div>`;
 }
 
 // ---------------------------------------------------------------- task managers

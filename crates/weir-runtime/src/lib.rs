@@ -25,6 +25,7 @@ pub mod executor;
 pub mod job_master;
 pub mod job_settings;
 pub mod jobgraph;
+pub mod log_tail;
 pub mod network;
 pub mod restart;
 pub mod security;
