@@ -325,6 +325,10 @@ pub struct RunArgs {
     /// $WEIR_JOBMANAGER or rest.address in the configuration file names one)
     #[arg(short = 'm', long = "jobmanager", value_name = "HOST:PORT")]
     pub jobmanager: Option<String>,
+    /// Where to run, Flink's execution.target: local (an embedded cluster here) or remote
+    /// (the cluster -m, rest.address or high availability names)
+    #[arg(short = 't', long = "target", value_name = "local|remote")]
+    pub target: Option<String>,
     /// Return once the job is submitted (cluster only)
     #[arg(short = 'd', long = "detached")]
     pub detached: bool,

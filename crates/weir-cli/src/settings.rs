@@ -32,16 +32,32 @@ fn default_config_file() -> Option<PathBuf> {
     path.is_file().then_some(path)
 }
 
-/// The cluster `weir run` submits to: `-m`, else `$WEIR_JOBMANAGER`, else `rest.address`
-/// when the configuration file sets it, else the leader of the HA cluster the configuration
-/// names; `None` runs the job on an embedded cluster.
+/// The cluster `weir run` submits to: `-m`, else none with `execution.target: local` (`-t
+/// local`), else `$WEIR_JOBMANAGER`, else the leader of the HA cluster the configuration
+/// names, else `rest.address` when the configuration sets it (or `execution.target:
+/// remote`); `None` runs the job on an embedded cluster. A configuration file that sets
+/// `rest.address` (a Flink `config.yaml` does) is said to be the reason, with how to run
+/// here instead.
 pub fn cluster_address(explicit: Option<&str>, config: &Configuration) -> Result<Option<String>, CliError> {
+    use weir_config::options::{EXECUTION_TARGET, ExecutionTarget};
     if explicit.is_some() {
         return jobmanager_address(explicit, config).map(Some);
     }
+    let target = config.get(&EXECUTION_TARGET).map_err(CliError::usage)?;
+    if target == Some(ExecutionTarget::Local) {
+        return Ok(None);
+    }
     let ha = ha_settings(config)?.is_some();
-    if std::env::var("WEIR_JOBMANAGER").is_ok_and(|a| !a.is_empty()) || config.contains(&REST_ADDRESS) || ha {
+    if std::env::var("WEIR_JOBMANAGER").is_ok_and(|a| !a.is_empty()) || ha || target == Some(ExecutionTarget::Remote) {
         return jobmanager_address(None, config).map(Some);
+    }
+    if config.contains(&REST_ADDRESS) {
+        let address = jobmanager_address(None, config)?;
+        let from = config.source(REST_ADDRESS.key).map_or_else(|| "the configuration".to_string(), |s| s.to_string());
+        eprintln!(
+            "Submitting to the cluster at {address}: rest.address is set (from {from}). `weir run -t local ...` runs the job here, on an embedded cluster."
+        );
+        return Ok(Some(address));
     }
     Ok(None)
 }

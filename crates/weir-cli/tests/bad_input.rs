@@ -222,3 +222,44 @@ fn a_deployment_whose_job_does_not_start_is_refused_at_apply() {
     assert!(applied.status.success(), "{}", String::from_utf8_lossy(&applied.stderr));
     assert!(data.join("deployments/orders/deployment.json").exists());
 }
+
+/// A Flink `config.yaml` brought over: each key weir does not take is warned about with the
+/// reason (no JVM, always so, not yet), and the `rest.address` it sets is named as the reason
+/// `weir run` submits to a cluster; `-t local` runs the job here instead.
+#[test]
+fn a_flink_config_yaml_is_read_with_a_reason_for_each_key_weir_ignores() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("config.yaml");
+    std::fs::write(
+        &file,
+        "rest.address: 127.0.0.1\nrest.port: 1\ntaskmanager.memory.process.size: 1728m\n\
+         env.java.opts.all: -XX:+UseG1GC\nexecution.checkpointing.unaligned.enabled: true\n\
+         metrics.reporter.prom.factory.class: org.apache.flink.metrics.prometheus.PrometheusReporterFactory\n",
+    )
+    .unwrap();
+    let config = file.to_str().unwrap();
+    let args = ["counter", "--users", "3", "--events", "10", "--output", "none"];
+    let remote = run_weir(&[&["run", "-c", config][..], &args].concat());
+    let stderr = String::from_utf8_lossy(&remote.stderr);
+    for needle in [
+        "'env.java.opts.all' (from",
+        "is not applicable in weir: no JVM",
+        "'execution.checkpointing.unaligned.enabled' (from",
+        "is not supported by weir yet: checkpoints are aligned",
+        "'metrics.reporter.prom.factory.class' (from",
+        "is always so in weir: Prometheus text",
+        "'taskmanager.memory.process.size' (from",
+        "Submitting to the cluster at 127.0.0.1:1: rest.address is set (from",
+        "`weir run -t local ...` runs the job here",
+    ] {
+        assert!(stderr.contains(needle), "no '{needle}' in:\n{stderr}");
+    }
+    assert!(!stderr.contains("unknown configuration key"), "{stderr}");
+    let local = run_weir(&[&["run", "-t", "local", "-D", "rest.port=0", "-c", config][..], &args].concat());
+    let stdout = String::from_utf8_lossy(&local.stdout);
+    assert!(local.status.success() && stdout.contains("ended with state FINISHED"), "{stdout}");
+    assert_usage_error(
+        &["run", "-t", "yarn-per-job", "counter", "--users", "1"],
+        "'yarn-per-job' is not a target weir has",
+    );
+}

@@ -111,7 +111,10 @@ fn the_web_ui_shows_a_running_job_in_a_real_browser() {
     let page = rendered(&format!("{rest}/#/jobmanager"));
     assert!(page.contains("execution.checkpointing.interval") && page.contains("300ms"), "{page}");
     // The effective configuration: the defaults too, marked as such, and the log panel.
-    assert!(page.contains("<td class=\"mono\">restart-strategy.type</td>") && page.contains("<td>default</td>"), "{page}");
+    assert!(
+        page.contains("<td class=\"mono\">restart-strategy.type</td>") && page.contains("<td>default</td>"),
+        "{page}"
+    );
     assert!(page.contains("id=\"jobmanager-log\""), "no log panel: {page}");
 
     // The TaskManager page lists the job's subtasks.

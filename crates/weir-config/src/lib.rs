@@ -18,6 +18,7 @@
 mod config;
 mod duration;
 mod error;
+pub mod flink_keys;
 mod option;
 pub mod options;
 mod values;

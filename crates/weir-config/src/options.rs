@@ -720,6 +720,37 @@ fn parse_lease_ttl(text: &str) -> Result<Duration, String> {
     Ok(ttl)
 }
 
+/// Where `weir run` runs a job, Flink's `execution.target`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExecutionTarget {
+    /// On an embedded cluster in the `weir run` process.
+    Local,
+    /// On the standalone cluster at `rest.address:rest.port` (or `-m`).
+    Remote,
+}
+
+fn execution_target(text: &str) -> Result<Option<ExecutionTarget>, String> {
+    match text {
+        "" => Ok(None),
+        "local" => Ok(Some(ExecutionTarget::Local)),
+        "remote" => Ok(Some(ExecutionTarget::Remote)),
+        other => Err(format!(
+            "'{other}' is not a target weir has: local (an embedded cluster in the weir run process) or remote (a standalone cluster; Kubernetes deployments go through weir operator)"
+        )),
+    }
+}
+
+/// `execution.target`: `local` or `remote`; `None` lets `weir run` choose (remote when an
+/// address is configured).
+pub const EXECUTION_TARGET: ConfigOption<Option<ExecutionTarget>> = ConfigOption {
+    key: "execution.target",
+    fallback_keys: &[],
+    default_description: "none (remote when -m, $WEIR_JOBMANAGER, rest.address or high availability names a cluster, else local)",
+    description: "where weir run runs the job: local (embedded cluster) or remote (a standalone cluster)",
+    parse: execution_target,
+    default: || None,
+};
+
 /// `pipeline.name`: the job name; `None` means the program chooses one.
 pub const PIPELINE_NAME: ConfigOption<Option<String>> = ConfigOption {
     key: "pipeline.name",
@@ -1011,6 +1042,7 @@ pub const ALL: &[OptionInfo] = &[
     SLOTMANAGER_NUMBER_OF_SLOTS_MIN.info(),
     HIGH_AVAILABILITY_RECONCILE_TIMEOUT.info(),
     PIPELINE_NAME.info(),
+    EXECUTION_TARGET.info(),
     PIPELINE_FIXED_JOB_ID.info(),
     SECURITY_INTERNAL_SECRET.info(),
     SECURITY_INTERNAL_SECRET_FILE.info(),
@@ -1091,6 +1123,7 @@ pub const ALL_KEYS: &[&str] = &[
     SLOTMANAGER_NUMBER_OF_SLOTS_MIN.key,
     HIGH_AVAILABILITY_RECONCILE_TIMEOUT.key,
     PIPELINE_NAME.key,
+    EXECUTION_TARGET.key,
     PIPELINE_FIXED_JOB_ID.key,
     SECURITY_INTERNAL_SECRET.key,
     SECURITY_INTERNAL_SECRET_FILE.key,

@@ -279,7 +279,11 @@ fn register_process(registry: &mut Registry) {
         ("process_virtual_memory_bytes", "Virtual memory size, bytes", stats.virtual_bytes),
         ("process_threads", "Threads of the process", stats.threads),
         ("process_open_fds", "Open file descriptors", stats.open_fds),
-        ("process_start_time_seconds", "Start time of the process since the Unix epoch, seconds", stats.start_time_seconds),
+        (
+            "process_start_time_seconds",
+            "Start time of the process since the Unix epoch, seconds",
+            stats.start_time_seconds,
+        ),
     ] {
         let gauge = Gauge::<i64>::default();
         gauge.set(gauge_value(value));

@@ -25,6 +25,10 @@ pub fn run(args: RunArgs, catalog: &JobCatalog) -> Result<ExitCode, CliError> {
         config.set_from("parallelism.default", parallelism.to_string(), "-p");
         config.validate().map_err(CliError::usage)?;
     }
+    if let Some(target) = &args.target {
+        config.set_from("execution.target", target.clone(), "-t");
+        config.validate().map_err(CliError::usage)?;
+    }
     if args.dry_run {
         // The pre-flight a cluster would run, done here: it starts nothing, anywhere.
         return dry_run(&args, catalog, &config);
