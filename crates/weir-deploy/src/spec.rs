@@ -231,6 +231,9 @@ pub fn parse(text: &str, warnings: &mut Vec<String>) -> Result<WeirDeployment, S
     let root = mapping(&value, "(file)")?;
     allowed_keys(root, "", &["apiVersion", "kind", "metadata", "spec"])?;
     let api_version = required_string(root, "", "apiVersion")?;
+    if api_version.starts_with("flink.apache.org/") {
+        return Err(error("apiVersion", flink_deployment_differences(root)));
+    }
     if api_version != API_VERSION {
         return Err(error("apiVersion", format!("'{api_version}' is not {API_VERSION}")));
     }
@@ -252,6 +255,68 @@ pub fn parse(text: &str, warnings: &mut Vec<String>) -> Result<WeirDeployment, S
     let deployment = WeirDeployment { api_version, kind, metadata: Metadata { name, generation: 0 }, spec };
     check(&deployment.spec, warnings)?;
     Ok(deployment)
+}
+
+/// A FlinkDeployment applied by mistake: every change it needs to be a WeirDeployment, at
+/// once (docs/coming-from-flink.md maps each field).
+fn flink_deployment_differences(root: &serde_norway::Mapping) -> String {
+    let field = |map: Option<&Value>, key: &str| map.and_then(|m| m.as_mapping()).and_then(|m| m.get(key)).cloned();
+    let spec = root.get("spec");
+    let job = field(spec, "job");
+    let has = |key: &str| field(spec, key).is_some();
+    let job_has = |key: &str| field(job.as_ref(), key).is_some();
+    let mut changes = vec!["apiVersion: weir.dev/v1 and kind: WeirDeployment".to_string()];
+    if job_has("jarURI") || job_has("entryClass") {
+        changes.push(
+            "spec.job.jarURI and spec.job.entryClass -> spec.binary (the weir binary, or your own with your jobs compiled in) and spec.job.name (a job it has: `weir jobs` lists them)"
+                .into(),
+        );
+    } else {
+        changes.push("add spec.binary and spec.job.name (`weir jobs` lists the jobs)".into());
+    }
+    if has("flinkConfiguration") {
+        let configuration = field(spec, "flinkConfiguration");
+        let slots = field(configuration.as_ref(), "taskmanager.numberOfTaskSlots").is_some();
+        let parallelism = field(configuration.as_ref(), "parallelism.default").is_some();
+        let mut line = "spec.flinkConfiguration -> spec.configuration (the same keys)".to_string();
+        if slots {
+            line.push_str(", but taskmanager.numberOfTaskSlots -> spec.taskManager.slots");
+        }
+        if parallelism {
+            line.push_str(", and parallelism.default -> spec.job.parallelism");
+        }
+        changes.push(line);
+    }
+    for (key, why) in [
+        ("flinkVersion", "weir is one binary"),
+        ("logConfiguration", "the log level is WEIR_LOG in the pods' environment"),
+        ("ingress", "expose the JobManager's REST Service yourself"),
+        ("restartNonce", "apply a changed spec to restart"),
+    ] {
+        if has(key) {
+            changes.push(format!("remove spec.{key} ({why})"));
+        }
+    }
+    for (key, why) in [
+        ("checkpointTriggerNonce", "take one with `weir savepoint` or a savepointTriggerNonce"),
+        ("savepointRedeployNonce", "set spec.job.initialSavepointPath and apply"),
+    ] {
+        if job_has(key) {
+            changes.push(format!("remove spec.job.{key} ({why})"));
+        }
+    }
+    let kept = ["image", "imagePullPolicy", "serviceAccount", "podTemplate", "mode", "jobManager", "taskManager"];
+    let kept: Vec<&str> = kept.into_iter().filter(|key| has(key)).collect();
+    if !kept.is_empty() {
+        changes.push(format!(
+            "spec.{} and spec.job's parallelism, args, upgradeMode, state, initialSavepointPath, savepointTriggerNonce and allowNonRestoredState keep their names",
+            kept.join(", spec.")
+        ));
+    }
+    format!(
+        "this is the Flink Kubernetes Operator's FlinkDeployment; weir's is a WeirDeployment (weir.dev/v1), and these change: {} (docs/coming-from-flink.md maps every field)",
+        changes.join("; ")
+    )
 }
 
 /// The fields set in `spec` that only the Kubernetes backend reads.
@@ -838,10 +903,30 @@ spec:
         );
         let name = GOOD.replace("name: orders", "name: Orders_1");
         assert!(parse_err(&name).starts_with("metadata.name: 'Orders_1' is not a valid name"));
-        let version = GOOD.replace("weir.dev/v1", "flink.apache.org/v1beta1");
-        assert_eq!(parse_err(&version), "apiVersion: 'flink.apache.org/v1beta1' is not weir.dev/v1");
+        let version = GOOD.replace("weir.dev/v1", "flink.apache.org/v1alpha9");
+        assert!(parse_err(&version).starts_with("apiVersion: this is the Flink Kubernetes Operator's FlinkDeployment"));
+        let version = GOOD.replace("weir.dev/v1", "example.com/v1");
+        assert_eq!(parse_err(&version), "apiVersion: 'example.com/v1' is not weir.dev/v1");
         assert!(parse_err("just text").starts_with("(file): must be a mapping"));
         assert!(parse_err("a: [").starts_with("(file): not YAML"));
+    }
+
+    /// A FlinkDeployment applied by mistake gets every change it needs in one error.
+    #[test]
+    fn a_flink_deployment_is_told_every_difference_at_once() {
+        let flink = "apiVersion: flink.apache.org/v1beta1\nkind: FlinkDeployment\nmetadata:\n  name: basic\nspec:\n  image: flink:1.17\n  flinkVersion: v1_17\n  flinkConfiguration:\n    taskmanager.numberOfTaskSlots: \"2\"\n  serviceAccount: flink\n  jobManager:\n    resource: {memory: 2048m, cpu: 1}\n  taskManager:\n    resource: {memory: 2048m, cpu: 1}\n  job:\n    jarURI: local:///opt/flink/examples/streaming/StateMachineExample.jar\n    entryClass: org.apache.flink.examples.StateMachine\n    parallelism: 2\n    upgradeMode: stateless\n    checkpointTriggerNonce: 1\n";
+        let text = parse_err(flink);
+        for needle in [
+            "apiVersion: weir.dev/v1 and kind: WeirDeployment",
+            "spec.job.jarURI and spec.job.entryClass -> spec.binary",
+            "spec.flinkConfiguration -> spec.configuration (the same keys), but taskmanager.numberOfTaskSlots -> spec.taskManager.slots",
+            "remove spec.flinkVersion",
+            "remove spec.job.checkpointTriggerNonce",
+            "spec.image, spec.serviceAccount, spec.jobManager, spec.taskManager and spec.job's parallelism",
+            "docs/coming-from-flink.md",
+        ] {
+            assert!(text.contains(needle), "no '{needle}' in: {text}");
+        }
     }
 
     #[test]
