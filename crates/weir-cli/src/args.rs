@@ -76,6 +76,9 @@ pub enum Command {
         after_help = "Examples:\n  weir operator                  # in the foreground\n  weir operator -d               # in the background, log in the data directory\n  weir operator stop"
     )]
     Operator(OperatorArgs),
+    /// Kafka topics around a job: create and list them, produce records, read one back
+    #[command(subcommand)]
+    Kafka(KafkaCommand),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell)
     #[command(
         after_help = "Examples:\n  weir completions bash > ~/.local/share/bash-completion/completions/weir\n  weir completions zsh > ~/.zfunc/_weir"
@@ -83,6 +86,67 @@ pub enum Command {
     Completions {
         /// The shell
         shell: clap_complete::Shell,
+    },
+}
+
+/// `weir kafka`: what kafka-topics.sh, kafka-console-producer.sh and
+/// kafka-console-consumer.sh do for a job's topics.
+#[derive(Subcommand, Debug)]
+pub enum KafkaCommand {
+    /// List the broker's topics with their partitions
+    #[command(after_help = "Example:\n  weir kafka topics -b 127.0.0.1:9092")]
+    Topics {
+        /// Bootstrap servers, HOST:PORT[,HOST:PORT]
+        #[arg(short = 'b', long = "bootstrap-server", value_name = "HOST:PORT")]
+        bootstrap: String,
+    },
+    /// Create a topic (replication 1)
+    #[command(after_help = "Example:\n  weir kafka create -b 127.0.0.1:9092 events --partitions 4")]
+    Create {
+        /// Bootstrap servers, HOST:PORT[,HOST:PORT]
+        #[arg(short = 'b', long = "bootstrap-server", value_name = "HOST:PORT")]
+        bootstrap: String,
+        /// The topic
+        topic: String,
+        /// Its partitions
+        #[arg(long = "partitions", default_value_t = 1, value_name = "N")]
+        partitions: u32,
+    },
+    /// Produce records: each line of stdin, or --events counter events (user numbers)
+    #[command(
+        after_help = "Examples:\n  weir kafka produce -b 127.0.0.1:9092 events --events 100000 --users 1000\n  printf '1\\n2\\n' | weir kafka produce -b 127.0.0.1:9092 events"
+    )]
+    Produce {
+        /// Bootstrap servers, HOST:PORT[,HOST:PORT]
+        #[arg(short = 'b', long = "bootstrap-server", value_name = "HOST:PORT")]
+        bootstrap: String,
+        /// The topic
+        topic: String,
+        /// Produce N counter events instead of stdin's lines: event i is user i mod --users
+        #[arg(long = "events", value_name = "N")]
+        events: Option<u64>,
+        /// Users of the counter events
+        #[arg(long = "users", default_value_t = 1000, value_name = "U")]
+        users: u64,
+    },
+    /// Read a topic from its beginning, as a read_committed consumer (what a transactional
+    /// sink committed), one value per line
+    #[command(after_help = "Example:\n  weir kafka consume -b 127.0.0.1:9092 counts --max-messages 10")]
+    Consume {
+        /// Bootstrap servers, HOST:PORT[,HOST:PORT]
+        #[arg(short = 'b', long = "bootstrap-server", value_name = "HOST:PORT")]
+        bootstrap: String,
+        /// The topic
+        topic: String,
+        /// Stop after N records
+        #[arg(long = "max-messages", value_name = "N")]
+        max: Option<u64>,
+        /// Stop after this long without a record, e.g. 5s
+        #[arg(long = "timeout", default_value = "5s", value_name = "DURATION")]
+        timeout: String,
+        /// Print only how many records were read
+        #[arg(long = "count")]
+        count: bool,
     },
 }
 

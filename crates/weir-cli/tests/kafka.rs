@@ -640,3 +640,37 @@ fn deployment_upgrades_over_kafka_keep_offsets_and_counts_exactly_once() {
     assert!(String::from_utf8_lossy(&history.stdout).contains("UPGRADE"), "{history:?}");
     assert_counts_exactly_once(&broker.read_committed("counts", EVENTS, Duration::from_secs(60)), EVENTS);
 }
+
+/// `weir kafka`: a topic created, listed, filled from stdin and with counter events, and read
+/// back read_committed, with nothing but the weir binary and a broker.
+#[test]
+fn the_weir_binary_creates_fills_lists_and_reads_topics() {
+    let _serial = serial();
+    let broker = Broker::start();
+    let weir = |args: &[&str], stdin: Option<&str>| {
+        let mut command = common::weir();
+        command.args(args).stdin(std::process::Stdio::piped());
+        command.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+        let mut child = command.spawn().unwrap();
+        let mut input = child.stdin.take().unwrap();
+        std::io::Write::write_all(&mut input, stdin.unwrap_or_default().as_bytes()).unwrap();
+        drop(input);
+        let output = child.wait_with_output().unwrap();
+        let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+        assert!(output.status.success(), "weir {args:?}: {text}");
+        String::from_utf8_lossy(&output.stdout).to_string()
+    };
+    let b = broker.bootstrap.as_str();
+    weir(&["kafka", "create", "-b", b, "tool-topic", "--partitions", "3"], None);
+    let listed = weir(&["kafka", "topics", "-b", b], None);
+    assert!(listed.contains("tool-topic\t3 partition(s)"), "{listed}");
+    weir(&["kafka", "produce", "-b", b, "tool-topic"], Some("first\nsecond\n"));
+    weir(&["kafka", "produce", "-b", b, "tool-topic", "--events", "100", "--users", "10"], None);
+    let read = weir(&["kafka", "consume", "-b", b, "tool-topic", "--max-messages", "102", "--timeout", "10s"], None);
+    let values: Vec<&str> = read.lines().collect();
+    assert_eq!(values.len(), 102, "{read}");
+    assert!(values.contains(&"first") && values.contains(&"second"), "{read}");
+    assert_eq!(values.iter().filter(|v| **v == "7").count(), 10, "{read}");
+    let counted = weir(&["kafka", "consume", "-b", b, "tool-topic", "--count", "--timeout", "2s"], None);
+    assert_eq!(counted.trim(), "102");
+}

@@ -4,6 +4,7 @@ mod cancel;
 pub(crate) mod cluster;
 pub(crate) mod deployment;
 mod jobs;
+mod kafka;
 mod list;
 mod operator;
 pub(crate) mod run;
@@ -31,6 +32,7 @@ pub fn dispatch(cli: Cli, catalog: std::sync::Arc<JobCatalog>) -> Result<ExitCod
         Command::Savepoint(args) => savepoint::savepoint(args),
         Command::Deployment(command) => deployment::deployment(command),
         Command::Operator(args) => operator::operator(args),
+        Command::Kafka(command) => kafka::kafka(command),
         Command::Completions { shell } => completions(shell),
     }
 }

@@ -10,6 +10,7 @@
 mod protocol;
 mod sink;
 mod source;
+pub mod tools;
 mod url;
 
 pub use sink::{DeliveryGuarantee, KafkaSink, KafkaSinkRecord};
