@@ -4,6 +4,8 @@
 //! `rdkafka` (librdkafka); [`protocol`] speaks the three requests a restore needs to finish a
 //! transaction that a dead process opened.
 //!
+//! [`tools`] creates, lists, fills and reads topics (`weir kafka`).
+//!
 //! [`KafkaUrl`] parses the `kafka://HOST:PORT[,HOST:PORT]/TOPIC?key=value` form the built-in
 //! jobs take for `--input` and `--output`.
 
