@@ -106,14 +106,18 @@ fn usage_error_line(rendered: &str) -> String {
 fn init_logging(default_filter: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("WEIR_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter));
-    let _ = tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         // Also kept in memory for the REST API's /jobmanager/log.
         .with_writer(|| weir_runtime::log_tail::TeeToStderr)
-        .with_target(false)
-        // Colours on a terminal only: cluster processes log to files.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .try_init();
+        .with_target(false);
+    // WEIR_LOG_FORMAT=json: one JSON object per line, for log shippers (Flink's JSON layout).
+    if std::env::var("WEIR_LOG_FORMAT").is_ok_and(|format| format.eq_ignore_ascii_case("json")) {
+        let _ = builder.json().flatten_event(true).with_current_span(false).try_init();
+        return;
+    }
+    // Colours on a terminal only: cluster processes log to files.
+    let _ = builder.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).try_init();
 }
 
 /// Panics in subtask threads are user-code failures the job reports (FAILED with the panic

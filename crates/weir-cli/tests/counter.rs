@@ -77,3 +77,23 @@ fn counter_output_none_discards() {
     assert!(!stdout.lines().any(|l| l.contains('\t')), "{stdout}");
     assert!(stdout.contains("ended with state FINISHED"));
 }
+
+/// `WEIR_LOG_FORMAT=json`: every log line is one JSON object, as a log shipper wants it.
+#[test]
+fn json_logs_are_one_object_per_line() {
+    let output = common::weir()
+        .env("WEIR_LOG", "info")
+        .env("WEIR_LOG_FORMAT", "json")
+        .args(["run", "-D", "rest.port=0", "counter", "--users", "3", "--events", "30", "--output", "none"])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let logged: Vec<serde_json::Value> =
+        stderr.lines().filter(|l| l.starts_with('{')).map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert!(!logged.is_empty(), "no JSON log line: {stderr}");
+    for line in &logged {
+        assert!(line["timestamp"].is_string() && line["level"].is_string() && line["message"].is_string(), "{line}");
+    }
+    assert!(logged.iter().any(|l| l["message"] == "REST API listening"), "{stderr}");
+}

@@ -37,8 +37,8 @@ pub fn create_topic(bootstrap: &str, topic: &str, partitions: i32) -> Result<(),
         client_config(bootstrap, &Default::default()).create().map_err(|e| failed(&what, bootstrap, e))?;
     let new = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
     let options = AdminOptions::new().operation_timeout(Some(BROKER_TIMEOUT));
-    let results = futures::executor::block_on(admin.create_topics([&new], &options))
-        .map_err(|e| failed(&what, bootstrap, e))?;
+    let results =
+        futures::executor::block_on(admin.create_topics([&new], &options)).map_err(|e| failed(&what, bootstrap, e))?;
     for result in results {
         result.map_err(|(_, e)| failed(&what, bootstrap, e))?;
     }
@@ -62,11 +62,7 @@ pub fn topics(bootstrap: &str) -> Result<Vec<(String, usize)>, KafkaToolError> {
 
 /// Sends every value of `values` to `topic` (no key: the partitioner spreads them) and waits
 /// until the broker has them all; how many were sent.
-pub fn produce(
-    bootstrap: &str,
-    topic: &str,
-    values: impl Iterator<Item = String>,
-) -> Result<u64, KafkaToolError> {
+pub fn produce(bootstrap: &str, topic: &str, values: impl Iterator<Item = String>) -> Result<u64, KafkaToolError> {
     let what = format!("producing to {topic}");
     let producer: BaseProducer = client_config(bootstrap, &Default::default())
         .set("linger.ms", "5")
@@ -80,7 +76,10 @@ pub fn produce(
             match producer.send(record) {
                 Ok(()) => break,
                 // The local queue is full: let deliveries drain it.
-                Err((rdkafka::error::KafkaError::MessageProduction(rdkafka::types::RDKafkaErrorCode::QueueFull), back)) => {
+                Err((
+                    rdkafka::error::KafkaError::MessageProduction(rdkafka::types::RDKafkaErrorCode::QueueFull),
+                    back,
+                )) => {
                     record = back;
                     producer.poll(Duration::from_millis(1));
                 }
