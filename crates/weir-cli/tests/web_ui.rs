@@ -104,6 +104,19 @@ fn the_web_ui_shows_a_running_job_in_a_real_browser() {
     assert!(page.contains("Duration and size over time") && page.contains("class=\"chart\""), "{page}");
     assert!(page.contains("<span class=\"state st-COMPLETED\">COMPLETED</span>"), "no completed checkpoint: {page}");
     assert!(page.contains(&checkpoints_url), "checkpoint storage not shown: {page}");
+    // One checkpoint opened: its part per task and per subtask.
+    let completed =
+        common::get(&format!("{rest}/jobs/{jid}/checkpoints")).json()["latest"]["completed"]["id"].as_u64().unwrap();
+    let page = rendered(&format!("{rest}/#/job/{jid}/checkpoints?checkpoint={completed}"));
+    assert!(
+        page.contains("id=\"checkpoint-breakdown\"") && page.contains(&format!("Checkpoint {completed} ")),
+        "{page}"
+    );
+    assert!(
+        page.contains("<b>enrich</b>") && page.contains("<th class=\"num\">Subtask</th>"),
+        "no per-task rows: {page}"
+    );
+    assert!(page.contains("State by operator uid") && page.contains("<td class=\"mono\">counter</td>"), "{page}");
 
     // The job's configuration tab and the JobManager's configuration.
     let page = rendered(&format!("{rest}/#/job/{jid}/configuration"));

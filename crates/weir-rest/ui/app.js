@@ -221,7 +221,7 @@ async function pageJob(jid, tab, params) {
   ].map(([id, label, count]) => `<a class="tab${tab === id ? " active" : ""}" href="#/job/${esc(jid)}/${id}">${label}${count !== null ? `<span class="count">${count}</span>` : ""}</a>`).join("");
   let body;
   if (tab === "exceptions") body = tabExceptions(job, exceptions);
-  else if (tab === "checkpoints") body = await tabCheckpoints(jid, checkpoints);
+  else if (tab === "checkpoints") body = await tabCheckpoints(jid, checkpoints, job, params.get("checkpoint"));
   else if (tab === "configuration") body = await tabConfiguration(jid);
   else body = await tabOverview(job, params.get("vertex"));
   return `
@@ -462,12 +462,38 @@ function checkpointChart(history) {
     </svg>`;
 }
 
-async function tabCheckpoints(jid, stats) {
+// One checkpoint's part per operator, and per subtask of each, as Flink's dashboard shows
+// when a checkpoint of the history is opened.
+async function checkpointBreakdown(jid, job, id) {
+  const details = await api(`jobs/${jid}/checkpoints/details/${id}`).catch(() => null);
+  if (!details) return `<div class="panel"><h2>Checkpoint ${esc(id)}</h2><div class="empty">It is no longer in the history.</div></div>`;
+  const names = Object.fromEntries(job.vertices.map((v) => [v.id, v.name]));
+  const vertices = job.vertices.map((v) => v.id).filter((vid) => details.tasks[vid]);
+  const parts = await Promise.all(vertices.map((vid) => api(`jobs/${jid}/checkpoints/details/${id}/subtasks/${vid}`).catch(() => null)));
+  const rows = vertices.map((vid, i) => {
+    const t = details.tasks[vid];
+    const subtasks = parts[i] ? parts[i].subtasks.map((s) => `<tr class="sub"><td class="num">${s.index}</td><td>${esc(s.status)}</td>
+      <td class="num">${s.ack_timestamp ? fmtTime(s.ack_timestamp) : "–"}</td><td class="num">${s.end_to_end_duration !== null && s.end_to_end_duration !== undefined ? fmtDuration(s.end_to_end_duration) : "–"}</td>
+      <td class="num">${s.checkpointed_size !== null && s.checkpointed_size !== undefined ? fmtBytes(s.checkpointed_size) : "–"}</td><td class="num">${s.state_size !== null && s.state_size !== undefined ? fmtBytes(s.state_size) : "–"}</td></tr>`).join("") : "";
+    return `<tr><td><b>${esc(names[vid] || vid)}</b></td><td class="num">${t.num_acknowledged_subtasks}/${t.num_subtasks}</td>
+      <td class="num">${t.latest_ack_timestamp ? fmtTime(t.latest_ack_timestamp) : "–"}</td><td class="num">${fmtDuration(t.end_to_end_duration)}</td>
+      <td class="num">${fmtBytes(t.checkpointed_size)}</td><td class="num">${fmtBytes(t.state_size)}</td></tr>
+      ${subtasks ? `<tr><td colspan="6"><table class="nested"><thead><tr><th class="num">Subtask</th><th>Status</th><th class="num">Acknowledged</th><th class="num">End to End</th><th class="num">Checkpointed</th><th class="num">State Size</th></tr></thead><tbody>${subtasks}</tbody></table></td></tr>` : ""}`;
+  }).join("");
+  const operators = Object.entries(details.operator_sizes || {}).map(([uid, size]) => `<tr><td class="mono">${esc(uid)}</td><td class="num">${fmtBytes(size)}</td></tr>`).join("");
+  return `<div class="panel" id="checkpoint-breakdown"><h2>Checkpoint ${esc(String(details.id))} ${badge(details.status)} <span class="muted" style="font-weight:400">per operator and subtask</span></h2>
+    <table><thead><tr><th>Task</th><th class="num">Acknowledged</th><th class="num">Latest Acknowledgement</th><th class="num">End to End</th><th class="num">Checkpointed Data Size</th><th class="num">Full State Size</th></tr></thead>
+    <tbody>${rows || `<tr><td colspan="6" class="empty">No task acknowledged it.</td></tr>`}</tbody></table>
+    ${operators ? `<h3>State by operator uid</h3><table><thead><tr><th>Operator uid</th><th class="num">Size</th></tr></thead><tbody>${operators}</tbody></table>` : ""}</div>`;
+}
+
+async function tabCheckpoints(jid, stats, job, selected) {
   const config = await api(`jobs/${jid}/checkpoints/config`);
   const counts = stats.counts;
   const latest = stats.latest;
+  const breakdown = selected ? await checkpointBreakdown(jid, job, selected) : "";
   const history = stats.history.map((c) => `
-    <tr><td class="num">${c.id}${c.is_savepoint ? ` <span class="muted">savepoint</span>` : ""}</td>
+    <tr class="link${String(c.id) === selected ? " selected" : ""}" onclick="location.hash='#/job/${esc(jid)}/checkpoints?checkpoint=${c.id}'"><td class="num">${c.id}${c.is_savepoint ? ` <span class="muted">savepoint</span>` : ""}</td>
       <td>${badge(c.status)}</td>
       <td class="num">${c.num_acknowledged_subtasks}/${c.num_subtasks}</td>
       <td class="nowrap">${fmtTime(c.trigger_timestamp)}</td>
@@ -492,7 +518,8 @@ async function tabCheckpoints(jid, stats) {
       ${checkpointSummary("Latest Failed Checkpoint", latest.failed)}
       ${checkpointSummary("Latest Restore", latest.restored, latest.restored ? `<dt>Restored at</dt><dd>${fmtTime(latest.restored.restore_timestamp)}</dd>` : "")}
     </div>
-    <div class="panel"><h2>History (newest first)</h2>
+    ${breakdown}
+    <div class="panel"><h2>History (newest first) <span class="muted" style="font-weight:400">(click one for its part per operator and subtask)</span></h2>
       ${history ? `<table><thead><tr><th class="num">ID</th><th>Status</th><th class="num">Acknowledged</th><th>Trigger Time</th><th>Latest Acknowledgement</th><th class="num">End to End Duration</th><th class="num">Checkpointed Data Size</th><th>Path / Failure</th></tr></thead><tbody>${history}</tbody></table>`
         : `<div class="empty">${enabled ? "No checkpoint yet." : "Checkpointing is off: set execution.checkpointing.interval to enable it."}</div>`}
     </div>
