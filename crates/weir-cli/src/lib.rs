@@ -110,6 +110,9 @@ fn init_logging(default_filter: &str) {
         .with_env_filter(filter)
         // Also kept in memory for the REST API's /jobmanager/log.
         .with_writer(|| weir_runtime::log_tail::TeeToStderr)
+        // Its own write errors it would print with `eprintln!`, which panics on a closed
+        // stderr (see `TeeToStderr`).
+        .log_internal_errors(false)
         .with_target(false);
     // WEIR_LOG_FORMAT=json: one JSON object per line, for log shippers (Flink's JSON layout).
     if std::env::var("WEIR_LOG_FORMAT").is_ok_and(|format| format.eq_ignore_ascii_case("json")) {

@@ -97,3 +97,36 @@ fn json_logs_are_one_object_per_line() {
     }
     assert!(logged.iter().any(|l| l["message"] == "REST API listening"), "{stderr}");
 }
+
+/// A run whose stderr reader went away (`weir run ... 2>&1 | head`) keeps running and
+/// checkpointing: a log line that cannot be written is dropped, and no thread dies of it
+/// (the logger used to report its write error with `eprintln!`, which panics on that stderr,
+/// in the job master's thread: the job stuck, a task spinning).
+#[test]
+fn a_run_keeps_checkpointing_when_its_stderr_is_closed() {
+    use std::io::BufRead as _;
+    let mut child = common::KilledOnDrop(
+        common::weir()
+            .env("WEIR_LOG", "info")
+            .args(["run", "-D", "rest.port=0", "-D", "execution.checkpointing.interval=100ms"])
+            .args(["counter", "--users", "3", "--rate", "100", "--output", "none"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut stderr = std::io::BufReader::new(child.0.stderr.take().unwrap());
+    let mut line = String::new();
+    let rest = loop {
+        line.clear();
+        assert!(stderr.read_line(&mut line).unwrap() > 0, "weir ended before its REST address");
+        if let Some(url) = line.split("REST API at ").nth(1) {
+            break url.trim().to_string();
+        }
+    };
+    // The reader goes away: every later write to stderr fails.
+    drop(stderr);
+    let jobs = common::poll_json(&format!("{rest}/jobs/overview"), |j| j["jobs"][0]["state"] == "RUNNING");
+    let job = jobs["jobs"][0]["jid"].as_str().unwrap().to_string();
+    common::poll_json(&format!("{rest}/jobs/{job}/checkpoints"), |c| c["counts"]["completed"].as_u64() >= Some(5));
+}

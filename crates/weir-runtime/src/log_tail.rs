@@ -36,18 +36,24 @@ pub fn snapshot() -> Vec<u8> {
 }
 
 /// A writer for the logger: each write goes to stderr and to the tail.
+///
+/// A stderr that cannot be written (its reader went away: `weir run ... 2>&1 | head`) loses
+/// the line there but not here, and is no error: the logger would report it with
+/// `eprintln!`, which panics on that same stderr, in whichever thread logged (a job master
+/// mid-checkpoint).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct TeeToStderr;
 
 impl std::io::Write for TeeToStderr {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         append(buf);
-        std::io::stderr().write_all(buf)?;
+        let _ = std::io::stderr().write_all(buf);
         Ok(buf.len())
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
-        std::io::stderr().flush()
+        let _ = std::io::stderr().flush();
+        Ok(())
     }
 }
 
