@@ -157,6 +157,7 @@ fn register(rpc: &str, taskmanager_id: &str) -> Option<TcpStream> {
         slots: 0,
         data_address: "127.0.0.1:9".to_string(),
         running: Vec::new(),
+        hardware: Default::default(),
     };
     send(&mut stream, &register).unwrap();
     stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();

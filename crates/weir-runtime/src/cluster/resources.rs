@@ -810,8 +810,13 @@ mod tests {
         let stream = TcpStream::connect(address).unwrap();
         let mut stream = WireSecurity::open().connect(stream, Plane::Control).unwrap();
         stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-        let register =
-            ToJobManager::Register { taskmanager_id: id.into(), slots: 2, data_address: format!("{id}:1"), running };
+        let register = ToJobManager::Register {
+            taskmanager_id: id.into(),
+            slots: 2,
+            data_address: format!("{id}:1"),
+            running,
+            hardware: Hardware::default(),
+        };
         send(&mut stream, &register).unwrap();
         let mut reader = BufReader::new(stream);
         let welcome: Option<Frame<ToTaskManager>> = receive(&mut reader).unwrap();
