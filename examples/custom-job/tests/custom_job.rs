@@ -41,7 +41,8 @@ fn a_malformed_line_fails_the_job_with_the_function_error() {
     assert_eq!(output.status.code(), Some(1));
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stdout.contains("ended with state FAILED"), "{stdout}");
+    // The job's records go to stdout, so its status lines go to stderr.
+    assert!(stderr.contains("ended with state FAILED") && !stdout.contains("ended with state"), "{stdout}{stderr}");
     let errors: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error:")).collect();
     assert_eq!(errors.len(), 1, "{stderr}");
     assert!(errors[0].contains("FAILED") && errors[0].contains("'hot' is not a temperature"), "{stderr}");
