@@ -49,16 +49,18 @@ pub(crate) async fn refuse_program_upload(body: Body) -> ApiError {
 }
 
 /// `POST /jars/upload`: Flink's jar upload (the dashboard's "Submit New Job", scripts).
-#[utoipa::path(post, path = "/jars/upload", tag = "jobs", summary = "Flink's jar upload: refused after reading it (weir runs the jobs compiled into its binary)", responses((status = 400, description = "weir runs no jars; the message says what to do instead", body = crate::responses::ErrorResponse)))]
+/// weir has no jar store, so the answer is 404, with what to do instead.
+#[utoipa::path(post, path = "/jars/upload", tag = "jobs", summary = "Flink's jar upload: read, then 404 (weir has no jars: it runs the jobs compiled into its binary)", responses((status = 404, description = "weir has no jars; the message says what to do instead", body = crate::responses::ErrorResponse)))]
 pub(crate) async fn upload_jar(body: Body) -> ApiError {
-    refuse_program_upload(body).await
+    drain(body).await;
+    ApiError::new(StatusCode::NOT_FOUND, RUN_CATALOG_JOBS.to_string())
 }
 
-/// `POST /jars/{jarid}/run`: no jar was ever uploaded.
-#[utoipa::path(post, path = "/jars/{jarid}/run", tag = "jobs", summary = "Flink's run of an uploaded jar: refused (weir runs the jobs compiled into its binary)", params(("jarid" = String, Path, description = "The id Flink's upload would have given")), responses((status = 400, description = "weir runs no jars; the message says what to do instead", body = crate::responses::ErrorResponse)))]
+/// `POST /jars/{jarid}/run`: no jar was ever uploaded, so there is none of that id (404).
+#[utoipa::path(post, path = "/jars/{jarid}/run", tag = "jobs", summary = "Flink's run of an uploaded jar: 404 (weir has no jars: it runs the jobs compiled into its binary)", params(("jarid" = String, Path, description = "The id Flink's upload would have given")), responses((status = 404, description = "weir has no jars; the message says what to do instead", body = crate::responses::ErrorResponse)))]
 pub(crate) async fn run_jar(body: Body) -> ApiError {
     drain(body).await;
-    ApiError::new(StatusCode::BAD_REQUEST, RUN_CATALOG_JOBS.to_string())
+    ApiError::new(StatusCode::NOT_FOUND, RUN_CATALOG_JOBS.to_string())
 }
 
 #[cfg(test)]

@@ -393,15 +393,16 @@ fn upload(server: &RestServer, path: &str, size: usize) -> (u16, String) {
 }
 
 /// `flink run` posts a JobGraph and jars to `/jobs`, and scripts upload jars to
-/// `/jars/upload`: weir reads the whole upload, then answers 400 saying what to run instead
+/// `/jars/upload`: weir reads the whole upload, then answers 400 (a JobGraph) or 404 (no jars) saying what to run instead
 /// (a Flink client shown "Channel became inactive" retries for a minute).
 #[test]
 fn a_flink_program_upload_is_read_then_refused_with_what_to_do() {
     let (_dispatcher, server) = start(2);
-    for path in ["/jobs", "/v1/jobs", "/jars/upload", "/jars/abc_job.jar/run"] {
+    // A JobGraph is a bad submission (400); there are no jars to upload to or run (404).
+    for (path, want) in [("/jobs", 400), ("/v1/jobs", 400), ("/jars/upload", 404), ("/jars/abc_job.jar/run", 404)] {
         let started = std::time::Instant::now();
         let (status, body) = upload(&server, path, 8 << 20);
-        assert_eq!(status, 400, "{path}: {body}");
+        assert_eq!(status, want, "{path}: {body}");
         assert!(body.contains("weir runs the jobs compiled into its binary") && body.contains("weir jobs"), "{body}");
         assert!(started.elapsed() < Duration::from_secs(10), "{path} took {:?}", started.elapsed());
     }
