@@ -23,6 +23,8 @@ use crate::settings;
 
 /// Longest `weir cluster start` waits for its processes to be up.
 const CLUSTER_START_WAIT_MAX: Duration = Duration::from_secs(20);
+/// Longest `cluster stop` waits for the processes it stopped to exit.
+const CLUSTER_STOP_WAIT_MAX: Duration = Duration::from_secs(15);
 
 /// `weir jobmanager`: a JobManager until SIGTERM or SIGINT (what stopping means for its
 /// jobs depends on high availability: see `weir_jobmanager::JobManager::run`).
@@ -530,16 +532,23 @@ fn stop() -> Result<ExitCode, CliError> {
     let pid_file = cluster_dir().join("cluster.pids");
     let text = std::fs::read_to_string(&pid_file)
         .map_err(|_| CliError::runtime(format!("no cluster to stop: {} does not exist", pid_file.display())))?;
-    let mut stopped = 0;
+    let mut stopped = Vec::new();
     for pid in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
         if !is_cluster_process(pid) {
             continue;
         }
         let status = Command::new("kill").arg(pid.trim()).stdout(Stdio::null()).stderr(Stdio::null()).status();
         if status.is_ok_and(|s| s.success()) {
-            stopped += 1;
+            stopped.push(pid);
         }
     }
+    // Gone before this returns, as stop-cluster.sh's processes are: a `cluster start` right
+    // after must find their ports free.
+    let deadline = Instant::now() + CLUSTER_STOP_WAIT_MAX;
+    while stopped.iter().any(|pid| is_cluster_process(pid)) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let stopped = stopped.len();
     let _ = std::fs::remove_file(&pid_file);
     println!("Stopped {stopped} cluster process(es).");
     Ok(ExitCode::SUCCESS)
