@@ -425,7 +425,7 @@ fn the_flink_cli_lists_checkpoints_savepoints_disposes_stops_and_cancels() {
 #[test]
 fn flinks_dashboard_shows_the_busy_and_backpressured_time_of_weirs_vertices() {
     let home = flink_home();
-    let mut run = RunningWeir::start(&[
+    let (mut run, rest, job) = start_running(&[
         "run",
         "-D",
         "rest.port=0",
@@ -439,9 +439,6 @@ fn flinks_dashboard_shows_the_busy_and_backpressured_time_of_weirs_vertices() {
         "--output",
         "none",
     ]);
-    let rest = run.rest_url();
-    let job = run.job_id();
-    poll_json(&format!("{rest}/jobs/{job}"), |d| d["state"] == "RUNNING");
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/flink/dashboard.py");
     let mut dashboard = common::KilledOnDrop(
