@@ -37,6 +37,9 @@ class Dashboard(http.server.BaseHTTPRequestHandler):
                 self.answer(response.status, response.headers.get("Content-Type", "application/json"), response.read())
         except urllib.error.HTTPError as error:
             self.answer(error.code, "application/json", error.read())
+        except (urllib.error.URLError, OSError) as error:
+            # weir did not answer: say so, as Flink's JobManager would, instead of hanging up.
+            self.answer(502, "application/json", ('{"errors": ["%s"]}' % str(error).replace('"', "'")).encode())
 
 
 print(f"dashboard at http://127.0.0.1:{PORT}", flush=True)
