@@ -116,13 +116,19 @@ impl StreamExecutionEnvironment {
     }
 
     /// Adds a source whose records get timestamps and watermarks from `strategy` right at the
-    /// source (Flink's `env.fromSource(source, watermarkStrategy, name)`).
+    /// source (Flink's `env.fromSource(source, watermarkStrategy, name)`). A source whose
+    /// readers have splits (a Kafka source's partitions) gets one watermark per split, and
+    /// each subtask emits the minimum over its splits that have not ended or gone idle, so
+    /// one partition read behind the others does not make its records late. As in Flink, a
+    /// split without records holds the watermark back until it is idle: give the strategy
+    /// [`with_idleness`](WatermarkStrategy::with_idleness) when partitions may stay empty.
+    /// (Per split only while the strategy runs chained to the source, at its parallelism.)
     pub fn from_source_with_watermarks<T: Data, S: Source<T>>(
         &self,
         source: S,
         strategy: WatermarkStrategy<T>,
     ) -> DataStream<T> {
-        self.from_source(source).assign_timestamps_and_watermarks(strategy)
+        self.from_source(source).timestamps_and_watermarks(strategy, true)
     }
 
     fn add_node(&self, mut node: StreamNode) -> usize {
@@ -367,9 +373,18 @@ impl<T: Data> DataStream<T> {
     /// Gives every record an event timestamp and emits watermarks as `strategy` says; the
     /// event-time operators after it (windows, event-time timers) run on them.
     pub fn assign_timestamps_and_watermarks(&self, strategy: WatermarkStrategy<T>) -> DataStream<T> {
+        self.timestamps_and_watermarks(strategy, false)
+    }
+
+    /// The strategy's operator; `per_split` when the strategy was given to the source.
+    fn timestamps_and_watermarks(&self, strategy: WatermarkStrategy<T>, per_split: bool) -> DataStream<T> {
         let factory: OperatorFactory = Arc::new(move |ctx: &TaskContext, downstream: ErasedOperator| {
             let next = downcast::<Box<dyn Operator<T>>>(downstream, "watermark output")?;
-            let op: Box<dyn Operator<T>> = Box::new(TimestampsAndWatermarksOperator::new(ctx, &strategy, next));
+            let op: Box<dyn Operator<T>> = Box::new(if per_split {
+                TimestampsAndWatermarksOperator::per_split(ctx, &strategy, next)
+            } else {
+                TimestampsAndWatermarksOperator::new(ctx, &strategy, next)
+            });
             Ok(Box::new(op) as ErasedOperator)
         });
         self.add_operator("Timestamps/Watermarks", false, self.plain_edge(), factory)

@@ -812,7 +812,12 @@ impl<T: Send> TaskBody for SourceBody<T> {
         match poll {
             SourcePoll::Data => {
                 self.ctx.metrics.add_in(self.batch.len());
-                self.head.process_batch(&mut self.batch)?;
+                match self.reader.splits() {
+                    Some(splits) if splits.records.len() == self.batch.len() => {
+                        self.head.process_split_batch(&mut self.batch, splits)?
+                    }
+                    _ => self.head.process_batch(&mut self.batch)?,
+                }
                 self.flush_timer.flush_if_due(self.head.as_mut())?;
                 Ok(Step::Worked)
             }

@@ -61,7 +61,7 @@ pub mod prelude {
     pub use crate::joins::ProcessJoinFunction;
     pub use crate::side_output::OutputTag;
     pub use crate::sink::{Sink, SinkWriter};
-    pub use crate::source::{Boundedness, Source, SourcePoll, SourceReader};
+    pub use crate::source::{Boundedness, Source, SourcePoll, SourceReader, SplitInfo};
     pub use crate::testing::{CollectSink, EndlessSource, FailOn, RunningCount, VecSource};
     pub use crate::watermarks::WatermarkStrategy;
     pub use crate::windows::{

@@ -11,6 +11,7 @@ use weir_types::JobId;
 
 use crate::error::TaskError;
 use crate::snapshot::{Barrier, RestoredOperator, SnapshotSink, TaskControl, TaskSnapshot};
+use crate::source::SplitInfo;
 
 /// A record without an event timestamp (Flink's `Long.MIN_VALUE`).
 pub const NO_TIMESTAMP: i64 = i64::MIN;
@@ -50,6 +51,13 @@ pub trait Operator<I>: Send {
     ) -> Result<(), TaskError> {
         timestamps.clear();
         if hashes.is_empty() { self.process_batch(batch) } else { self.process_hashed_batch(batch, hashes) }
+    }
+
+    /// Processes and drains a source's batch with the reader's splits (which split each
+    /// record came from): the source's own watermark strategy keeps a watermark per split;
+    /// every other link ignores them.
+    fn process_split_batch(&mut self, batch: &mut Vec<I>, _splits: SplitInfo<'_>) -> Result<(), TaskError> {
+        self.process_batch(batch)
     }
 
     /// The event-time clock of this link's input advanced to `watermark`: fire the event-time
@@ -454,6 +462,10 @@ impl<T: Send> Operator<T> for Metered<T> {
     ) -> Result<(), TaskError> {
         self.count(batch.len());
         self.inner.process_timestamped_batch(batch, timestamps, hashes)
+    }
+    fn process_split_batch(&mut self, batch: &mut Vec<T>, splits: SplitInfo<'_>) -> Result<(), TaskError> {
+        self.count(batch.len());
+        self.inner.process_split_batch(batch, splits)
     }
     fn process_watermark(&mut self, watermark: i64) -> Result<(), TaskError> {
         self.inner.process_watermark(watermark)

@@ -78,4 +78,27 @@ pub trait SourceReader<T>: Send {
     fn notify_checkpoint_complete(&mut self, _checkpoint_id: u64) -> Result<(), TaskError> {
         Ok(())
     }
+
+    /// The splits the reader reads (a Kafka source's partitions), for per-split watermarks:
+    /// a watermark strategy given to the source
+    /// ([`from_source_with_watermarks`](crate::datastream::StreamExecutionEnvironment::from_source_with_watermarks))
+    /// then keeps one watermark per split and emits their minimum, so one slow split's
+    /// records are not made late by the others (Flink's per-partition watermarks). `None`
+    /// (the default): the reader has no splits, and the strategy sees its records as one
+    /// stream.
+    fn splits(&self) -> Option<SplitInfo<'_>> {
+        None
+    }
+}
+
+/// A reader's splits as [`SourceReader::splits`] reports them, after a poll.
+#[derive(Clone, Copy, Debug)]
+pub struct SplitInfo<'a> {
+    /// The split of each record the last `poll_next` appended, in order: an index into
+    /// `ended`. A split keeps its index for the reader's life; a new one takes the next.
+    pub records: &'a [u32],
+    /// Per split, whether it ended (a bounded split read to its stop): an ended split no
+    /// longer holds back the watermark. A split that has not ended holds it back until it has
+    /// records, or until it is idle for the strategy's idleness timeout, as in Flink.
+    pub ended: &'a [bool],
 }

@@ -3,6 +3,7 @@
 mod keyed_process;
 mod process;
 mod sink;
+mod split_watermarks;
 mod stateless;
 mod watermarks;
 

@@ -2,9 +2,11 @@
 
 use std::sync::Arc;
 
+use super::split_watermarks::{CombinedTime, SplitWatermarks};
 use crate::error::TaskError;
-use crate::operator::{Clock, MAX_WATERMARK, NO_TIMESTAMP, Operator, TaskContext};
+use crate::operator::{Clock, MAX_WATERMARK, MIN_WATERMARK, NO_TIMESTAMP, Operator, TaskContext};
 use crate::snapshot::{Barrier, TaskSnapshot};
+use crate::source::SplitInfo;
 use crate::watermarks::{TimestampAssigner, WatermarkGenerator, WatermarkStrategy};
 
 /// Gives every record a timestamp and emits a watermark every
@@ -21,6 +23,10 @@ pub struct TimestampsAndWatermarksOperator<T> {
     idle: bool,
     clock: Arc<dyn Clock>,
     timestamps: Vec<i64>,
+    /// A strategy given to its source: one watermark per split of the source's reader.
+    splits: Option<SplitWatermarks>,
+    /// The newest watermark emitted from the splits' combined time.
+    emitted: i64,
     next: Box<dyn Operator<T>>,
 }
 
@@ -40,7 +46,60 @@ impl<T> TimestampsAndWatermarksOperator<T> {
             idle: false,
             clock: Arc::clone(&ctx.clock),
             timestamps: Vec::new(),
+            splits: None,
+            emitted: MIN_WATERMARK,
             next,
+        }
+    }
+
+    /// Applies `strategy` given to the source itself: when the source's reader has splits
+    /// (a Kafka source's partitions), each split gets its own watermark and the subtask
+    /// emits their minimum (Flink's per-split watermarks of `fromSource(source, strategy)`).
+    pub fn per_split(ctx: &TaskContext, strategy: &WatermarkStrategy<T>, next: Box<dyn Operator<T>>) -> Self {
+        let mut op = Self::new(ctx, strategy, next);
+        op.splits = Some(SplitWatermarks::new(strategy.out_of_orderness_ms));
+        op
+    }
+
+    /// The subtask's own watermark and idleness, from every record it saw.
+    fn emit_subtask_time(&mut self, now_ms: u64) -> Result<(), TaskError> {
+        if let Some(watermark) = self.generator.on_periodic_emit() {
+            // Splits seen later must not take the watermark back below this one.
+            self.emitted = self.emitted.max(watermark);
+            self.next.process_watermark(watermark)?;
+        }
+        if let Some(timeout) = self.idle_timeout_ms
+            && !self.idle
+            && now_ms.saturating_sub(self.last_record_ms) >= timeout
+        {
+            self.idle = true;
+            self.next.process_watermark_status(true)?;
+        }
+        Ok(())
+    }
+
+    /// The splits' combined watermark, or the subtask's idleness when every split is idle.
+    fn emit_combined_time(&mut self, combined: CombinedTime, now_ms: u64) -> Result<(), TaskError> {
+        match combined {
+            CombinedTime::Nothing => self.emit_subtask_time(now_ms),
+            CombinedTime::Idle => {
+                if !self.idle {
+                    self.idle = true;
+                    self.next.process_watermark_status(true)?;
+                }
+                Ok(())
+            }
+            CombinedTime::Watermark(watermark) => {
+                if self.idle {
+                    self.idle = false;
+                    self.next.process_watermark_status(false)?;
+                }
+                if watermark > self.emitted {
+                    self.emitted = watermark;
+                    self.next.process_watermark(watermark)?;
+                }
+                Ok(())
+            }
         }
     }
 
@@ -92,6 +151,15 @@ impl<T: Send> Operator<T> for TimestampsAndWatermarksOperator<T> {
         self.next.process_timestamped_batch(batch, &mut self.timestamps, &mut Vec::new())
     }
 
+    fn process_split_batch(&mut self, batch: &mut Vec<T>, splits: SplitInfo<'_>) -> Result<(), TaskError> {
+        self.assign(batch, None);
+        if let Some(split_time) = self.splits.as_mut() {
+            split_time.on_records(splits, &self.timestamps, self.clock.now_ms());
+        }
+        self.on_records(batch.len())?;
+        self.next.process_timestamped_batch(batch, &mut self.timestamps, &mut Vec::new())
+    }
+
     fn process_watermark(&mut self, watermark: i64) -> Result<(), TaskError> {
         // Only the end of input's (or a drain's) final watermark passes: the strategy owns
         // event time here. After it, event time is over: no periodic watermark follows.
@@ -109,15 +177,12 @@ impl<T: Send> Operator<T> for TimestampsAndWatermarksOperator<T> {
     fn fire_timers(&mut self, now_ms: u64) -> Result<(), TaskError> {
         if self.emits && now_ms >= self.next_emit_ms {
             self.next_emit_ms = now_ms + self.interval_ms;
-            if let Some(watermark) = self.generator.on_periodic_emit() {
-                self.next.process_watermark(watermark)?;
-            }
-            if let Some(timeout) = self.idle_timeout_ms
-                && !self.idle
-                && now_ms.saturating_sub(self.last_record_ms) >= timeout
-            {
-                self.idle = true;
-                self.next.process_watermark_status(true)?;
+            match self.splits.as_mut() {
+                Some(split_time) => {
+                    let combined = split_time.on_periodic_emit(now_ms, self.idle_timeout_ms);
+                    self.emit_combined_time(combined, now_ms)?;
+                }
+                None => self.emit_subtask_time(now_ms)?,
             }
         }
         self.next.fire_timers(now_ms)

@@ -22,7 +22,7 @@ use serde::de::DeserializeOwned;
 use weir_api::error::TaskError;
 use weir_api::operator::TaskContext;
 use weir_api::snapshot::Redistribution;
-use weir_api::source::{Boundedness, Source, SourcePoll, SourcePositions, SourceReader};
+use weir_api::source::{Boundedness, Source, SourcePoll, SourcePositions, SourceReader, SplitInfo};
 
 use super::{client_config, partition_owner};
 
@@ -368,6 +368,10 @@ struct KafkaReader<T> {
     partitions: Vec<PartitionReader>,
     /// Each partition's record queue, by the index of `partitions`.
     queues: Vec<PartitionQueue<SourceContext>>,
+    /// The partition (index of `partitions`) of each record the last poll appended, and per
+    /// partition whether it ended: the splits of per-partition watermarks.
+    record_splits: Vec<u32>,
+    ended: Vec<bool>,
     cursor: usize,
     pattern: Option<regex::Regex>,
     pending_commits: VecDeque<(u64, TopicPartitionList)>,
@@ -423,6 +427,8 @@ impl<T: Send + 'static> KafkaReader<T> {
             parallelism: ctx.parallelism,
             partitions: Vec::new(),
             queues: Vec::new(),
+            record_splits: Vec::new(),
+            ended: Vec::new(),
             cursor: 0,
             pattern,
             pending_commits: VecDeque::new(),
@@ -801,6 +807,7 @@ impl<T: Send + 'static> SourceReader<T> for KafkaReader<T> {
         }
         let budget = max_records.saturating_sub(out.len());
         let mut produced = 0;
+        self.record_splits.clear();
         // The main queue carries errors and commit results. Records come from the partitions'
         // queues, but one fetched before its queue was split off lands here: it goes to its
         // partition like any other (never dropped: its offset would be skipped).
@@ -811,14 +818,16 @@ impl<T: Send + 'static> SourceReader<T> for KafkaReader<T> {
                 Ok(message) => {
                     let found = self
                         .partitions
-                        .iter_mut()
-                        .find(|p| p.partition == message.partition() && p.topic == message.topic());
-                    let Some(partition) = found else { continue };
+                        .iter()
+                        .position(|p| p.partition == message.partition() && p.topic == message.topic());
+                    let Some(index) = found else { continue };
+                    let partition = &mut self.partitions[index];
                     if partition.done {
                         continue;
                     }
                     if self.decoder.accept(partition, &message, out)? {
                         produced += 1;
+                        self.record_splits.push(index as u32);
                     }
                 }
                 Err(KafkaError::PartitionEOF(_)) => {}
@@ -886,6 +895,7 @@ impl<T: Send + 'static> SourceReader<T> for KafkaReader<T> {
                 };
                 if self.decoder.accept(partition, &message, out)? {
                     produced += 1;
+                    self.record_splits.push(index as u32);
                 }
                 if partition.done {
                     break;
@@ -895,6 +905,8 @@ impl<T: Send + 'static> SourceReader<T> for KafkaReader<T> {
         if count > 0 {
             self.cursor = (self.cursor + 1) % count;
         }
+        self.ended.clear();
+        self.ended.extend(self.partitions.iter().map(|p| p.done));
         for (topic, partition, offset) in refetch {
             if let Err(e) = self.consumer.seek(&topic, partition, Offset::Offset(offset), REQUEST_TIMEOUT) {
                 tracing::warn!("kafka source: fetching '{topic}' partition {partition} again from {offset}: {e}");
@@ -907,6 +919,10 @@ impl<T: Send + 'static> SourceReader<T> for KafkaReader<T> {
             return Ok(SourcePoll::End);
         }
         Ok(SourcePoll::Idle(IDLE_WAIT))
+    }
+
+    fn splits(&self) -> Option<SplitInfo<'_>> {
+        Some(SplitInfo { records: &self.record_splits, ended: &self.ended })
     }
 
     fn snapshot_positions(&self) -> SourcePositions {
