@@ -657,7 +657,18 @@ fn poll_control(
     let Some(control) = control else {
         return Ok(None);
     };
-    let queued: Vec<TaskControl> = control.try_iter().take(CONTROL_BATCH_MAX).collect();
+    let mut queued: Vec<TaskControl> = Vec::new();
+    let mut disconnected = false;
+    while queued.len() < CONTROL_BATCH_MAX {
+        match control.try_recv() {
+            Ok(message) => queued.push(message),
+            Err(TryRecvError::Empty) => break,
+            Err(TryRecvError::Disconnected) => {
+                disconnected = true;
+                break;
+            }
+        }
+    }
     let aborted: Vec<u64> = queued
         .iter()
         .filter_map(|message| match message {
@@ -677,15 +688,30 @@ fn poll_control(
             return Ok(Some(Step::Finished));
         }
     }
+    if disconnected {
+        return Err(orphaned());
+    }
     if !stopping {
         return Ok(None);
     }
-    if let Ok(message) = control.recv_timeout(IDLE_WAIT_MAX)
-        && let ControlOutcome::Stop = on_control(message)?
-    {
-        return Ok(Some(Step::Finished));
+    match control.recv_timeout(IDLE_WAIT_MAX) {
+        Ok(message) => {
+            if let ControlOutcome::Stop = on_control(message)? {
+                return Ok(Some(Step::Finished));
+            }
+        }
+        Err(RecvTimeoutError::Disconnected) => return Err(orphaned()),
+        Err(RecvTimeoutError::Timeout) => {}
     }
     Ok(Some(Step::Idle))
+}
+
+/// The task's control channel closed: whoever ran it (the job master, its TaskManager) is
+/// gone, so no checkpoint, stop or cancel can reach it any more. It ends as cancelled
+/// rather than run (or, waiting for a stop, spin) unsupervised.
+fn orphaned() -> TaskError {
+    tracing::warn!("a task's control channel closed: nothing supervises it any more, so it cancels itself");
+    TaskError::Cancelled
 }
 
 /// Control messages handled in one step, at most (the rest wait for the next step).
@@ -1403,7 +1429,7 @@ mod tests {
 
     #[test]
     fn a_snapshot_times_its_start_delay_and_alignment() {
-        let TwoInputs { snapshots, in0_tx, in1_tx, mut body, .. } = two_inputs();
+        let TwoInputs { control_tx: _supervised, snapshots, in0_tx, in1_tx, mut body, .. } = two_inputs();
         // Triggered 300 ms ago; the second input's barrier comes 100 ms after the first's.
         let triggered = Barrier { timestamp_ms: weir_types::lifecycle::now_ms() - 300, ..barrier(1) };
         in0_tx.send(StreamElement::Barrier(triggered.clone())).unwrap();
@@ -1417,6 +1443,16 @@ mod tests {
         assert!((300..5_000).contains(&timings.start_delay_ms), "{timings:?}");
         assert!((100..5_000).contains(&timings.alignment_ms), "{timings:?}");
         assert!(timings.sync_ms < 5_000 && timings.async_ms == 0, "{timings:?}");
+    }
+
+    #[test]
+    fn a_task_whose_control_channel_closed_cancels_itself() {
+        let TwoInputs { control_tx, in0_tx, in1_tx: _open, mut body, .. } = two_inputs();
+        in0_tx.send(StreamElement::Records(vec![1])).unwrap();
+        assert!(body.step().is_ok(), "supervised: it runs");
+        // Its job master or TaskManager is gone: nothing can checkpoint, stop or cancel it.
+        drop(control_tx);
+        assert!(matches!(body.step(), Err(TaskError::Cancelled)));
     }
 
     /// A reader of `1, 2, 3 ...` forever.

@@ -252,18 +252,21 @@ pub trait StreamType: Send + Sync {
         ctx: &TaskContext,
     ) -> Result<ErasedOperator, TaskError>;
     /// Bridges a local channel's receiving end to a TCP connection towards a consumer in
-    /// another process (credit-based; see [`crate::network`]).
+    /// another process (credit-based; see [`crate::network`]), counting the bytes sent in
+    /// the producing subtask's `metrics`.
     fn remote_sender(
         &self,
         local: ErasedChannelEnd,
         stream: std::net::TcpStream,
+        metrics: Arc<crate::operator::TaskMetrics>,
     ) -> Result<Vec<std::thread::JoinHandle<()>>, TaskError>;
     /// Feeds a local channel's sending end from a TCP connection of a producer in another
-    /// process.
+    /// process, counting the bytes received in the consuming subtask's `metrics`.
     fn remote_receiver(
         &self,
         local: ErasedChannelEnd,
         stream: std::net::TcpStream,
+        metrics: Arc<crate::operator::TaskMetrics>,
     ) -> Result<std::thread::JoinHandle<()>, TaskError>;
     /// `link` (a link of this type) as a side output link of another operator.
     fn side_link(&self, link: ErasedOperator) -> Result<Box<dyn crate::side_output::SideLink>, TaskError>;
@@ -364,18 +367,22 @@ impl<T: Data> StreamType for TypedStream<T> {
         &self,
         local: ErasedChannelEnd,
         stream: std::net::TcpStream,
+        metrics: Arc<crate::operator::TaskMetrics>,
     ) -> Result<Vec<std::thread::JoinHandle<()>>, TaskError> {
         let local = downcast::<ChannelReceiver<T>>(local, "remote sender")?;
-        crate::network::bridge_sender(local, stream).map_err(|e| TaskError::external("starting a network channel", e))
+        crate::network::bridge_sender(local, stream, metrics)
+            .map_err(|e| TaskError::external("starting a network channel", e))
     }
 
     fn remote_receiver(
         &self,
         local: ErasedChannelEnd,
         stream: std::net::TcpStream,
+        metrics: Arc<crate::operator::TaskMetrics>,
     ) -> Result<std::thread::JoinHandle<()>, TaskError> {
         let local = downcast::<ChannelSender<T>>(local, "remote receiver")?;
-        crate::network::bridge_receiver(local, stream).map_err(|e| TaskError::external("starting a network channel", e))
+        crate::network::bridge_receiver(local, stream, metrics)
+            .map_err(|e| TaskError::external("starting a network channel", e))
     }
 
     fn side_link(&self, link: ErasedOperator) -> Result<Box<dyn crate::side_output::SideLink>, TaskError> {

@@ -15,6 +15,7 @@
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpStream};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
@@ -22,6 +23,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::Data;
 use crate::exchange::{CHANNEL_BATCHES_MAX, ChannelReceiver, ChannelSender, StreamElement};
+use crate::operator::TaskMetrics;
 use crate::snapshot::Barrier;
 
 /// Frames larger than this are refused (a corrupt length prefix, not a real batch).
@@ -194,7 +196,14 @@ impl Credits {
 
 /// Sends everything of the local channel `local` over `stream`, as credits allow. Returns the
 /// bridge's threads (writer, credit reader); both end when the channel or the connection does.
-pub fn bridge_sender<T: Data>(local: ChannelReceiver<T>, stream: TcpStream) -> std::io::Result<Vec<JoinHandle<()>>> {
+/// Counts the bytes it writes in `metrics`' `bytes_out` (before writing them, so a consumer
+/// never sees bytes not yet counted) and takes itself off `metrics`' `bridges_sending` once
+/// it sent the end of partition or ended; the caller counted it on before.
+pub fn bridge_sender<T: Data>(
+    local: ChannelReceiver<T>,
+    stream: TcpStream,
+    metrics: Arc<TaskMetrics>,
+) -> std::io::Result<Vec<JoinHandle<()>>> {
     let _ = stream.set_nodelay(true);
     let mut credit_stream = stream.try_clone()?;
     let credits = Arc::new(Credits { available: Mutex::new(Some(0)), changed: Condvar::new() });
@@ -211,12 +220,19 @@ pub fn bridge_sender<T: Data>(local: ChannelReceiver<T>, stream: TcpStream) -> s
     let writer = std::thread::Builder::new().name("weir-net-send".into()).spawn(move || {
         // The frame: room for its length prefix, then the element's bytes.
         let mut frame = Vec::new();
+        let mut sending = true;
+        let done_sending = |sending: &mut bool| {
+            if std::mem::replace(sending, false) {
+                let _ = metrics.bridges_sending.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+            }
+        };
         // Runs until the producer drops its end of the channel: after its end of partition a
         // producer waiting for the job's final checkpoint still sends barriers.
         while let Ok(element) = local.recv() {
             if !credits.take() {
                 break;
             }
+            let ends = matches!(element, StreamElement::EndOfPartition);
             frame.clear();
             frame.extend_from_slice(&[0; LENGTH_BYTES]);
             let wire: WireElement<T> = element.into();
@@ -224,10 +240,15 @@ pub fn bridge_sender<T: Data>(local: ChannelReceiver<T>, stream: TcpStream) -> s
                 Ok(frame) => frame,
                 Err(_) => break,
             };
+            metrics.bytes_out.fetch_add(frame.len() as u64, Ordering::Relaxed);
             if write_prefixed_frame(&mut writer_stream, &mut frame).is_err() {
                 break;
             }
+            if ends {
+                done_sending(&mut sending);
+            }
         }
+        done_sending(&mut sending);
         let _ = writer_stream.flush();
         let _ = writer_stream.shutdown(Shutdown::Write);
     })?;
@@ -237,7 +258,12 @@ pub fn bridge_sender<T: Data>(local: ChannelReceiver<T>, stream: TcpStream) -> s
 /// Receives elements from `stream` into the local channel `local`, returning one credit per
 /// element handed over. Ends when the producer closed the connection (after its end of
 /// partition, when it finished), the connection broke, or the local consumer went away.
-pub fn bridge_receiver<T: Data>(local: ChannelSender<T>, stream: TcpStream) -> std::io::Result<JoinHandle<()>> {
+/// Counts the bytes it reads in `metrics`' `bytes_in`.
+pub fn bridge_receiver<T: Data>(
+    local: ChannelSender<T>,
+    stream: TcpStream,
+    metrics: Arc<TaskMetrics>,
+) -> std::io::Result<JoinHandle<()>> {
     let _ = stream.set_nodelay(true);
     let mut credit_stream = stream.try_clone()?;
     let mut read_stream = stream;
@@ -257,6 +283,7 @@ pub fn bridge_receiver<T: Data>(local: ChannelSender<T>, stream: TcpStream) -> s
                     break;
                 }
             }
+            metrics.bytes_in.fetch_add((LENGTH_BYTES + buffer.len()) as u64, Ordering::Relaxed);
             let wire: WireElement<T> = match postcard::from_bytes(&buffer) {
                 Ok(wire) => wire,
                 Err(error) => {
@@ -349,8 +376,10 @@ mod tests {
         let (producer_tx, producer_rx) = channel::<u64>();
         let (consumer_tx, consumer_rx) = channel::<u64>();
         let (client, server) = connected_pair();
-        let sender = bridge_sender(producer_rx, client).unwrap();
-        let receiver = bridge_receiver(consumer_tx, server).unwrap();
+        let (sent, received) = (Arc::new(TaskMetrics::default()), Arc::new(TaskMetrics::default()));
+        sent.bridges_sending.store(1, Ordering::SeqCst);
+        let sender = bridge_sender(producer_rx, client, Arc::clone(&sent)).unwrap();
+        let receiver = bridge_receiver(consumer_tx, server, Arc::clone(&received)).unwrap();
         let feeder = std::thread::spawn(move || {
             for batch in 0..200u64 {
                 producer_tx.send(StreamElement::Records((batch * 10..batch * 10 + 10).collect())).unwrap();
@@ -405,6 +434,11 @@ mod tests {
         for thread in sender {
             thread.join().unwrap();
         }
+        // Every byte that crossed is counted on both sides: 2000 records of 1-2 bytes at least.
+        let bytes = sent.bytes_out.load(Ordering::Relaxed);
+        assert!(bytes > 2000, "{bytes}");
+        assert_eq!(sent.bridges_sending.load(Ordering::SeqCst), 0, "the end of partition went out");
+        assert_eq!(received.bytes_in.load(Ordering::Relaxed), bytes);
     }
 
     #[test]
@@ -412,8 +446,8 @@ mod tests {
         let (producer_tx, producer_rx) = channel_with_capacity::<u64>(1);
         let (consumer_tx, consumer_rx) = channel_with_capacity::<u64>(1);
         let (client, server) = connected_pair();
-        let _sender = bridge_sender(producer_rx, client).unwrap();
-        let _receiver = bridge_receiver(consumer_tx, server).unwrap();
+        let _sender = bridge_sender(producer_rx, client, Arc::default()).unwrap();
+        let _receiver = bridge_receiver(consumer_tx, server, Arc::default()).unwrap();
         let sent = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let counter = Arc::clone(&sent);
         std::thread::spawn(move || {
@@ -443,7 +477,7 @@ mod tests {
     fn a_broken_connection_disconnects_the_local_consumer() {
         let (consumer_tx, consumer_rx) = channel::<u64>();
         let (mut client, server) = connected_pair();
-        let receiver = bridge_receiver(consumer_tx, server).unwrap();
+        let receiver = bridge_receiver(consumer_tx, server, Arc::default()).unwrap();
         let payload = postcard::to_allocvec(&WireElement::Records(vec![1u64, 2])).unwrap();
         write_frame(&mut client, &payload).unwrap();
         drop(client);
@@ -544,7 +578,7 @@ mod tests {
     fn an_oversized_or_garbled_frame_ends_the_bridge_without_panicking() {
         let (consumer_tx, consumer_rx) = channel::<u64>();
         let (mut client, server) = connected_pair();
-        let receiver = bridge_receiver(consumer_tx, server).unwrap();
+        let receiver = bridge_receiver(consumer_tx, server, Arc::default()).unwrap();
         client.write_all(&u32::MAX.to_le_bytes()).unwrap();
         assert!(consumer_rx.recv_timeout(Duration::from_secs(5)).is_err());
         receiver.join().unwrap();

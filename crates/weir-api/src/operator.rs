@@ -127,6 +127,17 @@ pub struct TaskMetrics {
     /// Of [`TaskMetrics::records_late`], those dropped: not sent to a late-data side output
     /// (Flink's `numLateRecordsDropped`).
     pub records_late_dropped: AtomicU64,
+    /// Bytes received over TCP from producers in other processes, frames with their length
+    /// prefixes (Flink's `numBytesIn`). Channels within a process hand records over without
+    /// serializing them and count none.
+    pub bytes_in: AtomicU64,
+    /// Bytes sent over TCP to consumers in other processes (Flink's `numBytesOut`), as
+    /// [`TaskMetrics::bytes_in`].
+    pub bytes_out: AtomicU64,
+    /// The subtask's channels to other processes whose bridge has not yet sent the end of
+    /// partition: a finished subtask's final counters wait for them, so they hold every
+    /// byte it sent.
+    pub bridges_sending: AtomicU64,
 }
 
 /// Where a source reads one split, for metrics: a Kafka partition's next offset and how far
@@ -150,6 +161,17 @@ pub struct OperatorMetrics {
     pub uid: String,
     /// Records it emitted.
     pub records_out: AtomicU64,
+    /// The newest watermark it emitted (Flink's operator `currentOutputWatermark`), stored
+    /// as [`TaskMetrics::input_watermark`] is: 0 before the first.
+    pub output_watermark: AtomicU64,
+}
+
+impl OperatorMetrics {
+    /// The newest watermark the operator emitted, `None` before the first.
+    pub fn output_watermark(&self) -> Option<i64> {
+        let watermark = weir_state::timer_to_event_time(self.output_watermark.load(Ordering::Relaxed));
+        (watermark != MIN_WATERMARK).then_some(watermark)
+    }
 }
 
 impl TaskMetrics {
@@ -423,8 +445,8 @@ impl<T: Send> Operator<T> for Discard {
     }
 }
 
-/// Counts the records operator `operator` of the chain emits into `inner` (the link after it).
-/// One atomic add per batch.
+/// Counts the records operator `operator` of the chain emits into `inner` (the link after it),
+/// and keeps the newest watermark it emitted. One atomic add per batch.
 pub struct Metered<T> {
     inner: Box<dyn Operator<T>>,
     metrics: Arc<TaskMetrics>,
@@ -468,6 +490,9 @@ impl<T: Send> Operator<T> for Metered<T> {
         self.inner.process_split_batch(batch, splits)
     }
     fn process_watermark(&mut self, watermark: i64) -> Result<(), TaskError> {
+        if let Some(operator) = self.metrics.operators.get(self.operator) {
+            operator.output_watermark.store(weir_state::event_time_to_timer(watermark), Ordering::Relaxed);
+        }
         self.inner.process_watermark(watermark)
     }
     fn process_watermark_status(&mut self, idle: bool) -> Result<(), TaskError> {

@@ -269,6 +269,11 @@ fn taskmanager_counters_reach_the_jobmanager_rest_api_and_metrics() {
     let vertices = details["vertices"].as_array().unwrap();
     let written: Vec<u64> = vertices.iter().map(|v| v["metrics"]["write-records"].as_u64().unwrap()).collect();
     assert_eq!(written, vec![30_000, 30_000], "{details}");
+    // Four subtasks on two TaskManagers of two slots: the keyed exchange crosses TCP, and
+    // its bytes are counted on both sides (Flink's numBytesOut / numBytesIn).
+    let bytes = |vertex: usize, name: &str| vertices[vertex]["metrics"][name].as_u64().unwrap();
+    assert!(bytes(0, "write-bytes") > 30_000, "at least a byte per record sent over TCP: {details}");
+    assert_eq!(bytes(1, "read-bytes"), bytes(0, "write-bytes"), "every byte sent was received: {details}");
     let metrics = get(&format!("{rest}/metrics")).body;
     let source_out: u64 = metrics
         .lines()

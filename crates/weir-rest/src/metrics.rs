@@ -618,6 +618,15 @@ mod flink {
             if let Some(rate) = records_per_second(&scrape.key, "numRecordsOut".into(), now, io.write_records) {
                 self.set_rate(TASK, "numRecordsOutPerSecond", task_labels, rate);
             }
+            // Bytes that crossed TCP (channels within a process serialize nothing).
+            self.set(TASK, "numBytesIn", task_labels, gauge_value(io.read_bytes));
+            self.set(TASK, "numBytesOut", task_labels, gauge_value(io.write_bytes));
+            if let Some(rate) = records_per_second(&scrape.key, "numBytesIn".into(), now, io.read_bytes) {
+                self.set_rate(TASK, "numBytesInPerSecond", task_labels, rate);
+            }
+            if let Some(rate) = records_per_second(&scrape.key, "numBytesOut".into(), now, io.write_bytes) {
+                self.set_rate(TASK, "numBytesOutPerSecond", task_labels, rate);
+            }
             self.set(TASK, "accumulatedIdleTimeMs", task_labels, gauge_value(io.accumulated_idle_time));
             self.set(TASK, "accumulatedBusyTimeMs", task_labels, io.accumulated_busy_time as i64);
             self.set(TASK, "accumulatedBackPressuredTimeMs", task_labels, gauge_value(io.backpressured_ms));
@@ -654,10 +663,19 @@ mod flink {
                 if let Some(rate) = records_per_second(&scrape.key, counter, now, operator.write_records) {
                     self.set_rate(OPERATOR, "numRecordsOutPerSecond", &operator_labels, rate);
                 }
+                if let Some(watermark) = operator.output_watermark {
+                    self.set(OPERATOR, "currentOutputWatermark", &operator_labels, watermark);
+                }
+                // A chained operator's input watermark is the output watermark of the one
+                // before it; the head's is the task's.
+                match position.checked_sub(1).and_then(|before| subtask.operators.get(before)?.output_watermark) {
+                    Some(watermark) => self.set(OPERATOR, "currentInputWatermark", &operator_labels, watermark),
+                    None if position == 0 => {
+                        self.set(OPERATOR, "currentInputWatermark", &operator_labels, scrape.watermark)
+                    }
+                    None => {}
+                }
                 if position == 0 {
-                    // The task's input watermark is its first operator's; weir does not
-                    // track watermarks between chained operators.
-                    self.set(OPERATOR, "currentInputWatermark", &operator_labels, scrape.watermark);
                     // Late records are counted by the keyed operator a keyed exchange
                     // feeds, the first of its task.
                     if subtask.late_records > 0 {

@@ -364,6 +364,8 @@ fn subtask_metrics(job: &str, vertex: &str, subtask: &SubtaskDetails) -> Vec<(St
     let mut metrics = vec![
         ("numRecordsIn".to_string(), io.read_records.to_string()),
         ("numRecordsOut".to_string(), io.write_records.to_string()),
+        ("numBytesIn".to_string(), io.read_bytes.to_string()),
+        ("numBytesOut".to_string(), io.write_bytes.to_string()),
         ("accumulatedBackPressuredTimeMs".to_string(), io.backpressured_ms.to_string()),
         ("accumulatedIdleTimeMs".to_string(), io.accumulated_idle_time.to_string()),
         ("accumulatedBusyTimeMs".to_string(), (io.accumulated_busy_time as u64).to_string()),

@@ -169,6 +169,10 @@ fn flink_names_and_labels_describe_a_running_job() {
         ("totalNumberOfCheckpoints", "jobmanager_job"),
         ("numRecordsIn", "taskmanager_job_task"),
         ("numRecordsOut", "taskmanager_job_task"),
+        ("numBytesIn", "taskmanager_job_task"),
+        ("numBytesOut", "taskmanager_job_task"),
+        ("numBytesInPerSecond", "taskmanager_job_task"),
+        ("numBytesOutPerSecond", "taskmanager_job_task"),
         ("backPressuredTimeMsPerSecond", "taskmanager_job_task"),
         ("busyTimeMsPerSecond", "taskmanager_job_task"),
         ("idleTimeMsPerSecond", "taskmanager_job_task"),
@@ -183,15 +187,18 @@ fn flink_names_and_labels_describe_a_running_job() {
         ("numRecordsIn", "taskmanager_job_task_operator"),
         ("numRecordsOut", "taskmanager_job_task_operator"),
         ("currentInputWatermark", "taskmanager_job_task_operator"),
+        ("currentOutputWatermark", "taskmanager_job_task_operator"),
         ("numLateRecordsDropped", "taskmanager_job_task_operator"),
     ] {
         let family = format!("flink_{scope}_{name}");
         assert!(text.contains(&format!("# TYPE {family} gauge\n")), "{family} is a gauge: {text}");
         assert!(text.contains(&format!("# HELP {family} {name} (scope: {scope})\n")), "{family} help: {text}");
     }
-    // Names weir does not measure are not served.
-    for absent in ["numBytesInPerSecond", "numBytesOutPerSecond"] {
-        assert!(!text.contains(absent), "{absent} is served: {text}");
+    // Bytes count what crossed TCP: a job in one process sends none.
+    for name in ["numBytesIn", "numBytesOut", "numBytesInPerSecond", "numBytesOutPerSecond"] {
+        let family = format!("flink_taskmanager_job_task_{name}");
+        let values: Vec<f64> = series(&text, &family).iter().map(|s| s.value).collect();
+        assert!(!values.is_empty() && values.iter().all(|v| *v == 0.0), "{family}: {values:?}");
     }
 
     // The JobManager: as /overview counts.
@@ -321,8 +328,35 @@ fn flink_names_and_labels_describe_a_running_job() {
             let head = [labels.as_slice(), &[("operator_name", head_name.as_str())]].concat();
             let head_watermark = one(&text, "flink_taskmanager_job_task_operator_currentInputWatermark", &head).value;
             assert_eq!(head_watermark, watermark, "the first operator's input watermark is the task's");
+            // Between chained operators: each one's input watermark is the output watermark
+            // of the one before; an operator that emitted none has no output series.
+            fn with_operator<'a>(labels: &[(&'a str, &'a str)], operator: &'a str) -> Vec<(&'a str, &'a str)> {
+                [labels, &[("operator_name", operator)]].concat()
+            }
+            let output_of = |operator: &str| {
+                let with = with_operator(&labels, operator);
+                series(&text, "flink_taskmanager_job_task_operator_currentOutputWatermark")
+                    .into_iter()
+                    .find(|s| with.iter().all(|(k, v)| s.labels.get(*k).map(String::as_str) == Some(*v)))
+                    .map(|s| s.value)
+            };
+            for pair in names.windows(2) {
+                let (before, after) = (flink_label(pair[0]), flink_label(pair[1]));
+                if let Some(output) = output_of(&before) {
+                    let with = with_operator(&labels, &after);
+                    let input = one(&text, "flink_taskmanager_job_task_operator_currentInputWatermark", &with);
+                    assert_eq!(input.value, output, "{after}'s input watermark is {before}'s output watermark");
+                }
+            }
+            let assigner = output_of("Timestamps_Watermarks");
+            if name.contains("Timestamps/Watermarks") {
+                assert!(assigner.is_some_and(|w| w > 0.0), "the assigner emits watermarks: {assigner:?} {names:?}");
+            }
             if name.starts_with("Window") {
                 assert!(watermark > 0.0, "the windows have a watermark: {watermark}");
+                let windows = output_of(&head_name);
+                // Read a moment after the task's input watermark: not newer than it.
+                assert!(windows.is_some_and(|w| w > 0.0 && w <= watermark), "{windows:?} {watermark}");
                 assert!(records_in.value > 0.0);
                 // The first operator receives what its task does.
                 assert_eq!(

@@ -96,27 +96,41 @@ pub trait NetworkWiring: Send + Sync {
 
 /// Starts the thread that bridges one channel to or from another process; failures close
 /// the local end, which the task sees as a vanished peer.
+/// `metrics` are the local subtask's: the bytes it sends or receives are counted there.
 fn bridge(
     output_type: Arc<dyn weir_api::graph::StreamType>,
     network: Arc<dyn NetworkWiring>,
-    local: ErasedChannelEnd,
+    (local, metrics): (ErasedChannelEnd, Arc<TaskMetrics>),
     outbound: bool,
     (edge, target_vertex, producer, consumer): (usize, usize, u32, u32),
 ) -> Result<(), TaskError> {
+    if outbound {
+        // Counted on before the subtask can finish; the bridge takes itself off.
+        metrics.bridges_sending.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
     std::thread::Builder::new()
         .name(format!("weir-net-{edge}-{producer}-{consumer}"))
         .spawn(move || {
+            let counted = Arc::clone(&metrics);
             let result = if outbound {
                 network
                     .connect(edge, target_vertex, producer, consumer)
-                    .and_then(|stream| output_type.remote_sender(local, stream).map(|_| ()))
+                    .and_then(|stream| output_type.remote_sender(local, stream, metrics).map(|_| ()))
             } else {
                 network
                     .accept(edge, producer, consumer)
-                    .and_then(|stream| output_type.remote_receiver(local, stream).map(|_| ()))
+                    .and_then(|stream| output_type.remote_receiver(local, stream, metrics).map(|_| ()))
             };
             if let Err(error) = result {
                 tracing::warn!(edge, producer, consumer, error = %error, "network channel not established");
+                if outbound {
+                    let sending = &counted.bridges_sending;
+                    let _ = sending.fetch_update(
+                        std::sync::atomic::Ordering::SeqCst,
+                        std::sync::atomic::Ordering::SeqCst,
+                        |n| n.checked_sub(1),
+                    );
+                }
             }
         })
         .map(|_| ())
@@ -192,7 +206,7 @@ pub fn deploy<E: From<TaskEvent> + Send + 'static>(
     let placement = &job_ctx.placement;
     let mut controls: Vec<std::vec::IntoIter<Receiver<TaskControl>>> =
         controls.into_iter().map(|v| v.into_iter()).collect();
-    let mut channels = Channels::create(graph, job, placement)?;
+    let mut channels = Channels::create(graph, job, placement, metrics)?;
     let deployment = Deployment { graph, job, job_ctx, metrics, checkpointing, events };
     let mut handles = Vec::new();
     for (vertex_index, vertex) in job.vertices.iter().enumerate() {
@@ -226,7 +240,13 @@ struct Channels {
 impl Channels {
     /// Creates the channels of every edge of `job`, with a bridge thread for each that
     /// crosses processes.
-    fn create(graph: &StreamGraph, job: &JobGraph, placement: &Placement) -> Result<Channels, TaskError> {
+    /// `metrics` are every subtask's, by vertex and subtask: a bridge counts its bytes there.
+    fn create(
+        graph: &StreamGraph,
+        job: &JobGraph,
+        placement: &Placement,
+        metrics: &[Vec<Arc<TaskMetrics>>],
+    ) -> Result<Channels, TaskError> {
         let mut channels =
             Channels { senders: Vec::with_capacity(job.edges.len()), receivers: Vec::with_capacity(job.edges.len()) };
         for edge in &job.edges {
@@ -241,7 +261,7 @@ impl Channels {
             for (producer, producer_senders) in edge_senders.iter_mut().enumerate() {
                 for (consumer, consumer_receivers) in edge_receivers.iter_mut().enumerate() {
                     let key = (edge_index, edge.target_vertex, producer as u32, consumer as u32);
-                    let (sender, receiver) = channel_ends(output_type, placement, edge.source_vertex, key)?;
+                    let (sender, receiver) = channel_ends(output_type, (placement, metrics), edge.source_vertex, key)?;
                     producer_senders.push(sender);
                     consumer_receivers.push(receiver);
                 }
@@ -277,7 +297,7 @@ impl Channels {
 /// local side's end is bridged over TCP and the other end returned is a dangling one.
 fn channel_ends(
     output_type: &Arc<dyn weir_api::graph::StreamType>,
-    placement: &Placement,
+    (placement, metrics): (&Placement, &[Vec<Arc<TaskMetrics>>]),
     source_vertex: usize,
     key: (usize, usize, u32, u32),
 ) -> Result<(ErasedChannelEnd, ErasedChannelEnd), TaskError> {
@@ -289,15 +309,23 @@ fn channel_ends(
         (true, false, Some(network)) => {
             // The consumer is elsewhere: our producer writes into a local channel
             // whose other end goes out over TCP.
-            bridge(Arc::clone(output_type), Arc::clone(network), receiver, true, key)?;
+            let counted = subtask_metrics(metrics, source_vertex, producer);
+            bridge(Arc::clone(output_type), Arc::clone(network), (receiver, counted), true, key)?;
             (sender, output_type.channel().1)
         }
         (false, true, Some(network)) => {
-            bridge(Arc::clone(output_type), Arc::clone(network), sender, false, key)?;
+            let counted = subtask_metrics(metrics, target_vertex, consumer);
+            bridge(Arc::clone(output_type), Arc::clone(network), (sender, counted), false, key)?;
             (output_type.channel().0, receiver)
         }
         _ => (sender, receiver),
     })
+}
+
+/// The metrics of subtask `subtask` of vertex `vertex`, or fresh ones nobody reads if there
+/// are none (a subtask of another process).
+fn subtask_metrics(metrics: &[Vec<Arc<TaskMetrics>>], vertex: usize, subtask: u32) -> Arc<TaskMetrics> {
+    metrics.get(vertex).and_then(|v| v.get(subtask as usize)).map_or_else(Arc::default, Arc::clone)
 }
 
 /// What [`deploy`] starts every subtask with.

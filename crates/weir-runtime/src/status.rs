@@ -124,6 +124,10 @@ pub struct OperatorRecords {
     /// Records it emitted.
     #[serde(rename = "write-records")]
     pub write_records: u64,
+    /// The newest watermark it emitted, epoch ms (absent before the first; Flink's operator
+    /// `currentOutputWatermark`).
+    #[serde(rename = "output-watermark", default, skip_serializing_if = "Option::is_none")]
+    pub output_watermark: Option<i64>,
 }
 
 /// Record counters, as Flink's `IOMetricsInfo`.
@@ -141,13 +145,14 @@ pub struct VertexMetrics {
     /// Always true: every record sent is counted.
     #[serde(rename = "write-records-complete", default)]
     pub write_records_complete: bool,
-    /// Always 0: weir counts records, not bytes, per subtask.
+    /// Bytes received over TCP from other processes (Flink's `numBytesIn`); channels
+    /// within a process pass records without serializing them and count none.
     #[serde(rename = "read-bytes", default)]
     pub read_bytes: u64,
-    /// Always false: bytes are not counted (`read-bytes` is not a measurement).
+    /// Always false: channels within a process are not counted in `read-bytes`.
     #[serde(rename = "read-bytes-complete", default)]
     pub read_bytes_complete: bool,
-    /// Always 0, as `read-bytes`.
+    /// Bytes sent over TCP to other processes, as `read-bytes`.
     #[serde(rename = "write-bytes", default)]
     pub write_bytes: u64,
     /// Always false, as `read-bytes-complete`.
@@ -187,6 +192,11 @@ impl VertexMetrics {
         VertexMetrics { accumulated_idle_time: idle_ms, accumulated_busy_time: busy_ms as f64, ..self }
     }
 
+    /// The same counters with `read_bytes` and `write_bytes` that crossed TCP.
+    pub fn with_bytes(self, read_bytes: u64, write_bytes: u64) -> VertexMetrics {
+        VertexMetrics { read_bytes, write_bytes, ..self }
+    }
+
     /// The sum of `self` and `other`.
     pub fn plus(&self, other: &VertexMetrics) -> VertexMetrics {
         VertexMetrics::of(
@@ -198,6 +208,7 @@ impl VertexMetrics {
             self.accumulated_idle_time + other.accumulated_idle_time,
             (self.accumulated_busy_time + other.accumulated_busy_time) as u64,
         )
+        .with_bytes(self.read_bytes + other.read_bytes, self.write_bytes + other.write_bytes)
     }
 }
 
@@ -448,7 +459,12 @@ fn chain_records(metrics: &weir_api::operator::TaskMetrics, is_source: bool) -> 
         .iter()
         .map(|operator| {
             let emitted = operator.records_out.load(Ordering::Relaxed);
-            let records = OperatorRecords { uid: operator.uid.clone(), read_records: received, write_records: emitted };
+            let records = OperatorRecords {
+                uid: operator.uid.clone(),
+                read_records: received,
+                write_records: emitted,
+                output_watermark: operator.output_watermark(),
+            };
             received = emitted;
             records
         })
@@ -531,7 +547,8 @@ fn subtask_details(index: usize, subtask: &SubtaskRecord, attempt: u32, is_sourc
         subtask.metrics.records_out.load(Ordering::Relaxed),
         backpressured_ms,
     )
-    .with_time(idle_ms, running_ms.saturating_sub(idle_ms + backpressured_ms));
+    .with_time(idle_ms, running_ms.saturating_sub(idle_ms + backpressured_ms))
+    .with_bytes(subtask.metrics.bytes_in.load(Ordering::Relaxed), subtask.metrics.bytes_out.load(Ordering::Relaxed));
     let created = subtask.history.transitions().first().map(|t| t.at_ms).unwrap_or_default();
     let terminal_at = if state.is_terminal() { Some(subtask.history.current_since()) } else { None };
     let (subtask_end, subtask_duration) = end_and_duration(created, terminal_at);

@@ -195,6 +195,15 @@ pub struct SubtaskCounters {
     /// The input watermark (order-preserving `u64`, 0 for none: [`weir_api::operator::TaskMetrics::input_watermark`]).
     #[serde(default)]
     pub input_watermark: u64,
+    /// Each chained operator's output watermark, head first, encoded as `input_watermark`.
+    #[serde(default)]
+    pub output_watermarks: Vec<u64>,
+    /// Bytes received over TCP.
+    #[serde(default)]
+    pub bytes_in: u64,
+    /// Bytes sent over TCP.
+    #[serde(default)]
+    pub bytes_out: u64,
 }
 
 /// One message to a TaskManager with the leadership epoch of the JobManager that sent it (0

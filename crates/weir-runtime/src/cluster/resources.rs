@@ -113,6 +113,11 @@ fn store_counters(metrics: &TaskMetrics, counters: SubtaskCounters) {
     metrics.records_late.store(counters.records_late, Ordering::Relaxed);
     metrics.records_late_dropped.store(counters.records_late_dropped, Ordering::Relaxed);
     metrics.input_watermark.store(counters.input_watermark, Ordering::Relaxed);
+    for (operator, watermark) in metrics.operators.iter().zip(&counters.output_watermarks) {
+        operator.output_watermark.store(*watermark, Ordering::Relaxed);
+    }
+    metrics.bytes_in.store(counters.bytes_in, Ordering::Relaxed);
+    metrics.bytes_out.store(counters.bytes_out, Ordering::Relaxed);
 }
 
 /// The next message of a registered TaskManager; `None` at the end of its connection or on

@@ -899,6 +899,16 @@ impl EventReporter {
         writer.shutdown();
     }
 
+    /// Waits, up to [`BRIDGE_FLUSH_MAX`], until the outbound bridges of subtask `subtask` of
+    /// vertex `vertex` sent its end of partition (a slow consumer's credits hold them).
+    fn wait_for_bridges(&self, vertex: usize, subtask: u32) {
+        let Some((_, _, metrics)) = self.local.iter().find(|(v, s, _)| *v == vertex && *s == subtask) else { return };
+        let deadline = Instant::now() + BRIDGE_FLUSH_MAX;
+        while metrics.bridges_sending.load(Ordering::SeqCst) > 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
     fn report(&self, mut event: TaskEvent) {
         let (taskmanager, uplink, attempt) = (&self.taskmanager, &self.taskmanager.uplink, self.attempt);
         if matches!(event.kind, TaskEventKind::Canceled) && taskmanager.stopping.load(Ordering::SeqCst) {
@@ -911,7 +921,11 @@ impl EventReporter {
         }
         note_state(&self.states, &event);
         // A subtask's final counters go ahead of its terminal event, while the JobManager
-        // still routes this attempt's reports.
+        // still routes this attempt's reports; a finished one's once its bridges to other
+        // processes sent their last bytes.
+        if matches!(event.kind, TaskEventKind::Finished) {
+            self.wait_for_bridges(event.vertex, event.subtask);
+        }
         if !matches!(event.kind, TaskEventKind::Initializing | TaskEventKind::Running) {
             uplink.send_built(|| {
                 let subtasks: Vec<SubtaskCounters> = self
@@ -956,6 +970,8 @@ fn note_state(states: &SubtaskStates, event: &TaskEvent) {
 
 /// How often a TaskManager reports its subtasks' counters to the JobManager.
 const METRICS_INTERVAL: Duration = Duration::from_millis(200);
+/// How long a finished subtask's final counters wait for its bridges to other processes.
+const BRIDGE_FLUSH_MAX: Duration = Duration::from_secs(10);
 
 type LocalCounters = Arc<Vec<(usize, u32, Arc<TaskMetrics>)>>;
 
@@ -987,6 +1003,9 @@ fn counters(vertex: usize, subtask: u32, metrics: &TaskMetrics) -> SubtaskCounte
         records_late: metrics.records_late.load(Ordering::Relaxed),
         records_late_dropped: metrics.records_late_dropped.load(Ordering::Relaxed),
         input_watermark: metrics.input_watermark.load(Ordering::Relaxed),
+        output_watermarks: metrics.operators.iter().map(|o| o.output_watermark.load(Ordering::Relaxed)).collect(),
+        bytes_in: metrics.bytes_in.load(Ordering::Relaxed),
+        bytes_out: metrics.bytes_out.load(Ordering::Relaxed),
     }
 }
 
