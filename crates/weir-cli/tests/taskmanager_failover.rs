@@ -368,3 +368,53 @@ fn a_fixed_job_id_is_taken_and_refused_the_second_time() {
     assert!(cancel.status.success(), "{}", String::from_utf8_lossy(&cancel.stderr));
     common::poll_json(&format!("{rest}/jobs/{id}"), |d| d["state"] == "CANCELED");
 }
+
+/// A TaskManager over `taskmanager.memory.process.size` fails its subtasks with an error that
+/// names the limit and what to change, instead of being ended by the kernel's OOM killer;
+/// the TaskManager itself lives on (it is still registered after the job failed).
+#[test]
+fn a_taskmanager_over_its_memory_limit_fails_the_job_naming_the_limit() {
+    let mut jobmanager = RunningWeir::start(&["jobmanager", "-D", "rest.port=0", "-D", "jobmanager.rpc.port=0"]);
+    let line = jobmanager.stderr_line("REST API at http://");
+    let rest = line.split("REST API at ").nth(1).unwrap().split(',').next().unwrap().to_string();
+    let rpc = line.rsplit("connect to ").next().unwrap().trim().to_string();
+    let mut taskmanager = RunningWeir::start(&[
+        "taskmanager",
+        "--jobmanager",
+        &rpc,
+        "-D",
+        "taskmanager.memory.process.size=160m",
+    ]);
+    taskmanager.stderr_line("registered at");
+    let address = rest.trim_start_matches("http://");
+    // Twenty million keys of heap state: far more than 160 MiB.
+    let run = run_weir(&[
+        "run",
+        "-m",
+        address,
+        "-D",
+        "restart-strategy.type=none",
+        "counter",
+        "--users",
+        "20000000",
+        "--events",
+        "40000000",
+        "--output",
+        "none",
+    ]);
+    let stdout = String::from_utf8_lossy(&run.stdout).to_string();
+    let stderr = String::from_utf8_lossy(&run.stderr).to_string();
+    assert!(!run.status.success(), "the job finished within 160 MiB: {stdout}{stderr}");
+    let job_id =
+        stdout.lines().find_map(|l| l.strip_prefix("Job has been submitted with JobID ")).unwrap().trim().to_string();
+    let details = common::poll_json(&format!("{rest}/jobs/{job_id}"), |d| d["state"] == "FAILED");
+    let exceptions = get(&format!("{rest}/jobs/{job_id}/exceptions")).body;
+    for needle in ["more than its taskmanager.memory.process.size of 160 MiB", "raise taskmanager.memory.process.size"] {
+        assert!(exceptions.contains(needle), "no '{needle}' in {exceptions}\n{details}");
+    }
+    assert!(
+        stderr.contains("taskmanager.memory.process.size") || stdout.contains("taskmanager.memory.process.size"),
+        "weir run names the cause: {stdout}{stderr}"
+    );
+    common::poll_json(&format!("{rest}/overview"), |o| o["taskmanagers"] == 1);
+}

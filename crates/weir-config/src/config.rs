@@ -272,6 +272,7 @@ impl Configuration {
         self.get(&TASKMANAGER_BIND_HOST)?;
         self.get(&TASKMANAGER_DATA_PORT)?;
         self.get(&TASKMANAGER_NUMBER_OF_TASK_SLOTS)?;
+        self.get(&TASKMANAGER_MEMORY_PROCESS_SIZE)?;
         self.get(&CHECKPOINTING_INTERVAL)?;
         self.get(&CHECKPOINTING_MODE)?;
         self.get(&CHECKPOINTING_TIMEOUT)?;

@@ -31,14 +31,9 @@ const FLINK_KEYS: &[(&str, FlinkKeyClass, &str)] = {
     &[
         // Memory: no JVM, so no heap, off-heap, managed or network pools to size.
         (
-            "taskmanager.memory.process.size",
-            NotSupportedYet,
-            "a TaskManager's memory is not capped; its state backend's memory is (state.backend.spillable.memory, state.backend.fjall.memory)",
-        ),
-        (
             "taskmanager.memory.",
             NotApplicable,
-            "no JVM: a TaskManager's memory is not divided into heap, off-heap, managed and network pools; size the state backend with state.backend.spillable.memory or state.backend.fjall.memory",
+            "no JVM: a TaskManager's memory is not divided into heap, off-heap, managed and network pools; cap the process with taskmanager.memory.process.size and size the state backend with state.backend.spillable.memory or state.backend.fjall.memory",
         ),
         ("jobmanager.memory.", NotApplicable, "no JVM: the JobManager's memory is not divided into pools"),
         (
@@ -213,7 +208,7 @@ mod tests {
 
     #[test]
     fn flink_keys_are_classified_by_the_first_pattern_that_fits() {
-        assert_eq!(classify("taskmanager.memory.process.size").map(|c| c.0), Some(FlinkKeyClass::NotSupportedYet));
+        assert_eq!(classify("taskmanager.memory.task.heap.size").map(|c| c.0), Some(FlinkKeyClass::NotApplicable));
         assert_eq!(classify("taskmanager.memory.managed.fraction").map(|c| c.0), Some(FlinkKeyClass::NotApplicable));
         assert_eq!(classify("env.java.opts.all").map(|c| c.0), Some(FlinkKeyClass::NotApplicable));
         assert_eq!(classify("metrics.reporter.prom.factory.class").map(|c| c.0), Some(FlinkKeyClass::AlwaysSo));

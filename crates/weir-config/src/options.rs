@@ -249,6 +249,17 @@ pub const TASKMANAGER_NUMBER_OF_TASK_SLOTS: ConfigOption<u32> = ConfigOption {
     default: || 1,
 };
 
+/// `taskmanager.memory.process.size`: the most memory a TaskManager process may hold; `None`
+/// for no limit.
+pub const TASKMANAGER_MEMORY_PROCESS_SIZE: ConfigOption<Option<usize>> = ConfigOption {
+    key: "taskmanager.memory.process.size",
+    fallback_keys: &[],
+    default_description: "none (no limit)",
+    description: "the most resident memory a TaskManager process (weir taskmanager, and those weir cluster start starts) may hold: above it, its subtasks fail with an error naming the limit, and the job restarts as its restart strategy says, instead of the kernel's OOM killer ending the process",
+    parse: |text| memory_size(text).map(Some),
+    default: || None,
+};
+
 /// `execution.checkpointing.interval`: time between checkpoints; `None` disables them.
 pub const CHECKPOINTING_INTERVAL: ConfigOption<Option<Duration>> = ConfigOption {
     key: "execution.checkpointing.interval",
@@ -999,6 +1010,7 @@ pub const ALL: &[OptionInfo] = &[
     TASKMANAGER_BIND_HOST.info(),
     TASKMANAGER_DATA_PORT.info(),
     TASKMANAGER_NUMBER_OF_TASK_SLOTS.info(),
+    TASKMANAGER_MEMORY_PROCESS_SIZE.info(),
     CHECKPOINTING_INTERVAL.info(),
     CHECKPOINTING_MODE.info(),
     CHECKPOINTING_TIMEOUT.info(),
@@ -1080,6 +1092,7 @@ pub const ALL_KEYS: &[&str] = &[
     TASKMANAGER_BIND_HOST.key,
     TASKMANAGER_DATA_PORT.key,
     TASKMANAGER_NUMBER_OF_TASK_SLOTS.key,
+    TASKMANAGER_MEMORY_PROCESS_SIZE.key,
     CHECKPOINTING_INTERVAL.key,
     CHECKPOINTING_MODE.key,
     CHECKPOINTING_TIMEOUT.key,

@@ -9,7 +9,7 @@ use serde_json::Value;
 use weir_api::catalog::JobCatalog;
 use weir_config::options::{
     HEARTBEAT_INTERVAL, HEARTBEAT_TIMEOUT, JOBMANAGER_RPC_ADDRESS, JOBMANAGER_RPC_PORT, REST_ADDRESS, REST_PORT,
-    TASKMANAGER_NUMBER_OF_TASK_SLOTS,
+    TASKMANAGER_MEMORY_PROCESS_SIZE, TASKMANAGER_NUMBER_OF_TASK_SLOTS,
 };
 use weir_jobmanager::settings::{connect_ha, ha_settings, wire_security};
 use weir_jobmanager::{JobManager, build_graph, job_config};
@@ -47,7 +47,10 @@ pub fn taskmanager(args: TaskmanagerArgs, catalog: Arc<JobCatalog>) -> Result<Ex
             config.get(&JOBMANAGER_RPC_PORT).map_err(CliError::usage)?
         ),
     };
-    let slots = config.get(&TASKMANAGER_NUMBER_OF_TASK_SLOTS).map_err(CliError::usage)?;
+    let resources = weir_runtime::cluster::TaskManagerResources {
+        slots: config.get(&TASKMANAGER_NUMBER_OF_TASK_SLOTS).map_err(CliError::usage)?,
+        memory_limit: config.get(&TASKMANAGER_MEMORY_PROCESS_SIZE).map_err(CliError::usage)?.map(|b| b as u64),
+    };
     let heartbeat = weir_runtime::cluster::Heartbeats {
         interval: config.get(&HEARTBEAT_INTERVAL).map_err(CliError::usage)?,
         timeout: config.get(&HEARTBEAT_TIMEOUT).map_err(CliError::usage)?,
@@ -66,7 +69,7 @@ pub fn taskmanager(args: TaskmanagerArgs, catalog: Arc<JobCatalog>) -> Result<Ex
     // SIGTERM / SIGINT: cancel the subtasks, deregister, exit 0.
     let stop = crate::signals::on_termination("TaskManager", |_| {})
         .map_err(|e| CliError::runtime(format!("cannot handle SIGTERM: {e}")))?;
-    run_taskmanager(source, slots, heartbeat, builder, security, addresses, stop.flag())
+    run_taskmanager(source, resources, heartbeat, builder, security, addresses, stop.flag())
         .map_err(|e| CliError::runtime(format!("TaskManager: {e}")))?;
     Ok(ExitCode::SUCCESS)
 }

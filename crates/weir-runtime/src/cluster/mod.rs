@@ -5,6 +5,7 @@
 //! Control messages travel as JSON lines over one TCP connection per TaskManager
 //! ([`protocol`]); records travel over the data channels of `crate::network`.
 
+mod memory_guard;
 pub mod protocol;
 pub mod resources;
 pub(crate) mod slots;
@@ -12,7 +13,7 @@ pub mod taskmanager;
 
 pub use protocol::JobSubmission;
 pub use resources::{ClusterResources, RemoteExecutor, TaskManagerInfo};
-pub use taskmanager::{DataAddresses, Heartbeats, JobManagerSource, run_taskmanager};
+pub use taskmanager::{DataAddresses, Heartbeats, JobManagerSource, TaskManagerResources, run_taskmanager};
 
 use weir_api::graph::StreamGraph;
 

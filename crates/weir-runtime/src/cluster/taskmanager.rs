@@ -8,6 +8,7 @@
 //! leader lists every attempt it runs, so the leader takes them over instead of restarting
 //! them. Without high availability a lost JobManager ends its jobs here.
 
+use super::memory_guard::{MemoryCheck, MemoryGuard, resident_bytes};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::io::{BufReader, BufWriter};
 use std::net::TcpStream;
@@ -151,6 +152,16 @@ pub struct Heartbeats {
     pub timeout: Duration,
 }
 
+/// What a TaskManager offers and may use: `taskmanager.numberOfTaskSlots` and
+/// `taskmanager.memory.process.size`.
+#[derive(Clone, Copy, Debug)]
+pub struct TaskManagerResources {
+    /// The slots it registers.
+    pub slots: u32,
+    /// The most resident memory the process may hold, bytes; `None` for no limit.
+    pub memory_limit: Option<u64>,
+}
+
 /// Milliseconds on a process-wide monotonic clock.
 fn monotonic_ms() -> u64 {
     static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
@@ -215,6 +226,8 @@ struct TaskManagerState {
     /// When the watchdog last looked ([`monotonic_ms`]): a longer pause than
     /// `heartbeat.timeout` since means the process was stopped (SIGSTOP) or starved that long.
     watchdog_tick_ms: AtomicU64,
+    /// `taskmanager.memory.process.size`, watched by the watchdog.
+    memory: Option<MemoryGuard>,
 }
 
 /// Cancels every attempt still running once no JobManager was heard from for `timeout`: a
@@ -287,7 +300,7 @@ fn shut_down(state: &TaskManagerState) {
     );
 }
 
-/// Runs a TaskManager with `slots` slots against the JobManager `source` names until the
+/// Runs a TaskManager with `resources` against the JobManager `source` names until the
 /// process is stopped; reconnects (to the new leader, with HA) when the JobManager goes away.
 ///
 /// Every connection, to the JobManager and to and from other TaskManagers, passes
@@ -295,7 +308,7 @@ fn shut_down(state: &TaskManagerState) {
 /// secret, or none) ends it with that error, since trying again would not change the answer.
 pub fn run_taskmanager(
     source: JobManagerSource,
-    slots: u32,
+    resources: TaskManagerResources,
     heartbeat: Heartbeats,
     builder: GraphBuilder,
     security: WireSecurity,
@@ -311,7 +324,7 @@ pub fn run_taskmanager(
     let data_address = host_port(&host, server.address().port());
     let state = Arc::new(TaskManagerState {
         id: JobId::generate().to_string(),
-        slots,
+        slots: resources.slots,
         server,
         data_address,
         builder,
@@ -323,6 +336,7 @@ pub fn run_taskmanager(
         stopping: AtomicBool::new(false),
         last_contact_ms: AtomicU64::new(monotonic_ms()),
         watchdog_tick_ms: AtomicU64::new(monotonic_ms()),
+        memory: resources.memory_limit.map(MemoryGuard::new),
     });
     spawn_watchdog(&state, heartbeat.timeout)?;
     let stopped = spawn_stopper(&state, stop)?;
@@ -366,12 +380,29 @@ fn start_data_server(bind_host: &str, port: u16, security: &WireSecurity) -> std
 
 /// Starts the thread that cancels the subtasks of a TaskManager cut off from its JobManager
 /// ([`stop_zombies`]).
+/// Over `taskmanager.memory.process.size`: cancels every running attempt, whose subtasks then
+/// report the limit as their failure (see [`EventReporter::report`]).
+fn fail_over_memory(state: &TaskManagerState) {
+    let (Some(guard), Some(resident)) = (&state.memory, resident_bytes()) else { return };
+    match guard.check(resident, &state.id) {
+        MemoryCheck::Within => return,
+        MemoryCheck::Exceeded(reason) => tracing::error!("{reason}"),
+        MemoryCheck::StillOver => {}
+    }
+    for attempt in lock(&state.attempts).values() {
+        if lock(&attempt.ended_at).is_none() {
+            attempt.cancel.store(true, Ordering::SeqCst);
+        }
+    }
+}
+
 fn spawn_watchdog(state: &Arc<TaskManagerState>, timeout: Duration) -> std::io::Result<()> {
     let state = Arc::clone(state);
     std::thread::Builder::new().name("weir-tm-watchdog".into()).spawn(move || {
         loop {
             std::thread::sleep(Duration::from_millis(200));
             stop_zombies(&state, timeout);
+            fail_over_memory(&state);
             state.watchdog_tick_ms.store(monotonic_ms(), Ordering::SeqCst);
         }
     })?;
@@ -917,6 +948,14 @@ impl EventReporter {
             event.kind = TaskEventKind::Failed(weir_api::error::TaskError::external(
                 format!("TaskManager {} at {}", taskmanager.id, taskmanager.data_address),
                 "the TaskManager shut down (it was stopped, e.g. by SIGTERM)",
+            ));
+        } else if matches!(event.kind, TaskEventKind::Canceled)
+            && let Some(reason) = taskmanager.memory.as_ref().and_then(MemoryGuard::failure)
+        {
+            // Cancelled by the memory watch: the job fails over with the reason.
+            event.kind = TaskEventKind::Failed(weir_api::error::TaskError::external(
+                format!("TaskManager {} at {}", taskmanager.id, taskmanager.data_address),
+                reason,
             ));
         }
         note_state(&self.states, &event);
