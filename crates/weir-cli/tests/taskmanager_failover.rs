@@ -378,13 +378,8 @@ fn a_taskmanager_over_its_memory_limit_fails_the_job_naming_the_limit() {
     let line = jobmanager.stderr_line("REST API at http://");
     let rest = line.split("REST API at ").nth(1).unwrap().split(',').next().unwrap().to_string();
     let rpc = line.rsplit("connect to ").next().unwrap().trim().to_string();
-    let mut taskmanager = RunningWeir::start(&[
-        "taskmanager",
-        "--jobmanager",
-        &rpc,
-        "-D",
-        "taskmanager.memory.process.size=160m",
-    ]);
+    let mut taskmanager =
+        RunningWeir::start(&["taskmanager", "--jobmanager", &rpc, "-D", "taskmanager.memory.process.size=160m"]);
     taskmanager.stderr_line("registered at");
     let address = rest.trim_start_matches("http://");
     // Twenty million keys of heap state: far more than 160 MiB.
@@ -409,7 +404,8 @@ fn a_taskmanager_over_its_memory_limit_fails_the_job_naming_the_limit() {
         stdout.lines().find_map(|l| l.strip_prefix("Job has been submitted with JobID ")).unwrap().trim().to_string();
     let details = common::poll_json(&format!("{rest}/jobs/{job_id}"), |d| d["state"] == "FAILED");
     let exceptions = get(&format!("{rest}/jobs/{job_id}/exceptions")).body;
-    for needle in ["more than its taskmanager.memory.process.size of 160 MiB", "raise taskmanager.memory.process.size"] {
+    for needle in ["more than its taskmanager.memory.process.size of 160 MiB", "raise taskmanager.memory.process.size"]
+    {
         assert!(exceptions.contains(needle), "no '{needle}' in {exceptions}\n{details}");
     }
     assert!(

@@ -524,6 +524,12 @@ impl JobRun {
         if self.sup.finishing || self.sup.any_finished || !Self::all_running(record) || !self.leading() {
             return;
         }
+        if self.sup.completed_stop.is_some() {
+            // The stop-with-savepoint completed and the subtasks are ending: its sources
+            // would drop a new trigger, which could then only be aborted (Flink keeps its
+            // checkpoint scheduler stopped after a stop-with-savepoint too).
+            return;
+        }
         if self.sup.final_checkpoint.is_none()
             && self.sup.region_restarts.is_empty()
             && record.subtasks.iter().flatten().all(|s| s.data_ended)
@@ -704,10 +710,21 @@ impl JobRun {
     }
 
     pub(super) fn on_checkpoint_failures(&mut self, record: &mut JobRecord, failures: Vec<Failure>) {
+        self.end_checkpoints(record, failures, false);
+    }
+
+    /// Ends checkpoints that will not complete; `expected` when that is the normal course
+    /// (a stop-with-savepoint completed and the job ends: checkpoints in flight beside it
+    /// are superseded, which is no warning).
+    pub(super) fn end_checkpoints(&mut self, record: &mut JobRecord, failures: Vec<Failure>, expected: bool) {
         self.checkpoint_requests_failed(record, &failures);
         let tolerable = self.sup.coordinator.settings().tolerable_failures;
         for failure in failures {
-            tracing::warn!(job_id = %self.master.job_id, checkpoint = failure.checkpoint_id, reason = %failure.reason, "checkpoint failed");
+            if expected {
+                tracing::info!(job_id = %self.master.job_id, checkpoint = failure.checkpoint_id, reason = %failure.reason, "checkpoint aborted");
+            } else {
+                tracing::warn!(job_id = %self.master.job_id, checkpoint = failure.checkpoint_id, reason = %failure.reason, "checkpoint failed");
+            }
             let running = record.history.current() == JobStatus::Running;
             for action in checkpoint_outcomes::on_failure(&failure, &mut self.sup.final_checkpoint, running, tolerable)
             {

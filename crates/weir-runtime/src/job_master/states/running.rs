@@ -40,8 +40,15 @@ pub(super) fn on_event(run: &mut JobRun, incoming: Incoming) -> Option<State> {
                 if matches!(task.kind, TaskEventKind::Finished) && !run.sup.any_finished {
                     // Finished subtasks cannot take part in checkpoints any more.
                     run.sup.any_finished = true;
-                    let failures = run.sup.coordinator.abort_all("a subtask finished before the checkpoint completed");
-                    run.on_checkpoint_failures(&mut record, failures);
+                    // After a completed stop-with-savepoint that is the job ending as asked.
+                    let stopping = run.sup.completed_stop.is_some();
+                    let reason = if stopping {
+                        "superseded by the stop-with-savepoint that completed: the job ends"
+                    } else {
+                        "a subtask finished before the checkpoint completed"
+                    };
+                    let failures = run.sup.coordinator.abort_all(reason);
+                    run.end_checkpoints(&mut record, failures, stopping);
                 }
                 run.on_task_event(&mut record, task);
             }
@@ -57,9 +64,11 @@ pub(super) fn on_event(run: &mut JobRun, incoming: Incoming) -> Option<State> {
         run.on_tick(&mut record);
         let status = record.history.current();
         if status != JobStatus::Running || run.sup.all_finished {
-            // Leaving RUNNING: nothing in flight can complete any more.
+            // Leaving RUNNING: nothing in flight can complete any more (after a completed
+            // stop-with-savepoint, as asked).
+            let stopped = run.sup.completed_stop.is_some() && (status == JobStatus::Finished || run.sup.all_finished);
             let failures = run.sup.coordinator.abort_all("the job is no longer running");
-            run.on_checkpoint_failures(&mut record, failures);
+            run.end_checkpoints(&mut record, failures, stopped);
             run.fail_waiting_savepoints(&mut record, status);
             if status != JobStatus::Running {
                 run.fail_completed_stop(&mut record, status);
