@@ -9,6 +9,15 @@ use std::time::{Duration, Instant};
 
 use common::{RunningWeir, committed_lines, get, run_weir};
 
+/// A JobManager on free ports: the process, its REST URL and its TaskManager (RPC) address.
+fn start_jobmanager() -> (RunningWeir, String, String) {
+    let mut jobmanager = RunningWeir::start(&["jobmanager", "-D", "rest.port=0", "-D", "jobmanager.rpc.port=0"]);
+    let line = jobmanager.stderr_line("REST API at http://");
+    let rest = line.split("REST API at ").nth(1).unwrap().split(',').next().unwrap().to_string();
+    let rpc = line.rsplit("connect to ").next().unwrap().trim().to_string();
+    (jobmanager, rest, rpc)
+}
+
 fn start_taskmanager(rpc: &str) -> RunningWeir {
     let mut taskmanager = RunningWeir::start(&[
         "taskmanager",
@@ -239,10 +248,7 @@ fn cluster_start_and_stop_manage_background_processes() {
 /// them, with exact totals once the job finished.
 #[test]
 fn taskmanager_counters_reach_the_jobmanager_rest_api_and_metrics() {
-    let mut jobmanager = RunningWeir::start(&["jobmanager", "-D", "rest.port=0", "-D", "jobmanager.rpc.port=0"]);
-    let line = jobmanager.stderr_line("REST API at http://");
-    let rest = line.split("REST API at ").nth(1).unwrap().split(',').next().unwrap().to_string();
-    let rpc = line.rsplit("connect to ").next().unwrap().trim().to_string();
+    let (_jobmanager, rest, rpc) = start_jobmanager();
     let _taskmanagers: Vec<RunningWeir> = (0..2).map(|_| start_taskmanager(&rpc)).collect();
     common::poll_json(&format!("{rest}/overview"), |o| o["taskmanagers"] == 2);
     let dir = tempfile::tempdir().unwrap();
@@ -297,10 +303,7 @@ fn taskmanager_counters_reach_the_jobmanager_rest_api_and_metrics() {
 /// A job waiting for TaskManager slots is cancelled at once, not after the slot wait.
 #[test]
 fn a_job_waiting_for_slots_is_cancelled_at_once() {
-    let mut jobmanager = RunningWeir::start(&["jobmanager", "-D", "rest.port=0", "-D", "jobmanager.rpc.port=0"]);
-    let line = jobmanager.stderr_line("REST API at http://");
-    let rest = line.split("REST API at ").nth(1).unwrap().split(',').next().unwrap().to_string();
-    let rpc = line.rsplit("connect to ").next().unwrap().trim().to_string();
+    let (_jobmanager, rest, rpc) = start_jobmanager();
     let _taskmanager = start_taskmanager(&rpc);
     common::poll_json(&format!("{rest}/overview"), |o| o["slots-total"] == 2);
     let address = rest.trim_start_matches("http://");
@@ -333,10 +336,7 @@ fn a_job_waiting_for_slots_is_cancelled_at_once() {
 /// not one.
 #[test]
 fn a_fixed_job_id_is_taken_and_refused_the_second_time() {
-    let mut jobmanager = RunningWeir::start(&["jobmanager", "-D", "rest.port=0", "-D", "jobmanager.rpc.port=0"]);
-    let line = jobmanager.stderr_line("REST API at http://");
-    let rest = line.split("REST API at ").nth(1).unwrap().split(',').next().unwrap().to_string();
-    let rpc = line.rsplit("connect to ").next().unwrap().trim().to_string();
+    let (_jobmanager, rest, rpc) = start_jobmanager();
     let _taskmanager = start_taskmanager(&rpc);
     common::poll_json(&format!("{rest}/overview"), |o| o["taskmanagers"] == 1);
     let address = rest.trim_start_matches("http://");
@@ -374,10 +374,7 @@ fn a_fixed_job_id_is_taken_and_refused_the_second_time() {
 /// the TaskManager itself lives on (it is still registered after the job failed).
 #[test]
 fn a_taskmanager_over_its_memory_limit_fails_the_job_naming_the_limit() {
-    let mut jobmanager = RunningWeir::start(&["jobmanager", "-D", "rest.port=0", "-D", "jobmanager.rpc.port=0"]);
-    let line = jobmanager.stderr_line("REST API at http://");
-    let rest = line.split("REST API at ").nth(1).unwrap().split(',').next().unwrap().to_string();
-    let rpc = line.rsplit("connect to ").next().unwrap().trim().to_string();
+    let (_jobmanager, rest, rpc) = start_jobmanager();
     let mut taskmanager =
         RunningWeir::start(&["taskmanager", "--jobmanager", &rpc, "-D", "taskmanager.memory.process.size=160m"]);
     taskmanager.stderr_line("registered at");
