@@ -134,6 +134,9 @@ pub struct TaskMetrics {
     /// Bytes sent over TCP to consumers in other processes (Flink's `numBytesOut`), as
     /// [`TaskMetrics::bytes_in`].
     pub bytes_out: AtomicU64,
+    /// Records a sink could not write: refused by the external system or its client
+    /// (Flink's FLIP-33 `numRecordsSendErrors`). The sink fails the task too.
+    pub records_send_errors: AtomicU64,
     /// The subtask's channels to other processes whose bridge has not yet sent the end of
     /// partition: a finished subtask's final counters wait for them, so they hold every
     /// byte it sent.

@@ -48,11 +48,13 @@ struct Families {
     checkpoints_in_progress: Gauges,
     last_checkpoint_duration_ms: Gauges,
     last_checkpoint_size_bytes: Gauges,
+    operator_state_size_bytes: Gauges,
     leader_epoch: Gauges,
     leader_since_ms: Gauges,
     split_offset: Gauges,
     split_lag: Gauges,
     records_skipped: Counters,
+    records_send_errors: Counters,
     input_watermark: Gauges,
     records_late: Counters,
 }
@@ -118,6 +120,11 @@ impl Families {
             self.records_skipped.clone(),
         );
         registry.register(
+            "weir_sink_records_send_errors",
+            format!("records a sink could not write, refused by the external system or its client (Flink's numRecordsSendErrors) {PER_SUBTASK}"),
+            self.records_send_errors.clone(),
+        );
+        registry.register(
             "weir_task_current_input_watermark",
             format!("the subtask's input watermark, epoch ms (Flink's currentInputWatermark; absent before the first) {PER_SUBTASK}"),
             self.input_watermark.clone(),
@@ -154,6 +161,11 @@ impl Families {
             "weir_job_last_checkpoint_size_bytes",
             "state size of the latest completed checkpoint",
             self.last_checkpoint_size_bytes.clone(),
+        );
+        registry.register(
+            "weir_operator_state_size_bytes",
+            "bytes of an operator's state, over its subtasks, in the latest completed checkpoint (labels job_id, job_name, operator: its uid)",
+            self.operator_state_size_bytes.clone(),
         );
     }
 
@@ -196,6 +208,9 @@ impl Families {
         if subtask.skipped_records > 0 {
             self.records_skipped.get_or_create(&labels).inc_by(subtask.skipped_records);
         }
+        if subtask.send_errors > 0 {
+            self.records_send_errors.get_or_create(&labels).inc_by(subtask.send_errors);
+        }
         if let Some(watermark) = subtask.input_watermark {
             self.input_watermark.get_or_create(&labels).set(watermark);
         }
@@ -229,6 +244,11 @@ impl Families {
         if let Some(latest) = latest {
             self.last_checkpoint_duration_ms.get_or_create(job_labels).set(gauge_value(latest.end_to_end_duration));
             self.last_checkpoint_size_bytes.get_or_create(job_labels).set(gauge_value(latest.state_size));
+            for (uid, bytes) in &latest.operator_sizes {
+                let mut labels = job_labels.clone();
+                labels.push(("operator".into(), uid.clone()));
+                self.operator_state_size_bytes.get_or_create(&labels).set(gauge_value(*bytes));
+            }
         }
     }
 }
@@ -674,6 +694,10 @@ mod flink {
                         self.set(OPERATOR, "currentInputWatermark", &operator_labels, scrape.watermark)
                     }
                     None => {}
+                }
+                if position + 1 == subtask.operators.len() && subtask.send_errors > 0 {
+                    // A sink's writer is the last of its chain.
+                    self.set(OPERATOR, "numRecordsSendErrors", &operator_labels, gauge_value(subtask.send_errors));
                 }
                 if position == 0 {
                     // Late records are counted by the keyed operator a keyed exchange

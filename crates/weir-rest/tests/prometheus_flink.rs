@@ -241,6 +241,10 @@ fn flink_names_and_labels_describe_a_running_job() {
     );
     let weir_completed = one(&text, "weir_job_checkpoints_completed_total", &[("job_id", jid.as_str())]).value;
     assert_eq!(completed, weir_completed, "the same count under both names");
+    // State size per operator, from the latest completed checkpoint: the windows hold some.
+    let windows_state =
+        one(&text, "weir_operator_state_size_bytes", &[("job_id", jid.as_str()), ("operator", "windows")]);
+    assert!(windows_state.value > 0.0, "{windows_state:?}");
     assert!(one(&text, "flink_jobmanager_job_lastCheckpointDuration", &job_labels).value >= 0.0);
     assert!(one(&text, "flink_jobmanager_job_lastCheckpointSize", &job_labels).value > 0.0, "windows hold state");
     assert!(one(&text, "flink_jobmanager_job_lastCompletedCheckpointId", &job_labels).value >= 1.0);

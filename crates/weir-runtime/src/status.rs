@@ -86,6 +86,10 @@ pub struct SubtaskDetails {
     /// Records a source skipped as undeserialisable (weir's addition; absent when none).
     #[serde(rename = "skipped-records", default, skip_serializing_if = "is_zero")]
     pub skipped_records: u64,
+    /// Records a sink could not write (weir's addition; Flink's `numRecordsSendErrors`;
+    /// absent when none).
+    #[serde(rename = "send-errors", default, skip_serializing_if = "is_zero")]
+    pub send_errors: u64,
     /// Records that came too late for their windows (weir's addition; Flink's
     /// `numLateRecordsDropped`; absent when none).
     #[serde(rename = "late-records", default, skip_serializing_if = "is_zero")]
@@ -574,6 +578,7 @@ fn subtask_details(index: usize, subtask: &SubtaskRecord, attempt: u32, is_sourc
             .map(|s| SplitView { split: s.split, current_offset: s.current_offset, lag: s.lag })
             .collect(),
         skipped_records: subtask.metrics.records_skipped.load(Ordering::Relaxed),
+        send_errors: subtask.metrics.records_send_errors.load(Ordering::Relaxed),
         late_records: subtask.metrics.records_late.load(Ordering::Relaxed),
         input_watermark: subtask.metrics.input_watermark(),
     }

@@ -26,7 +26,7 @@ use rdkafka::ClientContext;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use weir_api::error::TaskError;
-use weir_api::operator::TaskContext;
+use weir_api::operator::{TaskContext, TaskMetrics};
 use weir_api::sink::{Sink, SinkWriter};
 
 use super::client_config;
@@ -200,6 +200,7 @@ impl<T: Send + 'static> KafkaSink<T> {
             staged: Vec::new(),
             plain: None,
             commit_at_end: !ctx.waits_for_final_checkpoint(),
+            metrics: Arc::clone(&ctx.metrics),
         };
         writer.check_topic()?;
         Ok(writer)
@@ -337,9 +338,10 @@ fn commit_restored(admin: &TransactionAdmin, id: &str) -> Result<(), TaskError> 
     Ok(())
 }
 
-/// Keeps the first delivery error the brokers report.
+/// Keeps the first delivery error the brokers report, and counts every record they refused
+/// in the subtask's metrics (`numRecordsSendErrors`), when it has some.
 #[derive(Clone, Default)]
-struct DeliveryErrors(Arc<Mutex<Option<String>>>);
+struct DeliveryErrors(Arc<Mutex<Option<String>>>, Option<Arc<TaskMetrics>>);
 
 impl ClientContext for DeliveryErrors {}
 
@@ -348,6 +350,9 @@ impl ProducerContext for DeliveryErrors {
     fn delivery(&self, result: &DeliveryResult<'_>, _opaque: ()) {
         if let Err((error, message)) = result {
             use rdkafka::Message;
+            if let Some(metrics) = &self.1 {
+                metrics.records_send_errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
             let mut first = self.0.lock().unwrap_or_else(|p| p.into_inner());
             if first.is_none() {
                 *first = Some(format!("'{}' partition {}: {error}", message.topic(), message.partition()));
@@ -380,6 +385,8 @@ struct KafkaWriter<T> {
     /// The producer of `none` and `at-least-once`.
     plain: Option<OpenProducer>,
     commit_at_end: bool,
+    /// The subtask's metrics: records the client or the brokers refused are counted there.
+    metrics: Arc<TaskMetrics>,
 }
 
 impl<T: Send + 'static> KafkaWriter<T> {
@@ -392,7 +399,7 @@ impl<T: Send + 'static> KafkaWriter<T> {
         if let Some(id) = transactional_id {
             properties.insert("transactional.id".to_string(), id.to_string());
         }
-        let errors = DeliveryErrors::default();
+        let errors = DeliveryErrors(Arc::default(), Some(Arc::clone(&self.metrics)));
         let producer: ThreadedProducer<DeliveryErrors> = client_config(&self.bootstrap, &properties)
             .create_with_context(errors.clone())
             .map_err(|e| self.failed("creating a producer", e))?;
@@ -525,6 +532,7 @@ impl<T: Send + 'static> SinkWriter<T> for KafkaWriter<T> {
         }
         let serializer = Arc::clone(&self.serializer);
         let topic = self.topic.clone();
+        let metrics = Arc::clone(&self.metrics);
         let open = self.producer()?;
         for element in batch.drain(..) {
             let record = serializer(&element);
@@ -544,6 +552,7 @@ impl<T: Send + 'static> SinkWriter<T> for KafkaWriter<T> {
                         std::thread::sleep(Duration::from_millis(1));
                     }
                     Err((e, _)) => {
+                        metrics.records_send_errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         return Err(TaskError::external(format!("kafka sink: sending to '{topic}'"), e.to_string()));
                     }
                 }

@@ -67,3 +67,21 @@ fn a_writer_never_opens_a_transaction_under_an_id_the_broker_knows() {
     assert!(error.contains("already knows this transactional id") && error.contains("CompleteCommit"), "{error}");
     assert!(writer.check_unused("p-0-8").is_ok());
 }
+
+/// A record the client refuses (larger than `message.max.bytes`) fails the writer with the
+/// reason and counts as a send error in the subtask's metrics (Flink's `numRecordsSendErrors`).
+#[test]
+fn a_record_the_client_refuses_is_counted_as_a_send_error() {
+    let broker = broker::Broker::start();
+    broker.create_topic("out", 1);
+    let serializer = |v: &String| KafkaSinkRecord { value: v.as_bytes().to_vec(), ..KafkaSinkRecord::default() };
+    let sink = KafkaSink::new(&broker.bootstrap, "out", serializer)
+        .delivery_guarantee(DeliveryGuarantee::AtLeastOnce)
+        .property("message.max.bytes", "1000");
+    let ctx = TaskContext::for_test(0, 1, 128);
+    let mut writer = sink.create_writer(&ctx).unwrap();
+    writer.write_batch(&mut vec!["small".to_string()]).unwrap();
+    let error = writer.write_batch(&mut vec!["x".repeat(5000)]).unwrap_err().to_string();
+    assert!(error.contains("sending to 'out'"), "{error}");
+    assert_eq!(ctx.metrics.records_send_errors.load(std::sync::atomic::Ordering::Relaxed), 1);
+}

@@ -204,6 +204,9 @@ pub struct SubtaskCounters {
     /// Bytes sent over TCP.
     #[serde(default)]
     pub bytes_out: u64,
+    /// Records a sink could not write.
+    #[serde(default)]
+    pub records_send_errors: u64,
 }
 
 /// One message to a TaskManager with the leadership epoch of the JobManager that sent it (0

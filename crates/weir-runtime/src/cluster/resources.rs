@@ -118,6 +118,7 @@ fn store_counters(metrics: &TaskMetrics, counters: SubtaskCounters) {
     }
     metrics.bytes_in.store(counters.bytes_in, Ordering::Relaxed);
     metrics.bytes_out.store(counters.bytes_out, Ordering::Relaxed);
+    metrics.records_send_errors.store(counters.records_send_errors, Ordering::Relaxed);
 }
 
 /// The next message of a registered TaskManager; `None` at the end of its connection or on

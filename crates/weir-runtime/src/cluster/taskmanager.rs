@@ -1045,6 +1045,7 @@ fn counters(vertex: usize, subtask: u32, metrics: &TaskMetrics) -> SubtaskCounte
         output_watermarks: metrics.operators.iter().map(|o| o.output_watermark.load(Ordering::Relaxed)).collect(),
         bytes_in: metrics.bytes_in.load(Ordering::Relaxed),
         bytes_out: metrics.bytes_out.load(Ordering::Relaxed),
+        records_send_errors: metrics.records_send_errors.load(Ordering::Relaxed),
     }
 }
 
