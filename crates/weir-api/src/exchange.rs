@@ -708,9 +708,10 @@ fn poll_control(
 
 /// The task's control channel closed: whoever ran it (the job master, its TaskManager) is
 /// gone, so no checkpoint, stop or cancel can reach it any more. It ends as cancelled
-/// rather than run (or, waiting for a stop, spin) unsupervised.
+/// rather than run (or, waiting for a stop, spin) unsupervised. (Info, not a warning: an
+/// attempt being replaced drops its channels while its cancelled subtasks wind down.)
 fn orphaned() -> TaskError {
-    tracing::warn!("a task's control channel closed: nothing supervises it any more, so it cancels itself");
+    tracing::info!("a task's control channel closed: nothing supervises it any more, so it cancels itself");
     TaskError::Cancelled
 }
 

@@ -42,6 +42,9 @@ pub(crate) struct Campaign {
     heartbeat_timeout: Duration,
     security: WireSecurity,
     route: Arc<Mutex<LeaderRoute>>,
+    /// The current term's jobs are recovered: until then this leader's REST answers 503 (as
+    /// Flink's does during leader election), so nobody reads an empty job list from it.
+    recovered: Arc<AtomicBool>,
 }
 
 impl Campaign {
@@ -60,7 +63,8 @@ impl Campaign {
         let rpc_address = settings::host_port(&rpc_host, bound.port());
         let (heartbeat_timeout, security) = term_settings(config)?;
         let route = Arc::new(Mutex::new(LeaderRoute::Unknown));
-        Ok(Campaign { ha, id, cluster_id, store, listener, rpc_address, heartbeat_timeout, security, route })
+        let recovered = Arc::new(AtomicBool::new(false));
+        Ok(Campaign { ha, id, cluster_id, store, listener, rpc_address, heartbeat_timeout, security, route, recovered })
     }
 
     /// Where TaskManagers connect while this JobManager leads.
@@ -98,7 +102,8 @@ impl Campaign {
     /// Starts following the leader for the REST forwarding; the name this JobManager goes by
     /// and what it says it does until elected.
     pub(crate) fn stand_by(&self, jobs: &Arc<Jobs>) -> (String, String) {
-        follow_leader(Arc::clone(&self.ha), self.id.clone(), Arc::clone(jobs), Arc::clone(&self.route));
+        let leader = (Arc::clone(&self.route), Arc::clone(&self.recovered));
+        follow_leader(Arc::clone(&self.ha), self.id.clone(), Arc::clone(jobs), leader);
         let standing_by = format!(
             "; high availability on {} (cluster-id '{}'): standing by until elected",
             self.store, self.cluster_id
@@ -126,6 +131,9 @@ impl Campaign {
             };
             let term = self.begin_term(jobs, &leadership)?;
             crate::recovery::recover_jobs(jobs, &term.term);
+            // Answer REST here only now: before, the job list would be missing the jobs.
+            self.recovered.store(true, Ordering::SeqCst);
+            *lock(&self.route) = LeaderRoute::Here;
             while !leadership.wait_lost(STOP_POLL) {
                 if stop.load(Ordering::SeqCst) {
                     break;
@@ -151,8 +159,8 @@ impl Campaign {
         let pods = settings::taskmanager_pods(&jobs.config, &resources, None)?;
         let store = self.ha.store(leadership.guard());
         let term = Term { resources, store: Some(store), since_ms: weir_types::lifecycle::now_ms() };
+        self.recovered.store(false, Ordering::SeqCst);
         *lock(&jobs.term) = Some(term.clone());
-        *lock(&self.route) = LeaderRoute::Here;
         eprintln!("JobManager {} leads cluster '{}' (epoch {epoch})", self.id, self.cluster_id);
         Ok(OpenTerm { term, pods })
     }
@@ -174,6 +182,7 @@ impl Campaign {
                 .name("weir-revoke-lost-lease".into())
                 .spawn(move || leadership.release_lost(LOST_LEASE_REVOKE_MAX));
         }
+        self.recovered.store(false, Ordering::SeqCst);
         *lock(&jobs.term) = None;
         *lock(&self.route) = LeaderRoute::Unknown;
         term.close();
@@ -189,10 +198,22 @@ impl Campaign {
 /// Keeps the REST forwarding pointed at the leader while this process does not lead. The
 /// first lookup happens before it returns: a standby that just started answers through the
 /// leader rather than with 503 for its first interval.
-fn follow_leader(ha: Arc<HaServices>, id: String, jobs: Arc<Jobs>, route: Arc<Mutex<LeaderRoute>>) {
+/// While this process leads but has not recovered its jobs (`recovered` false), the route
+/// stays unknown: REST answers 503 and clients try again.
+fn follow_leader(
+    ha: Arc<HaServices>,
+    id: String,
+    jobs: Arc<Jobs>,
+    (route, recovered): (Arc<Mutex<LeaderRoute>>, Arc<AtomicBool>),
+) {
     let refresh = move || {
-        let leading =
+        let holds =
             lock(&jobs.term).as_ref().and_then(|term| term.store.as_ref()).is_some_and(|store| store.guard().is_held());
+        if holds && !recovered.load(Ordering::SeqCst) {
+            *lock(&route) = LeaderRoute::Unknown;
+            return;
+        }
+        let leading = holds;
         let next = if leading {
             LeaderRoute::Here
         } else {
