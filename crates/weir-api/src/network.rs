@@ -223,7 +223,7 @@ pub fn bridge_sender<T: Data>(
         let mut sending = true;
         let done_sending = |sending: &mut bool| {
             if std::mem::replace(sending, false) {
-                let _ = metrics.bridges_sending.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+                metrics.bridge_done_sending();
             }
         };
         // Runs until the producer drops its end of the channel: after its end of partition a

@@ -191,6 +191,11 @@ impl TaskMetrics {
 }
 
 impl TaskMetrics {
+    /// An outbound bridge of the subtask sent its end of partition, or ended without.
+    pub fn bridge_done_sending(&self) {
+        let _ = self.bridges_sending.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+    }
+
     /// Publishes the input watermark.
     pub fn set_input_watermark(&self, watermark: i64) {
         self.input_watermark.store(weir_state::event_time_to_timer(watermark), Ordering::Relaxed);

@@ -124,12 +124,7 @@ fn bridge(
             if let Err(error) = result {
                 tracing::warn!(edge, producer, consumer, error = %error, "network channel not established");
                 if outbound {
-                    let sending = &counted.bridges_sending;
-                    let _ = sending.fetch_update(
-                        std::sync::atomic::Ordering::SeqCst,
-                        std::sync::atomic::Ordering::SeqCst,
-                        |n| n.checked_sub(1),
-                    );
+                    counted.bridge_done_sending();
                 }
             }
         })
