@@ -14,6 +14,7 @@ pub mod inspect;
 pub mod leftovers;
 pub mod paths;
 pub mod restore;
+pub mod retained;
 pub mod rewrite;
 pub mod storage;
 
@@ -38,6 +39,7 @@ pub use inspect::{inspect_json, inspect_text};
 pub use leftovers::{JOB_LOCK_FILE, JobDirLock, SweptJobs, sweep_dead_jobs};
 pub use paths::METADATA_FILE;
 pub use restore::{NewOperator, RestoreError, RestorePlan, RestoreRequest, SubtaskRestore, plan_restore};
+pub use retained::newest_complete_checkpoint_from;
 pub use rewrite::{RewriteError, rewrite_max_parallelism};
 pub use storage::{BlockingStorage, SnapshotStorage, StorageError, StreamingWrite, io_runtime};
 

@@ -228,6 +228,23 @@ fn a_savepoint_rewritten_to_more_key_groups_restores_beyond_the_old_max_parallel
     dry_refused.extend(job);
     assert_refused(&dry_refused, &["max parallelism 128"]);
     assert_eq!(committed_lines(&out).len(), lines_before, "a dry run wrote output");
+    // The deployment pre-flight names a running job's newest checkpoint, which retention may
+    // delete before the dry run reads it: with `$internal.restore.newest-retained` the dry run
+    // checks the newest complete successor beside it (chk-5 is gone, chk-6 never completed).
+    let job_dir = dir.path().join("checkpoints").join("0123456789abcdef0123456789abcdef");
+    copy_dir(&savepoint, &job_dir.join("chk-7"));
+    std::fs::create_dir_all(job_dir.join("chk-6")).unwrap();
+    let gone = format!("file://{}", job_dir.join("chk-5").display());
+    let mut dry_gone = vec!["run", "--dry-run", "-s", &gone, "-p", "2"];
+    dry_gone.extend(job);
+    assert_refused(&dry_gone, &["no _metadata"]);
+    let mut dry_newest =
+        vec!["run", "--dry-run", "-D", "$internal.restore.newest-retained=true", "-s", &gone, "-p", "2"];
+    dry_newest.extend(job);
+    let output = run_weir(&dry_newest);
+    let stdout = String::from_utf8_lossy(&output.stdout).to_string();
+    assert!(output.status.success(), "{stdout}{}", String::from_utf8_lossy(&output.stderr));
+    assert!(stdout.contains(&format!("Restoring from file://{}", job_dir.join("chk-7").display())), "{stdout}");
 
     let rewritten_dir = dir.path().join("rewritten");
     let output = run_weir(&[
@@ -542,4 +559,12 @@ fn a_savepoint_moved_to_another_directory_still_restores() {
     let metadata = moved.join("_metadata");
     let inspect = run_weir(&["savepoint", "inspect", metadata.to_str().unwrap()]);
     assert!(inspect.status.success(), "{}", String::from_utf8_lossy(&inspect.stderr));
+}
+
+/// Copies the files of snapshot directory `from` (data files and `_metadata`) into `to`.
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for (name, bytes) in snapshot_files(from) {
+        std::fs::write(to.join(name), bytes).unwrap();
+    }
 }

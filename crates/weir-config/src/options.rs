@@ -785,6 +785,20 @@ pub const PIPELINE_FIXED_JOB_ID: ConfigOption<Option<String>> = ConfigOption {
     default: || None,
 };
 
+/// `$internal.restore.newest-retained`: with `-s` naming a checkpoint `chk-<n>`, check the
+/// restore against the newest complete `chk-<m>` (`m >= n`) beside it. The deployment
+/// controller's pre-flight sets it for `run --dry-run` against a running job's newest
+/// checkpoint: the job subsumes (and deletes) that one every checkpoint interval, sooner than
+/// a process starts and reads it, and its successor has the same operators.
+pub const RESTORE_NEWEST_RETAINED: ConfigOption<bool> = ConfigOption {
+    key: "$internal.restore.newest-retained",
+    fallback_keys: &[],
+    default_description: "false",
+    description: "with -s naming a chk-<n>, use the newest complete chk-<m> (m >= n) beside it (the deployment pre-flight against a running job)",
+    parse: boolean,
+    default: || false,
+};
+
 /// The shortest shared secret accepted, in bytes (as weir-runtime's security requires).
 pub const INTERNAL_SECRET_BYTES_MIN: usize = 16;
 
@@ -1056,6 +1070,7 @@ pub const ALL: &[OptionInfo] = &[
     PIPELINE_NAME.info(),
     EXECUTION_TARGET.info(),
     PIPELINE_FIXED_JOB_ID.info(),
+    RESTORE_NEWEST_RETAINED.info(),
     SECURITY_INTERNAL_SECRET.info(),
     SECURITY_INTERNAL_SECRET_FILE.info(),
     SECURITY_SSL_INTERNAL_ENABLED.info(),

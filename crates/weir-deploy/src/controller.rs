@@ -18,7 +18,7 @@ use weir_config::Configuration;
 use weir_config::options::{
     CHECKPOINTING_INTERVAL, CHECKPOINTING_TIMEOUT, OPERATOR_JM_DEPLOYMENT_RECOVERY, OPERATOR_LAST_STATE_FALLBACK,
     OPERATOR_PERIODIC_SAVEPOINT_INTERVAL, OPERATOR_READINESS_TIMEOUT, OPERATOR_ROLLBACK_ENABLED,
-    OPERATOR_SAVEPOINT_HISTORY_MAX_AGE, OPERATOR_SAVEPOINT_HISTORY_MAX_COUNT,
+    OPERATOR_SAVEPOINT_HISTORY_MAX_AGE, OPERATOR_SAVEPOINT_HISTORY_MAX_COUNT, RESTORE_NEWEST_RETAINED,
 };
 
 use crate::backend::{ClusterBackend, ProcessClusters};
@@ -920,6 +920,12 @@ impl Controller {
         };
         self.world.crash_point("operator-in-pre-flight");
         let mut snapshot = snapshot;
+        // The running job subsumes its newest checkpoint every interval, often before the
+        // dry run's process has started: it checks against the newest one when it reads.
+        let mut target = target;
+        if operation.restore_from.is_none() && snapshot.is_some() {
+            target.configuration.insert(RESTORE_NEWEST_RETAINED.key.to_string(), "true".to_string());
+        }
         let mut verdict = self.backend.dry_run(name, &target, snapshot.as_deref());
         // The running job's newest checkpoint can be subsumed and removed while it is read:
         // that is no verdict on the new spec, so check the next newest.
@@ -934,12 +940,15 @@ impl Controller {
             verdict = self.backend.dry_run(name, &target, snapshot.as_deref());
         }
         match verdict {
-            Ok(_) => {
+            Ok(lines) => {
+                // The snapshot the dry run read (a newer checkpoint than the one named, when
+                // that one was subsumed): its report starts "Restoring from <location> (".
+                let read = lines.iter().find_map(|l| l.strip_prefix("Restoring from ")?.split(" (").next());
                 self.report(
                     name,
                     false,
                     "PreFlightPassed",
-                    &format!("pre-flight passed against {}", snapshot.as_deref().unwrap_or("no snapshot")),
+                    &format!("pre-flight passed against {}", read.or(snapshot.as_deref()).unwrap_or("no snapshot")),
                 );
                 if status.refused_generation.is_some() {
                     status.refused_generation = None;

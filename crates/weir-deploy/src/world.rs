@@ -134,24 +134,8 @@ fn newest_retained(location: &str) -> String {
     if snapshot_exists(location) {
         return location.to_string();
     }
-    let trimmed = location.trim_end_matches('/');
-    let Some((parent, name)) = trimmed.rsplit_once('/') else { return location.to_string() };
-    let Some(observed) = name.strip_prefix("chk-").and_then(|n| n.parse::<u64>().ok()) else {
-        return location.to_string();
-    };
-    let Some(dir) = parent.strip_prefix("file://").or(if parent.contains("://") { None } else { Some(parent) }) else {
-        return location.to_string();
-    };
-    let Ok(entries) = std::fs::read_dir(dir) else { return location.to_string() };
-    entries
-        .flatten()
-        .filter_map(|e| {
-            let name = e.file_name().to_string_lossy().to_string();
-            let id = name.strip_prefix("chk-")?.parse::<u64>().ok()?;
-            (id > observed && e.path().join("_metadata").is_file()).then_some(id)
-        })
-        .max()
-        .map(|id| format!("{parent}/chk-{id}"))
+    weir_checkpoint::io_runtime()
+        .block_on(weir_checkpoint::newest_complete_checkpoint_from(location))
         .unwrap_or_else(|| location.to_string())
 }
 
@@ -263,7 +247,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         for id in [3, 5] {
             std::fs::create_dir_all(dir.path().join(format!("chk-{id}"))).unwrap();
-            std::fs::write(dir.path().join(format!("chk-{id}/_metadata")), b"x").unwrap();
+            std::fs::write(dir.path().join(format!("chk-{id}/_metadata")), metadata(id)).unwrap();
         }
         // chk-7 was begun but never completed: no _metadata.
         std::fs::create_dir_all(dir.path().join("chk-7")).unwrap();

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use weir_api::catalog::JobCatalog;
 use weir_config::Configuration;
-use weir_config::options::REST_PORT;
+use weir_config::options::{REST_PORT, RESTORE_NEWEST_RETAINED};
 use weir_jobmanager::settings::{host_port, rest_hosts, shown_configuration};
 use weir_jobmanager::{PreparedJob, prepare};
 use weir_rest::{ClusterInfo, RestServer};
@@ -144,14 +144,16 @@ fn linger_for_savepoint_clients(master: &JobMaster) {
 /// parallelism, parallelism, key types, the kind and type of every declared state), then a report of what would run and what each
 /// operator would restore. Nothing is started or written.
 fn dry_run(args: &RunArgs, catalog: &JobCatalog, config: &Configuration) -> Result<ExitCode, CliError> {
-    let PreparedJob { graph, settings, notes } = prepare(
-        catalog,
-        config,
-        &args.job,
-        &args.job_args,
-        args.from_savepoint.as_deref(),
-        args.allow_non_restored_state,
-    )?;
+    let snapshot = match args.from_savepoint.as_deref() {
+        Some(path) if config.get(&RESTORE_NEWEST_RETAINED).map_err(CliError::usage)? => Some(
+            weir_checkpoint::io_runtime()
+                .block_on(weir_checkpoint::newest_complete_checkpoint_from(path))
+                .unwrap_or(path.to_string()),
+        ),
+        other => other.map(str::to_string),
+    };
+    let PreparedJob { graph, settings, notes } =
+        prepare(catalog, config, &args.job, &args.job_args, snapshot.as_deref(), args.allow_non_restored_state)?;
     let job_graph = JobGraph::build(&graph, &settings).map_err(CliError::usage)?;
     for note in &notes {
         println!("{note}");
