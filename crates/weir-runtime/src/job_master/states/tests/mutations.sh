@@ -37,4 +37,7 @@ T=crates/weir-types/src/lifecycle.rs
 rev $T 'Reconciling => matches!(next, Deploying | ' 'Reconciling => matches!(next, '; run "a subtask reported DEPLOYING is taken over"; git checkout -q $T
 C=crates/weir-runtime/src/checkpointing/book.rs
 rev $C '        if self.pending.values().any(|p| p.request.is_stop()) {' '        if false {'; run "no periodic checkpoint while a stop is in flight"; git checkout -q $C
+rev $S/run.rs '        if self.sup.completed_stop.is_some() {
+            // The stop-with-savepoint completed' '        if false {
+            // The stop-with-savepoint completed'; run "no periodic checkpoint once a stop completed"; git checkout -q $S
 git status --short

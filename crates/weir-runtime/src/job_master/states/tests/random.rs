@@ -13,6 +13,7 @@
 //! - a terminal job has no subtask alive, and its end is the one its story allows: FINISHED
 //!   when every subtask finished, CANCELED only after a cancel, FAILED only once the restart
 //!   budget is spent;
+//! - no barrier is triggered once a stop-with-savepoint completed (its subtasks are ending);
 //! - each region's committed records are 1..=n, none twice, and a FINISHED job committed
 //!   every record its sources had;
 //! - with high availability (half the seeds: the real HA job store on a memory store whose
@@ -579,6 +580,15 @@ impl Play {
                         }
                     }
                     let savepoint = matches!(barrier.kind, BarrierKind::Savepoint { .. });
+                    // Once a stop-with-savepoint completed its subtasks are ending: a new
+                    // trigger could only be dropped by the stopped sources and aborted as
+                    // failed (the job's log showed a WARN after every `stop --drain`).
+                    if self.subtasks[chosen].stop_completed {
+                        return Err(format!(
+                            "attempt {attempt}: barrier {} triggered after its stop-with-savepoint completed",
+                            barrier.checkpoint_id
+                        ));
+                    }
                     let taken = TakenBarrier { id: barrier.checkpoint_id, after_end: sources_ended, savepoint };
                     lineage.barrier(attempt, taken, barrier.terminates());
                     let stop = if barrier.terminates() { " (a stop)" } else { "" };
