@@ -919,26 +919,7 @@ impl Controller {
             _ => None,
         };
         self.world.crash_point("operator-in-pre-flight");
-        let mut snapshot = snapshot;
-        // The running job subsumes its newest checkpoint every interval, often before the
-        // dry run's process has started: it checks against the newest one when it reads.
-        let mut target = target;
-        if operation.restore_from.is_none() && snapshot.is_some() {
-            target.configuration.insert(RESTORE_NEWEST_RETAINED.key.to_string(), "true".to_string());
-        }
-        let mut verdict = self.backend.dry_run(name, &target, snapshot.as_deref());
-        // The running job's newest checkpoint can be subsumed and removed while it is read:
-        // that is no verdict on the new spec, so check the next newest.
-        let mut attempts = 0;
-        while verdict.is_err()
-            && operation.restore_from.is_none()
-            && snapshot.as_deref().is_some_and(|s| !self.world.snapshot_exists(s))
-            && attempts < 5
-        {
-            attempts += 1;
-            snapshot = self.newest_checkpoint(name, status);
-            verdict = self.backend.dry_run(name, &target, snapshot.as_deref());
-        }
+        let (snapshot, verdict) = self.pre_flight_dry_run(name, status, operation, target, snapshot);
         match verdict {
             Ok(lines) => {
                 // The snapshot the dry run read (a newer checkpoint than the one named, when
@@ -973,6 +954,37 @@ impl Controller {
                 self.refuse(name, status, operation, error)
             }
         }
+    }
+
+    /// The pre-flight's dry run of `target` against `snapshot`: the snapshot checked and the
+    /// verdict. Against the running job's newest checkpoint (no start point named), the dry
+    /// run reads the newest one when it reads (the job subsumes them every interval, often
+    /// before the dry run's process has started), and a checkpoint removed meanwhile is no
+    /// verdict on the new spec: the next newest is checked.
+    fn pre_flight_dry_run(
+        &self,
+        name: &str,
+        status: &DeploymentStatus,
+        operation: &Operation,
+        mut target: DeploymentSpec,
+        mut snapshot: Option<String>,
+    ) -> (Option<String>, Result<Vec<String>, String>) {
+        let running_job = operation.restore_from.is_none() && snapshot.is_some();
+        if running_job {
+            target.configuration.insert(RESTORE_NEWEST_RETAINED.key.to_string(), "true".to_string());
+        }
+        let mut verdict = self.backend.dry_run(name, &target, snapshot.as_deref());
+        let mut attempts = 0;
+        while verdict.is_err()
+            && running_job
+            && snapshot.as_deref().is_some_and(|s| !self.world.snapshot_exists(s))
+            && attempts < 5
+        {
+            attempts += 1;
+            snapshot = self.newest_checkpoint(name, status);
+            verdict = self.backend.dry_run(name, &target, snapshot.as_deref());
+        }
+        (snapshot, verdict)
     }
 
     /// The newest completed checkpoint of the current job, if it completed one: the newer of
