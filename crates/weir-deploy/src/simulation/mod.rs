@@ -414,12 +414,13 @@ impl Driver {
                     .collect();
                 if let Some((seq, id)) = live.first().cloned() {
                     state.trace.push(format!("fault: the JobManager of cluster {seq} died"));
-                    // With HA it comes back (a pod restarted) and recovers a job that was
-                    // not being cancelled (not modelled) from its restart point.
+                    // With HA it comes back (a pod restarted) and recovers the job from its
+                    // restart point; a cancel under way is lost (no result recorded yet).
                     let recoverable = state.ha_clusters
-                        && state.jobs.get(&id).is_some_and(|job| {
-                            (job.latest_checkpoint.is_some() || job.stop_savepoint.is_some()) && job.cancel_at.is_none()
-                        });
+                        && state
+                            .jobs
+                            .get(&id)
+                            .is_some_and(|job| job.latest_checkpoint.is_some() || job.stop_savepoint.is_some());
                     if let Some(cluster) = state.clusters.get_mut(&seq) {
                         cluster.alive = false;
                         cluster.revive_at = recoverable.then_some(now + 800);

@@ -216,6 +216,11 @@ impl State {
                     snaps.into_iter().flatten().filter_map(|l| self.snapshots.get(l)).max_by_key(|s| s.id);
                 let Some(snap) = restart_point.cloned() else { continue };
                 job.finish_at = None;
+                // A cancel the JobManager had not finished is lost with it, as in Flink: the
+                // job's result was not recorded, so the next JobManager runs it again.
+                if job.cancel_at.take().is_some() {
+                    self.trace.push(format!("  job {id}: its cancel was lost with the JobManager"));
+                }
                 job.stop_savepoint = None;
                 for request in job.requests.values_mut().filter(|r| r.outcome.is_none()) {
                     request.outcome = Some(SavepointState::Failed("the JobManager failed over".into()));
