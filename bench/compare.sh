@@ -7,18 +7,26 @@
 #   bench/compare.sh HEAD            # uncommitted changes against the last commit
 #   RUNS=9 bench/compare.sh 4900891  # more rounds (default 5)
 #
-# Each round runs `weir run -D rest.port=0 -p P counter --users 100000 --events 20000000
-# --output none` once per binary and parallelism (P = 1 and 2), the order of the two binaries
-# swapped every round. Printed per binary: median and minimum wall time, median voluntary
-# context switches (how often the source and counter threads block on each other: on an idle
+# Each round runs every workload once per binary and parallelism (P = 1 and 2), the order of
+# the two binaries swapped every round. WORKLOADS (default "counter") picks them:
+#
+#   counter               weir run -p P counter --users 100000 --events 20000000 --output none
+#   counter-checkpointed  the same with a checkpoint every 200 ms (incremental, to a local dir)
+#   wordcount             weir run -p P wordcount over a 100 MB text (bench/make-text.py)
+#   nexmark-q5            weir run -p P nexmark --query q5 --events 10000000 --output none
+#
+#   WORKLOADS="counter counter-checkpointed wordcount nexmark-q5" bench/compare.sh HEAD~1
+#
+# Printed per workload, parallelism and binary: median and minimum wall time, median
+# voluntary context switches (how often the tasks' threads block on each other: on an idle
 # machine a steady sign of a hand-off change; other load lowers it), and the ratio working
 # tree / base.
 #
 # The base is built in a temporary git worktree under target/compare/ (its registration is
 # removed afterwards, even on failure) with its own target directory there, and the binary
 # is kept per commit: a second comparison against the same base builds only the working
-# tree. Environment: RUNS, EVENTS, USERS, PARALLELISM ("1 2"), COMPARE_DIR
-# (target/compare), WAIT_IDLE (seconds to wait, before each round, for a machine shared with
+# tree. Environment: RUNS, WORKLOADS, EVENTS and USERS (the counters), NEXMARK_EVENTS,
+# PARALLELISM ("1 2"), COMPARE_DIR (target/compare), WAIT_IDLE (seconds to wait, before each round, for a machine shared with
 # other work to be 85 % idle; 0 by default).
 set -euo pipefail
 
@@ -35,6 +43,15 @@ RUNS="${RUNS:-5}"
 EVENTS="${EVENTS:-20000000}"
 USERS="${USERS:-100000}"
 PARALLELISM="${PARALLELISM:-1 2}"
+WORKLOADS="${WORKLOADS:-counter}"
+NEXMARK_EVENTS="${NEXMARK_EVENTS:-10000000}"
+TEXT="${TMPDIR:-/tmp}/weir-bench-100mb.txt"
+for workload in $WORKLOADS; do
+  case "$workload" in
+    counter | counter-checkpointed | wordcount | nexmark-q5) ;;
+    *) echo "$0: unknown workload '$workload' (counter, counter-checkpointed, wordcount, nexmark-q5)" >&2; exit 2 ;;
+  esac
+done
 WAIT_IDLE="${WAIT_IDLE:-0}"
 CACHE="${COMPARE_DIR:-$ROOT/target/compare}"
 TIME=/usr/bin/time
@@ -93,20 +110,47 @@ fi
 head_bin="$logs/weir-head"
 cp "${CARGO_TARGET_DIR:-$ROOT/target}/release/weir" "$head_bin"
 
-# run NAME BINARY P: one timed run, appending "wall-seconds vol-ctxsw" to $logs/NAME-pP (the
-# wall time from the clock, to the millisecond; GNU time counts the context switches).
+case " $WORKLOADS " in *" wordcount "*) [ -f "$TEXT" ] || python3 bench/make-text.py 100 "$TEXT" >/dev/null ;; esac
+
+# The job of workload $1 (arguments after `weir run -D rest.port=0 -p P`), and what one run
+# processes (events, or MB for wordcount).
+job_args() {
+  case "$1" in
+    counter) echo "counter --users $USERS --events $EVENTS --output none" ;;
+    counter-checkpointed)
+      echo "-D execution.checkpointing.interval=200ms -D execution.checkpointing.incremental=true" \
+        "-D state.checkpoints.dir=file://$logs/chk counter --users $USERS --events $EVENTS --output none"
+      ;;
+    wordcount) echo "wordcount --input $TEXT --output $logs/wordcount-out" ;;
+    nexmark-q5) echo "nexmark --query q5 --events $NEXMARK_EVENTS --output none" ;;
+  esac
+}
+work_of() {
+  case "$1" in
+    counter | counter-checkpointed) echo "$EVENTS / 1000000" ;;
+    wordcount) du -m "$TEXT" | cut -f1 ;;
+    nexmark-q5) echo "$NEXMARK_EVENTS / 1000000" ;;
+  esac
+}
+unit_of() { [ "$1" = wordcount ] && echo "MB/s" || echo "M events/s"; }
+
+# run WORKLOAD NAME BINARY P: one timed run, appending "wall-seconds vol-ctxsw" to
+# $logs/WORKLOAD-NAME-pP (the wall time from the clock, to the millisecond; GNU time counts
+# the context switches).
 run() {
-  local name=$1 bin=$2 p=$3 start end
+  local workload=$1 name=$2 bin=$3 p=$4 start end
+  rm -rf "$logs/chk" "$logs/wordcount-out"
   start=$(date +%s.%N)
-  if ! "$TIME" -o "$logs/time" -f "%w %U %S" "$bin" run -D rest.port=0 -p "$p" counter \
-    --users "$USERS" --events "$EVENTS" --output none >"$logs/run.log" 2>&1; then
-    echo "$0: the $name binary failed (p=$p); its output:" >&2
+  # shellcheck disable=SC2046 # the job's arguments are words
+  if ! "$TIME" -o "$logs/time" -f "%w %U %S" "$bin" run -D rest.port=0 -p "$p" $(job_args "$workload") \
+    >"$logs/run.log" 2>&1; then
+    echo "$0: the $name binary failed ($workload, p=$p); its output:" >&2
     tail -20 "$logs/run.log" >&2
     exit 1
   fi
   end=$(date +%s.%N)
   read -r switches user system < <(tail -1 "$logs/time")
-  echo "$(echo "$end - $start" | bc -l) $switches" >>"$logs/$name-p$p"
+  echo "$(echo "$end - $start" | bc -l) $switches" >>"$logs/$workload-$name-p$p"
   echo "$user + $system" >>"$logs/cpu"
 }
 
@@ -145,19 +189,21 @@ await_idle() {
 idle=$(await_idle)
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); idle before timing: $idle %"
 [ "$idle" -ge 85 ] || echo "warning: other work is running; the times will be noisy (WAIT_IDLE=600 waits for quiet)"
-echo "counter --users $USERS --events $EVENTS --output none; $RUNS alternating runs per binary"
+echo "workloads: $WORKLOADS; $RUNS alternating runs per binary"
 busy_before=$(busy_seconds)
 started=$(date +%s.%N)
 for round in $(seq "$RUNS"); do
   [ "$WAIT_IDLE" -eq 0 ] || [ "$round" -eq 1 ] || await_idle >/dev/null
-  for p in $PARALLELISM; do
-    if [ $((round % 2)) -eq 1 ]; then
-      run base "$base_bin" "$p"
-      run head "$head_bin" "$p"
-    else
-      run head "$head_bin" "$p"
-      run base "$base_bin" "$p"
-    fi
+  for workload in $WORKLOADS; do
+    for p in $PARALLELISM; do
+      if [ $((round % 2)) -eq 1 ]; then
+        run "$workload" base "$base_bin" "$p"
+        run "$workload" head "$head_bin" "$p"
+      else
+        run "$workload" head "$head_bin" "$p"
+        run "$workload" base "$base_bin" "$p"
+      fi
+    done
   done
   printf '.'
 done
@@ -168,18 +214,21 @@ printf ' other processes used %.0f %% of a core meanwhile%s\n' "$share" \
   "$([ "$(echo "$share > 10" | bc -l)" -eq 1 ] && echo ': the times are skewed, run again when quiet' || true)"
 
 declare -A wall_median wall_min
-for p in $PARALLELISM; do
-  echo "p=$p"
-  printf '  %-22s %10s %10s %12s %14s\n' "" "median s" "min s" "M events/s" "vol. ctxsw"
-  for name in base head; do
-    label=$([ "$name" = base ] && echo "base $base_short" || echo "working tree")
-    wall_median[$name]=$(cut -d' ' -f1 "$logs/$name-p$p" | median)
-    wall_min[$name]=$(cut -d' ' -f1 "$logs/$name-p$p" | minimum)
-    switches=$(cut -d' ' -f2 "$logs/$name-p$p" | median)
-    printf '  %-22s %10.3f %10.3f %12.1f %14.0f\n' "$label" "${wall_median[$name]}" "${wall_min[$name]}" \
-      "$(echo "$EVENTS / 1000000 / ${wall_median[$name]}" | bc -l)" "$switches"
+for workload in $WORKLOADS; do
+  work=$(work_of "$workload")
+  for p in $PARALLELISM; do
+    echo "$workload p=$p"
+    printf '  %-22s %10s %10s %12s %14s\n' "" "median s" "min s" "$(unit_of "$workload")" "vol. ctxsw"
+    for name in base head; do
+      label=$([ "$name" = base ] && echo "base $base_short" || echo "working tree")
+      wall_median[$name]=$(cut -d' ' -f1 "$logs/$workload-$name-p$p" | median)
+      wall_min[$name]=$(cut -d' ' -f1 "$logs/$workload-$name-p$p" | minimum)
+      switches=$(cut -d' ' -f2 "$logs/$workload-$name-p$p" | median)
+      printf '  %-22s %10.3f %10.3f %12.1f %14.0f\n' "$label" "${wall_median[$name]}" "${wall_min[$name]}" \
+        "$(echo "($work) / ${wall_median[$name]}" | bc -l)" "$switches"
+    done
+    printf '  %-22s %10.2f %10.2f   (below 1: the working tree is faster)\n' "working tree / base" \
+      "$(echo "${wall_median[head]} / ${wall_median[base]}" | bc -l)" \
+      "$(echo "${wall_min[head]} / ${wall_min[base]}" | bc -l)"
   done
-  printf '  %-22s %10.2f %10.2f   (below 1: the working tree is faster)\n' "working tree / base" \
-    "$(echo "${wall_median[head]} / ${wall_median[base]}" | bc -l)" \
-    "$(echo "${wall_min[head]} / ${wall_min[base]}" | bc -l)"
 done
