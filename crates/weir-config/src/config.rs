@@ -325,6 +325,7 @@ impl Configuration {
         self.get(&HIGH_AVAILABILITY_RECONCILE_TIMEOUT)?;
         self.get(&PIPELINE_NAME)?;
         self.get(&PIPELINE_FIXED_JOB_ID)?;
+        self.get(&RESTORE_NEWEST_RETAINED)?;
         let secret = self.get(&SECURITY_INTERNAL_SECRET)?;
         let secret_file = self.get(&SECURITY_INTERNAL_SECRET_FILE)?;
         let tls = self.get(&SECURITY_SSL_INTERNAL_ENABLED)?;
