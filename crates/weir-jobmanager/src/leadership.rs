@@ -213,8 +213,7 @@ fn follow_leader(
             *lock(&route) = LeaderRoute::Unknown;
             return;
         }
-        let leading = holds;
-        let next = if leading {
+        let next = if holds {
             LeaderRoute::Here
         } else {
             match ha.leader() {

@@ -148,7 +148,7 @@ fn dry_run(args: &RunArgs, catalog: &JobCatalog, config: &Configuration) -> Resu
         Some(path) if config.get(&RESTORE_NEWEST_RETAINED).map_err(CliError::usage)? => Some(
             weir_checkpoint::io_runtime()
                 .block_on(weir_checkpoint::newest_complete_checkpoint_from(path))
-                .unwrap_or(path.to_string()),
+                .unwrap_or_else(|| path.to_string()),
         ),
         other => other.map(str::to_string),
     };
