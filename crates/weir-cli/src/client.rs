@@ -102,7 +102,8 @@ impl RestClient {
     }
 
     /// Sends `request` to the base URL, and with a [`Retry`] again (to where it locates the
-    /// JobManager) while no JobManager answers or the one that does is unavailable (503).
+    /// JobManager) while no JobManager answers, the one that does is unavailable (503), or
+    /// it is a standby whose leader did not answer (502: the leader is failing over).
     fn send(
         &self,
         request: impl Fn(&str) -> Result<ureq::http::Response<ureq::Body>, ureq::Error>,
@@ -112,7 +113,7 @@ impl RestClient {
         loop {
             let outcome = self.read(request(&self.base()));
             let retryable = match &outcome {
-                Ok(response) => response.status == 503,
+                Ok(response) => matches!(response.status, 502 | 503),
                 Err(error) => is_unanswered(error),
             };
             let Some(retry) = self.retry.as_ref().filter(|_| retryable && attempt < attempts) else {
@@ -208,5 +209,54 @@ pub fn error_text(body: &str) -> String {
     match serde_json::from_str::<Errors>(body) {
         Ok(errors) if !errors.errors.is_empty() => errors.errors.join("; "),
         _ => body.trim().to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+    use std::net::TcpListener;
+
+    /// Answers one request per connection with each status of `statuses` in turn.
+    fn server(statuses: Vec<u16>) -> (String, std::thread::JoinHandle<()>) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        let handle = std::thread::spawn(move || {
+            for status in statuses {
+                let (mut stream, _) = listener.accept().unwrap();
+                let mut request = [0u8; 4096];
+                let _ = stream.read(&mut request);
+                let body = format!("{{\"errors\": [\"status {status}\"]}}");
+                let answer = format!(
+                    "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                stream.write_all(answer.as_bytes()).unwrap();
+            }
+        });
+        (address, handle)
+    }
+
+    /// A standby whose leader is failing over answers 503 (weir) or 502 (a proxy in front):
+    /// both are tried again until the new leader answers.
+    #[test]
+    fn a_failing_over_leader_is_waited_out() {
+        let (address, handle) = server(vec![502, 503, 200]);
+        let client =
+            RestClient::new(&address).with_retry(Retry { attempts: 5, delay: Duration::from_millis(10), locate: None });
+        let response = client.get("/jobs/overview").unwrap();
+        assert_eq!(response.status, 200);
+        handle.join().unwrap();
+    }
+
+    /// Any other answer is the answer: no retry.
+    #[test]
+    fn an_error_answer_is_not_retried() {
+        let (address, handle) = server(vec![500]);
+        let client =
+            RestClient::new(&address).with_retry(Retry { attempts: 5, delay: Duration::from_millis(10), locate: None });
+        assert_eq!(client.get("/jobs/overview").unwrap().status, 500);
+        handle.join().unwrap();
     }
 }

@@ -97,8 +97,10 @@ async fn forward(address: String, request: Request) -> Response {
             }
             response
         }
+        // 503 as Flink's REST endpoints answer during a leader election: clients (weir's CLI
+        // and Flink's, with rest.retry.*) try again, where a 502 would end them.
         Ok(Err(reason)) => error(
-            StatusCode::BAD_GATEWAY,
+            StatusCode::SERVICE_UNAVAILABLE,
             format!(
                 "the leader JobManager at {address} did not answer ({reason}); it may be failing over, retry in a few seconds"
             ),
