@@ -6,6 +6,7 @@
 //! checkpoint can block exactly the channels whose barrier has arrived (alignment). A remote
 //! channel will bridge a local one to a TCP connection, carrying the same elements.
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering, fence};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::Thread;
@@ -17,7 +18,9 @@ use crossbeam_channel::{
 };
 use weir_types::keygroups::{compute_operator_index_for_key_group, key_group_for_hash};
 
+use crate::Data;
 use crate::error::TaskError;
+use crate::in_flight::{InFlightCapture, restored_in_flight};
 use crate::operator::{
     BATCH_RECORDS_MAX, IDLE_WAIT_MAX, MAX_WATERMARK, MIN_WATERMARK, NO_TIMESTAMP, Operator, Step, TaskBody, TaskContext,
 };
@@ -139,6 +142,25 @@ struct Room {
     closed: AtomicBool,
     /// The thread that waits.
     producer: Mutex<Option<Thread>>,
+    /// Notices of unaligned barriers, ahead of everything queued in the channel.
+    priority: Mutex<Vec<PriorityBarrier>>,
+    /// `priority` holds a notice: the consumer's one load per element.
+    has_priority: AtomicBool,
+    /// The consuming task's [`TaskContext::urgent`], set with every notice.
+    consumer_urgent: std::sync::OnceLock<Arc<AtomicBool>>,
+}
+
+/// The notice of an unaligned checkpoint's barrier, which overtakes the elements queued in a
+/// channel (Flink's priority events): the producer had snapshotted its chain after sending
+/// `records_before` records on the channel, so the consumer records those it has not read
+/// yet as the checkpoint's in-flight state instead of waiting for them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PriorityBarrier {
+    /// The barrier.
+    pub barrier: Barrier,
+    /// Records the producer sent on this channel before its snapshot (counting those still
+    /// in its output buffer, which go out next).
+    pub records_before: u64,
 }
 
 impl Room {
@@ -204,6 +226,11 @@ impl Room {
         }
     }
 
+    fn priority(&self) -> MutexGuard<'_, Vec<PriorityBarrier>> {
+        // Held only to push or take whole notices: a poisoned lock holds whole ones.
+        self.priority.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// The consumer went away: a waiting producer finds out at once.
     fn close(&self) {
         self.closed.store(true, Ordering::Release);
@@ -214,6 +241,18 @@ impl Room {
 }
 
 impl<T> ChannelSender<T> {
+    /// Posts the notice of an unaligned barrier ahead of what is queued. The producer posts
+    /// it before it sends any record after its snapshot: a consumer that reads one of those
+    /// records finds the notice when it looks after the read.
+    pub fn post_priority(&self, notice: PriorityBarrier) {
+        let mut priority = self.room.priority();
+        priority.push(notice);
+        self.room.has_priority.store(true, Ordering::Release);
+        if let Some(urgent) = self.room.consumer_urgent.get() {
+            urgent.store(true, Ordering::Release);
+        }
+    }
+
     /// Sends without waiting.
     pub fn try_send(&self, element: StreamElement<T>) -> Result<(), TrySendError<StreamElement<T>>> {
         self.inner.try_send(element)
@@ -240,6 +279,16 @@ impl<T> ChannelSender<T> {
         self.inner.send_timeout(element, timeout.saturating_sub(started.elapsed()))
     }
 
+    /// Sends, waiting up to `timeout` for the first room the consumer makes (no hysteresis:
+    /// a task that must reach a snapshot soon).
+    pub fn send_urgent_timeout(
+        &self,
+        element: StreamElement<T>,
+        timeout: Duration,
+    ) -> Result<(), SendTimeoutError<StreamElement<T>>> {
+        self.inner.send_timeout(element, timeout)
+    }
+
     /// Sends, waiting as long as it takes.
     pub fn send(&self, mut element: StreamElement<T>) -> Result<(), SendError<StreamElement<T>>> {
         loop {
@@ -253,6 +302,22 @@ impl<T> ChannelSender<T> {
 }
 
 impl<T> ChannelReceiver<T> {
+    /// True when an unaligned barrier's notice waits (one load: checked after every element).
+    #[inline]
+    pub fn has_priority(&self) -> bool {
+        self.room.has_priority.load(Ordering::Acquire)
+    }
+
+    /// Takes the notices of unaligned barriers posted so far, oldest first.
+    pub fn take_priority(&self) -> Vec<PriorityBarrier> {
+        if !self.has_priority() {
+            return Vec::new();
+        }
+        let mut priority = self.room.priority();
+        self.room.has_priority.store(false, Ordering::Release);
+        std::mem::take(&mut *priority)
+    }
+
     /// Takes an element if one is ready.
     pub fn try_recv(&self) -> Result<StreamElement<T>, TryRecvError> {
         let element = self.inner.try_recv()?;
@@ -331,6 +396,9 @@ pub struct ChannelOutput<T> {
     /// End of partition was sent: only barriers follow (while the task waits for the job's
     /// final checkpoint), and a consumer that already finished is no error.
     ended: bool,
+    /// Per target, the records sent so far: an unaligned barrier's notice says how many
+    /// came before it.
+    sent_records: Vec<u64>,
     ctx: TaskContext,
 }
 
@@ -345,6 +413,7 @@ impl<T: Clone + Send> ChannelOutput<T> {
             hash_buffers.push(if keyed { Vec::with_capacity(BATCH_RECORDS_MAX) } else { Vec::new() });
         }
         let timestamp_buffers = (0..senders.len()).map(|_| Vec::new()).collect();
+        let consumers = senders.len();
         ChannelOutput {
             partitioner,
             senders,
@@ -356,6 +425,7 @@ impl<T: Clone + Send> ChannelOutput<T> {
             next_round_robin: ctx.subtask_index as usize,
             max_parallelism: ctx.max_parallelism,
             ended: false,
+            sent_records: vec![0; consumers],
             ctx: ctx.clone(),
         }
     }
@@ -375,7 +445,15 @@ impl<T: Clone + Send> ChannelOutput<T> {
             if self.ctx.is_cancelled() {
                 break Err(TaskError::Cancelled);
             }
-            match sender.send_timeout(element, IDLE_WAIT_MAX) {
+            // A notice or a trigger waits for this task: take the first room made.
+            let urgent = self.ctx.urgent.load(std::sync::atomic::Ordering::Acquire)
+                || self.ctx.control.as_ref().is_some_and(|control| !control.is_empty());
+            let sent = if urgent {
+                sender.send_urgent_timeout(element, IDLE_WAIT_MAX)
+            } else {
+                sender.send_timeout(element, IDLE_WAIT_MAX)
+            };
+            match sent {
                 Ok(()) => break Ok(()),
                 Err(SendTimeoutError::Timeout(back)) => element = back,
                 Err(SendTimeoutError::Disconnected(_)) => break Err(self.consumer_gone(target)),
@@ -403,6 +481,7 @@ impl<T: Clone + Send> ChannelOutput<T> {
     fn send_buffer(&mut self, target: usize) -> Result<(), TaskError> {
         let full = std::mem::replace(&mut self.buffers[target], Vec::with_capacity(BATCH_RECORDS_MAX));
         self.ctx.metrics.add_out(full.len());
+        self.sent_records[target] += full.len() as u64;
         let keyed = matches!(self.partitioner, Partitioner::KeyGroups(_));
         let element = if self.timestamped {
             let mut timestamps =
@@ -589,6 +668,19 @@ impl<T: Clone + Send> Operator<T> for ChannelOutput<T> {
     }
 
     fn snapshot_state(&mut self, barrier: &Barrier, _snapshot: &mut TaskSnapshot) -> Result<(), TaskError> {
+        if barrier.is_unaligned() {
+            // The notice overtakes what is queued; the buffered records count as sent before
+            // it, as they go out ahead of anything this task produces after its snapshot.
+            // Nothing here waits for room: a full channel's consumer reads on and hears the
+            // notice, an empty one's gets the barrier in band too (which wakes it). After
+            // the end of partition too: the consumer then takes the rest early.
+            for (target, sender) in self.senders.iter().enumerate() {
+                let records_before = self.sent_records[target] + self.buffers[target].len() as u64;
+                sender.post_priority(PriorityBarrier { barrier: barrier.clone(), records_before });
+                let _ = sender.try_send(StreamElement::Barrier(barrier.clone()));
+            }
+            return Ok(());
+        }
         // Records before the barrier go out first, then the barrier on every channel.
         self.flush()?;
         for target in 0..self.senders.len() {
@@ -913,6 +1005,15 @@ pub struct InputBody<T> {
     live: usize,
     next_input: usize,
     alignment: Option<Alignment>,
+    /// Per input, the records read from it so far (stashed ones included).
+    received: Vec<u64>,
+    /// The unaligned checkpoint whose in-flight records are being collected.
+    in_flight: Option<InFlightCapture>,
+    /// Per input, elements taken early (to reach an unaligned barrier's count at once) and
+    /// not yet processed; read before the channel.
+    stash: Vec<VecDeque<StreamElement<T>>>,
+    /// Restored in-flight records, processed before any input is read.
+    replay: VecDeque<StreamElement<T>>,
     stopping: Option<u64>,
     head: Box<dyn Operator<T>>,
     flush_timer: FlushTimer,
@@ -926,11 +1027,20 @@ const BATCHES_PER_STEP_MAX: usize = 64;
 /// How long a subtask whose peer vanished without end of input waits for the job to cancel it.
 const CLOSED_INPUT_GRACE: Duration = Duration::from_secs(5);
 
-impl<T: Send> InputBody<T> {
-    /// Reads `inputs` (one per upstream subtask) into `head`.
-    pub fn new(inputs: Vec<ChannelReceiver<T>>, head: Box<dyn Operator<T>>, ctx: &TaskContext) -> Self {
+impl<T: Data> InputBody<T> {
+    /// Reads `inputs` (one per upstream subtask) into `head`, after the in-flight records
+    /// of the unaligned checkpoint it restores (its context's operator uid is the head's).
+    pub fn new(
+        inputs: Vec<ChannelReceiver<T>>,
+        head: Box<dyn Operator<T>>,
+        ctx: &TaskContext,
+    ) -> Result<Self, TaskError> {
         let live = inputs.len();
-        InputBody {
+        for input in &inputs {
+            // A channel has one consumer: the first registration is the only one.
+            let _ = input.room.consumer_urgent.set(Arc::clone(&ctx.urgent));
+        }
+        Ok(InputBody {
             ended: vec![false; live],
             closed: vec![false; live],
             input_ended: false,
@@ -945,12 +1055,16 @@ impl<T: Send> InputBody<T> {
             live,
             next_input: 0,
             alignment: None,
+            received: vec![0; live],
+            in_flight: None,
+            stash: (0..live).map(|_| VecDeque::new()).collect(),
+            replay: restored_in_flight(ctx)?,
             stopping: None,
             inputs,
             head,
             flush_timer: FlushTimer::new(),
             ctx: ctx.clone(),
-        }
+        })
     }
 
     /// Ended inputs stay readable while their producer lives: a producer waiting for the final
@@ -1003,6 +1117,7 @@ impl<T: Send> InputBody<T> {
                     self.head.flush()?;
                 }
                 // An ended input has nothing more before any barrier.
+                self.complete_unaligned_if_ready()?;
                 self.complete_alignment_if_ready()
             }
         }
@@ -1030,6 +1145,16 @@ impl<T: Send> InputBody<T> {
     }
 
     fn on_barrier(&mut self, input: usize, barrier: Barrier) -> Result<(), TaskError> {
+        if barrier.is_unaligned() {
+            // In band: everything this input sent before it was counted.
+            self.on_unaligned_notice(input, barrier, None)?;
+            self.read_ahead()?;
+            return self.complete_unaligned_if_ready();
+        }
+        if self.in_flight.as_ref().is_some_and(|capture| capture.checkpoint_id() < barrier.checkpoint_id) {
+            // A newer (aligned) barrier overtook an unaligned checkpoint not yet complete here.
+            self.in_flight = None;
+        }
         if barrier.checkpoint_id <= self.last_snapshot || self.aborted.contains(&barrier.checkpoint_id) {
             // Taken already (the copy of an input that ended before it delivered the barrier),
             // or aborted: nothing to align.
@@ -1094,8 +1219,181 @@ impl<T: Send> InputBody<T> {
         Ok(())
     }
 
+    /// The next element of `input`: a stashed one, else one from its channel.
+    fn try_receive(&mut self, input: usize) -> Result<Result<StreamElement<T>, TryRecvError>, TaskError> {
+        if !self.stash[input].is_empty() {
+            // Notices are heard before the element leaves the stash: a snapshot they start
+            // records everything stashed (read, not processed) as in flight.
+            self.hear_priority(input)?;
+        }
+        if let Some(element) = self.stash[input].pop_front() {
+            if self.in_flight.is_some() {
+                // What the producers send meanwhile (their buffered records) is taken early too.
+                self.read_ahead()?;
+                self.complete_unaligned_if_ready()?;
+            }
+            return Ok(Ok(element));
+        }
+        match self.inputs[input].try_recv() {
+            Ok(element) => self.arrived(input, element).map(Ok),
+            Err(error) => Ok(Err(error)),
+        }
+    }
+
+    /// An element just read from `input`'s channel: the unaligned barriers' notices posted
+    /// before it are heard first, then its records are counted (and recorded while an
+    /// unaligned checkpoint collects them).
+    fn arrived(&mut self, input: usize, element: StreamElement<T>) -> Result<StreamElement<T>, TaskError> {
+        self.hear_priority(input)?;
+        self.count(input, &element)?;
+        if self.in_flight.is_some() {
+            self.read_ahead()?;
+            self.complete_unaligned_if_ready()?;
+        }
+        Ok(element)
+    }
+
+    /// Hears the unaligned barriers' notices posted on `input`'s channel.
+    fn hear_priority(&mut self, input: usize) -> Result<(), TaskError> {
+        if !self.inputs[input].has_priority() {
+            return Ok(());
+        }
+        for notice in self.inputs[input].take_priority() {
+            self.on_unaligned_notice(input, notice.barrier, Some(notice.records_before))?;
+        }
+        let waiting = self.inputs.iter().any(ChannelReceiver::has_priority);
+        self.ctx.urgent.store(waiting, Ordering::Release);
+        Ok(())
+    }
+
+    /// Counts the records of `element`, read from `input`, and records those that belong to
+    /// the unaligned checkpoint being collected.
+    fn count(&mut self, input: usize, element: &StreamElement<T>) -> Result<(), TaskError> {
+        let Some(parts) = record_parts(element) else {
+            return Ok(());
+        };
+        let before = self.received[input];
+        self.received[input] = before + parts.0.len() as u64;
+        if let Some(capture) = &mut self.in_flight
+            && !self.ended[input]
+        {
+            capture.record(input, before, parts, &self.ctx)?;
+        }
+        Ok(())
+    }
+
+    /// Takes from each input what its producer sent before its snapshot and is already in
+    /// the channel, into the input's stash (processed later, in order): the unaligned
+    /// checkpoint then completes without waiting for this subtask to process it.
+    fn read_ahead(&mut self) -> Result<(), TaskError> {
+        for input in 0..self.inputs.len() {
+            while let Some(capture) = &self.in_flight
+                && !self.closed[input]
+                && capture.behind(input, self.received[input])
+            {
+                let Ok(element) = self.inputs[input].try_recv() else { break };
+                self.count(input, &element)?;
+                let ends = matches!(element, StreamElement::EndOfPartition);
+                self.stash[input].push_back(element);
+                if ends {
+                    break;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The notice of an unaligned barrier on `input` (`records_before`: what its producer
+    /// sent before its snapshot; `None` for the barrier in band, after all of it). The first
+    /// notice of a checkpoint snapshots the chain at once.
+    fn on_unaligned_notice(
+        &mut self,
+        input: usize,
+        barrier: Barrier,
+        records_before: Option<u64>,
+    ) -> Result<(), TaskError> {
+        let id = barrier.checkpoint_id;
+        if self.aborted.contains(&id) {
+            return Ok(());
+        }
+        match self.in_flight.as_ref().map(InFlightCapture::checkpoint_id) {
+            Some(current) if current > id => return Ok(()),
+            // Overtaken by a newer one: this subtask never acknowledges it (it expires).
+            Some(current) if current < id => self.in_flight = None,
+            _ => {}
+        }
+        if self.in_flight.is_none() {
+            if id <= self.last_snapshot || self.stopping.is_some() {
+                return Ok(());
+            }
+            self.start_unaligned(barrier)?;
+        }
+        let received = self.received[input];
+        if let Some(capture) = &mut self.in_flight {
+            capture.set_target(input, records_before.unwrap_or(received));
+        }
+        // The caller reads ahead and completes, once the element in hand is counted.
+        Ok(())
+    }
+
+    /// Snapshots the chain for an unaligned checkpoint (its output posts the notice
+    /// downstream at once) and starts collecting the checkpoint's in-flight records.
+    fn start_unaligned(&mut self, barrier: Barrier) -> Result<(), TaskError> {
+        if self.alignment.is_some() {
+            // An older aligned barrier overtaken: that checkpoint is lost, as in on_barrier.
+            self.abort_alignment();
+        }
+        let started = Instant::now();
+        let start_delay_ms = since_trigger(&barrier);
+        let mut snapshot = TaskSnapshot::new(barrier.clone());
+        snapshot.finished = self.input_ended;
+        self.last_snapshot = barrier.checkpoint_id;
+        self.aborted = self.aborted.split_off(&(barrier.checkpoint_id + 1));
+        self.head.snapshot_state(&barrier, &mut snapshot)?;
+        snapshot.timings = SnapshotTimings {
+            start_delay_ms,
+            sync_ms: started.elapsed().as_millis() as u64,
+            ..SnapshotTimings::default()
+        };
+        let mut capture = InFlightCapture::new(snapshot, self.inputs.len());
+        // Read but not processed yet (taken early for an earlier checkpoint): in flight.
+        for (input, stash) in self.stash.iter().enumerate() {
+            for element in stash {
+                if let Some(parts) = record_parts(element) {
+                    capture.record(input, 0, parts, &self.ctx)?;
+                }
+            }
+        }
+        for input in (0..self.inputs.len()).filter(|&input| self.ended[input]) {
+            capture.set_target(input, self.received[input]);
+        }
+        self.in_flight = Some(capture);
+        Ok(())
+    }
+
+    /// Hands the unaligned checkpoint's snapshot over once every input's in-flight records
+    /// were read (the time that took is reported as its alignment).
+    fn complete_unaligned_if_ready(&mut self) -> Result<(), TaskError> {
+        let Some(capture) = &self.in_flight else {
+            return Ok(());
+        };
+        if !(0..self.inputs.len()).all(|i| self.ended[i] || capture.input_complete(i, self.received[i])) {
+            return Ok(());
+        }
+        let Some(capture) = self.in_flight.take() else {
+            return Ok(());
+        };
+        let collecting_ms = capture.started.elapsed().as_millis() as u64;
+        let mut snapshot = capture.into_snapshot(&self.ctx.operator_uid);
+        snapshot.timings.alignment_ms = collecting_ms;
+        self.ctx.submit_snapshot(snapshot)
+    }
+
     fn on_control(&mut self, control: TaskControl) -> Result<ControlOutcome, TaskError> {
         if let TaskControl::CheckpointAborted(id) = control {
+            if self.in_flight.as_ref().is_some_and(|capture| capture.checkpoint_id() == id) {
+                self.in_flight = None;
+            }
             if self.alignment.as_ref().is_some_and(|a| a.barrier.checkpoint_id == id) {
                 self.abort_alignment();
             }
@@ -1145,6 +1443,18 @@ impl<T: Send> InputBody<T> {
     }
 }
 
+/// The records of `element` with their timestamps and key hashes (each may be empty), or
+/// `None` for an element without records.
+#[allow(clippy::type_complexity)]
+fn record_parts<T>(element: &StreamElement<T>) -> Option<(&[T], &[i64], &[u32])> {
+    match element {
+        StreamElement::Records(records) => Some((records, &[], &[])),
+        StreamElement::KeyedRecords { records, hashes } => Some((records, &[], hashes)),
+        StreamElement::TimestampedRecords { records, timestamps, hashes } => Some((records, timestamps, hashes)),
+        _ => None,
+    }
+}
+
 /// Waits up to [`CLOSED_INPUT_GRACE`] for the task to be cancelled; true if it was.
 fn wait_for_cancel(ctx: &TaskContext) -> bool {
     let deadline = Instant::now() + CLOSED_INPUT_GRACE;
@@ -1157,7 +1467,7 @@ fn wait_for_cancel(ctx: &TaskContext) -> bool {
     ctx.is_cancelled()
 }
 
-impl<T: Send> TaskBody for InputBody<T> {
+impl<T: Data> TaskBody for InputBody<T> {
     fn step(&mut self) -> Result<Step, TaskError> {
         let stopping = self.stopping.is_some();
         if let Some(step) = poll_control(self.ctx.control.clone(), stopping, |message| self.on_control(message))? {
@@ -1174,6 +1484,14 @@ impl<T: Send> TaskBody for InputBody<T> {
             }
         }
         fire_due_timers(self.head.as_mut(), &self.ctx)?;
+        if !self.replay.is_empty() {
+            // Restored in-flight records go first: they were sent before anything the inputs
+            // bring, and a barrier must not overtake them.
+            for element in self.replay.drain(..self.replay.len().min(BATCHES_PER_STEP_MAX)).collect::<Vec<_>>() {
+                self.handle(0, element)?;
+            }
+            return Ok(Step::Worked);
+        }
 
         // Fast path: take what is ready, round-robin over the readable inputs for fairness.
         let mut taken = 0;
@@ -1186,7 +1504,7 @@ impl<T: Send> TaskBody for InputBody<T> {
                 empty_in_a_row += 1;
                 continue;
             }
-            match self.inputs[input].try_recv() {
+            match self.try_receive(input)? {
                 Ok(element) => {
                     if let Some(step) = self.poll_control_before_barrier(&element)? {
                         return Ok(step);
@@ -1247,6 +1565,7 @@ impl<T: Send> TaskBody for InputBody<T> {
         let input = indices[operation.index()];
         match self.inputs[input].recv_selected(operation) {
             Ok(element) => {
+                let element = self.arrived(input, element)?;
                 if let Some(step) = self.poll_control_before_barrier(&element)? {
                     return Ok(step);
                 }
@@ -1315,7 +1634,16 @@ mod tests {
         fn flush(&mut self) -> Result<(), TaskError> {
             Ok(())
         }
-        fn snapshot_state(&mut self, _barrier: &Barrier, _snapshot: &mut TaskSnapshot) -> Result<(), TaskError> {
+        fn snapshot_state(&mut self, _barrier: &Barrier, snapshot: &mut TaskSnapshot) -> Result<(), TaskError> {
+            // What the chain had processed at the snapshot.
+            let seen = self.0.lock().unwrap().iter().map(|r| r.to_le_bytes().to_vec()).collect();
+            let state =
+                OperatorStateData { name: "seen".into(), mode: crate::snapshot::Redistribution::Split, elements: seen };
+            snapshot.operators.push(OperatorSnapshotData {
+                uid: "test".into(),
+                keyed: None,
+                operator_states: vec![state],
+            });
             Ok(())
         }
         fn notify_checkpoint_complete(&mut self, _checkpoint_id: u64) -> Result<(), TaskError> {
@@ -1326,10 +1654,23 @@ mod tests {
     /// Records the checkpoint ids snapshots were submitted for, and (in `1`) the order of
     /// submissions and completions heard.
     #[derive(Default)]
-    struct Snapshots(Mutex<Vec<u64>>, Mutex<Vec<String>>, Mutex<Vec<SnapshotTimings>>);
+    #[allow(clippy::type_complexity)]
+    struct Snapshots(
+        Mutex<Vec<u64>>,
+        Mutex<Vec<String>>,
+        Mutex<Vec<SnapshotTimings>>,
+        /// Per snapshot, each operator state as (uid, name, elements).
+        Mutex<Vec<Vec<(String, String, Vec<Vec<u8>>)>>>,
+    );
 
     impl SnapshotSink for Snapshots {
         fn submit(&self, snapshot: TaskSnapshot) {
+            let states = snapshot
+                .operators
+                .iter()
+                .flat_map(|o| o.operator_states.iter().map(|s| (o.uid.clone(), s.name.clone(), s.elements.clone())))
+                .collect();
+            self.3.lock().unwrap().push(states);
             self.0.lock().unwrap().push(snapshot.barrier.checkpoint_id);
             self.2.lock().unwrap().push(snapshot.timings);
             self.1.lock().unwrap().push(format!("snapshot {}", snapshot.barrier.checkpoint_id));
@@ -1343,7 +1684,7 @@ mod tests {
         Barrier {
             checkpoint_id,
             timestamp_ms: 0,
-            kind: BarrierKind::Checkpoint { full: false },
+            kind: BarrierKind::Checkpoint { full: false, unaligned: false },
             location: format!("memory://exchange-test/chk-{checkpoint_id}").into(),
         }
     }
@@ -1373,7 +1714,7 @@ mod tests {
         let (in0_tx, in0) = channel::<u64>();
         let (in1_tx, in1) = channel::<u64>();
         let seen = Arc::new(Mutex::new(Vec::new()));
-        let body = InputBody::new(vec![in0, in1], Box::new(Collect(Arc::clone(&seen), None)), &ctx);
+        let body = InputBody::new(vec![in0, in1], Box::new(Collect(Arc::clone(&seen), None)), &ctx).unwrap();
         TwoInputs { control_tx, snapshots, in0_tx, in1_tx, seen, body }
     }
 
@@ -1413,7 +1754,7 @@ mod tests {
         let (in_tx, input) = channel::<u64>();
         let seen = Arc::new(Mutex::new(Vec::new()));
         let head = Collect(Arc::clone(&seen), Some((control_tx.clone(), TaskControl::CheckpointComplete(1))));
-        let mut body = InputBody::new(vec![input], Box::new(head), &ctx);
+        let mut body = InputBody::new(vec![input], Box::new(head), &ctx).unwrap();
         // One step takes both: the completion of 1 comes while the batch is processed, after
         // the step's poll of its control channel and before barrier 2.
         in_tx.send(StreamElement::Records(vec![1, 2])).unwrap();
@@ -1610,5 +1951,208 @@ mod tests {
         }
         producer.join().unwrap();
         assert_eq!(next, ELEMENTS);
+    }
+
+    fn unaligned(checkpoint_id: u64) -> Barrier {
+        Barrier { kind: BarrierKind::Checkpoint { full: false, unaligned: true }, ..barrier(checkpoint_id) }
+    }
+
+    fn notice(checkpoint_id: u64, records_before: u64) -> PriorityBarrier {
+        PriorityBarrier { barrier: unaligned(checkpoint_id), records_before }
+    }
+
+    /// The in-flight records of snapshot `index`, decoded in order, and what the chain had
+    /// processed when it was taken.
+    fn in_flight_of(snapshots: &Snapshots, index: usize) -> (Vec<u64>, Vec<u64>) {
+        let states = snapshots.3.lock().unwrap()[index].clone();
+        let mut in_flight = Vec::new();
+        let mut seen = Vec::new();
+        for (_, name, elements) in states {
+            for element in elements {
+                if name == crate::snapshot::IN_FLIGHT_STATE {
+                    let batch: crate::in_flight::InFlightBatch<u64> = postcard::from_bytes(&element).unwrap();
+                    in_flight.extend(batch.records);
+                } else {
+                    seen.push(u64::from_le_bytes(element.try_into().unwrap()));
+                }
+            }
+        }
+        (in_flight, seen)
+    }
+
+    /// The notice overtakes queued records: the subtask snapshots before processing them and
+    /// records, per input, exactly the records its producer sent before its own snapshot,
+    /// also those of a batch that straddles the count and those read before the notice.
+    #[test]
+    fn an_unaligned_barrier_overtakes_queued_records_and_records_them_as_in_flight() {
+        let TwoInputs { control_tx: _supervised, snapshots, in0_tx, in1_tx, seen, mut body } = two_inputs();
+        in0_tx.send(StreamElement::Records(vec![1, 2])).unwrap();
+        in0_tx.send(StreamElement::Records(vec![3])).unwrap();
+        in0_tx.post_priority(notice(1, 3));
+        in0_tx.send(StreamElement::Records(vec![4])).unwrap();
+        in1_tx.send(StreamElement::Records(vec![10])).unwrap();
+        body.step().unwrap();
+        assert!(snapshots.0.lock().unwrap().is_empty(), "input 1's notice has not come");
+        // Input 1's producer snapshotted after sending 10 and 11; 12 follows in the same batch.
+        in1_tx.post_priority(notice(1, 2));
+        in1_tx.send(StreamElement::Records(vec![11, 12])).unwrap();
+        for _ in 0..4 {
+            body.step().unwrap();
+        }
+        assert_eq!(*snapshots.0.lock().unwrap(), vec![1]);
+        let (mut in_flight, seen_at_snapshot) = in_flight_of(&snapshots, 0);
+        in_flight.sort_unstable();
+        assert_eq!(seen_at_snapshot, Vec::<u64>::new(), "the snapshot waited for queued records");
+        assert_eq!(in_flight, vec![1, 2, 3, 10, 11]);
+        let mut all = seen.lock().unwrap().clone();
+        all.sort_unstable();
+        assert_eq!(all, vec![1, 2, 3, 4, 10, 11, 12], "records were lost or repeated while processing");
+        // The in-band copies that follow change nothing.
+        in0_tx.send(StreamElement::Barrier(unaligned(1))).unwrap();
+        in1_tx.send(StreamElement::Barrier(unaligned(1))).unwrap();
+        body.step().unwrap();
+        assert_eq!(*snapshots.0.lock().unwrap(), vec![1]);
+    }
+
+    /// Records taken early for one checkpoint and not yet processed when the next one's
+    /// notice comes are in flight for that one too: nothing is lost between the two.
+    #[test]
+    fn records_read_ahead_but_not_processed_are_in_flight_for_the_next_checkpoint() {
+        let (control_tx, control) = crossbeam_channel::unbounded();
+        let snapshots = Arc::new(Snapshots::default());
+        let ctx = context(control, &snapshots);
+        let (tx, rx) = channel::<u64>();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let mut body = InputBody::new(vec![rx], Box::new(Collect(Arc::clone(&seen), None)), &ctx).unwrap();
+        for batch in 0..6u64 {
+            tx.send(StreamElement::Records(vec![batch])).unwrap();
+        }
+        tx.post_priority(notice(1, 6));
+        // The first element read hears notice 1, which takes the other five early.
+        let first = body.try_receive(0).unwrap().unwrap();
+        assert_eq!(*snapshots.0.lock().unwrap(), vec![1]);
+        body.handle(0, first).unwrap();
+        assert_eq!(body.stash[0].len(), 5);
+        // Checkpoint 2's producer snapshot came after all six and two more.
+        tx.send(StreamElement::Records(vec![6])).unwrap();
+        tx.post_priority(notice(2, 8));
+        tx.send(StreamElement::Records(vec![7])).unwrap();
+        tx.send(StreamElement::Records(vec![8])).unwrap();
+        drop(control_tx);
+        let mut taken = 0;
+        while snapshots.0.lock().unwrap().len() < 2 {
+            let element = body.try_receive(0).unwrap().unwrap();
+            body.handle(0, element).unwrap();
+            taken += 1;
+            assert!(taken < 20, "checkpoint 2 never completed");
+        }
+        let (mut in_flight, processed) = in_flight_of(&snapshots, 1);
+        in_flight.sort_unstable();
+        let mut before_2 = processed.clone();
+        before_2.extend(&in_flight);
+        before_2.sort_unstable();
+        assert_eq!(before_2, (0..8).collect::<Vec<u64>>(), "processed {processed:?}, in flight {in_flight:?}");
+    }
+
+    /// An idle producer's barrier in band is a notice too (nothing was in flight), and an
+    /// input that ended owes nothing.
+    #[test]
+    fn an_unaligned_barrier_in_band_completes_with_nothing_in_flight() {
+        let TwoInputs { control_tx: _supervised, snapshots, in0_tx, in1_tx, mut body, .. } = two_inputs();
+        in0_tx.send(StreamElement::Records(vec![1])).unwrap();
+        in0_tx.send(StreamElement::Barrier(unaligned(1))).unwrap();
+        in1_tx.send(StreamElement::EndOfPartition).unwrap();
+        for _ in 0..4 {
+            body.step().unwrap();
+        }
+        assert_eq!(*snapshots.0.lock().unwrap(), vec![1]);
+        let (in_flight, seen_at_snapshot) = in_flight_of(&snapshots, 0);
+        assert_eq!((in_flight, seen_at_snapshot), (vec![], vec![1]));
+        assert!(snapshots.3.lock().unwrap()[0].iter().all(|(_, name, _)| name != crate::snapshot::IN_FLIGHT_STATE));
+    }
+
+    fn restored_body(
+        batches: Vec<crate::in_flight::InFlightBatch<u64>>,
+        subtask: u32,
+        parallelism: u32,
+    ) -> Result<(InputBody<u64>, ChannelSender<u64>, Arc<Mutex<Vec<u64>>>), TaskError> {
+        #[derive(serde::Serialize)]
+        struct Encoded<'a> {
+            version: u8,
+            subtask: u32,
+            parallelism: u32,
+            records: &'a [u64],
+            timestamps: &'a [i64],
+            hashes: &'a [u32],
+        }
+        let elements = batches
+            .iter()
+            .map(|b| {
+                postcard::to_allocvec(&Encoded {
+                    version: b.version,
+                    subtask: b.subtask,
+                    parallelism: b.parallelism,
+                    records: &b.records,
+                    timestamps: &b.timestamps,
+                    hashes: &b.hashes,
+                })
+                .unwrap()
+            })
+            .collect();
+        let mut ctx = TaskContext::for_test(subtask, parallelism, 8);
+        let restored = crate::snapshot::RestoredOperator {
+            operator_states: [(crate::snapshot::IN_FLIGHT_STATE.to_string(), elements)].into(),
+            ..Default::default()
+        };
+        ctx.restored = Some(Arc::new([("test".to_string(), restored)].into()));
+        let (tx, rx) = channel::<u64>();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let body = InputBody::new(vec![rx], Box::new(Collect(Arc::clone(&seen), None)), &ctx)?;
+        Ok((body, tx, seen))
+    }
+
+    fn batch(
+        subtask: u32,
+        parallelism: u32,
+        records: Vec<u64>,
+        hashes: Vec<u32>,
+    ) -> crate::in_flight::InFlightBatch<u64> {
+        crate::in_flight::InFlightBatch { version: 1, subtask, parallelism, records, timestamps: vec![], hashes }
+    }
+
+    /// A restore replays the in-flight records first: a subtask's own ones at the same
+    /// parallelism, keyed ones by key group at any.
+    #[test]
+    fn restored_in_flight_records_are_replayed_before_the_inputs_and_split_by_key_group() {
+        let batches = vec![batch(0, 2, vec![1, 2], vec![]), batch(1, 2, vec![3], vec![])];
+        let (mut body, tx, seen) = restored_body(batches, 0, 2).unwrap();
+        tx.send(StreamElement::Records(vec![9])).unwrap();
+        for _ in 0..3 {
+            body.step().unwrap();
+        }
+        assert_eq!(*seen.lock().unwrap(), vec![1, 2, 9]);
+
+        // Keyed, rescaled from 2 to 3 subtasks: each record goes to its key group's owner.
+        let hashes: Vec<u32> = (0..40u32).map(|i| i.wrapping_mul(2_654_435_761)).collect();
+        let records: Vec<u64> = (0..40).collect();
+        let mut all = Vec::new();
+        for subtask in 0..3 {
+            let batches = vec![batch(0, 2, records.clone(), hashes.clone())];
+            let (mut body, _tx, seen) = restored_body(batches, subtask, 3).unwrap();
+            body.step().unwrap();
+            for record in seen.lock().unwrap().iter() {
+                let key_group = key_group_for_hash(hashes[*record as usize], 8);
+                assert_eq!(compute_operator_index_for_key_group(8, 3, key_group), subtask);
+                all.push(*record);
+            }
+        }
+        all.sort_unstable();
+        assert_eq!(all, records, "a keyed in-flight record was lost or replayed twice across the rescale");
+
+        // Records of an exchange that is not keyed cannot move to another parallelism.
+        let Err(error) = restored_body(vec![batch(0, 2, vec![1], vec![])], 0, 3) else {
+            panic!("a rescale of non-keyed in-flight records was accepted")
+        };
+        assert!(error.to_string().contains("restore at parallelism 2"), "{error}");
     }
 }

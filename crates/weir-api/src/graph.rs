@@ -401,6 +401,6 @@ impl<T: Data> StreamType for TypedStream<T> {
             typed.push(downcast::<ChannelReceiver<T>>(receiver, "channel receiver")?);
         }
         let head = downcast::<Box<dyn Operator<T>>>(head, "input head")?;
-        Ok(Box::new(InputBody::new(typed, head, ctx)))
+        Ok(Box::new(InputBody::new(typed, head, ctx)?))
     }
 }

@@ -34,6 +34,7 @@ pub mod error;
 pub mod exchange;
 pub mod functions;
 pub mod graph;
+pub mod in_flight;
 pub mod joins;
 pub mod network;
 pub mod operator;

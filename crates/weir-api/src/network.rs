@@ -49,6 +49,9 @@ pub enum WireElement<T> {
     Watermark(i64),
     /// The producer went idle (`true`) or active.
     WatermarkStatus(bool),
+    /// An unaligned barrier's notice, ahead of the elements the sending bridge had not sent
+    /// yet: the receiving bridge posts it ahead of its local channel's queue.
+    Priority(Barrier, u64),
 }
 
 impl<T> From<StreamElement<T>> for WireElement<T> {
@@ -79,6 +82,8 @@ impl<T> From<WireElement<T>> for StreamElement<T> {
             }
             WireElement::Watermark(watermark) => StreamElement::Watermark(watermark),
             WireElement::WatermarkStatus(idle) => StreamElement::WatermarkStatus(idle),
+            // Bridges handle notices themselves; one here would be a bug, read as its barrier.
+            WireElement::Priority(barrier, _) => StreamElement::Barrier(barrier),
         }
     }
 }
@@ -229,7 +234,25 @@ pub fn bridge_sender<T: Data>(
         // Runs until the producer drops its end of the channel: after its end of partition a
         // producer waiting for the job's final checkpoint still sends barriers.
         while let Ok(element) = local.recv() {
-            if !credits.take() {
+            // Notices posted before this element go first (each takes a credit: the
+            // receiving bridge returns it once it posted the notice).
+            let mut notices = local.take_priority().into_iter();
+            let sent_notices = notices.all(|notice| {
+                credits.take() && {
+                    let wire: WireElement<T> = WireElement::Priority(notice.barrier, notice.records_before);
+                    frame.clear();
+                    frame.extend_from_slice(&[0; LENGTH_BYTES]);
+                    match postcard::to_extend(&wire, std::mem::take(&mut frame)) {
+                        Ok(encoded) => {
+                            frame = encoded;
+                            metrics.bytes_out.fetch_add(frame.len() as u64, Ordering::Relaxed);
+                            write_prefixed_frame(&mut writer_stream, &mut frame).is_ok()
+                        }
+                        Err(_) => false,
+                    }
+                }
+            });
+            if !sent_notices || !credits.take() {
                 break;
             }
             let ends = matches!(element, StreamElement::EndOfPartition);
@@ -291,8 +314,9 @@ pub fn bridge_receiver<T: Data>(
                     break;
                 }
             };
-            let element: StreamElement<T> = wire.into();
-            if local.send(element).is_err() {
+            if let WireElement::Priority(barrier, records_before) = wire {
+                local.post_priority(crate::exchange::PriorityBarrier { barrier, records_before });
+            } else if local.send(wire.into()).is_err() {
                 break;
             }
             if credits_open {
@@ -371,6 +395,44 @@ mod tests {
         assert_eq!(error.kind(), std::io::ErrorKind::InvalidData);
     }
 
+    /// An unaligned barrier's notice crosses as a frame of its own and is posted ahead of
+    /// the receiving channel's queue; the records around it arrive whole and in order.
+    #[test]
+    fn an_unaligned_barriers_notice_crosses_ahead_of_the_queue() {
+        let (producer_tx, producer_rx) = channel::<u64>();
+        let (consumer_tx, consumer_rx) = channel::<u64>();
+        let (client, server) = connected_pair();
+        let metrics = Arc::new(TaskMetrics::default());
+        metrics.bridges_sending.store(1, Ordering::SeqCst);
+        let sender = bridge_sender(producer_rx, client, Arc::clone(&metrics)).unwrap();
+        let receiver = bridge_receiver(consumer_tx, server, Arc::clone(&metrics)).unwrap();
+        producer_tx.send(StreamElement::Records(vec![1, 2])).unwrap();
+        let barrier = Barrier {
+            checkpoint_id: 3,
+            timestamp_ms: 0,
+            kind: BarrierKind::Checkpoint { full: false, unaligned: true },
+            location: "memory://network-test/chk-3".into(),
+        };
+        producer_tx.post_priority(crate::exchange::PriorityBarrier { barrier: barrier.clone(), records_before: 2 });
+        producer_tx.send(StreamElement::Records(vec![3])).unwrap();
+        producer_tx.send(StreamElement::EndOfPartition).unwrap();
+        let mut records = Vec::new();
+        loop {
+            match consumer_rx.recv_timeout(Duration::from_secs(10)).unwrap() {
+                StreamElement::Records(batch) => records.extend(batch),
+                StreamElement::EndOfPartition => break,
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        assert_eq!(records, vec![1, 2, 3]);
+        assert_eq!(consumer_rx.take_priority(), vec![crate::exchange::PriorityBarrier { barrier, records_before: 2 }]);
+        drop(producer_tx);
+        for handle in sender {
+            handle.join().unwrap();
+        }
+        receiver.join().unwrap();
+    }
+
     #[test]
     fn records_barriers_and_the_end_cross_in_order() {
         let (producer_tx, producer_rx) = channel::<u64>();
@@ -387,7 +449,7 @@ mod tests {
                     let barrier = Barrier {
                         checkpoint_id: batch,
                         timestamp_ms: 0,
-                        kind: BarrierKind::Checkpoint { full: false },
+                        kind: BarrierKind::Checkpoint { full: false, unaligned: false },
                         location: "memory://network-test/chk".into(),
                     };
                     producer_tx.send(StreamElement::Barrier(barrier)).unwrap();
@@ -513,7 +575,7 @@ mod tests {
             WireElement::Barrier(Barrier {
                 checkpoint_id: 7,
                 timestamp_ms: 1_700_000_000_000,
-                kind: BarrierKind::Checkpoint { full: true },
+                kind: BarrierKind::Checkpoint { full: true, unaligned: false },
                 location: "s3://bucket/job/chk-7".into(),
             }),
             WireElement::TimestampedRecords((8..10).map(record).collect(), vec![-5, 6], vec![]),

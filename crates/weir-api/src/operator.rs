@@ -300,6 +300,10 @@ pub struct TaskContext {
     pub max_parallelism: u32,
     /// Set when the task must stop (cancel, failure elsewhere).
     pub cancel: Arc<AtomicBool>,
+    /// Set while an unaligned barrier's notice waits at one of the task's inputs: an output
+    /// blocked on a full channel then takes the first room made, not half a channel's, so
+    /// the task reaches its snapshot soon.
+    pub urgent: Arc<AtomicBool>,
     /// This subtask's counters.
     pub metrics: Arc<TaskMetrics>,
     /// Processing time.
@@ -380,6 +384,7 @@ impl TaskContext {
             parallelism,
             max_parallelism,
             cancel: Arc::new(AtomicBool::new(false)),
+            urgent: Arc::new(AtomicBool::new(false)),
             metrics: Arc::new(TaskMetrics::default()),
             clock: Arc::new(SystemClock),
             operator_uid: "test".into(),

@@ -16,6 +16,12 @@ pub enum BarrierKind {
         /// Every key group written whole, none reused from an earlier checkpoint (Flink's
         /// `checkpointType: FULL`); the next incremental checkpoints build on it.
         full: bool,
+        /// Unaligned (`execution.checkpointing.unaligned.enabled`): a subtask snapshots at
+        /// the first notice of the barrier on any input, which overtakes the records queued
+        /// before it, and records those records as in-flight state instead of waiting for
+        /// them (crate::in_flight).
+        #[serde(default)]
+        unaligned: bool,
     },
     /// A savepoint; with `terminate`, the job stops once it completes (stop-with-savepoint).
     Savepoint {
@@ -64,6 +70,11 @@ impl Barrier {
     /// True for stop-with-savepoint: tasks end once this snapshot completes.
     pub fn terminates(&self) -> bool {
         matches!(self.kind, BarrierKind::Savepoint { terminate: true, .. })
+    }
+
+    /// True for an unaligned checkpoint.
+    pub fn is_unaligned(&self) -> bool {
+        matches!(self.kind, BarrierKind::Checkpoint { unaligned: true, .. })
     }
 
     /// True for stop-with-savepoint with drain: the final watermark goes first.
@@ -188,5 +199,8 @@ pub enum TaskControl {
 
 /// The name of a source's read-position state.
 pub const SOURCE_POSITIONS_STATE: &str = "source-positions";
+/// The name of the in-flight records an unaligned checkpoint recorded at a subtask's inputs
+/// (union state of the chain's head operator; docs/savepoint-format.md).
+pub const IN_FLIGHT_STATE: &str = "weir.in-flight-records";
 /// The name of a sink's pending-commit state.
 pub const SINK_COMMITTABLES_STATE: &str = "sink-committables";

@@ -274,7 +274,15 @@ impl Configuration {
         self.get(&TASKMANAGER_NUMBER_OF_TASK_SLOTS)?;
         self.get(&TASKMANAGER_MEMORY_PROCESS_SIZE)?;
         self.get(&CHECKPOINTING_INTERVAL)?;
-        self.get(&CHECKPOINTING_MODE)?;
+        let mode = self.get(&CHECKPOINTING_MODE)?;
+        if self.get(&CHECKPOINTING_UNALIGNED)? && matches!(mode, crate::CheckpointingMode::AtLeastOnce) {
+            let (key, source) = self.origin_of(CHECKPOINTING_UNALIGNED.key, CHECKPOINTING_UNALIGNED.fallback_keys);
+            return Err(ConfigError::Inconsistent {
+                message: format!(
+                    "configuration key '{key}' (true, from {source}) needs 'execution.checkpointing.mode: EXACTLY_ONCE' (as in Flink: an at-least-once checkpoint does not align, so there is nothing to unalign); remove one of them"
+                ),
+            });
+        }
         self.get(&CHECKPOINTING_TIMEOUT)?;
         self.get(&CHECKPOINTING_MIN_PAUSE)?;
         self.get(&CHECKPOINTING_MAX_CONCURRENT)?;

@@ -90,14 +90,13 @@ const FLINK_KEYS: &[(&str, FlinkKeyClass, &str)] = {
         (
             "execution.checkpointing.unaligned.",
             NotSupportedYet,
-            "checkpoints are aligned: a barrier waits behind the records before it",
+            "of the unaligned options only execution.checkpointing.unaligned.enabled is taken; in-flight records are always part of the checkpoint",
         ),
         (
-            "execution.checkpointing.unaligned",
+            "execution.checkpointing.aligned-checkpoint-timeout",
             NotSupportedYet,
-            "checkpoints are aligned: a barrier waits behind the records before it",
+            "a checkpoint is aligned or unaligned from its start (execution.checkpointing.unaligned.enabled)",
         ),
-        ("execution.checkpointing.aligned-checkpoint-timeout", NotSupportedYet, "checkpoints are always aligned"),
         (
             "state.changelog.",
             NotSupportedYet,

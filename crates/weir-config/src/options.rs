@@ -322,6 +322,17 @@ pub const CHECKPOINTING_TOLERABLE_FAILED: ConfigOption<u32> = ConfigOption {
     default: || 0,
 };
 
+/// `execution.checkpointing.unaligned.enabled`: barriers overtake queued records, which are
+/// snapshotted as in-flight state (Flink's unaligned checkpoints).
+pub const CHECKPOINTING_UNALIGNED: ConfigOption<bool> = ConfigOption {
+    key: "execution.checkpointing.unaligned.enabled",
+    fallback_keys: &["execution.checkpointing.unaligned"],
+    default_description: "false",
+    description: "unaligned checkpoints (exactly-once only): a barrier overtakes the records queued before it and a subtask snapshots at its first notice, recording those records as in-flight state, so backpressure does not hold checkpoints back; savepoints stay aligned",
+    parse: boolean,
+    default: || false,
+};
+
 /// `execution.checkpointing.incremental`: checkpoints write only the key groups that changed
 /// since the previous completed checkpoint.
 pub const CHECKPOINTING_INCREMENTAL: ConfigOption<bool> = ConfigOption {
@@ -1032,6 +1043,7 @@ pub const ALL: &[OptionInfo] = &[
     CHECKPOINTING_MAX_CONCURRENT.info(),
     CHECKPOINTING_TOLERABLE_FAILED.info(),
     CHECKPOINTS_NUM_RETAINED.info(),
+    CHECKPOINTING_UNALIGNED.info(),
     CHECKPOINTING_INCREMENTAL.info(),
     CHECKPOINTING_INCREMENTAL_MATERIALIZE_EVERY.info(),
     STATE_RECOVERY_CLAIM_MODE.info(),
@@ -1115,6 +1127,7 @@ pub const ALL_KEYS: &[&str] = &[
     CHECKPOINTING_MAX_CONCURRENT.key,
     CHECKPOINTING_TOLERABLE_FAILED.key,
     CHECKPOINTS_NUM_RETAINED.key,
+    CHECKPOINTING_UNALIGNED.key,
     CHECKPOINTING_INCREMENTAL.key,
     CHECKPOINTING_INCREMENTAL_MATERIALIZE_EVERY.key,
     STATE_RECOVERY_CLAIM_MODE.key,

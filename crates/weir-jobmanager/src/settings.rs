@@ -180,6 +180,8 @@ pub fn checkpoint_settings(config: &Configuration) -> Result<CheckpointSettings,
     Ok(CheckpointSettings {
         interval: config.get(&CHECKPOINTING_INTERVAL).map_err(Error::usage)?,
         exactly_once: matches!(mode, CheckpointingMode::ExactlyOnce),
+        unaligned: config.get(&weir_config::options::CHECKPOINTING_UNALIGNED).map_err(Error::usage)?
+            && matches!(mode, CheckpointingMode::ExactlyOnce),
         timeout: config.get(&CHECKPOINTING_TIMEOUT).map_err(Error::usage)?,
         min_pause: config.get(&CHECKPOINTING_MIN_PAUSE).map_err(Error::usage)?,
         max_concurrent: config.get(&CHECKPOINTING_MAX_CONCURRENT).map_err(Error::usage)?,

@@ -26,11 +26,13 @@ pub struct Event {
 #[derive(Clone)]
 pub struct CountPerUser {
     count: ValueState<u64>,
+    /// CPU time spent per event (`--busy-us`): a slow stage, to show backpressure.
+    busy: std::time::Duration,
 }
 
 impl Default for CountPerUser {
     fn default() -> Self {
-        CountPerUser { count: ValueState::new("count") }
+        CountPerUser { count: ValueState::new("count"), busy: std::time::Duration::ZERO }
     }
 }
 
@@ -45,11 +47,23 @@ impl KeyedProcessFunction<u64, Event, (u64, u64)> for CountPerUser {
         ctx: &mut KeyedContext<'_, u64>,
         out: &mut Collector<'_, (u64, u64)>,
     ) -> FnResult {
+        if !self.busy.is_zero() {
+            busy_wait(self.busy);
+        }
         let mut count = ctx.value(&self.count)?;
         let n = count.get_or_insert_with(|| 0);
         *n += 1;
         out.collect((event.user, *n));
         Ok(())
+    }
+}
+
+/// Spins for `duration`: CPU work, as a real per-event computation would do.
+#[cold]
+fn busy_wait(duration: std::time::Duration) {
+    let until = std::time::Instant::now() + duration;
+    while std::time::Instant::now() < until {
+        std::hint::spin_loop();
     }
 }
 
@@ -141,6 +155,11 @@ impl JobDefinition for Counter {
                 "part files in DIR, '-' prints, 'none' discards, or a Kafka topic (default '-')",
             ),
             ArgSpec::flag("enrich", "add a stateful stage (uid enrich) remembering each user's first event index"),
+            ArgSpec::optional(
+                "busy-us",
+                "MICROS",
+                "CPU time the counter spends per event: a slow stage that backpressures the source (to watch backpressure and unaligned checkpoints)",
+            ),
         ]
     }
 
@@ -166,7 +185,9 @@ impl JobDefinition for Counter {
         if args.flag("enrich") {
             stream = stream.key_by(|e: &Event| e.user).process(FirstSeen::default()).uid("enrich").name("enrich");
         }
-        let counts = stream.key_by(|e: &Event| e.user).process(CountPerUser::default()).uid("counter").name("counter");
+        let busy = std::time::Duration::from_micros(args.get::<u64>("busy-us")?.unwrap_or(0));
+        let counter = CountPerUser { busy, ..CountPerUser::default() };
+        let counts = stream.key_by(|e: &Event| e.user).process(counter).uid("counter").name("counter");
         output.attach(args, &counts, format_count, count_key)?;
         Ok(())
     }

@@ -245,7 +245,8 @@ pub struct CheckpointSummary {
     pub alignment_buffered: StatsSummary,
     /// Always zeros: in-flight data is not measured.
     pub processed_data: StatsSummary,
-    /// Always zeros: unaligned checkpoints (which persist in-flight data) do not exist in weir.
+    /// Always zeros: the in-flight records an unaligned checkpoint persists are counted in
+    /// its state size, not apart.
     pub persisted_data: StatsSummary,
 }
 
@@ -332,7 +333,8 @@ pub struct CheckpointStatisticsEntry {
     pub status: CheckpointStatus,
     /// True for savepoints.
     pub is_savepoint: bool,
-    /// `CHECKPOINT`, `SAVEPOINT`, or `SYNC_SAVEPOINT` (the savepoint of a stop).
+    /// `CHECKPOINT`, `UNALIGNED_CHECKPOINT`, `SAVEPOINT`, or `SYNC_SAVEPOINT` (the savepoint
+    /// of a stop).
     pub checkpoint_type: String,
     /// `CANONICAL` for savepoints.
     #[serde(rename = "savepointFormat")]
@@ -415,7 +417,9 @@ impl CheckpointStatisticsEntry {
             CheckpointStatus::Failed => "failed",
             CheckpointStatus::InProgress => "in_progress",
         };
+        // Flink's RestAPICheckpointType.
         let checkpoint_type = match (entry.is_savepoint, entry.is_stop) {
+            (false, _) if entry.unaligned => "UNALIGNED_CHECKPOINT",
             (false, _) => "CHECKPOINT",
             (true, false) => "SAVEPOINT",
             (true, true) => "SYNC_SAVEPOINT",
@@ -585,9 +589,10 @@ pub struct CheckpointConfigInfo {
     pub state_backend: String,
     /// Retained checkpoints survive a cancel.
     pub externalization: Externalization,
-    /// Always false: checkpoints are aligned.
+    /// `execution.checkpointing.unaligned.enabled` (periodic checkpoints; savepoints stay
+    /// aligned).
     pub unaligned_checkpoints: bool,
-    /// Always 0: no switch from aligned to unaligned.
+    /// Always 0: a checkpoint does not switch from aligned to unaligned on a timeout.
     pub aligned_checkpoint_timeout: u64,
     /// Always true: checkpoints go on after some tasks finished (FLIP-147).
     pub checkpoints_after_tasks_finish: bool,
@@ -626,7 +631,7 @@ pub(crate) async fn checkpoint_config(PathJob(job): PathJob) -> Result<Json<Chec
         savepoint_storage: settings.savepoints_url.clone(),
         state_backend: "hashmap".into(),
         externalization: Externalization { enabled: true, delete_on_cancellation: false },
-        unaligned_checkpoints: false,
+        unaligned_checkpoints: settings.unaligned,
         aligned_checkpoint_timeout: 0,
         checkpoints_after_tasks_finish: true,
         state_changelog_enabled: false,
@@ -824,7 +829,8 @@ pub struct SubtaskCheckpointStatistics {
     /// Milliseconds from the trigger to its first barrier.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_delay: Option<u64>,
-    /// Always false: checkpoints are aligned.
+    /// The checkpoint was unaligned (its alignment is then the time its in-flight records
+    /// took to arrive).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unaligned_checkpoint: Option<bool>,
     /// Whether the checkpoint was aborted (failed).
@@ -878,7 +884,7 @@ impl SubtaskCheckpointStatistics {
                     checkpoint: Some(SyncAsync { sync: s.timings.sync_ms, async_part: s.timings.async_ms }),
                     alignment: Some(Alignment { duration: s.timings.alignment_ms, ..Alignment::default() }),
                     start_delay: Some(s.timings.start_delay_ms),
-                    unaligned_checkpoint: Some(false),
+                    unaligned_checkpoint: Some(entry.unaligned),
                     aborted: Some(aborted),
                 },
                 None => SubtaskCheckpointStatistics {

@@ -373,6 +373,7 @@ impl<E: From<TaskEvent> + Send + 'static> Deployment<'_, E> {
             parallelism: vertex.parallelism,
             max_parallelism: job.max_parallelism,
             cancel: Arc::clone(&job_ctx.cancel),
+            urgent: Arc::new(std::sync::atomic::AtomicBool::new(false)),
             metrics: Arc::clone(&self.metrics[vertex_index][subtask as usize]),
             clock: Arc::clone(&job_ctx.clock),
             operator_uid: String::new(),
@@ -495,7 +496,11 @@ fn build_body(mut wiring: SubtaskWiring, ctx: &TaskContext) -> Result<Box<dyn Ta
     }
     let head_operator = build_chained(&graph, &job, head, &mut wiring.outputs, ctx)?;
     let input_type = input_type_of(&graph, head)?;
-    input_type.input_body(std::mem::take(&mut wiring.inputs), head_operator, ctx)
+    // The body records (and restores) an unaligned checkpoint's in-flight records as the
+    // chain head's state.
+    let mut body_ctx = ctx.clone();
+    body_ctx.operator_uid = head_node.uid_or_generated();
+    input_type.input_body(std::mem::take(&mut wiring.inputs), head_operator, &body_ctx)
 }
 
 /// The type of the records a job edge carries (a side output's, or its source's output).

@@ -154,7 +154,7 @@ fn barrier(checkpoint_id: u64, savepoint: bool) -> Barrier {
     let kind = if savepoint {
         BarrierKind::Savepoint { terminate: false, format: Default::default(), drain: false }
     } else {
-        BarrierKind::Checkpoint { full: false }
+        BarrierKind::Checkpoint { full: false, unaligned: false }
     };
     Barrier { checkpoint_id, timestamp_ms: 0, kind, location: "memory://file-sink-test/chk".into() }
 }

@@ -544,7 +544,7 @@ impl CheckpointBook {
         let Reserving { id, request, location, full } = trigger;
         self.next_id = id + 1;
         let kind = match &request {
-            SnapshotRequest::Periodic => BarrierKind::Checkpoint { full },
+            SnapshotRequest::Periodic => BarrierKind::Checkpoint { full, unaligned: self.settings.unaligned },
             SnapshotRequest::Savepoint { terminate, format, drain, .. } => {
                 BarrierKind::Savepoint { terminate: *terminate, format: *format, drain: *drain }
             }
@@ -869,6 +869,7 @@ impl CheckpointBook {
             status: CheckpointStatus::InProgress,
             is_savepoint: !request.is_periodic(),
             is_stop: matches!(request, SnapshotRequest::Savepoint { terminate: true, .. }),
+            unaligned: barrier.is_unaligned(),
             savepoint_format: match request {
                 SnapshotRequest::Periodic => None,
                 SnapshotRequest::Savepoint { format, .. } => Some(format.as_str().to_string()),

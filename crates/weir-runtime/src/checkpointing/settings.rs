@@ -13,6 +13,10 @@ pub struct CheckpointSettings {
     pub interval: Option<Duration>,
     /// Align barriers (exactly-once) or not (at-least-once).
     pub exactly_once: bool,
+    /// Unaligned checkpoints (`execution.checkpointing.unaligned.enabled`, exactly-once
+    /// only): barriers overtake queued records, which are snapshotted as in-flight state.
+    /// Savepoints stay aligned, as in Flink.
+    pub unaligned: bool,
     /// A checkpoint not complete after this long is aborted.
     pub timeout: Duration,
     /// Least time between the end of one checkpoint and the start of the next.
@@ -51,6 +55,7 @@ impl Default for CheckpointSettings {
         CheckpointSettings {
             interval: None,
             exactly_once: true,
+            unaligned: false,
             timeout: Duration::from_secs(600),
             min_pause: Duration::ZERO,
             max_concurrent: 1,

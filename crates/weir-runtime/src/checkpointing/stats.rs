@@ -26,6 +26,9 @@ pub struct CheckpointEntry {
     /// True for the savepoint of a stop (Flink's synchronous savepoint).
     #[serde(default)]
     pub is_stop: bool,
+    /// True for an unaligned checkpoint.
+    #[serde(default)]
+    pub unaligned: bool,
     /// A savepoint's format: `CANONICAL` or `NATIVE`.
     #[serde(default)]
     pub savepoint_format: Option<String>,

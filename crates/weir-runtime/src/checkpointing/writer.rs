@@ -272,7 +272,7 @@ impl WriteScope {
             None => (Arc::clone(&dir), data_file_name(vertex, subtask)),
         };
         let base = incremental.as_ref().and_then(|tracker| tracker.base());
-        let full = matches!(snapshot.barrier.kind, BarrierKind::Checkpoint { full: true });
+        let full = matches!(snapshot.barrier.kind, BarrierKind::Checkpoint { full: true, .. });
         let own_file: Arc<str> = Arc::from(file.as_str());
         let scope = WriteScope {
             ended,
