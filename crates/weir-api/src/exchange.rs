@@ -7,7 +7,7 @@
 //! channel will bridge a local one to a TCP connection, carrying the same elements.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering, fence};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering, fence};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
@@ -124,7 +124,8 @@ pub fn channel<T>() -> (ChannelSender<T>, ChannelReceiver<T>) {
 /// Creates one bounded channel of `capacity` elements (tests use small ones).
 pub(crate) fn channel_with_capacity<T>(capacity: usize) -> (ChannelSender<T>, ChannelReceiver<T>) {
     let (sender, receiver) = crossbeam_channel::bounded(capacity);
-    let room = Arc::new(Room { low_water: capacity / 2, ..Room::default() });
+    let low_water = capacity / 2;
+    let room = Arc::new(Room { low_water, capacity, wake_at: AtomicUsize::new(low_water), ..Room::default() });
     (ChannelSender { inner: sender, room: Arc::clone(&room) }, ChannelReceiver { inner: receiver, room })
 }
 
@@ -136,6 +137,14 @@ pub(crate) fn channel_with_capacity<T>(capacity: usize) -> (ChannelSender<T>, Ch
 struct Room {
     /// Elements left in the channel when the waiting producer is woken.
     low_water: usize,
+    /// Elements the channel holds, at most (with those its consumer stashed).
+    capacity: usize,
+    /// Elements left when the producer now waiting is woken: `low_water`, or one less than
+    /// `capacity` for a producer that must reach its snapshot soon.
+    wake_at: AtomicUsize,
+    /// Elements the consumer took early for an unaligned checkpoint and has not processed:
+    /// they still take room, so taking them early does not lift backpressure.
+    stashed: AtomicUsize,
     /// A producer waits for room: set by it (after `producer`), cleared by whoever wakes it.
     waiting: AtomicBool,
     /// The consumer is gone: no room will be made.
@@ -170,9 +179,10 @@ impl Room {
     }
 
     /// The producer's side: waits up to `timeout` for the consumer to drain the channel to
-    /// `low_water` (`len` counts what is in it) or to go away; false on timeout.
-    fn wait(&self, len: impl Fn() -> usize, timeout: Duration) -> bool {
+    /// `threshold` (`len` counts what is in it) or to go away; false on timeout.
+    fn wait(&self, len: impl Fn() -> usize, threshold: usize, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
+        self.wake_at.store(threshold, Ordering::Relaxed);
         {
             let current = std::thread::current();
             let mut producer = self.producer();
@@ -186,8 +196,9 @@ impl Room {
         fence(Ordering::SeqCst);
         loop {
             // Woken (or a spurious wake-up that finds room anyway).
-            if !self.waiting.load(Ordering::Acquire) || len() <= self.low_water || self.closed.load(Ordering::Acquire) {
+            if !self.waiting.load(Ordering::Acquire) || len() <= threshold || self.closed.load(Ordering::Acquire) {
                 self.waiting.store(false, Ordering::Relaxed);
+                self.wake_at.store(self.low_water, Ordering::Relaxed);
                 return true;
             }
             let now = Instant::now();
@@ -195,20 +206,21 @@ impl Room {
                 // A wake-up racing with this leaves an unpark token: the next park (ours or
                 // crossbeam's) returns early once and looks again.
                 self.waiting.store(false, Ordering::Relaxed);
+                self.wake_at.store(self.low_water, Ordering::Relaxed);
                 return false;
             }
             std::thread::park_timeout(deadline - now);
         }
     }
 
-    /// The consumer's side, after each element taken (`len` is what is left in the channel):
-    /// wakes a waiting producer once the channel is down to `low_water`. Above it (the
-    /// channel of a busy consumer) this is one comparison.
+    /// The consumer's side, after each element taken (`len` is what is left in the channel,
+    /// stashed elements included): wakes a waiting producer once the channel is down to its
+    /// threshold. Above it (the channel of a busy consumer) this is one comparison.
     #[inline]
     fn taken(&self, len: usize) {
         // `len` is never more than what the channel holds (this thread's own takes are
         // counted, the producer's latest sends may not be yet).
-        if len > self.low_water {
+        if len > self.wake_at.load(Ordering::Relaxed) {
             return;
         }
         fence(Ordering::SeqCst);
@@ -253,8 +265,17 @@ impl<T> ChannelSender<T> {
         }
     }
 
+    /// What the channel holds, with what its consumer stashed.
+    fn occupied(&self) -> usize {
+        self.inner.len() + self.room.stashed.load(Ordering::Acquire)
+    }
+
     /// Sends without waiting.
     pub fn try_send(&self, element: StreamElement<T>) -> Result<(), TrySendError<StreamElement<T>>> {
+        // One load on the hot path: elements stashed by the consumer still take room.
+        if self.room.stashed.load(Ordering::Relaxed) > 0 && self.occupied() >= self.room.capacity {
+            return Err(TrySendError::Full(element));
+        }
         self.inner.try_send(element)
     }
 
@@ -265,18 +286,7 @@ impl<T> ChannelSender<T> {
         element: StreamElement<T>,
         timeout: Duration,
     ) -> Result<(), SendTimeoutError<StreamElement<T>>> {
-        let element = match self.inner.try_send(element) {
-            Ok(()) => return Ok(()),
-            Err(TrySendError::Disconnected(element)) => return Err(SendTimeoutError::Disconnected(element)),
-            Err(TrySendError::Full(element)) => element,
-        };
-        let started = Instant::now();
-        if !self.room.wait(|| self.inner.len(), timeout) {
-            return Err(SendTimeoutError::Timeout(element));
-        }
-        // Room was made (this returns at once), or the consumer is going away (crossbeam's
-        // own wait sees it disconnect).
-        self.inner.send_timeout(element, timeout.saturating_sub(started.elapsed()))
+        self.send_when_down_to(element, self.room.low_water, timeout)
     }
 
     /// Sends, waiting up to `timeout` for the first room the consumer makes (no hysteresis:
@@ -286,7 +296,36 @@ impl<T> ChannelSender<T> {
         element: StreamElement<T>,
         timeout: Duration,
     ) -> Result<(), SendTimeoutError<StreamElement<T>>> {
-        self.inner.send_timeout(element, timeout)
+        self.send_when_down_to(element, self.room.capacity.saturating_sub(1), timeout)
+    }
+
+    /// Sends; a full channel is waited on, up to `timeout`, until it holds `threshold`.
+    fn send_when_down_to(
+        &self,
+        mut element: StreamElement<T>,
+        threshold: usize,
+        timeout: Duration,
+    ) -> Result<(), SendTimeoutError<StreamElement<T>>> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            element = match self.try_send(element) {
+                Ok(()) => return Ok(()),
+                Err(TrySendError::Disconnected(element)) => return Err(SendTimeoutError::Disconnected(element)),
+                Err(TrySendError::Full(element)) => element,
+            };
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() || !self.room.wait(|| self.occupied(), threshold, left) {
+                return Err(SendTimeoutError::Timeout(element));
+            }
+            if self.room.closed.load(Ordering::Acquire) {
+                // The consumer is going away: the next try sees it disconnected.
+                return match self.inner.try_send(element) {
+                    Ok(()) => Ok(()),
+                    Err(TrySendError::Full(element)) => Err(SendTimeoutError::Timeout(element)),
+                    Err(TrySendError::Disconnected(element)) => Err(SendTimeoutError::Disconnected(element)),
+                };
+            }
+        }
     }
 
     /// Sends, waiting as long as it takes.
@@ -318,17 +357,38 @@ impl<T> ChannelReceiver<T> {
         std::mem::take(&mut *priority)
     }
 
+    /// What the channel holds, with what this consumer stashed.
+    #[inline]
+    fn occupied(&self) -> usize {
+        self.inner.len() + self.room.stashed.load(Ordering::Relaxed)
+    }
+
     /// Takes an element if one is ready.
     pub fn try_recv(&self) -> Result<StreamElement<T>, TryRecvError> {
         let element = self.inner.try_recv()?;
-        self.room.taken(self.inner.len());
+        self.room.taken(self.occupied());
         Ok(element)
+    }
+
+    /// Takes an element early, to keep aside unprocessed: it keeps taking room until
+    /// [`ChannelReceiver::unstash`] (backpressure holds while it waits).
+    fn try_recv_to_stash(&self) -> Result<StreamElement<T>, TryRecvError> {
+        self.room.stashed.fetch_add(1, Ordering::AcqRel);
+        self.inner.try_recv().inspect_err(|_| {
+            self.room.stashed.fetch_sub(1, Ordering::AcqRel);
+        })
+    }
+
+    /// A stashed element was taken out to be processed: its room is free.
+    fn unstash(&self) {
+        self.room.stashed.fetch_sub(1, Ordering::AcqRel);
+        self.room.taken(self.occupied());
     }
 
     /// Takes an element, waiting up to `timeout` for one.
     pub fn recv_timeout(&self, timeout: Duration) -> Result<StreamElement<T>, RecvTimeoutError> {
         let element = self.inner.recv_timeout(timeout)?;
-        self.room.taken(self.inner.len());
+        self.room.taken(self.occupied());
         Ok(element)
     }
 
@@ -336,14 +396,14 @@ impl<T> ChannelReceiver<T> {
     /// and the channel empty.
     pub fn recv(&self) -> Result<StreamElement<T>, RecvError> {
         let element = self.inner.recv()?;
-        self.room.taken(self.inner.len());
+        self.room.taken(self.occupied());
         Ok(element)
     }
 
     /// Completes a [`Select`] operation on this channel (registered with `select.recv(&self.inner)`).
     fn recv_selected(&self, operation: SelectedOperation<'_>) -> Result<StreamElement<T>, RecvError> {
         let element = operation.recv(&self.inner)?;
-        self.room.taken(self.inner.len());
+        self.room.taken(self.occupied());
         Ok(element)
     }
 }
@@ -1227,6 +1287,7 @@ impl<T: Data> InputBody<T> {
             self.hear_priority(input)?;
         }
         if let Some(element) = self.stash[input].pop_front() {
+            self.inputs[input].unstash();
             if self.in_flight.is_some() {
                 // What the producers send meanwhile (their buffered records) is taken early too.
                 self.read_ahead()?;
@@ -1291,7 +1352,7 @@ impl<T: Data> InputBody<T> {
                 && !self.closed[input]
                 && capture.behind(input, self.received[input])
             {
-                let Ok(element) = self.inputs[input].try_recv() else { break };
+                let Ok(element) = self.inputs[input].try_recv_to_stash() else { break };
                 self.count(input, &element)?;
                 let ends = matches!(element, StreamElement::EndOfPartition);
                 self.stash[input].push_back(element);
@@ -2052,6 +2113,27 @@ mod tests {
         before_2.extend(&in_flight);
         before_2.sort_unstable();
         assert_eq!(before_2, (0..8).collect::<Vec<u64>>(), "processed {processed:?}, in flight {in_flight:?}");
+    }
+
+    /// Elements taken early still take room: reading ahead for an unaligned checkpoint does
+    /// not let the producer fill the channel again (buffers stay bounded under backpressure).
+    #[test]
+    fn stashed_elements_keep_taking_room_until_processed() {
+        let (tx, rx) = channel_with_capacity::<u64>(4);
+        for i in 0..4 {
+            tx.try_send(StreamElement::Records(vec![i])).unwrap();
+        }
+        for _ in 0..4 {
+            rx.try_recv_to_stash().unwrap();
+        }
+        assert!(matches!(tx.try_send(StreamElement::Records(vec![9])), Err(TrySendError::Full(_))));
+        assert!(matches!(
+            tx.send_timeout(StreamElement::Records(vec![9]), Duration::from_millis(20)),
+            Err(SendTimeoutError::Timeout(_))
+        ));
+        rx.unstash();
+        tx.try_send(StreamElement::Records(vec![9])).unwrap();
+        assert!(matches!(tx.try_send(StreamElement::Records(vec![10])), Err(TrySendError::Full(_))));
     }
 
     /// An idle producer's barrier in band is a notice too (nothing was in flight), and an
