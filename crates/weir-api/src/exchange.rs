@@ -2153,11 +2153,14 @@ mod tests {
         assert!(snapshots.3.lock().unwrap()[0].iter().all(|(_, name, _)| name != crate::snapshot::IN_FLIGHT_STATE));
     }
 
+    /// A restored body, the sender of its one input, and what its chain processed.
+    type Restored = (InputBody<u64>, ChannelSender<u64>, Arc<Mutex<Vec<u64>>>);
+
     fn restored_body(
         batches: Vec<crate::in_flight::InFlightBatch<u64>>,
         subtask: u32,
         parallelism: u32,
-    ) -> Result<(InputBody<u64>, ChannelSender<u64>, Arc<Mutex<Vec<u64>>>), TaskError> {
+    ) -> Result<Restored, TaskError> {
         #[derive(serde::Serialize)]
         struct Encoded<'a> {
             version: u8,

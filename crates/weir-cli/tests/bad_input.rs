@@ -234,6 +234,7 @@ fn a_flink_config_yaml_is_read_with_a_reason_for_each_key_weir_ignores() {
         &file,
         "rest.address: 127.0.0.1\nrest.port: 1\ntaskmanager.memory.process.size: 1728m\n\
          env.java.opts.all: -XX:+UseG1GC\nexecution.checkpointing.unaligned.enabled: true\n\
+         execution.checkpointing.unaligned.max-subtasks-per-channel-state-file: 5\n\
          metrics.reporter.prom.factory.class: org.apache.flink.metrics.prometheus.PrometheusReporterFactory\n",
     )
     .unwrap();
@@ -244,8 +245,8 @@ fn a_flink_config_yaml_is_read_with_a_reason_for_each_key_weir_ignores() {
     for needle in [
         "'env.java.opts.all' (from",
         "is not applicable in weir: no JVM",
-        "'execution.checkpointing.unaligned.enabled' (from",
-        "is not supported by weir yet: checkpoints are aligned",
+        "'execution.checkpointing.unaligned.max-subtasks-per-channel-state-file' (from",
+        "is not supported by weir yet: of the unaligned options only execution.checkpointing.unaligned.enabled",
         "'metrics.reporter.prom.factory.class' (from",
         "is always so in weir: Prometheus text",
         "Submitting to the cluster at 127.0.0.1:1: rest.address is set (from",
@@ -255,6 +256,10 @@ fn a_flink_config_yaml_is_read_with_a_reason_for_each_key_weir_ignores() {
     }
     assert!(!stderr.contains("unknown configuration key"), "{stderr}");
     assert!(!stderr.contains("'taskmanager.memory.process.size'"), "a key weir takes is not warned about: {stderr}");
+    assert!(
+        !stderr.contains("'execution.checkpointing.unaligned.enabled'"),
+        "a key weir takes is not warned about: {stderr}"
+    );
     let local = run_weir(&[&["run", "-t", "local", "-D", "rest.port=0", "-c", config][..], &args].concat());
     let stdout = String::from_utf8_lossy(&local.stdout);
     assert!(local.status.success() && stdout.contains("ended with state FINISHED"), "{stdout}");

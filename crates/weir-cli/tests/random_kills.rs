@@ -13,6 +13,8 @@
 //! emitted the whole input (while its final checkpoint and end-of-input results are under
 //! way, or just after).
 //!
+//! Half the chains (by a bit of their seed) take unaligned checkpoints.
+//!
 //! Every other round runs two such chains at once into the same output directory (two jobs
 //! sharing an external resource): each chain's part files (named by its jobs' ids) must hold
 //! its counts exactly once, whatever the other chain's kills and restores did.
@@ -149,6 +151,8 @@ fn chain(seed: u64, dir: &Path, out: &Path) -> Vec<String> {
     let job = ["counter", "--users", &users, "--events", &events, "--rate", &rate, "--output", &out_arg];
     // Odd seeds aim the first kill at the end-of-input phase (module docs).
     let aim_at_end = seed % 2 == 1;
+    // Half the chains checkpoint unaligned (a bit of the seed, so old seeds replay as before).
+    let unaligned = format!("execution.checkpointing.unaligned.enabled={}", seed & 8 != 0);
     let killed_jobs = 1 + random.below(2);
     let mut restore: Option<RestorePoint> = None;
     for index in 0..=killed_jobs {
@@ -158,13 +162,16 @@ fn chain(seed: u64, dir: &Path, out: &Path) -> Vec<String> {
             [random.below(2) as usize];
         let mut args = vec!["run", "-D", "rest.port=0", "-D", interval];
         args.extend(["-D", &checkpoints, "-D", "state.checkpoints.num-retained=2", "-p", &parallelism]);
+        args.extend(["-D", &unaligned]);
         let restore_path = restore.as_ref().map(|point| point.path.to_str().unwrap().to_string());
         if let Some(path) = &restore_path {
             args.extend(["-s", path.as_str()]);
         }
         args.extend(job);
         if index == killed_jobs {
-            eprintln!("seed {seed}: job {index} at -p {parallelism} from {restore_path:?} runs to the end");
+            eprintln!(
+                "seed {seed}: job {index} at -p {parallelism} ({unaligned}) from {restore_path:?} runs to the end"
+            );
             let output = run_weir(&args);
             assert!(output.status.success(), "seed {seed}: {}", String::from_utf8_lossy(&output.stderr));
             let stdout = String::from_utf8_lossy(&output.stdout);

@@ -18,10 +18,16 @@ const USERS: u64 = 30;
 const IN_FLIGHT_STATE: &str = "weir.in-flight-records";
 
 /// `weir run` of the slow counter at `parallelism`, checkpointing every 300 ms into `dir`.
-fn args(dir: &Path, parallelism: u32, unaligned: bool, events: u64, busy_us: u64, restore: Option<&Path>) -> Vec<String> {
-    let mut args: Vec<String> = ["run", "-D", "rest.port=0", "-D", "execution.checkpointing.interval=300ms"]
-        .map(str::to_string)
-        .to_vec();
+fn args(
+    dir: &Path,
+    parallelism: u32,
+    unaligned: bool,
+    events: u64,
+    busy_us: u64,
+    restore: Option<&Path>,
+) -> Vec<String> {
+    let mut args: Vec<String> =
+        ["run", "-D", "rest.port=0", "-D", "execution.checkpointing.interval=300ms"].map(str::to_string).to_vec();
     for option in [
         format!("state.checkpoints.dir=file://{}", dir.join("chk").display()),
         format!("execution.checkpointing.unaligned.enabled={unaligned}"),
@@ -169,4 +175,83 @@ fn kills_and_rescaled_restores_from_unaligned_checkpoints_stay_exactly_once() {
     assert!(output.status.success(), "seed {seed}: {}", String::from_utf8_lossy(&output.stderr));
     assert!(in_flight_restored > 0, "seed {seed}: no restored checkpoint held in-flight records");
     assert_counts_exactly_once(&committed_lines(&dir.path().join("out")), USERS, EVENTS);
+}
+
+fn start_taskmanager(rpc: &str) -> RunningWeir {
+    let mut taskmanager = RunningWeir::start(&[
+        "taskmanager",
+        "--jobmanager",
+        rpc,
+        "-D",
+        "taskmanager.numberOfTaskSlots=1",
+        "-D",
+        "heartbeat.interval=200ms",
+    ]);
+    taskmanager.stderr_line("registered at");
+    taskmanager
+}
+
+/// Across processes the notice crosses the TCP data connections as a frame of its own, and
+/// the records in flight between two TaskManagers are in the checkpoint: one TaskManager is
+/// killed with `kill -9`, the job restarts from its newest unaligned checkpoint on a fresh
+/// one, and every count is in the output exactly once.
+#[test]
+fn a_taskmanager_killed_after_unaligned_checkpoints_of_records_crossing_the_network_loses_nothing() {
+    const EVENTS: u64 = 240_000;
+    let dir = tempfile::tempdir().unwrap();
+    let mut jobmanager = RunningWeir::start(&[
+        "jobmanager",
+        "-D",
+        "rest.port=0",
+        "-D",
+        "jobmanager.rpc.port=0",
+        "-D",
+        "heartbeat.interval=200ms",
+        "-D",
+        "heartbeat.timeout=3s",
+    ]);
+    let line = jobmanager.stderr_line("REST API at http://");
+    let rest = line.split("REST API at ").nth(1).unwrap().split(',').next().unwrap().to_string();
+    let rpc = line.rsplit("connect to ").next().unwrap().trim().to_string();
+    let mut taskmanagers: Vec<RunningWeir> = (0..2).map(|_| start_taskmanager(&rpc)).collect();
+    common::poll_json(&format!("{rest}/overview"), |o| o["taskmanagers"] == 2);
+
+    // Each TaskManager runs one source and one counter: half of each source's records
+    // cross to the other TaskManager.
+    let mut submit: Vec<String> =
+        vec!["run".into(), "-m".into(), rest.trim_start_matches("http://").into(), "-d".into()];
+    for option in [
+        "restart-strategy.type=fixed-delay",
+        "restart-strategy.fixed-delay.attempts=5",
+        "restart-strategy.fixed-delay.delay=0ms",
+    ] {
+        submit.extend(["-D".into(), option.into()]);
+    }
+    submit.extend(args(dir.path(), 2, true, EVENTS, 50, None).into_iter().skip(3));
+    let submit: Vec<&str> = submit.iter().map(String::as_str).collect();
+    let output = run_weir(&submit);
+    let stdout = String::from_utf8_lossy(&output.stdout).to_string();
+    assert!(output.status.success(), "{stdout}{}", String::from_utf8_lossy(&output.stderr));
+    let job_id =
+        stdout.lines().find_map(|l| l.strip_prefix("Job has been submitted with JobID ")).unwrap().trim().to_string();
+
+    wait_for_completed(&rest, &job_id, 2);
+    let before_kill = newest(dir.path(), &job_id);
+    taskmanagers[0].kill_hard();
+    taskmanagers.push(start_taskmanager(&rpc));
+    assert!(in_flight_batches(&before_kill) > 0, "{} holds no in-flight records", before_kill.display());
+
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let details = loop {
+        let details = get(&format!("{rest}/jobs/{job_id}")).json();
+        if details["state"] == "FINISHED" || details["state"] == "FAILED" {
+            break details;
+        }
+        assert!(Instant::now() < deadline, "job did not finish: {details}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(details["state"], "FINISHED", "{details}");
+    assert!(details["numRestarts"].as_u64() >= Some(1), "{details}");
+    assert_counts_exactly_once(&committed_lines(&dir.path().join("out")), USERS, EVENTS);
+    jobmanager.kill_hard();
 }

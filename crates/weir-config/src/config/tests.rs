@@ -509,3 +509,16 @@ fn internal_security_options_are_validated_without_showing_the_secret() {
     let error = jks.validate().unwrap_err().to_string();
     assert!(error.contains("PEM files only"), "{error}");
 }
+
+/// Unaligned checkpoints need exactly-once, as in Flink: the pair is refused naming both keys.
+#[test]
+fn unaligned_checkpoints_with_at_least_once_are_refused() {
+    let config = with_overrides(&[
+        "execution.checkpointing.unaligned.enabled=true",
+        "execution.checkpointing.mode=AT_LEAST_ONCE",
+    ]);
+    let error = config.validate().unwrap_err().to_string();
+    assert!(error.contains("'execution.checkpointing.unaligned.enabled' (true, from -D"), "{error}");
+    assert!(error.contains("needs 'execution.checkpointing.mode: EXACTLY_ONCE'"), "{error}");
+    with_overrides(&["execution.checkpointing.unaligned=true"]).validate().unwrap();
+}
