@@ -2161,29 +2161,7 @@ mod tests {
         subtask: u32,
         parallelism: u32,
     ) -> Result<Restored, TaskError> {
-        #[derive(serde::Serialize)]
-        struct Encoded<'a> {
-            version: u8,
-            subtask: u32,
-            parallelism: u32,
-            records: &'a [u64],
-            timestamps: &'a [i64],
-            hashes: &'a [u32],
-        }
-        let elements = batches
-            .iter()
-            .map(|b| {
-                postcard::to_allocvec(&Encoded {
-                    version: b.version,
-                    subtask: b.subtask,
-                    parallelism: b.parallelism,
-                    records: &b.records,
-                    timestamps: &b.timestamps,
-                    hashes: &b.hashes,
-                })
-                .unwrap()
-            })
-            .collect();
+        let elements = batches.iter().map(|b| b.encode().unwrap()).collect();
         let mut ctx = TaskContext::for_test(subtask, parallelism, 8);
         let restored = crate::snapshot::RestoredOperator {
             operator_states: [(crate::snapshot::IN_FLIGHT_STATE.to_string(), elements)].into(),

@@ -47,6 +47,20 @@ pub struct InFlightBatch<T> {
     pub hashes: Vec<u32>,
 }
 
+impl<T: Serialize> InFlightBatch<T> {
+    /// Its encoding, as a checkpoint holds it.
+    pub fn encode(&self) -> Result<Vec<u8>, postcard::Error> {
+        postcard::to_allocvec(&InFlightBatchRef {
+            version: self.version,
+            subtask: self.subtask,
+            parallelism: self.parallelism,
+            records: &self.records,
+            timestamps: &self.timestamps,
+            hashes: &self.hashes,
+        })
+    }
+}
+
 /// The encoding side of [`InFlightBatch`]: borrows the records it encodes.
 #[derive(Serialize)]
 struct InFlightBatchRef<'a, T> {

@@ -17,17 +17,10 @@ use weir_runtime::security::{Plane, WireSecurity};
 
 const SECRET: &str = "0123456789abcdef0123456789abcdef";
 
-/// A JobManager with `settings` (`-D` values); its REST and RPC addresses.
+/// A JobManager with `settings` (`-D` values); its REST (`HOST:PORT`) and RPC addresses.
 fn start_jobmanager(settings: &[&str]) -> (RunningWeir, String, String) {
-    let mut args = vec!["jobmanager", "-D", "rest.port=0", "-D", "jobmanager.rpc.port=0"];
-    for setting in settings {
-        args.extend(["-D", setting]);
-    }
-    let mut jobmanager = RunningWeir::start(&args);
-    let line = jobmanager.stderr_line("REST API at http://");
-    let rest = line.split("REST API at http://").nth(1).unwrap().split(',').next().unwrap().to_string();
-    let rpc = line.rsplit("connect to ").next().unwrap().trim().to_string();
-    (jobmanager, rest, rpc)
+    let (jobmanager, rest, rpc) = common::start_jobmanager(settings);
+    (jobmanager, rest.trim_start_matches("http://").to_string(), rpc)
 }
 
 fn taskmanager(rpc: &str, settings: &[&str]) -> RunningWeir {

@@ -30,29 +30,13 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::{RunningWeir, committed_lines, run_weir};
+use weir_types::seeded::SeededRng;
 
 const USERS: u64 = 30;
 const EVENTS: u64 = 15_000;
 /// Events per second: the input ends about 1.5 s after a fresh start.
 const RATE: u64 = 10_000;
 const ROUNDS_DEFAULT: u64 = 6;
-
-/// splitmix64: a small, good, reproducible generator.
-struct Random(u64);
-
-impl Random {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, bound: u64) -> u64 {
-        self.next() % bound
-    }
-}
 
 /// The committed lines of `dir` in part files written by one of `jobs`.
 fn committed_lines_of(dir: &Path, jobs: &[String]) -> Vec<String> {
@@ -142,7 +126,7 @@ fn one_round(seed: u64, chains: u64) {
 
 /// A chain of jobs of seed `seed` into `out` (module docs); the ids of its jobs.
 fn chain(seed: u64, dir: &Path, out: &Path) -> Vec<String> {
-    let mut random = Random(seed);
+    let mut random = SeededRng::new(seed);
     let mut jobs = Vec::new();
     let out_arg = out.to_str().unwrap().to_string();
     let chk_root = dir.join("chk");

@@ -10,7 +10,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{RunningWeir, get, poll_json, run_weir};
+use common::{RunningWeir, get, poll_json, run_weir, start_jobmanager};
 
 const PACED_COUNTER: [&str; 7] = ["counter", "--users", "10", "--rate", "500", "--output", "none"];
 
@@ -66,30 +66,13 @@ fn taskmanager_id(taskmanager: &mut RunningWeir) -> String {
     line.split("TaskManager ").nth(1).and_then(|rest| rest.split(' ').next()).unwrap_or_default().to_string()
 }
 
-/// A JobManager on free ports: it, its REST base URL and its RPC address.
-fn start_jobmanager() -> (RunningWeir, String, String) {
-    let mut jobmanager = RunningWeir::start(&[
-        "jobmanager",
-        "-D",
-        "rest.port=0",
-        "-D",
-        "jobmanager.rpc.port=0",
-        "-D",
-        "heartbeat.timeout=60s",
-    ]);
-    let line = jobmanager.stderr_line("REST API at http://");
-    let rest = line.split("REST API at ").nth(1).unwrap().split(',').next().unwrap().to_string();
-    let rpc = line.rsplit("connect to ").next().unwrap().trim().to_string();
-    (jobmanager, rest, rpc)
-}
-
 /// Ctrl-C on `weir run -m` following a job (attached, as `flink run` without `-d`): the
 /// client goes, the job keeps running on the cluster, and the client says how to cancel or
 /// stop it and where a new run would resume from.
 #[test]
 fn ctrl_c_detaches_from_a_job_on_a_cluster_and_says_how_to_reach_it() {
     let dir = tempfile::tempdir().unwrap();
-    let (mut jobmanager, rest, rpc) = start_jobmanager();
+    let (mut jobmanager, rest, rpc) = start_jobmanager(&["heartbeat.timeout=60s"]);
     let mut taskmanager = RunningWeir::start(&["taskmanager", "--jobmanager", &rpc]);
     taskmanager.stderr_line("registered at");
     let checkpoints = format!("state.checkpoints.dir=file://{}", dir.path().display());
@@ -118,7 +101,7 @@ fn ctrl_c_detaches_from_a_job_on_a_cluster_and_says_how_to_reach_it() {
 #[test]
 fn sigterm_deregisters_a_taskmanager_and_stops_a_jobmanager_with_its_jobs() {
     let dir = tempfile::tempdir().unwrap();
-    let (mut jobmanager, rest, rpc) = start_jobmanager();
+    let (mut jobmanager, rest, rpc) = start_jobmanager(&["heartbeat.timeout=60s"]);
     let mut taskmanagers: Vec<RunningWeir> = (0..2)
         .map(|_| {
             let mut tm = RunningWeir::start(&["taskmanager", "--jobmanager", &rpc]);

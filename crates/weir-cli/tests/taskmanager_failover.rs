@@ -7,30 +7,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use common::{RunningWeir, committed_lines, get, run_weir};
-
-/// A JobManager on free ports: the process, its REST URL and its TaskManager (RPC) address.
-fn start_jobmanager() -> (RunningWeir, String, String) {
-    let mut jobmanager = RunningWeir::start(&["jobmanager", "-D", "rest.port=0", "-D", "jobmanager.rpc.port=0"]);
-    let line = jobmanager.stderr_line("REST API at http://");
-    let rest = line.split("REST API at ").nth(1).unwrap().split(',').next().unwrap().to_string();
-    let rpc = line.rsplit("connect to ").next().unwrap().trim().to_string();
-    (jobmanager, rest, rpc)
-}
-
-fn start_taskmanager(rpc: &str) -> RunningWeir {
-    let mut taskmanager = RunningWeir::start(&[
-        "taskmanager",
-        "--jobmanager",
-        rpc,
-        "-D",
-        "taskmanager.numberOfTaskSlots=2",
-        "-D",
-        "heartbeat.interval=200ms",
-    ]);
-    taskmanager.stderr_line("registered at");
-    taskmanager
-}
+use common::{RunningWeir, committed_lines, get, run_weir, start_jobmanager, start_taskmanager};
 
 fn delay(min_ms: u64, spread_ms: u64) -> Duration {
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos() as u64;
@@ -40,21 +17,8 @@ fn delay(min_ms: u64, spread_ms: u64) -> Duration {
 #[test]
 fn three_taskmanager_kills_during_a_run_keep_the_output_exactly_once() {
     let dir = tempfile::tempdir().unwrap();
-    let mut jobmanager = RunningWeir::start(&[
-        "jobmanager",
-        "-D",
-        "rest.port=0",
-        "-D",
-        "jobmanager.rpc.port=0",
-        "-D",
-        "heartbeat.interval=200ms",
-        "-D",
-        "heartbeat.timeout=3s",
-    ]);
-    let line = jobmanager.stderr_line("REST API at http://");
-    let rest = line.split("REST API at ").nth(1).unwrap().split(',').next().unwrap().to_string();
-    let rpc = line.rsplit("connect to ").next().unwrap().trim().to_string();
-    let mut taskmanagers: Vec<RunningWeir> = (0..3).map(|_| start_taskmanager(&rpc)).collect();
+    let (_jobmanager, rest, rpc) = start_jobmanager(&["heartbeat.interval=200ms", "heartbeat.timeout=3s"]);
+    let mut taskmanagers: Vec<RunningWeir> = (0..3).map(|_| start_taskmanager(&rpc, 2)).collect();
     let overview = common::poll_json(&format!("{rest}/overview"), |o| o["taskmanagers"] == 3);
     assert_eq!(overview["slots-total"], 6);
 
@@ -98,18 +62,10 @@ fn three_taskmanager_kills_during_a_run_keep_the_output_exactly_once() {
         let victim = round % taskmanagers.len();
         taskmanagers[victim].kill_hard();
         taskmanagers.remove(victim);
-        taskmanagers.push(start_taskmanager(&rpc));
+        taskmanagers.push(start_taskmanager(&rpc, 2));
     }
 
-    let deadline = Instant::now() + Duration::from_secs(90);
-    let details = loop {
-        let details = get(&format!("{rest}/jobs/{job_id}")).json();
-        if details["state"] == "FINISHED" || details["state"] == "FAILED" {
-            break details;
-        }
-        assert!(Instant::now() < deadline, "job did not finish: {details}");
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let details = common::wait_for_job_end(&rest, &job_id, Duration::from_secs(90));
     assert_eq!(details["state"], "FINISHED", "{details}");
     assert!(details["numRestarts"].as_u64() >= Some(1), "{details}");
     assert!(details["timestamps"]["RESTARTING"].as_u64().is_some(), "{details}");
@@ -248,8 +204,8 @@ fn cluster_start_and_stop_manage_background_processes() {
 /// them, with exact totals once the job finished.
 #[test]
 fn taskmanager_counters_reach_the_jobmanager_rest_api_and_metrics() {
-    let (_jobmanager, rest, rpc) = start_jobmanager();
-    let _taskmanagers: Vec<RunningWeir> = (0..2).map(|_| start_taskmanager(&rpc)).collect();
+    let (_jobmanager, rest, rpc) = start_jobmanager(&[]);
+    let _taskmanagers: Vec<RunningWeir> = (0..2).map(|_| start_taskmanager(&rpc, 2)).collect();
     common::poll_json(&format!("{rest}/overview"), |o| o["taskmanagers"] == 2);
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
@@ -303,8 +259,8 @@ fn taskmanager_counters_reach_the_jobmanager_rest_api_and_metrics() {
 /// A job waiting for TaskManager slots is cancelled at once, not after the slot wait.
 #[test]
 fn a_job_waiting_for_slots_is_cancelled_at_once() {
-    let (_jobmanager, rest, rpc) = start_jobmanager();
-    let _taskmanager = start_taskmanager(&rpc);
+    let (_jobmanager, rest, rpc) = start_jobmanager(&[]);
+    let _taskmanager = start_taskmanager(&rpc, 2);
     common::poll_json(&format!("{rest}/overview"), |o| o["slots-total"] == 2);
     let address = rest.trim_start_matches("http://");
     // Parallelism 3 needs 3 slots; the cluster has 2, so the deploy waits for a TaskManager.
@@ -336,8 +292,8 @@ fn a_job_waiting_for_slots_is_cancelled_at_once() {
 /// not one.
 #[test]
 fn a_fixed_job_id_is_taken_and_refused_the_second_time() {
-    let (_jobmanager, rest, rpc) = start_jobmanager();
-    let _taskmanager = start_taskmanager(&rpc);
+    let (_jobmanager, rest, rpc) = start_jobmanager(&[]);
+    let _taskmanager = start_taskmanager(&rpc, 2);
     common::poll_json(&format!("{rest}/overview"), |o| o["taskmanagers"] == 1);
     let address = rest.trim_start_matches("http://");
     let id = "0123456789abcdef0123456789abcdef";
@@ -374,7 +330,7 @@ fn a_fixed_job_id_is_taken_and_refused_the_second_time() {
 /// the TaskManager itself lives on (it is still registered after the job failed).
 #[test]
 fn a_taskmanager_over_its_memory_limit_fails_the_job_naming_the_limit() {
-    let (_jobmanager, rest, rpc) = start_jobmanager();
+    let (_jobmanager, rest, rpc) = start_jobmanager(&[]);
     let mut taskmanager =
         RunningWeir::start(&["taskmanager", "--jobmanager", &rpc, "-D", "taskmanager.memory.process.size=160m"]);
     taskmanager.stderr_line("registered at");

@@ -128,19 +128,6 @@ fn under_backpressure_unaligned_checkpoints_complete_where_aligned_ones_expire()
     unaligned.kill_hard();
 }
 
-/// splitmix64: a small, good, reproducible generator.
-struct Random(u64);
-
-impl Random {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        (z ^ (z >> 31)) % n
-    }
-}
-
 /// `kill -9` of backpressured jobs at random points after an unaligned checkpoint, each
 /// restored from the newest one into a new job at another parallelism (the in-flight
 /// records of the keyed exchange go to their key groups' new owners); the last job runs to
@@ -153,7 +140,7 @@ fn kills_and_rescaled_restores_from_unaligned_checkpoints_stay_exactly_once() {
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64
     });
     eprintln!("seed {seed} (replay with WEIR_UNALIGNED_SEED={seed})");
-    let mut random = Random(seed);
+    let mut random = weir_types::seeded::SeededRng::new(seed);
     let dir = tempfile::tempdir().unwrap();
     let mut restore: Option<PathBuf> = None;
     let mut in_flight_restored = 0;
@@ -177,20 +164,6 @@ fn kills_and_rescaled_restores_from_unaligned_checkpoints_stay_exactly_once() {
     assert_counts_exactly_once(&committed_lines(&dir.path().join("out")), USERS, EVENTS);
 }
 
-fn start_taskmanager(rpc: &str) -> RunningWeir {
-    let mut taskmanager = RunningWeir::start(&[
-        "taskmanager",
-        "--jobmanager",
-        rpc,
-        "-D",
-        "taskmanager.numberOfTaskSlots=1",
-        "-D",
-        "heartbeat.interval=200ms",
-    ]);
-    taskmanager.stderr_line("registered at");
-    taskmanager
-}
-
 /// Across processes the notice crosses the TCP data connections as a frame of its own, and
 /// the records in flight between two TaskManagers are in the checkpoint: one TaskManager is
 /// killed with `kill -9`, the job restarts from its newest unaligned checkpoint on a fresh
@@ -199,21 +172,8 @@ fn start_taskmanager(rpc: &str) -> RunningWeir {
 fn a_taskmanager_killed_after_unaligned_checkpoints_of_records_crossing_the_network_loses_nothing() {
     const EVENTS: u64 = 240_000;
     let dir = tempfile::tempdir().unwrap();
-    let mut jobmanager = RunningWeir::start(&[
-        "jobmanager",
-        "-D",
-        "rest.port=0",
-        "-D",
-        "jobmanager.rpc.port=0",
-        "-D",
-        "heartbeat.interval=200ms",
-        "-D",
-        "heartbeat.timeout=3s",
-    ]);
-    let line = jobmanager.stderr_line("REST API at http://");
-    let rest = line.split("REST API at ").nth(1).unwrap().split(',').next().unwrap().to_string();
-    let rpc = line.rsplit("connect to ").next().unwrap().trim().to_string();
-    let mut taskmanagers: Vec<RunningWeir> = (0..2).map(|_| start_taskmanager(&rpc)).collect();
+    let (mut jobmanager, rest, rpc) = common::start_jobmanager(&["heartbeat.interval=200ms", "heartbeat.timeout=3s"]);
+    let mut taskmanagers: Vec<RunningWeir> = (0..2).map(|_| common::start_taskmanager(&rpc, 1)).collect();
     common::poll_json(&format!("{rest}/overview"), |o| o["taskmanagers"] == 2);
 
     // Each TaskManager runs one source and one counter: half of each source's records
@@ -238,18 +198,10 @@ fn a_taskmanager_killed_after_unaligned_checkpoints_of_records_crossing_the_netw
     wait_for_completed(&rest, &job_id, 2);
     let before_kill = newest(dir.path(), &job_id);
     taskmanagers[0].kill_hard();
-    taskmanagers.push(start_taskmanager(&rpc));
+    taskmanagers.push(common::start_taskmanager(&rpc, 1));
     assert!(in_flight_batches(&before_kill) > 0, "{} holds no in-flight records", before_kill.display());
 
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let details = loop {
-        let details = get(&format!("{rest}/jobs/{job_id}")).json();
-        if details["state"] == "FINISHED" || details["state"] == "FAILED" {
-            break details;
-        }
-        assert!(Instant::now() < deadline, "job did not finish: {details}");
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let details = common::wait_for_job_end(&rest, &job_id, Duration::from_secs(120));
     assert_eq!(details["state"], "FINISHED", "{details}");
     assert!(details["numRestarts"].as_u64() >= Some(1), "{details}");
     assert_counts_exactly_once(&committed_lines(&dir.path().join("out")), USERS, EVENTS);

@@ -381,3 +381,40 @@ pub fn output_within(mut command: Command, limit: Duration) -> (Output, bool) {
     }
     (child.wait_with_output().expect("the process ends"), ended)
 }
+
+/// `weir jobmanager` on free ports with `settings` (`-D` values): the process, its REST base
+/// URL (`http://HOST:PORT`) and the RPC address TaskManagers connect to.
+pub fn start_jobmanager(settings: &[&str]) -> (RunningWeir, String, String) {
+    let mut args = vec!["jobmanager", "-D", "rest.port=0", "-D", "jobmanager.rpc.port=0"];
+    for setting in settings {
+        args.extend(["-D", setting]);
+    }
+    let mut jobmanager = RunningWeir::start(&args);
+    let line = jobmanager.stderr_line("REST API at http://");
+    let rest = line.split("REST API at ").nth(1).unwrap().split(',').next().unwrap().to_string();
+    let rpc = line.rsplit("connect to ").next().unwrap().trim().to_string();
+    (jobmanager, rest, rpc)
+}
+
+/// `weir taskmanager` connected to `rpc` with `slots` slots and a 200 ms heartbeat, once it
+/// registered.
+pub fn start_taskmanager(rpc: &str, slots: u32) -> RunningWeir {
+    let slots = format!("taskmanager.numberOfTaskSlots={slots}");
+    let mut taskmanager =
+        RunningWeir::start(&["taskmanager", "--jobmanager", rpc, "-D", &slots, "-D", "heartbeat.interval=200ms"]);
+    taskmanager.stderr_line("registered at");
+    taskmanager
+}
+
+/// Waits up to `limit` until job `job_id` at `rest` is FINISHED or FAILED; its details.
+pub fn wait_for_job_end(rest: &str, job_id: &str, limit: Duration) -> serde_json::Value {
+    let deadline = Instant::now() + limit;
+    loop {
+        let details = get(&format!("{rest}/jobs/{job_id}")).json();
+        if details["state"] == "FINISHED" || details["state"] == "FAILED" {
+            return details;
+        }
+        assert!(Instant::now() < deadline, "job did not finish: {details}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
