@@ -1084,6 +1084,9 @@ pub struct InputBody<T> {
 const ABORTED_REMEMBERED_MAX: usize = 1024;
 /// Batches taken from the inputs in one step before timers and cancellation are checked.
 const BATCHES_PER_STEP_MAX: usize = 64;
+/// How long one step takes batches at most: a slow operator (64 batches can be seconds of
+/// its work) still hears a cancel, a control message and its timers this often.
+const STEP_TIME_MAX: Duration = Duration::from_millis(10);
 /// How long a subtask whose peer vanished without end of input waits for the job to cancel it.
 const CLOSED_INPUT_GRACE: Duration = Duration::from_secs(5);
 
@@ -1558,7 +1561,11 @@ impl<T: Data> TaskBody for InputBody<T> {
         let mut taken = 0;
         let count = self.inputs.len();
         let mut empty_in_a_row = 0;
+        let started = Instant::now();
         while taken < BATCHES_PER_STEP_MAX && empty_in_a_row < count && self.stopping.is_none() {
+            if taken > 0 && started.elapsed() >= STEP_TIME_MAX {
+                break;
+            }
             let input = self.next_input;
             self.next_input = (self.next_input + 1) % count;
             if !self.readable(input) {
@@ -1828,6 +1835,62 @@ mod tests {
              snapshot could not build on 1"
         );
         assert_eq!(*seen.lock().unwrap(), vec![1, 2]);
+    }
+
+    /// A chain head that takes `per_batch` for every batch, as a slow operator does.
+    struct Slow(Arc<Mutex<Vec<u64>>>, Duration);
+
+    impl Operator<u64> for Slow {
+        fn process_batch(&mut self, batch: &mut Vec<u64>) -> Result<(), TaskError> {
+            std::thread::sleep(self.1);
+            self.0.lock().unwrap().append(batch);
+            Ok(())
+        }
+        fn process_watermark(&mut self, _watermark: i64) -> Result<(), TaskError> {
+            Ok(())
+        }
+        fn process_watermark_status(&mut self, _idle: bool) -> Result<(), TaskError> {
+            Ok(())
+        }
+        fn fire_timers(&mut self, _now_ms: u64) -> Result<(), TaskError> {
+            Ok(())
+        }
+        fn next_timer(&self) -> Option<u64> {
+            None
+        }
+        fn end_input(&mut self) -> Result<(), TaskError> {
+            Ok(())
+        }
+        fn flush(&mut self) -> Result<(), TaskError> {
+            Ok(())
+        }
+        fn snapshot_state(&mut self, _barrier: &Barrier, _snapshot: &mut TaskSnapshot) -> Result<(), TaskError> {
+            Ok(())
+        }
+        fn notify_checkpoint_complete(&mut self, _checkpoint_id: u64) -> Result<(), TaskError> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_slow_operator_ends_its_step_within_the_step_time_budget() {
+        let (_control_tx, control) = crossbeam_channel::unbounded();
+        let snapshots = Arc::new(Snapshots::default());
+        let ctx = context(control, &snapshots);
+        let (in_tx, input) = channel_with_capacity::<u64>(BATCHES_PER_STEP_MAX);
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let mut body =
+            InputBody::new(vec![input], Box::new(Slow(Arc::clone(&seen), Duration::from_millis(4))), &ctx).unwrap();
+        for record in 0..BATCHES_PER_STEP_MAX as u64 {
+            in_tx.send(StreamElement::Records(vec![record])).unwrap();
+        }
+        // 64 batches of 4 ms would hold the task 256 ms away from its cancel flag, control
+        // channel and timers; the budget ends the step after 10 ms (3 batches, 4 at most).
+        body.step().unwrap();
+        let taken = seen.lock().unwrap().len();
+        assert!((1..=4).contains(&taken), "one step took {taken} batches of a slow operator");
+        body.step().unwrap();
+        assert!(seen.lock().unwrap().len() > taken, "the next step goes on where the last stopped");
     }
 
     #[test]
