@@ -14,6 +14,7 @@
 #   counter-checkpointed  the same with a checkpoint every 200 ms (incremental, to a local dir)
 #   wordcount             weir run -p P wordcount over a 100 MB text (bench/make-text.py)
 #   nexmark-q5            weir run -p P nexmark --query q5 --events 10000000 --output none
+#   nexmark-q11           the same with q11 (session windows)
 #
 #   WORKLOADS="counter counter-checkpointed wordcount nexmark-q5" bench/compare.sh HEAD~1
 #
@@ -48,8 +49,8 @@ NEXMARK_EVENTS="${NEXMARK_EVENTS:-10000000}"
 TEXT="${TMPDIR:-/tmp}/weir-bench-100mb.txt"
 for workload in $WORKLOADS; do
   case "$workload" in
-    counter | counter-checkpointed | wordcount | nexmark-q5) ;;
-    *) echo "$0: unknown workload '$workload' (counter, counter-checkpointed, wordcount, nexmark-q5)" >&2; exit 2 ;;
+    counter | counter-checkpointed | wordcount | nexmark-q5 | nexmark-q11) ;;
+    *) echo "$0: unknown workload '$workload' (counter, counter-checkpointed, wordcount, nexmark-q5, nexmark-q11)" >&2; exit 2 ;;
   esac
 done
 WAIT_IDLE="${WAIT_IDLE:-0}"
@@ -122,14 +123,14 @@ job_args() {
         "-D state.checkpoints.dir=file://$logs/chk counter --users $USERS --events $EVENTS --output none"
       ;;
     wordcount) echo "wordcount --input $TEXT --output $logs/wordcount-out" ;;
-    nexmark-q5) echo "nexmark --query q5 --events $NEXMARK_EVENTS --output none" ;;
+    nexmark-q5 | nexmark-q11) echo "nexmark --query ${1#nexmark-} --events $NEXMARK_EVENTS --output none" ;;
   esac
 }
 work_of() {
   case "$1" in
     counter | counter-checkpointed) echo "$EVENTS / 1000000" ;;
     wordcount) du -m "$TEXT" | cut -f1 ;;
-    nexmark-q5) echo "$NEXMARK_EVENTS / 1000000" ;;
+    nexmark-q5 | nexmark-q11) echo "$NEXMARK_EVENTS / 1000000" ;;
   esac
 }
 unit_of() { [ "$1" = wordcount ] && echo "MB/s" || echo "M events/s"; }

@@ -411,6 +411,8 @@ pub struct WindowFunction<K, T, O, L: WindowLogic<K, T, O>> {
     /// Reused per record: the record's windows, and those new to its key.
     windows: Vec<TimeWindow>,
     new_windows: Vec<TimeWindow>,
+    /// Reused per record: the sessions a record's window merges with.
+    members: Vec<usize>,
     _types: std::marker::PhantomData<fn(K, T) -> O>,
 }
 
@@ -424,6 +426,7 @@ impl<K, T, O, L: WindowLogic<K, T, O>> Clone for WindowFunction<K, T, O, L> {
             contents: self.contents.clone(),
             windows: Vec::new(),
             new_windows: Vec::new(),
+            members: Vec::new(),
             _types: std::marker::PhantomData,
         }
     }
@@ -442,6 +445,7 @@ impl<K: Key, T, O, L: WindowLogic<K, T, O>> WindowFunction<K, T, O, L> {
             contents: ValueState::new(WINDOW_CONTENTS_STATE),
             windows: Vec::new(),
             new_windows: Vec::new(),
+            members: Vec::new(),
             _types: std::marker::PhantomData,
         }
     }
@@ -554,7 +558,10 @@ where
                     self.add_to_time_windows(record, &windows, watermark, event_time, ctx, out)
                 }
             }
-            WindowAssigner::Session { .. } => self.add_to_sessions(record, &windows, watermark, event_time, ctx, out),
+            WindowAssigner::Session { .. } => match windows.first() {
+                Some(&window) => self.add_to_session(record, window, watermark, event_time, ctx, out),
+                None => self.late(record, ctx, out),
+            },
             WindowAssigner::Count { count } => self.add_to_count_window(record, count, ctx, out),
         };
         self.windows = windows;
@@ -658,10 +665,10 @@ impl<K: Key, T: Clone + 'static, O, L: WindowLogic<K, T, O>> WindowFunction<K, T
     /// checked for lateness, so a record whose own window the watermark passed still joins
     /// a session that is not late. A merged window the watermark already passed fires at
     /// once, at its last millisecond.
-    fn add_to_sessions(
+    fn add_to_session(
         &mut self,
         record: T,
-        windows: &[TimeWindow],
+        window: TimeWindow,
         watermark: i64,
         event_time: bool,
         ctx: &mut KeyedContext<'_, K>,
@@ -669,78 +676,31 @@ impl<K: Key, T: Clone + 'static, O, L: WindowLogic<K, T, O>> WindowFunction<K, T
     ) -> FnResult {
         // Taken out of the state (a move, not a copy) and put back.
         let mut entries = std::mem::take(ctx.value(&self.contents)?.get_or_insert_with(Vec::new));
-        let mut kept = false;
-        let mut fire = Vec::new();
-        for &window in windows {
-            let mut all: Vec<TimeWindow> = entries.iter().map(|e| e.window).collect();
-            all.push(window);
-            let new_index = entries.len();
-            let (merged, mut members) = merge_windows(&all)
-                .into_iter()
-                .find(|(_, members)| members.contains(&new_index))
-                .unwrap_or((window, vec![new_index]));
-            members.retain(|&m| m != new_index);
-            if self.is_window_late(&merged, watermark) {
-                // Flink adds it to the set, sees it late and retires it: nothing changes.
-                continue;
+        // A key's sessions never overlap or touch one another (they would have merged), so
+        // the sessions the record's window merges with are those it overlaps or touches
+        // itself, and the merged window is their cover: Flink's `mergeWindows` for the new
+        // window's group, in one pass and without allocating (this runs once per record).
+        let mut members = std::mem::take(&mut self.members);
+        members.clear();
+        let mut merged = window;
+        for (index, entry) in entries.iter().enumerate() {
+            if entry.window.intersects(&window) {
+                members.push(index);
+                merged = merged.cover(&entry.window);
             }
-            kept = true;
-            let (index, fresh) = match members.as_slice() {
-                [] => {
-                    let Some(acc) = self.logic.add(None, record.clone()) else {
-                        return Err("a window function made no accumulator for a new window".into());
-                    };
-                    entries.push(WindowEntry { window, count: 1, fired: false, acc });
-                    (entries.len() - 1, true)
-                }
-                // Inside a session already: nothing merges, no timer moves.
-                [only] if entries[*only].window == merged => (*only, false),
-                _ => {
-                    members.sort_unstable();
-                    let mut taken: Vec<WindowEntry<L::Acc>> =
-                        members.iter().rev().map(|&m| entries.remove(m)).collect();
-                    taken.sort_by_key(|e| e.window.start);
-                    let mut combined: Option<WindowEntry<L::Acc>> = None;
-                    for entry in taken {
-                        self.unregister(ctx, &entry.window);
-                        combined = Some(match combined {
-                            None => entry,
-                            Some(mut acc) => {
-                                acc.count += entry.count;
-                                acc.fired |= entry.fired;
-                                acc.acc = self.logic.merge(acc.acc, entry.acc);
-                                acc
-                            }
-                        });
-                    }
-                    let Some(mut entry) = combined else {
-                        return Err("a session merge found none of its sessions".into());
-                    };
-                    entry.window = merged;
-                    // A deleted timer may have been another session's too (timers are per
-                    // key and timestamp): the others keep theirs.
-                    for other in &entries {
-                        self.register(ctx, &other.window, watermark);
-                    }
-                    entries.push(entry);
-                    (entries.len() - 1, false)
-                }
-            };
+        }
+        let result: Result<usize, T> = if self.is_window_late(&merged, watermark) {
+            // Flink adds it to the set, sees it late and retires it: nothing changes.
+            Err(record)
+        } else {
+            Ok(self.merge_into_session(record, window, merged, &members, &mut entries, watermark, ctx)?)
+        };
+        self.members = members;
+        if let Ok(index) = result {
             let entry = &mut entries[index];
-            if !fresh {
-                entry.count += 1;
-                if let Some(acc) = self.logic.add(Some(&mut entry.acc), record.clone()) {
-                    entry.acc = acc;
-                }
-            }
             let window = entry.window;
             self.register(ctx, &window, watermark);
             if event_time && window.max_timestamp() <= watermark {
-                fire.push(window);
-            }
-        }
-        for window in &fire {
-            if let Some(entry) = entries.iter_mut().find(|e| e.window == *window) {
                 self.logic.emit(
                     ctx.current_key(),
                     &Self::context(&entry.window, ctx),
@@ -756,7 +716,79 @@ impl<K: Key, T: Clone + 'static, O, L: WindowLogic<K, T, O>> WindowFunction<K, T
         } else {
             state.set(entries)
         }
-        if kept { Ok(()) } else { self.late(record, ctx, out) }
+        match result {
+            Ok(_) => Ok(()),
+            Err(record) => self.late(record, ctx, out),
+        }
+    }
+
+    /// Adds `record` (of `window`) to the session `merged` of `members` (indices into
+    /// `entries`), merging them into one entry; returns the session's index. A session's
+    /// timers move with its end; the others' are registered again, since a deleted timer
+    /// (per key and timestamp) may have been another session's too.
+    #[allow(clippy::too_many_arguments)]
+    fn merge_into_session(
+        &mut self,
+        record: T,
+        window: TimeWindow,
+        merged: TimeWindow,
+        members: &[usize],
+        entries: &mut Vec<WindowEntry<L::Acc>>,
+        watermark: i64,
+        ctx: &mut KeyedContext<'_, K>,
+    ) -> Result<usize, Box<dyn std::error::Error + Send + Sync>> {
+        let mut entry = match members {
+            [] => {
+                let Some(acc) = self.logic.add(None, record) else {
+                    return Err("a window function made no accumulator for a new window".into());
+                };
+                entries.push(WindowEntry { window, count: 1, fired: false, acc });
+                return Ok(entries.len() - 1);
+            }
+            // Inside a session already: nothing merges, no timer moves.
+            [only] if entries[*only].window == merged => {
+                let entry = &mut entries[*only];
+                entry.count += 1;
+                if let Some(acc) = self.logic.add(Some(&mut entry.acc), record) {
+                    entry.acc = acc;
+                }
+                return Ok(*only);
+            }
+            [only] => {
+                let entry = entries.remove(*only);
+                self.unregister(ctx, &entry.window);
+                entry
+            }
+            _ => {
+                // Members are in index order: removed from the back, combined by start.
+                let mut taken: Vec<WindowEntry<L::Acc>> = members.iter().rev().map(|&m| entries.remove(m)).collect();
+                taken.sort_by_key(|e| e.window.start);
+                let mut combined: Option<WindowEntry<L::Acc>> = None;
+                for entry in taken {
+                    self.unregister(ctx, &entry.window);
+                    combined = Some(match combined {
+                        None => entry,
+                        Some(mut acc) => {
+                            acc.count += entry.count;
+                            acc.fired |= entry.fired;
+                            acc.acc = self.logic.merge(acc.acc, entry.acc);
+                            acc
+                        }
+                    });
+                }
+                combined.ok_or("a session merge found none of its sessions")?
+            }
+        };
+        entry.window = merged;
+        for other in entries.iter() {
+            self.register(ctx, &other.window, watermark);
+        }
+        entry.count += 1;
+        if let Some(acc) = self.logic.add(Some(&mut entry.acc), record) {
+            entry.acc = acc;
+        }
+        entries.push(entry);
+        Ok(entries.len() - 1)
     }
 
     /// Count windows: one global window per key that fires and is purged every `count`
@@ -1124,6 +1156,49 @@ mod operator_tests {
         op.process_watermark(30).unwrap();
         // [1, 9) + [8, 13) + [12, 17) merged into [1, 17); [20, 25) alone.
         assert_eq!(seen.take(), ["\"4x12\"@16", "\"1x3\"@24", "W30"]);
+    }
+
+    proptest::proptest! {
+        /// Sessions built record by record, in any arrival order and with merges of several
+        /// sessions at once, are those of the sorted timestamps split where a gap exceeds the
+        /// session gap: each fires once, at its end, with its records' count and sum.
+        #[test]
+        fn sessions_in_any_order_are_the_sorted_records_split_at_gaps(
+            records in proptest::collection::vec((0u64..3, 0i64..400), 1..60),
+            gap in 1i64..40,
+        ) {
+            let assigner = EventTimeSessionWindows::with_gap(ms(gap as u64));
+            let (mut op, seen, _) = operator(assigner, 0, AggregateLogic(CountAndSum, std::marker::PhantomData));
+            let events: Vec<(u64, u64, i64)> =
+                records.iter().enumerate().map(|(i, &(key, t))| (key, i as u64, t)).collect();
+            send(&mut op, &events);
+            op.process_watermark(i64::MAX).unwrap();
+            let mut got = seen.take();
+            proptest::prop_assert_eq!(got.pop(), Some(format!("W{}", i64::MAX)));
+            got.sort();
+            let mut expected = Vec::new();
+            for key in 0..3u64 {
+                let mut mine: Vec<(i64, u64)> =
+                    events.iter().filter(|e| e.0 == key).map(|e| (e.2, e.1)).collect();
+                mine.sort_unstable();
+                let mut session: Option<(i64, u64, u64)> = None; // (end, count, sum)
+                for (t, v) in mine {
+                    session = match session {
+                        Some((end, count, sum)) if t <= end => Some((end.max(t + gap), count + 1, sum + v)),
+                        Some((end, count, sum)) => {
+                            expected.push(format!("\"{count}x{sum}\"@{}", end - 1));
+                            Some((t + gap, 1, v))
+                        }
+                        None => Some((t + gap, 1, v)),
+                    };
+                }
+                if let Some((end, count, sum)) = session {
+                    expected.push(format!("\"{count}x{sum}\"@{}", end - 1));
+                }
+            }
+            expected.sort();
+            proptest::prop_assert_eq!(got, expected);
+        }
     }
 
     #[test]

@@ -29,10 +29,19 @@ pub fn timer_to_event_time(timer: u64) -> i64 {
     (timer ^ (1 << 63)) as i64
 }
 
+/// Stale entries a timer service keeps before it sweeps them (see `TimerService::by_time`).
+const STALE_SWEEP_MIN: usize = 1024;
+
 /// The pending timers of one keyed operator in one subtask.
 pub struct TimerService<K> {
+    /// Keys by timestamp. A deletion only leaves `registered` (finding a key among all the
+    /// keys of one millisecond costs a scan, and a session window moves its timer on every
+    /// record): the entry it leaves here is stale, skipped when due, and swept out once
+    /// stale entries outnumber the pending timers.
     by_time: BTreeMap<u64, Vec<K>>,
     registered: HashSet<(K, u64), foldhash::fast::RandomState>,
+    /// Entries of `by_time` no pending timer stands for.
+    stale: usize,
     /// The state name in snapshots ([`TIMERS_STATE`] or [`EVENT_TIMERS_STATE`]).
     name: &'static str,
 }
@@ -47,7 +56,7 @@ impl<K: Eq + Hash + Clone> Default for TimerService<K> {
 impl<K: Eq + Hash + Clone> TimerService<K> {
     /// Timers stored in snapshots as state `name`.
     pub fn named(name: &'static str) -> Self {
-        TimerService { by_time: BTreeMap::new(), registered: HashSet::default(), name }
+        TimerService { by_time: BTreeMap::new(), registered: HashSet::default(), stale: 0, name }
     }
 
     /// The state name of these timers in snapshots.
@@ -67,33 +76,50 @@ impl<K: Eq + Hash + Clone> TimerService<K> {
         if !self.registered.remove(&(key.clone(), timestamp_ms)) {
             return;
         }
-        if let Some(keys) = self.by_time.get_mut(&timestamp_ms) {
-            keys.retain(|k| k != key);
-            if keys.is_empty() {
-                self.by_time.remove(&timestamp_ms);
-            }
+        self.stale += 1;
+        if self.stale > STALE_SWEEP_MIN && self.stale > self.registered.len() {
+            self.sweep();
         }
     }
 
-    /// The earliest pending timer.
+    /// Drops the stale entries of `by_time` (and the second entry of a timer deleted and
+    /// registered again before its first was swept).
+    fn sweep(&mut self) {
+        let mut kept: HashSet<(K, u64), foldhash::fast::RandomState> = HashSet::default();
+        self.by_time.retain(|&timestamp, keys| {
+            keys.retain(|key| {
+                let timer = (key.clone(), timestamp);
+                self.registered.contains(&timer) && kept.insert(timer)
+            });
+            !keys.is_empty()
+        });
+        self.stale = 0;
+    }
+
+    /// The earliest pending timer (or, after deletions, a time at which a deleted one was
+    /// due: waking then for nothing is harmless).
     pub fn next_deadline(&self) -> Option<u64> {
         self.by_time.keys().next().copied()
     }
 
     /// Removes and returns one timer due at or before `now_ms`, earliest first.
     pub fn pop_due(&mut self, now_ms: u64) -> Option<(u64, K)> {
-        let mut entry = self.by_time.first_entry()?;
-        let timestamp = *entry.key();
-        if timestamp > now_ms {
-            return None;
+        loop {
+            let mut entry = self.by_time.first_entry()?;
+            let timestamp = *entry.key();
+            if timestamp > now_ms {
+                return None;
+            }
+            let keys = entry.get_mut();
+            let key = keys.pop()?;
+            if keys.is_empty() {
+                entry.remove();
+            }
+            if self.registered.remove(&(key.clone(), timestamp)) {
+                return Some((timestamp, key));
+            }
+            self.stale = self.stale.saturating_sub(1);
         }
-        let keys = entry.get_mut();
-        let key = keys.pop()?;
-        if keys.is_empty() {
-            entry.remove();
-        }
-        self.registered.remove(&(key.clone(), timestamp));
-        Some((timestamp, key))
     }
 
     /// Number of pending timers.
@@ -199,6 +225,47 @@ mod tests {
         assert_eq!(timers.pop_due(25), Some((10, "a")));
         assert_eq!(timers.pop_due(25), Some((20, "b")));
         assert_eq!(timers.pop_due(100), None);
+        assert!(timers.is_empty());
+    }
+
+    #[test]
+    fn a_timer_deleted_and_registered_again_fires_once() {
+        let mut timers = TimerService::<&str>::default();
+        timers.register(&"a", 10);
+        timers.delete(&"a", 10);
+        assert_eq!(timers.pop_due(100), None, "a deleted timer fired");
+        timers.register(&"a", 10);
+        timers.delete(&"a", 10);
+        timers.register(&"a", 10);
+        assert_eq!(timers.len(), 1);
+        assert_eq!(timers.pop_due(100), Some((10, "a")));
+        assert_eq!(timers.pop_due(100), None, "a timer registered twice around a deletion fired twice");
+        assert!(timers.is_empty());
+    }
+
+    #[test]
+    fn timers_moved_on_every_record_fire_once_at_their_last_time_and_stale_entries_are_swept() {
+        // As a session window moves its timer with every record of its key.
+        let mut timers = TimerService::<u64>::default();
+        for step in 0..10_000u64 {
+            let key = step % 7;
+            if step >= 7 {
+                timers.delete(&key, step - 7);
+            }
+            timers.register(&key, step);
+        }
+        assert_eq!(timers.len(), 7);
+        let entries: usize = timers.by_time.values().map(Vec::len).sum();
+        assert!(
+            entries <= 7 + 2 * STALE_SWEEP_MIN + 2,
+            "{entries} entries kept for 7 timers: stale ones were not swept"
+        );
+        let mut fired = Vec::new();
+        while let Some(timer) = timers.pop_due(u64::MAX) {
+            fired.push(timer);
+        }
+        let expected: Vec<(u64, u64)> = (9_993..10_000u64).map(|step| (step, step % 7)).collect();
+        assert_eq!(fired, expected);
         assert!(timers.is_empty());
     }
 
