@@ -259,6 +259,22 @@ impl<K: Key> KeyedStateBackend<K> {
         Ok(KeyRef { key, hash: memory_hash(stable_hash), group_index: (key_group - self.range.start) as usize })
     }
 
+    /// Starts loading into the cache the entries of the key of `stable_hash` in every table:
+    /// called for a record a few ahead of the one processed, so that record's state probe,
+    /// a cache miss in a large table, overlaps with the work before it.
+    #[inline]
+    pub fn prefetch(&self, stable_hash: u32) {
+        let key_group = key_group_for_hash(stable_hash, self.max_parallelism);
+        if !self.range.contains(key_group) {
+            return;
+        }
+        let group_index = (key_group - self.range.start) as usize;
+        let hash = memory_hash(stable_hash);
+        for table in &self.tables {
+            table.prefetch(group_index, hash);
+        }
+    }
+
     /// Every table, in declaration order.
     pub fn tables(&self) -> &[Box<dyn StateTable<K>>] {
         &self.tables

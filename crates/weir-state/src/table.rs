@@ -45,6 +45,9 @@ pub trait StateTable<K>: Send {
     fn resident_bytes(&self) -> usize {
         0
     }
+    /// Starts loading the entry of in-memory `hash` in key group index `group_index` into the
+    /// cache, if the table keeps one there ([`crate::keymap::KeyMap::prefetch`]).
+    fn prefetch(&self, _group_index: usize, _hash: u64) {}
     /// Spills resident key groups to `store`, starting at group index `cursor`, until about
     /// `bytes` are freed or every group was looked at; returns the bytes freed and the next
     /// cursor.
@@ -789,6 +792,13 @@ impl<K: Key, C: Clone> Table<K, C> {
 impl<K: Key, C: Cell> StateTable<K> for Table<K, C> {
     fn name(&self) -> &str {
         &self.name
+    }
+
+    #[inline]
+    fn prefetch(&self, group_index: usize, hash: u64) {
+        if let Some(group) = self.groups.get(group_index) {
+            group.map.prefetch(hash);
+        }
     }
 
     fn kind(&self) -> StateKind {
