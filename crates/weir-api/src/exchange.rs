@@ -1837,41 +1837,6 @@ mod tests {
         assert_eq!(*seen.lock().unwrap(), vec![1, 2]);
     }
 
-    /// A chain head that takes `per_batch` for every batch, as a slow operator does.
-    struct Slow(Arc<Mutex<Vec<u64>>>, Duration);
-
-    impl Operator<u64> for Slow {
-        fn process_batch(&mut self, batch: &mut Vec<u64>) -> Result<(), TaskError> {
-            std::thread::sleep(self.1);
-            self.0.lock().unwrap().append(batch);
-            Ok(())
-        }
-        fn process_watermark(&mut self, _watermark: i64) -> Result<(), TaskError> {
-            Ok(())
-        }
-        fn process_watermark_status(&mut self, _idle: bool) -> Result<(), TaskError> {
-            Ok(())
-        }
-        fn fire_timers(&mut self, _now_ms: u64) -> Result<(), TaskError> {
-            Ok(())
-        }
-        fn next_timer(&self) -> Option<u64> {
-            None
-        }
-        fn end_input(&mut self) -> Result<(), TaskError> {
-            Ok(())
-        }
-        fn flush(&mut self) -> Result<(), TaskError> {
-            Ok(())
-        }
-        fn snapshot_state(&mut self, _barrier: &Barrier, _snapshot: &mut TaskSnapshot) -> Result<(), TaskError> {
-            Ok(())
-        }
-        fn notify_checkpoint_complete(&mut self, _checkpoint_id: u64) -> Result<(), TaskError> {
-            Ok(())
-        }
-    }
-
     #[test]
     fn a_slow_operator_ends_its_step_within_the_step_time_budget() {
         let (_control_tx, control) = crossbeam_channel::unbounded();
@@ -1879,8 +1844,15 @@ mod tests {
         let ctx = context(control, &snapshots);
         let (in_tx, input) = channel_with_capacity::<u64>(BATCHES_PER_STEP_MAX);
         let seen = Arc::new(Mutex::new(Vec::new()));
-        let mut body =
-            InputBody::new(vec![input], Box::new(Slow(Arc::clone(&seen), Duration::from_millis(4))), &ctx).unwrap();
+        // A slow operator: 4 ms per record, and each batch is one record.
+        let slow = crate::operators::MapOperator::new(
+            |record: u64| {
+                std::thread::sleep(Duration::from_millis(4));
+                record
+            },
+            Box::new(Collect(Arc::clone(&seen), None)),
+        );
+        let mut body = InputBody::new(vec![input], Box::new(slow), &ctx).unwrap();
         for record in 0..BATCHES_PER_STEP_MAX as u64 {
             in_tx.send(StreamElement::Records(vec![record])).unwrap();
         }
