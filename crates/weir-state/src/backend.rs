@@ -252,11 +252,22 @@ impl<K: Key> KeyedStateBackend<K> {
     /// As [`Self::locate`], with the key's stable hash already computed (by the partitioner).
     #[inline]
     pub fn locate_hashed<'k>(&self, key: &'k K, stable_hash: u32) -> Result<KeyRef<'k, K>, StateError> {
+        match self.group_slot(stable_hash) {
+            Ok((group_index, hash)) => Ok(KeyRef { key, hash, group_index }),
+            Err(key_group) => Err(StateError::KeyGroupOutOfRange { key_group, range: self.range.to_string() }),
+        }
+    }
+
+    /// Where the key of `stable_hash` lives: its key group's index in this backend's range
+    /// and its memory hash, or the key group when it is outside the range. The one place
+    /// both a lookup and a prefetch compute it.
+    #[inline(always)]
+    fn group_slot(&self, stable_hash: u32) -> Result<(usize, u64), u32> {
         let key_group = key_group_for_hash(stable_hash, self.max_parallelism);
         if !self.range.contains(key_group) {
-            return Err(StateError::KeyGroupOutOfRange { key_group, range: self.range.to_string() });
+            return Err(key_group);
         }
-        Ok(KeyRef { key, hash: memory_hash(stable_hash), group_index: (key_group - self.range.start) as usize })
+        Ok(((key_group - self.range.start) as usize, memory_hash(stable_hash)))
     }
 
     /// Starts loading into the cache the entries of the key of `stable_hash` in every table:
@@ -264,12 +275,7 @@ impl<K: Key> KeyedStateBackend<K> {
     /// a cache miss in a large table, overlaps with the work before it.
     #[inline]
     pub fn prefetch(&self, stable_hash: u32) {
-        let key_group = key_group_for_hash(stable_hash, self.max_parallelism);
-        if !self.range.contains(key_group) {
-            return;
-        }
-        let group_index = (key_group - self.range.start) as usize;
-        let hash = memory_hash(stable_hash);
+        let Ok((group_index, hash)) = self.group_slot(stable_hash) else { return };
         for table in &self.tables {
             table.prefetch(group_index, hash);
         }
