@@ -31,6 +31,8 @@ pub fn timer_to_event_time(timer: u64) -> i64 {
 
 /// Stale entries a timer service keeps before it sweeps them (see `TimerService::by_time`).
 const STALE_SWEEP_MIN: usize = 1024;
+/// Keys of one timestamp a sweep deduplicates by a scan before it builds a set.
+const SWEEP_SCAN_MAX: usize = 16;
 
 /// The pending timers of one keyed operator in one subtask.
 pub struct TimerService<K> {
@@ -83,14 +85,36 @@ impl<K: Eq + Hash + Clone> TimerService<K> {
     }
 
     /// Drops the stale entries of `by_time` (and the second entry of a timer deleted and
-    /// registered again before its first was swept).
+    /// registered again before its first was swept). A duplicate can only sit beside its
+    /// twin under the same timestamp, so each timestamp's keys are deduplicated on their
+    /// own: by a scan while few are kept (the common case, no allocation), by a set past
+    /// that (many keys due at one time must not make the sweep quadratic).
     fn sweep(&mut self) {
-        let mut kept: HashSet<(K, u64), foldhash::fast::RandomState> = HashSet::default();
+        let registered = &self.registered;
         self.by_time.retain(|&timestamp, keys| {
-            keys.retain(|key| {
-                let timer = (key.clone(), timestamp);
-                self.registered.contains(&timer) && kept.insert(timer)
-            });
+            let mut kept = 0;
+            let mut seen: Option<HashSet<K, foldhash::fast::RandomState>> = None;
+            for index in 0..keys.len() {
+                let key = &keys[index];
+                if !registered.contains(&(key.clone(), timestamp)) {
+                    continue;
+                }
+                let twin = match &mut seen {
+                    Some(seen) => !seen.insert(key.clone()),
+                    None if kept < SWEEP_SCAN_MAX => keys[..kept].contains(key),
+                    None => {
+                        let mut set: HashSet<K, foldhash::fast::RandomState> = keys[..kept].iter().cloned().collect();
+                        let twin = !set.insert(key.clone());
+                        seen = Some(set);
+                        twin
+                    }
+                };
+                if !twin {
+                    keys.swap(kept, index);
+                    kept += 1;
+                }
+            }
+            keys.truncate(kept);
             !keys.is_empty()
         });
         self.stale = 0;
@@ -267,6 +291,35 @@ mod tests {
         let expected: Vec<(u64, u64)> = (9_993..10_000u64).map(|step| (step, step % 7)).collect();
         assert_eq!(fired, expected);
         assert!(timers.is_empty());
+    }
+
+    #[test]
+    fn a_sweep_keeps_one_entry_per_pending_timer_however_many_keys_share_a_time() {
+        // 40 keys due at one time (past the sweep's scan limit), each deleted and registered
+        // again (two entries, one timer), and 10 of them deleted for good.
+        let mut timers = TimerService::<u64>::default();
+        for key in 0..40u64 {
+            timers.register(&key, 5);
+        }
+        for key in 0..40u64 {
+            timers.delete(&key, 5);
+            if key >= 10 {
+                timers.register(&key, 5);
+            }
+        }
+        timers.register(&99, 7);
+        assert_eq!(timers.by_time[&5].len(), 70);
+        timers.sweep();
+        let mut kept = timers.by_time[&5].clone();
+        kept.sort_unstable();
+        assert_eq!(kept, (10..40u64).collect::<Vec<_>>(), "a stale entry or a twin survived the sweep");
+        assert_eq!(timers.by_time[&7], vec![99]);
+        let mut fired = Vec::new();
+        while let Some((_, key)) = timers.pop_due(10) {
+            fired.push(key);
+        }
+        fired.sort_unstable();
+        assert_eq!(fired, (10..40u64).chain([99]).collect::<Vec<_>>());
     }
 
     #[test]
