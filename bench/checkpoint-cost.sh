@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # What checkpoints cost a job with large heap state (issue 30, item 2): the counter with
 # 10 M keys, 40 M events, p=2, run without checkpoints, with full checkpoints every 3 s and
-# with incremental checkpoints every 3 s, the three alternating round by round so the
-# machine's noise hits them alike. Prints each mode's wall times, median, and peak RSS, and
+# with incremental checkpoints every 3 s, the three alternating round by round (each round
+# in another order) so the machine's noise hits them alike. Prints each mode's wall times, median, and peak RSS, and
 # the medians' cost over no checkpoints (goal: at most 5 % time, 1.3x memory).
 #
 #   bench/checkpoint-cost.sh                  # RUNS=5 rounds, about 2 minutes
@@ -21,8 +21,13 @@ WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 
 echo "== counter, $USERS keys, $EVENTS events, p=2, checkpoints every 3 s; $RUNS alternating rounds"
+modes=(none full incremental)
 for round in $(seq "$RUNS"); do
-  for mode in none full incremental; do
+  # Each round starts with another mode, so no mode always follows the same one, and the
+  # previous run's checkpoint files are synced first: their write-back would land on the next.
+  for step in 0 1 2; do
+    mode=${modes[$(((round + step) % 3))]}
+    sync
     args=()
     case $mode in
       full) args=(-D execution.checkpointing.interval=3s -D "state.checkpoints.dir=file://$WORK/chk") ;;
