@@ -471,12 +471,13 @@ fn flinks_dashboard_shows_the_busy_and_backpressured_time_of_weirs_vertices() {
     }
     // The dashboard draws the graph after the job's details arrive, each node with N/A
     // first, filled in when that vertex's metric request returns; on a loaded machine the
-    // page can be dumped before the graph or in between, so such a page is rendered again
-    // (weir not serving the values shows N/A every time).
+    // page can be dumped before the graph or in between (with Chromium's 4 s virtual time
+    // budget, half the dumps on 2026-12-07; with 10 s, none of 4), so the page gets 10 s and
+    // such a page is rendered again (weir not serving the values shows N/A every time).
     let overview = format!("{url}/#/job/running/{job}/overview");
     let mut pages = Vec::new();
     for _ in 0..3 {
-        let page = browser::headless(&overview, &["--dump-dom"]);
+        let page = browser::headless_with_budget(&overview, 10_000, &["--dump-dom"]);
         let shown = |label: &str| page.matches(label).count();
         let drawn = shown("Busy (max): ") == 2 && shown("Backpressured (max): ") == 2;
         if drawn && !page.contains("Busy (max): N/A") && !page.contains("Backpressured (max): N/A") {

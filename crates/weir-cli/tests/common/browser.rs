@@ -48,10 +48,19 @@ pub fn chromium() -> PathBuf {
 /// returns its stdout. The page gets a virtual time budget, so its first render and a few
 /// refreshes complete before Chromium dumps or shoots it.
 pub fn headless(url: &str, extra: &[&str]) -> String {
+    headless_with_budget(url, 4000, extra)
+}
+
+/// [`headless`] with a virtual time budget of `budget_ms`: a page whose values arrive from
+/// requests it sends after its first render (Flink's dashboard fills in each vertex's
+/// metrics so) needs a few of its refreshes inside the budget, or a dump taken while those
+/// requests are in flight shows their placeholders.
+pub fn headless_with_budget(url: &str, budget_ms: u32, extra: &[&str]) -> String {
     let profile = tempfile::tempdir().unwrap();
     let mut child = Command::new(chromium())
         .args(CHROMIUM_FLAGS)
-        .args(["--hide-scrollbars", "--virtual-time-budget=4000"])
+        .arg("--hide-scrollbars")
+        .arg(format!("--virtual-time-budget={budget_ms}"))
         .arg(format!("--user-data-dir={}", profile.path().display()))
         .args(extra)
         .arg(url)
