@@ -413,6 +413,9 @@ pub struct WindowFunction<K, T, O, L: WindowLogic<K, T, O>> {
     new_windows: Vec<TimeWindow>,
     /// Reused per record: the sessions a record's window merges with.
     members: Vec<usize>,
+    /// Tests compare lazy session timers with exact ones on the same input.
+    #[cfg(test)]
+    exact_session_timers: bool,
     _types: std::marker::PhantomData<fn(K, T) -> O>,
 }
 
@@ -427,6 +430,8 @@ impl<K, T, O, L: WindowLogic<K, T, O>> Clone for WindowFunction<K, T, O, L> {
             windows: Vec::new(),
             new_windows: Vec::new(),
             members: Vec::new(),
+            #[cfg(test)]
+            exact_session_timers: self.exact_session_timers,
             _types: std::marker::PhantomData,
         }
     }
@@ -446,8 +451,27 @@ impl<K: Key, T, O, L: WindowLogic<K, T, O>> WindowFunction<K, T, O, L> {
             windows: Vec::new(),
             new_windows: Vec::new(),
             members: Vec::new(),
+            #[cfg(test)]
+            exact_session_timers: false,
             _types: std::marker::PhantomData,
         }
+    }
+
+    /// Whether a session's timer may lag behind its end (Flink moves it on every merge: a
+    /// deletion and a registration per record, most of a session operator's timer work).
+    /// A session keeps the timer it has when it grows or merges; when a timer fires, the
+    /// key's sessions that end later register their end again (a duplicate is ignored), and
+    /// one due already fires in the same advance, in time order. So every session has a
+    /// pending timer at or before its end, and fires exactly when Flink's would. Not with
+    /// allowed lateness in event time: there a session may fire at once on a late merge and
+    /// again later, and only exact timers tell those firings apart.
+    fn lazy_session_timers(&self) -> bool {
+        #[cfg(test)]
+        if self.exact_session_timers {
+            return false;
+        }
+        matches!(self.assigner, WindowAssigner::Session { .. })
+            && (self.allowed_lateness == 0 || !self.assigner.is_event_time())
     }
 
     /// When a window's state goes: its end plus the allowed lateness (event time; Flink's
@@ -589,6 +613,23 @@ where
         entries.retain(|e| e.window.max_timestamp().saturating_add(lateness) > timestamp);
         if entries.is_empty() {
             state.clear();
+            return Ok(());
+        }
+        if self.lazy_session_timers() {
+            // This may have been a session's lagging timer: each later session registers its
+            // end again (a timer due already fires in this advance, in time order).
+            let mut later = std::mem::take(&mut self.new_windows);
+            later.clear();
+            later.extend(entries.iter().map(|e| e.window));
+            drop(state);
+            for end in later.iter().map(TimeWindow::max_timestamp) {
+                if event_time {
+                    ctx.register_event_time_timer(end);
+                } else {
+                    ctx.register_processing_time_timer(end.max(0) as u64);
+                }
+            }
+            self.new_windows = later;
         }
         Ok(())
     }
@@ -695,11 +736,15 @@ impl<K: Key, T: Clone + 'static, O, L: WindowLogic<K, T, O>> WindowFunction<K, T
         } else {
             Ok(self.merge_into_session(record, window, merged, &members, &mut entries, watermark, ctx)?)
         };
+        // A lazy session that grew or merged keeps a timer of its members'.
+        let needs_timer = members.is_empty() || !self.lazy_session_timers();
         self.members = members;
         if let Ok(index) = result {
             let entry = &mut entries[index];
             let window = entry.window;
-            self.register(ctx, &window, watermark);
+            if needs_timer {
+                self.register(ctx, &window, watermark);
+            }
             if event_time && window.max_timestamp() <= watermark {
                 self.logic.emit(
                     ctx.current_key(),
@@ -723,9 +768,10 @@ impl<K: Key, T: Clone + 'static, O, L: WindowLogic<K, T, O>> WindowFunction<K, T
     }
 
     /// Adds `record` (of `window`) to the session `merged` of `members` (indices into
-    /// `entries`), merging them into one entry; returns the session's index. A session's
-    /// timers move with its end; the others' are registered again, since a deleted timer
-    /// (per key and timestamp) may have been another session's too.
+    /// `entries`), merging them into one entry; returns the session's index. With exact
+    /// timers a session's timers move with its end, and the others' are registered again,
+    /// since a deleted timer (per key and timestamp) may have been another session's too;
+    /// lazy ones stay where they are ([`Self::lazy_session_timers`]).
     #[allow(clippy::too_many_arguments)]
     fn merge_into_session(
         &mut self,
@@ -737,6 +783,7 @@ impl<K: Key, T: Clone + 'static, O, L: WindowLogic<K, T, O>> WindowFunction<K, T
         watermark: i64,
         ctx: &mut KeyedContext<'_, K>,
     ) -> Result<usize, Box<dyn std::error::Error + Send + Sync>> {
+        let lazy = self.lazy_session_timers();
         let mut entry = match members {
             [] => {
                 let Some(acc) = self.logic.add(None, record) else {
@@ -756,7 +803,9 @@ impl<K: Key, T: Clone + 'static, O, L: WindowLogic<K, T, O>> WindowFunction<K, T
             }
             [only] => {
                 let entry = entries.remove(*only);
-                self.unregister(ctx, &entry.window);
+                if !lazy {
+                    self.unregister(ctx, &entry.window);
+                }
                 entry
             }
             _ => {
@@ -765,7 +814,9 @@ impl<K: Key, T: Clone + 'static, O, L: WindowLogic<K, T, O>> WindowFunction<K, T
                 taken.sort_by_key(|e| e.window.start);
                 let mut combined: Option<WindowEntry<L::Acc>> = None;
                 for entry in taken {
-                    self.unregister(ctx, &entry.window);
+                    if !lazy {
+                        self.unregister(ctx, &entry.window);
+                    }
                     combined = Some(match combined {
                         None => entry,
                         Some(mut acc) => {
@@ -780,8 +831,10 @@ impl<K: Key, T: Clone + 'static, O, L: WindowLogic<K, T, O>> WindowFunction<K, T
             }
         };
         entry.window = merged;
-        for other in entries.iter() {
-            self.register(ctx, &other.window, watermark);
+        if !lazy {
+            for other in entries.iter() {
+                self.register(ctx, &other.window, watermark);
+            }
         }
         entry.count += 1;
         if let Some(acc) = self.logic.add(Some(&mut entry.acc), record) {
@@ -1058,9 +1111,15 @@ mod operator_tests {
         lateness_ms: i64,
         logic: L,
     ) -> (Box<dyn Operator<Event>>, Seen, Arc<crate::operator::TaskMetrics>) {
+        operator_of(ctx, WindowFunction::new(assigner, lateness_ms, logic))
+    }
+
+    fn operator_of<O: Send + std::fmt::Debug + 'static, L: WindowLogic<u64, Event, O>>(
+        ctx: TaskContext,
+        function: WindowFunction<u64, Event, O, L>,
+    ) -> (Box<dyn Operator<Event>>, Seen, Arc<crate::operator::TaskMetrics>) {
         let seen = Seen::default();
         let metrics = Arc::clone(&ctx.metrics);
-        let function = WindowFunction::new(assigner, lateness_ms, logic);
         let mut op = KeyedProcessOperator::new(&ctx, function, Arc::new(|e: &Event| e.0), Box::new(seen.clone()));
         op.declare_states().unwrap();
         (Box::new(op), seen, metrics)
@@ -1198,6 +1257,100 @@ mod operator_tests {
             }
             expected.sort();
             proptest::prop_assert_eq!(got, expected);
+        }
+    }
+
+    /// Count-and-sum sessions without allowed lateness, with lazy timers or exact ones
+    /// (Flink's, moved on every merge).
+    fn sessions(
+        ctx: TaskContext,
+        assigner: WindowAssigner,
+        exact: bool,
+    ) -> (Box<dyn Operator<Event>>, Seen, Arc<crate::operator::TaskMetrics>) {
+        let mut function = WindowFunction::new(assigner, 0, AggregateLogic(CountAndSum, std::marker::PhantomData));
+        function.exact_session_timers = exact;
+        operator_of(ctx, function)
+    }
+
+    /// What came out between two markers, sorted (keys due at the same time may fire in
+    /// another order), after checking that event times never go back within it.
+    fn by_segment(seen: Vec<String>, marker: char) -> Result<Vec<Vec<String>>, String> {
+        let mut segments = vec![Vec::new()];
+        for line in seen {
+            if line.starts_with(marker) {
+                segments.push(vec![line]);
+                segments.push(Vec::new());
+            } else {
+                segments.last_mut().ok_or("no segment")?.push(line);
+            }
+        }
+        for segment in &mut segments {
+            let times: Vec<i64> = segment.iter().filter_map(|l| l.rsplit_once('@')?.1.parse().ok()).collect();
+            if times.windows(2).any(|pair| pair[0] > pair[1]) {
+                return Err(format!("fired out of time order: {segment:?}"));
+            }
+            segment.sort();
+        }
+        Ok(segments)
+    }
+
+    proptest::proptest! {
+        /// Lazy session timers fire what exact ones fire, at the same watermarks and in time
+        /// order: records forward and back in time (some late, dropped), merging sessions,
+        /// watermarks in between that pass several sessions' ends at once.
+        #[test]
+        fn lazy_session_timers_fire_as_exact_ones_in_event_time(
+            steps in proptest::collection::vec((0u8..4, 0u64..3, 0i64..40), 1..80),
+            gap in 1i64..30,
+        ) {
+            let run = |exact: bool| {
+                let assigner = EventTimeSessionWindows::with_gap(ms(gap as u64));
+                let (mut op, seen, metrics) = sessions(TaskContext::for_test(0, 1, 128), assigner, exact);
+                let (mut time, mut watermark) = (0i64, 0i64);
+                for (i, &(kind, key, step)) in steps.iter().enumerate() {
+                    match kind {
+                        0 => {
+                            watermark += step;
+                            op.process_watermark(watermark).unwrap();
+                        }
+                        1 => time = (time - step).max(0),
+                        _ => time += step,
+                    }
+                    if kind != 0 {
+                        send(&mut op, &[(key, i as u64, time)]);
+                    }
+                }
+                op.process_watermark(i64::MAX).unwrap();
+                (by_segment(seen.take(), 'W'), late_records(&metrics))
+            };
+            let (lazy, exact) = (run(false), run(true));
+            proptest::prop_assert!(lazy.0.is_ok(), "{:?}", lazy.0);
+            proptest::prop_assert_eq!(lazy, exact);
+        }
+
+        /// The same in processing time: sessions on the clock, timers fired as it advances.
+        #[test]
+        fn lazy_session_timers_fire_as_exact_ones_in_processing_time(
+            steps in proptest::collection::vec((0u8..3, 0u64..3, 0u64..40), 1..80),
+            gap in 1u64..30,
+        ) {
+            let run = |exact: bool| {
+                let (ctx, clock) = context_at(1_000);
+                let (mut op, seen, _) = sessions(ctx, ProcessingTimeSessionWindows::with_gap(ms(gap)), exact);
+                let mut now = 1_000;
+                for (i, &(kind, key, step)) in steps.iter().enumerate().chain([(steps.len(), &(0, 0, 10_000))]) {
+                    if kind == 0 {
+                        now += step;
+                        clock.set(now);
+                        op.fire_timers(now).unwrap();
+                        seen.0.lock().unwrap().push(format!("F{now}"));
+                    } else {
+                        op.process_batch(&mut vec![(key, i as u64)]).unwrap();
+                    }
+                }
+                by_segment(seen.take(), 'F')
+            };
+            proptest::prop_assert_eq!(run(false), run(true));
         }
     }
 
