@@ -28,6 +28,14 @@ pub struct KeyedBackendSnapshot {
     pub tables: Vec<Box<dyn TableSnapshot>>,
 }
 
+/// Where a key lives in a backend (its key group's index and its memory hash): found by
+/// the prefetch of its record and used again by its lookup, computed once.
+#[derive(Clone, Copy, Debug)]
+pub struct KeySlot {
+    group_index: usize,
+    hash: u64,
+}
+
 /// All keyed state of one keyed operator in one subtask.
 pub struct KeyedStateBackend<K> {
     range: KeyGroupRange,
@@ -272,13 +280,24 @@ impl<K: Key> KeyedStateBackend<K> {
 
     /// Starts loading into the cache the entries of the key of `stable_hash` in every table:
     /// called for a record a few ahead of the one processed, so that record's state probe,
-    /// a cache miss in a large table, overlaps with the work before it.
+    /// a cache miss in a large table, overlaps with the work before it. Returns where the key
+    /// lives, for [`Self::locate_at`] when its record comes up (`None` outside this
+    /// backend's range: [`Self::locate_hashed`] then names the error).
     #[inline]
-    pub fn prefetch(&self, stable_hash: u32) {
-        let Ok((group_index, hash)) = self.group_slot(stable_hash) else { return };
+    pub fn prefetch(&self, stable_hash: u32) -> Option<KeySlot> {
+        let (group_index, hash) = self.group_slot(stable_hash).ok()?;
         for table in &self.tables {
             table.prefetch(group_index, hash);
         }
+        Some(KeySlot { group_index, hash })
+    }
+
+    /// As [`Self::locate_hashed`], for a key whose slot its prefetch found (`key` must be
+    /// the key of that prefetch).
+    #[inline]
+    pub fn locate_at<'k>(&self, key: &'k K, slot: KeySlot) -> KeyRef<'k, K> {
+        debug_assert_eq!(self.group_slot(key.stable_hash()), Ok((slot.group_index, slot.hash)));
+        KeyRef { key, hash: slot.hash, group_index: slot.group_index }
     }
 
     /// Every table, in declaration order.

@@ -27,7 +27,7 @@ pub mod spill;
 pub mod table;
 pub mod timers;
 
-pub use backend::{KeyedBackendSnapshot, KeyedStateBackend};
+pub use backend::{KeySlot, KeyedBackendSnapshot, KeyedStateBackend};
 pub use delta::apply_deltas;
 pub use error::StateError;
 pub use handles::{ListState, MapState, ReducingState, StateDeclaration, StateKind, ValueState};

@@ -87,34 +87,26 @@ impl<K: Eq + Hash + Clone> TimerService<K> {
     /// Drops the stale entries of `by_time` (and the second entry of a timer deleted and
     /// registered again before its first was swept). A duplicate can only sit beside its
     /// twin under the same timestamp, so each timestamp's keys are deduplicated on their
-    /// own: by a scan while few are kept (the common case, no allocation), by a set past
-    /// that (many keys due at one time must not make the sweep quadratic).
+    /// own: by a scan when few are left (the common case, no allocation), by a set otherwise
+    /// (many keys due at one time must not make the sweep quadratic).
     fn sweep(&mut self) {
         let registered = &self.registered;
         self.by_time.retain(|&timestamp, keys| {
-            let mut kept = 0;
-            let mut seen: Option<HashSet<K, foldhash::fast::RandomState>> = None;
-            for index in 0..keys.len() {
-                let key = &keys[index];
-                if !registered.contains(&(key.clone(), timestamp)) {
-                    continue;
-                }
-                let twin = match &mut seen {
-                    Some(seen) => !seen.insert(key.clone()),
-                    None if kept < SWEEP_SCAN_MAX => keys[..kept].contains(key),
-                    None => {
-                        let mut set: HashSet<K, foldhash::fast::RandomState> = keys[..kept].iter().cloned().collect();
-                        let twin = !set.insert(key.clone());
-                        seen = Some(set);
-                        twin
+            keys.retain(|key| registered.contains(&(key.clone(), timestamp)));
+            if keys.len() <= SWEEP_SCAN_MAX {
+                let mut kept = 0;
+                for index in 0..keys.len() {
+                    if !keys[..kept].contains(&keys[index]) {
+                        keys.swap(kept, index);
+                        kept += 1;
                     }
-                };
-                if !twin {
-                    keys.swap(kept, index);
-                    kept += 1;
                 }
+                keys.truncate(kept);
+            } else {
+                let mut seen: HashSet<K, foldhash::fast::RandomState> =
+                    HashSet::with_capacity_and_hasher(keys.len(), Default::default());
+                keys.retain(|key| seen.insert(key.clone()));
             }
-            keys.truncate(kept);
             !keys.is_empty()
         });
         self.stale = 0;

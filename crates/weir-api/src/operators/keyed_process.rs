@@ -3,7 +3,9 @@
 use std::marker::PhantomData;
 use std::sync::Arc;
 
-use weir_state::{EVENT_TIMERS_STATE, KeyedStateBackend, TIMERS_STATE, event_time_to_timer, timer_to_event_time};
+use weir_state::{
+    EVENT_TIMERS_STATE, KeySlot, KeyedStateBackend, TIMERS_STATE, event_time_to_timer, timer_to_event_time,
+};
 use weir_types::{Key, compute_key_group_range_for_operator_index};
 
 use crate::error::TaskError;
@@ -125,29 +127,54 @@ where
     }
 
     /// Prefetches the state of the first records of a batch whose key hashes came with it
-    /// (the loop over the batch prefetches [`PREFETCH_AHEAD`] records ahead from there on).
+    /// (the loop over the batch prefetches [`PREFETCH_AHEAD`] records ahead from there on):
+    /// the ring of the slots in flight, record `i`'s at `i % PREFETCH_AHEAD`.
     #[inline]
-    fn prefetch_first(&self, hashes: &[u32]) {
-        for &hash in hashes.iter().take(PREFETCH_AHEAD) {
-            self.backend.prefetch(hash);
+    fn prefetch_first(&self, hashes: &[u32]) -> [Option<KeySlot>; PREFETCH_AHEAD] {
+        let mut slots = [None; PREFETCH_AHEAD];
+        for (slot, &hash) in slots.iter_mut().zip(hashes) {
+            *slot = self.backend.prefetch(hash);
         }
+        slots
     }
 
+    /// Takes record `index`'s slot out of the ring and prefetches the record
+    /// [`PREFETCH_AHEAD`] after it into its place.
+    #[inline]
+    fn next_slot(
+        &self,
+        slots: &mut [Option<KeySlot>; PREFETCH_AHEAD],
+        hashes: &[u32],
+        index: usize,
+    ) -> Option<KeySlot> {
+        let ring = index % PREFETCH_AHEAD;
+        let slot = slots[ring];
+        slots[ring] = hashes.get(index + PREFETCH_AHEAD).and_then(|&ahead| self.backend.prefetch(ahead));
+        slot
+    }
+
+    /// Processes a keyed record: its key's place found by its prefetch (`slot`), or from
+    /// its stable hash.
+    #[allow(clippy::too_many_arguments)]
     #[inline]
     fn process_one(
         &mut self,
         record: I,
         key: &K,
         stable_hash: u32,
+        slot: Option<KeySlot>,
         now_ms: u64,
         timestamp: Option<i64>,
         plain: bool,
     ) -> Result<(), TaskError> {
-        let located = match self.backend.locate_hashed(key, stable_hash) {
-            Ok(located) => located,
-            Err(e) => {
-                return Err(TaskError::Internal(format!("{}: record routed to the wrong subtask: {e}", self.name)));
-            }
+        let located = match slot {
+            Some(slot) => self.backend.locate_at(key, slot),
+            None => match self.backend.locate_hashed(key, stable_hash) {
+                Ok(located) => located,
+                Err(e) => {
+                    return Err(TaskError::Internal(format!("{}: record routed to the wrong subtask: {e}", self.name)));
+                }
+            },
         };
         // Plain: no timestamps, no side outputs (the time state's timestamp is None then).
         if !plain {
@@ -265,7 +292,7 @@ where
             }
             let key = (self.key_selector)(&record);
             let stable_hash = key.stable_hash();
-            self.process_one(record, &key, stable_hash, now_ms, None, plain)?;
+            self.process_one(record, &key, stable_hash, None, now_ms, None, plain)?;
         }
         self.emit()
     }
@@ -287,11 +314,9 @@ where
         }
         let now_ms = self.clock.now_ms();
         let hashed = !hashes.is_empty();
-        self.prefetch_first(hashes);
+        let mut slots = self.prefetch_first(hashes);
         for (index, (record, timestamp)) in batch.drain(..).zip(timestamps.drain(..)).enumerate() {
-            if let Some(&ahead) = hashes.get(index + PREFETCH_AHEAD) {
-                self.backend.prefetch(ahead);
-            }
+            let slot = self.next_slot(&mut slots, hashes, index);
             let timestamp_of = (timestamp != NO_TIMESTAMP).then_some(timestamp);
             if !self.func.is_keyed(&record) {
                 self.process_unkeyed(record, timestamp_of)?;
@@ -299,7 +324,7 @@ where
             }
             let key = (self.key_selector)(&record);
             let stable_hash = if hashed { hashes[index] } else { key.stable_hash() };
-            self.process_one(record, &key, stable_hash, now_ms, timestamp_of, false)?;
+            self.process_one(record, &key, stable_hash, slot, now_ms, timestamp_of, false)?;
         }
         self.time.timestamp = None;
         hashes.clear();
@@ -333,16 +358,14 @@ where
         }
         let now_ms = self.clock.now_ms();
         let plain = self.plain();
-        self.prefetch_first(hashes);
+        let mut slots = self.prefetch_first(hashes);
         for (index, record) in batch.drain(..).enumerate() {
-            if let Some(&ahead) = hashes.get(index + PREFETCH_AHEAD) {
-                self.backend.prefetch(ahead);
-            }
+            let slot = self.next_slot(&mut slots, hashes, index);
             let stable_hash = hashes[index];
             let key = (self.key_selector)(&record);
             // Paired check: the partitioner hashed the same key with the same function.
             debug_assert_eq!(key.stable_hash(), stable_hash);
-            self.process_one(record, &key, stable_hash, now_ms, None, plain)?;
+            self.process_one(record, &key, stable_hash, slot, now_ms, None, plain)?;
         }
         hashes.clear();
         self.emit()
