@@ -621,7 +621,6 @@ where
             let mut later = std::mem::take(&mut self.new_windows);
             later.clear();
             later.extend(entries.iter().map(|e| e.window));
-            drop(state);
             for end in later.iter().map(TimeWindow::max_timestamp) {
                 if event_time {
                     ctx.register_event_time_timer(end);
