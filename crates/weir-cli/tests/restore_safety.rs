@@ -114,6 +114,14 @@ fn restoring_the_final_checkpoint_of_a_finished_job_emits_nothing_again() {
         metadata.operators.iter().all(|o| o.is_fully_finished()),
         "the final checkpoint records finished operators"
     );
+    // And none of their keyed state (the word counts): nothing would ever read it.
+    let keyed: Vec<&str> = metadata
+        .operators
+        .iter()
+        .filter(|o| o.subtasks.iter().any(|s| !s.keyed_states.is_empty()))
+        .map(|o| o.uid.as_str())
+        .collect();
+    assert!(keyed.is_empty(), "the final checkpoint holds keyed state of finished operators {keyed:?}");
     let inspect = run_weir(&["savepoint", "inspect", final_checkpoint.to_str().unwrap()]);
     assert!(String::from_utf8_lossy(&inspect.stdout).contains("finished (its input had ended)"));
 

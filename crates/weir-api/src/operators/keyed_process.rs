@@ -11,7 +11,7 @@ use weir_types::{Key, compute_key_group_range_for_operator_index};
 use crate::error::TaskError;
 use crate::functions::{Collector, EndOfInputContext, KeyedContext, KeyedProcessFunction, TimeDomain, TimeState};
 use crate::operator::{Clock, NO_TIMESTAMP, Operator, TaskContext};
-use crate::snapshot::{Barrier, OperatorSnapshotData, RestoredOperator, TaskSnapshot};
+use crate::snapshot::{Barrier, BarrierKind, OperatorSnapshotData, RestoredOperator, TaskSnapshot};
 
 /// How many records ahead of the one processed a keyed operator prefetches state: enough
 /// for a cache miss (about 100 ns) to complete behind the records between.
@@ -190,6 +190,22 @@ where
             Ok(()) => Ok(()),
             Err(e) => Err(TaskError::user(&self.name, e)),
         }
+    }
+
+    /// The copy of the keyed state at `barrier`, timers included (they are keyed state too:
+    /// restored with their keys' groups after a rescale).
+    fn snapshot_keyed(&mut self, barrier: &Barrier) -> Result<weir_state::KeyedBackendSnapshot, TaskError> {
+        let native = barrier.kind.format() == crate::snapshot::SnapshotFormat::Native;
+        let mut keyed = self
+            .backend
+            .snapshot_in(native, barrier.checkpoint_id)
+            .map_err(|e| TaskError::external(format!("{}: snapshotting keyed state", self.name), e))?;
+        for timers in [&self.time.processing, &self.time.event] {
+            if !timers.is_empty() {
+                keyed.tables.push(Box::new(timers.snapshot(keyed.range, self.backend.max_parallelism())));
+            }
+        }
+        Ok(keyed)
     }
 
     fn emit(&mut self) -> Result<(), TaskError> {
@@ -406,24 +422,22 @@ where
 
     fn snapshot_state(&mut self, barrier: &Barrier, snapshot: &mut TaskSnapshot) -> Result<(), TaskError> {
         self.side.snapshot_state(barrier, snapshot)?;
-        let native = barrier.kind.format() == crate::snapshot::SnapshotFormat::Native;
-        let mut keyed = self
-            .backend
-            .snapshot_in(native, barrier.checkpoint_id)
-            .map_err(|e| TaskError::external(format!("{}: snapshotting keyed state", self.name), e))?;
-        // Timers are keyed state too: restored with their keys' groups after a rescale.
-        for timers in [&self.time.processing, &self.time.event] {
-            if !timers.is_empty() {
-                keyed.tables.push(Box::new(timers.snapshot(keyed.range, self.backend.max_parallelism())));
-            }
-        }
+        let keyed = if snapshot.finished && matches!(barrier.kind, BarrierKind::Checkpoint { .. }) {
+            // A finished subtask restores finished and runs nothing again, so nothing reads
+            // its keyed state: a checkpoint leaves it out (Flink's finished operators,
+            // FLIP-147), the final checkpoint of a bounded job most of all. A savepoint
+            // keeps it.
+            None
+        } else {
+            Some(self.snapshot_keyed(barrier)?)
+        };
         let mut state = crate::functions::OperatorStateContext::snapshotting();
         if let Err(e) = self.func.snapshot_operator_state(&mut state) {
             return Err(TaskError::user(&self.name, format!("snapshotting operator state: {e}")));
         }
         snapshot.operators.push(OperatorSnapshotData {
             uid: self.uid.clone(),
-            keyed: Some(keyed),
+            keyed,
             operator_states: state.into_states(),
         });
         self.next.snapshot_state(barrier, snapshot)
