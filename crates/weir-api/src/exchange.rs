@@ -562,6 +562,28 @@ impl<T: Clone + Send> ChannelOutput<T> {
         self.send(target, element)
     }
 
+    /// A forward edge with nothing buffered takes a whole batch as its buffer (and its
+    /// timestamps, when they flow), instead of moving each record into the buffer: the
+    /// caller gets the empty buffer back. False when it did not (records are buffered, or
+    /// the batch is larger than one buffer); then the records go one by one.
+    fn forward_whole(&mut self, batch: &mut Vec<T>, timestamps: Option<&mut Vec<i64>>) -> Result<bool, TaskError> {
+        let target = (self.ctx.subtask_index as usize).min(self.senders.len() - 1);
+        if !self.buffers[target].is_empty() || batch.is_empty() || batch.len() > BATCH_RECORDS_MAX {
+            return Ok(false);
+        }
+        if let Some(timestamps) = timestamps {
+            if timestamps.len() != batch.len() || !self.timestamp_buffers[target].is_empty() {
+                return Ok(false);
+            }
+            std::mem::swap(&mut self.timestamp_buffers[target], timestamps);
+        }
+        std::mem::swap(&mut self.buffers[target], batch);
+        if self.buffers[target].len() >= BATCH_RECORDS_MAX {
+            self.send_buffer(target)?;
+        }
+        Ok(true)
+    }
+
     /// Sends `element` (a watermark or a status) to every consumer, after the records before it.
     fn broadcast(&mut self, element: impl Fn() -> StreamElement<T>) -> Result<(), TaskError> {
         if self.ended {
@@ -589,6 +611,9 @@ impl<T: Clone + Send> Operator<T> for ChannelOutput<T> {
             for (buffer, timestamps) in self.buffers.iter().zip(&mut self.timestamp_buffers) {
                 timestamps.resize(buffer.len(), NO_TIMESTAMP);
             }
+        }
+        if matches!(self.partitioner, Partitioner::Forward) && self.forward_whole(batch, Some(timestamps))? {
+            return Ok(());
         }
         let consumers = self.senders.len();
         let hash = match &self.partitioner {
@@ -654,6 +679,9 @@ impl<T: Clone + Send> Operator<T> for ChannelOutput<T> {
         let consumers = self.senders.len();
         match &self.partitioner {
             Partitioner::Forward => {
+                if self.forward_whole(batch, None)? {
+                    return Ok(());
+                }
                 let target = (self.ctx.subtask_index as usize).min(consumers - 1);
                 for record in batch.drain(..) {
                     self.buffers[target].push(record);
@@ -1947,6 +1975,49 @@ mod tests {
         producer.join().unwrap();
         assert_eq!(metrics.backpressured_since_ms.load(std::sync::atomic::Ordering::Relaxed), 0);
         assert!(metrics.backpressured_ms_now() >= blocked);
+    }
+
+    /// Everything a forward output sent, as (record, timestamp) pairs and watermarks.
+    fn drained(receiver: &ChannelReceiver<u64>) -> Vec<String> {
+        let mut seen = Vec::new();
+        while let Ok(element) = receiver.try_recv() {
+            match element {
+                StreamElement::Records(records) => seen.extend(records.iter().map(|r| format!("{r}"))),
+                StreamElement::TimestampedRecords { records, timestamps, .. } => {
+                    assert_eq!(records.len(), timestamps.len(), "a record without its timestamp");
+                    seen.extend(records.iter().zip(&timestamps).map(|(r, t)| format!("{r}@{t}")));
+                }
+                StreamElement::Watermark(watermark) => seen.push(format!("W{watermark}")),
+                _ => {}
+            }
+        }
+        seen
+    }
+
+    #[test]
+    fn a_forward_output_hands_whole_batches_on_and_keeps_records_in_order_with_their_timestamps() {
+        let ctx = TaskContext::for_test(0, 1, 8);
+        let (sender, receiver) = channel::<u64>();
+        let mut output = ChannelOutput::new(Partitioner::Forward, vec![sender], &ctx);
+        // Taken whole (nothing buffered), then appended to, then a full batch taken whole.
+        let mut batch = vec![1, 2];
+        output.process_batch(&mut batch).unwrap();
+        assert!(batch.is_empty(), "the caller's batch is handed on, and it gets an empty one back");
+        output.process_batch(&mut vec![3]).unwrap();
+        output.process_watermark(7).unwrap();
+        output.process_batch(&mut (10..10 + BATCH_RECORDS_MAX as u64).collect()).unwrap();
+        let mut expected: Vec<String> = ["1", "2", "3", "W7"].map(String::from).to_vec();
+        expected.extend((10..10 + BATCH_RECORDS_MAX as u64).map(|r| r.to_string()));
+        assert_eq!(drained(&receiver), expected, "a full batch goes at once");
+        // Timestamps travel with their records, whole or appended, and records without
+        // timestamps after them carry none.
+        output.process_timestamped_batch(&mut vec![20, 21], &mut vec![200, 210], &mut Vec::new()).unwrap();
+        output.process_timestamped_batch(&mut vec![22], &mut vec![220], &mut Vec::new()).unwrap();
+        output.process_batch(&mut vec![23]).unwrap();
+        output.flush().unwrap();
+        output.process_timestamped_batch(&mut vec![24], &mut vec![240], &mut Vec::new()).unwrap();
+        output.flush().unwrap();
+        assert_eq!(drained(&receiver), ["20@200", "21@210", "22@220", &format!("23@{NO_TIMESTAMP}"), "24@240"]);
     }
 
     /// Elements in the channel, as the test sees it.
