@@ -562,12 +562,17 @@ impl<T: Clone + Send> ChannelOutput<T> {
         self.send(target, element)
     }
 
+    /// The one consumer of a forward edge: the subtask of the same index.
+    fn forward_target(&self) -> usize {
+        (self.ctx.subtask_index as usize).min(self.senders.len() - 1)
+    }
+
     /// A forward edge with nothing buffered takes a whole batch as its buffer (and its
     /// timestamps, when they flow), instead of moving each record into the buffer: the
     /// caller gets the empty buffer back. False when it did not (records are buffered, or
     /// the batch is larger than one buffer); then the records go one by one.
     fn forward_whole(&mut self, batch: &mut Vec<T>, timestamps: Option<&mut Vec<i64>>) -> Result<bool, TaskError> {
-        let target = (self.ctx.subtask_index as usize).min(self.senders.len() - 1);
+        let target = self.forward_target();
         if !self.buffers[target].is_empty() || batch.is_empty() || batch.len() > BATCH_RECORDS_MAX {
             return Ok(false);
         }
@@ -647,7 +652,7 @@ impl<T: Clone + Send> Operator<T> for ChannelOutput<T> {
                     self.next_round_robin = self.next_round_robin.wrapping_add(1);
                     target
                 }
-                _ => (self.ctx.subtask_index as usize).min(consumers - 1),
+                _ => self.forward_target(),
             };
             self.buffers[target].push(record);
             self.timestamp_buffers[target].push(timestamp);
@@ -682,7 +687,7 @@ impl<T: Clone + Send> Operator<T> for ChannelOutput<T> {
                 if self.forward_whole(batch, None)? {
                     return Ok(());
                 }
-                let target = (self.ctx.subtask_index as usize).min(consumers - 1);
+                let target = self.forward_target();
                 for record in batch.drain(..) {
                     self.buffers[target].push(record);
                     if self.buffers[target].len() >= BATCH_RECORDS_MAX {

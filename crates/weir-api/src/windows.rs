@@ -413,9 +413,9 @@ pub struct WindowFunction<K, T, O, L: WindowLogic<K, T, O>> {
     new_windows: Vec<TimeWindow>,
     /// Reused per record: the sessions a record's window merges with.
     members: Vec<usize>,
-    /// Tests compare lazy session timers with exact ones on the same input.
-    #[cfg(test)]
-    exact_session_timers: bool,
+    /// Session timers may lag behind their sessions' ends (see [`Self::lazy_timers_for`]);
+    /// tests turn it off to compare with exact timers.
+    lazy_session_timers: bool,
     _types: std::marker::PhantomData<fn(K, T) -> O>,
 }
 
@@ -430,8 +430,7 @@ impl<K, T, O, L: WindowLogic<K, T, O>> Clone for WindowFunction<K, T, O, L> {
             windows: Vec::new(),
             new_windows: Vec::new(),
             members: Vec::new(),
-            #[cfg(test)]
-            exact_session_timers: self.exact_session_timers,
+            lazy_session_timers: self.lazy_session_timers,
             _types: std::marker::PhantomData,
         }
     }
@@ -451,8 +450,7 @@ impl<K: Key, T, O, L: WindowLogic<K, T, O>> WindowFunction<K, T, O, L> {
             windows: Vec::new(),
             new_windows: Vec::new(),
             members: Vec::new(),
-            #[cfg(test)]
-            exact_session_timers: false,
+            lazy_session_timers: Self::lazy_timers_for(assigner, allowed_lateness),
             _types: std::marker::PhantomData,
         }
     }
@@ -465,13 +463,8 @@ impl<K: Key, T, O, L: WindowLogic<K, T, O>> WindowFunction<K, T, O, L> {
     /// pending timer at or before its end, and fires exactly when Flink's would. Not with
     /// allowed lateness in event time: there a session may fire at once on a late merge and
     /// again later, and only exact timers tell those firings apart.
-    fn lazy_session_timers(&self) -> bool {
-        #[cfg(test)]
-        if self.exact_session_timers {
-            return false;
-        }
-        matches!(self.assigner, WindowAssigner::Session { .. })
-            && (self.allowed_lateness == 0 || !self.assigner.is_event_time())
+    fn lazy_timers_for(assigner: WindowAssigner, allowed_lateness: i64) -> bool {
+        matches!(assigner, WindowAssigner::Session { .. }) && (allowed_lateness == 0 || !assigner.is_event_time())
     }
 
     /// When a window's state goes: its end plus the allowed lateness (event time; Flink's
@@ -615,7 +608,7 @@ where
             state.clear();
             return Ok(());
         }
-        if self.lazy_session_timers() {
+        if self.lazy_session_timers {
             // This may have been a session's lagging timer: each later session registers its
             // end again (a timer due already fires in this advance, in time order).
             let mut later = std::mem::take(&mut self.new_windows);
@@ -736,7 +729,7 @@ impl<K: Key, T: Clone + 'static, O, L: WindowLogic<K, T, O>> WindowFunction<K, T
             Ok(self.merge_into_session(record, window, merged, &members, &mut entries, watermark, ctx)?)
         };
         // A lazy session that grew or merged keeps a timer of its members'.
-        let needs_timer = members.is_empty() || !self.lazy_session_timers();
+        let needs_timer = members.is_empty() || !self.lazy_session_timers;
         self.members = members;
         if let Ok(index) = result {
             let entry = &mut entries[index];
@@ -770,7 +763,7 @@ impl<K: Key, T: Clone + 'static, O, L: WindowLogic<K, T, O>> WindowFunction<K, T
     /// `entries`), merging them into one entry; returns the session's index. With exact
     /// timers a session's timers move with its end, and the others' are registered again,
     /// since a deleted timer (per key and timestamp) may have been another session's too;
-    /// lazy ones stay where they are ([`Self::lazy_session_timers`]).
+    /// lazy ones stay where they are ([`Self::lazy_timers_for`]).
     #[allow(clippy::too_many_arguments)]
     fn merge_into_session(
         &mut self,
@@ -782,7 +775,7 @@ impl<K: Key, T: Clone + 'static, O, L: WindowLogic<K, T, O>> WindowFunction<K, T
         watermark: i64,
         ctx: &mut KeyedContext<'_, K>,
     ) -> Result<usize, Box<dyn std::error::Error + Send + Sync>> {
-        let lazy = self.lazy_session_timers();
+        let lazy = self.lazy_session_timers;
         let mut entry = match members {
             [] => {
                 let Some(acc) = self.logic.add(None, record) else {
@@ -1267,7 +1260,7 @@ mod operator_tests {
         exact: bool,
     ) -> (Box<dyn Operator<Event>>, Seen, Arc<crate::operator::TaskMetrics>) {
         let mut function = WindowFunction::new(assigner, 0, AggregateLogic(CountAndSum, std::marker::PhantomData));
-        function.exact_session_timers = exact;
+        function.lazy_session_timers = !exact;
         operator_of(ctx, function)
     }
 
