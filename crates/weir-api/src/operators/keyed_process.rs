@@ -246,6 +246,11 @@ where
                 TimeDomain::EventTime => &mut self.time.event,
             };
             let Some((timer, key)) = timers.pop_due(due) else { break };
+            // Timers fire in key order unrelated to the state's layout: each is a cache miss
+            // unless the state of a later one is on its way.
+            if let Some(ahead) = timers.upcoming(PREFETCH_AHEAD) {
+                self.backend.prefetch(ahead.stable_hash());
+            }
             let located = match self.backend.locate(&key) {
                 Ok(located) => located,
                 Err(e) => return Err(self.user_error(e)),
