@@ -12,6 +12,12 @@ use std::time::{Duration, Instant};
 
 use common::runs::{RUN_WAIT_MAX as WAIT_MAX, Run, assert_exactly_once, get_json, lines, my_weir, wait_line};
 
+/// Where the runs with a checkpoint every 2 s crash: at 10 000 events/s, 3.3 s in, after
+/// the first checkpoint (2 s) and before the second (4 s), leaving the savepoint taken after
+/// the first 1.3 s to complete (at 2.9 s, a CI run with four such jobs at once once crashed
+/// before its savepoint completed).
+const CRASH_AT: u64 = 33_000;
+
 /// What [`savepoint_then_crash`] leaves: its directory, the output directory, the savepoint.
 struct SavedAndCrashed {
     dir: tempfile::TempDir,
@@ -115,7 +121,7 @@ fn committed_names(dir: &std::path::Path) -> Vec<String> {
 #[test]
 fn a_failover_keeps_the_part_files_an_intermediate_savepoint_staged_for_its_later_restore() {
     const EVENTS: u64 = 36_000;
-    let run = savepoint_then_crash("2s", 1, EVENTS, 29_000);
+    let run = savepoint_then_crash("2s", 1, EVENTS, CRASH_AT);
     let job_args = |marker: &std::path::Path| {
         let mut args: Vec<String> =
             ["flaky-counter", "--users", "50", "--events", &EVENTS.to_string(), "--rate", "100000"]
@@ -168,7 +174,7 @@ fn a_failover_keeps_the_part_files_an_intermediate_savepoint_staged_for_its_late
 /// restart restores the checkpoint, older than the savepoint.
 #[test]
 fn a_savepoint_between_a_checkpoint_and_a_crash_commits_nothing_the_restart_replays() {
-    let _ = savepoint_then_crash("2s", 1, 36_000, 29_000);
+    let _ = savepoint_then_crash("2s", 1, 36_000, CRASH_AT);
 }
 
 /// No periodic checkpoint before the crash at all: the restart starts from nothing.
