@@ -112,8 +112,27 @@ pub struct ChannelSender<T> {
 /// The consuming end of a channel. Everything it hands out goes through [`Room::taken`],
 /// which wakes a producer waiting for room.
 pub struct ChannelReceiver<T> {
+    // Declared before `room`: dropped first, so a producer woken by the close finds the
+    // channel disconnected (not still full).
     inner: Receiver<StreamElement<T>>,
-    room: Arc<Room>,
+    room: ConsumerRoom,
+}
+
+/// The consumer's hold on its [`Room`]: closes it when dropped, after the receiver itself.
+struct ConsumerRoom(Arc<Room>);
+
+impl std::ops::Deref for ConsumerRoom {
+    type Target = Room;
+
+    fn deref(&self) -> &Room {
+        &self.0
+    }
+}
+
+impl Drop for ConsumerRoom {
+    fn drop(&mut self) {
+        self.0.close();
+    }
 }
 
 /// Creates one bounded channel.
@@ -126,7 +145,10 @@ pub(crate) fn channel_with_capacity<T>(capacity: usize) -> (ChannelSender<T>, Ch
     let (sender, receiver) = crossbeam_channel::bounded(capacity);
     let low_water = capacity / 2;
     let room = Arc::new(Room { low_water, capacity, wake_at: AtomicUsize::new(low_water), ..Room::default() });
-    (ChannelSender { inner: sender, room: Arc::clone(&room) }, ChannelReceiver { inner: receiver, room })
+    (
+        ChannelSender { inner: sender, room: Arc::clone(&room) },
+        ChannelReceiver { inner: receiver, room: ConsumerRoom(room) },
+    )
 }
 
 /// The hand-over between a producer blocked on a full channel and its consumer: the
@@ -405,12 +427,6 @@ impl<T> ChannelReceiver<T> {
         let element = operation.recv(&self.inner)?;
         self.room.taken(self.occupied());
         Ok(element)
-    }
-}
-
-impl<T> Drop for ChannelReceiver<T> {
-    fn drop(&mut self) {
-        self.room.close();
     }
 }
 
