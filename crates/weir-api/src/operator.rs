@@ -156,12 +156,14 @@ pub struct SplitPosition {
 }
 
 /// Records out of one operator of a chain (counted per batch by a [`Metered`] link). Its
-/// records in need no counter: a chain is linear, so they are the previous operator's records
-/// out, or the task's records in for the head.
+/// records in need no counter: they are the records out of the operator feeding it
+/// (`fed_by`), or the task's records in for the head.
 #[derive(Debug, Default)]
 pub struct OperatorMetrics {
     /// The operator's uid.
     pub uid: String,
+    /// The position in the chain of the operator feeding this one (`None`: the head).
+    pub fed_by: Option<usize>,
     /// Records it emitted.
     pub records_out: AtomicU64,
     /// The newest watermark it emitted (Flink's operator `currentOutputWatermark`), stored
@@ -178,12 +180,18 @@ impl OperatorMetrics {
 }
 
 impl TaskMetrics {
-    /// Counters for a task whose chain holds the operators `uids` (head first).
-    pub fn for_chain(uids: &[String]) -> TaskMetrics {
+    /// Counters for a task whose chain holds the operators `uids` (head first), each fed by
+    /// the operator at the position `fed_by` names (`None`: the task's input).
+    pub fn for_chain(uids: &[String], fed_by: &[Option<usize>]) -> TaskMetrics {
         TaskMetrics {
             operators: uids
                 .iter()
-                .map(|uid| OperatorMetrics { uid: uid.clone(), ..OperatorMetrics::default() })
+                .enumerate()
+                .map(|(position, uid)| OperatorMetrics {
+                    uid: uid.clone(),
+                    fed_by: fed_by.get(position).copied().flatten(),
+                    ..OperatorMetrics::default()
+                })
                 .collect(),
             ..TaskMetrics::default()
         }

@@ -24,10 +24,15 @@ pub const DEFAULT_AUTO_WATERMARK_INTERVAL_MS: u64 = 200;
 pub struct JobVertex {
     /// Stable id (32 hex characters) derived from the head operator's uid or position.
     pub id: String,
-    /// Chained node names joined with ` -> `, as Flink shows them.
+    /// Chained node names as Flink shows them: ` -> ` between an operator and the one it
+    /// feeds, `A -> (B, C)` where it feeds several.
     pub name: String,
-    /// The chained stream nodes, head first.
+    /// The chained stream nodes, head first, each after the one feeding it.
     pub nodes: Vec<usize>,
+    /// For each of `nodes`, the position in `nodes` of the operator feeding it (`None` for
+    /// the head): a chain is a tree when an operator feeds several chained ones.
+    #[serde(skip)]
+    pub fed_by: Vec<Option<usize>>,
     /// Parallelism of every node in the chain.
     pub parallelism: u32,
     /// Uids of the chained operators (given or generated), head first.
@@ -156,7 +161,7 @@ impl JobGraph {
             .iter()
             .map(|v| {
                 (0..v.parallelism)
-                    .map(|_| std::sync::Arc::new(weir_api::operator::TaskMetrics::for_chain(&v.uids)))
+                    .map(|_| std::sync::Arc::new(weir_api::operator::TaskMetrics::for_chain(&v.uids, &v.fed_by)))
                     .collect()
             })
             .collect()
@@ -201,8 +206,9 @@ fn resolve_parallelism(graph: &StreamGraph, settings: &impl GraphDefaults) -> Re
 }
 
 /// Chains the nodes into vertices: a node joins its producer's vertex when the edge is
-/// forward, parallelism is equal and the producer feeds nobody else (so the chain stays a
-/// straight line). The vertices, and each node's vertex.
+/// forward and the parallelism is equal, as Flink chains. A producer may feed several
+/// chained nodes (the chain is then a tree: its records go to each, the last one by move)
+/// besides nodes of other vertices. The vertices, and each node's vertex.
 fn chain(graph: &StreamGraph, parallelism: &[u32]) -> (Vec<JobVertex>, Vec<usize>) {
     let nodes = graph.nodes();
     let mut vertex_of_node = vec![usize::MAX; nodes.len()];
@@ -214,20 +220,18 @@ fn chain(graph: &StreamGraph, parallelism: &[u32]) -> (Vec<JobVertex>, Vec<usize
                     && node.inputs.len() == 1
                     && edge.side.is_none()
                     && edge.kind == EdgeKind::Auto
-                    && parallelism[edge.source] == parallelism[node.id]
-                    && graph.consumers(edge.source).iter().filter(|(_, e)| e.side.is_none()).count() == 1 =>
+                    && parallelism[edge.source] == parallelism[node.id] =>
             {
-                Some(vertex_of_node[edge.source])
+                Some((vertex_of_node[edge.source], edge.source))
             }
             _ => None,
         };
-        let display = display_name(&node.name, node.role);
         match chain_into {
-            Some(vertex) => {
+            Some((vertex, producer)) => {
                 let v = &mut vertices[vertex];
+                let producer_position = v.nodes.iter().position(|n| *n == producer);
                 v.nodes.push(node.id);
-                v.name.push_str(" -> ");
-                v.name.push_str(&display);
+                v.fed_by.push(producer_position);
                 v.uids.push(node.uid_or_generated());
                 vertex_of_node[node.id] = vertex;
             }
@@ -235,8 +239,9 @@ fn chain(graph: &StreamGraph, parallelism: &[u32]) -> (Vec<JobVertex>, Vec<usize
                 let uid = node.uid_or_generated();
                 vertices.push(JobVertex {
                     id: vertex_id(&uid),
-                    name: display,
+                    name: String::new(),
                     nodes: vec![node.id],
+                    fed_by: vec![None],
                     parallelism: parallelism[node.id],
                     uids: vec![uid],
                 });
@@ -244,7 +249,35 @@ fn chain(graph: &StreamGraph, parallelism: &[u32]) -> (Vec<JobVertex>, Vec<usize
             }
         }
     }
+    for vertex in &mut vertices {
+        vertex.name = chain_name(graph, vertex, 0);
+    }
     (vertices, vertex_of_node)
+}
+
+/// The name of the part of `vertex`'s chain that starts at position `position`, as Flink's
+/// `createChainedName`: `A -> B` where A feeds one chained operator, `A -> (B, C)` where it
+/// feeds several.
+fn chain_name(graph: &StreamGraph, vertex: &JobVertex, position: usize) -> String {
+    let node = &graph.nodes()[vertex.nodes[position]];
+    let mut name = display_name(&node.name, node.role);
+    let fed: Vec<String> = (0..vertex.nodes.len())
+        .filter(|&p| vertex.fed_by[p] == Some(position))
+        .map(|p| chain_name(graph, vertex, p))
+        .collect();
+    match fed.as_slice() {
+        [] => {}
+        [only] => {
+            name.push_str(" -> ");
+            name.push_str(only);
+        }
+        several => {
+            name.push_str(" -> (");
+            name.push_str(&several.join(", "));
+            name.push(')');
+        }
+    }
+    name
 }
 
 /// The edges between vertices (edges inside a chain are not among them), with Flink's ship
@@ -341,6 +374,16 @@ mod tests {
             .uid("sink");
     }
 
+    /// Emits each record (a keyed consumer that breaks the chain).
+    #[derive(Clone)]
+    struct KeyedEcho;
+    impl KeyedProcessFunction<u64, u64, u64> for KeyedEcho {
+        fn process_element(&mut self, r: u64, _ctx: &mut KeyedContext<'_, u64>, out: &mut Collector<'_, u64>) -> FnResult {
+            out.collect(r);
+            Ok(())
+        }
+    }
+
     #[test]
     fn forward_operators_of_equal_parallelism_are_chained() {
         let env = StreamExecutionEnvironment::new();
@@ -354,6 +397,28 @@ mod tests {
         assert_eq!(job.edges[0].ship_strategy, "HASH");
         assert_eq!(job.max_parallelism, 128);
         assert_eq!(job.vertices[1].uids, vec!["counter".to_string(), "sink".to_string()]);
+    }
+
+    #[test]
+    fn an_operator_feeding_several_chains_them_all_as_a_tree() {
+        let env = StreamExecutionEnvironment::new();
+        let numbers = env.from_source(VecSource::new(vec![1u64, 2, 3])).uid("source");
+        numbers.map(|x| x + 1).uid("plus").filter(|x| *x > 1).uid("big").sink_to(CollectSink::default()).uid("a");
+        numbers.map(|x| x * 2).uid("twice").sink_to(CollectSink::default()).uid("b");
+        numbers.key_by(|x: &u64| *x).process(KeyedEcho).uid("keyed").sink_to(CollectSink::default()).uid("c");
+        let graph = env.build("t").unwrap();
+        let job = JobGraph::build(&graph, &JobSettings::with_parallelism(2)).unwrap();
+        assert_eq!(job.vertices.len(), 2, "{:?}", job.vertices);
+        let head = &job.vertices[0];
+        assert_eq!(head.name, "Source: Custom Source -> (Map -> Filter -> Sink: Unnamed, Map -> Sink: Unnamed)");
+        assert_eq!(head.uids, ["source", "plus", "big", "a", "twice", "b"].map(String::from).to_vec());
+        assert_eq!(head.fed_by, vec![None, Some(0), Some(1), Some(2), Some(0), Some(4)]);
+        // The keyed consumer is a vertex of its own, fed by the head's tree.
+        assert_eq!(job.edges.len(), 1);
+        assert_eq!(job.edges[0].ship_strategy, "HASH");
+        let metrics = &job.new_task_metrics()[0][0];
+        let fed_by: Vec<Option<usize>> = metrics.operators.iter().map(|o| o.fed_by).collect();
+        assert_eq!(fed_by, head.fed_by);
     }
 
     #[test]

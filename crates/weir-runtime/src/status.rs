@@ -454,23 +454,24 @@ pub struct ExceptionView {
     pub concurrent_exceptions: Vec<serde_json::Value>,
 }
 
-/// Each chained operator's records: out as counted, in derived (a chain is linear: an
-/// operator receives what the one before it emitted, the head what the task received).
+/// Each chained operator's records: out as counted, in derived (an operator receives what
+/// the one feeding it emitted, the head what the task received).
 fn chain_records(metrics: &weir_api::operator::TaskMetrics, is_source: bool) -> Vec<OperatorRecords> {
-    let mut received = if is_source { 0 } else { metrics.records_in.load(Ordering::Relaxed) };
+    let received = if is_source { 0 } else { metrics.records_in.load(Ordering::Relaxed) };
     metrics
         .operators
         .iter()
         .map(|operator| {
-            let emitted = operator.records_out.load(Ordering::Relaxed);
-            let records = OperatorRecords {
-                uid: operator.uid.clone(),
-                read_records: received,
-                write_records: emitted,
-                output_watermark: operator.output_watermark(),
+            let read_records = match operator.fed_by.and_then(|position| metrics.operators.get(position)) {
+                Some(feeder) => feeder.records_out.load(Ordering::Relaxed),
+                None => received,
             };
-            received = emitted;
-            records
+            OperatorRecords {
+                uid: operator.uid.clone(),
+                read_records,
+                write_records: operator.records_out.load(Ordering::Relaxed),
+                output_watermark: operator.output_watermark(),
+            }
         })
         .collect()
 }
