@@ -378,7 +378,12 @@ mod tests {
     #[derive(Clone)]
     struct KeyedEcho;
     impl KeyedProcessFunction<u64, u64, u64> for KeyedEcho {
-        fn process_element(&mut self, r: u64, _ctx: &mut KeyedContext<'_, u64>, out: &mut Collector<'_, u64>) -> FnResult {
+        fn process_element(
+            &mut self,
+            r: u64,
+            _ctx: &mut KeyedContext<'_, u64>,
+            out: &mut Collector<'_, u64>,
+        ) -> FnResult {
             out.collect(r);
             Ok(())
         }
