@@ -343,7 +343,9 @@ fn crash_at_and_recover(point: &str, backend: &str) {
     let out_arg = out.to_str().unwrap().to_string();
     let chk_root = dir.path().join("chk");
     let checkpoints = format!("state.checkpoints.dir=file://{}", chk_root.display());
-    let mut args = vec!["run", "-p", "2", "-D", &backend_arg];
+    // The crashed process's local stores stay in the test's directory.
+    let tmp_dirs = format!("io.tmp.dirs={}", dir.path().display());
+    let mut args = vec!["run", "-p", "2", "-D", &backend_arg, "-D", &tmp_dirs];
     args.extend(job_args(&checkpoints, &out_arg));
     let failpoints = format!("{point}=6*off->return");
     let mut weir = RunningWeir::start_with(
@@ -393,6 +395,8 @@ fn crash_at_and_recover(point: &str, backend: &str) {
         "execution.state-recovery.claim-mode=CLAIM",
         "-D",
         &backend_arg,
+        "-D",
+        &tmp_dirs,
     ];
     args.extend(job_args(&checkpoints, &out_arg));
     let output = run_weir(&args);

@@ -61,10 +61,9 @@ fn hashmap_to_spillable_and_back_through_savepoints_and_a_checkpoint_is_exactly_
     let latest = newest_checkpoint(&job_dir).unwrap();
     let metadata = std::fs::read_to_string(latest.join("_metadata")).unwrap();
     assert!(metadata.contains(r#""state_backend":"spillable""#), "{metadata}");
-    // A killed process leaves its spill directory (scratch; io.tmp.dirs is the user's to clean).
-    for name in spill_dirs(&tmp) {
-        std::fs::remove_dir_all(tmp.join(name)).unwrap();
-    }
+    // A killed process leaves its spill directories; the next store opened under
+    // io.tmp.dirs removes them (step 3 ends with none left).
+    assert!(spill_dirs(&tmp).iter().any(|name| !name.ends_with(".lock")), "{:?}", spill_dirs(&tmp));
 
     // 3. spillable again, p=1, from the native checkpoint, stopped with a savepoint.
     let latest = latest.to_str().unwrap().to_string();
@@ -75,7 +74,11 @@ fn hashmap_to_spillable_and_back_through_savepoints_and_a_checkpoint_is_exactly_
     let (mut weir, rest, job_id) = start(&args, 2);
     let savepoint = stop(&rest, &job_id, &savepoints);
     weir.wait();
-    assert!(spill_dirs(&tmp).is_empty(), "a spill directory outlived its job: {:?}", spill_dirs(&tmp));
+    assert!(
+        spill_dirs(&tmp).is_empty(),
+        "a spill directory outlived its job or its killed predecessor: {:?}",
+        spill_dirs(&tmp)
+    );
 
     // 4. hashmap, p=2, to the end.
     let mut args = vec!["run", "-p", "2", "-s", savepoint.as_str()];

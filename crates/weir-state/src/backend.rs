@@ -113,9 +113,13 @@ impl<K: Key> KeyedStateBackend<K> {
     pub fn with_spill(mut self, options: SpillOptions) -> KeyedStateBackend<K> {
         match options.layout {
             DiskLayout::KeyGroups => {
+                // The store opens only when the budget is first exceeded: what a killed
+                // process left is removed now, not only then.
+                crate::scratch::remove_abandoned(&options.dir, crate::spill::STORE_PREFIX);
                 self.spill = Some(Spilling { options, store: None, counted: 0, cursor: (0, 0), accesses: 0 })
             }
             DiskLayout::Entries => {
+                crate::scratch::remove_abandoned(&options.dir, crate::lsm::STORE_PREFIX);
                 self.lsm = Some(Lsm { options, store: None, check_every: crate::lsm::BUDGET_CHECK_EVERY })
             }
         }

@@ -23,6 +23,7 @@ pub mod error;
 pub mod handles;
 pub mod keymap;
 pub mod lsm;
+mod scratch;
 pub mod spill;
 pub mod table;
 pub mod timers;

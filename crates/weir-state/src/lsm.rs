@@ -34,6 +34,7 @@ use crate::delta::{ChangeLog, write_delta};
 use crate::error::StateError;
 use crate::handles::StateKind;
 use crate::keymap::{KeyMap, KeyRef, memory_hash};
+use crate::scratch;
 use crate::spill::SpillOptions;
 use crate::table::{Cell, StateTable, TableSnapshot, group_index, lock, verified_entries, write_group, write_varint};
 
@@ -92,6 +93,8 @@ pub struct LsmStore {
     check_every: usize,
     /// The options it was made with.
     pub options: SpillOptions,
+    /// Marks `dir` in use; last, so it goes after the store closed.
+    _scratch: scratch::ScratchDir,
 }
 
 impl std::fmt::Debug for LsmStore {
@@ -100,13 +103,17 @@ impl std::fmt::Debug for LsmStore {
     }
 }
 
+/// The name of every store's directory starts with this.
+pub(crate) const STORE_PREFIX: &str = "weir-fjall";
+
 impl LsmStore {
     /// Opens a fresh store in a new directory under `options.dir`.
     /// Tables look at the memory budget every `check_every` ([`BUDGET_CHECK_EVERY`]) accesses.
     pub fn open(options: SpillOptions, check_every: usize) -> Result<Arc<LsmStore>, StateError> {
-        static COUNTER: AtomicU64 = AtomicU64::new(0);
-        let name = format!("weir-fjall-{}-{}", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed));
-        let dir = options.dir.join(name);
+        // Also removes the stores a killed process left under the same directory.
+        let scratch = scratch::claim(&options.dir, STORE_PREFIX)
+            .map_err(|e| store_error(&options.dir, "cannot create a store directory", e))?;
+        let dir = scratch.path.clone();
         let keyspace = fjall::Config::new(&dir)
             // Scratch data: a restart restores from the checkpoint, so no journal syncing.
             .manual_journal_persist(true)
@@ -135,6 +142,7 @@ impl LsmStore {
             writes: AtomicU64::new(0),
             check_every: check_every.max(1),
             options,
+            _scratch: scratch,
         }))
     }
 

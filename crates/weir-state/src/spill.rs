@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use crate::error::StateError;
+use crate::scratch;
 
 /// Where and how much: the options of the backends that keep state on local disk
 /// (`spillable` and `fjall`).
@@ -89,6 +90,8 @@ pub struct SpillStore {
     pub(crate) loads: AtomicU64,
     /// The options it was made with.
     pub options: SpillOptions,
+    /// Marks `dir` in use; last, so it goes after the store closed.
+    _scratch: scratch::ScratchDir,
 }
 
 impl std::fmt::Debug for SpillStore {
@@ -96,6 +99,9 @@ impl std::fmt::Debug for SpillStore {
         f.debug_struct("SpillStore").field("dir", &self.dir).finish()
     }
 }
+
+/// The name of every spill store's directory starts with this.
+pub(crate) const STORE_PREFIX: &str = "weir-spill";
 
 fn spill_error(dir: &Path, what: &str, error: impl std::fmt::Display) -> StateError {
     StateError::Spill {
@@ -109,9 +115,10 @@ fn spill_error(dir: &Path, what: &str, error: impl std::fmt::Display) -> StateEr
 impl SpillStore {
     /// Opens a fresh store in a new directory under `options.dir`.
     pub fn open(options: SpillOptions) -> Result<Arc<SpillStore>, StateError> {
-        static COUNTER: AtomicU64 = AtomicU64::new(0);
-        let name = format!("weir-spill-{}-{}", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed));
-        let dir = options.dir.join(name);
+        // Also removes the stores a killed process left under the same directory.
+        let scratch = scratch::claim(&options.dir, STORE_PREFIX)
+            .map_err(|e| spill_error(&options.dir, "cannot create a store directory", e))?;
+        let dir = scratch.path.clone();
         let keyspace = fjall::Config::new(&dir)
             // Scratch data: nothing needs to survive a crash, so no journal syncing.
             .manual_journal_persist(true)
@@ -138,6 +145,7 @@ impl SpillStore {
             spills: AtomicU64::new(0),
             loads: AtomicU64::new(0),
             options,
+            _scratch: scratch,
         }))
     }
 
