@@ -89,16 +89,28 @@ impl<K: Eq + Hash + Clone> TimeSlot<K> {
         }
     }
 
-    /// Removes `key`'s pending timer; returns where it was. A small slot moves the keys
+    /// Removes `key`'s pending timer; false if it had none. A small slot moves the keys
     /// after it down by one.
-    fn remove(&mut self, key: &K) -> Option<usize> {
+    fn remove(&mut self, key: &K) -> bool {
+        match self.find(key) {
+            Some(index) => {
+                self.remove_at(key, index);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Removes `key`'s pending timer, which [`Self::find`] found at `index`.
+    fn remove_at(&mut self, key: &K, index: usize) {
         match &mut self.live {
             None => {
-                let index = self.keys.iter().position(|k| k == key)?;
                 self.keys.remove(index);
-                Some(index)
             }
-            Some(live) => live.remove(key),
+            // The entry in `keys` goes stale.
+            Some(live) => {
+                live.remove(key);
+            }
         }
     }
 
@@ -202,9 +214,9 @@ impl<K: Eq + Hash + Clone> TimerService<K> {
     pub fn delete(&mut self, key: &K, timestamp_ms: u64) {
         if let Some(firing) = &mut self.firing
             && timestamp_ms == firing.time
-            && firing.slot.find(key).is_some_and(|index| index < firing.cursor)
+            && let Some(index) = firing.slot.find(key).filter(|&index| index < firing.cursor)
         {
-            firing.slot.remove(key);
+            firing.slot.remove_at(key, index);
             if firing.slot.live.is_none() {
                 // The keys after it, down to the cursor, moved down by one.
                 firing.cursor -= 1;
@@ -213,7 +225,7 @@ impl<K: Eq + Hash + Clone> TimerService<K> {
             return;
         }
         let Some(slot) = self.by_time.get_mut(&timestamp_ms) else { return };
-        if slot.remove(key).is_none() {
+        if !slot.remove(key) {
             return;
         }
         self.pending -= 1;
