@@ -164,7 +164,7 @@ impl JobDefinition for Counter {
     }
 
     fn build(&self, args: &JobArgs, env: &StreamExecutionEnvironment) -> Result<(), JobBuildError> {
-        let output = Output::from_args(args, Output::Print, true)?;
+        let output = Output::from_args(args, Output::Print)?;
         let mut stream = match args.get::<String>("input")? {
             Some(input) => {
                 if let Some(error) = crate::kafka::unknown_scheme("--input", &input) {

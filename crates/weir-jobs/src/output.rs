@@ -20,15 +20,18 @@ pub enum Output {
 }
 
 impl Output {
-    /// Reads `--output`; `allow_none` says whether `none` is accepted.
-    pub fn from_args(args: &JobArgs, default: Output, allow_none: bool) -> Result<Output, JobBuildError> {
+    /// Reads `--output` (every built-in job takes the same forms: `none` discards in each,
+    /// rather than naming a directory `none` in one of them).
+    pub fn from_args(args: &JobArgs, default: Output) -> Result<Output, JobBuildError> {
         let Some(text) = args.get::<String>("output")? else {
             return Ok(default);
         };
         match text.as_str() {
             "-" => Ok(Output::Print),
-            "none" if allow_none => Ok(Output::Discard),
-            "" => Err(args.invalid("--output is empty; give a directory, '-' for stdout".to_string())),
+            "none" => Ok(Output::Discard),
+            "" => {
+                Err(args.invalid("--output is empty; give a directory, '-' for stdout, 'none' to discard".to_string()))
+            }
             url if KafkaUrl::is_kafka(url) => {
                 KafkaUrl::parse(url).map(Output::Kafka).map_err(|e| args.invalid(format!("--output {e}")))
             }
@@ -73,5 +76,29 @@ impl Output {
             }
         };
         Ok(sink.uid("sink").name("sink"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use weir_api::catalog::ArgSpec;
+
+    fn output_of(argv: &[&str]) -> Result<Output, String> {
+        let specs = [ArgSpec::optional("output", "DIR|-|none", "where records go")];
+        let argv: Vec<String> = argv.iter().map(|a| a.to_string()).collect();
+        let args = JobArgs::parse("job", &specs, &argv).map_err(|e| e.to_string())?;
+        Output::from_args(&args, Output::Print).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn output_forms_are_a_directory_stdout_nowhere_or_kafka() {
+        assert_eq!(output_of(&[]), Ok(Output::Print));
+        assert_eq!(output_of(&["--output", "-"]), Ok(Output::Print));
+        assert_eq!(output_of(&["--output", "none"]), Ok(Output::Discard));
+        assert_eq!(output_of(&["--output", "out/words"]), Ok(Output::Directory("out/words".into())));
+        assert!(matches!(output_of(&["--output", "kafka://127.0.0.1:9092/words"]), Ok(Output::Kafka(_))));
+        let empty = output_of(&["--output", ""]).unwrap_err();
+        assert!(empty.contains("'none' to discard"), "{empty}");
     }
 }

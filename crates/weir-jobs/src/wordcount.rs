@@ -82,8 +82,8 @@ impl JobDefinition for WordCount {
             ),
             ArgSpec::required(
                 "output",
-                "DIR|-|kafka://HOST:PORT/TOPIC",
-                "part files in DIR, '-' to print, or a Kafka topic",
+                "DIR|-|none|kafka://HOST:PORT/TOPIC",
+                "part files in DIR, '-' prints, 'none' discards, or a Kafka topic (default '-')",
             ),
         ]
     }
@@ -93,7 +93,7 @@ impl JobDefinition for WordCount {
         if let Some(error) = crate::kafka::unknown_scheme("--input", &input) {
             return Err(args.invalid(error));
         }
-        let output = Output::from_args(args, Output::Print, false)?;
+        let output = Output::from_args(args, Output::Print)?;
         let lines = if KafkaUrl::is_kafka(&input) {
             let url = KafkaUrl::parse(&input).map_err(|e| args.invalid(format!("--input {e}")))?;
             let source =

@@ -57,7 +57,7 @@ impl JobDefinition for Nexmark {
         {
             return Err(args.invalid(format!("--rate {rate} must be a positive number of events per second")));
         }
-        let output = Output::from_args(args, Output::Print, true)?;
+        let output = Output::from_args(args, Output::Print)?;
         // Event times grow with the event number, and each subtask reads its numbers in
         // order: monotonous timestamps per subtask, so no event is ever late.
         let strategy =
