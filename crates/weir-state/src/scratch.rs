@@ -53,11 +53,31 @@ pub(crate) fn claim(parent: &Path, prefix: &str) -> io::Result<ScratchDir> {
             let _ = std::fs::remove_file(&lock_path);
             continue;
         }
-        lock.try_lock().map_err(|e| match e {
-            TryLockError::Error(e) => e,
-            TryLockError::WouldBlock => io::Error::other("a lock file this process just created is locked"),
-        })?;
-        return Ok(ScratchDir { path, lock_path, _lock: lock });
+        // Another store's sweep may find the file between its creation and this lock, and
+        // remove it: that name is gone (held by the sweep, or locked here but no longer
+        // on disk), so take the next.
+        match lock.try_lock() {
+            Ok(()) if still_at(&lock, &lock_path) => return Ok(ScratchDir { path, lock_path, _lock: lock }),
+            Ok(()) | Err(TryLockError::WouldBlock) => continue,
+            Err(TryLockError::Error(e)) => return Err(e),
+        }
+    }
+}
+
+/// Whether `file` is still the file at `path` (not removed, nor replaced, since opened).
+fn still_at(file: &File, path: &Path) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        match (file.metadata(), std::fs::metadata(path)) {
+            (Ok(open), Ok(named)) => open.dev() == named.dev() && open.ino() == named.ino(),
+            _ => false,
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = file;
+        path.exists()
     }
 }
 
@@ -142,6 +162,19 @@ mod tests {
         // Closed: its lock file goes with it (the store removes the directory).
         drop(held);
         assert!(!names(parent.path()).contains(&format!("{held_name}.lock")));
+    }
+
+    #[test]
+    fn a_lock_file_removed_under_its_opener_is_noticed() {
+        let parent = tempfile::tempdir().unwrap();
+        let path = parent.path().join("weir-test-1-0.lock");
+        let file = File::create(&path).unwrap();
+        assert!(still_at(&file, &path));
+        std::fs::remove_file(&path).unwrap();
+        assert!(!still_at(&file, &path));
+        // Another file under the same name is not the one opened.
+        std::fs::write(&path, b"").unwrap();
+        assert!(!still_at(&file, &path));
     }
 
     #[test]
