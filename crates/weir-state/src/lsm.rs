@@ -85,7 +85,9 @@ fn store_error(dir: &Path, what: &str, error: impl std::fmt::Display) -> StateEr
 pub struct LsmStore {
     keyspace: fjall::Keyspace,
     entries: fjall::PartitionHandle,
-    dir: PathBuf,
+    /// Its directory, marked in use while the store is open (after `keyspace`, so it
+    /// goes once the store closed).
+    dir: scratch::ScratchDir,
     /// Keys read from the store on a cache miss, and entries written or deleted there.
     pub(crate) reads: AtomicU64,
     pub(crate) writes: AtomicU64,
@@ -93,13 +95,11 @@ pub struct LsmStore {
     check_every: usize,
     /// The options it was made with.
     pub options: SpillOptions,
-    /// Marks `dir` in use; last, so it goes after the store closed.
-    _scratch: scratch::ScratchDir,
 }
 
 impl std::fmt::Debug for LsmStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LsmStore").field("dir", &self.dir).finish()
+        f.debug_struct("LsmStore").field("dir", &self.dir.display()).finish()
     }
 }
 
@@ -111,10 +111,9 @@ impl LsmStore {
     /// Tables look at the memory budget every `check_every` ([`BUDGET_CHECK_EVERY`]) accesses.
     pub fn open(options: SpillOptions, check_every: usize) -> Result<Arc<LsmStore>, StateError> {
         // Also removes the stores a killed process left under the same directory.
-        let scratch = scratch::claim(&options.dir, STORE_PREFIX)
+        let dir = scratch::claim(&options.dir, STORE_PREFIX)
             .map_err(|e| store_error(&options.dir, "cannot create a store directory", e))?;
-        let dir = scratch.path.clone();
-        let keyspace = fjall::Config::new(&dir)
+        let keyspace = fjall::Config::new(&*dir)
             // Scratch data: a restart restores from the checkpoint, so no journal syncing.
             .manual_journal_persist(true)
             // fjall deletes the directory when the last handle goes (removing it ourselves
@@ -142,7 +141,6 @@ impl LsmStore {
             writes: AtomicU64::new(0),
             check_every: check_every.max(1),
             options,
-            _scratch: scratch,
         }))
     }
 
@@ -645,7 +643,7 @@ impl<K: Key, C: Cell> StateTable<K> for LsmTable<K, C> {
     fn write_key_group(&self, key_group: u32, out: &mut Vec<u8>) -> Result<(), StateError> {
         let group = &self.groups[self.index_of(key_group)?];
         let snapshot = self.store.entries.snapshot();
-        let identity = (self.name.as_str(), self.store.dir.as_path());
+        let identity = (self.name.as_str(), &*self.store.dir);
         let frozen = freeze(&group.map, key_group, &self.name)?;
         let (count, body) = encode_group(&frozen, group.residence, &snapshot, identity, (self.table_id, key_group))?;
         write_varint(out, count);
@@ -689,7 +687,7 @@ impl<K: Key, C: Cell> StateTable<K> for LsmTable<K, C> {
             range: self.range,
             table_id: self.table_id,
             store: self.store.entries.snapshot(),
-            dir: self.store.dir.clone(),
+            dir: self.store.dir.to_path_buf(),
             frozen,
             written_after: self.groups.iter().map(|g| g.written_after).collect(),
         })

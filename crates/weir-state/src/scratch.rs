@@ -19,9 +19,17 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// removes the lock file (the store removes the directory itself).
 #[derive(Debug)]
 pub(crate) struct ScratchDir {
-    pub(crate) path: PathBuf,
+    path: PathBuf,
     lock_path: PathBuf,
     _lock: File,
+}
+
+impl std::ops::Deref for ScratchDir {
+    type Target = Path;
+
+    fn deref(&self) -> &Path {
+        &self.path
+    }
 }
 
 impl Drop for ScratchDir {

@@ -83,20 +83,20 @@ const STORE_JOURNAL_BYTES: u64 = 32 << 20;
 pub struct SpillStore {
     keyspace: fjall::Keyspace,
     groups: fjall::PartitionHandle,
-    dir: PathBuf,
+    /// Its directory, marked in use while the store is open (after `keyspace`, so it
+    /// goes once the store closed).
+    dir: scratch::ScratchDir,
     next_key: AtomicU64,
     /// Key groups spilled and loaded back, for metrics and tests.
     pub(crate) spills: AtomicU64,
     pub(crate) loads: AtomicU64,
     /// The options it was made with.
     pub options: SpillOptions,
-    /// Marks `dir` in use; last, so it goes after the store closed.
-    _scratch: scratch::ScratchDir,
 }
 
 impl std::fmt::Debug for SpillStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SpillStore").field("dir", &self.dir).finish()
+        f.debug_struct("SpillStore").field("dir", &self.dir.display()).finish()
     }
 }
 
@@ -116,10 +116,9 @@ impl SpillStore {
     /// Opens a fresh store in a new directory under `options.dir`.
     pub fn open(options: SpillOptions) -> Result<Arc<SpillStore>, StateError> {
         // Also removes the stores a killed process left under the same directory.
-        let scratch = scratch::claim(&options.dir, STORE_PREFIX)
+        let dir = scratch::claim(&options.dir, STORE_PREFIX)
             .map_err(|e| spill_error(&options.dir, "cannot create a store directory", e))?;
-        let dir = scratch.path.clone();
-        let keyspace = fjall::Config::new(&dir)
+        let keyspace = fjall::Config::new(&*dir)
             // Scratch data: nothing needs to survive a crash, so no journal syncing.
             .manual_journal_persist(true)
             // fjall deletes the directory when the last handle goes (removing it ourselves
@@ -145,7 +144,6 @@ impl SpillStore {
             spills: AtomicU64::new(0),
             loads: AtomicU64::new(0),
             options,
-            _scratch: scratch,
         }))
     }
 
@@ -216,7 +214,7 @@ mod tests {
         let key = held.key;
         drop(held);
         assert!(store.groups.get(key).unwrap().is_none());
-        let path = store.dir.clone();
+        let path = store.dir.to_path_buf();
         drop(second);
         drop(store);
         assert!(!path.exists());
