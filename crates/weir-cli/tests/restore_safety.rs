@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use common::{
     RunningWeir, assert_counts_exactly_once as assert_exactly_once, committed_lines, error_lines, get,
-    newest_checkpoint, poll_json, run_weir, start_running as start, weir,
+    newest_checkpoint, poll_json, run_weir, run_within, start_running as start, weir,
 };
 use weir_checkpoint::{DataFileWriter, SnapshotMetadata, decode_metadata, encode_metadata};
 
@@ -328,8 +328,14 @@ fn expired_checkpoints_do_not_stall_the_job_and_leave_no_directories() {
     let dir = tempfile::tempdir().unwrap();
     let chk_root = dir.path().join("chk");
     let checkpoints = format!("state.checkpoints.dir=file://{}", chk_root.display());
-    let started = Instant::now();
-    let output = run_weir(&[
+    // Slow storage: the first four snapshot writes take 3 s, past the 1 s timeout, so the
+    // checkpoints they belong to (and those queued behind them) expire while their writes are
+    // under way; the writes that land late must remove what they wrote. The timeout is long
+    // enough for the later checkpoints, the final one among them, to complete on a loaded
+    // machine (with a timeout every checkpoint misses, a bounded job never finishes: it waits
+    // for its final checkpoint, as Flink's does).
+    let mut command = weir();
+    command.env("FAILPOINTS", "snapshot-before-write=4*sleep(3000)->off").env("WEIR_LOG", "warn").args([
         "run",
         "-D",
         "rest.port=0",
@@ -338,7 +344,7 @@ fn expired_checkpoints_do_not_stall_the_job_and_leave_no_directories() {
         "-D",
         "execution.checkpointing.interval=20ms",
         "-D",
-        "execution.checkpointing.timeout=10ms",
+        "execution.checkpointing.timeout=1s",
         "-D",
         "execution.checkpointing.tolerable-failed-checkpoints=1000000",
         "-D",
@@ -351,10 +357,15 @@ fn expired_checkpoints_do_not_stall_the_job_and_leave_no_directories() {
         "--output",
         "none",
     ]);
+    let started = Instant::now();
+    let output = run_within(command, Duration::from_secs(90));
     let elapsed = started.elapsed();
     let stdout = String::from_utf8_lossy(&output.stdout).to_string();
-    assert!(output.status.success(), "{stdout}{}", String::from_utf8_lossy(&output.stderr));
-    assert!(elapsed < Duration::from_secs(30), "took {elapsed:?}");
+    let stderr = String::from_utf8_lossy(&output.stderr).to_string();
+    assert!(output.status.success(), "{stdout}{stderr}");
+    assert!(stderr.contains("expired before completing"), "no checkpoint expired: {stderr}");
+    // The writes slept 6 s in all on two writer threads; the rest is the job's own time.
+    assert!(elapsed < Duration::from_secs(60), "took {elapsed:?}");
     let job_id = stdout.lines().find_map(|l| l.strip_prefix("Job has been submitted with JobID ")).unwrap().trim();
     // Only retained checkpoints stay: no aborted chk-<n> directory, no stray file.
     let left: Vec<String> = std::fs::read_dir(chk_root.join(job_id))

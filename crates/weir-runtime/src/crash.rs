@@ -14,6 +14,8 @@
 //! `operator-after-cluster-started`, `operator-after-submit`, and `operator-in-pre-flight`
 //! (before the pre-flight's dry run; armed with the `fail` crate's `sleep(ms)` instead of
 //! `return`, it holds the controller there, for the tests that freeze it mid-upgrade).
+//! `snapshot-before-write` is reached by a snapshot writer thread before each subtask's
+//! snapshot is written; armed with `sleep(ms)` it plays slow checkpoint storage.
 
 /// Aborts the process here when the crash point `name` is armed.
 pub fn point(name: &str) {

@@ -22,9 +22,57 @@ pub fn weir() -> Command {
     command
 }
 
-/// Runs `weir args...` to completion.
+/// Longest a `weir` command a test runs to completion may take: past it the process is killed
+/// and the test fails with what it printed, instead of hanging the whole suite.
+pub const RUN_MAX: Duration = Duration::from_secs(240);
+
+/// Runs `weir args...` to completion (at most `RUN_MAX`).
 pub fn run_weir(args: &[&str]) -> Output {
-    weir().args(args).stdin(Stdio::null()).output().expect("the weir binary runs")
+    let mut command = weir();
+    command.args(args);
+    run_within(command, RUN_MAX)
+}
+
+/// Runs `command` to completion with its output collected; kills it and panics with that
+/// output if it takes longer than `within`.
+pub fn run_within(mut command: Command, within: Duration) -> Output {
+    let mut child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the weir binary runs");
+    let collect = |mut stream: Box<dyn std::io::Read + Send>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            let _ = stream.read_to_end(&mut bytes);
+            bytes
+        })
+    };
+    let stdout = collect(Box::new(child.stdout.take().expect("piped stdout")));
+    let stderr = collect(Box::new(child.stderr.take().expect("piped stderr")));
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("waiting for weir") {
+            break Some(status);
+        }
+        if started.elapsed() > within {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let stdout = stdout.join().unwrap_or_default();
+    let stderr = stderr.join().unwrap_or_default();
+    match status {
+        Some(status) => Output { status, stdout, stderr },
+        None => panic!(
+            "{command:?} did not end within {within:?}; it was killed. stdout:\n{}\nstderr:\n{}",
+            String::from_utf8_lossy(&stdout),
+            String::from_utf8_lossy(&stderr)
+        ),
+    }
 }
 
 /// The lines of stderr that start with `error:`.

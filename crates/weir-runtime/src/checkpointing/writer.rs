@@ -105,6 +105,8 @@ impl SnapshotWriter {
                 move || {
                     let mut open = OpenDir::default();
                     for job in queue {
+                        // Armed with `sleep(ms)`, it plays slow storage (tests of expiring checkpoints).
+                        crate::crash::point("snapshot-before-write");
                         let checkpoint_id = job.snapshot.barrier.checkpoint_id;
                         let written = open.of(&job.snapshot.barrier.location).and_then(|dir| write_subtask(job, dir));
                         let outcome = match written {

@@ -725,6 +725,14 @@ impl JobRun {
             } else {
                 tracing::warn!(job_id = %self.master.job_id, checkpoint = failure.checkpoint_id, reason = %failure.reason, "checkpoint failed");
             }
+            if self.sup.final_checkpoint == Some(failure.checkpoint_id) {
+                // A bounded job ends only after a checkpoint past its input completes.
+                tracing::warn!(
+                    job_id = %self.master.job_id,
+                    checkpoint = failure.checkpoint_id,
+                    "the final checkpoint failed: the job finishes once a later one completes (if every checkpoint expires, raise execution.checkpointing.timeout)"
+                );
+            }
             let running = record.history.current() == JobStatus::Running;
             for action in checkpoint_outcomes::on_failure(&failure, &mut self.sup.final_checkpoint, running, tolerable)
             {
