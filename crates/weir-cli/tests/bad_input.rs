@@ -1,6 +1,7 @@
 //! Bad input: one `error:` line naming the problem, the documented exit code, no panic.
 
 mod common;
+use common::BoundedOutput;
 
 use common::{error_lines, run_weir};
 
@@ -170,7 +171,7 @@ fn completion_scripts_cover_every_verb_and_an_unknown_shell_is_a_usage_error() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("weir.bash");
     std::fs::write(&path, &script).unwrap();
-    let check = std::process::Command::new("bash").arg("-n").arg(&path).output().unwrap();
+    let check = std::process::Command::new("bash").arg("-n").arg(&path).bounded_output().unwrap();
     assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stderr));
     assert_usage_error(&["completions", "nushell"], "nushell");
 }
@@ -206,7 +207,12 @@ fn a_deployment_whose_job_does_not_start_is_refused_at_apply() {
             env!("CARGO_BIN_EXE_weir")
         );
         std::fs::write(&file, spec).unwrap();
-        common::weir().env("WEIR_DATA_DIR", &data).args(["deployment", "apply", "-f"]).arg(&file).output().unwrap()
+        common::weir()
+            .env("WEIR_DATA_DIR", &data)
+            .args(["deployment", "apply", "-f"])
+            .arg(&file)
+            .bounded_output()
+            .unwrap()
     };
     for (job, args, needle) in
         [("countr", "", "unknown job 'countr'"), ("counter", "--users, abc", "bad value 'abc' for --users")]

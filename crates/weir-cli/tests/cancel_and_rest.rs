@@ -1,6 +1,7 @@
 //! A running embedded job seen and cancelled over REST and with `weir cancel`.
 
 mod common;
+use common::BoundedOutput;
 
 use common::{RunningWeir, get, patch, poll_json, run_weir};
 
@@ -129,12 +130,12 @@ fn a_run_whose_rest_port_moved_off_a_taken_8081_is_found_without_m() {
     let job = run.job_id();
     let rest = run.rest_url();
     assert!(!rest.ends_with(":8081"), "{rest}");
-    let list = env(common::weir()).arg("list").output().unwrap();
+    let list = env(common::weir()).arg("list").bounded_output().unwrap();
     let stderr = String::from_utf8_lossy(&list.stderr);
     let hint = format!("serves job {job} at {rest}, not here: weir list -m {}", rest.trim_start_matches("http://"));
     assert!(stderr.contains(&hint), "{stderr}");
     let savepoints = data.path().join("savepoints");
-    let stop = env(common::weir()).args(["stop", "-p", savepoints.to_str().unwrap(), &job]).output().unwrap();
+    let stop = env(common::weir()).args(["stop", "-p", savepoints.to_str().unwrap(), &job]).bounded_output().unwrap();
     let (stdout, stderr) = (String::from_utf8_lossy(&stop.stdout), String::from_utf8_lossy(&stop.stderr));
     assert!(stop.status.success(), "{stdout}{stderr}");
     assert!(

@@ -1,6 +1,7 @@
 //! `weir run counter`: every user's emitted counts are exactly 1..=n at p = 1, 2 and 4.
 
 mod common;
+use common::BoundedOutput;
 
 use std::collections::BTreeMap;
 
@@ -85,7 +86,7 @@ fn json_logs_are_one_object_per_line() {
         .env("WEIR_LOG", "info")
         .env("WEIR_LOG_FORMAT", "json")
         .args(["run", "-D", "rest.port=0", "counter", "--users", "3", "--events", "30", "--output", "none"])
-        .output()
+        .bounded_output()
         .unwrap();
     assert!(output.status.success(), "{output:?}");
     let stderr = String::from_utf8_lossy(&output.stderr);

@@ -12,6 +12,7 @@
 #[path = "common/browser.rs"]
 mod browser;
 mod common;
+use common::BoundedOutput;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -54,7 +55,7 @@ fn assert_conforms(home: &Path, rest: &str, label: &str, args: &[String]) {
         .arg(label)
         .args(args)
         .stdin(Stdio::null())
-        .output()
+        .bounded_output()
         .expect("java runs");
     let report = text(&output);
     assert!(output.status.success(), "weir's answers do not fit Flink's schema ({label}):\n{report}");

@@ -4,6 +4,7 @@
 //! completed whose transaction never becomes visible, and the errors a user sees.
 
 mod common;
+use common::BoundedOutput;
 #[path = "common/kafka.rs"]
 mod kafka;
 
@@ -561,7 +562,7 @@ impl Operator {
     }
 
     fn weir(&self, args: &[&str]) -> std::process::Output {
-        common::weir().args(args).env("WEIR_DATA_DIR", self.data_dir.path()).output().unwrap()
+        common::weir().args(args).env("WEIR_DATA_DIR", self.data_dir.path()).bounded_output().unwrap()
     }
 
     /// Applies the counter over Kafka at `parallelism` in `mode`.

@@ -5,13 +5,14 @@
 //! cluster.
 
 mod common;
+use common::BoundedOutput;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use common::{
     RunningWeir, assert_counts_exactly_once as assert_exactly_once, committed_lines, error_lines, get,
-    newest_checkpoint, poll_json, run_weir, run_within, start_running as start, weir,
+    newest_checkpoint, output_within, poll_json, run_weir, start_running as start, weir,
 };
 use weir_checkpoint::{DataFileWriter, SnapshotMetadata, decode_metadata, encode_metadata};
 
@@ -358,11 +359,11 @@ fn expired_checkpoints_do_not_stall_the_job_and_leave_no_directories() {
         "none",
     ]);
     let started = Instant::now();
-    let output = run_within(command, Duration::from_secs(90));
+    let (output, ended) = output_within(command, Duration::from_secs(90));
     let elapsed = started.elapsed();
     let stdout = String::from_utf8_lossy(&output.stdout).to_string();
     let stderr = String::from_utf8_lossy(&output.stderr).to_string();
-    assert!(output.status.success(), "{stdout}{stderr}");
+    assert!(ended && output.status.success(), "{stdout}{stderr}");
     assert!(stderr.contains("expired before completing"), "no checkpoint expired: {stderr}");
     // The writes slept 6 s in all on two writer threads; the rest is the job's own time.
     assert!(elapsed < Duration::from_secs(60), "took {elapsed:?}");
@@ -430,7 +431,7 @@ fn a_relative_output_on_a_cluster_is_the_client_s_directory() {
     let output = weir()
         .current_dir(&client_cwd)
         .args(["run", "-m", &rest, "counter", "--users", "5", "--events", "50", "--output", "out"])
-        .output()
+        .bounded_output()
         .unwrap();
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     assert_exactly_once(&committed_lines(&client_cwd.join("out")), 5, 50);

@@ -6,6 +6,7 @@
 //! the test fails naming the install command: no test passes having tested nothing.
 
 mod common;
+use common::BoundedOutput;
 
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
@@ -101,7 +102,7 @@ fn checkpoints_and_savepoints_go_to_s3_and_a_job_restores_from_there() {
 
     let stop = with_s3_env(common::weir(), &moto.endpoint)
         .args(["stop", "-m", rest.trim_start_matches("http://"), &job_id])
-        .output()
+        .bounded_output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&stop.stdout).to_string();
     assert!(stop.status.success(), "{stdout}{}", String::from_utf8_lossy(&stop.stderr));
@@ -110,8 +111,10 @@ fn checkpoints_and_savepoints_go_to_s3_and_a_job_restores_from_there() {
     assert!(savepoint.starts_with("s3://weir-test/savepoints/savepoint-"), "{savepoint}");
     assert_eq!(weir.wait(), Some(0));
 
-    let inspect =
-        with_s3_env(common::weir(), &moto.endpoint).args(["savepoint", "inspect", &savepoint]).output().unwrap();
+    let inspect = with_s3_env(common::weir(), &moto.endpoint)
+        .args(["savepoint", "inspect", &savepoint])
+        .bounded_output()
+        .unwrap();
     assert!(inspect.status.success(), "{}", String::from_utf8_lossy(&inspect.stderr));
     assert!(String::from_utf8_lossy(&inspect.stdout).contains("Operator 'counter'"));
 
@@ -132,7 +135,7 @@ fn checkpoints_and_savepoints_go_to_s3_and_a_job_restores_from_there() {
             "--output",
             "none",
         ])
-        .output()
+        .bounded_output()
         .unwrap();
     assert!(restored.status.success(), "{}", String::from_utf8_lossy(&restored.stderr));
     let _ = run_weir(&["jobs"]);

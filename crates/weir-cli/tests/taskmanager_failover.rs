@@ -3,6 +3,7 @@
 //! starts after each) and the output is still exactly once.
 
 mod common;
+use common::BoundedOutput;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -101,7 +102,7 @@ struct StopCluster(std::path::PathBuf);
 impl Drop for StopCluster {
     fn drop(&mut self) {
         if self.0.join("cluster/cluster.pids").exists() {
-            let _ = common::weir().env("WEIR_DATA_DIR", &self.0).args(["cluster", "stop"]).output();
+            let _ = common::weir().env("WEIR_DATA_DIR", &self.0).args(["cluster", "stop"]).bounded_output();
         }
     }
 }
@@ -117,7 +118,7 @@ fn cluster_start_and_stop_manage_background_processes() {
         .env_remove("WEIR_LOG")
         .args(["cluster", "start", "--taskmanagers", "2", "-D", "rest.port=18391", "-D", "jobmanager.rpc.port=18392"])
         .args(["-D", "taskmanager.numberOfTaskSlots=2"])
-        .output()
+        .bounded_output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&start.stdout).to_string();
     assert!(start.status.success(), "{stdout}{}", String::from_utf8_lossy(&start.stderr));
@@ -143,7 +144,7 @@ fn cluster_start_and_stop_manage_background_processes() {
     let clash = common::weir()
         .env("WEIR_DATA_DIR", other.path())
         .args(["cluster", "start", "-D", "rest.port=18391", "-D", "jobmanager.rpc.port=18392"])
-        .output()
+        .bounded_output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&clash.stderr).to_string();
     assert_eq!(clash.status.code(), Some(1), "{stderr}");
@@ -181,7 +182,7 @@ fn cluster_start_and_stop_manage_background_processes() {
     assert!(cancel.status.success(), "{}", String::from_utf8_lossy(&cancel.stderr));
     // One more TaskManager, as Flink's `taskmanager.sh start`: with the configuration the
     // cluster was started with (its ports, 2 slots), registered, and stopped with the rest.
-    let add = common::weir().env("WEIR_DATA_DIR", data).args(["cluster", "add-taskmanager"]).output().unwrap();
+    let add = common::weir().env("WEIR_DATA_DIR", data).args(["cluster", "add-taskmanager"]).bounded_output().unwrap();
     let stdout = String::from_utf8_lossy(&add.stdout).to_string();
     assert!(add.status.success(), "{stdout}{}", String::from_utf8_lossy(&add.stderr));
     assert!(stdout.contains("TaskManager started in") && stdout.contains("taskmanager-2.log"), "{stdout}");
@@ -189,11 +190,11 @@ fn cluster_start_and_stop_manage_background_processes() {
     let taskmanagers = taskmanagers["taskmanagers"].as_array().unwrap().clone();
     assert_eq!(taskmanagers.len(), 3);
     assert!(taskmanagers.iter().all(|tm| tm["slotsNumber"] == 2), "{taskmanagers:?}");
-    let stop = common::weir().env("WEIR_DATA_DIR", data).args(["cluster", "stop"]).output().unwrap();
+    let stop = common::weir().env("WEIR_DATA_DIR", data).args(["cluster", "stop"]).bounded_output().unwrap();
     assert!(stop.status.success());
     assert!(String::from_utf8_lossy(&stop.stdout).contains("Stopped 4 cluster process(es)."));
     // Without a cluster there is nothing to add to.
-    let add = common::weir().env("WEIR_DATA_DIR", data).args(["cluster", "add-taskmanager"]).output().unwrap();
+    let add = common::weir().env("WEIR_DATA_DIR", data).args(["cluster", "add-taskmanager"]).bounded_output().unwrap();
     assert_eq!(add.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&add.stderr).contains("start one with `weir cluster start`"));
     std::thread::sleep(Duration::from_millis(300));

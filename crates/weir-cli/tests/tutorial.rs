@@ -7,6 +7,7 @@
 //! script runs in its own process group, and a guard stops the cluster and kills the group.
 
 mod common;
+use common::BoundedOutput;
 
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
@@ -246,7 +247,7 @@ fn the_tutorial_runs_as_written() {
     let dir = tempfile::tempdir().unwrap();
     let localize = Localize { dir: dir.path().join("weir-tutorial").display().to_string(), ports: free_ports() };
     for (tool, install) in [("bash", "bash"), ("curl", "curl"), ("awk", "gawk"), ("etcd", "etcd-server")] {
-        let found = Command::new("sh").args(["-c", &format!("command -v {tool}")]).output().unwrap();
+        let found = Command::new("sh").args(["-c", &format!("command -v {tool}")]).bounded_output().unwrap();
         assert!(
             found.status.success(),
             "the tutorial needs `{tool}` on PATH: apt-get install -y {install} (.ci/test installs etcd-server)"

@@ -10,6 +10,7 @@
 #[path = "common/browser.rs"]
 mod browser;
 mod common;
+use common::BoundedOutput;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -167,8 +168,12 @@ fn the_operator_web_ui_shows_a_deployment_its_status_savepoint_history_and_event
     let file = dir.path().join("orders.yaml");
     let apply = |enrich: &str| {
         std::fs::write(&file, spec.replace("{enrich}", enrich)).unwrap();
-        let applied =
-            common::weir().env("WEIR_DATA_DIR", &data).args(["deployment", "apply", "-f"]).arg(&file).output().unwrap();
+        let applied = common::weir()
+            .env("WEIR_DATA_DIR", &data)
+            .args(["deployment", "apply", "-f"])
+            .arg(&file)
+            .bounded_output()
+            .unwrap();
         assert!(applied.status.success(), "{applied:?}");
     };
     apply(", --enrich");
@@ -201,7 +206,7 @@ fn the_operator_web_ui_shows_a_deployment_its_status_savepoint_history_and_event
     apply("");
     poll_json(&format!("{rest}/deployments/orders"), |d| d["status"]["refusedGeneration"] == 2);
     let weir = |args: &[&str]| {
-        let output = common::weir().env("WEIR_DATA_DIR", &data).args(args).output().unwrap();
+        let output = common::weir().env("WEIR_DATA_DIR", &data).args(args).bounded_output().unwrap();
         assert!(output.status.success(), "{args:?}: {output:?}");
         String::from_utf8_lossy(&output.stdout).to_string()
     };
@@ -222,7 +227,8 @@ fn the_operator_web_ui_shows_a_deployment_its_status_savepoint_history_and_event
     if let Some(screenshots) = std::env::var_os("WEIR_UI_SCREENSHOT_DIR") {
         screenshot(&PathBuf::from(screenshots), "web-ui-deployment.png", &format!("{rest}/#/deployment/orders"));
     }
-    let deleted = common::weir().env("WEIR_DATA_DIR", &data).args(["deployment", "delete", "orders"]).output().unwrap();
+    let deleted =
+        common::weir().env("WEIR_DATA_DIR", &data).args(["deployment", "delete", "orders"]).bounded_output().unwrap();
     assert!(deleted.status.success(), "{deleted:?}");
     operator.kill_hard();
     // Whatever the delete left of the deployment's cluster.

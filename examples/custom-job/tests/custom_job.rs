@@ -3,6 +3,10 @@
 
 use std::process::Command;
 
+#[path = "common/bounded.rs"]
+mod bounded;
+use bounded::BoundedOutput;
+
 fn my_weir() -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_my-weir"));
     command.env("WEIR_LOG", "off");
@@ -18,7 +22,7 @@ fn the_custom_job_counts_readings_per_sensor() {
         .args(["run", "-D", "rest.port=0", "-p", "2", "sensor-stats", "--input"])
         .arg(&input)
         .args(["--output", "-"])
-        .output()
+        .bounded_output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
@@ -36,7 +40,7 @@ fn a_malformed_line_fails_the_job_with_the_function_error() {
         .args(["run", "-D", "rest.port=0", "sensor-stats", "--input"])
         .arg(&input)
         .args(["--output", "-"])
-        .output()
+        .bounded_output()
         .unwrap();
     assert_eq!(output.status.code(), Some(1));
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -51,7 +55,7 @@ fn a_malformed_line_fails_the_job_with_the_function_error() {
 
 #[test]
 fn the_custom_binary_lists_its_own_and_the_builtin_jobs() {
-    let output = my_weir().arg("jobs").output().unwrap();
+    let output = my_weir().arg("jobs").bounded_output().unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success());
     for name in ["sensor-stats", "counter", "wordcount"] {
@@ -81,7 +85,7 @@ fn a_fixed_delay_strategy_restarts_then_gives_up() {
         ])
         .arg(&input)
         .args(["--output", "-"])
-        .output()
+        .bounded_output()
         .unwrap();
     let elapsed = started.elapsed();
     assert_eq!(output.status.code(), Some(1));
@@ -140,7 +144,7 @@ fn run_flaky_counter_at(
     if let Some(steady) = steady {
         command.arg("--steady-output").arg(steady);
     }
-    let output = command.output().unwrap();
+    let output = command.bounded_output().unwrap();
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     assert!(marker.exists(), "the injected crash did not happen");
 }
@@ -290,7 +294,7 @@ fn a_multi_region_job_on_a_taskmanager_cluster_starts_without_a_failover() {
             .arg(&out)
             .arg("--steady-output")
             .arg(&steady)
-            .output()
+            .bounded_output()
             .unwrap();
         let stdout = String::from_utf8_lossy(&output.stdout);
         assert!(output.status.success(), "start {start}: {stdout}\n{}", String::from_utf8_lossy(&output.stderr));

@@ -8,6 +8,7 @@
 //! deployment ever run at once.
 
 mod common;
+use common::bounded::BoundedOutput;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -100,12 +101,12 @@ fn upgrades_in_every_mode_suspend_and_resume_carry_the_counts_on_exactly_once() 
         s["status"]["savepointHistory"].as_array().is_some_and(|h| h.iter().any(|r| r["triggerType"] == "MANUAL"))
     });
     assert_eq!(job_id(&manual), job_id(&stateless), "a savepoint does not restart the job");
-    let output = harness.weir().args(["deployment", "history", "counts"]).output().unwrap();
+    let output = harness.weir().args(["deployment", "history", "counts"]).bounded_output().unwrap();
     let text = String::from_utf8_lossy(&output.stdout);
     assert!(text.contains("MANUAL") && text.contains("UPGRADE"), "{text}");
 
     // Deleted: the job and cluster go, the record too.
-    let output = harness.weir().args(["deployment", "delete", "counts"]).output().unwrap();
+    let output = harness.weir().args(["deployment", "delete", "counts"]).bounded_output().unwrap();
     assert!(String::from_utf8_lossy(&output.stdout).contains("deployment.weir.dev/counts deleted"), "{output:?}");
     assert!(dirs.clusters().iter().all(|(_, dir)| weir_deploy::processes::processes_of(dir).is_empty()));
 }
@@ -235,7 +236,7 @@ fn a_bad_spec_is_refused_with_its_field_path_and_changes_nothing() {
     spec.mode = "snapshot";
     let file = harness.dir.path().join("bad.yaml");
     std::fs::write(&file, spec.yaml()).unwrap();
-    let output = harness.weir().args(["deployment", "apply", "-f"]).arg(&file).output().unwrap();
+    let output = harness.weir().args(["deployment", "apply", "-f"]).arg(&file).bounded_output().unwrap();
     assert_eq!(output.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
@@ -244,9 +245,9 @@ fn a_bad_spec_is_refused_with_its_field_path_and_changes_nothing() {
         ),
         "{stderr}"
     );
-    let output = harness.weir().args(["deployment", "get"]).output().unwrap();
+    let output = harness.weir().args(["deployment", "get"]).bounded_output().unwrap();
     assert!(String::from_utf8_lossy(&output.stdout).contains("No deployments"), "{output:?}");
-    let output = harness.weir().args(["deployment", "get", "counts"]).output().unwrap();
+    let output = harness.weir().args(["deployment", "get", "counts"]).bounded_output().unwrap();
     assert_eq!(output.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&output.stderr).contains("no deployment 'counts'"));
 }
@@ -356,7 +357,7 @@ fn periodic_savepoints_are_trimmed_and_a_new_initial_savepoint_path_is_a_manual_
         .replace("    state: running\n", &format!("    state: running\n    initialSavepointPath: {savepoint}\n"));
     std::fs::write(harness.dir.path().join("counts.yaml"), &text).unwrap();
     let file = harness.dir.path().join("counts.yaml");
-    let output = harness.weir().args(["deployment", "apply", "-f"]).arg(&file).output().unwrap();
+    let output = harness.weir().args(["deployment", "apply", "-f"]).arg(&file).bounded_output().unwrap();
     assert!(output.status.success(), "{output:?}");
     let restored = harness.wait_stable(2);
     assert_eq!(restored["status"]["jobStatus"]["restoredFrom"], savepoint.as_str());
@@ -373,12 +374,12 @@ fn last_state_without_any_checkpoint_needs_a_manual_restore_and_touches_nothing(
     let text = spec.yaml().replace("    execution.checkpointing.interval: 300ms\n", "");
     std::fs::write(harness.dir.path().join("counts.yaml"), &text).unwrap();
     let file = harness.dir.path().join("counts.yaml");
-    let output = harness.weir().args(["deployment", "apply", "-f"]).arg(&file).output().unwrap();
+    let output = harness.weir().args(["deployment", "apply", "-f"]).arg(&file).bounded_output().unwrap();
     assert!(String::from_utf8_lossy(&output.stderr).contains("last-state without execution.checkpointing.interval"));
     let first = harness.wait("RUNNING", |s| s["status"]["lifecycleState"] == "STABLE");
     let text = text.replace("parallelism: 2", "parallelism: 3");
     std::fs::write(&file, &text).unwrap();
-    harness.weir().args(["deployment", "apply", "-f"]).arg(&file).output().unwrap();
+    harness.weir().args(["deployment", "apply", "-f"]).arg(&file).bounded_output().unwrap();
     let refused = harness
         .wait("the refusal", |s| s["status"]["error"].as_str().is_some_and(|e| e.contains("Manual restore required")));
     assert_eq!(job_id(&refused), job_id(&first));
@@ -523,14 +524,14 @@ fn a_savepoint_upgrade_of_a_failed_job_falls_back_to_its_newest_checkpoint_or_ne
     let mut spec = Spec::new(&harness.out("out"));
     let file = harness.dir.path().join("counts.yaml");
     std::fs::write(&file, spec.yaml().replace("    execution.checkpointing.interval: 300ms\n", "")).unwrap();
-    let output = harness.weir().args(["deployment", "apply", "-f"]).arg(&file).output().unwrap();
+    let output = harness.weir().args(["deployment", "apply", "-f"]).arg(&file).bounded_output().unwrap();
     assert!(output.status.success(), "{output:?}");
     let first = harness.wait("STABLE", |s| s["status"]["lifecycleState"] == "STABLE");
     kill_taskmanagers(Path::new(first["status"]["clusterInfo"]["dir"].as_str().unwrap()));
     harness.wait("FAILED", |s| s["status"]["jobStatus"]["state"] == "FAILED");
     spec.parallelism = 3;
     std::fs::write(&file, spec.yaml().replace("    execution.checkpointing.interval: 300ms\n", "")).unwrap();
-    harness.weir().args(["deployment", "apply", "-f"]).arg(&file).output().unwrap();
+    harness.weir().args(["deployment", "apply", "-f"]).arg(&file).bounded_output().unwrap();
     let refused = harness
         .wait("the refusal", |s| s["status"]["error"].as_str().is_some_and(|e| e.contains("Manual restore required")));
     assert_eq!(refused["status"]["lifecycleState"], "FAILED", "{refused:#}");

@@ -14,6 +14,7 @@
 //! `WEIR_RANDOM_FAILOVER_ROUNDS` runs more (CI runs the default).
 
 mod common;
+use common::bounded::BoundedOutput;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -130,7 +131,7 @@ fn one_round(seed: u64) {
         args.extend(job.iter().cloned());
         if index == killed_jobs {
             eprintln!("seed {seed}: job {index} at -p {parallelism} from {restore_path:?} runs to the end");
-            let output = my_weir().args(&args).output().unwrap();
+            let output = my_weir().args(&args).bounded_output().unwrap();
             assert!(output.status.success(), "seed {seed}: {}", String::from_utf8_lossy(&output.stderr));
             break;
         }
@@ -151,7 +152,7 @@ fn one_round(seed: u64) {
             let target = dir.path().join("savepoints");
             let output = my_weir()
                 .args(["savepoint", "-m", rest.trim_start_matches("http://"), &job_id, target.to_str().unwrap()])
-                .output()
+                .bounded_output()
                 .unwrap();
             let stdout = String::from_utf8_lossy(&output.stdout).to_string();
             // A job restarting or finishing takes no savepoint: that is fine here.

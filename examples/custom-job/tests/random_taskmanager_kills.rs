@@ -6,6 +6,7 @@
 //! `WEIR_RANDOM_TM_KILL_SEED` replays one, `WEIR_RANDOM_TM_KILL_ROUNDS` runs more rounds.
 
 mod common;
+use common::bounded::BoundedOutput;
 
 use std::io::BufRead;
 use std::process::{Child, Stdio};
@@ -100,7 +101,7 @@ fn one_round(seed: u64) {
         .arg(&out)
         .arg("--steady-output")
         .arg(&steady)
-        .output()
+        .bounded_output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&submit.stdout).to_string();
     assert!(submit.status.success(), "seed {seed}: {stdout}{}", String::from_utf8_lossy(&submit.stderr));

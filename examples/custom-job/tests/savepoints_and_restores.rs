@@ -6,6 +6,7 @@
 //! restored job reads its input, as in a fresh run.
 
 mod common;
+use common::bounded::BoundedOutput;
 
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -70,8 +71,11 @@ fn savepoint_then_crash(interval: &str, checkpoints_before: u64, events: u64, fa
         std::thread::sleep(Duration::from_millis(10));
     }
     let address = rest.trim_start_matches("http://");
-    let savepoint =
-        my_weir().args(["savepoint", "-m", address, &job_id]).arg(dir.path().join("savepoints")).output().unwrap();
+    let savepoint = my_weir()
+        .args(["savepoint", "-m", address, &job_id])
+        .arg(dir.path().join("savepoints"))
+        .bounded_output()
+        .unwrap();
     assert!(savepoint.status.success(), "{}", String::from_utf8_lossy(&savepoint.stderr));
     assert!(!marker.exists(), "the crash came before the savepoint completed; the test proves nothing");
     let deadline = Instant::now() + WAIT_MAX;
@@ -134,8 +138,11 @@ fn a_failover_keeps_the_part_files_an_intermediate_savepoint_staged_for_its_late
         args
     };
     let marker = run.dir.path().join("never");
-    let report =
-        my_weir().args(["run", "--dry-run", "-p", "2", "-s", &run.savepoint]).args(job_args(&marker)).output().unwrap();
+    let report = my_weir()
+        .args(["run", "--dry-run", "-p", "2", "-s", &run.savepoint])
+        .args(job_args(&marker))
+        .bounded_output()
+        .unwrap();
     let report_text = format!("{}{}", String::from_utf8_lossy(&report.stdout), String::from_utf8_lossy(&report.stderr));
     assert!(report.status.success(), "{report_text}");
     let pending_line = report_text
@@ -156,7 +163,7 @@ fn a_failover_keeps_the_part_files_an_intermediate_savepoint_staged_for_its_late
     let restored = my_weir()
         .args(["run", "-p", "2", "-D", "rest.port=0", "-s", &run.savepoint])
         .args(job_args(&marker))
-        .output()
+        .bounded_output()
         .unwrap();
     assert!(restored.status.success(), "{}", String::from_utf8_lossy(&restored.stderr));
     let new: Vec<String> = committed_names(&run.out).into_iter().filter(|n| !before.contains(n)).collect();
@@ -209,7 +216,7 @@ fn a_source_new_in_the_restored_job_reads_its_whole_input() {
             .args(["stop", "-m", rest.trim_start_matches("http://"), "--savepoint-path"])
             .arg(dir.path().join("sp"))
             .arg(&job_id)
-            .output()
+            .bounded_output()
             .unwrap();
         if output.status.success() {
             break String::from_utf8_lossy(&output.stdout).to_string();
@@ -223,7 +230,7 @@ fn a_source_new_in_the_restored_job_reads_its_whole_input() {
         .args(["run", "-D", "rest.port=0", "-s", &savepoint, "-n", "sensor-stats", "--input"])
         .arg(&input)
         .args(["--output", "-"])
-        .output()
+        .bounded_output()
         .unwrap();
     let out = String::from_utf8_lossy(&restored.stdout);
     assert!(restored.status.success(), "{out}{}", String::from_utf8_lossy(&restored.stderr));

@@ -28,50 +28,26 @@ pub const RUN_MAX: Duration = Duration::from_secs(240);
 
 /// Runs `weir args...` to completion (at most `RUN_MAX`).
 pub fn run_weir(args: &[&str]) -> Output {
-    let mut command = weir();
-    command.args(args);
-    run_within(command, RUN_MAX)
+    weir().args(args).bounded_output().expect("the weir binary runs")
 }
 
-/// Runs `command` to completion with its output collected; kills it and panics with that
-/// output if it takes longer than `within`.
-pub fn run_within(mut command: Command, within: Duration) -> Output {
-    let mut child = command
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the weir binary runs");
-    let collect = |mut stream: Box<dyn std::io::Read + Send>| {
-        std::thread::spawn(move || {
-            let mut bytes = Vec::new();
-            let _ = stream.read_to_end(&mut bytes);
-            bytes
-        })
-    };
-    let stdout = collect(Box::new(child.stdout.take().expect("piped stdout")));
-    let stderr = collect(Box::new(child.stderr.take().expect("piped stderr")));
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("waiting for weir") {
-            break Some(status);
-        }
-        if started.elapsed() > within {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let stdout = stdout.join().unwrap_or_default();
-    let stderr = stderr.join().unwrap_or_default();
-    match status {
-        Some(status) => Output { status, stdout, stderr },
-        None => panic!(
-            "{command:?} did not end within {within:?}; it was killed. stdout:\n{}\nstderr:\n{}",
-            String::from_utf8_lossy(&stdout),
-            String::from_utf8_lossy(&stderr)
-        ),
+/// `Command::output` that cannot hang a test: past `RUN_MAX` the process is killed and the
+/// test fails with what it printed.
+pub trait BoundedOutput {
+    /// Runs the command to its end (stdin closed), its output collected.
+    fn bounded_output(&mut self) -> std::io::Result<Output>;
+}
+
+impl BoundedOutput for Command {
+    fn bounded_output(&mut self) -> std::io::Result<Output> {
+        let (output, ended) = collect_within(self, RUN_MAX)?;
+        assert!(
+            ended,
+            "{self:?} did not end within {RUN_MAX:?} and was killed. stdout:\n{}\nstderr:\n{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        Ok(output)
     }
 }
 
@@ -411,23 +387,41 @@ pub fn kill_processes_naming(dir: &std::path::Path) {
 /// Runs `command` (its output piped) to its end, killing it after `limit`; its output, and
 /// whether it ended by itself.
 pub fn output_within(mut command: Command, limit: Duration) -> (Output, bool) {
-    let mut child = command
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start {command:?}: {e}"));
+    collect_within(&mut command, limit).unwrap_or_else(|e| panic!("cannot start {command:?}: {e}"))
+}
+
+/// Runs `command` with stdin closed, draining its stdout and stderr as it runs (a full pipe
+/// would stall it), and kills it after `limit`; its output, and whether it ended by itself.
+fn collect_within(command: &mut Command, limit: Duration) -> std::io::Result<(Output, bool)> {
+    use std::io::Read;
+    let mut child = command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()?;
+    fn drain(stream: Option<impl Read + Send + 'static>) -> std::thread::JoinHandle<Vec<u8>> {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            if let Some(mut stream) = stream {
+                let _ = stream.read_to_end(&mut bytes);
+            }
+            bytes
+        })
+    }
+    let stdout = drain(child.stdout.take());
+    let stderr = drain(child.stderr.take());
     let deadline = Instant::now() + limit;
     let mut ended = true;
-    while child.try_wait().ok().flatten().is_none() {
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break status;
+        }
         if Instant::now() > deadline {
             let _ = child.kill();
             ended = false;
-            break;
+            break child.wait()?;
         }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    (child.wait_with_output().expect("the process ends"), ended)
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let stdout = stdout.join().unwrap_or_default();
+    let stderr = stderr.join().unwrap_or_default();
+    Ok((Output { status, stdout, stderr }, ended))
 }
 
 /// `weir jobmanager` on free ports with `settings` (`-D` values): the process, its REST base

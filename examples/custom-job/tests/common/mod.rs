@@ -2,6 +2,7 @@
 //! test deployment, and checks of its committed output.
 #![allow(dead_code)]
 
+pub mod bounded;
 pub mod runs;
 
 use std::collections::BTreeMap;
@@ -12,6 +13,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+
+use bounded::BoundedOutput;
 
 pub const WAIT_MAX: Duration = Duration::from_secs(30);
 pub const USERS: u64 = 10;
@@ -199,7 +202,7 @@ impl Harness {
     pub fn apply(&self, spec: &Spec) -> String {
         let file = self.dir.path().join("counts.yaml");
         std::fs::write(&file, spec.yaml()).unwrap();
-        let output = self.weir().args(["deployment", "apply", "-f"]).arg(&file).output().unwrap();
+        let output = self.weir().args(["deployment", "apply", "-f"]).arg(&file).bounded_output().unwrap();
         let stdout = String::from_utf8_lossy(&output.stdout).to_string();
         let stderr = String::from_utf8_lossy(&output.stderr).to_string();
         assert!(output.status.success(), "apply failed: {stdout}{stderr}");
@@ -207,7 +210,7 @@ impl Harness {
     }
 
     pub fn status(&self) -> Value {
-        let output = self.weir().args(["deployment", "get", "counts", "-o", "json"]).output().unwrap();
+        let output = self.weir().args(["deployment", "get", "counts", "-o", "json"]).bounded_output().unwrap();
         serde_json::from_slice(&output.stdout).unwrap_or(Value::Null)
     }
 
