@@ -302,54 +302,70 @@ public class NexmarkFlink {
         }
     }
 
-    /** q4's first stage: each auction's winning bid, emitted as (category, price) at expiry. */
+    /** What q4's first stage keeps of one auction: open (its window, category and best bid so far), or closed. */
+    public static class AuctionBook {
+        public long opened;
+        public long expires;
+        public long category;
+        public long best;
+        public boolean hasBest;
+        public boolean closed;
+        public AuctionBook() {}
+    }
+
+    /**
+     * q4's first stage: each auction's winning bid, emitted as (category, price) at expiry. One
+     * state per auction (looked up once per bid), and the bids that came before their auction.
+     */
     public static class WinningBid extends KeyedCoProcessFunction<Long, Auction, Bid, Tuple2<Long, Long>> {
-        transient ValueState<Auction> auction;
-        transient ValueState<Long> best;
+        transient ValueState<AuctionBook> book;
         transient ListState<Tuple2<Long, Long>> early;
-        transient ValueState<Boolean> closed;
 
         @Override
         public void open(org.apache.flink.api.common.functions.OpenContext context) {
-            auction = getRuntimeContext().getState(new ValueStateDescriptor<>("auction", Auction.class));
-            best = getRuntimeContext().getState(new ValueStateDescriptor<>("best-price", Long.class));
+            book = getRuntimeContext().getState(new ValueStateDescriptor<>("auction-book", AuctionBook.class));
             early = getRuntimeContext().getListState(new ListStateDescriptor<>("early-bids",
                     TypeInformation.of(new TypeHint<Tuple2<Long, Long>>() {})));
-            closed = getRuntimeContext().getState(new ValueStateDescriptor<>("closed", Boolean.class));
         }
 
-        void offer(long at, long price, Auction a) throws Exception {
-            if (a.dateTime <= at && at <= a.expires) {
-                Long current = best.value();
-                best.update(current == null ? price : Math.max(current, price));
+        static void offer(AuctionBook b, long at, long price) {
+            if (b.opened <= at && at <= b.expires) {
+                b.best = b.hasBest ? Math.max(b.best, price) : price;
+                b.hasBest = true;
             }
         }
 
         @Override
         public void processElement1(Auction a, Context ctx, Collector<Tuple2<Long, Long>> out) throws Exception {
-            auction.update(a);
-            for (Tuple2<Long, Long> bid : early.get()) offer(bid.f0, bid.f1, a);
+            AuctionBook b = new AuctionBook();
+            b.opened = a.dateTime;
+            b.expires = a.expires;
+            b.category = a.category;
+            for (Tuple2<Long, Long> bid : early.get()) offer(b, bid.f0, bid.f1);
             early.clear();
+            book.update(b);
             ctx.timerService().registerEventTimeTimer(a.expires);
         }
 
         @Override
-        public void processElement2(Bid b, Context ctx, Collector<Tuple2<Long, Long>> out) throws Exception {
-            if (closed.value() != null) return;
-            Auction a = auction.value();
-            if (a != null) offer(b.dateTime, b.price, a);
-            else early.add(Tuple2.of(b.dateTime, b.price));
+        public void processElement2(Bid bid, Context ctx, Collector<Tuple2<Long, Long>> out) throws Exception {
+            AuctionBook b = book.value();
+            if (b == null) {
+                early.add(Tuple2.of(bid.dateTime, bid.price));
+            } else if (!b.closed && b.opened <= bid.dateTime && bid.dateTime <= b.expires) {
+                offer(b, bid.dateTime, bid.price);
+                book.update(b);
+            }
         }
 
         @Override
         public void onTimer(long timestamp, OnTimerContext ctx, Collector<Tuple2<Long, Long>> out) throws Exception {
-            Auction a = auction.value();
-            if (a == null) return;
-            Long price = best.value();
-            if (price != null) out.collect(Tuple2.of(a.category, price));
-            auction.clear();
-            best.clear();
-            closed.update(true);
+            AuctionBook b = book.value();
+            if (b == null || b.closed) return;
+            if (b.hasBest) out.collect(Tuple2.of(b.category, b.best));
+            AuctionBook closed = new AuctionBook();
+            closed.closed = true;
+            book.update(closed);
         }
     }
 

@@ -662,6 +662,23 @@ mod tests {
     }
 
     #[test]
+    fn a_value_changed_in_place_is_the_key_s_and_a_missing_one_is_none() {
+        let mut backend = full_backend();
+        let book = ValueState::<(u64, u64)>::new("book");
+        let (a, b) = ("a".to_string(), "b".to_string());
+        let located = backend.locate(&a).unwrap();
+        assert_eq!(backend.value(&book, located).unwrap().get_mut(), None);
+        backend.value(&book, located).unwrap().set((1, 2));
+        if let Some(value) = backend.value(&book, located).unwrap().get_mut() {
+            value.1 = 7;
+        }
+        assert_eq!(backend.value(&book, located).unwrap().get(), Some(&(1, 7)));
+        let located = backend.locate(&b).unwrap();
+        assert_eq!(backend.value(&book, located).unwrap().get_mut(), None);
+        assert_eq!(backend.entry_count(), 1);
+    }
+
+    #[test]
     fn list_map_and_reducing_state() {
         let mut backend = full_backend();
         let key = "k".to_string();

@@ -193,6 +193,12 @@ impl<K: Key, V> ValueAccess<'_, K, V> {
         self.map.get(self.key.hash, self.key.key).map(|cell| &cell.0)
     }
 
+    /// The current key's value, to change in place, if any (one lookup for a read and a write).
+    #[inline]
+    pub fn get_mut(&mut self) -> Option<&mut V> {
+        self.map.get_mut(self.key.hash, self.key.key).map(|cell| &mut cell.0)
+    }
+
     /// Sets the current key's value.
     #[inline]
     pub fn set(&mut self, value: V) {

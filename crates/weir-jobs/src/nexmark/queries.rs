@@ -125,42 +125,54 @@ pub fn q3(events: &DataStream<Event>) -> DataStream<String> {
     people.key_by(|p: &Person| p.id).connect(&sold.key_by(|a: &Auction| a.seller)).process(Q3Join::default()).uid("q3")
 }
 
+/// What q4's first stage keeps of one auction (one state, so a bid costs one lookup).
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub enum AuctionBook {
+    /// Open: its window and category, and its best bid in that window so far.
+    Open {
+        /// When it opened (its event time).
+        opened: i64,
+        /// When it closes.
+        expires: i64,
+        /// Its category.
+        category: u64,
+        /// The highest bid placed while it was open, so far.
+        best: Option<u64>,
+    },
+    /// Closed at its expiry: later bids are dropped.
+    Closed,
+}
+
+impl AuctionBook {
+    /// A bid of `price` placed at `at`: the best one if the auction was open then.
+    fn offer(&mut self, at: i64, price: u64) {
+        if let AuctionBook::Open { opened, expires, best, .. } = self
+            && *opened <= at
+            && at <= *expires
+        {
+            *best = Some(best.map_or(price, |current| current.max(price)));
+        }
+    }
+}
+
 /// q4's first stage: each auction's winning bid (the highest among the bids placed while it
 /// was open), emitted as `(category, price)` when it closes (an event-time timer at its
 /// expiry).
 #[derive(Clone)]
 pub struct WinningBid {
-    auction: ValueState<(i64, i64, u64)>,
-    best: ValueState<u64>,
+    book: ValueState<AuctionBook>,
     early: ListState<(i64, u64)>,
-    closed: ValueState<bool>,
 }
 
 impl Default for WinningBid {
     fn default() -> Self {
-        WinningBid {
-            auction: ValueState::new("auction"),
-            best: ValueState::new("best-price"),
-            early: ListState::new("early-bids"),
-            closed: ValueState::new("closed"),
-        }
-    }
-}
-
-impl WinningBid {
-    fn offer(&self, ctx: &mut KeyedContext<'_, u64>, at: i64, price: u64, open: i64, expires: i64) -> FnResult {
-        if open <= at && at <= expires {
-            let mut best = ctx.value(&self.best)?;
-            let current = best.get_or_insert_with(|| price);
-            *current = (*current).max(price);
-        }
-        Ok(())
+        WinningBid { book: ValueState::new("auction-book"), early: ListState::new("early-bids") }
     }
 }
 
 impl KeyedCoProcessFunction<u64, Auction, Bid, (u64, u64)> for WinningBid {
     fn states(&self) -> Vec<StateDeclaration> {
-        vec![self.auction.declaration(), self.best.declaration(), self.early.declaration(), self.closed.declaration()]
+        vec![self.book.declaration(), self.early.declaration()]
     }
 
     fn process_element1(
@@ -169,11 +181,18 @@ impl KeyedCoProcessFunction<u64, Auction, Bid, (u64, u64)> for WinningBid {
         ctx: &mut KeyedContext<'_, u64>,
         _out: &mut Collector<'_, (u64, u64)>,
     ) -> FnResult {
-        ctx.value(&self.auction)?.set((auction.date_time, auction.expires, auction.category));
-        for (at, price) in ctx.list(&self.early)?.get().to_vec() {
-            self.offer(ctx, at, price, auction.date_time, auction.expires)?;
+        let mut book = AuctionBook::Open {
+            opened: auction.date_time,
+            expires: auction.expires,
+            category: auction.category,
+            best: None,
+        };
+        let mut early = ctx.list(&self.early)?;
+        for (at, price) in early.get() {
+            book.offer(*at, *price);
         }
-        ctx.list(&self.early)?.clear();
+        early.clear();
+        ctx.value(&self.book)?.set(book);
         ctx.register_event_time_timer(auction.expires);
         Ok(())
     }
@@ -184,17 +203,13 @@ impl KeyedCoProcessFunction<u64, Auction, Bid, (u64, u64)> for WinningBid {
         ctx: &mut KeyedContext<'_, u64>,
         _out: &mut Collector<'_, (u64, u64)>,
     ) -> FnResult {
-        if ctx.value(&self.closed)?.get().is_some() {
+        if let Some(book) = ctx.value(&self.book)?.get_mut() {
+            book.offer(bid.date_time, bid.price);
             return Ok(());
         }
-        match ctx.value(&self.auction)?.get().copied() {
-            Some((open, expires, _)) => self.offer(ctx, bid.date_time, bid.price, open, expires),
-            // The auction itself is still on its way (another subtask read it).
-            None => {
-                ctx.list(&self.early)?.add((bid.date_time, bid.price));
-                Ok(())
-            }
-        }
+        // The auction itself is still on its way (another subtask read it).
+        ctx.list(&self.early)?.add((bid.date_time, bid.price));
+        Ok(())
     }
 
     fn on_timer(
@@ -203,13 +218,12 @@ impl KeyedCoProcessFunction<u64, Auction, Bid, (u64, u64)> for WinningBid {
         ctx: &mut KeyedContext<'_, u64>,
         out: &mut Collector<'_, (u64, u64)>,
     ) -> FnResult {
-        let Some((_, _, category)) = ctx.value(&self.auction)?.get().copied() else { return Ok(()) };
-        if let Some(price) = ctx.value(&self.best)?.get().copied() {
+        let mut book = ctx.value(&self.book)?;
+        let Some(AuctionBook::Open { category, best, .. }) = book.get().cloned() else { return Ok(()) };
+        if let Some(price) = best {
             out.collect((category, price));
         }
-        ctx.value(&self.auction)?.clear();
-        ctx.value(&self.best)?.clear();
-        ctx.value(&self.closed)?.set(true);
+        book.set(AuctionBook::Closed);
         Ok(())
     }
 }
