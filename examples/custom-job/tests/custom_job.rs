@@ -3,7 +3,7 @@
 
 use std::process::Command;
 
-#[path = "common/bounded.rs"]
+#[path = "../../../crates/weir-cli/tests/common/bounded.rs"]
 mod bounded;
 use bounded::BoundedOutput;
 

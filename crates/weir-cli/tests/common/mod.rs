@@ -3,7 +3,10 @@
 
 #![allow(dead_code)]
 
+pub mod bounded;
 pub mod ha;
+
+pub use bounded::{BoundedOutput, collect_within};
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Output, Stdio};
@@ -22,33 +25,9 @@ pub fn weir() -> Command {
     command
 }
 
-/// Longest a `weir` command a test runs to completion may take: past it the process is killed
-/// and the test fails with what it printed, instead of hanging the whole suite.
-pub const RUN_MAX: Duration = Duration::from_secs(240);
-
-/// Runs `weir args...` to completion (at most `RUN_MAX`).
+/// Runs `weir args...` to completion (at most `bounded::RUN_MAX`).
 pub fn run_weir(args: &[&str]) -> Output {
     weir().args(args).bounded_output().expect("the weir binary runs")
-}
-
-/// `Command::output` that cannot hang a test: past `RUN_MAX` the process is killed and the
-/// test fails with what it printed.
-pub trait BoundedOutput {
-    /// Runs the command to its end (stdin closed), its output collected.
-    fn bounded_output(&mut self) -> std::io::Result<Output>;
-}
-
-impl BoundedOutput for Command {
-    fn bounded_output(&mut self) -> std::io::Result<Output> {
-        let (output, ended) = collect_within(self, RUN_MAX)?;
-        assert!(
-            ended,
-            "{self:?} did not end within {RUN_MAX:?} and was killed. stdout:\n{}\nstderr:\n{}",
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        );
-        Ok(output)
-    }
 }
 
 /// The lines of stderr that start with `error:`.
@@ -388,40 +367,6 @@ pub fn kill_processes_naming(dir: &std::path::Path) {
 /// whether it ended by itself.
 pub fn output_within(mut command: Command, limit: Duration) -> (Output, bool) {
     collect_within(&mut command, limit).unwrap_or_else(|e| panic!("cannot start {command:?}: {e}"))
-}
-
-/// Runs `command` with stdin closed, draining its stdout and stderr as it runs (a full pipe
-/// would stall it), and kills it after `limit`; its output, and whether it ended by itself.
-fn collect_within(command: &mut Command, limit: Duration) -> std::io::Result<(Output, bool)> {
-    use std::io::Read;
-    let mut child = command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()?;
-    fn drain(stream: Option<impl Read + Send + 'static>) -> std::thread::JoinHandle<Vec<u8>> {
-        std::thread::spawn(move || {
-            let mut bytes = Vec::new();
-            if let Some(mut stream) = stream {
-                let _ = stream.read_to_end(&mut bytes);
-            }
-            bytes
-        })
-    }
-    let stdout = drain(child.stdout.take());
-    let stderr = drain(child.stderr.take());
-    let deadline = Instant::now() + limit;
-    let mut ended = true;
-    let status = loop {
-        if let Some(status) = child.try_wait()? {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            ended = false;
-            break child.wait()?;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let stdout = stdout.join().unwrap_or_default();
-    let stderr = stderr.join().unwrap_or_default();
-    Ok((Output { status, stdout, stderr }, ended))
 }
 
 /// `weir jobmanager` on free ports with `settings` (`-D` values): the process, its REST base

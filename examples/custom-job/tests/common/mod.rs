@@ -2,6 +2,7 @@
 //! test deployment, and checks of its committed output.
 #![allow(dead_code)]
 
+#[path = "../../../../crates/weir-cli/tests/common/bounded.rs"]
 pub mod bounded;
 pub mod runs;
 
